@@ -1,0 +1,42 @@
+#ifndef SIGNET_SHIMS_H
+#define SIGNET_SHIMS_H
+
+// One C function per thing Swift cannot call directly. Each says why it exists.
+
+#include <stddef.h>
+#include <openssl/types.h>
+#include <openssl/x509.h>
+// <sys/xattr.h> is not part of Swift's Glibc module; importing it here gives Signet
+// fgetxattr/fsetxattr/fremovexattr/flistxattr.
+#include <sys/xattr.h>
+
+/// BIO_get_mem_data is a macro over BIO_ctrl.
+long signet_BIO_get_mem_data(BIO *bio, char **data);
+
+/// OPENSSL_free is a macro that passes __FILE__ and __LINE__ to CRYPTO_free.
+void signet_OPENSSL_free(void *pointer);
+
+/// sk_X509_* are type-safe macros over OPENSSL_sk_*.
+int signet_sk_X509_num(const STACK_OF(X509) *stack);
+/// sk_X509_value is a macro over OPENSSL_sk_value.
+X509 *signet_sk_X509_value(const STACK_OF(X509) *stack, int index);
+/// sk_X509_pop_free is a macro that needs a typed free function pointer.
+void signet_sk_X509_pop_free(STACK_OF(X509) *stack);
+
+/// EVP_RSA_gen is a macro over the variadic EVP_PKEY_Q_keygen.
+EVP_PKEY *signet_EVP_RSA_gen(unsigned int bits);
+
+/// ERR_GET_LIB / ERR_GET_REASON are inline bit operations whose availability as
+/// functions differs between OpenSSL 3 minor versions.
+int signet_ERR_GET_LIB(unsigned long code);
+int signet_ERR_GET_REASON(unsigned long code);
+
+/// renameat2 is declared by glibc only under _GNU_SOURCE, which Swift's Glibc module does not set.
+/// Returns -1 with errno set like renameat2(2).
+int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+/// RENAME_NOREPLACE / RENAME_EXCHANGE are _GNU_SOURCE macros.
+unsigned int signet_RENAME_NOREPLACE(void);
+unsigned int signet_RENAME_EXCHANGE(void);
+
+#endif

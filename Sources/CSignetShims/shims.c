@@ -1,0 +1,49 @@
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rsa.h>
+#include <openssl/x509.h>
+#include "CSignetShims.h"
+
+long signet_BIO_get_mem_data(BIO *bio, char **data) {
+    return BIO_get_mem_data(bio, data);
+}
+
+void signet_OPENSSL_free(void *pointer) {
+    OPENSSL_free(pointer);
+}
+
+int signet_sk_X509_num(const STACK_OF(X509) *stack) {
+    return sk_X509_num(stack);
+}
+
+X509 *signet_sk_X509_value(const STACK_OF(X509) *stack, int index) {
+    return sk_X509_value(stack, index);
+}
+
+void signet_sk_X509_pop_free(STACK_OF(X509) *stack) {
+    sk_X509_pop_free(stack, X509_free);
+}
+
+EVP_PKEY *signet_EVP_RSA_gen(unsigned int bits) {
+    return EVP_RSA_gen(bits);
+}
+
+int signet_ERR_GET_LIB(unsigned long code) {
+    return ERR_GET_LIB(code);
+}
+
+int signet_ERR_GET_REASON(unsigned long code) {
+    return ERR_GET_REASON(code);
+}
+
+int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+unsigned int signet_RENAME_NOREPLACE(void) { return RENAME_NOREPLACE; }
+unsigned int signet_RENAME_EXCHANGE(void) { return RENAME_EXCHANGE; }

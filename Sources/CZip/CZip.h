@@ -1,0 +1,4 @@
+#ifndef SIGNET_CZIP_H
+#define SIGNET_CZIP_H
+#include <zip.h>
+#endif

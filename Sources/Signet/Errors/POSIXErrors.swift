@@ -1,0 +1,33 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+extension SignetError {
+    /// Maps an `errno` from a file operation to an error that names the file and the next step.
+    static func posix(_ err: Int32, _ action: String, path: String,
+                      fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
+        let text = String(cString: strerror(err))
+        switch err {
+        case ENOENT:
+            return SignetError(.fileNotFound, "\(action) '\(path)': no such file; check the path",
+                               path: path, fileID: fileID, line: line)
+        case EACCES, EPERM:
+            return SignetError(.permissionDenied,
+                               "\(action) '\(path)': permission denied; check its permissions or run as a user who may read it",
+                               path: path, fileID: fileID, line: line)
+        case EEXIST:
+            return SignetError(.fileExists, "\(action) '\(path)': the file already exists; move it away or choose another path",
+                               path: path, fileID: fileID, line: line)
+        case EISDIR:
+            return SignetError(.malformedInput, "\(action) '\(path)': it is a directory, not a file",
+                               path: path, fileID: fileID, line: line)
+        case ENOSPC, EDQUOT:
+            return SignetError(.io, "\(action) '\(path)': no space left on the device; free some space and try again",
+                               path: path, fileID: fileID, line: line)
+        default:
+            return SignetError(.io, "\(action) '\(path)': \(text)", path: path, fileID: fileID, line: line)
+        }
+    }
+}

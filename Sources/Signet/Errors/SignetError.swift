@@ -1,0 +1,129 @@
+/// The one error type Signet throws.
+///
+/// `code` says what kind of failure it is and decides the process exit status (FORMAT.md §4);
+/// `reason` is a sentence for a person that names the file and says what to do next.
+/// Two errors are equal when their codes are equal.
+public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What went wrong, as an open set: new codes can be added without breaking callers.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// Stable identifier, as printed in `--json` output (`"wrong-passphrase"`).
+        public let name: String
+        /// The exit status FORMAT.md §4 assigns to this kind of failure.
+        public let exitStatus: ExitStatus
+
+        /// Creates a code. Prefer the static members.
+        public init(_ name: String, exitStatus: ExitStatus) {
+            self.name = name
+            self.exitStatus = exitStatus
+        }
+
+        public var description: String { name }
+
+        public static func == (lhs: Code, rhs: Code) -> Bool { lhs.name == rhs.name }
+        public func hash(into hasher: inout Hasher) { hasher.combine(name) }
+
+        // Exit 1: well-formed input that fails verification.
+        /// A signature does not verify with any of the given keys.
+        public static let badSignature = Code("bad-signature", exitStatus: .verificationFailed)
+        /// A signature is not exactly the key's modulus length.
+        public static let wrongSignatureLength = Code("wrong-signature-length", exitStatus: .verificationFailed)
+
+        // Exit 2: usage.
+        /// The command line or the arguments to an API call are inconsistent.
+        public static let usage = Code("usage", exitStatus: .usage)
+
+        // Exit 3: untrusted.
+        /// The signer is not among the trusted keys.
+        public static let untrustedSigner = Code("untrusted-signer", exitStatus: .untrusted)
+
+        // Exit 4: malformed input.
+        /// A key file could not be parsed in any supported format.
+        public static let malformedKey = Code("malformed-key", exitStatus: .malformed)
+        /// The passphrase does not decrypt the private key.
+        public static let wrongPassphrase = Code("wrong-passphrase", exitStatus: .malformed)
+        /// The key is encrypted and no passphrase could be obtained.
+        public static let passphraseRequired = Code("passphrase-required", exitStatus: .malformed)
+        /// The key is not RSA (EC, Ed25519, DSA, ...).
+        public static let unsupportedKeyType = Code("unsupported-key-type", exitStatus: .malformed)
+        /// The RSA key is smaller than 2048 bits and no opt-in was given.
+        public static let weakKey = Code("weak-key", exitStatus: .malformed)
+        /// A public key or certificate was given where a private key is needed, or the reverse.
+        public static let wrongKeyKind = Code("wrong-key-kind", exitStatus: .malformed)
+        /// A PKCS#12 file needs OpenSSL's legacy provider, which is not installed.
+        public static let legacyProviderMissing = Code("legacy-provider-missing", exitStatus: .malformed)
+        /// An input that should be data is not (empty, a directory, too large).
+        public static let malformedInput = Code("malformed-input", exitStatus: .malformed)
+
+        // Exit 5: environment.
+        /// A file is missing.
+        public static let fileNotFound = Code("file-not-found", exitStatus: .environment)
+        /// Permission denied.
+        public static let permissionDenied = Code("permission-denied", exitStatus: .environment)
+        /// A file exists where Signet refuses to replace it.
+        public static let fileExists = Code("file-exists", exitStatus: .environment)
+        /// Any other I/O failure (no space, read error, ...).
+        public static let io = Code("io-error", exitStatus: .environment)
+        /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).
+        public static let crypto = Code("crypto-failure", exitStatus: .environment)
+    }
+
+    /// Process exit status per FORMAT.md §4.
+    public struct ExitStatus: Hashable, Sendable {
+        /// The numeric status.
+        public let rawValue: Int32
+        /// Creates a status from its number.
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+
+        /// 0: success or verified.
+        public static let success = ExitStatus(rawValue: 0)
+        /// 1: well-formed input that fails verification.
+        public static let verificationFailed = ExitStatus(rawValue: 1)
+        /// 2: usage error.
+        public static let usage = ExitStatus(rawValue: 2)
+        /// 3: untrusted signer.
+        public static let untrusted = ExitStatus(rawValue: 3)
+        /// 4: malformed input (keys, archives, manifests).
+        public static let malformed = ExitStatus(rawValue: 4)
+        /// 5: environment (I/O, permissions, space).
+        public static let environment = ExitStatus(rawValue: 5)
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// A sentence for a person: what failed, on which file, and what to do next.
+    public var reason: String
+    /// The file concerned, if any.
+    public var path: String?
+    /// The archive entry concerned, if any.
+    public var entry: String?
+    /// OpenSSL's error queue at the time of the failure, oldest first ("lib: reason: data").
+    public var openSSLErrors: [String]
+    /// Where in Signet the error was raised (for bug reports).
+    public var location: String
+
+    /// Creates an error.
+    public init(
+        _ code: Code,
+        _ reason: String,
+        path: String? = nil,
+        entry: String? = nil,
+        openSSLErrors: [String] = [],
+        fileID: StaticString = #fileID,
+        line: UInt = #line
+    ) {
+        self.code = code
+        self.reason = reason
+        self.path = path
+        self.entry = entry
+        self.openSSLErrors = openSSLErrors
+        self.location = "\(fileID):\(line)"
+    }
+
+    public static func == (lhs: SignetError, rhs: SignetError) -> Bool { lhs.code == rhs.code }
+
+    /// The reason, followed by OpenSSL's own words when it had any.
+    public var description: String {
+        if openSSLErrors.isEmpty { return reason }
+        return reason + " (OpenSSL: " + openSSLErrors.joined(separator: "; ") + ")"
+    }
+}

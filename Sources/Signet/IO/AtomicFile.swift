@@ -1,0 +1,75 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import CSignetShims
+
+/// Writes files so that readers see either nothing or the complete file: the bytes go to a
+/// temporary file in the same directory, are fsynced, and the temporary is renamed into place.
+enum AtomicFile {
+    /// Writes `bytes` to `path` with permissions `mode`.
+    ///
+    /// - Parameter replace: when false, an existing file at `path` is never replaced
+    ///   (`renameat2(RENAME_NOREPLACE)`, or `link(2)` where the filesystem lacks it) and the
+    ///   call fails with ``SignetError/Code/fileExists``.
+    static func write(_ bytes: [UInt8], to path: String, mode: mode_t, replace: Bool) throws {
+        let directory = parentDirectory(of: path)
+        let base = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? path
+        var template = Array("\(directory)/.\(base).signet-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot create a temporary file beside", path: path) }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        let temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        var committed = false
+        defer {
+            if !committed { unlink(temporary) }
+        }
+        do {
+            defer { close(fd) }
+            guard fchmod(fd, mode) == 0 else { throw SignetError.posix(errno, "cannot set permissions on", path: temporary) }
+            try bytes.withUnsafeBytes { raw in
+                var offset = 0
+                while offset < raw.count {
+                    let n = retryingOnEINTR { Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset) }
+                    guard n > 0 else { throw SignetError.posix(errno, "cannot write", path: path) }
+                    offset += n
+                }
+            }
+            guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: path) }
+        }
+        if replace {
+            guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path) }
+        } else {
+            try renameNoReplace(temporary, path)
+        }
+        committed = true
+        syncDirectory(directory)
+    }
+
+    /// Moves `from` to `to` only if `to` does not exist.
+    static func renameNoReplace(_ from: String, _ to: String) throws {
+        if signet_renameat2(AT_FDCWD, from, AT_FDCWD, to, signet_RENAME_NOREPLACE()) == 0 { return }
+        let err = errno
+        guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
+            throw SignetError.posix(err, "cannot write", path: to)
+        }
+        // The filesystem has no RENAME_NOREPLACE: link(2) also refuses an existing target.
+        guard link(from, to) == 0 else { throw SignetError.posix(errno, "cannot write", path: to) }
+        unlink(from)
+    }
+
+    /// fsyncs a directory so a rename in it survives a crash. Best effort: some filesystems refuse.
+    static func syncDirectory(_ directory: String) {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = fsync(fd)
+        close(fd)
+    }
+
+    static func parentDirectory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let parent = String(path[..<slash])
+        return parent.isEmpty ? "/" : parent
+    }
+}

@@ -1,0 +1,189 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import COpenSSL
+internal import CSignetShims
+
+/// A freshly generated signing identity: an RSA key and a self-signed code-signing certificate.
+public struct GeneratedKey: Sendable {
+    /// The private key.
+    public let privateKey: PrivateKey
+    /// The self-signed X.509 certificate (codeSigning EKU), DER.
+    public let certificateDER: [UInt8]
+
+    /// The file names ``write(to:passphrase:)`` creates, in the order it creates them.
+    public static let fileNames = ["private_key.pem", "private_key.p12", "public_key.der", "certificate.der"]
+
+    /// Generates a key of `bits` bits (2048 to 16384) and a certificate for it.
+    ///
+    /// - Parameters:
+    ///   - commonName: the certificate's subject and issuer CN.
+    ///   - validityDays: how long the certificate is valid from now.
+    public static func generate(bits: Int = 3072, commonName: String = "Signet signing key", validityDays: Int = 3650) throws -> GeneratedKey {
+        guard bits >= KeyLimits.minimumBits, bits <= KeyLimits.maximumBits else {
+            throw SignetError(.usage, "--bits must be between \(KeyLimits.minimumBits) and \(KeyLimits.maximumBits) (3072 is a good default), not \(bits)")
+        }
+        guard validityDays > 0 else {
+            throw SignetError(.usage, "the certificate validity must be at least one day, not \(validityDays)")
+        }
+        OpenSSLErrorQueue.clear()
+        guard let pointer = signet_EVP_RSA_gen(UInt32(bits)) else {
+            throw OpenSSLErrorQueue.error(.crypto, "RSA-\(bits) key generation failed")
+        }
+        let key = EVPKey(owning: pointer)
+        let certificate = try makeCertificate(key: key, commonName: commonName, validityDays: validityDays)
+        let privateKey = try PrivateKey(key: key, format: .pemPKCS8, certificateDER: certificate, warnings: [], name: "<generated>")
+        return GeneratedKey(privateKey: privateKey, certificateDER: certificate)
+    }
+
+    /// PKCS#8 PEM; encrypted with AES-256-CBC (PBKDF2-HMAC-SHA256) when a non-empty passphrase is given.
+    public func pkcs8PEM(passphrase: Passphrase?) throws -> [UInt8] {
+        OpenSSLErrorQueue.clear()
+        return try collectingMemoryBIO { bio in
+            let ok: Int32
+            if let passphrase, !passphrase.isEmpty {
+                ok = passphrase.withCString { pass, length in
+                    PEM_write_bio_PKCS8PrivateKey(bio, privateKey.key.pointer, EVP_aes_256_cbc(),
+                                                  UnsafeMutablePointer(mutating: pass), length, nil, nil)
+                }
+            } else {
+                ok = PEM_write_bio_PKCS8PrivateKey(bio, privateKey.key.pointer, nil, nil, 0, nil, nil)
+            }
+            guard ok == 1 else { throw OpenSSLErrorQueue.error(.crypto, "could not encode the private key as PKCS#8") }
+        }
+    }
+
+    /// PKCS#12 with the key and certificate, AES-256-CBC/PBKDF2 as OpenSSL 3 writes by default.
+    /// Without a passphrase the file is protected by the empty passphrase, which Signet tries by itself.
+    public func pkcs12(passphrase: Passphrase?) throws -> [UInt8] {
+        OpenSSLErrorQueue.clear()
+        let certificate = try parseDER(certificateDER) { d2i_X509(nil, $0, $1) }.map(\.0)
+            .unwrapped(or: OpenSSLErrorQueue.error(.crypto, "could not re-read the generated certificate"))
+        defer { X509_free(certificate) }
+        let create = { (pass: UnsafePointer<CChar>) -> OpaquePointer? in
+            // 0 for the algorithms selects OpenSSL 3's defaults: AES-256-CBC with PBKDF2.
+            PKCS12_create_ex(pass, "Signet signing key", privateKey.key.pointer, certificate, nil,
+                             0, 0, Int32(PKCS12_DEFAULT_ITER), Int32(PKCS12_DEFAULT_ITER), 0, nil, nil)
+        }
+        let p12 = (passphrase ?? Passphrase(bytes: [])).withCString { pass, _ in create(pass) }
+        guard let p12 else { throw OpenSSLErrorQueue.error(.crypto, "could not build the PKCS#12 file") }
+        defer { PKCS12_free(p12) }
+        return try derEncode("PKCS#12 file") { i2d_PKCS12(p12, $0) }
+    }
+
+    /// What ``write(to:passphrase:)`` wrote.
+    public struct WrittenFiles: Sendable {
+        /// The directory.
+        public let directory: String
+        /// Full paths of the files, in ``GeneratedKey/fileNames`` order.
+        public let paths: [String]
+        /// True when the private key files are protected by a non-empty passphrase.
+        public let encrypted: Bool
+    }
+
+    /// Writes `private_key.pem`, `private_key.p12` (mode 0600), `public_key.der` and
+    /// `certificate.der` (0644) into `directory`, creating it if needed (mode 0700).
+    ///
+    /// Never replaces a file: if any of them exists nothing is written; if writing fails half-way,
+    /// the files this call created are removed again.
+    public func write(to directory: String, passphrase: Passphrase?) throws -> WrittenFiles {
+        try createDirectory(directory)
+        let paths = Self.fileNames.map { directory + "/" + $0 }
+        let existing = paths.filter { access($0, F_OK) == 0 }
+        guard existing.isEmpty else {
+            throw SignetError(.fileExists, "refusing to overwrite \(existing.map { "'\($0)'" }.joined(separator: ", ")); choose an empty --out directory or move the old keys away first", path: existing[0])
+        }
+        let contents: [([UInt8], mode_t)] = [
+            (try pkcs8PEM(passphrase: passphrase), 0o600),
+            (try pkcs12(passphrase: passphrase), 0o600),
+            (privateKey.publicKey.subjectPublicKeyInfo, 0o644),
+            (certificateDER, 0o644),
+        ]
+        var written: [String] = []
+        do {
+            for (path, (bytes, mode)) in zip(paths, contents) {
+                try AtomicFile.write(bytes, to: path, mode: mode, replace: false)
+                written.append(path)
+            }
+        } catch {
+            for path in written { unlink(path) }
+            throw error
+        }
+        return WrittenFiles(directory: directory, paths: paths, encrypted: !(passphrase?.isEmpty ?? true))
+    }
+
+    private func createDirectory(_ directory: String) throws {
+        var info = stat()
+        if stat(directory, &info) == 0 {
+            guard info.st_mode & S_IFMT == S_IFDIR else {
+                throw SignetError(.fileExists, "'\(directory)' exists and is not a directory; choose another --out", path: directory)
+            }
+            return
+        }
+        guard errno == ENOENT else { throw SignetError.posix(errno, "cannot use output directory", path: directory) }
+        // Create missing parents like `mkdir -p`, the new ones private to the owner.
+        var prefix = directory.hasPrefix("/") ? "/" : ""
+        for component in directory.split(separator: "/") {
+            prefix += component
+            if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
+                throw SignetError.posix(errno, "cannot create output directory", path: prefix)
+            }
+            prefix += "/"
+        }
+    }
+
+    private static func makeCertificate(key: EVPKey, commonName: String, validityDays: Int) throws -> [UInt8] {
+        guard let certificate = X509_new() else { throw OpenSSLErrorQueue.error(.crypto, "could not allocate a certificate") }
+        defer { X509_free(certificate) }
+        func require(_ ok: Bool, _ what: String) throws {
+            if !ok { throw OpenSSLErrorQueue.error(.crypto, "could not build the certificate: \(what)") }
+        }
+        try require(X509_set_version(certificate, Int(X509_VERSION_3)) == 1, "version")
+
+        // A random positive 127-bit serial number.
+        var serialBytes = [UInt8](repeating: 0, count: 16)
+        try require(RAND_bytes(&serialBytes, 16) == 1, "serial number")
+        serialBytes[0] &= 0x7f
+        guard let serial = BN_bin2bn(serialBytes, 16, nil) else { throw OpenSSLErrorQueue.error(.crypto, "serial number") }
+        defer { BN_free(serial) }
+        try require(BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(certificate)) != nil, "serial number")
+
+        try require(X509_gmtime_adj(X509_getm_notBefore(certificate), 0) != nil, "notBefore")
+        try require(X509_time_adj_ex(X509_getm_notAfter(certificate), Int32(validityDays), 0, nil) != nil, "notAfter")
+        try require(X509_set_pubkey(certificate, key.pointer) == 1, "public key")
+
+        guard let name = X509_get_subject_name(certificate) else { throw OpenSSLErrorQueue.error(.crypto, "subject") }
+        try require(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, commonName, -1, -1, 0) == 1, "common name")
+        try require(X509_set_issuer_name(certificate, name) == 1, "issuer")
+
+        var context = X509V3_CTX()
+        X509V3_set_ctx(&context, certificate, certificate, nil, nil, 0)
+        let extensions: [(Int32, String)] = [
+            (NID_basic_constraints, "critical,CA:FALSE"),
+            (NID_key_usage, "critical,digitalSignature"),
+            (NID_ext_key_usage, "codeSigning"),
+            (NID_subject_key_identifier, "hash"),
+            (NID_authority_key_identifier, "keyid:always"),
+        ]
+        for (nid, value) in extensions {
+            guard let ext = X509V3_EXT_nconf_nid(nil, &context, nid, value) else {
+                throw OpenSSLErrorQueue.error(.crypto, "could not build the certificate extension \(value)")
+            }
+            defer { X509_EXTENSION_free(ext) }
+            try require(X509_add_ext(certificate, ext, -1) == 1, value)
+        }
+        guard let sha256 = EVP_MD_fetch(nil, "SHA256", nil) else { throw OpenSSLErrorQueue.error(.crypto, "SHA-256") }
+        defer { EVP_MD_free(sha256) }
+        try require(X509_sign(certificate, key.pointer, sha256) > 0, "signature")
+        return try derEncode("certificate") { i2d_X509(certificate, $0) }
+    }
+}
+
+extension Optional {
+    func unwrapped(or error: @autoclosure () -> Error) throws -> Wrapped {
+        guard let self else { throw error() }
+        return self
+    }
+}

@@ -1,0 +1,97 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import COpenSSL
+
+/// A passphrase for an encrypted private key. Its bytes are wiped when the last copy goes away.
+public struct Passphrase: Sendable {
+    final class Storage: @unchecked Sendable {
+        var bytes: [UInt8]
+        init(_ bytes: [UInt8]) { self.bytes = bytes }
+        deinit {
+            bytes.withUnsafeMutableBytes { raw in
+                if let base = raw.baseAddress { OPENSSL_cleanse(base, raw.count) }
+            }
+        }
+    }
+
+    let storage: Storage
+
+    /// A passphrase from raw bytes.
+    public init(bytes: [UInt8]) { storage = Storage(bytes) }
+    /// A passphrase from a string (its UTF-8 bytes).
+    public init(_ string: String) { storage = Storage(Array(string.utf8)) }
+
+    var bytes: [UInt8] { storage.bytes }
+    /// True for the empty passphrase.
+    public var isEmpty: Bool { storage.bytes.isEmpty }
+
+    /// Calls `body` with the passphrase as a NUL-terminated C string, wiped afterwards.
+    func withCString<R>(_ body: (UnsafePointer<CChar>, Int32) throws -> R) rethrows -> R {
+        var copy = storage.bytes.map { CChar(bitPattern: $0) } + [0]
+        defer { copy.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
+        return try copy.withUnsafeBufferPointer { try body($0.baseAddress!, Int32(storage.bytes.count)) }
+    }
+}
+
+/// Where a passphrase comes from. It is asked for only when a key turns out to be encrypted.
+///
+/// Secrets never travel on the command line: use a file, an environment variable, or (in the
+/// CLI) a prompt without echo.
+public struct PassphraseSource: Sendable {
+    /// Produces the passphrase for the key file named by the argument.
+    let obtain: @Sendable (_ keyDescription: String) throws -> Passphrase
+    /// Describes the source in messages ("the file 'pass.txt'").
+    public let description: String
+
+    /// A custom provider, e.g. a prompt. It receives the key's path and returns the passphrase.
+    public init(description: String, _ provider: @escaping @Sendable (_ keyPath: String) throws -> Passphrase) {
+        self.description = description
+        self.obtain = provider
+    }
+
+    /// Obtains the passphrase now. `keyPath` names the key it is for (prompts show it).
+    public func passphrase(for keyPath: String) throws -> Passphrase {
+        try obtain(keyPath)
+    }
+
+    /// The first line of a file (without its line ending), as `openssl -passin file:` reads it.
+    public static func file(_ path: String) -> PassphraseSource {
+        PassphraseSource(description: "the passphrase file '\(path)'") { _ in
+            let bytes = try readSmallFile(path, what: "passphrase file", limit: 64 * 1024)
+            var line = bytes.prefix { $0 != UInt8(ascii: "\n") }
+            if line.last == UInt8(ascii: "\r") { line.removeLast() }
+            return Passphrase(bytes: Array(line))
+        }
+    }
+
+    /// The value of an environment variable.
+    public static func environment(_ name: String) -> PassphraseSource {
+        PassphraseSource(description: "the environment variable \(name)") { _ in
+            guard let value = getenv(name) else {
+                throw SignetError(.passphraseRequired,
+                                  "the environment variable \(name) named by --passphrase-env is not set; export it or use --passphrase-file")
+            }
+            return Passphrase(bytes: Array(UnsafeBufferPointer(start: value, count: strlen(value)).map { UInt8(bitPattern: $0) }))
+        }
+    }
+
+    /// A passphrase already in memory.
+    public static func literal(_ passphrase: Passphrase) -> PassphraseSource {
+        PassphraseSource(description: "the given passphrase") { _ in passphrase }
+    }
+}
+
+/// A warning when a private key (or passphrase) file can be read by group or others.
+func exposureWarning(mode: mode_t, path: String, what: String) -> String? {
+    guard mode & 0o044 != 0 else { return nil }
+    let octal = String(mode & 0o777, radix: 8)
+    return "\(what) '\(path)' can be read by group or others (mode 0\(octal)); restrict it with: chmod 600 '\(path)'"
+}
+
+extension Passphrase {
+    /// Compares two passphrases (for "repeat the passphrase" prompts).
+    public func matches(_ other: Passphrase) -> Bool { bytes == other.bytes }
+}

@@ -1,0 +1,305 @@
+internal import COpenSSL
+internal import CSignetShims
+import Synchronization
+
+/// An RSA private key for signing, loaded from any format Signet reads.
+///
+/// The format is detected from the content, never from the file name: PEM PKCS#1, PEM PKCS#8,
+/// encrypted PKCS#8, traditional encrypted PEM, DER PKCS#8 (plain or encrypted), DER PKCS#1,
+/// and PKCS#12 (modern AES-256/PBKDF2, or legacy RC2-40/3DES through OpenSSL's legacy provider,
+/// which is loaded only when such a file is met).
+public struct PrivateKey: Sendable {
+    let key: EVPKey
+    /// The format the key was found in.
+    public let format: KeyFormat
+    /// The public half.
+    public let publicKey: PublicKey
+    /// A certificate that came with the key (PKCS#12 files usually carry one), as DER.
+    public let certificateDER: [UInt8]?
+    /// Things the caller should tell a person: a key file others can read, legacy encryption.
+    public let warnings: [String]
+
+    /// The key id (FORMAT.md §1).
+    public var keyID: KeyID { publicKey.keyID }
+    /// Modulus size in bits.
+    public var bits: Int { key.bits }
+
+    /// Loads a private key file.
+    ///
+    /// - Parameters:
+    ///   - path: the key file.
+    ///   - passphrase: where to get the passphrase if the key turns out to be encrypted; asked at most once.
+    ///   - allowWeakKey: accept RSA keys below 2048 bits.
+    /// - Throws: ``SignetError`` with `.wrongPassphrase`, `.passphraseRequired`, `.unsupportedKeyType`,
+    ///   `.weakKey`, `.wrongKeyKind`, `.malformedKey`, `.legacyProviderMissing`, or a file error.
+    public init(contentsOf path: String, passphrase: PassphraseSource? = nil, allowWeakKey: Bool = false) throws {
+        let file = try InputFile.open(path, what: "private key")
+        let bytes = try file.readAll(limit: KeyLimits.maximumFileSize, what: "private key")
+        var warnings: [String] = []
+        if let warning = exposureWarning(mode: file.mode, path: path, what: "private key") {
+            warnings.append(warning)
+        }
+        try self.init(bytes: bytes, name: path, passphrase: passphrase, allowWeakKey: allowWeakKey, warnings: warnings)
+    }
+
+    /// Loads a private key from bytes in memory. `name` is used in messages.
+    public init(bytes: [UInt8], name: String = "<memory>", passphrase: PassphraseSource? = nil, allowWeakKey: Bool = false) throws {
+        try self.init(bytes: bytes, name: name, passphrase: passphrase, allowWeakKey: allowWeakKey, warnings: [])
+    }
+
+    init(key: EVPKey, format: KeyFormat, certificateDER: [UInt8]?, warnings: [String], name: String) throws {
+        self.key = key
+        self.format = format
+        self.publicKey = try PublicKey(key: key, format: format, certificateDER: certificateDER, source: name)
+        self.certificateDER = certificateDER
+        self.warnings = warnings
+    }
+
+    private init(bytes: [UInt8], name: String, passphrase: PassphraseSource?, allowWeakKey: Bool, warnings: [String]) throws {
+        guard !bytes.isEmpty else {
+            throw SignetError(.malformedKey, "private key '\(name)' is empty; expected a PEM, DER PKCS#8 or PKCS#12 private key", path: name)
+        }
+        let request = PassphraseRequest(source: passphrase, keyName: name)
+        let loaded = try looksLikePEM(bytes)
+            ? PrivateKeyLoader.pem(bytes, name: name, request: request)
+            : PrivateKeyLoader.der(bytes, name: name, request: request)
+        try loaded.key.requireAcceptableRSA(path: name, role: "private key", allowWeakKey: allowWeakKey, optInFlag: "--allow-weak-key")
+        var allWarnings = warnings
+        if loaded.format == .pkcs12Legacy {
+            allWarnings.append("private key '\(name)' is a PKCS#12 file with legacy encryption (RC2-40/3DES); re-export it with modern encryption: openssl pkcs12 -in '\(name)' -legacy -nodes | openssl pkcs12 -export -out new.p12")
+        }
+        try self.init(key: loaded.key, format: loaded.format, certificateDER: loaded.certificateDER, warnings: allWarnings, name: name)
+    }
+}
+
+/// Asks the passphrase source at most once, and remembers whether anyone asked.
+final class PassphraseRequest {
+    let source: PassphraseSource?
+    let keyName: String
+    private(set) var wasAsked = false
+    private var cached: Passphrase?
+    var failure: Error?
+
+    init(source: PassphraseSource?, keyName: String) {
+        self.source = source
+        self.keyName = keyName
+    }
+
+    func passphrase() throws -> Passphrase {
+        wasAsked = true
+        if let cached { return cached }
+        guard let source else {
+            throw SignetError(.passphraseRequired, "private key '\(keyName)' is encrypted; give its passphrase with --passphrase-file FILE or --passphrase-env VAR (or run on a terminal to be prompted)", path: keyName)
+        }
+        let value = try source.obtain(keyName)
+        cached = value
+        return value
+    }
+
+    var wrongPassphrase: SignetError {
+        SignetError(.wrongPassphrase, "wrong passphrase for private key '\(keyName)' (from \(source?.description ?? "the prompt")); check the passphrase, or that the key file is not damaged", path: keyName,
+                    openSSLErrors: OpenSSLErrorQueue.drain().map(\.text))
+    }
+}
+
+/// The C callback OpenSSL calls when a PEM key turns out to be encrypted.
+private let pemPassphraseCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { buffer, size, _, context in
+    guard let buffer, let context else { return -1 }
+    let request = Unmanaged<PassphraseRequest>.fromOpaque(context).takeUnretainedValue()
+    do {
+        let bytes = try request.passphrase().bytes
+        guard bytes.count <= Int(size) else {
+            request.failure = SignetError(.wrongPassphrase, "the passphrase for '\(request.keyName)' is longer than the \(size) bytes OpenSSL accepts for PEM keys", path: request.keyName)
+            return -1
+        }
+        bytes.withUnsafeBytes { raw in
+            if let base = raw.baseAddress { memcpy(buffer, base, raw.count) }
+        }
+        return Int32(bytes.count)
+    } catch {
+        request.failure = error
+        return -1
+    }
+}
+
+enum PrivateKeyLoader {
+    struct Loaded {
+        let key: EVPKey
+        let format: KeyFormat
+        let certificateDER: [UInt8]?
+    }
+
+    static let privateLabels: Set<String> = ["PRIVATE KEY", "ENCRYPTED PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY", "DSA PRIVATE KEY"]
+    static let publicLabels: Set<String> = ["PUBLIC KEY", "RSA PUBLIC KEY", "CERTIFICATE", "X509 CERTIFICATE", "TRUSTED CERTIFICATE"]
+
+    static func pem(_ bytes: [UInt8], name: String, request: PassphraseRequest) throws -> Loaded {
+        let labels = pemLabels(in: bytes)
+        guard let label = labels.first(where: { privateLabels.contains($0) }) else {
+            if labels.contains("OPENSSH PRIVATE KEY") {
+                throw SignetError(.malformedKey, "private key '\(name)' is in OpenSSH's own format; convert a copy to PKCS#8 with: ssh-keygen -p -m PKCS8 -f COPY", path: name)
+            }
+            if labels.contains(where: { publicLabels.contains($0) }) {
+                throw SignetError(.wrongKeyKind, "'\(name)' holds a public key or certificate (\(labels.joined(separator: ", "))); signing needs the private key, e.g. private_key.pem or private_key.p12", path: name)
+            }
+            throw SignetError(.malformedKey, "'\(name)' is PEM but holds no private key (found: \(labels.joined(separator: ", "))); expected BEGIN PRIVATE KEY, BEGIN ENCRYPTED PRIVATE KEY or BEGIN RSA PRIVATE KEY", path: name)
+        }
+        let encryptedTraditional = label == "RSA PRIVATE KEY" && String(decoding: bytes, as: UTF8.self).contains("Proc-Type: 4,ENCRYPTED")
+        let format: KeyFormat = switch label {
+        case "ENCRYPTED PRIVATE KEY": .pemPKCS8Encrypted
+        case "RSA PRIVATE KEY": encryptedTraditional ? .pemPKCS1Encrypted : .pemPKCS1
+        default: .pemPKCS8
+        }
+        OpenSSLErrorQueue.clear()
+        let pointer = try withMemoryBIO(bytes) { bio in
+            let context = Unmanaged.passUnretained(request).toOpaque()
+            return withExtendedLifetime(request) {
+                PEM_read_bio_PrivateKey_ex(bio, nil, pemPassphraseCallback, context, nil, nil)
+            }
+        }
+        guard let pointer else {
+            if let failure = request.failure {
+                OpenSSLErrorQueue.clear()
+                throw failure
+            }
+            if request.wasAsked { throw request.wrongPassphrase }
+            throw OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' (\(format)) could not be read: the PEM data is damaged or truncated", path: name)
+        }
+        return Loaded(key: EVPKey(owning: pointer), format: format, certificateDER: nil)
+    }
+
+    static func der(_ bytes: [UInt8], name: String, request: PassphraseRequest) throws -> Loaded {
+        OpenSSLErrorQueue.clear()
+        // Unencrypted PKCS#8 PrivateKeyInfo.
+        if let (info, complete) = parseDER(bytes, { d2i_PKCS8_PRIV_KEY_INFO(nil, $0, $1) }) {
+            defer { PKCS8_PRIV_KEY_INFO_free(info) }
+            if complete, let pointer = EVP_PKCS82PKEY_ex(info, nil, nil) {
+                return Loaded(key: EVPKey(owning: pointer), format: .derPKCS8, certificateDER: nil)
+            }
+        }
+        OpenSSLErrorQueue.clear()
+        // Encrypted PKCS#8 EncryptedPrivateKeyInfo.
+        if let (sig, complete) = parseDER(bytes, { d2i_X509_SIG(nil, $0, $1) }) {
+            defer { X509_SIG_free(sig) }
+            if complete {
+                return try decryptPKCS8(sig, name: name, request: request)
+            }
+        }
+        OpenSSLErrorQueue.clear()
+        // PKCS#12.
+        if let (p12, complete) = parseDER(bytes, { d2i_PKCS12(nil, $0, $1) }) {
+            defer { PKCS12_free(p12) }
+            if complete {
+                return try PKCS12Loader.load(p12, name: name, request: request)
+            }
+        }
+        OpenSSLErrorQueue.clear()
+        // DER PKCS#1 RSAPrivateKey.
+        if let (pointer, complete) = parseDER(bytes, { d2i_PrivateKey_ex(EVP_PKEY_RSA, nil, $0, $1, nil, nil) }) {
+            if complete { return Loaded(key: EVPKey(owning: pointer), format: .derPKCS1, certificateDER: nil) }
+            EVP_PKEY_free(pointer)
+        }
+        OpenSSLErrorQueue.clear()
+        if (try? PublicKey(bytes: bytes, name: name, allowWeakKey: true)) != nil {
+            throw SignetError(.wrongKeyKind, "'\(name)' holds a public key or certificate; signing needs the private key, e.g. private_key.pem or private_key.p12", path: name)
+        }
+        throw SignetError(.malformedKey, "private key '\(name)' is not in any format Signet reads (PEM PKCS#1/PKCS#8, DER PKCS#8, PKCS#12), or it is truncated", path: name)
+    }
+
+    static func decryptPKCS8(_ sig: OpaquePointer, name: String, request: PassphraseRequest) throws -> Loaded {
+        let passphrase = try request.passphrase()
+        let info = passphrase.withCString { pass, length in PKCS8_decrypt_ex(sig, pass, length, nil, nil) }
+        guard let info else { throw request.wrongPassphrase }
+        defer { PKCS8_PRIV_KEY_INFO_free(info) }
+        guard let pointer = EVP_PKCS82PKEY_ex(info, nil, nil) else {
+            throw OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' decrypted, but its content is not a valid key", path: name)
+        }
+        return Loaded(key: EVPKey(owning: pointer), format: .derPKCS8Encrypted, certificateDER: nil)
+    }
+}
+
+enum PKCS12Loader {
+    static func load(_ p12: OpaquePointer, name: String, request: PassphraseRequest) throws -> PrivateKeyLoader.Loaded {
+        // Files written without a passphrase use an empty one (NULL or "", both occur).
+        var passphrase: Passphrase? = nil
+        if PKCS12_mac_present(p12) == 1 {
+            if PKCS12_verify_mac(p12, nil, 0) == 1 {
+                passphrase = nil
+            } else if PKCS12_verify_mac(p12, "", 0) == 1 {
+                passphrase = Passphrase(bytes: [])
+            } else {
+                let given = try request.passphrase()
+                let ok = given.withCString { pass, length in PKCS12_verify_mac(p12, pass, length) }
+                guard ok == 1 else { throw request.wrongPassphrase }
+                passphrase = given
+            }
+        } else {
+            passphrase = try request.passphrase()
+        }
+        OpenSSLErrorQueue.clear()
+        if let parsed = parse(p12, passphrase) {
+            return try loaded(parsed, format: .pkcs12, name: name)
+        }
+        // Most likely RC2-40 or another cipher only OpenSSL's legacy provider has.
+        let firstErrors = OpenSSLErrorQueue.drain().map(\.text)
+        try LegacyProvider.load(for: name, after: firstErrors)
+        if let parsed = parse(p12, passphrase) {
+            return try loaded(parsed, format: .pkcs12Legacy, name: name)
+        }
+        throw OpenSSLErrorQueue.error(.malformedKey, "PKCS#12 file '\(name)' could not be decrypted with the right passphrase; it is damaged or uses an algorithm OpenSSL does not have", path: name)
+    }
+
+    private struct Parsed {
+        let key: OpaquePointer?
+        let certificate: OpaquePointer?
+    }
+
+    private static func parse(_ p12: OpaquePointer, _ passphrase: Passphrase?) -> Parsed? {
+        var key: OpaquePointer? = nil
+        var certificate: OpaquePointer? = nil
+        var chain: OpaquePointer? = nil
+        let ok: Int32
+        if let passphrase {
+            ok = passphrase.withCString { pass, _ in PKCS12_parse(p12, pass, &key, &certificate, &chain) }
+        } else {
+            ok = PKCS12_parse(p12, nil, &key, &certificate, &chain)
+        }
+        if let chain { signet_sk_X509_pop_free(chain) }
+        guard ok == 1 else { return nil }
+        return Parsed(key: key, certificate: certificate)
+    }
+
+    private static func loaded(_ parsed: Parsed, format: KeyFormat, name: String) throws -> PrivateKeyLoader.Loaded {
+        var certificateDER: [UInt8]? = nil
+        if let certificate = parsed.certificate {
+            defer { X509_free(certificate) }
+            certificateDER = try derEncode("certificate") { i2d_X509(certificate, $0) }
+        }
+        guard let key = parsed.key else {
+            throw SignetError(.malformedKey, "PKCS#12 file '\(name)' holds no private key; export it again with the key included", path: name)
+        }
+        return PrivateKeyLoader.Loaded(key: EVPKey(owning: key), format: format, certificateDER: certificateDER)
+    }
+}
+
+/// OpenSSL's legacy provider (RC2, RC4, DES, ...), loaded into the default library context only
+/// when a file needs it, and then kept for the life of the process.
+enum LegacyProvider {
+    private static let loaded = Mutex(false)
+
+    static func load(for name: String, after errors: [String]) throws {
+        try loaded.withLock { isLoaded in
+            if isLoaded { return }
+            OpenSSLErrorQueue.clear()
+            // Loading any provider explicitly stops the default one from being loaded implicitly,
+            // so load both.
+            guard OSSL_PROVIDER_load(nil, "default") != nil else {
+                throw OpenSSLErrorQueue.error(.crypto, "could not load OpenSSL's default provider")
+            }
+            guard OSSL_PROVIDER_load(nil, "legacy") != nil else {
+                let details = OpenSSLErrorQueue.drain().map(\.text)
+                throw SignetError(.legacyProviderMissing, "PKCS#12 file '\(name)' uses legacy encryption (RC2-40/3DES), which needs OpenSSL's legacy provider (legacy.so, in Debian's libssl3), and it is not installed here; install it, or re-export the file on another machine with: openssl pkcs12 -export (without -legacy)", path: name, openSSLErrors: errors + details)
+            }
+            isLoaded = true
+        }
+    }
+}

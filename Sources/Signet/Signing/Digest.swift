@@ -1,0 +1,123 @@
+internal import COpenSSL
+
+/// A hash function Signet uses. An open set: new members can be added.
+public struct DigestAlgorithm: Hashable, Sendable, CustomStringConvertible {
+    /// OpenSSL's name for it ("SHA256").
+    public let name: String
+    /// Digest length in bytes.
+    public let size: Int
+
+    private init(name: String, size: Int) {
+        self.name = name
+        self.size = size
+    }
+
+    /// SHA-256.
+    public static let sha256 = DigestAlgorithm(name: "SHA256", size: 32)
+    /// SHA-384.
+    public static let sha384 = DigestAlgorithm(name: "SHA384", size: 48)
+    /// SHA-512.
+    public static let sha512 = DigestAlgorithm(name: "SHA512", size: 64)
+
+    public var description: String { name }
+
+    /// The fetched implementation. Fetching once avoids an implicit fetch per operation.
+    var md: OpaquePointer { FetchedDigests.shared.md(for: self) }
+}
+
+/// Explicitly fetched `EVP_MD`s, kept for the life of the process (they are immutable and thread-safe).
+final class FetchedDigests: @unchecked Sendable {
+    static let shared = FetchedDigests()
+    private let sha256: OpaquePointer
+    private let sha384: OpaquePointer
+    private let sha512: OpaquePointer
+
+    private init() {
+        func fetch(_ name: String) -> OpaquePointer {
+            guard let md = EVP_MD_fetch(nil, name, nil) else {
+                // The default provider always has SHA-2; without it nothing in Signet can work.
+                fatalError("OpenSSL has no \(name): \(OpenSSLErrorQueue.drain().map(\.text))")
+            }
+            return md
+        }
+        sha256 = fetch("SHA256")
+        sha384 = fetch("SHA384")
+        sha512 = fetch("SHA512")
+    }
+
+    func md(for algorithm: DigestAlgorithm) -> OpaquePointer {
+        switch algorithm.name {
+        case "SHA384": return sha384
+        case "SHA512": return sha512
+        default: return sha256
+        }
+    }
+}
+
+/// A computed message digest.
+public struct Digest: Hashable, Sendable {
+    /// The hash function.
+    public let algorithm: DigestAlgorithm
+    /// The digest bytes.
+    public let bytes: [UInt8]
+    /// Lowercase hex of ``bytes``.
+    public var hex: String { bytes.hexString }
+
+    /// Creates a digest value from bytes computed elsewhere.
+    public init?(algorithm: DigestAlgorithm, bytes: [UInt8]) {
+        guard bytes.count == algorithm.size else { return nil }
+        self.algorithm = algorithm
+        self.bytes = bytes
+    }
+
+    /// Hashes bytes in memory.
+    public static func compute(_ bytes: [UInt8], algorithm: DigestAlgorithm) throws -> Digest {
+        let hasher = try Hasher(algorithm)
+        bytes.withUnsafeBytes { hasher.update($0) }
+        return try hasher.finalize()
+    }
+
+    /// Hashes a regular file, streaming it in fixed-size chunks: memory use does not depend on its size.
+    public static func compute(fileAt path: String, algorithm: DigestAlgorithm) throws -> Digest {
+        let file = try InputFile.open(path, what: "file")
+        let hasher = try Hasher(algorithm)
+        try file.forEachChunk { hasher.update($0) }
+        return try hasher.finalize()
+    }
+
+    /// Incremental hashing. Owns an `EVP_MD_CTX`.
+    final class Hasher {
+        private let context: OpaquePointer
+        let algorithm: DigestAlgorithm
+
+        init(_ algorithm: DigestAlgorithm) throws {
+            OpenSSLErrorQueue.clear()
+            guard let context = EVP_MD_CTX_new() else {
+                throw OpenSSLErrorQueue.error(.crypto, "could not allocate a digest context")
+            }
+            guard EVP_DigestInit_ex2(context, algorithm.md, nil) == 1 else {
+                EVP_MD_CTX_free(context)
+                throw OpenSSLErrorQueue.error(.crypto, "could not start \(algorithm.name)")
+            }
+            self.context = context
+            self.algorithm = algorithm
+        }
+
+        deinit { EVP_MD_CTX_free(context) }
+
+        func update(_ chunk: UnsafeRawBufferPointer) {
+            guard chunk.count > 0 else { return }
+            // EVP_DigestUpdate on an initialised SHA-2 context cannot fail.
+            EVP_DigestUpdate(context, chunk.baseAddress, chunk.count)
+        }
+
+        func finalize() throws -> Digest {
+            var out = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+            var length: UInt32 = 0
+            guard EVP_DigestFinal_ex(context, &out, &length) == 1 else {
+                throw OpenSSLErrorQueue.error(.crypto, "could not finish \(algorithm.name)")
+            }
+            return Digest(algorithm: algorithm, bytes: Array(out.prefix(Int(length))))!
+        }
+    }
+}

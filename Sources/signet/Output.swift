@@ -1,0 +1,62 @@
+import Foundation
+import Signet
+
+/// Everything the CLI prints goes through here: JSON on stdout, text on stdout/stderr.
+enum Output {
+    /// Prints `value` as one JSON document (sorted keys) on stdout.
+    static func json<T: Encodable>(_ value: T) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
+        do {
+            let data = try encoder.encode(value)
+            FileHandle.standardOutput.write(data)
+            FileHandle.standardOutput.write(Data("\n".utf8))
+        } catch {
+            Output.standardError("signet: could not encode the JSON output: \(error)\n")
+        }
+    }
+
+    /// Writes text to stderr, unbuffered.
+    static func standardError(_ text: String) {
+        FileHandle.standardError.write(Data(text.utf8))
+    }
+
+    /// A line on stdout.
+    static func line(_ text: String) {
+        print(text)
+    }
+
+    /// "signet: warning: ..." on stderr.
+    static func warn(_ text: String) {
+        Output.standardError("signet: warning: \(text)\n")
+    }
+
+    /// The error document of FORMAT.md §4.
+    struct ErrorBody: Encodable {
+        let code: String
+        let exit: Int32
+        let message: String
+        let file: String?
+        let entry: String?
+        let openssl: [String]?
+    }
+
+    struct ErrorDocument: Encodable {
+        let error: ErrorBody
+    }
+
+    static func errorBody(_ error: SignetError) -> ErrorBody {
+        ErrorBody(code: error.code.name, exit: error.code.exitStatus.rawValue, message: error.reason,
+                  file: error.path, entry: error.entry,
+                  openssl: error.openSSLErrors.isEmpty ? nil : error.openSSLErrors)
+    }
+
+    /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
+    static func fail(_ error: SignetError, json wantsJSON: Bool, hint: String? = nil) -> Never {
+        if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
+        var text = "signet: error: \(error.description)"
+        if let hint { text += "\n\(hint)" }
+        Output.standardError(text + "\n")
+        exit(error.code.exitStatus.rawValue)
+    }
+}

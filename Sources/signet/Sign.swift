@@ -1,0 +1,71 @@
+import ArgumentParser
+import Signet
+
+struct Sign: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Sign files, writing raw signatures as openssl dgst -sign does.",
+        discussion: """
+        Writes FILE.sig beside each FILE (or the file named by --out, for one input). With the \
+        default algorithm the signature is byte-identical to:
+          openssl dgst -sha256 -sign KEY -out FILE.sig FILE
+        Files are streamed (memory does not grow with their size) and signed in parallel. \
+        Either every signature is written or none is.
+
+        Examples:
+          signet sign release.tar --key keys/private_key.pem --passphrase-file keys/passphrase.txt
+          SIGNET_PASS=... signet sign a.bin b.bin --key key.p12 --passphrase-env SIGNET_PASS --json
+        """
+    )
+
+    @Argument(help: ArgumentHelp("Files to sign.", valueName: "file"))
+    var files: [String] = []
+
+    @OptionGroup var key: SigningKeyOptions
+
+    @Option(name: .long, help: ArgumentHelp("Write the signature here instead of FILE.sig (one FILE only).", valueName: "sig"))
+    var out: String?
+
+    @Option(name: .long, help: "Signature algorithm.")
+    var algorithm: SignatureAlgorithm = .default
+
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        if files.isEmpty { throw ValidationError("name at least one FILE to sign") }
+        if out != nil && files.count > 1 {
+            throw ValidationError("--out names one signature file, so it works with one FILE only; without it each FILE gets FILE.sig")
+        }
+        if let out, files.contains(out) { throw ValidationError("--out '\(out)' would overwrite the file being signed") }
+    }
+
+    struct Entry: Encodable {
+        let path: String
+        let signature: String
+        let algorithm: String
+        let key_id: String
+    }
+
+    struct Report: Encodable {
+        let algorithm: String
+        let key_id: String
+        let files: [Entry]
+    }
+
+    func run() throws {
+        let privateKey = try key.load()
+        let signer = Signer(key: privateKey, algorithm: algorithm)
+        let signatures = try signer.sign(filesAt: files)
+        let targets = files.map { out ?? $0 + ".sig" }
+        try SignatureFiles.write(signatures, to: targets)
+        let entries = zip(files, targets).map { file, target in
+            Entry(path: file, signature: target, algorithm: algorithm.id, key_id: privateKey.keyID.hex)
+        }
+        if output.json {
+            Output.json(Report(algorithm: algorithm.id, key_id: privateKey.keyID.hex, files: entries))
+            return
+        }
+        for entry in entries {
+            Output.line("signed \(entry.path) -> \(entry.signature) (\(algorithm.id), key \(privateKey.keyID.short))")
+        }
+    }
+}

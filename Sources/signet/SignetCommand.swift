@@ -1,0 +1,57 @@
+import ArgumentParser
+import Signet
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `signet` command.
+struct SignetCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "signet",
+        abstract: "Sign resources with RSA keys and verify them, byte-compatible with openssl.",
+        discussion: """
+        Keys: private keys are read from PEM (PKCS#1, PKCS#8, encrypted or not), DER PKCS#8 or \
+        PKCS#12, detected from their content. Public keys from DER or PEM SubjectPublicKeyInfo, \
+        PKCS#1 RSAPublicKey or X.509 certificates. Passphrases never go on the command line: use \
+        --passphrase-file, --passphrase-env, or type them at the prompt.
+
+        Exit codes:
+          0  success / verified
+          1  well-formed input that fails verification (bad or wrong-length signature)
+          2  usage error
+          3  untrusted signer
+          4  malformed input: unreadable key, wrong passphrase, unsupported or weak key
+          5  environment: missing file, permission denied, I/O error, file exists
+
+        Every subcommand takes --json: one JSON document on stdout (with an "error" object on failure).
+        """,
+        version: SignetVersion.summary,
+        subcommands: [Keygen.self, Sign.self, Verify.self]
+    )
+}
+
+@main
+enum Main {
+    static func main() {
+        let wantsJSON = CommandLine.arguments.dropFirst().contains("--json")
+        do {
+            var command = try SignetCommand.parseAsRoot()
+            try command.run()
+        } catch let error as SignetError {
+            Output.fail(error, json: wantsJSON)
+        } catch let exitCode as ExitCode {
+            exit(exitCode.rawValue)
+        } catch {
+            let code = SignetCommand.exitCode(for: error)
+            let message = SignetCommand.fullMessage(for: error)
+            if code == .success {
+                // --help and --version.
+                print(message)
+                exit(0)
+            }
+            // Everything ArgumentParser rejects is a usage error: exit 2 (FORMAT.md §4), not its 64.
+            let usage = SignetError(.usage, message.isEmpty ? "invalid arguments" : message)
+            Output.fail(usage, json: wantsJSON, hint: "run 'signet help' or 'signet <subcommand> --help' for usage")
+        }
+    }
+}
