@@ -40,15 +40,21 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // Helpers both test targets use: running peers (openssl, python3, the signet binary),
+        // temporary directories.
+        .target(
+            name: "SignetTestSupport",
+            path: "Tests/SignetTestSupport"
+        ),
         .testTarget(
             name: "SignetTests",
-            dependencies: ["Signet"],
+            dependencies: ["Signet", "SignetTestSupport"],
             resources: [.copy("Fixtures"), .copy("Vectors")]
         ),
         .testTarget(
             name: "SignetCLITests",
             // Depending on the executable makes `swift test` build it; the tests run the binary.
-            dependencies: ["signet"]
+            dependencies: ["signet", "SignetTestSupport"]
         ),
     ]
 )

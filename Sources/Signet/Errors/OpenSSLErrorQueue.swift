@@ -16,6 +16,9 @@ enum OpenSSLErrorQueue {
         ERR_clear_error()
     }
 
+    /// True when the calling thread's queue holds nothing.
+    static var isEmpty: Bool { ERR_peek_error() == 0 }
+
     /// Removes and returns every entry in the calling thread's queue, oldest first.
     static func drain() -> [Entry] {
         var entries: [Entry] = []

@@ -239,13 +239,31 @@ enum PKCS12Loader {
         if let parsed = parse(p12, passphrase) {
             return try loaded(parsed, format: .pkcs12, name: name)
         }
-        // Most likely RC2-40 or another cipher only OpenSSL's legacy provider has.
+        // Most likely RC2-40 or another cipher only OpenSSL's legacy provider has. Retry in a
+        // separate library context that has it, so the process-wide context never does.
         let firstErrors = OpenSSLErrorQueue.drain().map(\.text)
-        try LegacyProvider.load(for: name, after: firstErrors)
-        if let parsed = parse(p12, passphrase) {
-            return try loaded(parsed, format: .pkcs12Legacy, name: name)
+        let legacyParsed = try LegacyProvider.withContext(for: name, after: firstErrors) { parse(p12, passphrase) }
+        if let legacyParsed {
+            let key = try legacyParsed.key.map { legacyKey -> OpaquePointer in
+                defer { EVP_PKEY_free(legacyKey) }
+                return try importIntoDefaultContext(legacyKey, name: name)
+            }
+            return try loaded(Parsed(key: key, certificate: legacyParsed.certificate), format: .pkcs12Legacy, name: name)
         }
         throw OpenSSLErrorQueue.error(.malformedKey, "PKCS#12 file '\(name)' could not be decrypted with the right passphrase; it is damaged or uses an algorithm OpenSSL does not have", path: name)
+    }
+
+    /// Moves a key decoded in the legacy context into the default one (through PKCS#8 in
+    /// memory, which OpenSSL clears when freeing), so later operations never need the legacy provider.
+    private static func importIntoDefaultContext(_ key: OpaquePointer, name: String) throws -> OpaquePointer {
+        guard let info = EVP_PKEY2PKCS8(key) else {
+            throw OpenSSLErrorQueue.error(.malformedKey, "the key in PKCS#12 file '\(name)' cannot be exported", path: name)
+        }
+        defer { PKCS8_PRIV_KEY_INFO_free(info) }
+        guard let imported = EVP_PKCS82PKEY_ex(info, nil, nil) else {
+            throw OpenSSLErrorQueue.error(.malformedKey, "the key in PKCS#12 file '\(name)' cannot be used", path: name)
+        }
+        return imported
     }
 
     private struct Parsed {
@@ -281,25 +299,46 @@ enum PKCS12Loader {
     }
 }
 
-/// OpenSSL's legacy provider (RC2, RC4, DES, ...), loaded into the default library context only
-/// when a file needs it, and then kept for the life of the process.
+/// OpenSSL's legacy provider (RC2, RC4, DES, ...) lives in its own library context, created
+/// the first time a file needs it. The process-wide default context never gets it, so legacy
+/// algorithms are only ever used to read such a file, and detecting one does not depend on
+/// what was read before.
 enum LegacyProvider {
-    private static let loaded = Mutex(false)
+    final class Context: @unchecked Sendable {
+        let pointer: OpaquePointer
+        init(_ pointer: OpaquePointer) { self.pointer = pointer }
+        // Never freed: keys and certificates decoded in it may reference its providers.
+    }
 
-    static func load(for name: String, after errors: [String]) throws {
-        try loaded.withLock { isLoaded in
-            if isLoaded { return }
+    private static let shared = Mutex<Context?>(nil)
+
+    /// Runs `body` with the legacy context as this thread's default library context.
+    static func withContext<R>(for name: String, after errors: [String], _ body: () throws -> R) throws -> R {
+        let context = try obtain(for: name, after: errors)
+        let previous = OSSL_LIB_CTX_set0_default(context.pointer)
+        defer { OSSL_LIB_CTX_set0_default(previous) }
+        return try body()
+    }
+
+    private static func obtain(for name: String, after errors: [String]) throws -> Context {
+        try shared.withLock { existing in
+            if let existing { return existing }
             OpenSSLErrorQueue.clear()
-            // Loading any provider explicitly stops the default one from being loaded implicitly,
-            // so load both.
-            guard OSSL_PROVIDER_load(nil, "default") != nil else {
+            guard let pointer = OSSL_LIB_CTX_new() else {
+                throw OpenSSLErrorQueue.error(.crypto, "could not create an OpenSSL library context")
+            }
+            guard OSSL_PROVIDER_load(pointer, "default") != nil else {
+                OSSL_LIB_CTX_free(pointer)
                 throw OpenSSLErrorQueue.error(.crypto, "could not load OpenSSL's default provider")
             }
-            guard OSSL_PROVIDER_load(nil, "legacy") != nil else {
+            guard OSSL_PROVIDER_load(pointer, "legacy") != nil else {
                 let details = OpenSSLErrorQueue.drain().map(\.text)
+                OSSL_LIB_CTX_free(pointer)
                 throw SignetError(.legacyProviderMissing, "PKCS#12 file '\(name)' uses legacy encryption (RC2-40/3DES), which needs OpenSSL's legacy provider (legacy.so, in Debian's libssl3), and it is not installed here; install it, or re-export the file on another machine with: openssl pkcs12 -export (without -legacy)", path: name, openSSLErrors: errors + details)
             }
-            isLoaded = true
+            let context = Context(pointer)
+            existing = context
+            return context
         }
     }
 }

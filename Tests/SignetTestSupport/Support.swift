@@ -1,0 +1,141 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a finished child process left behind.
+public struct ProcessResult: Sendable {
+    public let status: Int32
+    public let stdout: Data
+    public let stderr: String
+    public var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
+
+    /// Parses stdout as a JSON object.
+    public func json() throws -> [String: Any] {
+        guard let object = try JSONSerialization.jsonObject(with: stdout) as? [String: Any] else {
+            throw SupportError("stdout is not a JSON object: \(stdoutText)")
+        }
+        return object
+    }
+}
+
+public struct SupportError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Runs a program to completion. stdin is /dev/null unless `input` is given, so nothing can
+/// prompt; `environment` entries are added to (or, with nil values, removed from) this process's.
+@discardableResult
+public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
+                environment: [String: String?] = [:], directory: String? = nil) throws -> ProcessResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : try which(executable))
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (key, value) in environment { env[key] = value }
+    process.environment = env
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let stdoutPipe = Pipe(), stderrPipe = Pipe()
+    process.standardOutput = stdoutPipe
+    process.standardError = stderrPipe
+    let stdinPipe = Pipe()
+    if input != nil { process.standardInput = stdinPipe } else { process.standardInput = FileHandle.nullDevice }
+    try process.run()
+    if let input {
+        stdinPipe.fileHandleForWriting.write(input)
+        try stdinPipe.fileHandleForWriting.close()
+    }
+    // Read both pipes concurrently so neither fills up and blocks the child.
+    let group = DispatchGroup()
+    nonisolated(unsafe) var errData = Data()
+    group.enter()
+    DispatchQueue.global().async {
+        errData = stderrPipe.fileHandleForReading.readDataToEndOfFile()
+        group.leave()
+    }
+    let outData = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
+    group.wait()
+    process.waitUntilExit()
+    return ProcessResult(status: process.terminationStatus, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
+}
+
+/// Finds a program on PATH.
+public func which(_ name: String) throws -> String {
+    for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+        let candidate = "\(directory)/\(name)"
+        if access(candidate, X_OK) == 0 { return candidate }
+    }
+    throw SupportError("\(name) is not installed (not on PATH); .ci/run installs the peers the tests need")
+}
+
+/// A fresh directory under /tmp, removed when the value is released.
+public final class TemporaryDirectory: @unchecked Sendable {
+    public let path: String
+
+    public init() throws {
+        var template = Array("/tmp/signet-test-XXXXXX".utf8CString)
+        guard let result = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw SupportError("mkdtemp failed: errno \(errno)")
+        }
+        path = String(cString: result)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    /// `path/name`.
+    public func file(_ name: String) -> String { path + "/" + name }
+
+    /// Writes `data` to `path/name` and returns the full path.
+    @discardableResult
+    public func write(_ name: String, _ data: Data, mode: Int = 0o644) throws -> String {
+        let full = file(name)
+        try data.write(to: URL(fileURLWithPath: full))
+        chmod(full, mode_t(mode))
+        return full
+    }
+
+    /// Random bytes, written to `path/name`.
+    @discardableResult
+    public func writeRandom(_ name: String, count: Int) throws -> String {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var generator = SystemRandomNumberGenerator()
+        for index in bytes.indices { bytes[index] = UInt8.random(in: 0...255, using: &generator) }
+        return try write(name, Data(bytes))
+    }
+}
+
+/// Reads a whole file (test inputs only).
+public func contents(_ path: String) throws -> Data {
+    try Data(contentsOf: URL(fileURLWithPath: path))
+}
+
+/// Hex to bytes; traps on bad input (test vectors are trusted to be hex).
+public func bytes(hex: String) -> [UInt8] {
+    var out: [UInt8] = []
+    out.reserveCapacity(hex.utf8.count / 2)
+    var iterator = hex.utf8.makeIterator()
+    func nibble(_ c: UInt8) -> UInt8 {
+        switch c {
+        case 48...57: return c - 48
+        case 97...102: return c - 87
+        case 65...70: return c - 55
+        default: fatalError("not hex: \(c)")
+        }
+    }
+    while let high = iterator.next(), let low = iterator.next() {
+        out.append(nibble(high) << 4 | nibble(low))
+    }
+    return out
+}
+
+/// The `openssl dgst` arguments that select one of Signet's algorithms.
+public func opensslDigestArguments(_ algorithmID: String) -> [String] {
+    switch algorithmID {
+    case "rsa-pkcs1v15-sha384": return ["-sha384"]
+    case "rsa-pkcs1v15-sha512": return ["-sha512"]
+    case "rsa-pss-sha256":
+        return ["-sha256", "-sigopt", "rsa_padding_mode:pss", "-sigopt", "rsa_pss_saltlen:digest", "-sigopt", "rsa_mgf1_md:sha256"]
+    default: return ["-sha256"]
+    }
+}

@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+@testable import Signet
+import SignetTestSupport
+
+@Suite("Signing and verification, and interop with the openssl CLI")
+struct SigningTests {
+    static let algorithms = SignatureAlgorithm.all
+
+    @Test("digests stream across chunk boundaries and match openssl")
+    func digests() throws {
+        let directory = try TemporaryDirectory()
+        // Three full chunks and a ragged tail, plus the empty file.
+        let file = try directory.writeRandom("data", count: 3 * InputFile.chunkSize + 17)
+        let empty = try directory.write("empty", Data())
+        for path in [file, empty] {
+            for (algorithm, flag) in [(DigestAlgorithm.sha256, "-sha256"), (.sha384, "-sha384"), (.sha512, "-sha512")] {
+                let ours = try Digest.compute(fileAt: path, algorithm: algorithm)
+                let theirs = try run("openssl", ["dgst", flag, "-r", path]).stdoutText.prefix(algorithm.size * 2)
+                #expect(ours.hex == String(theirs), "\(algorithm) of \(path)")
+            }
+        }
+        #expect(try Digest.compute(fileAt: empty, algorithm: .sha256).hex == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+    }
+
+    @Test("Signet's signatures verify with openssl dgst -verify", arguments: algorithms)
+    func opensslVerifiesSignet(_ algorithm: SignatureAlgorithm) throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.writeRandom("resource.bin", count: 300_000)
+        let signature = try Signer(key: Fixtures.signingKey(), algorithm: algorithm).sign(fileAt: file)
+        #expect(signature.bytes.count == 256)
+        let sigPath = try directory.write("resource.sig", Data(signature.bytes))
+        let result = try run("openssl", ["dgst"] + opensslDigestArguments(algorithm.id)
+            + ["-verify", Fixtures.key("rsa2048-spki.pem"), "-signature", sigPath, file])
+        #expect(result.status == 0, "\(algorithm): \(result.stdoutText) \(result.stderr)")
+        #expect(result.stdoutText.contains("Verified OK"))
+    }
+
+    @Test("openssl's signatures verify with Signet; PKCS#1 v1.5 ones are byte-identical", arguments: algorithms)
+    func signetVerifiesOpenSSL(_ algorithm: SignatureAlgorithm) throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.writeRandom("resource.bin", count: 123_457)
+        let sigPath = directory.file("openssl.sig")
+        let made = try run("openssl", ["dgst"] + opensslDigestArguments(algorithm.id)
+            + ["-sign", Fixtures.key("rsa2048-pkcs8.pem"), "-out", sigPath, file])
+        #expect(made.status == 0, "\(made.stderr)")
+        let theirs = Array(try contents(sigPath))
+        let verifier = Verifier(policy: try Fixtures.trust("rsa2048-cert.der"))
+        let result = try verifier.verify(signature: theirs, fileAt: file, algorithm: algorithm)
+        #expect(result.isValid, "\(result.message)")
+        #expect(result.signer?.keyID.hex == Fixtures.rsa2048KeyID)
+        if !algorithm.isPSS {
+            let ours = try Signer(key: Fixtures.signingKey(), algorithm: algorithm).sign(fileAt: file)
+            #expect(ours.bytes == theirs, "PKCS#1 v1.5 is deterministic: same bytes as openssl")
+        }
+    }
+
+    @Test("the same signature from every private key format")
+    func allFormatsSignAlike() throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.writeRandom("r", count: 5000)
+        let reference = try Signer(key: Fixtures.signingKey()).sign(fileAt: file).bytes
+        for name in ["rsa2048-pkcs1.pem", "rsa2048-pkcs8.der", "rsa2048-pkcs1.der", "rsa2048-pkcs1-encrypted.pem",
+                     "rsa2048-pkcs8-encrypted.pem", "rsa2048-pkcs8-encrypted.der", "rsa2048.p12", "rsa2048-legacy.p12", "rsa2048-nopass.p12"] {
+            let key = try PrivateKey(contentsOf: Fixtures.key(name), passphrase: Fixtures.passphrase)
+            #expect(try Signer(key: key).sign(fileAt: file).bytes == reference, "\(name)")
+        }
+    }
+
+    @Test("a signature with trailing or missing bytes is invalid, and says why")
+    func wrongLength() throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.writeRandom("r", count: 1000)
+        let good = try Signer(key: Fixtures.signingKey()).sign(fileAt: file).bytes
+        let verifier = Verifier(policy: try Fixtures.trust("rsa2048-spki.der"))
+        #expect(try verifier.verify(signature: good, fileAt: file).isValid)
+        for bad in [good + [0, 0], Array(good.dropLast()), Array(good.dropFirst()), [], good + good] {
+            let result = try verifier.verify(signature: bad, fileAt: file)
+            #expect(!result.isValid)
+            #expect(result.failure == .wrongLength)
+            #expect(result.message.contains("\(bad.count) bytes"))
+            #expect(result.error(path: file)?.code.exitStatus.rawValue == 1)
+        }
+    }
+
+    @Test("tampered content, another key, another algorithm: invalid")
+    func invalid() throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.writeRandom("r", count: 10_000)
+        let signature = try Signer(key: Fixtures.signingKey()).sign(fileAt: file).bytes
+        var flipped = signature
+        flipped[100] ^= 1
+        let verifier = Verifier(policy: try Fixtures.trust("rsa2048-spki.der"))
+        #expect(try verifier.verify(signature: flipped, fileAt: file).failure == .badSignature)
+        #expect(try verifier.verify(signature: signature, fileAt: file, algorithm: .rsaPKCS1v15SHA512).failure == .badSignature)
+        #expect(try verifier.verify(signature: signature, fileAt: file, algorithm: .rsaPSSSHA256).failure == .badSignature)
+        var changed = Array(try contents(file))
+        changed[5000] ^= 0x80
+        try directory.write("r", Data(changed))
+        let result = try verifier.verify(signature: signature, fileAt: file)
+        #expect(result.failure == .badSignature)
+        #expect(result.error(path: file)?.code == .badSignature)
+        // Another trusted key of the same size does not make it verify.
+        let other = Verifier(policy: try Fixtures.trust("other3072-spki.der"))
+        #expect(try other.verify(signature: signature, fileAt: directory.writeRandom("s", count: 10)).failure == .wrongLength)
+    }
+
+    @Test("any one of several trusted keys may have signed; the report names it")
+    func rotation() throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.writeRandom("r", count: 1000)
+        let oldKey = try PrivateKey(contentsOf: Fixtures.key("other3072-pkcs8.pem"))
+        let newSignature = try Signer(key: Fixtures.signingKey()).sign(fileAt: file).bytes
+        let oldSignature = try Signer(key: oldKey).sign(fileAt: file).bytes
+        let verifier = Verifier(policy: try Fixtures.trust("other3072-spki.der", "rsa2048-spki.der"))
+        #expect(try verifier.verify(signature: newSignature, fileAt: file).signer?.keyID.hex == Fixtures.rsa2048KeyID)
+        #expect(try verifier.verify(signature: oldSignature, fileAt: file).signer?.keyID == oldKey.keyID)
+    }
+
+    @Test("signing is deterministic and several files are signed in one call, in order")
+    func batch() throws {
+        let directory = try TemporaryDirectory()
+        let files = try (0..<9).map { try directory.writeRandom("f\($0)", count: 1000 * ($0 + 1)) }
+        let signer = Signer(key: try Fixtures.signingKey())
+        let batch = try signer.sign(filesAt: files)
+        #expect(batch.count == files.count)
+        for (file, signature) in zip(files, batch) {
+            #expect(try signer.sign(fileAt: file).bytes == signature.bytes)
+        }
+        // All or nothing: one unreadable input fails the whole batch.
+        let error = signetError { _ = try signer.sign(filesAt: files + [directory.file("missing")]) }
+        #expect(error?.code == .fileNotFound)
+    }
+
+    @Test("signature files: all-or-nothing writes that replace older signatures")
+    func signatureFiles() throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.writeRandom("r", count: 100)
+        let signature = try Signer(key: Fixtures.signingKey()).sign(fileAt: file)
+        try directory.write("r.sig", Data("old".utf8))
+        try SignatureFiles.write([signature], to: [directory.file("r.sig")])
+        #expect(try SignatureFiles.read(directory.file("r.sig")) == signature.bytes)
+        // A target in a missing directory fails before anything is replaced.
+        try directory.write("a.sig", Data("keep".utf8))
+        let error = signetError {
+            try SignatureFiles.write([signature, signature], to: [directory.file("a.sig"), directory.file("nowhere/b.sig")])
+        }
+        #expect(error != nil)
+        #expect(try contents(directory.file("a.sig")) == Data("keep".utf8))
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".") }
+        #expect(leftovers.isEmpty, "staged files were removed: \(leftovers)")
+    }
+}
