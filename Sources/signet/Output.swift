@@ -52,11 +52,17 @@ enum Output {
     }
 
     /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
-    static func fail(_ error: SignetError, json wantsJSON: Bool, hint: String? = nil) -> Never {
+    static func fail(_ error: SignetError, json wantsJSON: Bool) -> Never {
         if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
-        var text = "signet: error: \(error.description)"
-        if let hint { text += "\n\(hint)" }
-        Output.standardError(text + "\n")
+        Output.standardError("signet: error: \(error.description)\n")
+        exit(error.code.exitStatus.rawValue)
+    }
+
+    /// Reports a command-line error as ArgumentParser words it (with the usage line) and exits 2.
+    static func usageFailure(message: String, fullText: String, json wantsJSON: Bool) -> Never {
+        let error = SignetError(.usage, message.isEmpty ? "invalid arguments" : message)
+        if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
+        Output.standardError("signet: " + fullText + "\n")
         exit(error.code.exitStatus.rawValue)
     }
 }

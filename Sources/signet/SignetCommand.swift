@@ -43,15 +43,14 @@ enum Main {
             exit(exitCode.rawValue)
         } catch {
             let code = SignetCommand.exitCode(for: error)
-            let message = SignetCommand.fullMessage(for: error)
             if code == .success {
                 // --help and --version.
-                print(message)
+                print(SignetCommand.fullMessage(for: error))
                 exit(0)
             }
             // Everything ArgumentParser rejects is a usage error: exit 2 (FORMAT.md §4), not its 64.
-            let usage = SignetError(.usage, message.isEmpty ? "invalid arguments" : message)
-            Output.fail(usage, json: wantsJSON, hint: "run 'signet help' or 'signet <subcommand> --help' for usage")
+            Output.usageFailure(message: SignetCommand.message(for: error),
+                                fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
         }
     }
 }

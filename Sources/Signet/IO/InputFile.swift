@@ -29,7 +29,9 @@ final class InputFile {
 
     /// Opens `path` for reading. `what` names the file in errors ("file to sign", "private key").
     /// `O_NONBLOCK` keeps a FIFO from blocking the open; it has no effect on regular files.
-    static func open(_ path: String, what: String, followSymlinks: Bool = true) throws -> InputFile {
+    /// With `allowPipes`, FIFOs and character devices are read too (a passphrase from
+    /// `<(pass show key)` or /dev/stdin); directories never are.
+    static func open(_ path: String, what: String, followSymlinks: Bool = true, allowPipes: Bool = false) throws -> InputFile {
         var flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK
         if !followSymlinks { flags |= O_NOFOLLOW }
         let fd = retryingOnEINTR { Glibc.open(path, flags) }
@@ -47,7 +49,7 @@ final class InputFile {
             throw SignetError.posix(err, "cannot inspect \(what)", path: path)
         }
         let type = info.st_mode & S_IFMT
-        guard type == S_IFREG else {
+        guard type == S_IFREG || (allowPipes && (type == S_IFIFO || type == S_IFCHR)) else {
             close(fd)
             let kind = type == S_IFDIR ? "a directory" : "not a regular file"
             throw SignetError(.malformedInput, "cannot use \(what) '\(path)': it is \(kind); give a regular file", path: path)
@@ -89,8 +91,8 @@ final class InputFile {
 }
 
 /// Reads a small file (key, signature, passphrase) in one go, with a size limit.
-func readSmallFile(_ path: String, what: String, limit: Int = 1 << 20) throws -> [UInt8] {
-    try InputFile.open(path, what: what).readAll(limit: limit, what: what)
+func readSmallFile(_ path: String, what: String, limit: Int = 1 << 20, allowPipes: Bool = false) throws -> [UInt8] {
+    try InputFile.open(path, what: what, allowPipes: allowPipes).readAll(limit: limit, what: what)
 }
 
 /// Repeats a system call while it fails with EINTR.

@@ -60,7 +60,7 @@ public struct PassphraseSource: Sendable {
     /// The first line of a file (without its line ending), as `openssl -passin file:` reads it.
     public static func file(_ path: String) -> PassphraseSource {
         PassphraseSource(description: "the passphrase file '\(path)'") { _ in
-            let bytes = try readSmallFile(path, what: "passphrase file", limit: 64 * 1024)
+            let bytes = try readSmallFile(path, what: "passphrase file", limit: 64 * 1024, allowPipes: true)
             var line = bytes.prefix { $0 != UInt8(ascii: "\n") }
             if line.last == UInt8(ascii: "\r") { line.removeLast() }
             return Passphrase(bytes: Array(line))

@@ -1,0 +1,171 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+@Suite("Bad input: documented exit codes and messages that name the problem")
+struct BadInputCLITests {
+    struct Case: CustomTestStringConvertible, Sendable {
+        let name: String
+        let exit: Int32
+        let words: [String]
+        var testDescription: String { name }
+    }
+
+    /// Builds each broken key in a workspace and signs a file with it.
+    static let keyCases: [Case] = [
+        Case(name: "empty key file", exit: 4, words: ["empty.pem", "is empty"]),
+        Case(name: "truncated DER key", exit: 4, words: ["truncated.der", "truncated"]),
+        Case(name: "garbage PEM key", exit: 4, words: ["garbage.pem", "damaged or truncated"]),
+        Case(name: "directory as key", exit: 4, words: ["is a directory"]),
+        Case(name: "missing key file", exit: 5, words: ["absent.pem", "no such file"]),
+        Case(name: "wrong passphrase", exit: 4, words: ["wrong passphrase", "private_key.pem"]),
+        Case(name: "encrypted key, no passphrase, no terminal", exit: 4, words: ["is encrypted", "--passphrase-file"]),
+        Case(name: "EC key", exit: 4, words: ["unsupported key type: EC", "(Signet signs with RSA)"]),
+        Case(name: "Ed25519 key", exit: 4, words: ["unsupported key type: Ed25519", "(Signet signs with RSA)"]),
+        Case(name: "1024-bit key", exit: 4, words: ["1024-bit", "below 2048 bits", "--allow-weak-key"]),
+        Case(name: "public key as signing key", exit: 4, words: ["public_key.der", "signing needs the private key"]),
+    ]
+
+    @Test("sign refuses bad keys", arguments: keyCases)
+    func badKey(_ test: Case) throws {
+        let work = try Workspace()
+        let file = try work.directory.writeRandom("r.bin", count: 100)
+        var arguments = ["sign", file, "--passphrase-file", work.passFile]
+        switch test.name {
+        case "empty key file": arguments += ["--key", try work.directory.write("empty.pem", Data(), mode: 0o600)]
+        case "truncated DER key":
+            try work.openssl(["pkcs8", "-topk8", "-nocrypt", "-in", work.privatePEM, "-passin", "file:" + work.passFile, "-outform", "DER", "-out", "full.der"])
+            arguments += ["--key", try work.directory.write("truncated.der", try contents(work.directory.file("full.der")).prefix(700), mode: 0o600)]
+        case "garbage PEM key":
+            arguments += ["--key", try work.directory.write("garbage.pem", Data("-----BEGIN PRIVATE KEY-----\nnot base64!\n-----END PRIVATE KEY-----\n".utf8), mode: 0o600)]
+        case "directory as key": arguments += ["--key", work.keys]
+        case "missing key file": arguments += ["--key", work.directory.file("absent.pem")]
+        case "wrong passphrase":
+            arguments = ["sign", file, "--key", work.privatePEM, "--passphrase-file", try work.directory.write("wrong.txt", Data("nope\n".utf8), mode: 0o600)]
+        case "encrypted key, no passphrase, no terminal": arguments = ["sign", file, "--key", work.privatePEM]
+        case "EC key":
+            try work.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ec.pem"])
+            arguments += ["--key", work.directory.file("ec.pem")]
+        case "Ed25519 key":
+            try work.openssl(["genpkey", "-algorithm", "ED25519", "-out", "ed.pem"])
+            arguments += ["--key", work.directory.file("ed.pem")]
+        case "1024-bit key":
+            try work.openssl(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", "weak.pem"])
+            arguments += ["--key", work.directory.file("weak.pem")]
+        case "public key as signing key": arguments += ["--key", work.publicDER]
+        default: Issue.record("unknown case \(test.name)")
+        }
+        let result = try CLI.run(arguments)
+        #expect(result.status == test.exit, "\(test.name): \(result.stderr)")
+        for word in test.words {
+            #expect(result.stderr.contains(word), "\(test.name): stderr lacks '\(word)': \(result.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: file + ".sig"), "nothing is written on failure")
+        // The same failure as a JSON document on stdout.
+        let json = try CLI.run(arguments + ["--json"])
+        let error = try #require(try json.json()["error"] as? [String: Any])
+        #expect(error["exit"] as? Int == Int(test.exit))
+        #expect((error["message"] as? String)?.isEmpty == false)
+    }
+
+    @Test("--allow-weak-key lets a 1024-bit key sign and verify")
+    func allowWeakKey() throws {
+        let work = try Workspace()
+        let file = try work.directory.writeRandom("r.bin", count: 100)
+        try work.openssl(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", "weak.pem"])
+        try work.openssl(["pkey", "-in", "weak.pem", "-pubout", "-outform", "DER", "-out", "weak.der"])
+        #expect(try CLI.run(["sign", file, "--key", work.directory.file("weak.pem"), "--allow-weak-key"]).status == 0)
+        let refused = try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", work.directory.file("weak.der")])
+        #expect(refused.status == 4)
+        #expect(refused.stderr.contains("--allow-weak-key"))
+        #expect(try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", work.directory.file("weak.der"), "--allow-weak-key"]).status == 0)
+    }
+
+    @Test("files to sign: empty is fine, a directory or a missing file is not")
+    func badFiles() throws {
+        let work = try Workspace()
+        let empty = try work.directory.write("empty.bin", Data())
+        let signed = try CLI.run(["sign", empty, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(signed.status == 0, "an empty file has a signature like any other: \(signed.stderr)")
+        try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", "empty.openssl.sig", empty])
+        #expect(try contents(empty + ".sig") == contents(work.directory.file("empty.openssl.sig")))
+
+        let directory = try CLI.run(["sign", work.keys, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(directory.status == 4)
+        #expect(directory.stderr.contains("is a directory"))
+        let missing = try CLI.run(["verify", work.directory.file("nope.bin"), "--signature", empty + ".sig", "--pubkey", work.publicDER])
+        #expect(missing.status == 5)
+        #expect(missing.stderr.contains("nope.bin"))
+    }
+
+    @Test("signatures with 2 extra bytes or 1 byte short are invalid (openssl dgst -verify is not this strict)")
+    func signatureLength() throws {
+        let work = try Workspace()
+        let file = try work.directory.writeRandom("r.bin", count: 1000)
+        #expect(try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        let good = try contents(file + ".sig")
+        #expect(good.count == 256)
+        for (name, bytes, length) in [("long.sig", good + Data([0, 0]), 258), ("short.sig", good.dropLast(), 255)] {
+            let sig = try work.directory.write(name, bytes)
+            let result = try CLI.run(["verify", file, "--signature", sig, "--pubkey", work.publicDER])
+            #expect(result.status == 1, "\(name)")
+            #expect(result.stderr.contains("\(length) bytes"), "\(result.stderr)")
+            #expect(result.stderr.contains("exactly 256 bytes"))
+            let json = try CLI.run(["verify", file, "--signature", sig, "--pubkey", work.publicDER, "--json"])
+            #expect((try json.json()["error"] as? [String: Any])?["code"] as? String == "wrong-signature-length")
+        }
+        let empty = try CLI.run(["verify", file, "--signature", try work.directory.write("empty.sig", Data()), "--pubkey", work.publicDER])
+        #expect(empty.status == 1)
+    }
+
+    @Test("bad trusted keys: a private key, an EC key, garbage")
+    func badPublicKeys() throws {
+        let work = try Workspace()
+        let file = try work.directory.writeRandom("r.bin", count: 10)
+        try work.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ec.pem"])
+        try work.openssl(["pkey", "-in", "ec.pem", "-pubout", "-outform", "DER", "-out", "ec.der"])
+        let garbage = try work.directory.write("garbage.der", Data(repeating: 0x30, count: 50))
+        for (key, words) in [(work.privatePEM, "is a private key"), (work.directory.file("ec.der"), "unsupported key type: EC"), (garbage, "garbage.der")] {
+            let result = try CLI.run(["verify", file, "--signature", file, "--pubkey", key])
+            #expect(result.status == 4, "\(key): \(result.stderr)")
+            #expect(result.stderr.contains(words), "\(result.stderr)")
+        }
+    }
+
+    @Test("usage errors exit 2, also as JSON", arguments: [
+        ["sign"],
+        ["sign", "x.bin"],
+        ["sign", "a", "b", "--key", "k", "--out", "s"],
+        ["sign", "a", "--key", "k", "--passphrase-file", "f", "--passphrase-env", "V"],
+        ["sign", "a", "--key", "k", "--passphrase-env", "V=secret"],
+        ["sign", "a", "--key", "k", "--algorithm", "rsa-md5"],
+        ["sign", "a", "--key", "k", "--passphrase", "secret"],
+        ["verify", "a", "--signature", "s"],
+        ["keygen", "--out", "d", "--bits", "1024"],
+        ["frobnicate"],
+    ])
+    func usage(_ arguments: [String]) throws {
+        let result = try CLI.run(arguments)
+        #expect(result.status == 2, "\(arguments): \(result.stderr)")
+        #expect(!result.stderr.isEmpty)
+        let json = try CLI.run(arguments + ["--json"])
+        #expect(json.status == 2)
+        let error = try #require(try json.json()["error"] as? [String: Any], "\(arguments): \(json.stdoutText)")
+        #expect(error["code"] as? String == "usage")
+        #expect(error["exit"] as? Int == 2)
+    }
+
+    @Test("a key file others can read gets a warning; a 0600 one does not")
+    func permissionWarning() throws {
+        let work = try Workspace()
+        let file = try work.directory.writeRandom("r.bin", count: 10)
+        let quiet = try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(quiet.status == 0)
+        #expect(!quiet.stderr.contains("warning"), "\(quiet.stderr)")
+        chmod(work.privatePEM, 0o644)
+        let warned = try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(warned.status == 0)
+        #expect(warned.stderr.contains("warning: private key '\(work.privatePEM)' can be read by group or others"))
+        #expect(warned.stderr.contains("chmod 600"))
+    }
+}
