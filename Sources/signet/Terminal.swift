@@ -10,18 +10,24 @@ enum Terminal {
 
     /// Prints `prompt` on stderr and reads one line from stdin with echo off.
     static func readSecret(prompt: String) throws -> Passphrase {
-        Output.standardError(prompt)
-                var saved = termios()
+        // Echo goes off before the prompt appears, and without TCSAFLUSH: flushing would throw
+        // away a passphrase that was typed or pasted (or sent by a script) as the prompt showed.
+        var saved = termios()
         let haveTerminal = tcgetattr(STDIN_FILENO, &saved) == 0
         if haveTerminal {
             var silent = saved
             silent.c_lflag &= ~tcflag_t(ECHO)
             silent.c_lflag |= tcflag_t(ECHONL)
-            tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
+            restoreOnSignal(saved)
+            tcsetattr(STDIN_FILENO, TCSANOW, &silent)
         }
         defer {
-            if haveTerminal { tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved) }
+            if haveTerminal {
+                tcsetattr(STDIN_FILENO, TCSADRAIN, &saved)
+                restoreOnSignal(nil)
+            }
         }
+        Output.standardError(prompt)
         var bytes: [UInt8] = []
         var byte: UInt8 = 0
         while true {
@@ -33,5 +39,25 @@ enum Terminal {
         if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
         defer { for index in bytes.indices { bytes[index] = 0 } }
         return Passphrase(bytes: bytes)
+    }
+
+    /// The terminal settings to put back if the user interrupts the prompt (Ctrl-C, SIGTERM, SIGHUP),
+    /// so their shell is not left without echo.
+    nonisolated(unsafe) private static var interruptedSettings = termios()
+
+    private static func restoreOnSignal(_ settings: termios?) {
+        let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+        guard let settings else {
+            for number in signals { signal(number, SIG_DFL) }
+            return
+        }
+        interruptedSettings = settings
+        for number in signals {
+            signal(number) { received in
+                tcsetattr(STDIN_FILENO, TCSANOW, &Terminal.interruptedSettings)
+                signal(received, SIG_DFL)
+                raise(received)
+            }
+        }
     }
 }

@@ -26,9 +26,12 @@ public struct SupportError: Error, CustomStringConvertible {
 
 /// Runs a program to completion. stdin is /dev/null unless `input` is given, so nothing can
 /// prompt; `environment` entries are added to (or, with nil values, removed from) this process's.
+/// A program still running after `timeout` seconds is killed, and the call throws: a hang is a
+/// test failure, never a stuck CI run.
 @discardableResult
 public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
-                environment: [String: String?] = [:], directory: String? = nil) throws -> ProcessResult {
+                environment: [String: String?] = [:], directory: String? = nil,
+                timeout: Double = 300) throws -> ProcessResult {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : try which(executable))
     process.arguments = arguments
@@ -42,6 +45,11 @@ public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
     let stdinPipe = Pipe()
     if input != nil { process.standardInput = stdinPipe } else { process.standardInput = FileHandle.nullDevice }
     try process.run()
+    let watchdog = DispatchWorkItem { [process] in
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
+    defer { watchdog.cancel() }
     if let input {
         stdinPipe.fileHandleForWriting.write(input)
         try stdinPipe.fileHandleForWriting.close()
@@ -57,6 +65,9 @@ public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
     let outData = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
     group.wait()
     process.waitUntilExit()
+    if process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL {
+        throw SupportError("\(executable) \(arguments) did not finish within \(Int(timeout)) s and was killed")
+    }
     return ProcessResult(status: process.terminationStatus, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
 }
 
