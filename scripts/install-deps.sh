@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages Signet needs to build and test, if any are missing.
+# Safe to run again: it installs nothing when everything is there.
+set -euo pipefail
+
+need=()
+# Libraries, found through pkg-config as Package.swift finds them.
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+pkg-config --exists libcrypto 2>/dev/null || need+=(libssl-dev)
+pkg-config --exists libzip 2>/dev/null || need+=(libzip-dev)
+# The peers the tests run Signet against.
+for pair in openssl:openssl unzip:unzip zip:zip getfattr:attr python3:python3 bash:bash; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+
+if [ ${#need[@]} -eq 0 ]; then
+  echo "install-deps: everything Signet needs is installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${need[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "install-deps: need root (or sudo) to install: ${need[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Quick start: installs what is missing, builds signet, and runs the main job end to end on
+# keys-example/ (TEST-ONLY keys): sign resources, verify them, check against openssl, and show
+# that a tampered file is caught. Exits non-zero if anything does not behave as shown.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "Install missing Debian packages"
+scripts/install-deps.sh
+
+step "Build signet (release)"
+swift build -c release --product signet 2>&1 | tail -n 1
+signet="$(swift build -c release --show-bin-path)/signet"
+"$signet" --version
+
+# git does not keep file modes; private key material should not be readable by others.
+chmod 600 keys-example/private_key.pem keys-example/private_key.p12 keys-example/passphrase.txt
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp -R examples/assets "$work/assets"
+resources=("$work/assets/hello.txt" "$work/assets/config.json" "$work/assets/img/logo.svg")
+key=(--key keys-example/private_key.pem --passphrase-file keys-example/passphrase.txt)
+pub=(--pubkey keys-example/public_key.der)
+
+step "Sign the resources (publisher side)"
+"$signet" sign "${resources[@]}" "${key[@]}"
+
+step "Verify each one with the public key (client side)"
+for file in "${resources[@]}"; do
+  "$signet" verify "$file" --signature "$file.sig" "${pub[@]}"
+done
+
+step "Byte-identical to openssl dgst -sha256 -sign, and openssl verifies signet's signature"
+openssl dgst -sha256 -sign keys-example/private_key.pem -passin file:keys-example/passphrase.txt \
+  -out "$work/openssl.sig" "$work/assets/hello.txt"
+cmp "$work/openssl.sig" "$work/assets/hello.txt.sig" && echo "identical: $work/assets/hello.txt.sig"
+openssl pkey -pubin -inform DER -in keys-example/public_key.der -out "$work/public.pem"
+openssl dgst -sha256 -verify "$work/public.pem" -signature "$work/assets/hello.txt.sig" "$work/assets/hello.txt"
+
+step "A tampered resource is caught (exit 1)"
+printf 'one more line\n' >> "$work/assets/hello.txt"
+set +e
+"$signet" verify "$work/assets/hello.txt" --signature "$work/assets/hello.txt.sig" "${pub[@]}"
+status=$?
+set -e
+if [ "$status" -ne 1 ]; then
+  echo "expected exit 1 for a tampered file, got $status" >&2
+  exit 1
+fi
+
+step "Machine-readable output"
+"$signet" verify "$work/assets/config.json" --signature "$work/assets/config.json.sig" "${pub[@]}" --json
+
+step "Done: signing and verification work on this machine"
