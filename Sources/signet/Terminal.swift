@@ -42,8 +42,13 @@ enum Terminal {
     }
 
     /// The terminal settings to put back if the user interrupts the prompt (Ctrl-C, SIGTERM, SIGHUP),
-    /// so their shell is not left without echo.
-    nonisolated(unsafe) private static var interruptedSettings = termios()
+    /// so their shell is not left without echo. Plain heap memory, set up before any handler is
+    /// installed: a signal handler must not touch Swift globals that may still need initialising.
+    nonisolated(unsafe) private static let interruptedSettings: UnsafeMutablePointer<termios> = {
+        let storage = UnsafeMutablePointer<termios>.allocate(capacity: 1)
+        storage.initialize(to: termios())
+        return storage
+    }()
 
     private static func restoreOnSignal(_ settings: termios?) {
         let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
@@ -51,10 +56,10 @@ enum Terminal {
             for number in signals { signal(number, SIG_DFL) }
             return
         }
-        interruptedSettings = settings
+        interruptedSettings.pointee = settings
         for number in signals {
             signal(number) { received in
-                tcsetattr(STDIN_FILENO, TCSANOW, &Terminal.interruptedSettings)
+                tcsetattr(STDIN_FILENO, TCSANOW, Terminal.interruptedSettings)
                 signal(received, SIG_DFL)
                 raise(received)
             }
