@@ -327,15 +327,17 @@ enum LegacyProvider {
             guard let pointer = OSSL_LIB_CTX_new() else {
                 throw OpenSSLErrorQueue.error(.crypto, "could not create an OpenSSL library context")
             }
-            guard OSSL_PROVIDER_load(pointer, "default") != nil else {
+            guard let defaultProvider = OSSL_PROVIDER_load(pointer, "default") else {
                 OSSL_LIB_CTX_free(pointer)
                 throw OpenSSLErrorQueue.error(.crypto, "could not load OpenSSL's default provider")
             }
             guard OSSL_PROVIDER_load(pointer, "legacy") != nil else {
                 let details = OpenSSLErrorQueue.drain().map(\.text)
+                OSSL_PROVIDER_unload(defaultProvider)
                 OSSL_LIB_CTX_free(pointer)
                 throw SignetError(.legacyProviderMissing, "PKCS#12 file '\(name)' uses legacy encryption (RC2-40/3DES), which needs OpenSSL's legacy provider (legacy.so, in Debian's libssl3), and it is not installed here; install it, or re-export the file on another machine with: openssl pkcs12 -export (without -legacy)", path: name, openSSLErrors: errors + details)
             }
+            // Both providers stay loaded for the life of the process, with the context.
             let context = Context(pointer)
             existing = context
             return context
