@@ -12,8 +12,8 @@ struct Sign: ParsableCommand {
         Either every signature is written or none is.
 
         Examples:
-          signet sign release.tar --key keys/private_key.pem --passphrase-file keys/passphrase.txt
-          SIGNET_PASS=... signet sign a.bin b.bin --key key.p12 --passphrase-env SIGNET_PASS --json
+          signet sign app.tar --key keys/private_key.pem --passphrase-file pass.txt
+          signet sign a.bin b.bin --key keys/private_key.p12 --passphrase-env PASS
         """
     )
 

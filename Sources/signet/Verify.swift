@@ -13,7 +13,7 @@ struct Verify: ParsableCommand {
         trailing bytes make it invalid.
 
         Example:
-          signet verify release.tar --signature release.tar.sig --pubkey keys/public_key.der
+          signet verify app.tar --signature app.tar.sig --pubkey keys/public_key.der
         """
     )
 

@@ -26,6 +26,9 @@ struct BadInputCLITests {
         Case(name: "public key as signing key", exit: 4, words: ["public_key.der", "signing needs the private key"]),
     ]
 
+    static let ecOptions = ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    static let rsa1024Options = ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024"]
+
     @Test("sign refuses bad keys", arguments: keyCases)
     func badKey(_ test: Case) throws {
         let work = try Workspace()
@@ -43,15 +46,9 @@ struct BadInputCLITests {
         case "wrong passphrase":
             arguments = ["sign", file, "--key", work.privatePEM, "--passphrase-file", try work.directory.write("wrong.txt", Data("nope\n".utf8), mode: 0o600)]
         case "encrypted key, no passphrase, no terminal": arguments = ["sign", file, "--key", work.privatePEM]
-        case "EC key":
-            try work.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ec.pem"])
-            arguments += ["--key", work.directory.file("ec.pem")]
-        case "Ed25519 key":
-            try work.openssl(["genpkey", "-algorithm", "ED25519", "-out", "ed.pem"])
-            arguments += ["--key", work.directory.file("ed.pem")]
-        case "1024-bit key":
-            try work.openssl(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", "weak.pem"])
-            arguments += ["--key", work.directory.file("weak.pem")]
+        case "EC key": arguments += ["--key", try work.opensslKeyPair("ec", Self.ecOptions).privateKey]
+        case "Ed25519 key": arguments += ["--key", try work.opensslKeyPair("ed", ["-algorithm", "ED25519"]).privateKey]
+        case "1024-bit key": arguments += ["--key", try work.opensslKeyPair("weak", Self.rsa1024Options).privateKey]
         case "public key as signing key": arguments += ["--key", work.publicDER]
         default: Issue.record("unknown case \(test.name)")
         }
@@ -72,13 +69,12 @@ struct BadInputCLITests {
     func allowWeakKey() throws {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 100)
-        try work.openssl(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", "weak.pem"])
-        try work.openssl(["pkey", "-in", "weak.pem", "-pubout", "-outform", "DER", "-out", "weak.der"])
-        #expect(try CLI.run(["sign", file, "--key", work.directory.file("weak.pem"), "--allow-weak-key"]).status == 0)
-        let refused = try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", work.directory.file("weak.der")])
+        let weak = try work.opensslKeyPair("weak", Self.rsa1024Options)
+        #expect(try CLI.run(["sign", file, "--key", weak.privateKey, "--allow-weak-key"]).status == 0)
+        let refused = try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", weak.publicDER])
         #expect(refused.status == 4)
         #expect(refused.stderr.contains("--allow-weak-key"))
-        #expect(try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", work.directory.file("weak.der"), "--allow-weak-key"]).status == 0)
+        #expect(try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", weak.publicDER, "--allow-weak-key"]).status == 0)
     }
 
     @Test("files to sign: empty is fine, a directory or a missing file is not")
@@ -122,10 +118,9 @@ struct BadInputCLITests {
     func badPublicKeys() throws {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 10)
-        try work.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ec.pem"])
-        try work.openssl(["pkey", "-in", "ec.pem", "-pubout", "-outform", "DER", "-out", "ec.der"])
+        let ec = try work.opensslKeyPair("ec", Self.ecOptions)
         let garbage = try work.directory.write("garbage.der", Data(repeating: 0x30, count: 50))
-        for (key, words) in [(work.privatePEM, "is a private key"), (work.directory.file("ec.der"), "unsupported key type: EC"), (garbage, "garbage.der")] {
+        for (key, words) in [(work.privatePEM, "is a private key"), (ec.publicDER, "unsupported key type: EC"), (garbage, "garbage.der")] {
             let result = try CLI.run(["verify", file, "--signature", file, "--pubkey", key])
             #expect(result.status == 4, "\(key): \(result.stderr)")
             #expect(result.stderr.contains(words), "\(result.stderr)")
@@ -153,6 +148,31 @@ struct BadInputCLITests {
         let error = try #require(try json.json()["error"] as? [String: Any], "\(arguments): \(json.stdoutText)")
         #expect(error["code"] as? String == "usage")
         #expect(error["exit"] as? Int == 2)
+    }
+
+    @Test("legacy PKCS#12: signs through the legacy provider, and says clearly when it is not installed")
+    func legacyProvider() throws {
+        let work = try Workspace()
+        let file = try work.directory.writeRandom("r.bin", count: 10)
+        try work.openssl(["x509", "-inform", "DER", "-in", work.certificate, "-out", "cert.pem"])
+        try work.openssl(["pkcs12", "-export", "-legacy", "-inkey", work.privatePEM, "-passin", "file:" + work.passFile,
+                          "-in", "cert.pem", "-passout", "env:P", "-out", "legacy.p12"], environment: ["P": work.passphrase])
+        let legacy = work.directory.file("legacy.p12")
+        chmod(legacy, 0o600)
+        let signed = try CLI.run(["sign", file, "--key", legacy, "--passphrase-file", work.passFile])
+        #expect(signed.status == 0, "\(signed.stderr)")
+        #expect(signed.stderr.contains("legacy encryption"), "a legacy file is flagged: \(signed.stderr)")
+        // OpenSSL looks for providers in $OPENSSL_MODULES: an empty directory is a machine without legacy.so.
+        let empty = work.directory.file("no-modules")
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
+        let missing = try CLI.run(["sign", file, "--key", legacy, "--passphrase-file", work.passFile, "--out", work.directory.file("x.sig")],
+                                  environment: ["OPENSSL_MODULES": empty])
+        #expect(missing.status == 4, "\(missing.stderr)")
+        #expect(missing.stderr.contains("legacy provider"))
+        #expect(missing.stderr.contains("not installed"))
+        // A modern PKCS#12 does not need it.
+        #expect(try CLI.run(["sign", file, "--key", work.privateP12, "--passphrase-file", work.passFile, "--out", work.directory.file("y.sig")],
+                            environment: ["OPENSSL_MODULES": empty]).status == 0)
     }
 
     @Test("a key file others can read gets a warning; a 0600 one does not")

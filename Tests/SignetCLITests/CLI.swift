@@ -49,10 +49,19 @@ final class Workspace {
 
     /// Runs openssl in the workspace and fails loudly if it fails.
     @discardableResult
-    func openssl(_ arguments: [String]) throws -> ProcessResult {
-        let result = try SignetTestSupport.run("openssl", arguments, directory: path)
+    func openssl(_ arguments: [String], environment: [String: String?] = [:]) throws -> ProcessResult {
+        let result = try SignetTestSupport.run("openssl", arguments, environment: environment, directory: path)
         guard result.status == 0 else { throw SupportError("openssl \(arguments) failed: \(result.stderr)") }
         return result
+    }
+
+    /// Makes a key pair with `openssl genpkey OPTIONS` (private PEM, mode 0600) and returns the
+    /// paths of the private key and of its DER SubjectPublicKeyInfo.
+    func opensslKeyPair(_ name: String, _ options: [String]) throws -> (privateKey: String, publicDER: String) {
+        try openssl(["genpkey"] + options + ["-out", name + ".pem"])
+        try openssl(["pkey", "-in", name + ".pem", "-pubout", "-outform", "DER", "-out", name + ".der"])
+        chmod(directory.file(name + ".pem"), 0o600)
+        return (directory.file(name + ".pem"), directory.file(name + ".der"))
     }
 
     /// A PEM SubjectPublicKeyInfo of the signet key, for `openssl dgst -verify`.
@@ -62,3 +71,22 @@ final class Workspace {
         return out
     }
 }
+
+/// Python that starts the program in argv[1:] on a new pseudo-terminal (as a shell would: signal
+/// mask cleared, SIGINT default) and reads its output into `out` until the passphrase prompt.
+/// The test appends what to do at the prompt; `fd` is the terminal, `pid` the child.
+let ptyPrelude = """
+import os, pty, signal, sys, termios
+pid, fd = pty.fork()
+if pid == 0:
+    # The test runner's threads block signals, and spawned children inherit that mask.
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.execv(sys.argv[1], sys.argv[1:])
+out = b""
+while b"Passphrase for" not in out:
+    chunk = os.read(fd, 1024)
+    if not chunk: break
+    out += chunk
+
+"""

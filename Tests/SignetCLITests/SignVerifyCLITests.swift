@@ -151,16 +151,7 @@ struct SignVerifyCLITests {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 100)
         // python3's pty gives signet a real terminal on stdin; it answers the prompt.
-        let script = """
-        import os, pty, sys
-        pid, fd = pty.fork()
-        if pid == 0:
-            os.execv(sys.argv[1], sys.argv[1:])
-        out = b""
-        while b"Passphrase for" not in out:
-            chunk = os.read(fd, 1024)
-            if not chunk: break
-            out += chunk
+        let script = ptyPrelude + """
         os.write(fd, sys.stdin.buffer.read())
         while True:
             try:
@@ -185,20 +176,7 @@ struct SignVerifyCLITests {
     func interruptRestoresEcho() throws {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 10)
-        let script = """
-        import os, pty, signal, sys, termios
-        pid, fd = pty.fork()
-        if pid == 0:
-            # As a shell starts it: the test runner's threads block signals, and spawned children
-            # inherit that mask.
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.execv(sys.argv[1], sys.argv[1:])
-        out = b""
-        while b"Passphrase for" not in out:
-            chunk = os.read(fd, 1024)
-            if not chunk: break
-            out += chunk
+        let script = ptyPrelude + """
         echo_during = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
         os.write(fd, b"\\x03")
         _, status = os.waitpid(pid, 0)
