@@ -23,6 +23,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public func hash(into hasher: inout Hasher) { hasher.combine(name) }
 
         // Exit 1: well-formed input that fails verification.
+        /// A package is expired, incomplete, or its contents do not match its manifest.
+        public static let packageInvalid = Code("package-invalid", exitStatus: .verificationFailed)
         /// A signature does not verify with any of the given keys.
         public static let badSignature = Code("bad-signature", exitStatus: .verificationFailed)
         /// A signature is not exactly the key's modulus length.
@@ -51,6 +53,10 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let wrongKeyKind = Code("wrong-key-kind", exitStatus: .malformed)
         /// A PKCS#12 file needs OpenSSL's legacy provider, which is not installed.
         public static let legacyProviderMissing = Code("legacy-provider-missing", exitStatus: .malformed)
+        /// A package manifest that is not signet/1 JSON.
+        public static let malformedManifest = Code("malformed-manifest", exitStatus: .malformed)
+        /// An archive that is corrupt, truncated, or has forbidden, duplicate or non-regular entries.
+        public static let malformedArchive = Code("malformed-archive", exitStatus: .malformed)
         /// An input that should be data is not (empty, a directory, too large).
         public static let malformedInput = Code("malformed-input", exitStatus: .malformed)
 

@@ -1,0 +1,122 @@
+import Foundation
+import Testing
+@testable import Signet
+import SignetTestSupport
+
+@Suite("Resource paths, timestamps and the manifest format")
+struct ManifestTests {
+    @Test("resource paths FORMAT.md forbids are refused", arguments: [
+        ("", "empty"), ("/etc/passwd", "absolute"), ("../x", "'..'"), ("a/../../b", "'..'"), ("a/./b", "'.'"),
+        ("a//b", "empty path component"), ("a/", "empty path component"), ("a\\b", "backslash"), ("a\u{0}b", "NUL"),
+        ("a\nb", "control character"), ("a\u{7f}", "control character"), ("a\u{85}b", "control character"),
+        (".signet/manifest.json", "under .signet/"), (".signet/x", "under .signet/"),
+        (String(repeating: "a", count: 256), "at most 255"), (Array(repeating: "d", count: 2100).joined(separator: "/"), "at most 4096"),
+    ])
+    func refused(_ path: String, _ words: String) {
+        guard case .failure(let refusal) = ResourcePath.validate(path) else {
+            Issue.record("'\(path.prefix(40))' was accepted")
+            return
+        }
+        #expect(refusal.reason.contains(words), "\(refusal.reason)")
+    }
+
+    @Test("ordinary paths are accepted", arguments: ["a", "img/logo.png", "deep/er/still/file.tar.gz", ".hidden", "x/.signet", "ünïcode/データ.txt", "a b/c d"])
+    func accepted(_ path: String) {
+        #expect((try? ResourcePath.validate(path).get()) == path)
+    }
+
+    @Test("invalid UTF-8 in raw entry names is refused")
+    func invalidUTF8() {
+        guard case .failure(let refusal) = ResourcePath.validate(bytes: [0x61, 0xff, 0x62]) else {
+            Issue.record("accepted")
+            return
+        }
+        #expect(refusal.reason.contains("UTF-8"))
+    }
+
+    @Test("RFC 3339 UTC timestamps round-trip; anything else is refused")
+    func timestamps() {
+        let time = Timestamp(rfc3339: "2026-11-22T10:00:00Z")
+        #expect(time?.secondsSinceEpoch == 1_795_341_600)
+        #expect(time?.rfc3339 == "2026-11-22T10:00:00Z")
+        #expect(Timestamp(secondsSinceEpoch: 0).rfc3339 == "1970-01-01T00:00:00Z")
+        for bad in ["2026-11-22T10:00:00", "2026-11-22 10:00:00Z", "2026-11-22T10:00:00+01:00", "2026-02-30T00:00:00Z",
+                    "2026-13-01T00:00:00Z", "2026-11-22T24:00:00Z", "2026-11-22T10:00:00.5Z", "x"] {
+            #expect(Timestamp(rfc3339: bad) == nil, "\(bad)")
+        }
+    }
+
+    static func sample() throws -> Manifest {
+        Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(rfc3339: "2026-11-22T10:00:00Z")!, expires: nil,
+                 files: [.init(path: "img/logo.png", size: 1234, sha256: String(repeating: "ab", count: 32), mode: .regular),
+                         .init(path: "run.sh", size: 5, sha256: String(repeating: "01", count: 32), mode: .executable)],
+                 keyID: try Fixtures.signingKey().keyID, name: "assets", sequence: 42, version: "1.4.2")
+    }
+
+    @Test("encoding: sorted keys, expires null, parse gives the same manifest back")
+    func roundTrip() throws {
+        let manifest = try Self.sample()
+        let bytes = try manifest.encoded()
+        let text = String(decoding: bytes, as: UTF8.self)
+        #expect(text.contains("\"expires\" : null"))
+        #expect(text.contains("\"format\" : \"signet/1\""))
+        // Keys in sorted order, as FORMAT.md's example shows.
+        let keys = ["\"algorithm\"", "\"created\"", "\"expires\"", "\"files\"", "\"format\"", "\"key_id\"", "\"name\"", "\"sequence\"", "\"version\""]
+        let positions = keys.map { text.range(of: $0)!.lowerBound }
+        #expect(positions == positions.sorted())
+        #expect(try Manifest.parse(bytes) == manifest)
+        // Python reads it as plain JSON.
+        let python = try run("python3", ["-c", "import json,sys; m=json.load(sys.stdin); print(m['files'][1]['mode'], m['sequence'])"], input: Data(bytes))
+        #expect(python.stdoutText == "0755 42\n")
+    }
+
+    @Test("strict parsing: each defect is named", arguments: [
+        ("not json", "not JSON"),
+        ("{}", "missing"),
+        ("FORMAT=signet/2", "signet/2"),
+        ("ALG=rsa-md5", "unknown algorithm"),
+        ("CREATED=yesterday", "created"),
+        ("EXPIRES=2020-01-01T00:00:00Z", "before it was created"),
+        ("PATH=../evil", "'..'"),
+        ("PATH=img/logo.png", "listed twice"),
+        ("MODE=4755", "only 0644 and 0755"),
+        ("SHA=XYZ", "sha256"),
+        ("KEY=abc", "key_id"),
+    ])
+    func strict(_ mutation: String, _ words: String) throws {
+        let good = String(decoding: try Self.sample().encoded(), as: UTF8.self)
+        var text: String
+        switch mutation {
+        case "not json": text = "{\"format\": \"signet/1\", "
+        case "{}": text = "{}"
+        default:
+            let (field, value) = (String(mutation.split(separator: "=")[0]), String(mutation.split(separator: "=", maxSplits: 1)[1]))
+            text = good
+            switch field {
+            case "FORMAT": text = text.replacingOccurrences(of: "\"signet/1\"", with: "\"\(value)\"")
+            case "ALG": text = text.replacingOccurrences(of: "\"rsa-pkcs1v15-sha256\"", with: "\"\(value)\"")
+            case "CREATED": text = text.replacingOccurrences(of: "\"2026-11-22T10:00:00Z\"", with: "\"\(value)\"")
+            case "EXPIRES": text = text.replacingOccurrences(of: "\"expires\" : null", with: "\"expires\" : \"\(value)\"")
+            case "PATH": text = text.replacingOccurrences(of: "\"run.sh\"", with: "\"\(value)\"")
+            case "MODE": text = text.replacingOccurrences(of: "\"0755\"", with: "\"\(value)\"")
+            case "SHA": text = text.replacingOccurrences(of: String(repeating: "01", count: 32), with: value)
+            case "KEY": text = text.replacingOccurrences(of: try Fixtures.signingKey().keyID.hex, with: value)
+            default: Issue.record("unknown mutation")
+            }
+            #expect(text != good, "the mutation \(mutation) changed nothing")
+        }
+        let error = signetError { _ = try Manifest.parse(Array(text.utf8)) }
+        #expect(error?.code == .malformedManifest)
+        #expect(error?.code.exitStatus.rawValue == 4)
+        #expect(error?.reason.contains(words) == true, "\(mutation): \(error?.reason ?? "accepted")")
+    }
+
+    @Test("paths equal after Unicode normalisation count as duplicates")
+    func nfcDuplicates() throws {
+        var manifest = try Self.sample()
+        manifest.files = [.init(path: "caf\u{e9}.txt", size: 1, sha256: String(repeating: "00", count: 32), mode: .regular),
+                          .init(path: "cafe\u{301}.txt", size: 1, sha256: String(repeating: "00", count: 32), mode: .regular)]
+        let error = signetError { _ = try Manifest.parse(try manifest.encoded()) }
+        #expect(error?.reason.contains("after Unicode normalisation") == true)
+    }
+}
