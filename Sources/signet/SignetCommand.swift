@@ -26,7 +26,7 @@ struct SignetCommand: ParsableCommand {
         Every subcommand takes --json: one JSON document on stdout (with an "error" object on failure).
         """,
         version: SignetVersion.summary,
-        subcommands: [Keygen.self, Sign.self, Verify.self]
+        subcommands: [Keygen.self, Sign.self, Verify.self, Pack.self]
     )
 }
 

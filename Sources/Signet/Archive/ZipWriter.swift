@@ -1,0 +1,265 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import CZip
+
+/// Where an entry's bytes come from while libzip writes the archive (at `zip_close`, entry by
+/// entry, in the order they were added).
+protocol ZipEntrySource: AnyObject {
+    /// The exact size the entry will have. Asked right before ``open()``.
+    func size() throws -> UInt64
+    /// Prepares for reading from the start.
+    func open() throws
+    /// Fills `buffer`; returns 0 at the end.
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    /// Reading is done.
+    func close() throws
+}
+
+/// How an entry is stored.
+enum ZipCompression: Equatable {
+    case store
+    case deflate(level: UInt32)
+}
+
+/// Owns a `zip_t` opened for writing a new archive. Discards it unless ``close()`` succeeded.
+final class ZipWriter {
+    private var archive: OpaquePointer?
+    let path: String
+    /// The first Swift error a source reported, so a failed `zip_close` can say what really failed.
+    fileprivate var sourceFailure: Error?
+
+    init(creatingAt path: String) throws {
+        var code: Int32 = 0
+        guard let archive = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &code) else {
+            throw SignetError(.io, "cannot create the archive '\(path)': \(Self.describe(code: code))", path: path)
+        }
+        self.archive = archive
+        self.path = path
+    }
+
+    deinit {
+        if let archive { zip_discard(archive) }
+    }
+
+    /// Adds a regular-file entry. The DOS timestamp is fixed (1980-01-01 00:00) for reproducible archives.
+    func add(_ name: String, source: ZipEntrySource, compression: ZipCompression, permissions: UInt32) throws {
+        guard let archive else { throw SignetError(.io, "the archive '\(path)' is already closed", path: path) }
+        let box = SourceBox(source, writer: self)
+        let context = Unmanaged.passRetained(box).toOpaque()
+        guard let zipSource = zip_source_function(archive, zipSourceCallback, context) else {
+            Unmanaged<SourceBox>.fromOpaque(context).release()
+            throw failure("cannot add '\(name)'")
+        }
+        let index = zip_file_add(archive, name, zipSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
+        guard index >= 0 else {
+            // A source that was not added is still ours to free (which releases the box).
+            zip_source_free(zipSource)
+            throw failure("cannot add '\(name)'")
+        }
+        let entry = zip_uint64_t(index)
+        let method: Int32, level: UInt32
+        switch compression {
+        case .store: (method, level) = (ZIP_CM_STORE, 0)
+        case .deflate(let value): (method, level) = (ZIP_CM_DEFLATE, value)
+        }
+        guard zip_set_file_compression(archive, entry, method, level) == 0,
+              zip_file_set_mtime(archive, entry, Self.fixedDOSTime, 0) == 0,
+              zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), (UInt32(S_IFREG) | permissions) << 16) == 0 else {
+            throw failure("cannot set the attributes of '\(name)'")
+        }
+    }
+
+    /// Writes the archive. libzip writes to a temporary file beside `path` and renames it.
+    func close() throws {
+        guard let archive else { return }
+        if zip_close(archive) != 0 {
+            let error = sourceFailure ?? failure("cannot write the archive '\(path)'")
+            // zip_close failed: the archive is still open and ours to discard (deinit does it).
+            throw error
+        }
+        self.archive = nil
+    }
+
+    private func failure(_ what: String) -> SignetError {
+        let message = archive.flatMap { zip_get_error($0) }.flatMap { zip_error_strerror($0) }.map { String(cString: $0) } ?? "unknown libzip error"
+        return SignetError(.io, "\(what): \(message)", path: path)
+    }
+
+    static func describe(code: Int32) -> String {
+        var error = zip_error_t()
+        zip_error_init_with_code(&error, code)
+        defer { zip_error_fini(&error) }
+        return String(cString: zip_error_strerror(&error))
+    }
+
+    /// 1980-01-01 00:00 in local time: libzip converts with localtime(), so this gives the same DOS
+    /// timestamp in every time zone (the earliest a zip can record).
+    static let fixedDOSTime: time_t = {
+        var parts = tm()
+        parts.tm_year = 80
+        parts.tm_mon = 0
+        parts.tm_mday = 1
+        parts.tm_isdst = -1
+        return mktime(&parts)
+    }()
+}
+
+/// Carries a Swift source through libzip's `void *` user data.
+private final class SourceBox {
+    let source: ZipEntrySource
+    weak var writer: ZipWriter?
+    var error = zip_error_t()
+
+    init(_ source: ZipEntrySource, writer: ZipWriter) {
+        self.source = source
+        self.writer = writer
+        zip_error_init(&error)
+    }
+
+    deinit { zip_error_fini(&error) }
+
+    /// Records a failure for libzip (as a read error) and for the writer (the Swift error itself).
+    func fail(_ failure: Error) -> Int64 {
+        if let writer, writer.sourceFailure == nil { writer.sourceFailure = failure }
+        zip_error_set(&error, ZIP_ER_READ, EIO)
+        return -1
+    }
+}
+
+private let supportedCommands: Int64 = [ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+                                        ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_SUPPORTS]
+    .reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+
+/// libzip's callback for every source Signet adds.
+private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = { context, data, length, command in
+    guard let context else { return -1 }
+    let box = Unmanaged<SourceBox>.fromOpaque(context).takeUnretainedValue()
+    do {
+        switch command {
+        case ZIP_SOURCE_OPEN:
+            try box.source.open()
+            return 0
+        case ZIP_SOURCE_READ:
+            guard let data else { return -1 }
+            return Int64(try box.source.read(into: UnsafeMutableRawBufferPointer(start: data, count: Int(length))))
+        case ZIP_SOURCE_CLOSE:
+            try box.source.close()
+            return 0
+        case ZIP_SOURCE_STAT:
+            guard let data, length >= MemoryLayout<zip_stat_t>.size else { return -1 }
+            let stat = data.assumingMemoryBound(to: zip_stat_t.self)
+            zip_stat_init(stat)
+            stat.pointee.size = try box.source.size()
+            stat.pointee.mtime = ZipWriter.fixedDOSTime
+            stat.pointee.valid = zip_uint64_t(ZIP_STAT_SIZE | ZIP_STAT_MTIME)
+            return Int64(MemoryLayout<zip_stat_t>.size)
+        case ZIP_SOURCE_ERROR:
+            return zip_error_to_data(&box.error, data, length)
+        case ZIP_SOURCE_FREE:
+            Unmanaged<SourceBox>.fromOpaque(context).release()
+            return 0
+        case ZIP_SOURCE_SUPPORTS:
+            return supportedCommands
+        default:
+            zip_error_set(&box.error, ZIP_ER_OPNOTSUPP, 0)
+            return -1
+        }
+    } catch {
+        return box.fail(error)
+    }
+}
+
+/// A file on disk, read once as libzip compresses it; its digests are computed on the way.
+final class HashingFileSource: ZipEntrySource {
+    let diskPath: String
+    let expectedSize: UInt64
+    private let algorithms: [DigestAlgorithm]
+    private var file: InputFile?
+    private var hashers: [Digest.Hasher] = []
+    private var count: UInt64 = 0
+    /// The digests, in the order of `algorithms`, once the file has been read to the end.
+    private(set) var digests: [Digest]?
+
+    init(diskPath: String, expectedSize: UInt64, algorithms: [DigestAlgorithm]) {
+        self.diskPath = diskPath
+        self.expectedSize = expectedSize
+        self.algorithms = algorithms
+    }
+
+    func size() throws -> UInt64 { expectedSize }
+
+    func open() throws {
+        let file = try InputFile.open(diskPath, what: "resource", followSymlinks: true)
+        guard UInt64(file.size) == expectedSize else { throw changed() }
+        self.file = file
+        hashers = try algorithms.map { try Digest.Hasher($0) }
+        count = 0
+        digests = nil
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard let file else { return 0 }
+        let n = retryingOnEINTR { Glibc.read(file.descriptor, buffer.baseAddress, buffer.count) }
+        guard n >= 0 else { throw SignetError.posix(errno, "cannot read resource", path: diskPath) }
+        count += UInt64(n)
+        guard count <= expectedSize else { throw changed() }
+        if n == 0 {
+            guard count == expectedSize else { throw changed() }
+            digests = try hashers.map { try $0.finalize() }
+            return 0
+        }
+        let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
+        for hasher in hashers { hasher.update(chunk) }
+        return n
+    }
+
+    func close() throws {
+        file = nil
+    }
+
+    private func changed() -> SignetError {
+        SignetError(.io, "resource '\(diskPath)' changed while it was being packed (it should be \(expectedSize) bytes); pack again once nothing writes to it", path: diskPath)
+    }
+}
+
+/// Bytes made only when libzip asks for the entry (after every earlier entry was written), e.g.
+/// a signature over a digest computed while an earlier entry was read.
+final class DeferredBytesSource: ZipEntrySource {
+    private let make: () throws -> [UInt8]
+    private var bytes: [UInt8]?
+    private var offset = 0
+
+    init(_ make: @escaping () throws -> [UInt8]) {
+        self.make = make
+    }
+
+    private func materialise() throws -> [UInt8] {
+        if let bytes { return bytes }
+        let made = try make()
+        bytes = made
+        return made
+    }
+
+    func size() throws -> UInt64 { UInt64(try materialise().count) }
+
+    func open() throws {
+        _ = try materialise()
+        offset = 0
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        let bytes = try materialise()
+        let n = min(buffer.count, bytes.count - offset)
+        guard n > 0 else { return 0 }
+        bytes.withUnsafeBytes { raw in
+            buffer.baseAddress!.copyMemory(from: raw.baseAddress! + offset, byteCount: n)
+        }
+        offset += n
+        return n
+    }
+
+    func close() throws {}
+}

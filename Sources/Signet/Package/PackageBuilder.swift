@@ -1,0 +1,314 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Options for ``PackageBuilder/pack(_:to:signer:options:)``.
+public struct PackOptions: Sendable {
+    /// How resources are compressed.
+    public enum Compression: Sendable, Equatable {
+        /// Deflate at `level` (1-9), except already-compressed types and data that deflate
+        /// would not shrink, which are stored.
+        case automatic(level: Int)
+        /// Store everything.
+        case store
+    }
+
+    /// The package name (`name` in the manifest).
+    public var name: String
+    /// The version string.
+    public var version: String
+    /// Release counter; nil for `SOURCE_DATE_EPOCH` or the current UNIX time.
+    public var sequence: UInt64?
+    /// Expiry; nil for none.
+    public var expires: Timestamp?
+    /// `created`; nil for `SOURCE_DATE_EPOCH` or now.
+    public var created: Timestamp?
+    /// Compression policy.
+    public var compression: Compression
+    /// Pack what symbolic links in the inputs point to instead of refusing them.
+    public var followSymlinks: Bool
+
+    /// Creates options.
+    public init(name: String, version: String, sequence: UInt64? = nil, expires: Timestamp? = nil, created: Timestamp? = nil,
+                compression: Compression = .automatic(level: 6), followSymlinks: Bool = false) {
+        self.name = name
+        self.version = version
+        self.sequence = sequence
+        self.expires = expires
+        self.created = created
+        self.compression = compression
+        self.followSymlinks = followSymlinks
+    }
+
+    /// `SOURCE_DATE_EPOCH` from the environment, if set to a valid number.
+    public static var sourceDateEpoch: Timestamp? {
+        guard let text = getenv("SOURCE_DATE_EPOCH").map({ String(cString: $0) }), let seconds = Int64(text), seconds >= 0 else { return nil }
+        return Timestamp(secondsSinceEpoch: seconds)
+    }
+}
+
+/// One resource to pack: where it is on disk and where it goes in the package.
+public struct PackInput: Sendable, Equatable {
+    /// The file on disk.
+    public let diskPath: String
+    /// The resource path in the package.
+    public let packagePath: String
+    /// Its size when the inputs were collected.
+    public let size: UInt64
+    /// Its mode in the manifest.
+    public let mode: Manifest.FileMode
+}
+
+/// Makes packages (FORMAT.md §2): resources, one signature each, and a signed manifest, in a zip.
+public enum PackageBuilder {
+    /// What ``pack(_:to:signer:options:)`` made.
+    public struct Result: Sendable {
+        /// The manifest as written.
+        public let manifest: Manifest
+        /// The package file.
+        public let path: String
+        /// How each resource was stored, in manifest order.
+        public let compression: [String: String]
+    }
+
+    /// Packs files and directories (recursively) into a package at `output`.
+    ///
+    /// A file PATH becomes a resource named after the file; a directory PATH contributes its
+    /// contents, named relative to that directory. Each resource is read once: libzip pulls it
+    /// through a source that hashes it as it is compressed, and its signature and the manifest are
+    /// made once the bytes they cover have gone by. The package is written to a temporary file
+    /// beside `output`, flushed, and renamed into place, so a failed pack leaves nothing behind.
+    public static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions) throws -> Result {
+        try validate(options)
+        let inputs = try collect(paths, followSymlinks: options.followSymlinks)
+        let created = options.created ?? PackOptions.sourceDateEpoch ?? .now
+        if let expires = options.expires, expires <= created {
+            throw SignetError(.usage, "--expires \(expires) is not after the package's creation time \(created)")
+        }
+        let sequence = options.sequence ?? UInt64(max(0, (PackOptions.sourceDateEpoch ?? .now).secondsSinceEpoch))
+
+        let directory = AtomicFile.parentDirectory(of: output)
+        let base = output.split(separator: "/").last.map(String.init) ?? output
+        var template = Array("\(directory)/.\(base).signet-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot create the package beside", path: output) }
+        close(fd)
+        let temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        var committed = false
+        defer { if !committed { unlink(temporary) } }
+
+        let digestAlgorithms = signer.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, signer.algorithm.digest]
+        let writer = try ZipWriter(creatingAt: temporary)
+        var sources: [HashingFileSource] = []
+        var compression: [String: String] = [:]
+        for input in inputs {
+            let source = HashingFileSource(diskPath: input.diskPath, expectedSize: input.size, algorithms: digestAlgorithms)
+            let method = try CompressionPolicy.choose(for: input, policy: options.compression)
+            compression[input.packagePath] = method == .store ? "stored" : "deflated"
+            try writer.add(input.packagePath, source: source, compression: method, permissions: input.mode.permissions)
+            sources.append(source)
+        }
+        // Everything below is made inside zip_close, after the resources it covers were read.
+        let files = { () throws -> [Manifest.File] in
+            try zip(inputs, sources).map { input, source in
+                guard let digests = source.digests else { throw SignetError(.io, "resource '\(input.diskPath)' was not read to the end", path: input.diskPath) }
+                return Manifest.File(path: input.packagePath, size: input.size, sha256: digests[0].hex, mode: input.mode)
+            }
+        }
+        var manifestBytes: [UInt8] = []
+        var manifest: Manifest?
+        let makeManifest = { () throws -> [UInt8] in
+            let made = Manifest(algorithm: signer.algorithm, created: created, expires: options.expires, files: try files(),
+                                keyID: signer.key.keyID, name: options.name, sequence: sequence, version: options.version)
+            manifest = made
+            manifestBytes = try made.encoded()
+            return manifestBytes
+        }
+        try writer.add(".signet/manifest.json", source: DeferredBytesSource(makeManifest), compression: .deflate(level: 6), permissions: 0o644)
+        try writer.add(".signet/manifest.json.sig", source: DeferredBytesSource {
+            try signer.sign(manifestBytes).bytes
+        }, compression: .store, permissions: 0o644)
+        for (input, source) in zip(inputs, sources) {
+            try writer.add(".signet/sigs/\(input.packagePath).sig", source: DeferredBytesSource {
+                guard let digest = source.digests?.last else { throw SignetError(.io, "resource '\(input.diskPath)' was not read to the end", path: input.diskPath) }
+                return try signer.sign(digest: digest).bytes
+            }, compression: .store, permissions: 0o644)
+        }
+        if let certificate = signer.key.certificateDER {
+            try writer.add(".signet/certs/signer.der", source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
+        }
+        try writer.close()
+
+        // libzip renamed its own temporary onto ours; flush it before it takes the final name.
+        let written = open(temporary, O_RDONLY | O_CLOEXEC)
+        guard written >= 0 else { throw SignetError.posix(errno, "cannot reopen the new package", path: temporary) }
+        let synced = fsync(written) == 0 && fchmod(written, 0o644) == 0
+        let syncError = errno
+        close(written)
+        guard synced else { throw SignetError.posix(syncError, "cannot flush the new package", path: output) }
+        guard rename(temporary, output) == 0 else { throw SignetError.posix(errno, "cannot write the package", path: output) }
+        committed = true
+        AtomicFile.syncDirectory(directory)
+        guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
+        return Result(manifest: manifest, path: output, compression: compression)
+    }
+
+    static func validate(_ options: PackOptions) throws {
+        for (field, value) in [("name", options.name), ("version", options.version)] {
+            guard !value.isEmpty, value.utf8.count <= 255 else {
+                throw SignetError(.usage, "--\(field) must be 1 to 255 bytes, not \(value.utf8.count)")
+            }
+            guard !value.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) else {
+                throw SignetError(.usage, "--\(field) may not contain control characters")
+            }
+        }
+        if case .automatic(let level) = options.compression, !(1...9).contains(level) {
+            throw SignetError(.usage, "--compression-level must be 1 to 9, not \(level)")
+        }
+    }
+
+    /// Walks the inputs: regular files only, sorted by the bytes of their package paths, with no
+    /// two resources under one name (also after Unicode normalisation).
+    public static func collect(_ paths: [String], followSymlinks: Bool) throws -> [PackInput] {
+        guard !paths.isEmpty else { throw SignetError(.usage, "name at least one file or directory to pack") }
+        var inputs: [PackInput] = []
+        for path in paths {
+            var info = stat()
+            guard lstat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot pack", path: path) }
+            if info.st_mode & S_IFMT == S_IFLNK {
+                guard followSymlinks else { throw symlinkRefused(path) }
+                guard stat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFREG:
+                let name = path.split(separator: "/").last.map(String.init) ?? path
+                inputs.append(try input(diskPath: path, packagePath: name, info: info))
+            case S_IFDIR:
+                var visited = Set<[UInt64]>()
+                try walk(directory: path, prefix: "", followSymlinks: followSymlinks, visited: &visited, into: &inputs)
+            default:
+                throw notRegular(path, info.st_mode)
+            }
+        }
+        inputs.sort { ResourcePath.byteOrder($0.packagePath, $1.packagePath) }
+        var seen: [String: String] = [:]
+        for input in inputs {
+            if let other = seen[input.packagePath] {
+                let same = other.utf8.elementsEqual(input.packagePath.utf8)
+                throw SignetError(.usage, "'\(other)' and '\(input.diskPath)' would both be '\(input.packagePath)' in the package\(same ? "" : " (they differ only in Unicode normalisation)"); rename one", path: input.diskPath)
+            }
+            seen[input.packagePath] = input.diskPath
+        }
+        return inputs
+    }
+
+    private static func walk(directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
+        var info = stat()
+        guard stat(directory, &info) == 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+        guard visited.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted else {
+            throw SignetError(.usage, "'\(directory)' leads back to a directory already being packed (a symbolic link loop)", path: directory)
+        }
+        guard let handle = opendir(directory) else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+        defer { closedir(handle) }
+        var names: [[UInt8]] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+            if name == [UInt8(ascii: ".")] || name == [UInt8(ascii: "."), UInt8(ascii: ".")] { continue }
+            names.append(name)
+        }
+        for nameBytes in names {
+            guard let name = String(validating: nameBytes, as: UTF8.self) else {
+                throw SignetError(.usage, "a file name in '\(directory)' is not valid UTF-8; package paths must be UTF-8", path: directory)
+            }
+            let child = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+            let packagePath = prefix.isEmpty ? name : prefix + "/" + name
+            var childInfo = stat()
+            guard lstat(child, &childInfo) == 0 else { throw SignetError.posix(errno, "cannot pack", path: child) }
+            if childInfo.st_mode & S_IFMT == S_IFLNK {
+                guard followSymlinks else { throw symlinkRefused(child) }
+                guard stat(child, &childInfo) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: child) }
+            }
+            switch childInfo.st_mode & S_IFMT {
+            case S_IFREG: inputs.append(try input(diskPath: child, packagePath: packagePath, info: childInfo))
+            case S_IFDIR: try walk(directory: child, prefix: packagePath, followSymlinks: followSymlinks, visited: &visited, into: &inputs)
+            default: throw notRegular(child, childInfo.st_mode)
+            }
+        }
+    }
+
+    private static func input(diskPath: String, packagePath: String, info: stat) throws -> PackInput {
+        if case .failure(let refusal) = ResourcePath.validate(packagePath) {
+            throw SignetError(.usage, "cannot pack '\(diskPath)' as '\(packagePath)': \(refusal.reason)", path: diskPath)
+        }
+        let executable = info.st_mode & S_IXUSR != 0
+        return PackInput(diskPath: diskPath, packagePath: packagePath, size: UInt64(info.st_size), mode: executable ? .executable : .regular)
+    }
+
+    private static func symlinkRefused(_ path: String) -> SignetError {
+        SignetError(.usage, "'\(path)' is a symbolic link; packages hold regular files only. Replace it with the file, or pass --follow-symlinks to pack what it points to", path: path)
+    }
+
+    private static func notRegular(_ path: String, _ mode: mode_t) -> SignetError {
+        let kind = switch mode & S_IFMT {
+        case S_IFSOCK: "a socket"
+        case S_IFIFO: "a FIFO"
+        case S_IFCHR: "a character device"
+        case S_IFBLK: "a block device"
+        default: "not a regular file"
+        }
+        return SignetError(.usage, "'\(path)' is \(kind); packages hold regular files only", path: path)
+    }
+}
+
+/// Which resources are deflated.
+enum CompressionPolicy {
+    /// Types that are already compressed: deflating them costs time and gains nothing.
+    static let compressedExtensions: Set<String> = [
+        "png", "jpg", "jpeg", "gif", "webp", "avif", "heic", "zip", "jar", "apk", "gz", "tgz", "bz2", "xz", "txz",
+        "zst", "lz4", "7z", "rar", "mp3", "m4a", "aac", "ogg", "opus", "flac", "mp4", "m4v", "mov", "mkv", "webm",
+        "woff", "woff2", "br", "deb", "rpm", "squashfs",
+    ]
+
+    /// Bytes looked at to judge compressibility.
+    static let sampleSize = 64 * 1024
+    /// Above this many bits of entropy per byte, deflate cannot shrink the data in practice.
+    static let incompressibleEntropy = 7.95
+
+    static func choose(for input: PackInput, policy: PackOptions.Compression) throws -> ZipCompression {
+        guard case .automatic(let level) = policy else { return .store }
+        if let dot = input.packagePath.lastIndex(of: "."),
+           compressedExtensions.contains(input.packagePath[input.packagePath.index(after: dot)...].lowercased()) {
+            return .store
+        }
+        // libzip 1.7 keeps deflated data even when it is larger than the input, so judge first:
+        // the byte entropy of a sample tells random or already-compressed data from the rest.
+        if input.size >= 4096, try entropy(ofPrefixOf: input.diskPath) > incompressibleEntropy {
+            return .store
+        }
+        return .deflate(level: UInt32(level))
+    }
+
+    /// Shannon entropy (bits per byte) of the first `sampleSize` bytes.
+    static func entropy(ofPrefixOf path: String) throws -> Double {
+        let file = try InputFile.open(path, what: "resource")
+        var counts = [Int](repeating: 0, count: 256)
+        var total = 0
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: sampleSize, alignment: 16)
+        defer { buffer.deallocate() }
+        while total < sampleSize {
+            let n = retryingOnEINTR { pread(file.descriptor, buffer.baseAddress! + total, sampleSize - total, off_t(total)) }
+            guard n > 0 else { break }
+            total += n
+        }
+        guard total > 0 else { return 0 }
+        for byte in UnsafeRawBufferPointer(rebasing: buffer[0..<total]) { counts[Int(byte)] += 1 }
+        var entropy = 0.0
+        for count in counts where count > 0 {
+            let p = Double(count) / Double(total)
+            entropy -= p * log2(p)
+        }
+        return entropy
+    }
+}

@@ -1,0 +1,104 @@
+import ArgumentParser
+import Signet
+
+struct Pack: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Pack resources, their signatures and a signed manifest into a package (zip).",
+        discussion: """
+        A FILE becomes a resource named after it; a DIRECTORY contributes its contents, named \
+        relative to that directory. Only regular files are packed: symbolic links, devices and \
+        sockets are refused (or, with --follow-symlinks, what links point to is packed).
+
+        Resources are deflated, except already-compressed types (png, jpg, zip, gz, xz, zst, \
+        mp4, ...) and data deflate would not shrink, which are stored. The same inputs, key, \
+        name, version, sequence and SOURCE_DATE_EPOCH give a byte-identical package.
+
+        Example:
+          signet pack dist/ --key keys/private_key.pem --name app --version 1.4.2 \\
+            --out app-1.4.2.zip
+        """
+    )
+
+    @Argument(help: ArgumentHelp("Files and directories to pack.", valueName: "path"))
+    var paths: [String] = []
+
+    @OptionGroup var key: SigningKeyOptions
+
+    @Option(name: .long, help: "Package name; clients compare sequence numbers per name.")
+    var name: String
+
+    @Option(name: .long, help: "Version string, for people.")
+    var version: String
+
+    @Option(name: .long, help: "Release counter that only grows (default: SOURCE_DATE_EPOCH, else the current UNIX time).")
+    var sequence: UInt64?
+
+    @Option(name: .long, help: ArgumentHelp("Clients refuse the package after this UTC time (e.g. 2027-01-01T00:00:00Z).", valueName: "time"))
+    var expires: String?
+
+    @Option(name: .long, help: ArgumentHelp("Where to write the package.", valueName: "pkg.zip"))
+    var out: String
+
+    @Option(name: .long, help: "Signature algorithm.")
+    var algorithm: SignatureAlgorithm = .default
+
+    @Flag(name: .long, help: "Store every resource without compression.")
+    var store = false
+
+    @Option(name: .customLong("compression-level"), help: "Deflate level, 1 (fast) to 9 (small).")
+    var compressionLevel: Int = 6
+
+    @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
+    var followSymlinks = false
+
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        if paths.isEmpty { throw ValidationError("name at least one file or directory to pack") }
+        if let expires, Timestamp(rfc3339: expires) == nil {
+            throw ValidationError("--expires takes a UTC time like 2027-01-01T00:00:00Z, not '\(expires)'")
+        }
+        if !(1...9).contains(compressionLevel) { throw ValidationError("--compression-level must be 1 to 9") }
+        if store && compressionLevel != 6 { throw ValidationError("--store and --compression-level contradict each other") }
+    }
+
+    struct FileEntry: Encodable {
+        let path: String
+        let size: UInt64
+        let sha256: String
+        let mode: String
+        let compression: String
+    }
+
+    struct Report: Encodable {
+        let package: String
+        let name: String
+        let version: String
+        let sequence: UInt64
+        let created: String
+        let expires: String?
+        let algorithm: String
+        let key_id: String
+        let files: [FileEntry]
+    }
+
+    func run() throws {
+        let privateKey = try key.load()
+        let options = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap { Timestamp(rfc3339: $0) },
+                                  compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
+        let result = try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
+        let manifest = result.manifest
+        let files = manifest.files.map {
+            FileEntry(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue, compression: result.compression[$0.path] ?? "")
+        }
+        if output.json {
+            Output.json(Report(package: out, name: manifest.name, version: manifest.version, sequence: manifest.sequence,
+                               created: manifest.created.rfc3339, expires: manifest.expires?.rfc3339, algorithm: manifest.algorithm.id,
+                               key_id: manifest.keyID.hex, files: files))
+            return
+        }
+        let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }
+        Output.line("packed \(manifest.files.count) file\(manifest.files.count == 1 ? "" : "s") (\(total) bytes) into \(out)")
+        Output.line("  \(manifest.name) \(manifest.version), sequence \(manifest.sequence), \(manifest.algorithm.id), key \(manifest.keyID.short)")
+    }
+}
