@@ -24,16 +24,27 @@ struct SignetCommand: ParsableCommand {
           5  environment: missing file, permission denied, I/O error, file exists
 
         Every subcommand takes --json: one JSON document on stdout (with an "error" object on failure).
+        'signet --version' shows the versions of Signet, OpenSSL and libzip.
         """,
-        version: SignetVersion.summary,
-        subcommands: [Keygen.self, Sign.self, Verify.self, Pack.self]
+        // No `version:` and no root --version option: ArgumentParser would then claim --version in
+        // every subcommand, and `signet pack --version 1.0` (FORMAT.md) would misparse.
+        // `signet --version` is recognised in main() instead.
+        subcommands: [Keygen.self, Sign.self, Verify.self, Pack.self, Inspect.self]
     )
+
+    func run() throws {
+        print(SignetCommand.helpMessage())
+    }
 }
 
 @main
 enum Main {
     static func main() {
         let wantsJSON = CommandLine.arguments.dropFirst().contains("--json")
+        if CommandLine.arguments.dropFirst() == ["--version"] {
+            print(SignetVersion.summary)
+            exit(0)
+        }
         do {
             var command = try SignetCommand.parseAsRoot()
             try command.run()
