@@ -49,7 +49,7 @@ let package = Package(
         .testTarget(
             name: "SignetTests",
             dependencies: ["Signet", "SignetTestSupport"],
-            resources: [.copy("Fixtures"), .copy("Vectors")]
+            resources: [.copy("Fixtures"), .copy("Vectors"), .copy("Hostile")]
         ),
         .testTarget(
             name: "SignetCLITests",

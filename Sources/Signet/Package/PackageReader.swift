@@ -1,0 +1,273 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Limits applied to untrusted packages before anything is believed.
+public struct PackageLimits: Sendable {
+    /// Most resources a package may hold.
+    public var maxFiles: Int = 50_000
+    /// Most uncompressed bytes all resources may add up to.
+    public var maxTotalSize: UInt64 = 16 << 30
+    /// Largest allowed ratio of uncompressed to compressed size for one entry (deflate bombs).
+    public var maxRatio: UInt64 = 1_000
+    /// Largest manifest.
+    public var maxManifestSize: UInt64 = 64 << 20
+
+    /// The defaults.
+    public init() {}
+}
+
+/// A package's contents as read from the archive, checked for structure but not for trust.
+public struct PackageContents: Sendable {
+    /// One resource entry.
+    public struct Resource: Sendable, Equatable {
+        /// Its path.
+        public let path: String
+        /// Uncompressed size claimed by the archive.
+        public let size: UInt64
+        /// Compressed size.
+        public let compressedSize: UInt64
+        /// "stored" or "deflated".
+        public let compression: String
+    }
+
+    /// The package file.
+    public let path: String
+    /// Resources in archive order.
+    public let resources: [Resource]
+    /// The manifest, parsed. Not trustworthy until ``PackageReader/verify(_:policy:limits:now:)`` says so.
+    public let manifest: Manifest
+    /// Whether the package carries a signer certificate.
+    public let hasSignerCertificate: Bool
+}
+
+/// The outcome of verifying a package: a value, not an error (FORMAT.md exit 0, 1 or 3).
+public struct PackageVerification: Sendable {
+    /// Why a package was rejected. An open set.
+    public struct Failure: Hashable, Sendable, CustomStringConvertible {
+        /// Stable identifier.
+        public let name: String
+        /// 1 for verification failures, 3 for an untrusted signer.
+        public let exitStatus: SignetError.ExitStatus
+        /// Creates a failure kind.
+        public init(_ name: String, exitStatus: SignetError.ExitStatus) {
+            self.name = name
+            self.exitStatus = exitStatus
+        }
+        public var description: String { name }
+
+        /// No trusted key has the manifest's key id.
+        public static let untrustedSigner = Failure("untrusted-signer", exitStatus: .untrusted)
+        /// The manifest signature does not verify.
+        public static let badManifestSignature = Failure("bad-manifest-signature", exitStatus: .verificationFailed)
+        /// The package is past its `expires` time.
+        public static let expired = Failure("expired", exitStatus: .verificationFailed)
+        /// A resource is in the manifest but not in the archive, or has no signature.
+        public static let missing = Failure("missing", exitStatus: .verificationFailed)
+        /// A resource is in the archive but not in the manifest.
+        public static let extra = Failure("extra", exitStatus: .verificationFailed)
+        /// A resource's size or SHA-256 differs from the manifest.
+        public static let modified = Failure("modified", exitStatus: .verificationFailed)
+        /// A resource's own signature does not verify.
+        public static let badSignature = Failure("bad-signature", exitStatus: .verificationFailed)
+    }
+
+    /// The checked contents.
+    public let contents: PackageContents
+    /// The trusted key that signed the package, when it verified.
+    public let signer: PublicKey?
+    /// Why it did not verify.
+    public let failure: Failure?
+    /// The entry concerned, if any.
+    public let entry: String?
+    /// A sentence for a person.
+    public let message: String
+
+    /// True when every check passed.
+    public var isValid: Bool { failure == nil }
+}
+
+/// Reads and verifies packages without extracting anything (FORMAT.md §2).
+public enum PackageReader {
+    /// Checks the archive's structure and every entry name, and parses the manifest (without
+    /// trusting it). Throws ``SignetError`` with `.malformedArchive` or `.malformedManifest`
+    /// (exit 4) for anything a valid package cannot contain.
+    public static func contents(of path: String, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
+        let reader = try ZipReader(path: path)
+        let layout = try Layout(reader: reader, limits: limits)
+        let manifest = try Manifest.parse(try reader.readAll(layout.manifest, limit: limits.maxManifestSize, name: ".signet/manifest.json"))
+        return layout.contents(manifest: manifest)
+    }
+
+    /// Verifies a package against a trust policy: the manifest signature over the stored bytes
+    /// first (before parsing them), then expiry, the exact set of resources, and each resource's
+    /// size, SHA-256 and own signature, streaming every entry.
+    public static func verify(_ path: String, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
+                              now: Timestamp = .now) throws -> PackageVerification {
+        let reader = try ZipReader(path: path)
+        let layout = try Layout(reader: reader, limits: limits)
+        let manifestBytes = try reader.readAll(layout.manifest, limit: limits.maxManifestSize, name: ".signet/manifest.json")
+        let signature = try reader.readAll(layout.manifestSignature, limit: 64 * 1024, name: ".signet/manifest.json.sig")
+
+        // Which key and algorithm signed the bytes as stored. Nothing in them is read before this.
+        var signer: (PublicKey, SignatureAlgorithm)? = nil
+        search: for algorithm in SignatureAlgorithm.all {
+            let digest = try Digest.compute(manifestBytes, algorithm: algorithm.digest)
+            let result = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm)
+            if let key = result.signer {
+                signer = (key, algorithm)
+                break search
+            }
+        }
+        let manifest = try Manifest.parse(manifestBytes)
+        let contents = layout.contents(manifest: manifest)
+        func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String? = nil) -> PackageVerification {
+            PackageVerification(contents: contents, signer: nil, failure: failure, entry: entry, message: message)
+        }
+        guard let (key, algorithm) = signer else {
+            if policy.key(withID: manifest.keyID) == nil {
+                return verdict(.untrustedSigner, "the package is signed by key \(manifest.keyID.short), which is not among the trusted keys (\(policy.keys.map(\.keyID.short).joined(separator: ", ")))", entry: ".signet/manifest.json")
+            }
+            return verdict(.badManifestSignature, "the manifest signature does not verify with the trusted key \(manifest.keyID.short): the manifest or its signature was altered", entry: ".signet/manifest.json.sig")
+        }
+        guard key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
+            return verdict(.badManifestSignature, "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)", entry: ".signet/manifest.json")
+        }
+        if let expires = manifest.expires, expires < now {
+            return verdict(.expired, "the package expired at \(expires) (it is now \(now)); get a newer release", entry: ".signet/manifest.json")
+        }
+        // The archive's resources must be exactly the manifest's files.
+        let listed = Dictionary(manifest.files.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+        for resource in layout.resources.keys.sorted(by: ResourcePath.byteOrder) where listed[resource] == nil {
+            return verdict(.extra, "the archive holds '\(resource)', which the manifest does not list", entry: resource)
+        }
+        for signed in layout.signatures.keys.sorted(by: ResourcePath.byteOrder) where listed[signed] == nil {
+            return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: ".signet/sigs/\(signed).sig")
+        }
+        let verifier = Verifier(policy: TrustPolicy(keys: [key]))
+        for file in manifest.files {
+            guard let entry = layout.resources[file.path] else {
+                return verdict(.missing, "the manifest lists '\(file.path)', but the archive does not hold it", entry: file.path)
+            }
+            guard let signatureEntry = layout.signatures[file.path] else {
+                return verdict(.missing, "'\(file.path)' has no signature (.signet/sigs/\(file.path).sig)", entry: file.path)
+            }
+            let hashers = try (algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, algorithm.digest]).map { try Digest.Hasher($0) }
+            let read = try reader.read(entry, limit: file.size, name: file.path) { chunk in hashers.forEach { $0.update(chunk) } }
+            guard read == file.size else {
+                return verdict(.modified, "'\(file.path)' is \(read > file.size ? "longer than" : "\(read) bytes, not") the \(file.size) bytes the manifest says", entry: file.path)
+            }
+            let digests = try hashers.map { try $0.finalize() }
+            guard digests[0].hex == file.sha256 else {
+                return verdict(.modified, "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
+            }
+            let fileSignature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: ".signet/sigs/\(file.path).sig")
+            let result = verifier.verify(signature: fileSignature, digest: digests[digests.count - 1], algorithm: algorithm)
+            guard result.isValid else {
+                return verdict(.badSignature, "the signature of '\(file.path)' is invalid: \(result.message)", entry: ".signet/sigs/\(file.path).sig")
+            }
+        }
+        return PackageVerification(contents: contents, signer: key, failure: nil, entry: nil,
+                                   message: "\(manifest.name) \(manifest.version) (sequence \(manifest.sequence)) verified: \(manifest.files.count) files signed by key \(key.keyID.short)")
+    }
+
+    /// The entries of a package, sorted into resources and `.signet/` entries, after every check
+    /// that needs no key: names, types, encryption, compression methods, duplicates, limits.
+    struct Layout {
+        var resources: [String: ZipReader.Entry] = [:]
+        var resourceOrder: [String] = []
+        var signatures: [String: ZipReader.Entry] = [:]
+        var manifest: ZipReader.Entry
+        var manifestSignature: ZipReader.Entry
+        var signerCertificate: ZipReader.Entry?
+        let path: String
+
+        init(reader: ZipReader, limits: PackageLimits) throws {
+            let path = reader.path
+            self.path = path
+            func malformed(_ reason: String, entry: String?) -> SignetError {
+                SignetError(.malformedArchive, "package '\(path)' is malformed: \(reason)", path: path, entry: entry)
+            }
+            var manifest: ZipReader.Entry?
+            var manifestSignature: ZipReader.Entry?
+            var seen = Set<String>()
+            var total: UInt64 = 0
+            for entry in try reader.entries() {
+                let shown = String(decoding: entry.rawName, as: UTF8.self)
+                // A zero-length name ending in / is a directory record: ignored (FORMAT.md §2).
+                if entry.rawName.last == UInt8(ascii: "/") {
+                    guard entry.size == 0, entry.compressedSize <= 2 else {
+                        throw malformed("the directory entry '\(shown)' carries data", entry: shown)
+                    }
+                    continue
+                }
+                let name: String
+                switch ResourcePath.validate(bytes: entry.rawName.starts(with: Array(".signet/".utf8)) ? Array(entry.rawName.dropFirst(8)) : entry.rawName) {
+                case .success: name = String(decoding: entry.rawName, as: UTF8.self)
+                case .failure(let refusal): throw malformed("the entry name '\(shown)' is forbidden: \(refusal.reason)", entry: shown)
+                }
+                guard !entry.encrypted else { throw malformed("the entry '\(name)' is encrypted", entry: name) }
+                guard entry.method == ZipReader.methodStore || entry.method == ZipReader.methodDeflate else {
+                    throw malformed("the entry '\(name)' uses compression method \(entry.method); only stored and deflated entries are allowed", entry: name)
+                }
+                if let mode = entry.unixMode, mode & 0o170000 != 0, mode & 0o170000 != 0o100000 {
+                    let kind = mode & 0o170000 == 0o120000 ? "a symbolic link" : "not a regular file"
+                    throw malformed("the entry '\(name)' is \(kind)", entry: name)
+                }
+                // Swift compares Strings by canonical equivalence: NFC/NFD twins collide here.
+                guard seen.insert(name).inserted else {
+                    throw malformed("the entry '\(name)' appears twice (or twice after Unicode normalisation)", entry: name)
+                }
+                if entry.compressedSize > 0, entry.size / entry.compressedSize > limits.maxRatio {
+                    throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio)); refusing a likely deflate bomb", entry: name)
+                }
+                switch name {
+                case ".signet/manifest.json": manifest = entry
+                case ".signet/manifest.json.sig": manifestSignature = entry
+                case ".signet/certs/signer.der": signerCertificate = entry
+                default:
+                    if name.hasPrefix(".signet/sigs/"), name.hasSuffix(".sig") {
+                        let resource = String(name.dropFirst(".signet/sigs/".count).dropLast(4))
+                        guard case .success = ResourcePath.validate(resource) else {
+                            throw malformed("the signature entry '\(name)' does not name a valid resource path", entry: name)
+                        }
+                        signatures[resource] = entry
+                    } else if name.hasPrefix(".signet/certs/chain-"), name.hasSuffix(".der"),
+                              UInt(name.dropFirst(".signet/certs/chain-".count).dropLast(4)) != nil {
+                        continue
+                    } else if name.hasPrefix(".signet/") {
+                        throw malformed("unknown entry '\(name)' under .signet/", entry: name)
+                    } else {
+                        resources[name] = entry
+                        resourceOrder.append(name)
+                        total += entry.size
+                        guard resources.count <= limits.maxFiles else {
+                            throw malformed("it holds more than \(limits.maxFiles) resources", entry: nil)
+                        }
+                        guard total <= limits.maxTotalSize else {
+                            throw malformed("its resources add up to more than \(limits.maxTotalSize) bytes", entry: name)
+                        }
+                    }
+                }
+            }
+            guard let manifest else {
+                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json; if it is an older bare package (FILE + FILE.sig), it needs --bare", path: path, entry: ".signet/manifest.json")
+            }
+            guard let manifestSignature else {
+                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json.sig: it is not signed", path: path, entry: ".signet/manifest.json.sig")
+            }
+            self.manifest = manifest
+            self.manifestSignature = manifestSignature
+        }
+
+        func contents(manifest: Manifest) -> PackageContents {
+            PackageContents(path: path, resources: resourceOrder.map { name in
+                let entry = resources[name]!
+                return .init(path: name, size: entry.size, compressedSize: entry.compressedSize,
+                             compression: entry.method == ZipReader.methodStore ? "stored" : "deflated")
+            }, manifest: manifest, hasSignerCertificate: signerCertificate != nil)
+        }
+    }
+}

@@ -1,0 +1,123 @@
+import ArgumentParser
+import Foundation
+import Signet
+
+struct Inspect: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show what a package holds and, with --pubkey, whether it verifies. Extracts nothing.",
+        discussion: """
+        Without --pubkey the manifest is shown as stored, NOT verified. With --pubkey every \
+        check unpack makes is made, streaming each entry: manifest signature, expiry, the exact \
+        set of files, and each file's size, SHA-256 and signature.
+
+        Exit 0 if the package verifies (or, without keys, is well-formed), 1 if it fails \
+        verification, 3 if its signer is not trusted, 4 if it is malformed.
+
+        Example:
+          signet inspect app-1.4.2.zip --pubkey keys/public_key.der
+        """
+    )
+
+    @Argument(help: ArgumentHelp("The package.", valueName: "pkg.zip"))
+    var package: String
+
+    @Option(name: .long, help: ArgumentHelp(
+        "A trusted public key or certificate (DER or PEM); repeat for several. Without it nothing is verified.",
+        valueName: "pub"))
+    var pubkey: [String] = []
+
+    @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
+    var allowWeakKey = false
+
+    @OptionGroup var output: OutputOptions
+
+    struct FileEntry: Encodable {
+        let path: String
+        let size: UInt64
+        let sha256: String
+        let mode: String
+        let compressed_size: UInt64?
+        let compression: String?
+    }
+
+    struct Report: Encodable {
+        let package: String
+        let name: String
+        let version: String
+        let sequence: UInt64
+        let created: String
+        let expires: String?
+        let algorithm: String
+        let key_id: String
+        let verified: Bool
+        let verdict: String
+        let signer: String?
+        let files: [FileEntry]
+        let error: Output.ErrorBody?
+    }
+
+    func run() throws {
+        let verification: PackageVerification?
+        let contents: PackageContents
+        if pubkey.isEmpty {
+            verification = nil
+            contents = try PackageReader.contents(of: package)
+        } else {
+            let policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
+            let result = try PackageReader.verify(package, policy: policy)
+            verification = result
+            contents = result.contents
+        }
+        let manifest = contents.manifest
+        let stored = Dictionary(contents.resources.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+        let failure = verification.flatMap { result in
+            result.failure.map { failure in
+                SignetError(SignetError.Code(failure.name, exitStatus: failure.exitStatus), result.message, path: package, entry: result.entry)
+            }
+        }
+        let verdict = verification.map { $0.isValid ? "valid" : ($0.failure == .untrustedSigner ? "untrusted" : "invalid") } ?? "not-checked"
+        if output.json {
+            Output.json(Report(
+                package: package, name: manifest.name, version: manifest.version, sequence: manifest.sequence,
+                created: manifest.created.rfc3339, expires: manifest.expires?.rfc3339, algorithm: manifest.algorithm.id,
+                key_id: manifest.keyID.hex, verified: verification?.isValid ?? false, verdict: verdict,
+                signer: verification?.signer?.keyID.hex,
+                files: manifest.files.map {
+                    FileEntry(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
+                              compressed_size: stored[$0.path]?.compressedSize, compression: stored[$0.path]?.compression)
+                },
+                error: failure.map(Output.errorBody)))
+        } else {
+            Output.line("""
+            package:   \(package)
+            name:      \(manifest.name)
+            version:   \(manifest.version)
+            sequence:  \(manifest.sequence)
+            created:   \(manifest.created)
+            expires:   \(manifest.expires?.rfc3339 ?? "never")
+            algorithm: \(manifest.algorithm.id)
+            key id:    \(manifest.keyID.hex)
+            files:     \(manifest.files.count)
+            """)
+            for file in manifest.files {
+                let entry = stored[file.path]
+                Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \((entry?.compression ?? "missing").padding(toLength: 8, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
+            }
+            if let verification {
+                Output.line(verification.isValid ? "verified:  yes — \(verification.message)" : "verified:  NO")
+            } else {
+                Output.line("verified:  not checked (the manifest above is as stored; pass --pubkey to verify)")
+            }
+        }
+        if let failure {
+            Output.standardError("signet: \(package): \(failure.reason)\n")
+            throw ExitCode(failure.code.exitStatus.rawValue)
+        }
+    }
+}
+
+extension String {
+    func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+@Suite("signet pack / inspect, run as a binary")
+struct PackCLITests {
+    static func tree(_ work: Workspace) throws -> String {
+        let root = work.directory.file("dist")
+        try FileManager.default.createDirectory(atPath: root + "/img", withIntermediateDirectories: true)
+        try Data(String(repeating: "config line\n", count: 200).utf8).write(to: URL(fileURLWithPath: root + "/app.conf"))
+        try work.directory.writeRandom("dist/img/logo.png", count: 3000)
+        return root
+    }
+
+    @Test("pack then inspect: unverified view, verified, untrusted (3), tampered (1), truncated (4)")
+    func packInspect() throws {
+        let work = try Workspace()
+        let root = try Self.tree(work)
+        let package = work.directory.file("app.zip")
+        let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                                  "--name", "app", "--version", "1.2.3", "--sequence", "5", "--out", package, "--json"])
+        #expect(packed.status == 0, "\(packed.stderr)")
+        let report = try packed.json()
+        #expect(report["key_id"] as? String == work.keyID)
+        #expect((report["files"] as? [[String: Any]])?.map { $0["path"] as? String } == ["app.conf", "img/logo.png"])
+        #expect((report["files"] as? [[String: Any]])?.last?["compression"] as? String == "stored")
+
+        let plain = try CLI.run(["inspect", package])
+        #expect(plain.status == 0)
+        #expect(plain.stdoutText.contains("not checked"))
+        #expect(plain.stdoutText.contains("sequence:  5"))
+
+        let verified = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--json"])
+        #expect(verified.status == 0, "\(verified.stderr)")
+        #expect(try verified.json()["verdict"] as? String == "valid")
+        #expect(try verified.json()["signer"] as? String == work.keyID)
+
+        let other = try Workspace()
+        let untrusted = try CLI.run(["inspect", package, "--pubkey", other.publicDER, "--json"])
+        #expect(untrusted.status == 3)
+        #expect((try untrusted.json()["error"] as? [String: Any])?["code"] as? String == "untrusted-signer")
+
+        // Change one stored byte of a resource (the PNG is stored, so its bytes are in the archive as is).
+        var bytes = Array(try contents(package))
+        let png = Array(try contents(root + "/img/logo.png"))
+        let at = try #require(bytes.firstRange(of: png.prefix(64))).lowerBound + 100
+        bytes[at] ^= 0xff
+        let tampered = try work.directory.write("tampered.zip", Data(bytes))
+        let bad = try CLI.run(["inspect", tampered, "--pubkey", work.publicDER])
+        #expect(bad.status == 4 || bad.status == 1, "a flipped byte is a CRC error (4) or a hash mismatch (1): \(bad.stderr)")
+        #expect(bad.stderr.contains("img/logo.png"), "the message names the entry: \(bad.stderr)")
+
+        let truncated = try work.directory.write("truncated.zip", Data(bytes.prefix(bytes.count / 2)))
+        let cut = try CLI.run(["inspect", truncated, "--pubkey", work.publicDER, "--json"])
+        #expect(cut.status == 4)
+        #expect((try cut.json()["error"] as? [String: Any])?["code"] as? String == "malformed-archive")
+    }
+
+    @Test("pack refuses what it must, with usage errors (2) and environment errors (5)")
+    func packRefusals() throws {
+        let work = try Workspace()
+        let root = try Self.tree(work)
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile]
+        let out = work.directory.file("p.zip")
+        #expect(try CLI.run(["pack", root] + key + ["--version", "1", "--out", out]).status == 2)
+        #expect(try CLI.run(["pack", root] + key + ["--name", "n", "--version", "1", "--out", out, "--expires", "tomorrow"]).status == 2)
+        #expect(try CLI.run(["pack", root] + key + ["--name", "n", "--version", "1", "--out", out, "--store", "--compression-level", "9"]).status == 2)
+        symlink("/etc/passwd", root + "/passwd")
+        let link = try CLI.run(["pack", root] + key + ["--name", "n", "--version", "1", "--out", out])
+        #expect(link.status == 2)
+        #expect(link.stderr.contains("symbolic link"))
+        unlink(root + "/passwd")
+        let missing = try CLI.run(["pack", root, work.directory.file("nope")] + key + ["--name", "n", "--version", "1", "--out", out])
+        #expect(missing.status == 5)
+        #expect(!FileManager.default.fileExists(atPath: out), "a failed pack leaves no package")
+    }
+}

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Builds hostile variants of a valid Signet package, for the tests.
+
+    hostile.py VALID.zip KEY.pem MUTATION OUT.zip
+
+Reads every entry of VALID.zip, applies MUTATION, re-signs what must still verify (with the
+openssl CLI and KEY.pem), and writes OUT.zip. Some mutations patch the written bytes directly
+(names that zipfile cannot write, CRCs, offsets, truncation).
+"""
+import hashlib, io, json, struct, subprocess, sys, zipfile, zlib
+
+valid, key, mutation, out = sys.argv[1:5]
+src = zipfile.ZipFile(valid)
+entries = [(i.filename, src.read(i.filename)) for i in src.infolist()]
+names = [n for n, _ in entries]
+resources = [n for n in names if not n.startswith(".signet/")]
+first = resources[0]
+
+
+def sign(data):
+    p = subprocess.run(["openssl", "dgst", "-sha256", "-sign", key], input=data, capture_output=True, check=True)
+    return p.stdout
+
+
+def manifest():
+    return json.loads(dict(entries)[".signet/manifest.json"])
+
+
+def set_manifest(m):
+    data = (json.dumps(m, sort_keys=True, indent=2) + "\n").encode()
+    replace(".signet/manifest.json", data)
+    replace(".signet/manifest.json.sig", sign(data))
+
+
+def replace(name, data):
+    global entries
+    entries = [(n, data if n == name else d) for n, d in entries]
+
+
+def add_resource(name, data, listed=True):
+    """A resource with a valid signature; in the manifest only if listed."""
+    entries.insert(0, (name, data))
+    entries.append((".signet/sigs/" + name + ".sig", sign(data)))
+    if listed:
+        m = manifest()
+        m["files"].append({"mode": "0644", "path": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+        set_manifest(m)
+
+
+patches = []          # (placeholder bytes, real bytes): renamed in the written file
+infos = {}            # name -> ZipInfo overrides
+compress = {}         # name -> method
+
+if mutation == "traversal":
+    add_resource("../evil.txt", b"x")
+elif mutation == "absolute":
+    add_resource("/etc/evil", b"x")
+elif mutation == "backslash":
+    add_resource("dir\\evil.txt", b"x")
+elif mutation == "dotdot-inside":
+    add_resource("a/../../b", b"x")
+elif mutation == "nul-name":
+    add_resource("nulXname", b"x")
+    patches.append((b"nulXname", b"nul\x00name"))
+elif mutation == "control-name":
+    add_resource("bell\x07.txt", b"x")
+elif mutation == "invalid-utf8":
+    add_resource("badXXutf8", b"x")
+    patches.append((b"badXXutf8", b"bad\xff\xfeutf8"))
+elif mutation == "long-name":
+    add_resource("d/" + "n" * 300, b"x")
+elif mutation == "symlink":
+    add_resource("link", b"/etc/passwd")
+    infos["link"] = 0o120777
+elif mutation == "duplicate":
+    entries.append((first, b"second copy"))
+elif mutation == "duplicate-first":
+    entries.insert(0, (first, b"earlier copy"))
+elif mutation == "nfc-twins":
+    add_resource("caf\u00e9.txt", b"1")
+    add_resource("cafe\u0301.txt", b"2")
+elif mutation == "directory-with-data":
+    entries.insert(0, ("dir/", b"data in a directory entry"))
+elif mutation == "encrypted":
+    infos[first] = "encrypted"
+elif mutation == "unknown-signet-entry":
+    entries.append((".signet/extra.txt", b"?"))
+elif mutation == "extra-resource":
+    add_resource("smuggled.txt", b"not in the manifest", listed=False)
+elif mutation == "missing-resource":
+    entries = [(n, d) for n, d in entries if n != first]
+elif mutation == "missing-signature":
+    entries = [(n, d) for n, d in entries if n != ".signet/sigs/" + first + ".sig"]
+elif mutation == "missing-manifest":
+    entries = [(n, d) for n, d in entries if not n.startswith(".signet/manifest.json")]
+elif mutation == "missing-manifest-signature":
+    entries = [(n, d) for n, d in entries if n != ".signet/manifest.json.sig"]
+elif mutation == "modified-resource":
+    replace(first, dict(entries)[first] + b"!")
+elif mutation == "modified-manifest":
+    replace(".signet/manifest.json", dict(entries)[".signet/manifest.json"].replace(b'"version"', b'"version" ', 1))
+elif mutation == "long-signature":
+    replace(".signet/sigs/" + first + ".sig", dict(entries)[".signet/sigs/" + first + ".sig"] + b"\x00\x00")
+elif mutation == "short-signature":
+    replace(".signet/sigs/" + first + ".sig", dict(entries)[".signet/sigs/" + first + ".sig"][:-1])
+elif mutation == "swapped-signature":
+    other = resources[1]
+    replace(".signet/sigs/" + first + ".sig", dict(entries)[".signet/sigs/" + other + ".sig"])
+elif mutation == "not-json":
+    set_manifest_bytes = b"this is not json"
+    replace(".signet/manifest.json", set_manifest_bytes)
+    replace(".signet/manifest.json.sig", sign(set_manifest_bytes))
+elif mutation == "wrong-format":
+    m = manifest(); m["format"] = "signet/2"; set_manifest(m)
+elif mutation == "expired":
+    m = manifest(); m["created"] = "2020-01-01T00:00:00Z"; m["expires"] = "2021-01-01T00:00:00Z"; set_manifest(m)
+elif mutation == "deflate-bomb":
+    bomb = b"\x00" * (200 << 20)
+    add_resource("bomb.bin", bomb)
+    compress["bomb.bin"] = zipfile.ZIP_DEFLATED
+elif mutation == "size-lie":
+    # The central directory claims a small size; the data inflates to far more.
+    data = b"A" * (4 << 20)
+    add_resource("lie.bin", b"A" * 16)
+    entries[0] = ("lie.bin", data)
+    compress["lie.bin"] = zipfile.ZIP_DEFLATED
+    infos["lie.bin"] = "lie"
+elif mutation in ("bad-crc", "truncated", "overlapping", "too-many-files", "valid"):
+    pass
+else:
+    sys.exit("unknown mutation " + mutation)
+
+if mutation == "too-many-files":
+    for i in range(100_000):
+        entries.insert(0, ("many/%06d" % i, b""))
+
+buffer = io.BytesIO()
+with zipfile.ZipFile(buffer, "w") as z:
+    for name, data in entries:
+        info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = compress.get(name, zipfile.ZIP_STORED)
+        info.external_attr = 0o100644 << 16
+        override = infos.get(name)
+        if isinstance(override, int):
+            info.external_attr = override << 16
+        if override == "encrypted":
+            info.flag_bits |= 0x1
+        z.writestr(info, data)
+raw = bytearray(buffer.getvalue())
+
+def central_records():
+    end = raw.rindex(b"PK\x05\x06")
+    count, size, offset = struct.unpack("<HII", raw[end + 10:end + 20])
+    position = offset
+    for _ in range(count):
+        name_length, extra_length, comment_length = struct.unpack("<HHH", raw[position + 28:position + 34])
+        yield position, bytes(raw[position + 46:position + 46 + name_length])
+        position += 46 + name_length + extra_length + comment_length
+
+if infos.get("lie.bin") == "lie":
+    for position, name in central_records():
+        if name == b"lie.bin":
+            local = struct.unpack("<I", raw[position + 42:position + 46])[0]
+            raw[position + 24:position + 28] = struct.pack("<I", 16)
+            raw[local + 22:local + 26] = struct.pack("<I", 16)
+if mutation == "bad-crc":
+    for position, name in central_records():
+        if name == first.encode():
+            local = struct.unpack("<I", raw[position + 42:position + 46])[0]
+            crc = struct.unpack("<I", raw[position + 16:position + 20])[0] ^ 0xFFFFFFFF
+            raw[position + 16:position + 20] = struct.pack("<I", crc)
+            raw[local + 14:local + 18] = struct.pack("<I", crc)
+if mutation == "overlapping":
+    records = list(central_records())
+    target = struct.unpack("<I", raw[records[0][0] + 42:records[0][0] + 46])[0]
+    raw[records[1][0] + 42:records[1][0] + 46] = struct.pack("<I", target)
+for placeholder, real in patches:
+    # Only in the name fields of the central and local headers, not in data that mentions it.
+    assert len(placeholder) == len(real)
+    for position, name in list(central_records()):
+        if name == placeholder:
+            local = struct.unpack("<I", raw[position + 42:position + 46])[0]
+            raw[position + 46:position + 46 + len(real)] = real
+            raw[local + 30:local + 30 + len(real)] = real
+if mutation == "encrypted":
+    # zipfile will not write the flag itself: set bit 0 (encrypted) in both headers.
+    for position, name in central_records():
+        if name == first.encode():
+            local = struct.unpack("<I", raw[position + 42:position + 46])[0]
+            raw[position + 8] |= 1
+            raw[local + 6] |= 1
+if mutation == "truncated":
+    raw = raw[: len(raw) * 2 // 3]
+open(out, "wb").write(raw)

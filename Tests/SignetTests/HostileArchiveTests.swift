@@ -1,0 +1,116 @@
+import Foundation
+import Testing
+@testable import Signet
+import SignetTestSupport
+
+/// Hostile packages, built from a valid one by Tests/SignetTests/Hostile/hostile.py, each refused
+/// by inspect/verify with the exit code FORMAT.md documents.
+@Suite("Hostile archives")
+struct HostileArchiveTests {
+    enum Expected: Sendable, CustomStringConvertible {
+        /// A thrown SignetError with this code (exit 4 for malformed input, 1 for packageInvalid).
+        case error(SignetError.Code, String)
+        /// A verdict with this failure.
+        case verdict(PackageVerification.Failure, String)
+        var description: String {
+            switch self {
+            case .error(let code, _): "\(code)"
+            case .verdict(let failure, _): "\(failure)"
+            }
+        }
+    }
+
+    struct Case: Sendable, CustomTestStringConvertible {
+        let mutation: String
+        let expected: Expected
+        var testDescription: String { "\(mutation) → \(expected)" }
+    }
+
+    static let cases: [Case] = [
+        Case(mutation: "traversal", expected: .error(.malformedArchive, "'..'")),
+        Case(mutation: "absolute", expected: .error(.malformedArchive, "absolute path")),
+        Case(mutation: "backslash", expected: .error(.malformedArchive, "backslash")),
+        Case(mutation: "dotdot-inside", expected: .error(.malformedArchive, "'..'")),
+        Case(mutation: "nul-name", expected: .error(.malformedArchive, "NUL")),
+        Case(mutation: "control-name", expected: .error(.malformedArchive, "control character")),
+        Case(mutation: "invalid-utf8", expected: .error(.malformedArchive, "not valid UTF-8")),
+        Case(mutation: "long-name", expected: .error(.malformedArchive, "at most 255")),
+        Case(mutation: "symlink", expected: .error(.malformedArchive, "symbolic link")),
+        Case(mutation: "duplicate", expected: .error(.malformedArchive, "same name")),
+        Case(mutation: "duplicate-first", expected: .error(.malformedArchive, "same name")),
+        Case(mutation: "nfc-twins", expected: .error(.malformedArchive, "Unicode normalisation")),
+        Case(mutation: "directory-with-data", expected: .error(.malformedArchive, "carries data")),
+        Case(mutation: "encrypted", expected: .error(.malformedArchive, "encrypted")),
+        Case(mutation: "unknown-signet-entry", expected: .error(.malformedArchive, "unknown entry '.signet/extra.txt'")),
+        Case(mutation: "deflate-bomb", expected: .error(.malformedArchive, "deflate bomb")),
+        Case(mutation: "bad-crc", expected: .error(.malformedArchive, "corrupt")),
+        Case(mutation: "truncated", expected: .error(.malformedArchive, "truncated")),
+        Case(mutation: "overlapping", expected: .error(.malformedArchive, "inconsistent")),
+        Case(mutation: "too-many-files", expected: .error(.malformedArchive, "more than 50000 resources")),
+        Case(mutation: "not-json", expected: .error(.malformedManifest, "not JSON")),
+        Case(mutation: "wrong-format", expected: .error(.malformedManifest, "signet/2")),
+        Case(mutation: "missing-manifest", expected: .error(.packageInvalid, "no .signet/manifest.json")),
+        Case(mutation: "missing-manifest-signature", expected: .error(.packageInvalid, "not signed")),
+        Case(mutation: "extra-resource", expected: .verdict(.extra, "smuggled.txt")),
+        Case(mutation: "missing-resource", expected: .verdict(.missing, "does not hold it")),
+        Case(mutation: "missing-signature", expected: .verdict(.missing, "has no signature")),
+        Case(mutation: "modified-resource", expected: .verdict(.modified, "bytes")),
+        Case(mutation: "size-lie", expected: .verdict(.modified, "lie.bin")),
+        Case(mutation: "modified-manifest", expected: .verdict(.badManifestSignature, "does not verify")),
+        Case(mutation: "long-signature", expected: .verdict(.badSignature, "258 bytes")),
+        Case(mutation: "short-signature", expected: .verdict(.badSignature, "255 bytes")),
+        Case(mutation: "swapped-signature", expected: .verdict(.badSignature, "does not verify")),
+        Case(mutation: "expired", expected: .verdict(.expired, "expired at 2021-01-01T00:00:00Z")),
+    ]
+
+    /// A valid package of the fixture key, and the generator's output for `mutation`.
+    static func build(_ mutation: String, in directory: TemporaryDirectory) throws -> String {
+        let root = directory.file("tree")
+        try FileManager.default.createDirectory(atPath: root + "/sub", withIntermediateDirectories: true)
+        try Data(String(repeating: "resource one\n", count: 100).utf8).write(to: URL(fileURLWithPath: root + "/a.txt"))
+        try Data("resource two\n".utf8).write(to: URL(fileURLWithPath: root + "/sub/b.txt"))
+        let valid = directory.file("valid.zip")
+        _ = try PackageBuilder.pack([root], to: valid, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "hostile", version: "1"))
+        let out = directory.file("\(mutation).zip")
+        let generator = Bundle.module.url(forResource: "Hostile", withExtension: nil)!.path + "/hostile.py"
+        let made = try run("python3", [generator, valid, Fixtures.key("rsa2048-pkcs8.pem"), mutation, out])
+        guard made.status == 0 else { throw SupportError("hostile.py \(mutation) failed: \(made.stderr)") }
+        return out
+    }
+
+    @Test("the generator's unmutated output verifies (so the refusals below are about the mutation)")
+    func control() throws {
+        let directory = try TemporaryDirectory()
+        let result = try PackageReader.verify(try Self.build("valid", in: directory), policy: Fixtures.trust("rsa2048-spki.der"))
+        #expect(result.isValid, "\(result.message)")
+    }
+
+    @Test("each hostile archive is refused with its documented outcome", arguments: cases)
+    func refused(_ test: Case) throws {
+        let directory = try TemporaryDirectory()
+        let package = try Self.build(test.mutation, in: directory)
+        let policy = try Fixtures.trust("rsa2048-spki.der")
+        switch test.expected {
+        case .error(let code, let words):
+            let error = signetError { _ = try PackageReader.verify(package, policy: policy) }
+            #expect(error?.code == code, "\(test.mutation): \(error?.description ?? "accepted")")
+            #expect(error?.reason.contains(words) == true, "\(test.mutation): \(error?.reason ?? "")")
+            if code == .malformedArchive || code == .malformedManifest { #expect(error?.code.exitStatus.rawValue == 4) }
+        case .verdict(let failure, let words):
+            let result = try PackageReader.verify(package, policy: policy)
+            #expect(result.failure == failure, "\(test.mutation): \(result.message)")
+            #expect(result.message.contains(words), "\(test.mutation): \(result.message)")
+            #expect(failure.exitStatus.rawValue == 1)
+        }
+    }
+
+    @Test("a package signed by a key that is not trusted is untrusted (exit 3), whatever else is trusted")
+    func untrusted() throws {
+        let directory = try TemporaryDirectory()
+        let package = try Self.build("valid", in: directory)
+        let result = try PackageReader.verify(package, policy: Fixtures.trust("other3072-spki.der"))
+        #expect(result.failure == .untrustedSigner)
+        #expect(result.failure?.exitStatus.rawValue == 3)
+        #expect(result.message.contains("not among the trusted keys"))
+    }
+}
