@@ -51,7 +51,22 @@ if [ "$status" -ne 1 ]; then
   exit 1
 fi
 
-step "Machine-readable output"
-"$signet" verify "$work/assets/config.json" --signature "$work/assets/config.json.sig" "${pub[@]}" --json
+step "Pack the resources into a signed package (reproducible under SOURCE_DATE_EPOCH)"
+rm -f "$work"/assets/*.sig "$work"/assets/img/*.sig
+cp examples/assets/hello.txt "$work/assets/hello.txt"
+SOURCE_DATE_EPOCH=1700000000 "$signet" pack "$work/assets" "${key[@]}" --name example-assets --version 1.0.0 --out "$work/assets.zip"
+SOURCE_DATE_EPOCH=1700000000 "$signet" pack "$work/assets" "${key[@]}" --name example-assets --version 1.0.0 --out "$work/again.zip"
+cmp "$work/assets.zip" "$work/again.zip" && echo "byte-identical: $work/assets.zip"
 
-step "Done: signing and verification work on this machine"
+step "Inspect it: contents, then full verification without extracting anything"
+"$signet" inspect "$work/assets.zip" "${pub[@]}"
+
+step "Info-ZIP unzip reads it, and openssl verifies the manifest signature"
+unzip -l "$work/assets.zip"
+unzip -q "$work/assets.zip" -d "$work/unzipped"
+openssl dgst -sha256 -verify "$work/public.pem" -signature "$work/unzipped/.signet/manifest.json.sig" "$work/unzipped/.signet/manifest.json"
+
+step "Machine-readable output"
+"$signet" inspect "$work/assets.zip" "${pub[@]}" --json
+
+step "Done: signing, verification and packages work on this machine"
