@@ -21,50 +21,18 @@ struct Inspect: ParsableCommand {
     @Argument(help: ArgumentHelp("The package.", valueName: "pkg.zip"))
     var package: String
 
-    @Option(name: .long, help: ArgumentHelp(
-        "A trusted public key or certificate (DER or PEM); repeat for several. Without it nothing is verified.",
-        valueName: "pub"))
-    var pubkey: [String] = []
-
-    @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
-    var allowWeakKey = false
+    @OptionGroup var trust: TrustOptions
 
     @OptionGroup var output: OutputOptions
-
-    struct FileEntry: Encodable {
-        let path: String
-        let size: UInt64
-        let sha256: String
-        let mode: String
-        let compressed_size: UInt64?
-        let compression: String?
-    }
-
-    struct Report: Encodable {
-        let package: String
-        let name: String
-        let version: String
-        let sequence: UInt64
-        let created: String
-        let expires: String?
-        let algorithm: String
-        let key_id: String
-        let verified: Bool
-        let verdict: String
-        let signer: String?
-        let files: [FileEntry]
-        let error: Output.ErrorBody?
-    }
 
     func run() throws {
         let verification: PackageVerification?
         let contents: PackageContents
-        if pubkey.isEmpty {
+        if trust.pubkey.isEmpty {
             verification = nil
             contents = try PackageReader.contents(of: package)
         } else {
-            let policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
-            let result = try PackageReader.verify(package, policy: policy)
+            let result = try PackageReader.verify(package, policy: try trust.policy())
             verification = result
             contents = result.contents
         }
@@ -77,16 +45,13 @@ struct Inspect: ParsableCommand {
         }
         let verdict = verification.map { $0.isValid ? "valid" : ($0.failure == .untrustedSigner ? "untrusted" : "invalid") } ?? "not-checked"
         if output.json {
-            Output.json(Report(
-                package: package, name: manifest.name, version: manifest.version, sequence: manifest.sequence,
-                created: manifest.created.rfc3339, expires: manifest.expires?.rfc3339, algorithm: manifest.algorithm.id,
-                key_id: manifest.keyID.hex, verified: verification?.isValid ?? false, verdict: verdict,
-                signer: verification?.signer?.keyID.hex,
-                files: manifest.files.map {
-                    FileEntry(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
-                              compressed_size: stored[$0.path]?.compressedSize, compression: stored[$0.path]?.compression)
-                },
-                error: failure.map(Output.errorBody)))
+            var report = PackageReport(package: package, manifest: manifest,
+                                       storage: stored.mapValues { (compression: $0.compression, compressedSize: $0.compressedSize) })
+            report.verdict = verdict
+            report.verified = verification?.isValid ?? false
+            report.signer = verification?.signer?.keyID.hex
+            report.error = failure.map(Output.errorBody)
+            Output.json(report)
         } else {
             Output.line("""
             package:   \(package)

@@ -78,12 +78,6 @@ struct TrustOptions: ParsableArguments {
     @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
     var allowWeakKey = false
 
-    func validate() throws {
-        if pubkey.isEmpty {
-            throw ValidationError("give at least one trusted key with --pubkey PUB (e.g. --pubkey keys-example/public_key.der)")
-        }
-    }
-
     func policy() throws -> TrustPolicy {
         try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
     }

@@ -66,3 +66,45 @@ enum Output {
         exit(error.code.exitStatus.rawValue)
     }
 }
+
+/// The JSON document pack and inspect print: the manifest, how each file is stored, and (inspect
+/// with keys) the verdict.
+struct PackageReport: Encodable {
+    struct File: Encodable {
+        let path: String
+        let size: UInt64
+        let sha256: String
+        let mode: String
+        let compression: String?
+        let compressed_size: UInt64?
+    }
+
+    let package: String
+    let name: String
+    let version: String
+    let sequence: UInt64
+    let created: String
+    let expires: String?
+    let algorithm: String
+    let key_id: String
+    let files: [File]
+    var verdict: String? = nil
+    var verified: Bool? = nil
+    var signer: String? = nil
+    var error: Output.ErrorBody? = nil
+
+    init(package: String, manifest: Manifest, storage: [String: (compression: String, compressedSize: UInt64?)]) {
+        self.package = package
+        name = manifest.name
+        version = manifest.version
+        sequence = manifest.sequence
+        created = manifest.created.rfc3339
+        expires = manifest.expires?.rfc3339
+        algorithm = manifest.algorithm.id
+        key_id = manifest.keyID.hex
+        files = manifest.files.map {
+            File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
+                 compression: storage[$0.path]?.compression, compressed_size: storage[$0.path]?.compressedSize)
+        }
+    }
+}

@@ -62,39 +62,15 @@ struct Pack: ParsableCommand {
         if store && compressionLevel != 6 { throw ValidationError("--store and --compression-level contradict each other") }
     }
 
-    struct FileEntry: Encodable {
-        let path: String
-        let size: UInt64
-        let sha256: String
-        let mode: String
-        let compression: String
-    }
-
-    struct Report: Encodable {
-        let package: String
-        let name: String
-        let version: String
-        let sequence: UInt64
-        let created: String
-        let expires: String?
-        let algorithm: String
-        let key_id: String
-        let files: [FileEntry]
-    }
-
     func run() throws {
         let privateKey = try key.load()
         let options = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap { Timestamp(rfc3339: $0) },
                                   compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
         let result = try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
         let manifest = result.manifest
-        let files = manifest.files.map {
-            FileEntry(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue, compression: result.compression[$0.path] ?? "")
-        }
         if output.json {
-            Output.json(Report(package: out, name: manifest.name, version: manifest.version, sequence: manifest.sequence,
-                               created: manifest.created.rfc3339, expires: manifest.expires?.rfc3339, algorithm: manifest.algorithm.id,
-                               key_id: manifest.keyID.hex, files: files))
+            Output.json(PackageReport(package: out, manifest: manifest,
+                                      storage: result.compression.mapValues { (compression: $0, compressedSize: nil) }))
             return
         }
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }

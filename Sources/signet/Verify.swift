@@ -30,6 +30,12 @@ struct Verify: ParsableCommand {
 
     @OptionGroup var output: OutputOptions
 
+    func validate() throws {
+        if trust.pubkey.isEmpty {
+            throw ValidationError("give at least one trusted key with --pubkey PUB (e.g. --pubkey keys-example/public_key.der)")
+        }
+    }
+
     struct Report: Encodable {
         let verdict: String
         let file: String

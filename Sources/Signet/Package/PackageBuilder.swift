@@ -175,12 +175,7 @@ public enum PackageBuilder {
         guard !paths.isEmpty else { throw SignetError(.usage, "name at least one file or directory to pack") }
         var inputs: [PackInput] = []
         for path in paths {
-            var info = stat()
-            guard lstat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot pack", path: path) }
-            if info.st_mode & S_IFMT == S_IFLNK {
-                guard followSymlinks else { throw symlinkRefused(path) }
-                guard stat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
-            }
+            let info = try inspect(path, followSymlinks: followSymlinks)
             switch info.st_mode & S_IFMT {
             case S_IFREG:
                 let name = path.split(separator: "/").last.map(String.init) ?? path
@@ -224,18 +219,24 @@ public enum PackageBuilder {
             }
             let child = directory.hasSuffix("/") ? directory + name : directory + "/" + name
             let packagePath = prefix.isEmpty ? name : prefix + "/" + name
-            var childInfo = stat()
-            guard lstat(child, &childInfo) == 0 else { throw SignetError.posix(errno, "cannot pack", path: child) }
-            if childInfo.st_mode & S_IFMT == S_IFLNK {
-                guard followSymlinks else { throw symlinkRefused(child) }
-                guard stat(child, &childInfo) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: child) }
-            }
+            let childInfo = try inspect(child, followSymlinks: followSymlinks)
             switch childInfo.st_mode & S_IFMT {
             case S_IFREG: inputs.append(try input(diskPath: child, packagePath: packagePath, info: childInfo))
             case S_IFDIR: try walk(directory: child, prefix: packagePath, followSymlinks: followSymlinks, visited: &visited, into: &inputs)
             default: throw notRegular(child, childInfo.st_mode)
             }
         }
+    }
+
+    /// lstat, refusing a symbolic link unless links are followed (then stat of the target).
+    private static func inspect(_ path: String, followSymlinks: Bool) throws -> stat {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot pack", path: path) }
+        if info.st_mode & S_IFMT == S_IFLNK {
+            guard followSymlinks else { throw symlinkRefused(path) }
+            guard stat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
+        }
+        return info
     }
 
     private static func input(diskPath: String, packagePath: String, info: stat) throws -> PackInput {
