@@ -97,7 +97,7 @@ public enum PackageReader {
     public static func contents(of path: String, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
         let reader = try ZipReader(path: path)
         let layout = try Layout(reader: reader, limits: limits)
-        let manifest = try Manifest.parse(try reader.readAll(layout.manifest, limit: limits.maxManifestSize, name: ".signet/manifest.json"))
+        let manifest = try Manifest.parse(try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: ".signet/manifest.json"))
         return layout.contents(manifest: manifest)
     }
 
@@ -108,23 +108,60 @@ public enum PackageReader {
                               now: Timestamp = .now) throws -> PackageVerification {
         let reader = try ZipReader(path: path)
         let layout = try Layout(reader: reader, limits: limits)
-        let manifestBytes = try reader.readAll(layout.manifest, limit: limits.maxManifestSize, name: ".signet/manifest.json")
-        let signature = try reader.readAll(layout.manifestSignature, limit: 64 * 1024, name: ".signet/manifest.json.sig")
+        let checked: Checked
+        switch try checkManifest(reader: reader, layout: layout, policy: policy, limits: limits, now: now) {
+        case .rejected(let verdict): return verdict
+        case .checked(let value): checked = value
+        }
+        for file in checked.manifest.files {
+            if let failure = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: nil) {
+                return checked.verdict(failure.0, failure.1, entry: failure.2)
+            }
+        }
+        return PackageVerification(contents: checked.contents, signer: checked.key, failure: nil, entry: nil,
+                                   message: "\(checked.manifest.name) \(checked.manifest.version) (sequence \(checked.manifest.sequence)) verified: \(checked.manifest.files.count) files signed by key \(checked.key.keyID.short)")
+    }
+
+    /// The manifest check's outcome: established facts, or the verdict that ends verification.
+    enum ManifestCheck {
+        case checked(Checked)
+        case rejected(PackageVerification)
+    }
+
+    /// What the manifest check established.
+    struct Checked {
+        let manifest: Manifest
+        let manifestBytes: [UInt8]
+        let manifestSignature: [UInt8]
+        let key: PublicKey
+        let algorithm: SignatureAlgorithm
+        let contents: PackageContents
+
+        func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String?) -> PackageVerification {
+            PackageVerification(contents: contents, signer: nil, failure: failure, entry: entry, message: message)
+        }
+    }
+
+    /// The manifest signature over the stored bytes (before they are parsed), key id, algorithm,
+    /// expiry, and that the archive holds exactly the listed resources and their signatures.
+    static func checkManifest(reader: ZipReader, layout: Layout, policy: TrustPolicy, limits: PackageLimits,
+                              now: Timestamp) throws -> ManifestCheck {
+        let manifestBytes = try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: ".signet/manifest.json")
+        let signature = try reader.readAll(layout.manifestSignature!, limit: 64 * 1024, name: ".signet/manifest.json.sig")
 
         // Which key and algorithm signed the bytes as stored. Nothing in them is read before this.
         var signer: (PublicKey, SignatureAlgorithm)? = nil
         search: for algorithm in SignatureAlgorithm.all {
             let digest = try Digest.compute(manifestBytes, algorithm: algorithm.digest)
-            let result = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm)
-            if let key = result.signer {
+            if let key = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm).signer {
                 signer = (key, algorithm)
                 break search
             }
         }
         let manifest = try Manifest.parse(manifestBytes)
         let contents = layout.contents(manifest: manifest)
-        func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String? = nil) -> PackageVerification {
-            PackageVerification(contents: contents, signer: nil, failure: failure, entry: entry, message: message)
+        func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String? = nil) -> ManifestCheck {
+            .rejected(PackageVerification(contents: contents, signer: nil, failure: failure, entry: entry, message: message))
         }
         guard let (key, algorithm) = signer else {
             if policy.key(withID: manifest.keyID) == nil {
@@ -138,39 +175,52 @@ public enum PackageReader {
         if let expires = manifest.expires, expires < now {
             return verdict(.expired, "the package expired at \(expires) (it is now \(now)); get a newer release", entry: ".signet/manifest.json")
         }
-        // The archive's resources must be exactly the manifest's files.
-        let listed = Dictionary(manifest.files.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
-        for resource in layout.resources.keys.sorted(by: ResourcePath.byteOrder) where listed[resource] == nil {
+        let listed = Set(manifest.files.map(\.path))
+        for resource in layout.resources.keys.sorted(by: ResourcePath.byteOrder) where !listed.contains(resource) {
             return verdict(.extra, "the archive holds '\(resource)', which the manifest does not list", entry: resource)
         }
-        for signed in layout.signatures.keys.sorted(by: ResourcePath.byteOrder) where listed[signed] == nil {
+        for signed in layout.signatures.keys.sorted(by: ResourcePath.byteOrder) where !listed.contains(signed) {
             return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: ".signet/sigs/\(signed).sig")
         }
-        let verifier = Verifier(policy: TrustPolicy(keys: [key]))
         for file in manifest.files {
-            guard let entry = layout.resources[file.path] else {
+            guard layout.resources[file.path] != nil else {
                 return verdict(.missing, "the manifest lists '\(file.path)', but the archive does not hold it", entry: file.path)
             }
-            guard let signatureEntry = layout.signatures[file.path] else {
+            guard layout.signatures[file.path] != nil else {
                 return verdict(.missing, "'\(file.path)' has no signature (.signet/sigs/\(file.path).sig)", entry: file.path)
             }
-            let hashers = try (algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, algorithm.digest]).map { try Digest.Hasher($0) }
-            let read = try reader.read(entry, limit: file.size, name: file.path) { chunk in hashers.forEach { $0.update(chunk) } }
-            guard read == file.size else {
-                return verdict(.modified, "'\(file.path)' is \(read > file.size ? "longer than" : "\(read) bytes, not") the \(file.size) bytes the manifest says", entry: file.path)
-            }
-            let digests = try hashers.map { try $0.finalize() }
-            guard digests[0].hex == file.sha256 else {
-                return verdict(.modified, "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
-            }
-            let fileSignature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: ".signet/sigs/\(file.path).sig")
-            let result = verifier.verify(signature: fileSignature, digest: digests[digests.count - 1], algorithm: algorithm)
-            guard result.isValid else {
-                return verdict(.badSignature, "the signature of '\(file.path)' is invalid: \(result.message)", entry: ".signet/sigs/\(file.path).sig")
-            }
         }
-        return PackageVerification(contents: contents, signer: key, failure: nil, entry: nil,
-                                   message: "\(manifest.name) \(manifest.version) (sequence \(manifest.sequence)) verified: \(manifest.files.count) files signed by key \(key.keyID.short)")
+        return .checked(Checked(manifest: manifest, manifestBytes: manifestBytes,
+                                manifestSignature: signature, key: key, algorithm: algorithm, contents: contents))
+    }
+
+    /// Streams one resource (to `sink`, if given) while hashing it, reading at most its manifest
+    /// size + 1 bytes; checks size, SHA-256 and its signature. Returns the failure, or nil, and
+    /// the resource's signature bytes through `signatureOut`.
+    static func checkResource(_ file: Manifest.File, reader: ZipReader, layout: Layout, checked: Checked,
+                              sink: ((UnsafeRawBufferPointer) throws -> Void)?,
+                              signatureOut: UnsafeMutablePointer<[UInt8]>? = nil) throws -> (PackageVerification.Failure, String, String)? {
+        let entry = layout.resources[file.path]!
+        let signatureEntry = layout.signatures[file.path]!
+        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+        let read = try reader.read(entry, limit: file.size, name: file.path) { chunk in
+            hashers.forEach { $0.update(chunk) }
+            if UInt64(chunk.count) > 0, let sink { try sink(chunk) }
+        }
+        guard read == file.size else {
+            return (.modified, "'\(file.path)' is \(read > file.size ? "longer than" : "\(read) bytes, not") the \(file.size) bytes the manifest says", file.path)
+        }
+        let digests = try hashers.map { try $0.finalize() }
+        guard digests[0].hex == file.sha256 else {
+            return (.modified, "'\(file.path)' does not match the SHA-256 in the manifest", file.path)
+        }
+        let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: ".signet/sigs/\(file.path).sig")
+        let result = Verifier(policy: TrustPolicy(keys: [checked.key])).verify(signature: signature, digest: digests[digests.count - 1], algorithm: checked.algorithm)
+        guard result.isValid else {
+            return (.badSignature, "the signature of '\(file.path)' is invalid: \(result.message)", ".signet/sigs/\(file.path).sig")
+        }
+        signatureOut?.pointee = signature
+        return nil
     }
 
     /// The entries of a package, sorted into resources and `.signet/` entries, after every check
@@ -179,12 +229,17 @@ public enum PackageReader {
         var resources: [String: ZipReader.Entry] = [:]
         var resourceOrder: [String] = []
         var signatures: [String: ZipReader.Entry] = [:]
-        var manifest: ZipReader.Entry
-        var manifestSignature: ZipReader.Entry
+        /// Set for every non-bare layout (its init refuses a package without them).
+        var manifest: ZipReader.Entry?
+        var manifestSignature: ZipReader.Entry?
         var signerCertificate: ZipReader.Entry?
+        /// `.signet/certs/*` entries by name, kept with an installed tree.
+        var certificates: [(name: String, entry: ZipReader.Entry)] = []
         let path: String
 
-        init(reader: ZipReader, limits: PackageLimits) throws {
+        /// - Parameter bare: the older layout (FORMAT.md §2): resources and `<path>.sig` beside
+        ///   each, no `.signet/` at all. Signatures land in ``signatures``; ``manifest`` is unset.
+        init(reader: ZipReader, limits: PackageLimits, bare: Bool = false) throws {
             let path = reader.path
             self.path = path
             func malformed(_ reason: String, entry: String?) -> SignetError {
@@ -223,10 +278,21 @@ public enum PackageReader {
                 if entry.compressedSize > 0, entry.size / entry.compressedSize > limits.maxRatio {
                     throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio)); refusing a likely deflate bomb", entry: name)
                 }
+                if bare {
+                    guard !name.hasPrefix(".signet/") else {
+                        throw malformed("'\(name)' is a Signet package entry; install it without --bare", entry: name)
+                    }
+                    if name.hasSuffix(".sig") {
+                        signatures[String(name.dropLast(4))] = entry
+                        continue
+                    }
+                }
                 switch name {
                 case ".signet/manifest.json": manifest = entry
                 case ".signet/manifest.json.sig": manifestSignature = entry
-                case ".signet/certs/signer.der": signerCertificate = entry
+                case ".signet/certs/signer.der":
+                    signerCertificate = entry
+                    certificates.append((name, entry))
                 default:
                     if name.hasPrefix(".signet/sigs/"), name.hasSuffix(".sig") {
                         let resource = String(name.dropFirst(".signet/sigs/".count).dropLast(4))
@@ -236,7 +302,7 @@ public enum PackageReader {
                         signatures[resource] = entry
                     } else if name.hasPrefix(".signet/certs/chain-"), name.hasSuffix(".der"),
                               UInt(name.dropFirst(".signet/certs/chain-".count).dropLast(4)) != nil {
-                        continue
+                        certificates.append((name, entry))
                     } else if name.hasPrefix(".signet/") {
                         throw malformed("unknown entry '\(name)' under .signet/", entry: name)
                     } else {
@@ -251,6 +317,10 @@ public enum PackageReader {
                         }
                     }
                 }
+            }
+            if bare {
+                guard !resources.isEmpty else { throw malformed("it holds no files", entry: nil) }
+                return
             }
             guard let manifest else {
                 throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json; if it is an older bare package (FILE + FILE.sig), it needs --bare", path: path, entry: ".signet/manifest.json")
