@@ -25,6 +25,10 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         // Exit 1: well-formed input that fails verification.
         /// A package is expired, incomplete, or its contents do not match its manifest.
         public static let packageInvalid = Code("package-invalid", exitStatus: .verificationFailed)
+        /// A package would replace an installed tree of the same name with a lower sequence.
+        public static let rollback = Code("rollback", exitStatus: .verificationFailed)
+        /// A file has no signature.
+        public static let missingSignature = Code("missing-signature", exitStatus: .verificationFailed)
         /// A signature does not verify with any of the given keys.
         public static let badSignature = Code("bad-signature", exitStatus: .verificationFailed)
         /// A signature is not exactly the key's modulus length.
@@ -67,6 +71,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let permissionDenied = Code("permission-denied", exitStatus: .environment)
         /// A file exists where Signet refuses to replace it.
         public static let fileExists = Code("file-exists", exitStatus: .environment)
+        /// The install destination may not be replaced (not empty and not installed by Signet,
+        /// a symbolic link, not a directory).
+        public static let destinationRefused = Code("destination-refused", exitStatus: .environment)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

@@ -97,6 +97,9 @@ elif mutation == "missing-manifest-signature":
     entries = [(n, d) for n, d in entries if n != ".signet/manifest.json.sig"]
 elif mutation == "modified-resource":
     replace(first, dict(entries)[first] + b"!")
+elif mutation == "modified-last":
+    last = resources[-1]
+    replace(last, dict(entries)[last] + b"!")
 elif mutation == "modified-manifest":
     replace(".signet/manifest.json", dict(entries)[".signet/manifest.json"].replace(b'"version"', b'"version" ', 1))
 elif mutation == "long-signature":

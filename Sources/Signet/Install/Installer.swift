@@ -1,0 +1,375 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import CSignetShims
+
+/// Options for ``Installer/install(_:to:policy:options:)``.
+public struct InstallOptions: Sendable {
+    /// Replace a non-empty destination that Signet did not install.
+    public var force = false
+    /// Install a lower `sequence` over an installed tree of the same name.
+    public var allowDowngrade = false
+    /// The older layout: resources with `<path>.sig` beside them, no manifest (FORMAT.md §2).
+    public var bare = false
+    /// The algorithm of a bare package's signatures.
+    public var bareAlgorithm: SignatureAlgorithm = .default
+    /// Limits for the untrusted archive.
+    public var limits = PackageLimits()
+    /// The time expiry is judged against.
+    public var now: Timestamp = .now
+
+    /// The defaults: refuse to replace foreign directories and to roll back.
+    public init() {}
+}
+
+/// What an installation did.
+public struct InstallReport: Sendable {
+    /// The installed tree.
+    public let destination: String
+    /// The package's manifest (nil for a bare package).
+    public let manifest: Manifest?
+    /// The installed resource paths.
+    public let files: [String]
+    /// The trusted key that signed it.
+    public let signer: PublicKey
+    /// The `sequence` of the tree it replaced, if it replaced an installed one.
+    public let replacedSequence: UInt64?
+    /// False when the filesystem has no user extended attributes: the signatures are then only in
+    /// `DIR/.signet/sigs/` (the sidecar FORMAT.md §3 describes).
+    public let attributesWritten: Bool
+    /// True when an existing directory was swapped for the new tree in one `renameat2(RENAME_EXCHANGE)`.
+    public let exchanged: Bool
+}
+
+/// Installs packages (FORMAT.md §2 "Installing"): everything is verified before DIR changes; the
+/// new tree is built in a staging directory beside DIR (same filesystem), each file written
+/// through its own descriptor, given its signature attributes, mode and fsync; then DIR is
+/// swapped for it in one atomic step. On any failure DIR is unchanged and the staging is removed.
+public enum Installer {
+    /// Verifies `package` against `policy` and installs it at `destination`.
+    ///
+    /// Throws ``SignetError``: `.untrustedSigner` (exit 3); a verification failure, `.rollback`
+    /// (exit 1); `.malformedArchive` / `.malformedManifest` (exit 4); `.destinationRefused`, I/O
+    /// errors (exit 5). Whatever is thrown, `destination` is as it was.
+    public static func install(_ package: String, to destination: String, policy: TrustPolicy,
+                               options: InstallOptions = InstallOptions()) throws -> InstallReport {
+        let state = try DestinationState.inspect(destination, force: options.force)
+        let reader = try ZipReader(path: package)
+        let layout = try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare)
+
+        var checked: PackageReader.Checked? = nil
+        if !options.bare {
+            switch try PackageReader.checkManifest(reader: reader, layout: layout, policy: policy, limits: options.limits, now: options.now) {
+            case .rejected(let verdict): throw error(for: verdict.failure!, verdict.message, package: package, entry: verdict.entry)
+            case .checked(let value): checked = value
+            }
+            if case .installed(let installed?) = state, installed.name == checked!.manifest.name,
+               checked!.manifest.sequence < installed.sequence, !options.allowDowngrade {
+                throw SignetError(.rollback, "'\(destination)' holds \(installed.name) sequence \(installed.sequence); the package has sequence \(checked!.manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: destination)
+            }
+        }
+
+        let staging = try Staging(besides: destination)
+        var installed = false
+        defer { if !installed { staging.remove() } }
+
+        var files: [String] = []
+        var signer: PublicKey? = checked?.key
+        var attributesWritten = true
+        let manifestFiles: [Manifest.File]
+        if let checked {
+            manifestFiles = checked.manifest.files
+        } else {
+            manifestFiles = layout.resourceOrder.map { Manifest.File(path: $0, size: layout.resources[$0]!.size, sha256: "", mode: .regular) }
+        }
+        for file in manifestFiles {
+            let fd = try staging.createFile(file.path)
+            defer { close(fd) }
+            var signature: [UInt8] = []
+            var sha256 = file.sha256
+            if let checked {
+                if let failure = try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked,
+                                                                  sink: { try writeAll($0, to: fd, path: file.path, destination: destination) },
+                                                                  signatureOut: &signature) {
+                    throw error(for: failure.0, failure.1, package: package, entry: failure.2)
+                }
+            } else {
+                let (digest, sig, key) = try bareResource(file.path, reader: reader, layout: layout, policy: policy, options: options, package: package) {
+                    try writeAll($0, to: fd, path: file.path, destination: destination)
+                }
+                sha256 = digest
+                signature = sig
+                signer = signer ?? key
+            }
+            let meta = metadata(path: file.path, sha256: sha256, signer: signer!, manifest: checked?.manifest, algorithm: checked?.algorithm ?? options.bareAlgorithm)
+            switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
+            case .success:
+                if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd), !failure.isNoRoom {
+                    throw SignetError.posix(failure.errno, "cannot set \(ExtendedAttributes.metadata) on the staged copy of", path: file.path)
+                }
+            case .failure(let failure) where failure.isUnsupported:
+                attributesWritten = false
+            case .failure(let failure):
+                throw SignetError.posix(failure.errno, "cannot set \(ExtendedAttributes.signature) on the staged copy of", path: file.path)
+            }
+            guard fchmod(fd, mode_t(file.mode.permissions)) == 0 else { throw SignetError.posix(errno, "cannot set the mode of", path: file.path) }
+            guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: file.path) }
+            try staging.writeFile(".signet/sigs/\(file.path).sig", signature)
+            files.append(file.path)
+        }
+        if let checked {
+            try staging.writeFile(".signet/manifest.json", checked.manifestBytes)
+            try staging.writeFile(".signet/manifest.json.sig", checked.manifestSignature)
+            for (name, entry) in layout.certificates {
+                try staging.writeFile(name, try reader.readAll(entry, limit: 1 << 20, name: name))
+            }
+        }
+        try staging.finish()
+        let exchanged = try staging.install(at: destination, replacing: state)
+        installed = true
+        var replaced: UInt64? = nil
+        if case .installed(let manifest?) = state { replaced = manifest.sequence }
+        return InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer!,
+                             replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged)
+    }
+
+    /// `user.signet.meta`: compact JSON, informational (FORMAT.md §3).
+    static func metadata(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm) -> [UInt8] {
+        struct Meta: Encodable {
+            let alg: String
+            let key_id: String
+            let name: String?
+            let sequence: UInt64?
+            let path: String
+            let sha256: String
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let meta = Meta(alg: algorithm.id, key_id: signer.keyID.hex, name: manifest?.name, sequence: manifest?.sequence, path: path, sha256: sha256)
+        return Array((try? encoder.encode(meta)) ?? Data())
+    }
+
+    /// A bare resource: streamed while hashed, then its `.sig` checked against every trusted key.
+    static func bareResource(_ path: String, reader: ZipReader, layout: PackageReader.Layout, policy: TrustPolicy, options: InstallOptions,
+                             package: String, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> (String, [UInt8], PublicKey) {
+        guard let signatureEntry = layout.signatures[path] else {
+            throw SignetError(.missingSignature, "'\(path)' has no signature '\(path).sig' in the bare package '\(package)'; every file needs one", path: package, entry: path)
+        }
+        let entry = layout.resources[path]!
+        let algorithms = options.bareAlgorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, options.bareAlgorithm.digest]
+        let hashers = try algorithms.map { try Digest.Hasher($0) }
+        let limit = min(entry.size, options.limits.maxTotalSize)
+        let read = try reader.read(entry, limit: limit, name: path) { chunk in
+            hashers.forEach { $0.update(chunk) }
+            try sink(chunk)
+        }
+        guard read == entry.size else {
+            throw SignetError(.packageInvalid, "'\(path)' in '\(package)' is not the \(entry.size) bytes its header says", path: package, entry: path)
+        }
+        let digests = try hashers.map { try $0.finalize() }
+        let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: path + ".sig")
+        let result = Verifier(policy: policy).verify(signature: signature, digest: digests.last!, algorithm: options.bareAlgorithm)
+        guard let key = result.signer else {
+            throw SignetError(result.failure == .wrongLength ? .wrongSignatureLength : .badSignature, "'\(path)' in '\(package)': \(result.message)", path: package, entry: path)
+        }
+        return (digests[0].hex, signature, key)
+    }
+
+    static func writeAll(_ chunk: UnsafeRawBufferPointer, to fd: Int32, path: String, destination: String) throws {
+        var offset = 0
+        while offset < chunk.count {
+            let n = retryingOnEINTR { write(fd, chunk.baseAddress! + offset, chunk.count - offset) }
+            guard n > 0 else { throw SignetError.posix(errno, "cannot write the staged copy of '\(path)' beside", path: destination) }
+            offset += n
+        }
+    }
+
+    static func error(for failure: PackageVerification.Failure, _ message: String, package: String, entry: String?) -> SignetError {
+        let code = failure == .untrustedSigner ? SignetError.Code.untrustedSigner : SignetError.Code(failure.name, exitStatus: failure.exitStatus)
+        return SignetError(code, "'\(package)': \(message); nothing was installed", path: package, entry: entry)
+    }
+}
+
+/// What is at the destination before installing.
+enum DestinationState {
+    case absent
+    case empty
+    /// A tree Signet installed; its manifest (nil if it cannot be read, which --force must then confirm).
+    case installed(Manifest?)
+    /// Something else, replaced only with --force.
+    case foreign
+
+    static func inspect(_ destination: String, force: Bool) throws -> DestinationState {
+        var info = stat()
+        if lstat(destination, &info) != 0 {
+            guard errno == ENOENT else { throw SignetError.posix(errno, "cannot use destination", path: destination) }
+            return .absent
+        }
+        guard info.st_mode & S_IFMT != S_IFLNK else {
+            throw SignetError(.destinationRefused, "destination '\(destination)' is a symbolic link; give the real directory", path: destination)
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw SignetError(.destinationRefused, "destination '\(destination)' exists and is not a directory", path: destination)
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: destination)
+        if names.isEmpty { return .empty }
+        let manifestPath = destination + "/.signet/manifest.json"
+        var manifestInfo = stat()
+        if lstat(manifestPath, &manifestInfo) == 0, manifestInfo.st_mode & S_IFMT == S_IFREG {
+            let manifest = try? Manifest.parse(readSmallFile(manifestPath, what: "installed manifest", limit: 64 << 20))
+            if manifest != nil || force { return .installed(manifest) }
+        }
+        guard force else {
+            throw SignetError(.destinationRefused, "destination '\(destination)' is not empty and holds no tree Signet installed (no readable .signet/manifest.json); choose a new or empty directory, or pass --force to replace it", path: destination)
+        }
+        return .foreign
+    }
+}
+
+/// The staging directory: a sibling of the destination (so on its filesystem), private (0700)
+/// while it is built, written only through descriptors opened with O_NOFOLLOW below it.
+final class Staging {
+    let path: String
+    private let root: Int32
+    private var directories: [String: Int32] = [:]
+
+    init(besides destination: String) throws {
+        let trimmed = destination.hasSuffix("/") && destination.count > 1 ? String(destination.dropLast()) : destination
+        let parent = AtomicFile.parentDirectory(of: trimmed)
+        try Staging.createParents(parent)
+        let base = trimmed.split(separator: "/").last.map(String.init) ?? trimmed
+        var template = Array("\(parent)/.\(base).signet-staging-XXXXXX".utf8CString)
+        guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
+            throw SignetError.posix(errno, "cannot create a staging directory beside", path: destination)
+        }
+        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        root = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard root >= 0 else {
+            let err = errno
+            rmdir(path)
+            throw SignetError.posix(err, "cannot open the staging directory", path: path)
+        }
+    }
+
+    deinit {
+        for fd in directories.values { close(fd) }
+        close(root)
+    }
+
+    /// The directory holding `relative` (created as needed, 0755), as a descriptor.
+    private func directory(for relative: String) throws -> (Int32, String) {
+        var components = relative.split(separator: "/").map(String.init)
+        let name = components.removeLast()
+        var fd = root
+        var walked = ""
+        for component in components {
+            walked += (walked.isEmpty ? "" : "/") + component
+            if let known = directories[walked] {
+                fd = known
+                continue
+            }
+            if mkdirat(fd, component, 0o755) != 0 && errno != EEXIST {
+                throw SignetError.posix(errno, "cannot create directory '\(walked)' in the staging directory", path: path)
+            }
+            let next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard next >= 0 else {
+                let reason = errno == ENOTDIR ? "'\(walked)' is both a file and a directory in this package" : String(cString: strerror(errno))
+                throw SignetError(.malformedArchive, "cannot install: \(reason)", path: path, entry: relative)
+            }
+            if directories.count > 256 {
+                for old in directories.values { close(old) }
+                directories.removeAll()
+            }
+            directories[walked] = next
+            fd = next
+        }
+        return (fd, name)
+    }
+
+    /// Creates a new file (never an existing one, never through a link) and returns its descriptor.
+    func createFile(_ relative: String) throws -> Int32 {
+        let (directory, name) = try directory(for: relative)
+        let fd = openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let reason = errno == EEXIST || errno == EISDIR ? "'\(relative)' is both a file and a directory in this package" : String(cString: strerror(errno))
+            throw SignetError(errno == EEXIST || errno == EISDIR ? .malformedArchive : .io, "cannot install '\(relative)': \(reason)", path: path, entry: relative)
+        }
+        return fd
+    }
+
+    /// Writes a small file (signatures, manifest) with mode 0644.
+    func writeFile(_ relative: String, _ bytes: [UInt8]) throws {
+        let fd = try createFile(relative)
+        defer { close(fd) }
+        try bytes.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: relative, destination: path) }
+        guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot write", path: relative) }
+    }
+
+    /// Flushes the directories and opens the tree to readers (0755).
+    func finish() throws {
+        for fd in directories.values { _ = fsync(fd) }
+        guard fchmod(root, 0o755) == 0, fsync(root) == 0 else { throw SignetError.posix(errno, "cannot finish the staging directory", path: path) }
+    }
+
+    /// Puts the staged tree at `destination`. An existing directory is swapped in one
+    /// `renameat2(RENAME_EXCHANGE)` and the old tree then removed; where the filesystem lacks
+    /// that, the old tree is moved aside first (DIR is then briefly absent). Returns whether the
+    /// atomic exchange was used.
+    func install(at destination: String, replacing state: DestinationState) throws -> Bool {
+        let parent = AtomicFile.parentDirectory(of: destination)
+        defer { AtomicFile.syncDirectory(parent) }
+        if case .absent = state {
+            if signet_renameat2(AT_FDCWD, path, AT_FDCWD, destination, signet_RENAME_NOREPLACE()) == 0 { return false }
+            guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
+                throw SignetError.posix(errno, "cannot install at", path: destination)
+            }
+            guard access(destination, F_OK) != 0, rename(path, destination) == 0 else {
+                throw SignetError.posix(errno == 0 ? EEXIST : errno, "cannot install at", path: destination)
+            }
+            return false
+        }
+        if signet_renameat2(AT_FDCWD, path, AT_FDCWD, destination, signet_RENAME_EXCHANGE()) == 0 {
+            // The old tree now sits at the staging path.
+            Staging.removeTree(path)
+            return true
+        }
+        guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
+            throw SignetError.posix(errno, "cannot replace", path: destination)
+        }
+        let aside = path + "-old"
+        guard rename(destination, aside) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination) }
+        guard rename(path, destination) == 0 else {
+            let err = errno
+            rename(aside, destination)
+            throw SignetError.posix(err, "cannot install at", path: destination)
+        }
+        Staging.removeTree(aside)
+        return false
+    }
+
+    /// Removes the staging directory and everything in it.
+    func remove() {
+        Staging.removeTree(path)
+    }
+
+    static func removeTree(_ path: String) {
+        // FileManager removes links themselves, never what they point to.
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    static func createParents(_ directory: String) throws {
+        var info = stat()
+        if stat(directory, &info) == 0 { return }
+        var prefix = directory.hasPrefix("/") ? "/" : ""
+        for component in directory.split(separator: "/") {
+            prefix += component
+            if mkdir(prefix, 0o755) != 0 && errno != EEXIST {
+                throw SignetError.posix(errno, "cannot create directory", path: prefix)
+            }
+            prefix += "/"
+        }
+    }
+}
