@@ -66,6 +66,33 @@ unzip -l "$work/assets.zip"
 unzip -q "$work/assets.zip" -d "$work/unzipped"
 openssl dgst -sha256 -verify "$work/public.pem" -signature "$work/unzipped/.signet/manifest.json.sig" "$work/unzipped/.signet/manifest.json"
 
+step "Unpack: verified first, staged beside the destination, installed in one step"
+"$signet" unpack "$work/assets.zip" --dest "$work/installed" "${pub[@]}"
+ls -la "$work/installed" "$work/installed/.signet"
+
+step "Each installed file carries its signature in extended attributes"
+getfattr -d -m 'user.signet' "$work/installed/config.json"
+getfattr --only-values -n user.signet.sig "$work/installed/config.json" > "$work/config.xattr.sig"
+openssl dgst -sha256 -verify "$work/public.pem" -signature "$work/config.xattr.sig" "$work/installed/config.json"
+
+step "A tampered package is refused before anything is written (exit 1)"
+python3 - "$work/assets.zip" "$work/tampered.zip" <<'PY'
+import sys, zipfile
+src = zipfile.ZipFile(sys.argv[1])
+with zipfile.ZipFile(sys.argv[2], "w") as out:
+    for info in src.infolist():
+        data = src.read(info.filename)
+        out.writestr(info, data + b"!" if info.filename == "hello.txt" else data)
+PY
+set +e
+"$signet" unpack "$work/tampered.zip" --dest "$work/tampered-install" "${pub[@]}"
+status=$?
+set -e
+if [ "$status" -ne 1 ] || [ -e "$work/tampered-install" ]; then
+  echo "expected exit 1 and no install for a tampered package, got $status" >&2
+  exit 1
+fi
+
 step "Machine-readable output"
 "$signet" inspect "$work/assets.zip" "${pub[@]}" --json
 

@@ -74,4 +74,44 @@ struct PackCLITests {
         #expect(missing.status == 5)
         #expect(!FileManager.default.fileExists(atPath: out), "a failed pack leaves no package")
     }
+
+    @Test("unpack: installs with attributes; exit 3 untrusted, 1 rollback, 5 foreign directory; JSON report")
+    func unpack() throws {
+        let work = try Workspace()
+        let root = try Self.tree(work)
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile]
+        let v2 = work.directory.file("v2.zip"), v1 = work.directory.file("v1.zip")
+        #expect(try CLI.run(["pack", root] + key + ["--name", "app", "--version", "2", "--sequence", "2", "--out", v2]).status == 0)
+        #expect(try CLI.run(["pack", root] + key + ["--name", "app", "--version", "1", "--sequence", "1", "--out", v1]).status == 0)
+        let dest = work.directory.file("opt/app")
+
+        let other = try Workspace()
+        let untrusted = try CLI.run(["unpack", v2, "--dest", dest, "--pubkey", other.publicDER])
+        #expect(untrusted.status == 3, "\(untrusted.stderr)")
+        #expect(untrusted.stderr.contains("nothing was installed"))
+        #expect(!FileManager.default.fileExists(atPath: dest))
+
+        let installed = try CLI.run(["unpack", v2, "--dest", dest, "--pubkey", work.publicDER, "--json"])
+        #expect(installed.status == 0, "\(installed.stderr)")
+        let report = try installed.json()
+        #expect(report["attributes"] as? String == "xattr")
+        #expect(report["sequence"] as? Int == 2)
+        #expect((report["files"] as? [String])?.sorted() == ["app.conf", "img/logo.png"])
+        let attribute = try SignetTestSupport.run("getfattr", ["-n", "user.signet.sig", "--only-values", dest + "/app.conf"])
+        #expect(attribute.stdout == (try contents(dest + "/.signet/sigs/app.conf.sig")))
+
+        let rollback = try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER, "--json"])
+        #expect(rollback.status == 1)
+        #expect((try rollback.json()["error"] as? [String: Any])?["code"] as? String == "rollback")
+        #expect(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER, "--allow-downgrade"]).status == 0)
+
+        let foreign = work.directory.file("home")
+        try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: false)
+        try work.directory.write("home/notes.txt", Data("mine".utf8))
+        let refused = try CLI.run(["unpack", v2, "--dest", foreign, "--pubkey", work.publicDER])
+        #expect(refused.status == 5)
+        #expect(refused.stderr.contains("--force"))
+        #expect(try CLI.run(["unpack", v2, "--dest", dest, "--pubkey", work.publicDER, "--max-files", "1"]).status == 4)
+        #expect(try CLI.run(["unpack", v2, "--dest", dest]).status == 2, "a trusted key is required")
+    }
 }
