@@ -95,6 +95,25 @@ struct PackTests {
         #expect(try contents(directory.file("a.zip")) != contents(directory.file("c.zip")))
     }
 
+    @Test("deflating on several threads gives the same bytes as on one, and leaves no temporary files")
+    func parallelDeflate() throws {
+        let directory = try TemporaryDirectory()
+        let root = try Self.tree(in: directory)
+        for index in 0..<5 {
+            try Data(String(repeating: "text file \(index) with some repetition\n", count: 20_000 * (index + 1)).utf8)
+                .write(to: URL(fileURLWithPath: root + "/text\(index).log"))
+        }
+        let options = PackOptions(name: "n", version: "v", sequence: 1, created: Timestamp(secondsSinceEpoch: 1_700_000_000))
+        let key = try Fixtures.signingKey()
+        _ = try PackageBuilder.pack([root], to: directory.file("one.zip"), signer: Signer(key: key), options: options, workers: 1)
+        let parallel = try PackageBuilder.pack([root], to: directory.file("three.zip"), signer: Signer(key: key), options: options, workers: 3)
+        #expect(parallel.compression.values.filter { $0 == "deflated" }.count >= 6)
+        #expect(try contents(directory.file("one.zip")) == contents(directory.file("three.zip")))
+        #expect(try PackageReader.verify(directory.file("three.zip"), policy: Fixtures.trust("rsa2048-spki.der")).isValid)
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        #expect(names.filter { $0.hasPrefix(".") }.isEmpty, "temporary archives removed: \(names)")
+    }
+
     @Test("other algorithms: the manifest names it and openssl verifies with it", arguments: [SignatureAlgorithm.rsaPKCS1v15SHA512, .rsaPSSSHA256])
     func algorithms(_ algorithm: SignatureAlgorithm) throws {
         let directory = try TemporaryDirectory()

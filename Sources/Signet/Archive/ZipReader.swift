@@ -20,7 +20,8 @@ final class ZipReader {
         let unixMode: UInt32?
     }
 
-    private let archive: OpaquePointer
+    /// The libzip handle, for `zip_source_zip` (which needs it open until the destination closes).
+    let archive: OpaquePointer
     let path: String
     /// Entry names as the central directory stores them (libzip rewrites an embedded NUL).
     private let rawNames: [[UInt8]]

@@ -72,6 +72,25 @@ final class ZipWriter {
         }
     }
 
+    /// Adds an entry whose compressed bytes are copied as they are from entry `index` of another
+    /// archive (no recompression). `reader` must stay open until ``close()``.
+    func addCompressed(_ name: String, from reader: ZipReader, index: UInt64, permissions: UInt32) throws {
+        guard let archive else { throw SignetError(.io, "the archive '\(path)' is already closed", path: path) }
+        guard let zipSource = zip_source_zip(archive, reader.archive, index, zip_flags_t(ZIP_FL_COMPRESSED), 0, -1) else {
+            throw failure("cannot copy '\(name)'")
+        }
+        let added = zip_file_add(archive, name, zipSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
+        guard added >= 0 else {
+            zip_source_free(zipSource)
+            throw failure("cannot add '\(name)'")
+        }
+        let entry = zip_uint64_t(added)
+        guard zip_file_set_mtime(archive, entry, Self.fixedDOSTime, 0) == 0,
+              zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), (UInt32(S_IFREG) | permissions) << 16) == 0 else {
+            throw failure("cannot set the attributes of '\(name)'")
+        }
+    }
+
     /// Writes the archive. libzip writes to a temporary file beside `path` and renames it.
     func close() throws {
         guard let archive else { return }

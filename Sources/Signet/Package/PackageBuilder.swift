@@ -81,6 +81,11 @@ public enum PackageBuilder {
     /// made once the bytes they cover have gone by. The package is written to a temporary file
     /// beside `output`, flushed, and renamed into place, so a failed pack leaves nothing behind.
     public static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions) throws -> Result {
+        try pack(paths, to: output, signer: signer, options: options, workers: System.activeProcessorCount)
+    }
+
+    /// `workers`: how many threads deflate (1 keeps everything inside libzip's zip_close).
+    static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions, workers: Int) throws -> Result {
         try validate(options)
         let inputs = try collect(paths, followSymlinks: options.followSymlinks)
         let created = options.created ?? PackOptions.sourceDateEpoch ?? .now
@@ -100,15 +105,27 @@ public enum PackageBuilder {
         defer { if !committed { unlink(temporary) } }
 
         let digestAlgorithms = signer.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, signer.algorithm.digest]
-        let writer = try ZipWriter(creatingAt: temporary)
-        var sources: [HashingFileSource] = []
+        let sources = inputs.map { HashingFileSource(diskPath: $0.diskPath, expectedSize: $0.size, algorithms: digestAlgorithms) }
+        var methods: [ZipCompression] = []
         var compression: [String: String] = [:]
         for input in inputs {
-            let source = HashingFileSource(diskPath: input.diskPath, expectedSize: input.size, algorithms: digestAlgorithms)
             let method = try CompressionPolicy.choose(for: input, policy: options.compression)
+            methods.append(method)
             compression[input.packagePath] = method == .store ? "stored" : "deflated"
-            try writer.add(input.packagePath, source: source, compression: method, permissions: input.mode.permissions)
-            sources.append(source)
+        }
+        // Deflate is the slow part and libzip runs it on one thread, so independent files are
+        // compressed on every core first, each worker into its own temporary archive beside the
+        // output; the package then copies those deflate streams as they are.
+        let precompressed = try ParallelDeflate(inputs: inputs, sources: sources, methods: methods, besides: output, workers: workers)
+        defer { precompressed.remove() }
+
+        let writer = try ZipWriter(creatingAt: temporary)
+        for (index, input) in inputs.enumerated() {
+            if let (reader, entry) = precompressed.entry(for: index) {
+                try writer.addCompressed(input.packagePath, from: reader, index: entry, permissions: input.mode.permissions)
+            } else {
+                try writer.add(input.packagePath, source: sources[index], compression: methods[index], permissions: input.mode.permissions)
+            }
         }
         // Everything below is made inside zip_close, after the resources it covers were read.
         let files = { () throws -> [Manifest.File] in
@@ -261,6 +278,92 @@ public enum PackageBuilder {
         }
         return SignetError(.usage, "'\(path)' is \(kind); packages hold regular files only", path: path)
     }
+}
+
+/// Compresses the deflated resources of a package on all cores before the package is written.
+///
+/// Files are spread over one worker per core (largest first, each to the least loaded worker).
+/// Each worker writes its files into a private temporary zip beside the output; libzip reads
+/// each file once, through the same hashing source the package uses, so the digests are ready
+/// when the package needs them. zlib is deterministic: the package is byte-identical to one
+/// compressed on a single thread.
+final class ParallelDeflate {
+    private var readers: [ZipReader] = []
+    private var paths: [String] = []
+    /// For each input index compressed here: which worker archive and entry hold it.
+    private var placement: [Int: (worker: Int, entry: UInt64)] = [:]
+
+    init(inputs: [PackInput], sources: [HashingFileSource], methods: [ZipCompression], besides output: String,
+         workers: Int = System.activeProcessorCount) throws {
+        let deflated = inputs.indices.filter { methods[$0] != .store }
+        let count = min(workers, deflated.count)
+        guard count >= 2 else { return }
+        var shares = [[Int]](repeating: [], count: count)
+        var loads = [UInt64](repeating: 0, count: count)
+        for index in deflated.sorted(by: { inputs[$0].size > inputs[$1].size }) {
+            let lightest = loads.indices.min { loads[$0] < loads[$1] }!
+            shares[lightest].append(index)
+            loads[lightest] += inputs[index].size + 4096
+        }
+        let directory = AtomicFile.parentDirectory(of: output)
+        for _ in 0..<count {
+            var template = Array("\(directory)/.signet-deflate-XXXXXX".utf8CString)
+            let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+            guard fd >= 0 else {
+                remove()
+                throw SignetError.posix(errno, "cannot create a temporary file beside", path: output)
+            }
+            close(fd)
+            paths.append(template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
+        }
+        let jobs = (0..<count).map { Job(path: paths[$0], files: shares[$0].map { (sources[$0], methods[$0], "\($0)") }) }
+        let results = parallelMap(jobs) { job in Result { try job.run() } }
+        do {
+            for result in results { try result.get() }
+            for (worker, share) in shares.enumerated() {
+                readers.append(try ZipReader(path: paths[worker]))
+                for (entry, index) in share.enumerated() { placement[index] = (worker, UInt64(entry)) }
+            }
+        } catch {
+            remove()
+            throw error
+        }
+    }
+
+    /// Where input `index` was compressed, if it was.
+    func entry(for index: Int) -> (ZipReader, UInt64)? {
+        placement[index].map { (readers[$0.worker], $0.entry) }
+    }
+
+    /// Deletes the temporary archives (their readers stay valid until released).
+    func remove() {
+        for path in paths { unlink(path) }
+    }
+
+    /// One worker: its files, compressed into one temporary archive.
+    private final class Job: @unchecked Sendable {
+        // Each source is used by exactly one job, on that job's thread.
+        let path: String
+        let files: [(HashingFileSource, ZipCompression, String)]
+
+        init(path: String, files: [(HashingFileSource, ZipCompression, String)]) {
+            self.path = path
+            self.files = files
+        }
+
+        func run() throws {
+            let writer = try ZipWriter(creatingAt: path)
+            for (source, method, name) in files {
+                try writer.add(name, source: source, compression: method, permissions: 0o644)
+            }
+            try writer.close()
+        }
+    }
+}
+
+enum System {
+    /// Cores this process may use.
+    static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
 }
 
 /// Which resources are deflated.
