@@ -104,6 +104,8 @@ struct InstallTests {
 
         symlink(empty, directory.file("link"))
         #expect(signetError { _ = try Installer.install(package, to: directory.file("link"), policy: Self.policy) }?.code == .destinationRefused)
+        #expect(signetError { _ = try Installer.install(package, to: directory.file("link") + "/", policy: Self.policy) }?.code == .destinationRefused,
+                "a trailing slash must not make the link look like a directory")
         try directory.write("file", Data())
         #expect(signetError { _ = try Installer.install(package, to: directory.file("file"), policy: Self.policy) }?.code == .destinationRefused)
     }

@@ -56,6 +56,9 @@ public enum Installer {
     /// errors (exit 5). Whatever is thrown, `destination` is as it was.
     public static func install(_ package: String, to destination: String, policy: TrustPolicy,
                                options: InstallOptions = InstallOptions()) throws -> InstallReport {
+        // "dir/" would make lstat follow a symbolic link at dir: judge the name itself.
+        var destination = destination
+        while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
         let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(path: package)
         let layout = try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare)
@@ -237,7 +240,7 @@ final class Staging {
     private var directories: [String: Int32] = [:]
 
     init(besides destination: String) throws {
-        let trimmed = destination.hasSuffix("/") && destination.count > 1 ? String(destination.dropLast()) : destination
+        let trimmed = destination
         let parent = AtomicFile.parentDirectory(of: trimmed)
         try Staging.createParents(parent)
         let base = trimmed.split(separator: "/").last.map(String.init) ?? trimmed
