@@ -46,4 +46,40 @@ enum ExtendedAttributes {
         }
         return .failure(Failure(errno: E2BIG))
     }
+
+    /// Removes `name` with `fremovexattr(2)`; removing an absent attribute succeeds.
+    static func remove(_ name: String, on descriptor: Int32) -> Result<Void, Failure> {
+        if retryingOnEINTR({ fremovexattr(descriptor, name) }) == 0 || errno == ENODATA { return .success(()) }
+        return .failure(Failure(errno: errno))
+    }
+
+    /// Lists attribute names with `flistxattr(2)`, growing the buffer on ERANGE.
+    static func list(on descriptor: Int32) -> Result<[String], Failure> {
+        var capacity = 1024
+        while capacity <= 1 << 20 {
+            var buffer = [UInt8](repeating: 0, count: capacity)
+            let count = buffer.withUnsafeMutableBytes { raw in
+                retryingOnEINTR { flistxattr(descriptor, raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count) }
+            }
+            if count >= 0 {
+                return .success(buffer.prefix(count).split(separator: 0).map { String(decoding: $0, as: UTF8.self) })
+            }
+            guard errno == ERANGE else { return .failure(Failure(errno: errno)) }
+            capacity *= 4
+        }
+        return .failure(Failure(errno: E2BIG))
+    }
+}
+
+extension ExtendedAttributes.Failure {
+    /// The error FORMAT.md §4 assigns (exit 5: environment), naming the file and the attribute.
+    func error(_ action: String, attribute: String, path: String) -> SignetError {
+        if isUnsupported {
+            return SignetError(.io, "cannot \(action) \(attribute) on '\(path)': the filesystem has no user extended attributes", path: path)
+        }
+        if isNoRoom {
+            return SignetError(.io, "cannot \(action) \(attribute) on '\(path)': no room for the attribute (ext4 keeps all of a file's attributes in one 4 KiB block)", path: path)
+        }
+        return SignetError.posix(errno, "cannot \(action) \(attribute) on", path: path)
+    }
 }

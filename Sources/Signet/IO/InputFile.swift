@@ -62,6 +62,11 @@ final class InputFile {
 
     /// Calls `body` with consecutive chunks of the file until end of file, reusing one buffer.
     func forEachChunk(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        try Self.forEachChunk(of: descriptor, path: path, body)
+    }
+
+    /// The same for any descriptor Signet opened itself.
+    static func forEachChunk(of descriptor: Int32, path: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 64)
         defer { buffer.deallocate() }
         while true {

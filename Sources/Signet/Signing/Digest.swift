@@ -85,6 +85,13 @@ public struct Digest: Hashable, Sendable {
         return try hasher.finalize()
     }
 
+    /// Hashes an open file from its current position (the descriptor the caller already checked).
+    static func compute(descriptorOf file: InputFile, algorithm: DigestAlgorithm) throws -> Digest {
+        let hasher = try Hasher(algorithm)
+        try file.forEachChunk { hasher.update($0) }
+        return try hasher.finalize()
+    }
+
     /// Incremental hashing. Owns an `EVP_MD_CTX`.
     final class Hasher {
         private let context: OpaquePointer
