@@ -1,0 +1,466 @@
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What re-verification found for one file. An open set; a verdict, not an error.
+public struct FileVerdict: Hashable, Sendable, CustomStringConvertible {
+    /// Stable identifier, as in `--json` output.
+    public let name: String
+    /// Creates a verdict. Prefer the static members.
+    public init(_ name: String) { self.name = name }
+    public var description: String { name }
+
+    /// The content verifies with a trusted signature.
+    public static let ok = FileVerdict("ok")
+    /// A lost attribute was restored (`--repair`) after the content was checked.
+    public static let repaired = FileVerdict("repaired")
+    /// A signature is present but the content no longer matches it (or the manifest).
+    public static let modified = FileVerdict("modified")
+    /// No signature attribute and no sidecar.
+    public static let unsigned = FileVerdict("unsigned")
+    /// Signed by a key that is not trusted.
+    public static let untrusted = FileVerdict("untrusted")
+    /// Could not be read (or is a symbolic link, which is never followed).
+    public static let unreadable = FileVerdict("unreadable")
+    /// In the manifest, not on disk.
+    public static let missing = FileVerdict("missing")
+    /// On disk, not in the manifest.
+    public static let added = FileVerdict("added")
+    /// The content matches the signed manifest but its signature attribute is gone or wrong.
+    public static let attributesLost = FileVerdict("attributes-lost")
+
+    /// True for `ok` and `repaired`.
+    public var isOK: Bool { self == .ok || self == .repaired }
+}
+
+/// One file's re-verification.
+public struct FileReport: Sendable {
+    /// The path (relative to the tree's root in a tree report).
+    public let path: String
+    /// The verdict.
+    public let verdict: FileVerdict
+    /// A sentence for a person.
+    public let detail: String
+    /// Where the signature came from: "xattr", "ima", "sidecar", or nil.
+    public let signatureSource: String?
+    /// The key that verified it.
+    public let signer: KeyID?
+}
+
+/// A whole installed tree's re-verification.
+public struct TreeReport: Sendable {
+    /// The tree.
+    public let root: String
+    /// Its manifest, when the manifest verified.
+    public let manifest: Manifest?
+    /// The trusted key that signed the manifest.
+    public let signer: PublicKey?
+    /// Set when the manifest itself did not verify (then `files` is empty).
+    public let manifestFailure: PackageVerification.Failure?
+    /// Why, for a person.
+    public let manifestMessage: String?
+    /// Every checked file, sorted by path.
+    public let files: [FileReport]
+    /// False when the filesystem has no user extended attributes (sidecars were used).
+    public let attributesSupported: Bool
+    /// Wall time in seconds.
+    public let duration: Double
+
+    /// Number of files per verdict.
+    public var counts: [FileVerdict: Int] { files.reduce(into: [:]) { $0[$1.verdict, default: 0] += 1 } }
+    /// True when the manifest verified and every file is ok (or repaired).
+    public var isOK: Bool { manifestFailure == nil && files.allSatisfy(\.verdict.isOK) }
+}
+
+/// Which files of a tree are checked.
+public struct ReverifyOptions: Sendable {
+    /// Glob patterns (fnmatch) for files allowed to change: matched against the relative path,
+    /// the file name, and every directory on the path ("*.log", "cache", "var/tmp/*").
+    public var exclude: [String] = []
+    /// Only these subtrees (relative paths); empty for all.
+    public var only: [String] = []
+    /// Restore lost signature attributes from `.signet/sigs/`, after checking the content.
+    public var repair = false
+
+    /// Everything, no repair.
+    public init() {}
+
+    func selects(_ path: String) -> Bool {
+        if !only.isEmpty, !only.contains(where: { path == $0 || path.hasPrefix($0.hasSuffix("/") ? $0 : $0 + "/") }) { return false }
+        let components = path.split(separator: "/").map(String.init)
+        for raw in exclude {
+            let pattern = raw.hasSuffix("/") ? String(raw.dropLast()) : raw
+            if fnmatch(pattern, path, 0) == 0 || fnmatch(pattern, components.last ?? path, 0) == 0 { return false }
+            var prefix = ""
+            for component in components.dropLast() {
+                prefix += (prefix.isEmpty ? "" : "/") + component
+                if fnmatch(pattern, prefix, 0) == 0 || fnmatch(pattern, component, 0) == 0 { return false }
+            }
+        }
+        return true
+    }
+}
+
+/// Re-verifies installed files from their signature attributes (FORMAT.md §3).
+public enum Reverifier {
+    // MARK: Single files
+
+    /// Re-verifies one file: opened once with O_NOFOLLOW; its signature (`user.signet.sig`, else
+    /// an IMA attribute, else the sidecar of the installed tree it is in) and its content are read
+    /// through that descriptor. Never throws: every outcome is a verdict.
+    public static func verifyFile(at path: String, policy: TrustPolicy) -> FileReport {
+        func report(_ verdict: FileVerdict, _ detail: String, _ source: String? = nil, _ signer: KeyID? = nil) -> FileReport {
+            FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
+        }
+        let file: InputFile
+        do {
+            file = try InputFile.open(path, what: "file", followSymlinks: false)
+        } catch let error as SignetError {
+            return report(.unreadable, error.reason)
+        } catch {
+            return report(.unreadable, "\(error)")
+        }
+        let meta = Metadata(file.descriptor)
+        guard let (signature, algorithm, source) = signatureOf(file.descriptor, path: path, meta: meta) else {
+            return report(.unsigned, "'\(path)' has no user.signet.sig or IMA attribute and no sidecar signature: it was not installed by Signet, or its attributes were stripped")
+        }
+        let digest: Digest
+        do {
+            digest = try Digest.compute(descriptorOf: file, algorithm: algorithm.digest)
+        } catch {
+            return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
+        }
+        let result = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm)
+        if let key = result.signer {
+            return report(.ok, "verified with key \(key.keyID.short) (\(algorithm.id), from \(source))", source, key.keyID)
+        }
+        if let claimed = meta?.keyID, policy.key(withID: claimed) == nil {
+            return report(.untrusted, "'\(path)' is signed by key \(claimed.short), which is not among the trusted keys", source)
+        }
+        return report(.modified, "'\(path)' does not match its signature (from \(source)): the content was changed, or the signature belongs to another file", source)
+    }
+
+    /// The signature, its algorithm and where it came from.
+    static func signatureOf(_ descriptor: Int32, path: String, meta: Metadata?) -> ([UInt8], SignatureAlgorithm, String)? {
+        let algorithm = meta?.algorithm ?? .default
+        if case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: descriptor) {
+            return (bytes, algorithm, "xattr")
+        }
+        for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
+            if case .success(let bytes?) = ExtendedAttributes.get(name, on: descriptor),
+               let ima = IMASignature(bytes: bytes), let imaAlgorithm = ima.signatureAlgorithm {
+                return (ima.signature, imaAlgorithm, "ima")
+            }
+        }
+        if let (root, relative) = installedTree(containing: path),
+           let bytes = try? readSmallFile(root + "/.signet/sigs/" + relative + ".sig", what: "sidecar signature", limit: 64 * 1024) {
+            return (bytes, algorithm, "sidecar")
+        }
+        return nil
+    }
+
+    /// The installed tree (a directory with `.signet/manifest.json`) that holds `path`, and the
+    /// path relative to it.
+    static func installedTree(containing path: String) -> (String, String)? {
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        var components = absolute.split(separator: "/").map(String.init)
+        var relative: [String] = []
+        while components.count > 1 {
+            relative.insert(components.removeLast(), at: 0)
+            let root = "/" + components.joined(separator: "/")
+            if access(root + "/.signet/manifest.json", F_OK) == 0 { return (root, relative.joined(separator: "/")) }
+        }
+        return nil
+    }
+
+    /// `user.signet.meta`, informational only: it picks the algorithm to try and names the
+    /// claimed signer for the untrusted/modified distinction; it never makes a file "ok".
+    struct Metadata {
+        let algorithm: SignatureAlgorithm?
+        let keyID: KeyID?
+        let name: String?
+        let sequence: UInt64?
+        let path: String?
+
+        init?(_ descriptor: Int32) {
+            guard case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.metadata, on: descriptor),
+                  let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else { return nil }
+            algorithm = (object["alg"] as? String).flatMap { SignatureAlgorithm(id: $0) }
+            keyID = (object["key_id"] as? String).flatMap { KeyID($0) }
+            name = object["name"] as? String
+            sequence = (object["sequence"] as? NSNumber)?.uint64Value
+            path = object["path"] as? String
+        }
+    }
+
+    // MARK: Trees
+
+    /// Re-verifies a tree installed by unpack: its manifest first, then every listed file
+    /// (selected by `options`) on all cores, and whatever else is on disk.
+    public static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) throws -> TreeReport {
+        try verifyTree(at: root, policy: policy, options: options, cancelled: CancellationFlag())
+    }
+
+    static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
+        let started = DispatchTime.now()
+        func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
+        var root = root
+        while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
+        let manifestBytes: [UInt8]
+        let manifestSignature: [UInt8]
+        do {
+            manifestBytes = try InputFile.open(root + "/.signet/manifest.json", what: "installed manifest", followSymlinks: false).readAll(limit: 64 << 20, what: "installed manifest")
+            manifestSignature = try readSmallFile(root + "/.signet/manifest.json.sig", what: "installed manifest signature", limit: 64 * 1024)
+        } catch let error as SignetError where error.code == .fileNotFound {
+            throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
+        }
+        var signer: (PublicKey, SignatureAlgorithm)? = nil
+        search: for algorithm in SignatureAlgorithm.all {
+            let digest = try Digest.compute(manifestBytes, algorithm: algorithm.digest)
+            if let key = Verifier(policy: policy).verify(signature: manifestSignature, digest: digest, algorithm: algorithm).signer {
+                signer = (key, algorithm)
+                break search
+            }
+        }
+        let manifest = try Manifest.parse(manifestBytes, source: root + "/.signet/manifest.json")
+        guard let (key, algorithm) = signer, key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
+            let untrusted = policy.key(withID: manifest.keyID) == nil
+            return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: untrusted ? .untrustedSigner : .badManifestSignature,
+                              manifestMessage: untrusted
+                                ? "'\(root)' was installed from a package signed by key \(manifest.keyID.short), which is not among the trusted keys"
+                                : "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
+                              files: [], attributesSupported: true, duration: elapsed())
+        }
+        let checker = TreeChecker(root: root, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair)
+        let listed = manifest.files.filter { options.selects($0.path) }
+        var reports = parallelMap(listed) { file -> FileReport? in
+            cancelled.isSet ? nil : checker.check(file)
+        }.compactMap { $0 }
+        if cancelled.isSet { throw CancellationError() }
+        let known = Set(manifest.files.map(\.path))
+        for path in try diskFiles(root) where !known.contains(path) && options.selects(path) {
+            reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
+        }
+        reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
+        return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: nil, manifestMessage: nil,
+                          files: reports, attributesSupported: !checker.sawUnsupported.isSet, duration: elapsed())
+    }
+
+    /// Every non-directory below `root`, relative, outside `.signet/`; links are listed, not followed.
+    static func diskFiles(_ root: String) throws -> [String] {
+        var found: [String] = []
+        func walk(_ directory: String, _ prefix: String) throws {
+            guard let handle = opendir(directory) else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+            defer { closedir(handle) }
+            while let entry = readdir(handle) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+                if name == "." || name == ".." || (prefix.isEmpty && name == ".signet") { continue }
+                let relative = prefix.isEmpty ? name : prefix + "/" + name
+                var info = stat()
+                guard lstat(directory + "/" + name, &info) == 0 else { continue }
+                if info.st_mode & S_IFMT == S_IFDIR { try walk(directory + "/" + name, relative) } else { found.append(relative) }
+            }
+        }
+        try walk(root, "")
+        return found
+    }
+
+    // MARK: Async
+
+    /// ``verifyFile(at:policy:)`` off the calling thread.
+    public static func verifyFile(at path: String, policy: TrustPolicy) async -> FileReport {
+        await Task.detached { verifyFile(at: path, policy: policy) }.value
+    }
+
+    /// ``verifyTree(at:policy:options:)`` off the calling thread; cancelling the task stops it
+    /// between files and throws `CancellationError`.
+    public static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) async throws -> TreeReport {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await Task.detached { try verifyTree(at: root, policy: policy, options: options, cancelled: cancelled) }.value
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+}
+
+/// A flag set once, read from any thread.
+final class CancellationFlag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
+}
+
+/// Checks one listed file of an installed tree (thread-safe: one instance serves all workers).
+final class TreeChecker: Sendable {
+    let root: String
+    let manifest: Manifest
+    let key: PublicKey
+    let algorithm: SignatureAlgorithm
+    let repair: Bool
+    let sawUnsupported = CancellationFlag()
+
+    init(root: String, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool) {
+        self.root = root
+        self.manifest = manifest
+        self.key = key
+        self.algorithm = algorithm
+        self.repair = repair
+    }
+
+    func check(_ file: Manifest.File) -> FileReport {
+        func report(_ verdict: FileVerdict, _ detail: String, _ source: String? = nil) -> FileReport {
+            FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
+        }
+        let fd: Int32
+        switch openBeneath(file.path) {
+        case .success(let descriptor): fd = descriptor
+        case .failure(let refusal): return report(refusal.verdict, refusal.detail)
+        }
+        defer { close(fd) }
+        // The content against the signed manifest, through this descriptor.
+        let digests: [Digest]
+        let size: UInt64
+        do {
+            let algorithms = algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, algorithm.digest]
+            let hashers = try algorithms.map { try Digest.Hasher($0) }
+            var count: UInt64 = 0
+            try InputFile.forEachChunk(of: fd, path: file.path) { chunk in
+                count += UInt64(chunk.count)
+                hashers.forEach { $0.update(chunk) }
+            }
+            digests = try hashers.map { try $0.finalize() }
+            size = count
+        } catch {
+            return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
+        }
+        guard size == file.size, digests[0].hex == file.sha256 else {
+            return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
+        }
+        let verifier = Verifier(policy: TrustPolicy(keys: [key]))
+        let sidecar = try? readSmallFile(root + "/.signet/sigs/" + file.path + ".sig", what: "sidecar signature", limit: 64 * 1024)
+        let sidecarValid = sidecar.map { verifier.verify(signature: $0, digest: digests.last!, algorithm: algorithm).isValid } ?? false
+        switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
+        case .success(let attribute?):
+            if verifier.verify(signature: attribute, digest: digests.last!, algorithm: algorithm).isValid {
+                return report(.ok, "verified", "xattr")
+            }
+            return restore(fd, file, sidecar: sidecarValid ? sidecar : nil,
+                           lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)")
+        case .success(nil):
+            for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
+                if case .success(let bytes?) = ExtendedAttributes.get(name, on: fd), let ima = IMASignature(bytes: bytes),
+                   ima.signatureAlgorithm == algorithm, verifier.verify(signature: ima.signature, digest: digests.last!, algorithm: algorithm).isValid {
+                    return report(.ok, "verified from \(name)", "ima")
+                }
+            }
+            return restore(fd, file, sidecar: sidecarValid ? sidecar : nil, lost: "its user.signet.sig attribute is gone")
+        case .failure(let failure) where failure.isUnsupported:
+            sawUnsupported.set()
+            return sidecarValid ? report(.ok, "verified from the sidecar (no user xattrs on this filesystem)", "sidecar")
+                                : report(.unsigned, "no user xattrs on this filesystem and no valid sidecar .signet/sigs/\(file.path).sig")
+        case .failure(let failure):
+            return report(.unreadable, failure.error("read", attribute: ExtendedAttributes.signature, path: file.path).reason)
+        }
+    }
+
+    /// The content is right but the attribute is not: repair it from a verified sidecar if asked.
+    private func restore(_ fd: Int32, _ file: Manifest.File, sidecar: [UInt8]?, lost: String) -> FileReport {
+        guard let sidecar else {
+            return FileReport(path: file.path, verdict: .unsigned, detail: "'\(file.path)': \(lost), and there is no valid sidecar to restore it from", signatureSource: nil, signer: nil)
+        }
+        guard repair else {
+            return FileReport(path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it", signatureSource: "sidecar", signer: nil)
+        }
+        let meta = Installer.metadata(path: file.path, sha256: file.sha256, signer: key, manifest: manifest, algorithm: algorithm)
+        if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.signature, sidecar, on: fd) {
+            return FileReport(path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason, signatureSource: "sidecar", signer: nil)
+        }
+        _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
+        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from .signet/sigs/ after checking the content", signatureSource: "sidecar", signer: key.keyID)
+    }
+
+    /// Opens `relative` below the root one component at a time with O_NOFOLLOW, so neither the
+    /// file nor any directory on its path can be a symbolic link.
+    /// Why a listed file could not be opened, as a verdict.
+    struct OpenRefusal: Error {
+        let verdict: FileVerdict
+        let detail: String
+        init(_ verdict: FileVerdict, _ detail: String) {
+            self.verdict = verdict
+            self.detail = detail
+        }
+    }
+
+    private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
+        var fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)': \(String(cString: strerror(errno)))")) }
+        let components = relative.split(separator: "/").map(String.init)
+        for (index, component) in components.enumerated() {
+            let last = index == components.count - 1
+            let next = openat(fd, component, (last ? O_RDONLY | O_NONBLOCK : O_RDONLY | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC)
+            let err = errno
+            close(fd)
+            guard next >= 0 else {
+                switch err {
+                case ENOENT: return .failure(OpenRefusal(.missing, "'\(relative)' is in the signed manifest but not on disk"))
+                case ELOOP, ENOTDIR: return .failure(OpenRefusal(.modified, "'\(relative)' (or a directory on its path) was replaced by a symbolic link or another kind of file"))
+                default: return .failure(OpenRefusal(.unreadable, "cannot open '\(relative)': \(String(cString: strerror(err)))"))
+                }
+            }
+            fd = next
+        }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            return .failure(OpenRefusal(.modified, "'\(relative)' is no longer a regular file"))
+        }
+        return .success(fd)
+    }
+}
+
+/// Where an installed file came from, from its attributes (informational: ``Reverifier``
+/// decides whether it verifies).
+public struct FileOrigin: Sendable {
+    /// The file.
+    public let path: String
+    /// True when the file carries `user.signet.sig` or `user.signet.meta`.
+    public let isInstalled: Bool
+    /// True when the installed tree around it holds a sidecar signature for it.
+    public let hasSidecar: Bool
+    /// The package name, sequence, claimed key and path in the package, from `user.signet.meta`.
+    public let packageName: String?
+    /// The package version, from the installed tree's manifest when the file is inside one.
+    public let version: String?
+    /// The package sequence.
+    public let sequence: UInt64?
+    /// The key the metadata names.
+    public let keyID: KeyID?
+    /// The file's path inside the package.
+    public let packagePath: String?
+
+    /// Reads the attributes through one descriptor opened with O_NOFOLLOW.
+    public init(path: String) {
+        self.path = path
+        let file = try? InputFile.open(path, what: "file", followSymlinks: false)
+        let meta = file.flatMap { Reverifier.Metadata($0.descriptor) }
+        var signature = false
+        if let file, case .success(let value?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: file.descriptor) { signature = !value.isEmpty }
+        isInstalled = signature || meta != nil
+        packageName = meta?.name
+        sequence = meta?.sequence
+        keyID = meta?.keyID
+        packagePath = meta?.path
+        if let (root, relative) = Reverifier.installedTree(containing: path) {
+            hasSidecar = access(root + "/.signet/sigs/" + relative + ".sig", F_OK) == 0
+            version = (try? Manifest.parse(readSmallFile(root + "/.signet/manifest.json", what: "installed manifest", limit: 64 << 20)))?.version
+        } else {
+            hasSidecar = false
+            version = nil
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+@Suite("signet reverify / status, run as a binary")
+struct ReverifyCLITests {
+    /// Packs and installs a small tree; returns the installed directory.
+    static func install(_ work: Workspace, ima: Bool = false) throws -> String {
+        let root = try PackCLITests.tree(work)
+        let package = work.directory.file("app.zip")
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile]
+        #expect(try CLI.run(["pack", root] + key + ["--name", "app", "--version", "2.0", "--sequence", "20", "--out", package]).status == 0)
+        let dest = work.directory.file("opt/app")
+        let unpacked = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER] + (ima ? ["--ima", "user"] : []))
+        #expect(unpacked.status == 0, "\(unpacked.stderr)")
+        return dest
+    }
+
+    @Test("a tree: ok (0), a tampered file named (1), --repair restores a stripped attribute, JSON counts")
+    func tree() throws {
+        let work = try Workspace()
+        let app = try Self.install(work)
+        let ok = try CLI.run(["reverify", app, "--pubkey", work.publicDER])
+        #expect(ok.status == 0, "\(ok.stdoutText) \(ok.stderr)")
+        #expect(ok.stdoutText.contains("OK \(app): app 2.0 (sequence 20): 2 ok"))
+
+        try work.directory.write("opt/app/app.conf", Data("tampered\n".utf8))
+        #expect(try SignetTestSupport.run("setfattr", ["-x", "user.signet.sig", app + "/img/logo.png"]).status == 0)
+        let bad = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--json"])
+        #expect(bad.status == 1)
+        let tree = try #require((try bad.json()["trees"] as? [[String: Any]])?.first)
+        #expect(tree["counts"] as? [String: Int] == ["modified": 1, "attributes-lost": 1])
+        let human = try CLI.run(["reverify", app, "--pubkey", work.publicDER])
+        #expect(human.stdoutText.contains("modified        app.conf"))
+        #expect(human.stdoutText.contains("attributes-lost img/logo.png"))
+
+        let repaired = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--repair", "--exclude", "*.conf"])
+        #expect(repaired.status == 0, "\(repaired.stdoutText)")
+        #expect(repaired.stdoutText.contains("repaired"))
+        #expect(try SignetTestSupport.run("getfattr", ["-n", "user.signet.sig", app + "/img/logo.png"]).status == 0)
+
+        let other = try Workspace()
+        #expect(try CLI.run(["reverify", app, "--pubkey", other.publicDER]).status == 3)
+        #expect(try CLI.run(["reverify", work.directory.path, "--pubkey", work.publicDER]).status == 2, "not an installed tree")
+        #expect(try CLI.run(["reverify", app]).status == 2, "a trusted key is required")
+    }
+
+    @Test("files and status: where a file came from, verified or not")
+    func filesAndStatus() throws {
+        let work = try Workspace()
+        let app = try Self.install(work)
+        let file = app + "/img/logo.png"
+        #expect(try CLI.run(["reverify", file, "--pubkey", work.publicDER]).status == 0)
+        let status = try CLI.run(["status", file, "--pubkey", work.publicDER, "--json"])
+        #expect(status.status == 0, "\(status.stderr)")
+        let entry = try #require((try status.json()["files"] as? [[String: Any]])?.first)
+        #expect(entry["package"] as? String == "app")
+        #expect(entry["version"] as? String == "2.0")
+        #expect(entry["sequence"] as? Int == 20)
+        #expect(entry["package_path"] as? String == "img/logo.png")
+        #expect(entry["key_id"] as? String == work.keyID)
+        #expect(entry["verdict"] as? String == "ok")
+        let unchecked = try CLI.run(["status", file])
+        #expect(unchecked.status == 0)
+        #expect(unchecked.stdoutText.contains("not checked"))
+        let plain = try CLI.run(["status", try work.directory.write("plain.txt", Data("x".utf8))])
+        #expect(plain.status == 1)
+        #expect(plain.stdoutText.contains("not installed by Signet"))
+        let link = work.directory.file("link.png")
+        symlink(file, link)
+        let linked = try CLI.run(["reverify", link, "--pubkey", work.publicDER, "--json"])
+        #expect(linked.status == 1)
+        #expect((try linked.json()["files"] as? [[String: Any]])?.first?["verdict"] as? String == "unreadable")
+    }
+
+    @Test("unpack --ima user: evmctl ima_verify accepts the files")
+    func ima() throws {
+        let work = try Workspace()
+        let app = try Self.install(work, ima: true)
+        let evmctl = try which("evmctl")
+        let verified = try SignetTestSupport.run(evmctl, ["ima_verify", "--xattr-user", "--key", work.certificate, app + "/app.conf"])
+        #expect(verified.status == 0, "\(verified.stdoutText) \(verified.stderr)")
+    }
+}

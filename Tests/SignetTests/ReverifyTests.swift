@@ -1,0 +1,261 @@
+import Foundation
+import Testing
+@testable import Signet
+import SignetTestSupport
+
+@Suite("Re-verification from extended attributes")
+struct ReverifyTests {
+    /// A tree installed by unpack from the pack tests' sample tree.
+    static func installed(_ directory: TemporaryDirectory, ima: String? = nil, at dest: String? = nil) throws -> String {
+        let root = try PackTests.tree(in: directory)
+        let package = directory.file("p.zip")
+        _ = try PackageBuilder.pack([root], to: package, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "assets", version: "3.1", sequence: 31))
+        let target = dest ?? directory.file("app")
+        var options = InstallOptions()
+        options.imaAttribute = ima
+        _ = try Installer.install(package, to: target, policy: Fixtures.trust("rsa2048-spki.der"), options: options)
+        return target
+    }
+
+    static var policy: TrustPolicy { get throws { try Fixtures.trust("rsa2048-spki.der") } }
+
+    static func verdicts(_ report: TreeReport) -> [String: String] {
+        Dictionary(uniqueKeysWithValues: report.files.map { ($0.path, $0.verdict.name) })
+    }
+
+    @Test("a fresh install is all ok; each tampering kind gets its verdict")
+    func tamperingKinds() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        let clean = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(clean.isOK)
+        #expect(clean.files.count == 6)
+        #expect(clean.files.allSatisfy { $0.verdict == .ok && $0.signatureSource == "xattr" })
+
+        // Content changed.
+        try Data("changed".utf8).write(to: URL(fileURLWithPath: app + "/readme.txt"))
+        // File deleted; file added.
+        unlink(app + "/blob.bin")
+        try directory.write("app/img/extra.png", Data("new".utf8))
+        // Attribute stripped (as cp or tar without --xattrs would).
+        #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/run.sh"]).status == 0)
+        // Attribute replaced by another file's valid signature.
+        let other = try run("getfattr", ["--only-values", "-n", "user.signet.sig", app + "/img/photo.jpg"]).stdout
+        try setAttribute(app + "/img/icons/ok.svg", Array(other))
+        // Attribute truncated, and another extended.
+        let photoSig = Array(other)
+        try setAttribute(app + "/img/photo.jpg", Array(photoSig.dropLast()))
+        let unicodeSig = Array(try run("getfattr", ["--only-values", "-n", "user.signet.sig", app + "/ünï.txt"]).stdout)
+        try setAttribute(app + "/ünï.txt", unicodeSig + [0, 0])
+
+        let report = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(!report.isOK)
+        #expect(Self.verdicts(report) == [
+            "readme.txt": "modified", "blob.bin": "missing", "img/extra.png": "added", "run.sh": "attributes-lost",
+            "img/icons/ok.svg": "attributes-lost", "img/photo.jpg": "attributes-lost", "ünï.txt": "attributes-lost",
+        ])
+        #expect(report.files.first { $0.path == "img/icons/ok.svg" }?.detail.contains("replaced by another signature, truncated or extended") == true)
+
+        // --repair restores the four lost attributes (content checked first) and nothing else.
+        var options = ReverifyOptions()
+        options.repair = true
+        let repaired = try Reverifier.verifyTree(at: app, policy: Self.policy, options: options)
+        #expect(repaired.counts[.repaired] == 4)
+        #expect(repaired.counts[.modified] == 1 && repaired.counts[.missing] == 1 && repaired.counts[.added] == 1)
+        let after = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(after.files.filter { $0.verdict == .attributesLost }.isEmpty)
+        #expect(try run("openssl", ["dgst", "-sha256", "-verify", Fixtures.key("rsa2048-spki.pem"), "-signature",
+                                    try directory.write("run.sig", try run("getfattr", ["--only-values", "-n", "user.signet.sig", app + "/run.sh"]).stdout),
+                                    app + "/run.sh"]).status == 0, "the restored attribute is the file's real signature")
+    }
+
+    /// Sets user.signet.sig with the real setfattr (base64 value, "0s" prefix).
+    func setAttribute(_ path: String, _ value: [UInt8]) throws {
+        #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0s" + Data(value).base64EncodedString(), path]).status == 0)
+    }
+
+    @Test("repair does not bless modified content, and needs a valid sidecar")
+    func repairChecksContent() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/readme.txt"]).status == 0)
+        try Data("tampered".utf8).write(to: URL(fileURLWithPath: app + "/readme.txt"))
+        #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/run.sh"]).status == 0)
+        unlink(app + "/.signet/sigs/run.sh.sig")
+        var options = ReverifyOptions()
+        options.repair = true
+        let report = try Reverifier.verifyTree(at: app, policy: Self.policy, options: options)
+        #expect(Self.verdicts(report)["readme.txt"] == "modified")
+        #expect(Self.verdicts(report)["run.sh"] == "unsigned")
+        #expect(try run("getfattr", ["-n", "user.signet.sig", app + "/readme.txt"]).status != 0, "no attribute was written for modified content")
+    }
+
+    @Test("symbolic link swaps are never followed")
+    func symlinkSwaps() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        // A file replaced by a link to an identical copy elsewhere (same bytes, same attributes).
+        let copy = directory.file("copy.txt")
+        #expect(try run("cp", ["-a", "--preserve=xattr", app + "/readme.txt", copy]).status == 0)
+        unlink(app + "/readme.txt")
+        symlink(copy, app + "/readme.txt")
+        // A directory on the path replaced by a link.
+        #expect(try run("mv", [app + "/img", directory.file("img-elsewhere")]).status == 0)
+        symlink(directory.file("img-elsewhere"), app + "/img")
+        let report = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(Self.verdicts(report)["readme.txt"] == "modified")
+        #expect(Self.verdicts(report)["img/photo.jpg"] == "modified")
+        #expect(report.files.first { $0.path == "img/photo.jpg" }?.detail.contains("symbolic link") == true)
+        // A single file given as a link: a verdict, not a crash, and not followed.
+        let single = Reverifier.verifyFile(at: app + "/readme.txt", policy: try Self.policy)
+        #expect(single.verdict == .unreadable)
+        #expect(single.detail.contains("symbolic link"))
+    }
+
+    @Test("single files: ok, modified, unsigned, untrusted, unreadable")
+    func singleFiles() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        #expect(Reverifier.verifyFile(at: app + "/run.sh", policy: try Self.policy).verdict == .ok)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: app + "/run.sh"))
+        #expect(Reverifier.verifyFile(at: app + "/run.sh", policy: try Self.policy).verdict == .modified)
+        #expect(Reverifier.verifyFile(at: try directory.write("plain.txt", Data("x".utf8)), policy: try Self.policy).verdict == .unsigned)
+        let untrusted = Reverifier.verifyFile(at: app + "/readme.txt", policy: try Fixtures.trust("other3072-spki.der"))
+        #expect(untrusted.verdict == .untrusted)
+        #expect(untrusted.detail.contains(String(Fixtures.rsa2048KeyID.prefix(16))))
+        #expect(Reverifier.verifyFile(at: directory.file("absent"), policy: try Self.policy).verdict == .unreadable)
+        // Attribute stripped: the tree's sidecar still verifies a single file.
+        #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/readme.txt"]).status == 0)
+        let sidecar = Reverifier.verifyFile(at: app + "/readme.txt", policy: try Self.policy)
+        #expect(sidecar.verdict == .ok && sidecar.signatureSource == "sidecar")
+    }
+
+    @Test("--exclude and --only choose what is checked")
+    func selection() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        try Data("log".utf8).write(to: URL(fileURLWithPath: app + "/debug.log"))
+        try Data("changed".utf8).write(to: URL(fileURLWithPath: app + "/img/icons/ok.svg"))
+        var options = ReverifyOptions()
+        options.exclude = ["*.log", "icons"]
+        let excluded = try Reverifier.verifyTree(at: app, policy: Self.policy, options: options)
+        #expect(excluded.isOK, "\(Self.verdicts(excluded))")
+        #expect(!excluded.files.contains { $0.path.hasPrefix("img/icons/") || $0.path == "debug.log" })
+        options = ReverifyOptions()
+        options.only = ["img"]
+        let only = try Reverifier.verifyTree(at: app, policy: Self.policy, options: options)
+        #expect(Set(only.files.map(\.path)) == ["img/photo.jpg", "img/icons/ok.svg"])
+        #expect(Self.verdicts(only)["img/icons/ok.svg"] == "modified")
+    }
+
+    @Test("a tree whose manifest was altered, or signed by an untrusted key, fails as a whole")
+    func manifestChecks() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        let untrusted = try Reverifier.verifyTree(at: app, policy: Fixtures.trust("other3072-spki.der"))
+        #expect(untrusted.manifestFailure == .untrustedSigner)
+        let manifest = app + "/.signet/manifest.json"
+        var bytes = Array(try contents(manifest))
+        bytes.insert(UInt8(ascii: " "), at: 1)
+        try Data(bytes).write(to: URL(fileURLWithPath: manifest))
+        let altered = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(altered.manifestFailure == .badManifestSignature)
+        #expect(!altered.isOK)
+        #expect(signetError { _ = try Reverifier.verifyTree(at: directory.path, policy: Self.policy) }?.code == .usage)
+    }
+
+    @Test("IMA: evmctl ima_verify accepts installed files and rejects a changed one; reverify reads user.ima")
+    func ima() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory, ima: IMASignature.userAttribute)
+        let evmctl = try which("evmctl")
+        let accepted = try run(evmctl, ["ima_verify", "--xattr-user", "--key", Fixtures.key("rsa2048-cert.der"), app + "/readme.txt"])
+        #expect(accepted.status == 0, "\(accepted.stdoutText) \(accepted.stderr)")
+        var bytes = Array(try contents(app + "/readme.txt"))
+        bytes[0] ^= 1
+        try Data(bytes).write(to: URL(fileURLWithPath: app + "/readme.txt"))
+        #expect(try run(evmctl, ["ima_verify", "--xattr-user", "--key", Fixtures.key("rsa2048-cert.der"), app + "/readme.txt"]).status != 0)
+        // With user.signet.sig gone, reverify falls back to the IMA attribute.
+        #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/run.sh"]).status == 0)
+        let report = Reverifier.verifyFile(at: app + "/run.sh", policy: try Self.policy)
+        #expect(report.verdict == .ok && report.signatureSource == "ima")
+        #expect(try Reverifier.verifyTree(at: app, policy: Self.policy).files.first { $0.path == "run.sh" }?.signatureSource == "ima")
+    }
+
+    @Test("security.ima needs root: a clear error otherwise")
+    func securityIMA() throws {
+        guard getuid() != 0 else {
+            // As root it is written (and evmctl reads it without --xattr-user).
+            let directory = try TemporaryDirectory()
+            let app = try Self.installed(directory, ima: IMASignature.securityAttribute)
+            let evmctl = try which("evmctl")
+            #expect(try run(evmctl, ["ima_verify", "--key", Fixtures.key("rsa2048-cert.der"), app + "/readme.txt"]).status == 0)
+            return
+        }
+        let directory = try TemporaryDirectory()
+        let error = signetError { _ = try Self.installed(directory, ima: IMASignature.securityAttribute) }
+        #expect(error?.reason.contains("need root") == true)
+    }
+
+    @Test("ENOTSUP: on a filesystem without user xattrs (ramfs), signatures live in .signet/sigs/ and reverify uses them")
+    func sidecarOnRamfs() throws {
+        guard getuid() == 0 else {
+            print("skipped: mounting ramfs needs root (the ENOTSUP path is then untested here)")
+            return
+        }
+        let directory = try TemporaryDirectory()
+        let mountPoint = directory.file("ramfs")
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
+        let mounted = try run("mount", ["-t", "ramfs", "-o", "size=16m", "ramfs", mountPoint])
+        guard mounted.status == 0 else {
+            print("skipped: cannot mount ramfs here (\(mounted.stderr.trimmingCharacters(in: .whitespacesAndNewlines)))")
+            return
+        }
+        defer { _ = try? run("umount", [mountPoint]) }
+        #expect(try run("bash", ["-c", "touch \"$0/probe\" && setfattr -n user.x -v 1 \"$0/probe\"", mountPoint]).status != 0, "ramfs has no user xattrs")
+        let root = try PackTests.tree(in: directory)
+        let package = directory.file("p.zip")
+        _ = try PackageBuilder.pack([root], to: package, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "a", version: "1"))
+        let report = try Installer.install(package, to: mountPoint + "/app", policy: Self.policy)
+        #expect(!report.attributesWritten)
+        let tree = try Reverifier.verifyTree(at: mountPoint + "/app", policy: Self.policy)
+        #expect(tree.isOK, "\(Self.verdicts(tree))")
+        #expect(!tree.attributesSupported)
+        #expect(tree.files.allSatisfy { $0.signatureSource == "sidecar" })
+        try Data("changed".utf8).write(to: URL(fileURLWithPath: mountPoint + "/app/readme.txt"))
+        #expect(Self.verdicts(try Reverifier.verifyTree(at: mountPoint + "/app", policy: Self.policy))["readme.txt"] == "modified")
+        #expect(Reverifier.verifyFile(at: mountPoint + "/app/run.sh", policy: try Self.policy).signatureSource == "sidecar")
+    }
+
+    @Test("status reads where a file came from")
+    func status() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        let origin = FileOrigin(path: app + "/img/photo.jpg")
+        #expect(origin.isInstalled)
+        #expect(origin.packageName == "assets" && origin.version == "3.1" && origin.sequence == 31)
+        #expect(origin.packagePath == "img/photo.jpg")
+        #expect(origin.keyID?.hex == Fixtures.rsa2048KeyID)
+        #expect(!FileOrigin(path: try directory.write("plain", Data())).isInstalled)
+    }
+
+    @Test("async API: off the calling thread, with a report; cancellation stops it")
+    func asyncAPI() async throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        let report = try await Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(report.isOK && report.files.count == 6 && report.duration >= 0)
+        #expect(await Reverifier.verifyFile(at: app + "/run.sh", policy: try Self.policy).verdict == .ok)
+        // Cancelled before it starts: the cancellation handler runs first, so no file is checked.
+        let policy = try Self.policy
+        let cancelled = Task { () async throws -> TreeReport in
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await Reverifier.verifyTree(at: app, policy: policy)
+        }
+        await #expect(throws: CancellationError.self) { _ = try await cancelled.value }
+        // And the flag the async wrapper sets stops the synchronous walk.
+        let flag = CancellationFlag()
+        flag.set()
+        #expect(throws: CancellationError.self) { _ = try Reverifier.verifyTree(at: app, policy: policy, options: ReverifyOptions(), cancelled: flag) }
+    }
+}
