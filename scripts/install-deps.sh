@@ -9,7 +9,7 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 pkg-config --exists libcrypto 2>/dev/null || need+=(libssl-dev)
 pkg-config --exists libzip 2>/dev/null || need+=(libzip-dev)
 # The peers the tests run Signet against.
-for pair in openssl:openssl unzip:unzip zip:zip getfattr:attr python3:python3 bash:bash; do
+for pair in openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 

@@ -96,4 +96,25 @@ fi
 step "Machine-readable output"
 "$signet" inspect "$work/assets.zip" "${pub[@]}" --json
 
-step "Done: signing, verification and packages work on this machine"
+step "Later, on the device: re-verify the installed tree from its attributes"
+"$signet" reverify "$work/installed" "${pub[@]}"
+"$signet" status "$work/installed/img/logo.svg" "${pub[@]}"
+
+step "A modified file is named, and a stripped attribute is found (exit 1)"
+printf 'edited\n' >> "$work/installed/hello.txt"
+setfattr -x user.signet.sig "$work/installed/config.json"
+set +e
+"$signet" reverify "$work/installed" "${pub[@]}"
+status=$?
+set -e
+if [ "$status" -ne 1 ]; then
+  echo "expected exit 1 for a tampered tree, got $status" >&2
+  exit 1
+fi
+
+step "Undo the edit; --repair restores the stripped attribute, after checking the content"
+cp examples/assets/hello.txt "$work/installed/hello.txt"
+"$signet" reverify "$work/installed" "${pub[@]}" --repair
+getfattr -n user.signet.sig --only-values "$work/installed/config.json" | cmp - "$work/installed/.signet/sigs/config.json.sig" && echo "config.json: attribute restored"
+
+step "Done: signing, packages, installation and re-verification work on this machine"

@@ -34,6 +34,13 @@ struct Unpack: ParsableCommand {
     @Option(name: .long, help: "Signature algorithm of a --bare package.")
     var algorithm: SignatureAlgorithm = .default
 
+    enum IMAMode: String, ExpressibleByArgument, CaseIterable {
+        case user, security
+    }
+
+    @Option(name: .long, help: "Also write an IMA v2 signature to user.ima or security.ima (root only), for evmctl and IMA appraisal.")
+    var ima: IMAMode?
+
     @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
     var force = false
 
@@ -78,6 +85,7 @@ struct Unpack: ParsableCommand {
         options.limits.maxFiles = maxFiles
         options.limits.maxTotalSize = maxTotalSize
         options.limits.maxRatio = maxRatio
+        options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
         let report = try Installer.install(package, to: dest, policy: try trust.policy(), options: options)
         if !report.attributesWritten {
             Output.warn("'\(dest)' is on a filesystem without user extended attributes: signatures are kept only in \(dest)/.signet/sigs/")

@@ -20,6 +20,9 @@ public struct InstallOptions: Sendable {
     public var limits = PackageLimits()
     /// The time expiry is judged against.
     public var now: Timestamp = .now
+    /// Also write an IMA v2 signature to this attribute (`user.ima`, or `security.ima`, which
+    /// needs root), so `evmctl ima_verify` and IMA appraisal accept the files. Nil for none.
+    public var imaAttribute: String? = nil
 
     /// The defaults: refuse to replace foreign directories and to roll back.
     public init() {}
@@ -117,6 +120,18 @@ public enum Installer {
                 attributesWritten = false
             case .failure(let failure):
                 throw SignetError.posix(failure.errno, "cannot set \(ExtendedAttributes.signature) on the staged copy of", path: file.path)
+            }
+            if let imaAttribute = options.imaAttribute {
+                let algorithm = checked?.algorithm ?? options.bareAlgorithm
+                guard let ima = IMASignature(signatureBytes: signature, algorithm: algorithm, key: signer!) else {
+                    throw SignetError(.usage, "IMA signatures are RSA PKCS#1 v1.5; this package is signed with \(algorithm.id), so --ima cannot be used", path: package)
+                }
+                if case .failure(let failure) = ExtendedAttributes.set(imaAttribute, ima.bytes, on: fd) {
+                    if failure.errno == EPERM {
+                        throw SignetError(.permissionDenied, "cannot write \(imaAttribute) on '\(file.path)': security.* attributes need root (CAP_SYS_ADMIN); run as root or use --ima user", path: destination)
+                    }
+                    throw failure.error("set", attribute: imaAttribute, path: file.path)
+                }
             }
             guard fchmod(fd, mode_t(file.mode.permissions)) == 0 else { throw SignetError.posix(errno, "cannot set the mode of", path: file.path) }
             guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: file.path) }
