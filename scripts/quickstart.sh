@@ -7,6 +7,17 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
+# expect_exit N COMMAND...: runs COMMAND, which must fail with exit status N.
+expect_exit() {
+  local want=$1 status=0
+  shift
+  "$@" || status=$?
+  if [ "$status" -ne "$want" ]; then
+    echo "expected exit $want from: $*; got $status" >&2
+    exit 1
+  fi
+}
+
 step "Install missing Debian packages"
 scripts/install-deps.sh
 
@@ -42,14 +53,7 @@ openssl dgst -sha256 -verify "$work/public.pem" -signature "$work/assets/hello.t
 
 step "A tampered resource is caught (exit 1)"
 printf 'one more line\n' >> "$work/assets/hello.txt"
-set +e
-"$signet" verify "$work/assets/hello.txt" --signature "$work/assets/hello.txt.sig" "${pub[@]}"
-status=$?
-set -e
-if [ "$status" -ne 1 ]; then
-  echo "expected exit 1 for a tampered file, got $status" >&2
-  exit 1
-fi
+expect_exit 1 "$signet" verify "$work/assets/hello.txt" --signature "$work/assets/hello.txt.sig" "${pub[@]}"
 
 step "Pack the resources into a signed package (reproducible under SOURCE_DATE_EPOCH)"
 rm -f "$work"/assets/*.sig "$work"/assets/img/*.sig
@@ -84,12 +88,9 @@ with zipfile.ZipFile(sys.argv[2], "w") as out:
         data = src.read(info.filename)
         out.writestr(info, data + b"!" if info.filename == "hello.txt" else data)
 PY
-set +e
-"$signet" unpack "$work/tampered.zip" --dest "$work/tampered-install" "${pub[@]}"
-status=$?
-set -e
-if [ "$status" -ne 1 ] || [ -e "$work/tampered-install" ]; then
-  echo "expected exit 1 and no install for a tampered package, got $status" >&2
+expect_exit 1 "$signet" unpack "$work/tampered.zip" --dest "$work/tampered-install" "${pub[@]}"
+if [ -e "$work/tampered-install" ]; then
+  echo "a refused package must not create its destination" >&2
   exit 1
 fi
 
@@ -103,14 +104,7 @@ step "Later, on the device: re-verify the installed tree from its attributes"
 step "A modified file is named, and a stripped attribute is found (exit 1)"
 printf 'edited\n' >> "$work/installed/hello.txt"
 setfattr -x user.signet.sig "$work/installed/config.json"
-set +e
-"$signet" reverify "$work/installed" "${pub[@]}"
-status=$?
-set -e
-if [ "$status" -ne 1 ]; then
-  echo "expected exit 1 for a tampered tree, got $status" >&2
-  exit 1
-fi
+expect_exit 1 "$signet" reverify "$work/installed" "${pub[@]}"
 
 step "Undo the edit; --repair restores the stripped attribute, after checking the content"
 cp examples/assets/hello.txt "$work/installed/hello.txt"

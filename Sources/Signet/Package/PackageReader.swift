@@ -128,6 +128,18 @@ public enum PackageReader {
         case rejected(PackageVerification)
     }
 
+    /// The trusted key and algorithm whose signature over the manifest bytes, as stored, verifies.
+    /// Every supported algorithm is tried, so nothing in the unverified bytes is believed first.
+    static func manifestSigner(_ bytes: [UInt8], signature: [UInt8], policy: TrustPolicy) throws -> (PublicKey, SignatureAlgorithm)? {
+        for algorithm in SignatureAlgorithm.all {
+            let digest = try Digest.compute(bytes, algorithm: algorithm.digest)
+            if let key = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm).signer {
+                return (key, algorithm)
+            }
+        }
+        return nil
+    }
+
     /// What the manifest check established.
     struct Checked {
         let manifest: Manifest
@@ -150,14 +162,7 @@ public enum PackageReader {
         let signature = try reader.readAll(layout.manifestSignature!, limit: 64 * 1024, name: ".signet/manifest.json.sig")
 
         // Which key and algorithm signed the bytes as stored. Nothing in them is read before this.
-        var signer: (PublicKey, SignatureAlgorithm)? = nil
-        search: for algorithm in SignatureAlgorithm.all {
-            let digest = try Digest.compute(manifestBytes, algorithm: algorithm.digest)
-            if let key = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm).signer {
-                signer = (key, algorithm)
-                break search
-            }
-        }
+        let signer = try manifestSigner(manifestBytes, signature: signature, policy: policy)
         let manifest = try Manifest.parse(manifestBytes)
         let contents = layout.contents(manifest: manifest)
         func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String? = nil) -> ManifestCheck {

@@ -218,14 +218,7 @@ public enum Reverifier {
         } catch let error as SignetError where error.code == .fileNotFound {
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
         }
-        var signer: (PublicKey, SignatureAlgorithm)? = nil
-        search: for algorithm in SignatureAlgorithm.all {
-            let digest = try Digest.compute(manifestBytes, algorithm: algorithm.digest)
-            if let key = Verifier(policy: policy).verify(signature: manifestSignature, digest: digest, algorithm: algorithm).signer {
-                signer = (key, algorithm)
-                break search
-            }
-        }
+        let signer = try PackageReader.manifestSigner(manifestBytes, signature: manifestSignature, policy: policy)
         let manifest = try Manifest.parse(manifestBytes, source: root + "/.signet/manifest.json")
         guard let (key, algorithm) = signer, key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
             let untrusted = policy.key(withID: manifest.keyID) == nil
