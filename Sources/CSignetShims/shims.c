@@ -29,6 +29,18 @@ void signet_sk_X509_pop_free(STACK_OF(X509) *stack) {
     sk_X509_pop_free(stack, X509_free);
 }
 
+STACK_OF(X509) *signet_sk_X509_new_null(void) {
+    return sk_X509_new_null();
+}
+
+int signet_sk_X509_push(STACK_OF(X509) *stack, X509 *certificate) {
+    return sk_X509_push(stack, certificate);
+}
+
+unsigned long signet_XN_FLAG_RFC2253(void) {
+    return XN_FLAG_RFC2253;
+}
+
 EVP_PKEY *signet_EVP_RSA_gen(unsigned int bits) {
     return EVP_RSA_gen(bits);
 }

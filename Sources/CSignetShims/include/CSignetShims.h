@@ -23,6 +23,14 @@ X509 *signet_sk_X509_value(const STACK_OF(X509) *stack, int index);
 /// sk_X509_pop_free is a macro that needs a typed free function pointer.
 void signet_sk_X509_pop_free(STACK_OF(X509) *stack);
 
+/// sk_X509_new_null is a type-safe macro over OPENSSL_sk_new_null.
+STACK_OF(X509) *signet_sk_X509_new_null(void);
+/// sk_X509_push is a type-safe macro over OPENSSL_sk_push.
+int signet_sk_X509_push(STACK_OF(X509) *stack, X509 *certificate);
+
+/// XN_FLAG_RFC2253 is a compound macro of several flags Swift cannot import.
+unsigned long signet_XN_FLAG_RFC2253(void);
+
 /// EVP_RSA_gen is a macro over the variadic EVP_PKEY_Q_keygen.
 EVP_PKEY *signet_EVP_RSA_gen(unsigned int bits);
 

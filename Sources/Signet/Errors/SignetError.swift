@@ -42,6 +42,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The signer is not among the trusted keys.
         public static let untrustedSigner = Code("untrusted-signer", exitStatus: .untrusted)
 
+        /// A trust directory no longer matches its seal.
+        public static let brokenTrustSeal = Code("broken-trust-seal", exitStatus: .untrusted)
+
         // Exit 4: malformed input.
         /// A key file could not be parsed in any supported format.
         public static let malformedKey = Code("malformed-key", exitStatus: .malformed)

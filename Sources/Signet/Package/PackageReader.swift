@@ -161,24 +161,30 @@ public enum PackageReader {
         let manifestBytes = try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: ".signet/manifest.json")
         let signature = try reader.readAll(layout.manifestSignature!, limit: 64 * 1024, name: ".signet/manifest.json.sig")
 
+        // The policy for this package: its signer certificate may vouch for its key.
+        let signerCertificate = try layout.signerCertificate.map { try reader.readAll($0, limit: 1 << 20, name: ".signet/certs/signer.der") }
+        let chain = try layout.certificates.filter { $0.name.hasPrefix(".signet/certs/chain-") }
+            .sorted { UInt($0.name.dropFirst(20).dropLast(4)) ?? 0 < UInt($1.name.dropFirst(20).dropLast(4)) ?? 0 }
+            .map { try reader.readAll($0.entry, limit: 1 << 20, name: $0.name) }
+        let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
         // Which key and algorithm signed the bytes as stored. Nothing in them is read before this.
-        let signer = try manifestSigner(manifestBytes, signature: signature, policy: policy)
+        let signer = try manifestSigner(manifestBytes, signature: signature, policy: resolved)
         let manifest = try Manifest.parse(manifestBytes)
         let contents = layout.contents(manifest: manifest)
         func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String? = nil) -> ManifestCheck {
             .rejected(PackageVerification(contents: contents, signer: nil, failure: failure, entry: entry, message: message))
         }
         guard let (key, algorithm) = signer else {
-            if policy.key(withID: manifest.keyID) == nil {
-                return verdict(.untrustedSigner, "the package is signed by key \(manifest.keyID.short), which is not among the trusted keys (\(policy.keys.map(\.keyID.short).joined(separator: ", ")))", entry: ".signet/manifest.json")
+            if let refusal = resolved.key(withID: manifest.keyID) == nil ? (certificateRefusal ?? policy.refusal(for: manifest.keyID)) : nil {
+                return verdict(.untrustedSigner, "the package is signed by key \(manifest.keyID.short), which the trust policy does not accept: \(refusal)", entry: ".signet/manifest.json")
             }
             return verdict(.badManifestSignature, "the manifest signature does not verify with the trusted key \(manifest.keyID.short): the manifest or its signature was altered", entry: ".signet/manifest.json.sig")
         }
         guard key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
             return verdict(.badManifestSignature, "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)", entry: ".signet/manifest.json")
         }
-        if let expires = manifest.expires, expires < now {
-            return verdict(.expired, "the package expired at \(expires) (it is now \(now)); get a newer release", entry: ".signet/manifest.json")
+        if let expires = manifest.expires, expires.secondsSinceEpoch + policy.clockSkew < now.secondsSinceEpoch {
+            return verdict(.expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release", entry: ".signet/manifest.json")
         }
         let listed = Set(manifest.files.map(\.path))
         for resource in layout.resources.keys.sorted(by: ResourcePath.byteOrder) where !listed.contains(resource) {

@@ -138,8 +138,11 @@ public enum Reverifier {
         if let key = result.signer {
             return report(.ok, "verified with key \(key.keyID.short) (\(algorithm.id), from \(source))", source, key.keyID)
         }
-        if let claimed = meta?.keyID, policy.key(withID: claimed) == nil {
-            return report(.untrusted, "'\(path)' is signed by key \(claimed.short), which is not among the trusted keys", source)
+        if result.failure == .untrusted {
+            return report(.untrusted, "'\(path)': \(result.message)", source)
+        }
+        if let claimed = meta?.keyID, let refusal = policy.refusal(for: claimed) {
+            return report(.untrusted, "'\(path)' is signed by key \(claimed.short), which the trust policy does not accept: \(refusal)", source)
         }
         return report(.modified, "'\(path)' does not match its signature (from \(source)): the content was changed, or the signature belongs to another file", source)
     }
@@ -218,14 +221,20 @@ public enum Reverifier {
         } catch let error as SignetError where error.code == .fileNotFound {
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
         }
-        let signer = try PackageReader.manifestSigner(manifestBytes, signature: manifestSignature, policy: policy)
+        let certificates = root + "/.signet/certs/"
+        let signerCertificate = try? readSmallFile(certificates + "signer.der", what: "signer certificate")
+        let chain = ((try? FileManager.default.contentsOfDirectory(atPath: certificates)) ?? [])
+            .filter { $0.hasPrefix("chain-") && $0.hasSuffix(".der") }
+            .sorted { UInt($0.dropFirst(6).dropLast(4)) ?? 0 < UInt($1.dropFirst(6).dropLast(4)) ?? 0 }
+            .compactMap { try? readSmallFile(certificates + $0, what: "certificate") }
+        let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
+        let signer = try PackageReader.manifestSigner(manifestBytes, signature: manifestSignature, policy: resolved)
         let manifest = try Manifest.parse(manifestBytes, source: root + "/.signet/manifest.json")
         guard let (key, algorithm) = signer, key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
-            let untrusted = policy.key(withID: manifest.keyID) == nil
-            return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: untrusted ? .untrustedSigner : .badManifestSignature,
-                              manifestMessage: untrusted
-                                ? "'\(root)' was installed from a package signed by key \(manifest.keyID.short), which is not among the trusted keys"
-                                : "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
+            let refusal = resolved.key(withID: manifest.keyID) == nil ? (certificateRefusal ?? policy.refusal(for: manifest.keyID)) : nil
+            return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: refusal != nil ? .untrustedSigner : .badManifestSignature,
+                              manifestMessage: refusal.map { "'\(root)' was installed from a package signed by key \(manifest.keyID.short), which the trust policy does not accept: \($0)" }
+                                ?? "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
                               files: [], attributesSupported: true, duration: elapsed())
         }
         let checker = TreeChecker(root: root, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair)

@@ -15,6 +15,8 @@ public struct VerificationResult: Sendable, Hashable {
         public static let badSignature = Failure("bad-signature")
         /// The signature's length is not the modulus length of any trusted key.
         public static let wrongLength = Failure("wrong-signature-length")
+        /// Only a key the policy refuses (revoked, not pinned, other channel) verifies it.
+        public static let untrusted = Failure("untrusted-signer")
     }
 
     /// The scheme that was checked.
@@ -32,7 +34,7 @@ public struct VerificationResult: Sendable, Hashable {
     /// The ``SignetError`` a caller that treats an invalid signature as a failure would throw.
     public func error(path: String?) -> SignetError? {
         guard let failure else { return nil }
-        let code: SignetError.Code = failure == .wrongLength ? .wrongSignatureLength : .badSignature
+        let code: SignetError.Code = failure == .wrongLength ? .wrongSignatureLength : failure == .untrusted ? .untrustedSigner : .badSignature
         return SignetError(code, message, path: path)
     }
 }
@@ -52,6 +54,19 @@ public struct Verifier: Sendable {
     /// is never accepted by that key (no trailing bytes, no short signatures).
     public func verify(signature: [UInt8], digest: Digest, algorithm: SignatureAlgorithm = .default) -> VerificationResult {
         precondition(digest.algorithm == algorithm.digest, "digest \(digest.algorithm) does not match \(algorithm.id)")
+        let result = verify(signature: signature, digest: digest, algorithm: algorithm, keys: policy.acceptedKeys)
+        guard !result.isValid else { return result }
+        // A key the policy knows but refuses (revoked, unpinned, other channel) is "untrusted", not "bad".
+        let refused = policy.keys.filter { policy.refusal(for: $0.keyID) != nil }
+        for key in refused where key.signatureLength == signature.count && Self.check(signature, digest: digest, key: key, algorithm: algorithm) {
+            return VerificationResult(algorithm: algorithm, signer: nil, failure: .untrusted,
+                                      message: "the signature is by key \(key.keyID.short), which the trust policy refuses: \(policy.refusal(for: key.keyID) ?? "")")
+        }
+        return result
+    }
+
+    private func verify(signature: [UInt8], digest: Digest, algorithm: SignatureAlgorithm, keys: [PublicKey]) -> VerificationResult {
+        let policy = TrustPolicy(keys: keys)
         let sized = policy.keys.filter { $0.signatureLength == signature.count }
         guard !sized.isEmpty else {
             let expected = Set(policy.keys.map(\.signatureLength)).sorted().map(String.init).joined(separator: " or ")

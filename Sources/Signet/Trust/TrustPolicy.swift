@@ -1,11 +1,32 @@
-/// Which signers a verification accepts.
+import Foundation
+
+/// Which signers a verification accepts. There is always a policy: Signet has no "trust anyone".
 ///
-/// Today: a set of trusted public keys, any one of which may have signed (key rotation works by
-/// trusting the old and the new key at once). Pins, revocation, certificate chains and channels
-/// extend this value without changing the APIs that take it.
+/// Sources combine: keys given directly, keys and certificates in trust directories (a
+/// subdirectory's name is a channel: `trust/release/`, `trust/beta/`), and certificate
+/// authorities whose chains vouch for a package's signer certificate. Restrictions apply on top:
+/// pins (only pinned keys), revocations, a required channel. Key rotation works by trusting the
+/// old and the new key at once; reports name the key that matched.
 public struct TrustPolicy: Sendable {
-    /// The trusted keys, in the order given.
+    /// The trusted keys, in the order given (duplicates by key id kept once).
     public private(set) var keys: [PublicKey]
+    /// The channel each trust-directory key came from.
+    public private(set) var channels: [KeyID: String] = [:]
+    /// When not empty, only these keys are accepted (hex key ids or `sha256//` pins).
+    public var pins: Set<KeyID> = []
+    /// Keys that are never accepted.
+    public var revoked: Set<KeyID> = []
+    /// When set, the signer's key must come from this channel's folder of a trust directory.
+    public var requiredChannel: String?
+    /// Root certificates (DER). When given, a package's signer certificate that chains to one of
+    /// them (with the package's intermediates) vouches for the signer's key.
+    public var certificateAuthorities: [[UInt8]] = []
+    /// Accept certificate chains whose certificates have expired (device keys outlive certificates).
+    public var allowExpiredCertificates = false
+    /// When set, the signer certificate's subject must contain these RDNs ("CN=Release signer").
+    public var expectedSubject: String?
+    /// Tolerance for `expires`, in seconds.
+    public var clockSkew: Int64 = 300
 
     /// Trusts exactly these keys. Duplicates (same key id) are kept once.
     public init(keys: [PublicKey]) {
@@ -18,8 +39,73 @@ public struct TrustPolicy: Sendable {
         try self.init(keys: paths.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKeys) })
     }
 
-    /// The trusted key with this id, if any.
+    /// Adds every key and certificate in a trust directory; files in a subdirectory belong to
+    /// the channel named after it. A sealed directory (`.signet-trust`) must match its seal.
+    public mutating func addTrustDirectory(_ directory: String, allowWeakKeys: Bool = false, salt: [UInt8]? = nil) throws {
+        try TrustStoreSeal.check(directory, salt: salt)
+        for (path, channel) in try TrustStoreSeal.files(in: directory) {
+            let key = try PublicKey(contentsOf: directory + "/" + path, allowWeakKey: allowWeakKeys)
+            if !keys.contains(where: { $0.keyID == key.keyID }) { keys.append(key) }
+            if let channel { channels[key.keyID] = channel }
+        }
+    }
+
+    /// Reads a revocation list: key ids (hex or `sha256//`), one a line, `#` starts a comment.
+    public mutating func addRevocations(from path: String) throws {
+        let text = String(decoding: try readSmallFile(path, what: "revocation list", limit: 16 << 20), as: UTF8.self)
+        for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            if line.isEmpty { continue }
+            guard let id = KeyID(line) else {
+                throw SignetError(.malformedInput, "line \(number + 1) of revocation list '\(path)' is not a key id (64 hex characters or sha256//BASE64): '\(line)'", path: path)
+            }
+            revoked.insert(id)
+        }
+    }
+
+    /// The trusted key with this id, if any (whether or not the restrictions accept it).
     public func key(withID id: KeyID) -> PublicKey? {
         keys.first { $0.keyID == id }
+    }
+
+    /// Why this key may not sign under the policy, or nil when it may.
+    public func refusal(for id: KeyID, fromCertificate: Bool = false) -> String? {
+        if revoked.contains(id) { return "key \(id.short) is revoked" }
+        if !pins.isEmpty, !pins.contains(id) { return "key \(id.short) is not pinned (pinned: \(pins.map(\.short).sorted().joined(separator: ", ")))" }
+        if let requiredChannel {
+            guard let channel = channels[id] else {
+                return fromCertificate ? "key \(id.short) comes from a certificate, not from the '\(requiredChannel)' channel" : "key \(id.short) is not in the '\(requiredChannel)' channel"
+            }
+            if channel != requiredChannel { return "key \(id.short) is in the '\(channel)' channel, not '\(requiredChannel)'" }
+        }
+        if !fromCertificate, key(withID: id) == nil { return "key \(id.short) is not among the trusted keys" }
+        return nil
+    }
+
+    /// The keys the restrictions accept.
+    public var acceptedKeys: [PublicKey] { keys.filter { refusal(for: $0.keyID) == nil } }
+
+    /// The channel of a key, if it came from a trust directory's channel folder.
+    public func channel(of id: KeyID) -> String? { channels[id] }
+
+    /// The policy for one package or installed tree: its signer certificate, if it chains to a
+    /// trusted root and meets the certificate rules, adds its key. Returns the policy to verify
+    /// with (accepted keys only) and, when a certificate was refused, why.
+    func resolved(signerCertificate: [UInt8]?, chain: [[UInt8]]) -> (TrustPolicy, certificateRefusal: String?) {
+        var accepted = TrustPolicy(keys: acceptedKeys)
+        accepted.channels = channels
+        guard !certificateAuthorities.isEmpty else { return (accepted, nil) }
+        guard let signerCertificate else {
+            return (accepted, "the package carries no signer certificate (.signet/certs/signer.der), but certificate authorities are required")
+        }
+        switch CertificateChain.validate(leaf: signerCertificate, intermediates: chain, roots: certificateAuthorities,
+                                         allowExpired: allowExpiredCertificates, expectedSubject: expectedSubject) {
+        case .failure(let refusal):
+            return (accepted, refusal.reason)
+        case .success(let key):
+            if let refusal = refusal(for: key.keyID, fromCertificate: true) { return (accepted, refusal) }
+            if !accepted.keys.contains(where: { $0.keyID == key.keyID }) { accepted.keys.append(key) }
+            return (accepted, nil)
+        }
     }
 }

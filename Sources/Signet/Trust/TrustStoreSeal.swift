@@ -1,0 +1,113 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// `DIR/.signet-trust`: the SHA-256 of every file in a trust directory (optionally salted with a
+/// secret the device keeps elsewhere, optionally signed), so that a key file replaced on a
+/// compromised device is caught before it is trusted.
+public enum TrustStoreSeal {
+    /// The seal file.
+    public static let fileName = ".signet-trust"
+    /// Its signature, when sealed with a key.
+    public static let signatureName = ".signet-trust.sig"
+
+    private struct Document: Codable {
+        struct Entry: Codable {
+            let path: String
+            let sha256: String
+        }
+        let files: [Entry]
+        let format: String
+        let salted: Bool
+    }
+
+    /// Writes the seal for `directory` (replacing an older one). With `salt`, each digest is
+    /// SHA-256(salt || content); with `signer`, the seal is signed into `.signet-trust.sig`.
+    @discardableResult
+    public static func seal(_ directory: String, salt: [UInt8]? = nil, signer: Signer? = nil) throws -> Int {
+        let bytes = try document(for: directory, salt: salt)
+        try AtomicFile.write(bytes, to: directory + "/" + fileName, mode: 0o644, replace: true)
+        if let signer {
+            try AtomicFile.write(try signer.sign(bytes).bytes, to: directory + "/" + signatureName, mode: 0o644, replace: true)
+        } else {
+            unlink(directory + "/" + signatureName)
+        }
+        return try files(in: directory).count
+    }
+
+    /// Refuses (exit 3) a sealed directory whose files no longer match the seal. An unsealed
+    /// directory passes.
+    static func check(_ directory: String, salt: [UInt8]?) throws {
+        let sealPath = directory + "/" + fileName
+        guard access(sealPath, F_OK) == 0 else { return }
+        func broken(_ reason: String) -> SignetError {
+            SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal: \(reason); restore the trusted keys or seal the directory again with signet trust seal", path: directory)
+        }
+        let stored = try readSmallFile(sealPath, what: "trust seal", limit: 16 << 20)
+        guard let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else {
+            throw broken("the seal is not a signet-trust/1 document")
+        }
+        if sealed.salted, salt == nil {
+            throw broken("it was sealed with a salt; give the salt with --trust-salt-file")
+        }
+        let current = try JSONDecoder().decode(Document.self, from: Data(try document(for: directory, salt: sealed.salted ? salt : nil)))
+        let expected = Dictionary(sealed.files.map { ($0.path, $0.sha256) }, uniquingKeysWith: { first, _ in first })
+        let actual = Dictionary(current.files.map { ($0.path, $0.sha256) }, uniquingKeysWith: { first, _ in first })
+        for path in Set(expected.keys).union(actual.keys).sorted() where expected[path] != actual[path] {
+            throw broken(expected[path] == nil ? "'\(path)' was added" : actual[path] == nil ? "'\(path)' was removed" : "'\(path)' was changed")
+        }
+        let signaturePath = directory + "/" + signatureName
+        if access(signaturePath, F_OK) == 0 {
+            let signature = try readSmallFile(signaturePath, what: "trust seal signature", limit: 64 * 1024)
+            let keys = try files(in: directory).map { try PublicKey(contentsOf: directory + "/" + $0.0, allowWeakKey: true) }
+            let digest = try Digest.compute(stored, algorithm: .sha256)
+            guard Verifier(policy: TrustPolicy(keys: keys)).verify(signature: signature, digest: digest).isValid else {
+                throw broken("the seal's signature does not verify with any key in the directory")
+            }
+        }
+    }
+
+    /// The key and certificate files of a trust directory, relative, sorted, with their channel
+    /// (the first directory on the path, nil at the top). Links and other non-files are refused.
+    static func files(in directory: String) throws -> [(String, String?)] {
+        var found: [(String, String?)] = []
+        func walk(_ path: String, _ prefix: String) throws {
+            guard let handle = opendir(path) else { throw SignetError.posix(errno, "cannot read trust directory", path: path) }
+            defer { closedir(handle) }
+            var names: [String] = []
+            while let entry = readdir(handle) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+                if name == "." || name == ".." || (prefix.isEmpty && (name == fileName || name == signatureName)) { continue }
+                names.append(name)
+            }
+            for name in names.sorted() {
+                let relative = prefix.isEmpty ? name : prefix + "/" + name
+                var info = stat()
+                guard lstat(path + "/" + name, &info) == 0 else { throw SignetError.posix(errno, "cannot read", path: path + "/" + name) }
+                switch info.st_mode & S_IFMT {
+                case S_IFDIR: try walk(path + "/" + name, relative)
+                case S_IFREG: found.append((relative, relative.split(separator: "/").count > 1 ? String(relative.split(separator: "/")[0]) : nil))
+                default:
+                    throw SignetError(.malformedInput, "'\(path)/\(name)' in a trust directory is not a regular file; trust directories hold key and certificate files only", path: path + "/" + name)
+                }
+            }
+        }
+        try walk(directory, "")
+        return found
+    }
+
+    private static func document(for directory: String, salt: [UInt8]?) throws -> [UInt8] {
+        let entries = try files(in: directory).map { (path, _) -> Document.Entry in
+            let hasher = try Digest.Hasher(.sha256)
+            if let salt { salt.withUnsafeBytes { hasher.update($0) } }
+            try InputFile.open(directory + "/" + path, what: "trusted key", followSymlinks: false).forEachChunk { hasher.update($0) }
+            return Document.Entry(path: path, sha256: try hasher.finalize().hex)
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        return Array(try encoder.encode(Document(files: entries, format: "signet-trust/1", salted: salt != nil))) + [UInt8(ascii: "\n")]
+    }
+}
