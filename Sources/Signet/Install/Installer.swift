@@ -20,6 +20,9 @@ public struct InstallOptions: Sendable {
     public var limits = PackageLimits()
     /// The time expiry is judged against.
     public var now: Timestamp = .now
+    /// A state file recording the highest sequence installed per package name, across
+    /// destinations; a lower sequence is a rollback (unless `allowDowngrade`).
+    public var stateFile: String? = nil
     /// Also write an IMA v2 signature to this attribute (`user.ima`, or `security.ima`, which
     /// needs root), so `evmctl ima_verify` and IMA appraisal accept the files. Nil for none.
     public var imaAttribute: String? = nil
@@ -67,10 +70,19 @@ public enum Installer {
         let layout = try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare)
 
         var checked: PackageReader.Checked? = nil
+        // Held (locked) from the rollback check until the new sequence is recorded.
+        var installState: InstallState? = nil
         if !options.bare {
             switch try PackageReader.checkManifest(reader: reader, layout: layout, policy: policy, limits: options.limits, now: options.now) {
             case .rejected(let verdict): throw error(for: verdict.failure!, verdict.message, package: package, entry: verdict.entry)
             case .checked(let value): checked = value
+            }
+            if let stateFile = options.stateFile {
+                let recorded = try InstallState(path: stateFile)
+                installState = recorded
+                if let highest = recorded.sequences[checked!.manifest.name], checked!.manifest.sequence < highest, !options.allowDowngrade {
+                    throw SignetError(.rollback, "\(checked!.manifest.name) sequence \(highest) was installed before (recorded in '\(stateFile)'); the package has sequence \(checked!.manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: package)
+                }
             }
             if case .installed(let installed?) = state, installed.name == checked!.manifest.name,
                checked!.manifest.sequence < installed.sequence, !options.allowDowngrade {
@@ -148,6 +160,9 @@ public enum Installer {
         try staging.finish()
         let exchanged = try staging.install(at: destination, replacing: state)
         installed = true
+        if let installState, let manifest = checked?.manifest {
+            try installState.record(manifest.name, sequence: manifest.sequence)
+        }
         var replaced: UInt64? = nil
         if case .installed(let manifest?) = state { replaced = manifest.sequence }
         return InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer!,

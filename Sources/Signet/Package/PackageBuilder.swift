@@ -29,6 +29,11 @@ public struct PackOptions: Sendable {
     public var compression: Compression
     /// Pack what symbolic links in the inputs point to instead of refusing them.
     public var followSymlinks: Bool
+    /// The signer's X.509 certificate (DER), stored as `.signet/certs/signer.der`. Its key must
+    /// be the signing key. Nil: a certificate that came with the key (PKCS#12), if any.
+    public var certificate: [UInt8]? = nil
+    /// Intermediate certificates (DER), leaf-most first, stored as `.signet/certs/chain-<n>.der`.
+    public var chain: [[UInt8]] = []
 
     /// Creates options.
     public init(name: String, version: String, sequence: UInt64? = nil, expires: Timestamp? = nil, created: Timestamp? = nil,
@@ -86,7 +91,7 @@ public enum PackageBuilder {
 
     /// `workers`: how many threads deflate (1 keeps everything inside libzip's zip_close).
     static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions, workers: Int) throws -> Result {
-        try validate(options)
+        try validate(options, signer: signer)
         let inputs = try collect(paths, followSymlinks: options.followSymlinks)
         let created = options.created ?? PackOptions.sourceDateEpoch ?? .now
         if let expires = options.expires, expires <= created {
@@ -153,8 +158,11 @@ public enum PackageBuilder {
                 return try signer.sign(digest: digest).bytes
             }, compression: .store, permissions: 0o644)
         }
-        if let certificate = signer.key.certificateDER {
+        if let certificate = options.certificate ?? signer.key.certificateDER {
             try writer.add(".signet/certs/signer.der", source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
+        }
+        for (index, intermediate) in options.chain.enumerated() {
+            try writer.add(".signet/certs/chain-\(index + 1).der", source: DeferredBytesSource { intermediate }, compression: .store, permissions: 0o644)
         }
         try writer.close()
 
@@ -172,7 +180,16 @@ public enum PackageBuilder {
         return Result(manifest: manifest, path: output, compression: compression)
     }
 
-    static func validate(_ options: PackOptions) throws {
+    static func validate(_ options: PackOptions, signer: Signer) throws {
+        if let certificate = options.certificate {
+            let key = try PublicKey(bytes: certificate, name: "--cert", allowWeakKey: true)
+            guard key.keyID == signer.key.keyID, key.certificateDER != nil else {
+                throw SignetError(.usage, "--cert is not a certificate for the signing key (it certifies key \(key.keyID.short), the key is \(signer.key.keyID.short))")
+            }
+        }
+        if !options.chain.isEmpty && options.certificate == nil && signer.key.certificateDER == nil {
+            throw SignetError(.usage, "--chain needs the signer certificate (--cert)")
+        }
         for (field, value) in [("name", options.name), ("version", options.version)] {
             guard !value.isEmpty, value.utf8.count <= 255 else {
                 throw SignetError(.usage, "--\(field) must be 1 to 255 bytes, not \(value.utf8.count)")
