@@ -28,11 +28,14 @@ struct Inspect: ParsableCommand {
     func run() throws {
         let verification: PackageVerification?
         let contents: PackageContents
-        if trust.pubkey.isEmpty {
+        var channel: String? = nil
+        if !trust.hasSources {
             verification = nil
             contents = try PackageReader.contents(of: package)
         } else {
-            let result = try PackageReader.verify(package, policy: try trust.policy())
+            let policy = try trust.policy()
+            let result = try PackageReader.verify(package, policy: policy)
+            channel = result.signer.flatMap { policy.channel(of: $0.keyID) }
             verification = result
             contents = result.contents
         }
@@ -50,6 +53,7 @@ struct Inspect: ParsableCommand {
             report.verdict = verdict
             report.verified = verification?.isValid ?? false
             report.signer = verification?.signer?.keyID.hex
+            report.channel = channel
             report.error = failure.map(Output.errorBody)
             Output.json(report)
         } else {

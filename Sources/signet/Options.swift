@@ -68,17 +68,82 @@ struct SigningKeyOptions: ParsableArguments {
     }
 }
 
-/// --pubkey, repeatable.
+/// Who is trusted: keys, trust directories and certificate authorities, with pins, revocations
+/// and channels on top. Shared by every command that verifies.
 struct TrustOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
         "A trusted public key or certificate (DER or PEM). Repeat it to trust several keys; any one may have signed.",
         valueName: "pub"))
     var pubkey: [String] = []
 
+    @Option(name: .customLong("trust-dir"), help: ArgumentHelp(
+        "Trust every key and certificate in DIR; a subdirectory's name is a channel (trust/release/, trust/beta/). A sealed DIR must match its seal.",
+        valueName: "dir"))
+    var trustDirectory: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Accept only pinned keys: a hex key id or sha256//BASE64; repeatable.", valueName: "id"))
+    var pin: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("A file of revoked key ids, one a line (# comments).", valueName: "file"))
+    var revoked: String?
+
+    @Option(name: .long, help: ArgumentHelp("Require the signer's key to come from this channel of a --trust-dir.", valueName: "name"))
+    var channel: String?
+
+    @Option(name: .long, help: ArgumentHelp(
+        "A root certificate: the package's signer certificate must chain to one of these (with its intermediates); repeatable.",
+        valueName: "root.der"))
+    var ca: [String] = []
+
+    @Flag(name: .customLong("allow-expired-cert"), help: "Accept certificate chains that have expired (device keys outlive certificates).")
+    var allowExpiredCertificate = false
+
+    @Option(name: .customLong("expect-subject"), help: ArgumentHelp("Require the signer certificate's subject to contain these RDNs, e.g. \"CN=Release signer\".", valueName: "dn"))
+    var expectSubject: String?
+
+    @Option(name: .customLong("trust-salt-file"), help: ArgumentHelp("The salt a --trust-dir was sealed with.", valueName: "file"))
+    var trustSaltFile: String?
+
+    @Option(name: .customLong("clock-skew"), help: ArgumentHelp("Seconds of clock difference tolerated for expiry.", valueName: "seconds"))
+    var clockSkew: Int64 = 300
+
     @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
     var allowWeakKey = false
 
+    func validate() throws {
+        for id in pin where KeyID(id) == nil {
+            throw ValidationError("--pin takes a key id (64 hex characters) or sha256//BASE64, not '\(id)'")
+        }
+        if clockSkew < 0 { throw ValidationError("--clock-skew cannot be negative") }
+        if (allowExpiredCertificate || expectSubject != nil) && ca.isEmpty {
+            throw ValidationError("--allow-expired-cert and --expect-subject apply to certificate chains: give --ca ROOT")
+        }
+    }
+
+    /// True when some source of trust was given.
+    var hasSources: Bool { !pubkey.isEmpty || !trustDirectory.isEmpty || !ca.isEmpty }
+
+    static let missingSources = "give a trust source: --pubkey PUB, --trust-dir DIR or --ca ROOT (e.g. --pubkey keys-example/public_key.der)"
+
     func policy() throws -> TrustPolicy {
-        try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
+        var policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
+        let salt = try trustSaltFile.map { try PassphraseSource.file($0).passphrase(for: $0).bytesForSalt }
+        for directory in trustDirectory {
+            try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt)
+        }
+        policy.pins = Set(pin.compactMap { KeyID($0) })
+        if let revoked { try policy.addRevocations(from: revoked) }
+        policy.requiredChannel = channel
+        policy.certificateAuthorities = try ca.map { path in
+            let root = try PublicKey(contentsOf: path, allowWeakKey: true)
+            guard let der = root.certificateDER else {
+                throw SignetError(.wrongKeyKind, "--ca '\(path)' is a public key, not a certificate; give the root CA certificate", path: path)
+            }
+            return der
+        }
+        policy.allowExpiredCertificates = allowExpiredCertificate
+        policy.expectedSubject = expectSubject
+        policy.clockSkew = clockSkew
+        return policy
     }
 }

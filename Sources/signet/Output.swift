@@ -91,6 +91,7 @@ struct PackageReport: Encodable {
     var verdict: String? = nil
     var verified: Bool? = nil
     var signer: String? = nil
+    var channel: String? = nil
     var error: Output.ErrorBody? = nil
 
     init(package: String, manifest: Manifest, storage: [String: (compression: String, compressedSize: UInt64?)]) {

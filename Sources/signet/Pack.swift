@@ -42,6 +42,12 @@ struct Pack: ParsableCommand {
     @Option(name: .long, help: "Signature algorithm.")
     var algorithm: SignatureAlgorithm = .default
 
+    @Option(name: .long, help: ArgumentHelp("The signer's X.509 certificate for the signing key, stored in the package (DER or PEM).", valueName: "signer.der"))
+    var cert: String?
+
+    @Option(name: .long, help: ArgumentHelp("An intermediate certificate, leaf-most first; repeatable.", valueName: "intermediate.der"))
+    var chain: [String] = []
+
     @Flag(name: .long, help: "Store every resource without compression.")
     var store = false
 
@@ -64,8 +70,11 @@ struct Pack: ParsableCommand {
 
     func run() throws {
         let privateKey = try key.load()
-        let options = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap { Timestamp(rfc3339: $0) },
+        let options0 = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap { Timestamp(rfc3339: $0) },
                                   compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
+        var options = options0
+        options.certificate = try cert.map { try certificateDER($0) }
+        options.chain = try chain.map { try certificateDER($0) }
         let result = try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
         let manifest = result.manifest
         if output.json {
@@ -76,5 +85,12 @@ struct Pack: ParsableCommand {
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }
         Output.line("packed \(manifest.files.count) file\(manifest.files.count == 1 ? "" : "s") (\(total) bytes) into \(out)")
         Output.line("  \(manifest.name) \(manifest.version), sequence \(manifest.sequence), \(manifest.algorithm.id), key \(manifest.keyID.short)")
+    }
+
+    private func certificateDER(_ path: String) throws -> [UInt8] {
+        guard let der = try PublicKey(contentsOf: path, allowWeakKey: true).certificateDER else {
+            throw SignetError(.wrongKeyKind, "'\(path)' is a public key, not a certificate", path: path)
+        }
+        return der
     }
 }

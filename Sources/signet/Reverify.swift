@@ -41,7 +41,7 @@ struct Reverify: ParsableCommand {
 
     func validate() throws {
         if paths.isEmpty { throw ValidationError("name at least one installed file or directory") }
-        if trust.pubkey.isEmpty { throw ValidationError("give at least one trusted key with --pubkey PUB") }
+        if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
     }
 
     struct FileEntry: Encodable {

@@ -32,25 +32,29 @@ struct Status: ParsableCommand {
         let sequence: UInt64?
         let key_id: String?
         let package_path: String?
+        let channel: String?
         let verdict: String
         let detail: String
     }
 
     func run() throws {
-        let policy = trust.pubkey.isEmpty ? nil : try trust.policy()
+        let policy = trust.hasSources ? try trust.policy() : nil
         var entries: [Entry] = []
         for file in files {
             let origin = FileOrigin(path: file)
             var verdict = origin.isInstalled ? "not-checked" : "not-installed"
+            var channel: String? = nil
             var detail = origin.isInstalled ? "signed by \(origin.keyID?.short ?? "an unknown key"), not checked (pass --pubkey to verify)"
                                             : "'\(file)' has no Signet attributes: it was not installed by Signet (or its attributes were stripped)"
             if let policy, origin.isInstalled || origin.hasSidecar {
                 let report = Reverifier.verifyFile(at: file, policy: policy)
                 verdict = report.verdict.name
                 detail = report.detail
+                channel = report.signer.flatMap { policy.channel(of: $0) }
             }
             entries.append(Entry(path: file, installed_by_signet: origin.isInstalled, package: origin.packageName, version: origin.version,
-                                 sequence: origin.sequence, key_id: origin.keyID?.hex, package_path: origin.packagePath, verdict: verdict, detail: detail))
+                                 sequence: origin.sequence, key_id: origin.keyID?.hex, package_path: origin.packagePath, channel: channel,
+                                 verdict: verdict, detail: detail))
         }
         if output.json {
             Output.json(["files": entries])
@@ -64,7 +68,7 @@ struct Status: ParsableCommand {
                 \(entry.path):
                   package:  \(entry.package ?? "?") \(entry.version ?? "") (sequence \(entry.sequence.map(String.init) ?? "?"))
                   path:     \(entry.package_path ?? "?")
-                  key id:   \(entry.key_id ?? "?")
+                  key id:   \(entry.key_id ?? "?")\(entry.channel.map { " (channel \($0))" } ?? "")
                   verdict:  \(entry.verdict) — \(entry.detail)
                 """)
             }

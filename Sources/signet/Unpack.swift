@@ -41,6 +41,9 @@ struct Unpack: ParsableCommand {
     @Option(name: .long, help: "Also write an IMA v2 signature to user.ima or security.ima (root only), for evmctl and IMA appraisal.")
     var ima: IMAMode?
 
+    @Option(name: .long, help: ArgumentHelp("A file recording the highest sequence installed per package name, across destinations (locked, updated atomically).", valueName: "file"))
+    var state: String?
+
     @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
     var force = false
 
@@ -59,7 +62,7 @@ struct Unpack: ParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
-        if trust.pubkey.isEmpty { throw ValidationError("give at least one trusted key with --pubkey PUB") }
+        if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
         if maxFiles < 1 || maxRatio < 1 || maxTotalSize < 1 { throw ValidationError("limits must be at least 1") }
     }
 
@@ -71,6 +74,7 @@ struct Unpack: ParsableCommand {
         let sequence: UInt64?
         let replaced_sequence: UInt64?
         let signer: String
+        let channel: String?
         let files: [String]
         let attributes: String
         let atomic_exchange: Bool
@@ -85,15 +89,17 @@ struct Unpack: ParsableCommand {
         options.limits.maxFiles = maxFiles
         options.limits.maxTotalSize = maxTotalSize
         options.limits.maxRatio = maxRatio
+        options.stateFile = state
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
-        let report = try Installer.install(package, to: dest, policy: try trust.policy(), options: options)
+        let policy = try trust.policy()
+        let report = try Installer.install(package, to: dest, policy: policy, options: options)
         if !report.attributesWritten {
             Output.warn("'\(dest)' is on a filesystem without user extended attributes: signatures are kept only in \(dest)/.signet/sigs/")
         }
         if output.json {
             Output.json(Report(destination: dest, package: package, name: report.manifest?.name, version: report.manifest?.version,
                                sequence: report.manifest?.sequence, replaced_sequence: report.replacedSequence,
-                               signer: report.signer.keyID.hex, files: report.files,
+                               signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
                                attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged))
             return
         }

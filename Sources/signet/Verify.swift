@@ -31,9 +31,7 @@ struct Verify: ParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
-        if trust.pubkey.isEmpty {
-            throw ValidationError("give at least one trusted key with --pubkey PUB (e.g. --pubkey keys-example/public_key.der)")
-        }
+        if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
     }
 
     struct Report: Encodable {
@@ -43,18 +41,21 @@ struct Verify: ParsableCommand {
         let algorithm: String
         let key_id: String?
         let key_source: String?
+        let channel: String?
         let error: Output.ErrorBody?
     }
 
     func run() throws {
-        let verifier = Verifier(policy: try trust.policy())
+        let policy = try trust.policy()
+        let verifier = Verifier(policy: policy)
         let signatureBytes = try SignatureFiles.read(signature)
         let result = try verifier.verify(signature: signatureBytes, fileAt: file, algorithm: algorithm)
         let failure = result.error(path: file)
         if output.json {
             Output.json(Report(verdict: result.isValid ? "valid" : "invalid", file: file, signature: signature,
                                algorithm: algorithm.id, key_id: result.signer?.keyID.hex,
-                               key_source: result.signer?.source, error: failure.map(Output.errorBody)))
+                               key_source: result.signer?.source, channel: result.signer.flatMap { policy.channel(of: $0.keyID) },
+                               error: failure.map(Output.errorBody)))
         }
         if let failure {
             if !output.json { Output.line("FAILED \(file)") }

@@ -1,0 +1,51 @@
+import ArgumentParser
+import Signet
+
+struct Trust: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage trust directories.",
+        subcommands: [Seal.self]
+    )
+
+    struct Seal: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Seal a trust directory: record the digest of every file in DIR/.signet-trust.",
+            discussion: """
+            Clients given --trust-dir DIR refuse it (exit 3) once its files no longer match the \
+            seal, so a key file replaced on a compromised device is caught. With --salt-file the \
+            digests are salted with a secret kept elsewhere (clients then need --trust-salt-file); \
+            with --key the seal is also signed (by a key in the directory).
+
+            Example:
+              signet trust seal /etc/myapp/trust --salt-file /root/trust.salt
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The trust directory.", valueName: "dir"))
+        var directory: String
+
+        @Option(name: .customLong("salt-file"), help: ArgumentHelp("Salt the digests with the first line of this file.", valueName: "file"))
+        var saltFile: String?
+
+        @Option(name: .long, help: ArgumentHelp("Also sign the seal with this private key.", valueName: "key"))
+        var key: String?
+
+        @OptionGroup var passphrase: PassphraseOptions
+        @OptionGroup var output: OutputOptions
+
+        func run() throws {
+            let salt = try saltFile.map { try PassphraseSource.file($0).passphrase(for: $0).bytesForSalt }
+            let signer = try key.map { path -> Signer in
+                let privateKey = try PrivateKey(contentsOf: path, passphrase: passphrase.source)
+                privateKey.warnings.forEach(Output.warn)
+                return Signer(key: privateKey)
+            }
+            let count = try TrustStoreSeal.seal(directory, salt: salt, signer: signer)
+            if output.json {
+                Output.json(["directory": directory, "files": String(count), "salted": String(salt != nil), "signed": String(signer != nil)])
+            } else {
+                Output.line("sealed \(count) file\(count == 1 ? "" : "s") in \(directory)\(salt != nil ? " (salted)" : "")\(signer != nil ? ", signed" : "")")
+            }
+        }
+    }
+}
