@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Signet vs. the openssl + zip/unzip pipeline, alternating runs, medians and ratios.
+
+Every row times Signet and its peer alternately (A B, then B A, ...), warms the inputs in the
+page cache right before each timing (BENCHMARKING.md: the cache is paged out after a minute),
+reads each child's peak RSS from wait4(), and reports the median time of each side and the
+median of the per-pair ratios Signet/peer, against the targets of issue 6.
+"""
+import argparse, json, os, platform, random, shutil, statistics, subprocess, sys, time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--signet", required=True)
+parser.add_argument("--reps", type=int, default=3, help="pairs per row (default 3)")
+parser.add_argument("--scale", type=float, default=1.0, help="1.0 = 1 GiB inputs, 10,000 small files, 100 x 10 MiB")
+parser.add_argument("--only", nargs="*", help="run only these rows")
+parser.add_argument("--work", default=os.environ.get("BENCH_DIR", "/tmp/signet-bench"), help="scratch directory (data is kept between runs)")
+parser.add_argument("--json", default="bench/results.json")
+args = parser.parse_args()
+
+GiB = 1 << 30
+work = os.path.abspath(args.work)
+os.makedirs(work, exist_ok=True)
+signet = os.path.abspath(args.signet)
+
+
+def sh(command, **kw):
+    return subprocess.run(command, shell=True, check=True, executable="/bin/bash", **kw)
+
+
+def timed(command):
+    """Runs a shell command; returns (seconds, peak RSS in MiB of the largest process)."""
+    start = time.monotonic()
+    process = subprocess.Popen(["/bin/bash", "-c", command], stdout=subprocess.DEVNULL)
+    peak = 0
+    # Reap every child of bash too, so peers in a pipeline are counted; report the largest.
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.monotonic() - start
+    peak = usage.ru_maxrss / 1024
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"benchmark command failed ({os.waitstatus_to_exitcode(status)}): {command}")
+    return elapsed, peak
+
+
+def warm(*paths):
+    for path in paths:
+        if os.path.isdir(path):
+            sh(f"find {path!r} -type f -print0 | xargs -0 cat > /dev/null")
+        elif os.path.exists(path):
+            sh(f"cat {path!r} > /dev/null")
+
+
+# ---- data -----------------------------------------------------------------------------------
+size = int(GiB * args.scale)
+small_count = int(10_000 * args.scale)
+medium_count = max(2, int(100 * args.scale))
+key = f"{work}/key.pem"
+pub = f"{work}/pub.pem"
+pub_der = f"{work}/pub.der"
+if not os.path.exists(key):
+    sh(f"openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out {key} 2>/dev/null && chmod 600 {key}")
+    sh(f"openssl pkey -in {key} -pubout -out {pub} && openssl pkey -in {key} -pubout -outform DER -out {pub_der}")
+
+
+def make_random(path, n):
+    if not os.path.exists(path) or os.path.getsize(path) != n:
+        sh(f"head -c {n} /dev/urandom > {path!r}")
+
+
+def make_text(path, n, seed=1):
+    if os.path.exists(path) and os.path.getsize(path) == n:
+        return
+    words = [("w%d" % i).encode() for i in range(5000)]
+    rng = random.Random(seed)
+    with open(path, "wb") as f:
+        block = b"".join(b" ".join(rng.choice(words) for _ in range(12)) + b"\n" for _ in range(20000))
+        written = 0
+        while written < n:
+            f.write(block[: n - written])
+            written += len(block)
+
+
+make_random(f"{work}/random.bin", size)
+make_text(f"{work}/text.txt", size)
+small = f"{work}/small"
+if not os.path.isdir(small) or len(os.listdir(small)) != min(small_count, 100):
+    shutil.rmtree(small, ignore_errors=True)
+    for i in range(small_count):
+        d = f"{small}/d{i % 100:02d}"
+        os.makedirs(d, exist_ok=True)
+        with open(f"{d}/f{i:05d}.dat", "wb") as f:
+            f.write(os.urandom(2048) + b"text " * 409 + b"!")
+medium = f"{work}/medium"
+if not os.path.isdir(medium) or len(os.listdir(medium)) != medium_count:
+    shutil.rmtree(medium, ignore_errors=True)
+    os.makedirs(medium)
+    for i in range(medium_count):
+        make_text(f"{medium}/part{i:03d}.txt", int(10 * (1 << 20)), seed=i)
+
+# ---- rows -----------------------------------------------------------------------------------
+out = f"{work}/out"
+S = signet
+K = f"--key {key}"
+# Peer pipelines: what release engineers script today.
+sign_each = f"find . -type f ! -name '*.sig' -print0 | xargs -0 -I{{}} openssl dgst -sha256 -sign {key} -out {{}}.sig {{}}"
+verify_each = f"find . -type f ! -name '*.sig' -print0 | xargs -0 -I{{}} openssl dgst -sha256 -verify {pub} -signature {{}}.sig {{}} > /dev/null"
+
+rows = {
+    "sign-1g": dict(target=1.05, inputs=[f"{work}/random.bin"],
+        signet=lambda r: f"{S} sign {work}/random.bin {K} --out {out}/s{r}.sig",
+        peer=lambda r: f"openssl dgst -sha256 -sign {key} -out {out}/p{r}.sig {work}/random.bin"),
+    "pack-1g-stored": dict(target=0.4, inputs=[f"{work}/random.bin"],
+        signet=lambda r: f"{S} pack {work}/random.bin {K} --name b --version 1 --store --out {out}/s{r}.zip",
+        peer=lambda r: f"cd {work} && openssl dgst -sha256 -sign {key} -out random.bin.sig random.bin && zip -0 -q {out}/p{r}.zip random.bin random.bin.sig"),
+    "pack-1g-text-deflate6": dict(target=0.9, inputs=[f"{work}/text.txt"],
+        signet=lambda r: f"{S} pack {work}/text.txt {K} --name b --version 1 --compression-level 6 --out {out}/s{r}.zip",
+        peer=lambda r: f"cd {work} && openssl dgst -sha256 -sign {key} -out text.txt.sig text.txt && zip -6 -q {out}/p{r}.zip text.txt text.txt.sig"),
+    "pack-100x10m-deflate6": dict(target=0.55, inputs=[medium],
+        signet=lambda r: f"{S} pack {medium} {K} --name b --version 1 --out {out}/s{r}.zip",
+        peer=lambda r: f"cd {medium} && {sign_each} && zip -6 -q -r {out}/p{r}.zip . && rm -f *.sig"),
+    "unpack-1g-stored": dict(target=0.3, prepare="stored",
+        signet=lambda r: f"{S} unpack {work}/stored.zip --dest {out}/s{r} --pubkey {pub_der}",
+        peer=lambda r: f"unzip -q {work}/stored-peer.zip -d {out}/p{r} && cd {out}/p{r} && {verify_each}"),
+    "unpack-1g-deflated": dict(target=0.7, prepare="deflated",
+        signet=lambda r: f"{S} unpack {work}/deflated.zip --dest {out}/s{r} --pubkey {pub_der}",
+        peer=lambda r: f"unzip -q {work}/deflated-peer.zip -d {out}/p{r} && cd {out}/p{r} && {verify_each}"),
+    "pack-10k-small": dict(target=0.05, inputs=[small],
+        signet=lambda r: f"{S} pack {small} {K} --name b --version 1 --out {out}/s{r}.zip",
+        peer=lambda r: f"cd {small} && {sign_each} && zip -q -r {out}/p{r}.zip . && find . -name '*.sig' -delete"),
+    "unpack-10k-small": dict(target=0.2, prepare="small",
+        signet=lambda r: f"{S} unpack {work}/small.zip --dest {out}/s{r} --pubkey {pub_der}",
+        peer=lambda r: f"unzip -q {work}/small-peer.zip -d {out}/p{r} && cd {out}/p{r} && {verify_each}"),
+    "reverify-10k": dict(target=1.0, prepare="tree",
+        signet=lambda r: f"{S} reverify {work}/tree --pubkey {pub_der}",
+        peer=lambda r: f"cd {work}/tree && find . -path ./.signet -prune -o -type f -print0 | xargs -0 sha256sum > /dev/null"),
+}
+
+
+def prepare(kind):
+    """Packages for the unpack rows: Signet's, and the peer's zip of files + .sig beside them."""
+    if kind in ("stored", "deflated"):
+        source = f"{work}/random.bin" if kind == "stored" else f"{work}/text.txt"
+        if not os.path.exists(f"{work}/{kind}.zip"):
+            sh(f"{S} pack {source} {K} --name b --version 1 {'--store' if kind == 'stored' else ''} --out {work}/{kind}.zip > /dev/null")
+            name = os.path.basename(source)
+            sh(f"cd {work} && openssl dgst -sha256 -sign {key} -out {name}.sig {name} && zip {'-0' if kind == 'stored' else '-6'} -q {kind}-peer.zip {name} {name}.sig")
+        return [f"{work}/{kind}.zip", f"{work}/{kind}-peer.zip"]
+    if kind == "small":
+        if not os.path.exists(f"{work}/small.zip"):
+            sh(f"{S} pack {small} {K} --name b --version 1 --out {work}/small.zip > /dev/null")
+            sh(f"cd {small} && {sign_each} && zip -q -r {work}/small-peer.zip . && find . -name '*.sig' -delete")
+        return [f"{work}/small.zip", f"{work}/small-peer.zip"]
+    if kind == "tree":
+        if not os.path.isdir(f"{work}/tree"):
+            sh(f"{S} unpack {work}/small.zip --dest {work}/tree --pubkey {pub_der} > /dev/null")
+        return [f"{work}/tree"]
+    return []
+
+
+selected = [name for name in rows if not args.only or name in args.only]
+if "reverify-10k" in selected:
+    prepare("small")
+results = []
+for name in selected:
+    row = rows[name]
+    inputs = list(row.get("inputs", [])) + (prepare(row["prepare"]) if "prepare" in row else [])
+    pairs = []
+    for r in range(args.reps):
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        order = ["signet", "peer"] if r % 2 == 0 else ["peer", "signet"]
+        sample = {}
+        for side in order:
+            warm(*inputs)
+            sample[side] = timed(row[side](r))
+        pairs.append(sample)
+        print(f"  {name} #{r + 1}: signet {sample['signet'][0]:.2f} s ({sample['signet'][1]:.1f} MiB), peer {sample['peer'][0]:.2f} s", flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+    signet_times = [p["signet"][0] for p in pairs]
+    peer_times = [p["peer"][0] for p in pairs]
+    ratio = statistics.median(p["signet"][0] / p["peer"][0] for p in pairs)
+    results.append(dict(row=name, signet_median_s=round(statistics.median(signet_times), 3), peer_median_s=round(statistics.median(peer_times), 3),
+                        ratio=round(ratio, 3), target=row["target"], met=ratio <= row["target"],
+                        signet_peak_rss_mib=round(max(p["signet"][1] for p in pairs), 1),
+                        samples=[dict(signet_s=p["signet"][0], peer_s=p["peer"][0], signet_rss_mib=p["signet"][1]) for p in pairs]))
+
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+machine = dict(cpu=cpu, cores=os.cpu_count(), kernel=platform.release(), scale=args.scale, reps=args.reps,
+               openssl=subprocess.run(["openssl", "version"], capture_output=True, text=True).stdout.strip(),
+               signet=subprocess.run([S, "--version"], capture_output=True, text=True).stdout.strip())
+print(f"\nmachine: {cpu}, {os.cpu_count()} cores, kernel {platform.release()}; scale {args.scale}, {args.reps} pairs per row")
+print(f"{'row':24} {'signet s':>9} {'peer s':>9} {'ratio':>7} {'target':>7}  {'met':4} {'RSS MiB':>8}")
+for r in results:
+    print(f"{r['row']:24} {r['signet_median_s']:9.2f} {r['peer_median_s']:9.2f} {r['ratio']:7.3f} {r['target']:7.2f}  {'yes' if r['met'] else 'NO':4} {r['signet_peak_rss_mib']:8.1f}")
+with open(args.json, "w") as f:
+    json.dump(dict(machine=machine, results=results), f, indent=2)
+print(f"\nwritten to {args.json}")
