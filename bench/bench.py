@@ -104,6 +104,13 @@ K = f"--key {key}"
 sign_each = f"find . -type f ! -name '*.sig' -print0 | xargs -0 -I{{}} openssl dgst -sha256 -sign {key} -out {{}}.sig {{}}"
 verify_each = f"find . -type f ! -name '*.sig' -print0 | xargs -0 -I{{}} openssl dgst -sha256 -verify {pub} -signature {{}}.sig {{}} > /dev/null"
 
+def unpack_row(package, target):
+    """Signet installs (verifying) a package; the peer unzips files + .sig and verifies each."""
+    return dict(target=target, prepare=package,
+        signet=lambda r: f"{S} unpack {work}/{package}.zip --dest {out}/s{r} --pubkey {pub_der}",
+        peer=lambda r: f"unzip -q {work}/{package}-peer.zip -d {out}/p{r} && cd {out}/p{r} && {verify_each}")
+
+
 rows = {
     "sign-1g": dict(target=1.05, inputs=[f"{work}/random.bin"],
         signet=lambda r: f"{S} sign {work}/random.bin {K} --out {out}/s{r}.sig",
@@ -117,18 +124,12 @@ rows = {
     "pack-100x10m-deflate6": dict(target=0.55, inputs=[medium],
         signet=lambda r: f"{S} pack {medium} {K} --name b --version 1 --out {out}/s{r}.zip",
         peer=lambda r: f"cd {medium} && {sign_each} && zip -6 -q -r {out}/p{r}.zip . && rm -f *.sig"),
-    "unpack-1g-stored": dict(target=0.3, prepare="stored",
-        signet=lambda r: f"{S} unpack {work}/stored.zip --dest {out}/s{r} --pubkey {pub_der}",
-        peer=lambda r: f"unzip -q {work}/stored-peer.zip -d {out}/p{r} && cd {out}/p{r} && {verify_each}"),
-    "unpack-1g-deflated": dict(target=0.7, prepare="deflated",
-        signet=lambda r: f"{S} unpack {work}/deflated.zip --dest {out}/s{r} --pubkey {pub_der}",
-        peer=lambda r: f"unzip -q {work}/deflated-peer.zip -d {out}/p{r} && cd {out}/p{r} && {verify_each}"),
+    "unpack-1g-stored": unpack_row("stored", 0.3),
+    "unpack-1g-deflated": unpack_row("deflated", 0.7),
     "pack-10k-small": dict(target=0.05, inputs=[small],
         signet=lambda r: f"{S} pack {small} {K} --name b --version 1 --out {out}/s{r}.zip",
         peer=lambda r: f"cd {small} && {sign_each} && zip -q -r {out}/p{r}.zip . && find . -name '*.sig' -delete"),
-    "unpack-10k-small": dict(target=0.2, prepare="small",
-        signet=lambda r: f"{S} unpack {work}/small.zip --dest {out}/s{r} --pubkey {pub_der}",
-        peer=lambda r: f"unzip -q {work}/small-peer.zip -d {out}/p{r} && cd {out}/p{r} && {verify_each}"),
+    "unpack-10k-small": unpack_row("small", 0.2),
     "reverify-10k": dict(target=1.0, prepare="tree",
         signet=lambda r: f"{S} reverify {work}/tree --pubkey {pub_der}",
         peer=lambda r: f"cd {work}/tree && find . -path ./.signet -prune -o -type f -print0 | xargs -0 sha256sum > /dev/null"),
