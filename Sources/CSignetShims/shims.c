@@ -57,5 +57,9 @@ int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
+int signet_start_writeback(int fd, long long offset, long long length) {
+    return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
+}
+
 unsigned int signet_RENAME_NOREPLACE(void) { return RENAME_NOREPLACE; }
 unsigned int signet_RENAME_EXCHANGE(void) { return RENAME_EXCHANGE; }

@@ -43,6 +43,10 @@ int signet_ERR_GET_REASON(unsigned long code);
 /// Returns -1 with errno set like renameat2(2).
 int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 
+/// sync_file_range is declared only under _GNU_SOURCE. Starts writeback of a range
+/// (SYNC_FILE_RANGE_WRITE) without waiting for it.
+int signet_start_writeback(int fd, long long offset, long long length);
+
 /// RENAME_NOREPLACE / RENAME_EXCHANGE are _GNU_SOURCE macros.
 unsigned int signet_RENAME_NOREPLACE(void);
 unsigned int signet_RENAME_EXCHANGE(void);
