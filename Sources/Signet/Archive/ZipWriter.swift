@@ -228,6 +228,7 @@ final class HashingFileSource: ZipEntrySource {
         if n == 0 {
             guard count == expectedSize else { throw changed() }
             digests = try hashers.map { try $0.finalize() }
+            hashers = []   // each holds an EVP_MD_CTX: release them as soon as the digests exist
             return 0
         }
         let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])

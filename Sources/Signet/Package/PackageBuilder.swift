@@ -124,6 +124,13 @@ public enum PackageBuilder {
         let precompressed = try ParallelDeflate(inputs: inputs, sources: sources, methods: methods, besides: output, workers: workers)
         defer { precompressed.remove() }
 
+        // Files deflated on the workers have known digests now: sign them on every core, rather
+        // than one by one inside zip_close (10,000 RSA-2048 signatures are ~2.6 s on one core).
+        let known = precompressed.compressedIndices.compactMap { index in sources[index].digests?.last.map { (index, $0) } }
+        let presigned = Dictionary(uniqueKeysWithValues: parallelMap(known) { index, digest in
+            (index, Swift.Result { try signer.sign(digest: digest).bytes })
+        })
+
         let writer = try ZipWriter(creatingAt: temporary)
         for (index, input) in inputs.enumerated() {
             if let (reader, entry) = precompressed.entry(for: index) {
@@ -152,8 +159,9 @@ public enum PackageBuilder {
         try writer.add(".signet/manifest.json.sig", source: DeferredBytesSource {
             try signer.sign(manifestBytes).bytes
         }, compression: .store, permissions: 0o644)
-        for (input, source) in zip(inputs, sources) {
+        for (index, (input, source)) in zip(inputs, sources).enumerated() {
             try writer.add(".signet/sigs/\(input.packagePath).sig", source: DeferredBytesSource {
+                if let signature = presigned[index] { return try signature.get() }
                 guard let digest = source.digests?.last else { throw SignetError(.io, "resource '\(input.diskPath)' was not read to the end", path: input.diskPath) }
                 return try signer.sign(digest: digest).bytes
             }, compression: .store, permissions: 0o644)
@@ -346,6 +354,9 @@ final class ParallelDeflate {
             throw error
         }
     }
+
+    /// The inputs compressed here.
+    var compressedIndices: [Int] { placement.keys.sorted() }
 
     /// Where input `index` was compressed, if it was.
     func entry(for index: Int) -> (ZipReader, UInt64)? {

@@ -298,8 +298,10 @@ final class CancellationFlag: Sendable {
 }
 
 /// Checks one listed file of an installed tree (thread-safe: one instance serves all workers).
-final class TreeChecker: Sendable {
+final class TreeChecker: @unchecked Sendable {
+    // rootDescriptor is opened once and only read (openat) by the workers.
     let root: String
+    private let rootDescriptor: Int32
     let manifest: Manifest
     let key: PublicKey
     let algorithm: SignatureAlgorithm
@@ -308,10 +310,15 @@ final class TreeChecker: Sendable {
 
     init(root: String, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool) {
         self.root = root
+        self.rootDescriptor = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.manifest = manifest
         self.key = key
         self.algorithm = algorithm
         self.repair = repair
+    }
+
+    deinit {
+        if rootDescriptor >= 0 { close(rootDescriptor) }
     }
 
     func check(_ file: Manifest.File) -> FileReport {
@@ -344,14 +351,18 @@ final class TreeChecker: Sendable {
             return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
         }
         let verifier = Verifier(policy: TrustPolicy(keys: [key]))
-        let sidecar = try? readSmallFile(root + "/.signet/sigs/" + file.path + ".sig", what: "sidecar signature", limit: 64 * 1024)
-        let sidecarValid = sidecar.map { verifier.verify(signature: $0, digest: digests.last!, algorithm: algorithm).isValid } ?? false
+        // The sidecar is read only when the attribute cannot vouch for the file.
+        var validSidecar: [UInt8]? {
+            guard let bytes = try? readSmallFile(root + "/.signet/sigs/" + file.path + ".sig", what: "sidecar signature", limit: 64 * 1024),
+                  verifier.verify(signature: bytes, digest: digests.last!, algorithm: algorithm).isValid else { return nil }
+            return bytes
+        }
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
         case .success(let attribute?):
             if verifier.verify(signature: attribute, digest: digests.last!, algorithm: algorithm).isValid {
                 return report(.ok, "verified", "xattr")
             }
-            return restore(fd, file, sidecar: sidecarValid ? sidecar : nil,
+            return restore(fd, file, sidecar: validSidecar,
                            lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)")
         case .success(nil):
             for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
@@ -360,11 +371,11 @@ final class TreeChecker: Sendable {
                     return report(.ok, "verified from \(name)", "ima")
                 }
             }
-            return restore(fd, file, sidecar: sidecarValid ? sidecar : nil, lost: "its user.signet.sig attribute is gone")
+            return restore(fd, file, sidecar: validSidecar, lost: "its user.signet.sig attribute is gone")
         case .failure(let failure) where failure.isUnsupported:
             sawUnsupported.set()
-            return sidecarValid ? report(.ok, "verified from the sidecar (no user xattrs on this filesystem)", "sidecar")
-                                : report(.unsigned, "no user xattrs on this filesystem and no valid sidecar .signet/sigs/\(file.path).sig")
+            return validSidecar != nil ? report(.ok, "verified from the sidecar (no user xattrs on this filesystem)", "sidecar")
+                                       : report(.unsigned, "no user xattrs on this filesystem and no valid sidecar .signet/sigs/\(file.path).sig")
         case .failure(let failure):
             return report(.unreadable, failure.error("read", attribute: ExtendedAttributes.signature, path: file.path).reason)
         }
@@ -399,14 +410,14 @@ final class TreeChecker: Sendable {
     }
 
     private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
-        var fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)': \(String(cString: strerror(errno)))")) }
+        guard rootDescriptor >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)'")) }
+        var fd = rootDescriptor
         let components = relative.split(separator: "/").map(String.init)
         for (index, component) in components.enumerated() {
             let last = index == components.count - 1
             let next = openat(fd, component, (last ? O_RDONLY | O_NONBLOCK : O_RDONLY | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC)
             let err = errno
-            close(fd)
+            if fd != rootDescriptor { close(fd) }
             guard next >= 0 else {
                 switch err {
                 case ENOENT: return .failure(OpenRefusal(.missing, "'\(relative)' is in the signed manifest but not on disk"))
