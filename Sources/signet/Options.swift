@@ -104,6 +104,9 @@ struct TrustOptions: ParsableArguments {
     @Option(name: .customLong("trust-salt-file"), help: ArgumentHelp("The salt a --trust-dir was sealed with.", valueName: "file"))
     var trustSaltFile: String?
 
+    @Option(name: .customLong("trust-seal-key"), help: ArgumentHelp("Require each --trust-dir to be sealed, with the seal signed by this key (kept outside the directory).", valueName: "pub"))
+    var trustSealKey: [String] = []
+
     @Option(name: .customLong("clock-skew"), help: ArgumentHelp("Seconds of clock difference tolerated for expiry.", valueName: "seconds"))
     var clockSkew: Int64 = 300
 
@@ -115,6 +118,9 @@ struct TrustOptions: ParsableArguments {
             throw ValidationError("--pin takes a key id (64 hex characters) or sha256//BASE64, not '\(id)'")
         }
         if clockSkew < 0 { throw ValidationError("--clock-skew cannot be negative") }
+        if (!trustSealKey.isEmpty || trustSaltFile != nil) && trustDirectory.isEmpty {
+            throw ValidationError("--trust-seal-key and --trust-salt-file apply to a --trust-dir")
+        }
         if (allowExpiredCertificate || expectSubject != nil) && ca.isEmpty {
             throw ValidationError("--allow-expired-cert and --expect-subject apply to certificate chains: give --ca ROOT")
         }
@@ -128,8 +134,9 @@ struct TrustOptions: ParsableArguments {
     func policy() throws -> TrustPolicy {
         var policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
         let salt = try trustSaltFile.map { try PassphraseSource.file($0).passphrase(for: $0).bytesForSalt }
+        let sealKeys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
         for directory in trustDirectory {
-            try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt)
+            try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt, sealKeys: sealKeys)
         }
         policy.pins = Set(pin.compactMap { KeyID($0) })
         if let revoked { try policy.addRevocations(from: revoked) }

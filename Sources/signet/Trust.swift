@@ -14,7 +14,8 @@ struct Trust: ParsableCommand {
             Clients given --trust-dir DIR refuse it (exit 3) once its files no longer match the \
             seal, so a key file replaced on a compromised device is caught. With --salt-file the \
             digests are salted with a secret kept elsewhere (clients then need --trust-salt-file); \
-            with --key the seal is also signed (by a key in the directory).
+            with --key the seal is also signed, and clients given --trust-seal-key with the matching \
+            public key (kept outside the directory) accept only a seal it signed.
 
             Example:
               signet trust seal /etc/myapp/trust --salt-file /root/trust.salt

@@ -193,6 +193,28 @@ struct TrustCLITests {
         #expect(broken.status == 3)
         #expect((try broken.json()["error"] as? [String: Any])?["code"] as? String == "broken-trust-seal")
         #expect(broken.stderr.contains("'beta/beta.der' was changed"))
+
+        // A signed seal, checked against a key kept outside the directory.
+        let sealer = try Workspace()
+        let signedTrust = work.directory.file("signed-trust")
+        try FileManager.default.createDirectory(atPath: signedTrust + "/release", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: work.publicDER, toPath: signedTrust + "/release/release.der")
+        let unsealed = try CLI.run(["inspect", release, "--trust-dir", signedTrust, "--trust-seal-key", sealer.publicDER])
+        #expect(unsealed.status == 3, "an unsealed directory is refused when a seal key is required")
+        #expect(try CLI.run(["trust", "seal", signedTrust, "--key", sealer.privatePEM, "--passphrase-file", sealer.passFile]).status == 0)
+        #expect(try CLI.run(["inspect", release, "--trust-dir", signedTrust, "--trust-seal-key", sealer.publicDER]).status == 0)
+        // The attacker swaps the key and re-seals without the sealing key: the signature is gone.
+        try FileManager.default.removeItem(atPath: signedTrust + "/release/release.der")
+        try FileManager.default.copyItem(atPath: attacker.publicDER, toPath: signedTrust + "/release/release.der")
+        #expect(try CLI.run(["trust", "seal", signedTrust]).status == 0)
+        let resealed = try CLI.run(["inspect", release, "--trust-dir", signedTrust, "--trust-seal-key", sealer.publicDER])
+        #expect(resealed.status == 3)
+        #expect(resealed.stderr.contains("not signed"))
+        // Or re-seals signed with their own key.
+        #expect(try CLI.run(["trust", "seal", signedTrust, "--key", attacker.privatePEM, "--passphrase-file", attacker.passFile]).status == 0)
+        let forged = try CLI.run(["inspect", release, "--trust-dir", signedTrust, "--trust-seal-key", sealer.publicDER])
+        #expect(forged.status == 3)
+        #expect(forged.stderr.contains("does not verify"))
     }
 
     @Test("freshness: expiry with clock skew, and rollback across destinations through one state file")

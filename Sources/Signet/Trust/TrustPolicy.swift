@@ -40,9 +40,11 @@ public struct TrustPolicy: Sendable {
     }
 
     /// Adds every key and certificate in a trust directory; files in a subdirectory belong to
-    /// the channel named after it. A sealed directory (`.signet-trust`) must match its seal.
-    public mutating func addTrustDirectory(_ directory: String, allowWeakKeys: Bool = false, salt: [UInt8]? = nil) throws {
-        try TrustStoreSeal.check(directory, salt: salt)
+    /// the channel named after it. A sealed directory (`.signet-trust`) must match its seal; with
+    /// `sealKeys`, it must be sealed and the seal signed by one of them.
+    public mutating func addTrustDirectory(_ directory: String, allowWeakKeys: Bool = false, salt: [UInt8]? = nil,
+                                           sealKeys: [PublicKey] = []) throws {
+        try TrustStoreSeal.check(directory, salt: salt, sealKeys: sealKeys)
         for (path, channel) in try TrustStoreSeal.files(in: directory) {
             let key = try PublicKey(contentsOf: directory + "/" + path, allowWeakKey: allowWeakKeys)
             if !keys.contains(where: { $0.keyID == key.keyID }) { keys.append(key) }

@@ -5,9 +5,10 @@ import Glibc
 import Musl
 #endif
 
-/// `DIR/.signet-trust`: the SHA-256 of every file in a trust directory (optionally salted with a
-/// secret the device keeps elsewhere, optionally signed), so that a key file replaced on a
-/// compromised device is caught before it is trusted.
+/// `DIR/.signet-trust`: the SHA-256 of every file in a trust directory, so that a key file
+/// replaced on a compromised device is caught before it is trusted. Either protection needs
+/// something the attacker cannot change in the directory: a salt kept elsewhere, or a seal
+/// signature checked against a key given separately (`--trust-seal-key`).
 public enum TrustStoreSeal {
     /// The seal file.
     public static let fileName = ".signet-trust"
@@ -39,16 +40,28 @@ public enum TrustStoreSeal {
     }
 
     /// Refuses (exit 3) a sealed directory whose files no longer match the seal. An unsealed
-    /// directory passes.
-    static func check(_ directory: String, salt: [UInt8]?) throws {
-        let sealPath = directory + "/" + fileName
-        guard access(sealPath, F_OK) == 0 else { return }
+    /// directory passes, unless `sealKeys` is given: then the seal must exist and be signed by one
+    /// of those keys, which live outside the directory (a signature checked with keys from inside
+    /// it would prove nothing: whoever swaps a key can sign a new seal with it).
+    static func check(_ directory: String, salt: [UInt8]?, sealKeys: [PublicKey] = []) throws {
         func broken(_ reason: String) -> SignetError {
             SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal: \(reason); restore the trusted keys or seal the directory again with signet trust seal", path: directory)
+        }
+        let sealPath = directory + "/" + fileName
+        guard access(sealPath, F_OK) == 0 else {
+            if sealKeys.isEmpty { return }
+            throw broken("it has no seal (\(fileName)), but --trust-seal-key requires a signed one")
         }
         let stored = try readSmallFile(sealPath, what: "trust seal", limit: 16 << 20)
         guard let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else {
             throw broken("the seal is not a signet-trust/1 document")
+        }
+        if !sealKeys.isEmpty {
+            let signature = (try? readSmallFile(directory + "/" + signatureName, what: "trust seal signature", limit: 64 * 1024)) ?? []
+            let digest = try Digest.compute(stored, algorithm: .sha256)
+            guard Verifier(policy: TrustPolicy(keys: sealKeys)).verify(signature: signature, digest: digest).isValid else {
+                throw broken(signature.isEmpty ? "the seal is not signed, but --trust-seal-key requires it" : "the seal's signature does not verify with the --trust-seal-key key")
+            }
         }
         if sealed.salted, salt == nil {
             throw broken("it was sealed with a salt; give the salt with --trust-salt-file")
@@ -58,15 +71,6 @@ public enum TrustStoreSeal {
         let actual = Dictionary(current.files.map { ($0.path, $0.sha256) }, uniquingKeysWith: { first, _ in first })
         for path in Set(expected.keys).union(actual.keys).sorted() where expected[path] != actual[path] {
             throw broken(expected[path] == nil ? "'\(path)' was added" : actual[path] == nil ? "'\(path)' was removed" : "'\(path)' was changed")
-        }
-        let signaturePath = directory + "/" + signatureName
-        if access(signaturePath, F_OK) == 0 {
-            let signature = try readSmallFile(signaturePath, what: "trust seal signature", limit: 64 * 1024)
-            let keys = try files(in: directory).map { try PublicKey(contentsOf: directory + "/" + $0.0, allowWeakKey: true) }
-            let digest = try Digest.compute(stored, algorithm: .sha256)
-            guard Verifier(policy: TrustPolicy(keys: keys)).verify(signature: signature, digest: digest).isValid else {
-                throw broken("the seal's signature does not verify with any key in the directory")
-            }
         }
     }
 
