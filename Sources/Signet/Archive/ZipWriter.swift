@@ -46,49 +46,54 @@ final class ZipWriter {
 
     /// Adds a regular-file entry. The DOS timestamp is fixed (1980-01-01 00:00) for reproducible archives.
     func add(_ name: String, source: ZipEntrySource, compression: ZipCompression, permissions: UInt32) throws {
-        guard let archive else { throw SignetError(.io, "the archive '\(path)' is already closed", path: path) }
+        let archive = try open()
         let box = SourceBox(source, writer: self)
         let context = Unmanaged.passRetained(box).toOpaque()
         guard let zipSource = zip_source_function(archive, zipSourceCallback, context) else {
             Unmanaged<SourceBox>.fromOpaque(context).release()
             throw failure("cannot add '\(name)'")
         }
-        let index = zip_file_add(archive, name, zipSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
-        guard index >= 0 else {
-            // A source that was not added is still ours to free (which releases the box).
-            zip_source_free(zipSource)
-            throw failure("cannot add '\(name)'")
-        }
-        let entry = zip_uint64_t(index)
+        let entry = try addEntry(name, zipSource, permissions: permissions)
         let method: Int32, level: UInt32
         switch compression {
         case .store: (method, level) = (ZIP_CM_STORE, 0)
         case .deflate(let value): (method, level) = (ZIP_CM_DEFLATE, value)
         }
-        guard zip_set_file_compression(archive, entry, method, level) == 0,
-              zip_file_set_mtime(archive, entry, Self.fixedDOSTime, 0) == 0,
-              zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), (UInt32(S_IFREG) | permissions) << 16) == 0 else {
-            throw failure("cannot set the attributes of '\(name)'")
+        guard zip_set_file_compression(archive, entry, method, level) == 0 else {
+            throw failure("cannot set the compression of '\(name)'")
         }
     }
 
     /// Adds an entry whose compressed bytes are copied as they are from entry `index` of another
     /// archive (no recompression). `reader` must stay open until ``close()``.
     func addCompressed(_ name: String, from reader: ZipReader, index: UInt64, permissions: UInt32) throws {
-        guard let archive else { throw SignetError(.io, "the archive '\(path)' is already closed", path: path) }
-        guard let zipSource = zip_source_zip(archive, reader.archive, index, zip_flags_t(ZIP_FL_COMPRESSED), 0, -1) else {
+        guard let zipSource = zip_source_zip(try open(), reader.archive, index, zip_flags_t(ZIP_FL_COMPRESSED), 0, -1) else {
             throw failure("cannot copy '\(name)'")
         }
-        let added = zip_file_add(archive, name, zipSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
-        guard added >= 0 else {
-            zip_source_free(zipSource)
+        try addEntry(name, zipSource, permissions: permissions)
+    }
+
+    private func open() throws -> OpaquePointer {
+        guard let archive else { throw SignetError(.io, "the archive '\(path)' is already closed", path: path) }
+        return archive
+    }
+
+    /// Adds `source` under `name` as a regular file with `permissions` and the fixed timestamp.
+    /// A source that could not be added is freed here (it is still ours then).
+    @discardableResult
+    private func addEntry(_ name: String, _ source: OpaquePointer, permissions: UInt32) throws -> zip_uint64_t {
+        let archive = try open()
+        let index = zip_file_add(archive, name, source, zip_flags_t(ZIP_FL_ENC_UTF_8))
+        guard index >= 0 else {
+            zip_source_free(source)
             throw failure("cannot add '\(name)'")
         }
-        let entry = zip_uint64_t(added)
+        let entry = zip_uint64_t(index)
         guard zip_file_set_mtime(archive, entry, Self.fixedDOSTime, 0) == 0,
               zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), (UInt32(S_IFREG) | permissions) << 16) == 0 else {
             throw failure("cannot set the attributes of '\(name)'")
         }
+        return entry
     }
 
     /// Writes the archive. libzip writes to a temporary file beside `path` and renames it.
