@@ -119,4 +119,45 @@ struct ManifestTests {
         let error = signetError { _ = try Manifest.parse(try manifest.encoded()) }
         #expect(error?.reason.contains("after Unicode normalisation") == true)
     }
+
+    /// What Signet 0.x wrote with Foundation's JSONEncoder: the manifest writer must stay
+    /// byte-identical to it, or the same inputs would give a different (differently signed) package.
+    private struct FoundationShape: Encodable {
+        struct Entry: Encodable { let mode: String; let path: String; let sha256: String; let size: UInt64 }
+        let manifest: Manifest
+        enum Keys: String, CodingKey { case algorithm, created, expires, files, format, key_id, name, sequence, version }
+        func encode(to encoder: Encoder) throws {
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(manifest.algorithm.id, forKey: .algorithm)
+            try container.encode(manifest.created.rfc3339, forKey: .created)
+            if let expires = manifest.expires { try container.encode(expires.rfc3339, forKey: .expires) } else { try container.encodeNil(forKey: .expires) }
+            try container.encode(manifest.files.map { Entry(mode: $0.mode.rawValue, path: $0.path, sha256: $0.sha256, size: $0.size) }, forKey: .files)
+            try container.encode(Manifest.format, forKey: .format)
+            try container.encode(manifest.keyID.hex, forKey: .key_id)
+            try container.encode(manifest.name, forKey: .name)
+            try container.encode(manifest.sequence, forKey: .sequence)
+            try container.encode(manifest.version, forKey: .version)
+        }
+    }
+
+    @Test("the manifest writer gives JSONEncoder's exact bytes, escapes and all")
+    func sameBytesAsJSONEncoder() throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        // Every ASCII byte (controls, quotes, backslash, slash, DEL) and some non-ASCII text.
+        let ascii = String(decoding: (0..<128).map { UInt8($0) }, as: UTF8.self)
+        let awkward = [ascii, "a/b\\c\"d", "caf\u{e9} \u{2028}\u{2029} \u{feff} 日本 🙂", "", "\u{7f}\u{80}\u{9f}"]
+        var manifest = try Self.sample()
+        for (index, text) in awkward.enumerated() {
+            manifest.name = text
+            manifest.version = String(text.reversed())
+            manifest.sequence = index == 0 ? UInt64.max : UInt64(index)
+            manifest.expires = index.isMultiple(of: 2) ? Timestamp(rfc3339: "2030-01-02T03:04:05Z") : nil
+            manifest.files = index == 3 ? [] : manifest.files + [.init(path: text, size: UInt64(index) << 40, sha256: String(repeating: "cd", count: 32), mode: .regular)]
+            let expected = Array(try encoder.encode(FoundationShape(manifest: manifest))) + [UInt8(ascii: "\n")]
+            let actual = try manifest.encoded()
+            // Compared as text so a failure shows the two documents, not two byte arrays.
+            #expect(String(decoding: actual, as: UTF8.self) == String(decoding: expected, as: UTF8.self), "case \(index)")
+        }
+    }
 }

@@ -69,9 +69,9 @@ public struct Manifest: Sendable, Equatable {
         self.version = version
     }
 
-    // The JSON shape, keys as FORMAT.md spells them.
-    private struct Document: Codable {
-        struct Entry: Codable {
+    // The JSON shape, keys as FORMAT.md spells them (reading only; ``encoded()`` writes it).
+    private struct Document: Decodable {
+        struct Entry: Decodable {
             let mode: String
             let path: String
             let sha256: String
@@ -86,31 +86,46 @@ public struct Manifest: Sendable, Equatable {
         let name: String
         let sequence: UInt64
         let version: String
-
-        func encode(to encoder: Encoder) throws {
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(algorithm, forKey: .algorithm)
-            try container.encode(created, forKey: .created)
-            // FORMAT.md shows "expires": null rather than leaving the key out.
-            if let expires { try container.encode(expires, forKey: .expires) } else { try container.encodeNil(forKey: .expires) }
-            try container.encode(files, forKey: .files)
-            try container.encode(format, forKey: .format)
-            try container.encode(key_id, forKey: .key_id)
-            try container.encode(name, forKey: .name)
-            try container.encode(sequence, forKey: .sequence)
-            try container.encode(version, forKey: .version)
-        }
     }
 
     /// The exact bytes to store and sign: UTF-8 JSON, sorted keys, two-space indentation, final newline.
+    ///
+    /// Written directly rather than through `JSONEncoder`, which builds a tree of boxed values
+    /// (over 1 KiB per file) before it writes a byte; the output is byte-for-byte what
+    /// `JSONEncoder` with `[.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]` makes (a test
+    /// keeps the two equal), so packages stay reproducible across Signet versions.
     public func encoded() throws -> [UInt8] {
-        let document = Document(
-            algorithm: algorithm.id, created: created.rfc3339, expires: expires?.rfc3339,
-            files: files.map { .init(mode: $0.mode.rawValue, path: $0.path, sha256: $0.sha256, size: $0.size) },
-            format: Self.format, key_id: keyID.hex, name: name, sequence: sequence, version: version)
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        return Array(try encoder.encode(document)) + [UInt8(ascii: "\n")]
+        var out = ManifestWriter(capacity: 320 + files.reduce(0) { $0 + 120 + $1.path.utf8.count })
+        out.raw("{\n")
+        out.field("algorithm", indent: 1) { $0.string(algorithm.id) }
+        out.field("created", indent: 1) { $0.string(created.rfc3339) }
+        out.field("expires", indent: 1) { writer in
+            if let expires { writer.string(expires.rfc3339) } else { writer.raw("null") }
+        }
+        out.field("files", indent: 1) { writer in
+            writer.raw("[\n")
+            for (index, file) in files.enumerated() {
+                if index > 0 { writer.raw(",\n") }
+                writer.indent(2)
+                writer.raw("{\n")
+                writer.field("mode", indent: 3) { $0.string(file.mode.rawValue) }
+                writer.field("path", indent: 3) { $0.string(file.path) }
+                writer.field("sha256", indent: 3) { $0.string(file.sha256) }
+                writer.field("size", indent: 3, last: true) { $0.raw(String(file.size)) }
+                writer.indent(2)
+                writer.raw("}")
+            }
+            writer.raw("\n")
+            writer.indent(1)
+            writer.raw("]")
+        }
+        out.field("format", indent: 1) { $0.string(Self.format) }
+        out.field("key_id", indent: 1) { $0.string(keyID.hex) }
+        out.field("name", indent: 1) { $0.string(name) }
+        out.field("sequence", indent: 1) { $0.raw(String(sequence)) }
+        out.field("version", indent: 1, last: true) { $0.string(version) }
+        out.raw("}\n")
+        return out.bytes
     }
 
     /// Parses manifest bytes strictly: `signet/1`, every field present and well-formed, known
@@ -162,5 +177,48 @@ public struct Manifest: Sendable, Equatable {
         }
         return Manifest(algorithm: algorithm, created: created, expires: expires, files: files, keyID: keyID,
                         name: document.name, sequence: document.sequence, version: document.version)
+    }
+}
+
+/// Appends the manifest's JSON: the layout and string escapes of Foundation's pretty-printed,
+/// sorted-key output without escaped slashes.
+private struct ManifestWriter {
+    private(set) var bytes: [UInt8] = []
+
+    init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
+    mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
+
+    mutating func indent(_ level: Int) { bytes.append(contentsOf: repeatElement(UInt8(ascii: " "), count: 2 * level)) }
+
+    /// `"key" : value` on its own line, followed by a comma unless it is the last.
+    mutating func field(_ key: String, indent level: Int, last: Bool = false, _ value: (inout ManifestWriter) -> Void) {
+        indent(level)
+        string(key)
+        raw(" : ")
+        value(&self)
+        raw(last ? "\n" : ",\n")
+    }
+
+    mutating func string(_ text: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): raw("\\\"")
+            case UInt8(ascii: "\\"): raw("\\\\")
+            case 0x08: raw("\\b")
+            case 0x0C: raw("\\f")
+            case 0x0A: raw("\\n")
+            case 0x0D: raw("\\r")
+            case 0x09: raw("\\t")
+            case 0x00..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                raw("\\u00")
+                bytes.append(hex[Int(byte >> 4)])
+                bytes.append(hex[Int(byte & 0x0F)])
+            default: bytes.append(byte)   // UTF-8 passes through, as Foundation writes it
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
     }
 }
