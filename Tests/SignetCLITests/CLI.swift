@@ -20,6 +20,20 @@ enum CLI {
     static func run(_ arguments: [String], environment: [String: String?] = [:], directory: String? = nil) throws -> ProcessResult {
         try SignetTestSupport.run(binary, arguments, environment: environment, directory: directory)
     }
+
+    /// Runs signet and returns its peak RSS in KiB (ru_maxrss of RUSAGE_CHILDREN, read by python3).
+    static func peakRSS(_ arguments: [String]) throws -> Int {
+        let measure = "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
+        let result = try SignetTestSupport.run("python3", ["-c", measure, binary] + arguments)
+        guard result.status == 0, let kib = Int(result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            throw SupportError("signet \(arguments) failed: \(result.status) \(result.stderr)")
+        }
+        return kib
+    }
+
+    /// Whether this test process (and so the signet it built) runs under AddressSanitizer, whose
+    /// redzones and quarantine make memory use grow with every allocation.
+    static let underAddressSanitizer: Bool = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
 }
 
 /// A key set made by `signet keygen` in a fresh directory, plus what the openssl CLI makes for

@@ -204,21 +204,11 @@ struct SignVerifyCLITests {
         // Memory must not grow with the file: compare the peak RSS of signing 1.1 GiB with that of
         // signing 10 bytes (the difference also holds under AddressSanitizer, which inflates both).
         let tiny = try work.directory.writeRandom("tiny.bin", count: 10)
-        let baseline = try peakRSS(["sign", tiny, "--key", work.privatePEM, "--passphrase-file", work.passFile])
-        let peak = try peakRSS(["sign", big, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        let baseline = try CLI.peakRSS(["sign", tiny, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        let peak = try CLI.peakRSS(["sign", big, "--key", work.privatePEM, "--passphrase-file", work.passFile])
         print("signet sign peak RSS: \(peak) KiB for \(1_181_116_006 >> 20) MiB, \(baseline) KiB for 10 bytes")
         #expect(peak - baseline < 8 * 1024, "peak RSS grew by \(peak - baseline) KiB with the file size: signing must stream")
         try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", "big.openssl.sig", big])
         #expect(try contents(big + ".sig") == contents(work.directory.file("big.openssl.sig")))
-    }
-
-    /// Runs signet and returns its peak RSS in KiB (ru_maxrss of RUSAGE_CHILDREN, read by python3).
-    private func peakRSS(_ arguments: [String]) throws -> Int {
-        let measure = "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
-        let result = try SignetTestSupport.run("python3", ["-c", measure, CLI.binary] + arguments)
-        guard result.status == 0, let kib = Int(result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            throw SupportError("signet \(arguments) failed: \(result.status) \(result.stderr)")
-        }
-        return kib
     }
 }

@@ -196,60 +196,6 @@ private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeM
     }
 }
 
-/// A file on disk, read once as libzip compresses it; its digests are computed on the way.
-final class HashingFileSource: ZipEntrySource {
-    let diskPath: String
-    let expectedSize: UInt64
-    private let algorithms: [DigestAlgorithm]
-    private var file: InputFile?
-    private var hashers: [Digest.Hasher] = []
-    private var count: UInt64 = 0
-    /// The digests, in the order of `algorithms`, once the file has been read to the end.
-    private(set) var digests: [Digest]?
-
-    init(diskPath: String, expectedSize: UInt64, algorithms: [DigestAlgorithm]) {
-        self.diskPath = diskPath
-        self.expectedSize = expectedSize
-        self.algorithms = algorithms
-    }
-
-    func size() throws -> UInt64 { expectedSize }
-
-    func open() throws {
-        let file = try InputFile.open(diskPath, what: "resource", followSymlinks: true)
-        guard UInt64(file.size) == expectedSize else { throw changed() }
-        self.file = file
-        hashers = try algorithms.map { try Digest.Hasher($0) }
-        count = 0
-        digests = nil
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        guard let file else { return 0 }
-        let n = retryingOnEINTR { Glibc.read(file.descriptor, buffer.baseAddress, buffer.count) }
-        guard n >= 0 else { throw SignetError.posix(errno, "cannot read resource", path: diskPath) }
-        count += UInt64(n)
-        guard count <= expectedSize else { throw changed() }
-        if n == 0 {
-            guard count == expectedSize else { throw changed() }
-            digests = try hashers.map { try $0.finalize() }
-            hashers = []   // each holds an EVP_MD_CTX: release them as soon as the digests exist
-            return 0
-        }
-        let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
-        for hasher in hashers { hasher.update(chunk) }
-        return n
-    }
-
-    func close() throws {
-        file = nil
-    }
-
-    private func changed() -> SignetError {
-        SignetError(.io, "resource '\(diskPath)' changed while it was being packed (it should be \(expectedSize) bytes); pack again once nothing writes to it", path: diskPath)
-    }
-}
-
 /// Bytes made only when libzip asks for the entry (after every earlier entry was written), e.g.
 /// a signature over a digest computed while an earlier entry was read.
 final class DeferredBytesSource: ZipEntrySource {

@@ -95,7 +95,8 @@ public struct Manifest: Sendable, Equatable {
     /// `JSONEncoder` with `[.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]` makes (a test
     /// keeps the two equal), so packages stay reproducible across Signet versions.
     public func encoded() throws -> [UInt8] {
-        var out = ManifestWriter(capacity: 320 + files.reduce(0) { $0 + 120 + $1.path.utf8.count })
+        // Sized up front (a file's entry is ~170 bytes plus its path) so the buffer is not regrown.
+        var out = ManifestWriter(capacity: 512 + name.utf8.count + version.utf8.count + files.reduce(0) { $0 + 192 + $1.path.utf8.count })
         out.raw("{\n")
         out.field("algorithm", indent: 1) { $0.string(algorithm.id) }
         out.field("created", indent: 1) { $0.string(created.rfc3339) }

@@ -74,8 +74,19 @@ public enum PackageBuilder {
         public let manifest: Manifest
         /// The package file.
         public let path: String
-        /// How each resource was stored, in manifest order.
-        public let compression: [String: String]
+        /// Whether each resource was deflated, in manifest order.
+        private let deflated: [Bool]
+
+        init(manifest: Manifest, path: String, deflated: [Bool]) {
+            self.manifest = manifest
+            self.path = path
+            self.deflated = deflated
+        }
+
+        /// How each resource was stored ("stored" or "deflated"), by resource path.
+        public var compression: [String: String] {
+            Dictionary(uniqueKeysWithValues: zip(manifest.files, deflated).map { ($0.path, $1 ? "deflated" : "stored") })
+        }
     }
 
     /// Packs files and directories (recursively) into a package at `output`.
@@ -109,47 +120,27 @@ public enum PackageBuilder {
         var committed = false
         defer { if !committed { unlink(temporary) } }
 
-        let digestAlgorithms = signer.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, signer.algorithm.digest]
-        let sources = inputs.map { HashingFileSource(diskPath: $0.diskPath, expectedSize: $0.size, algorithms: digestAlgorithms) }
-        var methods: [ZipCompression] = []
-        var compression: [String: String] = [:]
-        for input in inputs {
-            let method = try CompressionPolicy.choose(for: input, policy: options.compression)
-            methods.append(method)
-            compression[input.packagePath] = method == .store ? "stored" : "deflated"
-        }
+        let ledger = PackLedger(inputs: inputs, signer: signer)
+        let methods = try inputs.map { try CompressionPolicy.choose(for: $0, policy: options.compression) }
         // Deflate is the slow part and libzip runs it on one thread, so independent files are
         // compressed on every core first, each worker into its own temporary archive beside the
         // output; the package then copies those deflate streams as they are.
-        let precompressed = try ParallelDeflate(inputs: inputs, sources: sources, methods: methods, besides: output, workers: workers)
+        let precompressed = try ParallelDeflate(ledger: ledger, methods: methods, besides: output, workers: workers)
         defer { precompressed.remove() }
-
-        // Files deflated on the workers have known digests now: sign them on every core, rather
-        // than one by one inside zip_close (10,000 RSA-2048 signatures are ~2.6 s on one core).
-        let known = precompressed.compressedIndices.compactMap { index in sources[index].digests?.last.map { (index, $0) } }
-        let presigned = Dictionary(uniqueKeysWithValues: parallelMap(known) { index, digest in
-            (index, Swift.Result { try signer.sign(digest: digest).bytes })
-        })
 
         let writer = try ZipWriter(creatingAt: temporary)
         for (index, input) in inputs.enumerated() {
             if let (reader, entry) = precompressed.entry(for: index) {
                 try writer.addCompressed(input.packagePath, from: reader, index: entry, permissions: input.mode.permissions)
             } else {
-                try writer.add(input.packagePath, source: sources[index], compression: methods[index], permissions: input.mode.permissions)
+                try writer.add(input.packagePath, source: ResourceSource(ledger, index: index), compression: methods[index], permissions: input.mode.permissions)
             }
         }
         // Everything below is made inside zip_close, after the resources it covers were read.
-        let files = { () throws -> [Manifest.File] in
-            try zip(inputs, sources).map { input, source in
-                guard let digests = source.digests else { throw SignetError(.io, "resource '\(input.diskPath)' was not read to the end", path: input.diskPath) }
-                return Manifest.File(path: input.packagePath, size: input.size, sha256: digests[0].hex, mode: input.mode)
-            }
-        }
         var manifestBytes: [UInt8] = []
         var manifest: Manifest?
         let makeManifest = { () throws -> [UInt8] in
-            let made = Manifest(algorithm: signer.algorithm, created: created, expires: options.expires, files: try files(),
+            let made = Manifest(algorithm: signer.algorithm, created: created, expires: options.expires, files: try ledger.manifestFiles(),
                                 keyID: signer.key.keyID, name: options.name, sequence: sequence, version: options.version)
             manifest = made
             manifestBytes = try made.encoded()
@@ -159,12 +150,8 @@ public enum PackageBuilder {
         try writer.add(".signet/manifest.json.sig", source: DeferredBytesSource {
             try signer.sign(manifestBytes).bytes
         }, compression: .store, permissions: 0o644)
-        for (index, (input, source)) in zip(inputs, sources).enumerated() {
-            try writer.add(".signet/sigs/\(input.packagePath).sig", source: DeferredBytesSource {
-                if let signature = presigned[index] { return try signature.get() }
-                guard let digest = source.digests?.last else { throw SignetError(.io, "resource '\(input.diskPath)' was not read to the end", path: input.diskPath) }
-                return try signer.sign(digest: digest).bytes
-            }, compression: .store, permissions: 0o644)
+        for (index, input) in inputs.enumerated() {
+            try writer.add(".signet/sigs/\(input.packagePath).sig", source: SignatureSource(ledger, index: index), compression: .store, permissions: 0o644)
         }
         if let certificate = options.certificate ?? signer.key.certificateDER {
             try writer.add(".signet/certs/signer.der", source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
@@ -185,7 +172,7 @@ public enum PackageBuilder {
         committed = true
         AtomicFile.syncDirectory(directory)
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
-        return Result(manifest: manifest, path: output, compression: compression)
+        return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store })
     }
 
     static func validate(_ options: PackOptions, signer: Signer) throws {
@@ -309,20 +296,20 @@ public enum PackageBuilder {
 ///
 /// Files are spread over one worker per core (largest first, each to the least loaded worker).
 /// Each worker writes its files into a private temporary zip beside the output; libzip reads
-/// each file once, through the same hashing source the package uses, so the digests are ready
-/// when the package needs them. zlib is deterministic: the package is byte-identical to one
+/// each file once, through the same hashing source the package uses, so the digests are in the
+/// ledger when the package needs them. zlib is deterministic: the package is byte-identical to one
 /// compressed on a single thread.
 final class ParallelDeflate {
     private var readers: [ZipReader] = []
     private var paths: [String] = []
-    /// For each input index compressed here: which worker archive and entry hold it.
-    private var placement: [Int: (worker: Int, entry: UInt64)] = [:]
+    /// For each input: the worker archive and entry that hold it, if it was compressed here.
+    private var placement: [(worker: UInt16, entry: UInt32)?] = []
 
-    init(inputs: [PackInput], sources: [HashingFileSource], methods: [ZipCompression], besides output: String,
-         workers: Int = System.activeProcessorCount) throws {
+    init(ledger: PackLedger, methods: [ZipCompression], besides output: String, workers: Int = System.activeProcessorCount) throws {
+        let inputs = ledger.inputs
         let deflated = inputs.indices.filter { methods[$0] != .store }
-        let count = min(workers, deflated.count)
-        guard count >= 2 else { return }
+        let count = min(workers, deflated.count, Int(UInt16.max))
+        guard count >= 2, inputs.count <= Int(UInt32.max) else { return }
         var shares = [[Int]](repeating: [], count: count)
         var loads = [UInt64](repeating: 0, count: count)
         for index in deflated.sorted(by: { inputs[$0].size > inputs[$1].size }) {
@@ -341,13 +328,14 @@ final class ParallelDeflate {
             close(fd)
             paths.append(template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
         }
-        let jobs = (0..<count).map { Job(path: paths[$0], files: shares[$0].map { (sources[$0], methods[$0], "\($0)") }) }
+        let jobs = (0..<count).map { Job(path: paths[$0], ledger: ledger, files: shares[$0].map { ($0, methods[$0]) }) }
         let results = parallelMap(jobs) { job in Result { try job.run() } }
         do {
             for result in results { try result.get() }
+            placement = Array(repeating: nil, count: inputs.count)
             for (worker, share) in shares.enumerated() {
                 readers.append(try ZipReader(path: paths[worker]))
-                for (entry, index) in share.enumerated() { placement[index] = (worker, UInt64(entry)) }
+                for (entry, index) in share.enumerated() { placement[index] = (UInt16(worker), UInt32(entry)) }
             }
         } catch {
             remove()
@@ -355,12 +343,10 @@ final class ParallelDeflate {
         }
     }
 
-    /// The inputs compressed here.
-    var compressedIndices: [Int] { placement.keys.sorted() }
-
     /// Where input `index` was compressed, if it was.
     func entry(for index: Int) -> (ZipReader, UInt64)? {
-        placement[index].map { (readers[$0.worker], $0.entry) }
+        guard index < placement.count, let place = placement[index] else { return nil }
+        return (readers[Int(place.worker)], UInt64(place.entry))
     }
 
     /// Deletes the temporary archives (their readers stay valid until released).
@@ -370,19 +356,21 @@ final class ParallelDeflate {
 
     /// One worker: its files, compressed into one temporary archive.
     private final class Job: @unchecked Sendable {
-        // Each source is used by exactly one job, on that job's thread.
+        // Each input index belongs to exactly one job; its source is made and read on that job's thread.
         let path: String
-        let files: [(HashingFileSource, ZipCompression, String)]
+        let ledger: PackLedger
+        let files: [(index: Int, method: ZipCompression)]
 
-        init(path: String, files: [(HashingFileSource, ZipCompression, String)]) {
+        init(path: String, ledger: PackLedger, files: [(index: Int, method: ZipCompression)]) {
             self.path = path
+            self.ledger = ledger
             self.files = files
         }
 
         func run() throws {
             let writer = try ZipWriter(creatingAt: path)
-            for (source, method, name) in files {
-                try writer.add(name, source: source, compression: method, permissions: 0o644)
+            for (index, method) in files {
+                try writer.add(String(index), source: ResourceSource(ledger, index: index), compression: method, permissions: 0o644)
             }
             try writer.close()
         }
