@@ -4,7 +4,8 @@ import Glibc
 import Musl
 #endif
 
-/// The raw entry names of a zip's central directory, read by Signet itself.
+/// A zip's central directory, read by Signet itself: raw entry names, and where each entry's
+/// data is.
 ///
 /// libzip hands names out as C strings and silently rewrites an embedded NUL (1.7 turns
 /// "evil\0.txt" into "evil .txt"), so a forbidden name would reach Signet looking harmless.
@@ -14,7 +15,27 @@ enum CentralDirectory {
     /// Largest central directory Signet reads (about 6 MiB per 100,000 entries).
     static let maximumSize: UInt64 = 256 << 20
 
+    /// The compression method number of deflate (APPNOTE 4.4.5).
+    static let deflateMethod: UInt16 = 8
+
+    /// One central-directory record.
+    struct Record {
+        /// The name exactly as stored.
+        let name: [UInt8]
+        let method: UInt16
+        let crc: UInt32
+        let compressedSize: UInt64
+        let size: UInt64
+        /// Where the entry's local header starts.
+        let localHeaderOffset: UInt64
+    }
+
     static func rawNames(of file: InputFile, archive: String) throws -> [[UInt8]] {
+        try records(of: file, archive: archive).map(\.name)
+    }
+
+    /// Every record, in directory order (ZIP64 sizes and offsets resolved).
+    static func records(of file: InputFile, archive: String) throws -> [Record] {
         func malformed(_ reason: String) -> SignetError {
             SignetError(.malformedArchive, "'\(archive)' is not a valid zip archive: \(reason)", path: archive)
         }
@@ -61,19 +82,39 @@ enum CentralDirectory {
         guard directorySize <= maximumSize else { throw malformed("its central directory is larger than \(maximumSize) bytes") }
         guard count <= directorySize / 46 + 1 else { throw malformed("it claims more entries than its central directory can hold") }
         let directory = try read(directoryOffset, Int(directorySize))
-        var names: [[UInt8]] = []
-        names.reserveCapacity(Int(count))
+        var records: [Record] = []
+        records.reserveCapacity(Int(count))
         var at = 0
         for _ in 0..<count {
             guard at + 46 <= directory.count, directory[at] == 0x50, directory[at + 1] == 0x4b, directory[at + 2] == 1, directory[at + 3] == 2 else {
                 throw malformed("its central directory is damaged")
             }
             let nameLength = Int(u16(directory, at + 28))
-            let next = at + 46 + nameLength + Int(u16(directory, at + 30)) + Int(u16(directory, at + 32))
+            let extraLength = Int(u16(directory, at + 30))
+            let next = at + 46 + nameLength + extraLength + Int(u16(directory, at + 32))
             guard next <= directory.count else { throw malformed("its central directory is damaged") }
-            names.append(Array(directory[(at + 46)..<(at + 46 + nameLength)]))
+            var size = u32(directory, at + 24), compressedSize = u32(directory, at + 20), offset = u32(directory, at + 42)
+            if size == 0xffff_ffff || compressedSize == 0xffff_ffff || offset == 0xffff_ffff {
+                // The ZIP64 extra field (0x0001) holds, in this order, the fields that overflowed.
+                var field = at + 46 + nameLength
+                let extraEnd = field + extraLength
+                while field + 4 <= extraEnd, u16(directory, field) != 1 { field += 4 + Int(u16(directory, field + 2)) }
+                guard field + 4 <= extraEnd else { throw malformed("an entry lacks its ZIP64 sizes") }
+                var value = field + 4
+                let valueEnd = min(extraEnd, value + Int(u16(directory, field + 2)))
+                func next64() throws -> UInt64 {
+                    guard value + 8 <= valueEnd else { throw malformed("an entry's ZIP64 sizes are truncated") }
+                    defer { value += 8 }
+                    return u64(directory, value)
+                }
+                if size == 0xffff_ffff { size = try next64() }
+                if compressedSize == 0xffff_ffff { compressedSize = try next64() }
+                if offset == 0xffff_ffff { offset = try next64() }
+            }
+            records.append(Record(name: Array(directory[(at + 46)..<(at + 46 + nameLength)]), method: UInt16(u16(directory, at + 10)),
+                                  crc: UInt32(u32(directory, at + 16)), compressedSize: compressedSize, size: size, localHeaderOffset: offset))
             at = next
         }
-        return names
+        return records
     }
 }

@@ -16,6 +16,13 @@ protocol ZipEntrySource: AnyObject {
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int
     /// Reading is done.
     func close() throws
+    /// For a source that delivers an entry's deflate stream as is: the stream's size and the
+    /// CRC-32 of the data it inflates to. libzip then copies it without compressing again.
+    var deflated: (compressedSize: UInt64, crc: UInt32)? { get }
+}
+
+extension ZipEntrySource {
+    var deflated: (compressedSize: UInt64, crc: UInt32)? { nil }
 }
 
 /// How an entry is stored.
@@ -62,15 +69,6 @@ final class ZipWriter {
         guard zip_set_file_compression(archive, entry, method, level) == 0 else {
             throw failure("cannot set the compression of '\(name)'")
         }
-    }
-
-    /// Adds an entry whose compressed bytes are copied as they are from entry `index` of another
-    /// archive (no recompression). `reader` must stay open until ``close()``.
-    func addCompressed(_ name: String, from reader: ZipReader, index: UInt64, permissions: UInt32) throws {
-        guard let zipSource = zip_source_zip(try open(), reader.archive, index, zip_flags_t(ZIP_FL_COMPRESSED), 0, -1) else {
-            throw failure("cannot copy '\(name)'")
-        }
-        try addEntry(name, zipSource, permissions: permissions)
     }
 
     private func open() throws -> OpaquePointer {
@@ -179,6 +177,12 @@ private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeM
             stat.pointee.size = try box.source.size()
             stat.pointee.mtime = ZipWriter.fixedDOSTime
             stat.pointee.valid = zip_uint64_t(ZIP_STAT_SIZE | ZIP_STAT_MTIME)
+            if let deflated = box.source.deflated {
+                stat.pointee.comp_size = deflated.compressedSize
+                stat.pointee.crc = deflated.crc
+                stat.pointee.comp_method = zip_uint16_t(ZIP_CM_DEFLATE)
+                stat.pointee.valid |= zip_uint64_t(ZIP_STAT_COMP_SIZE | ZIP_STAT_CRC | ZIP_STAT_COMP_METHOD)
+            }
             return Int64(MemoryLayout<zip_stat_t>.size)
         case ZIP_SOURCE_ERROR:
             return zip_error_to_data(&box.error, data, length)
@@ -233,4 +237,59 @@ final class DeferredBytesSource: ZipEntrySource {
     }
 
     func close() throws {}
+}
+
+/// An entry's deflate stream copied as is from another zip archive (one Signet wrote, such as
+/// a deflate worker's), found through that archive's central directory record.
+final class CopiedDeflateSource: ZipEntrySource {
+    private let file: InputFile
+    private let localHeaderOffset: UInt64
+    private let uncompressedSize: UInt64
+    let deflated: (compressedSize: UInt64, crc: UInt32)?
+    private var dataStart: UInt64 = 0
+    private var position: UInt64 = 0
+
+    init(file: InputFile, record: CentralDirectory.Record) {
+        self.file = file
+        localHeaderOffset = record.localHeaderOffset
+        uncompressedSize = record.size
+        deflated = (record.compressedSize, record.crc)
+    }
+
+    func size() throws -> UInt64 { uncompressedSize }
+
+    func open() throws {
+        // The local header: 30 bytes, then the name and extra field, then the data.
+        var header = [UInt8](repeating: 0, count: 30)
+        try readFully(&header, at: localHeaderOffset)
+        guard header[0] == 0x50, header[1] == 0x4b, header[2] == 3, header[3] == 4 else {
+            throw SignetError(.io, "the temporary archive '\(file.path)' changed while the package was written", path: file.path)
+        }
+        let variable = UInt64(header[26]) | UInt64(header[27]) << 8 | UInt64(header[28]) << 16 | UInt64(header[29]) << 24
+        dataStart = localHeaderOffset + 30 + (variable & 0xffff) + (variable >> 16)
+        position = 0
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        let remaining = (deflated?.compressedSize ?? 0) - position
+        let count = Int(min(UInt64(buffer.count), remaining))
+        guard count > 0 else { return 0 }
+        let n = retryingOnEINTR { pread(file.descriptor, buffer.baseAddress, count, off_t(dataStart + position)) }
+        guard n > 0 else { throw SignetError.posix(n < 0 ? errno : EIO, "cannot read the temporary archive", path: file.path) }
+        position += UInt64(n)
+        return n
+    }
+
+    func close() throws {}
+
+    private func readFully(_ bytes: inout [UInt8], at offset: UInt64) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { raw in
+                retryingOnEINTR { pread(file.descriptor, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done)) }
+            }
+            guard n > 0 else { throw SignetError.posix(n < 0 ? errno : EIO, "cannot read the temporary archive", path: file.path) }
+            done += n
+        }
+    }
 }

@@ -130,11 +130,8 @@ public enum PackageBuilder {
 
         let writer = try ZipWriter(creatingAt: temporary)
         for (index, input) in inputs.enumerated() {
-            if let (reader, entry) = precompressed.entry(for: index) {
-                try writer.addCompressed(input.packagePath, from: reader, index: entry, permissions: input.mode.permissions)
-            } else {
-                try writer.add(input.packagePath, source: ResourceSource(ledger, index: index), compression: methods[index], permissions: input.mode.permissions)
-            }
+            let source = precompressed.source(for: index) ?? ResourceSource(ledger, index: index)
+            try writer.add(input.packagePath, source: source, compression: methods[index], permissions: input.mode.permissions)
         }
         // Everything below is made inside zip_close, after the resources it covers were read.
         var manifestBytes: [UInt8] = []
@@ -300,12 +297,22 @@ public enum PackageBuilder {
 /// ledger when the package needs them. zlib is deterministic: the package is byte-identical to one
 /// compressed on a single thread.
 final class ParallelDeflate {
-    private var readers: [ZipReader] = []
     private var paths: [String] = []
-    /// For each input: the worker archive and entry that hold it, if it was compressed here.
-    private var placement: [(worker: UInt16, entry: UInt32)?] = []
+    private var archives: [InputFile] = []
+    /// Where each input's deflate stream is, if it was compressed here (32 bytes per input).
+    private var placement: [Placement?] = []
+
+    private struct Placement {
+        let worker: UInt16
+        let crc: UInt32
+        let localHeaderOffset: UInt64
+        let compressedSize: UInt64
+    }
+
+    private let ledger: PackLedger
 
     init(ledger: PackLedger, methods: [ZipCompression], besides output: String, workers: Int = System.activeProcessorCount) throws {
+        self.ledger = ledger
         let inputs = ledger.inputs
         let deflated = inputs.indices.filter { methods[$0] != .store }
         let count = min(workers, deflated.count, Int(UInt16.max))
@@ -334,8 +341,21 @@ final class ParallelDeflate {
             for result in results { try result.get() }
             placement = Array(repeating: nil, count: inputs.count)
             for (worker, share) in shares.enumerated() {
-                readers.append(try ZipReader(path: paths[worker]))
-                for (entry, index) in share.enumerated() { placement[index] = (UInt16(worker), UInt32(entry)) }
+                // Signet wrote these archives itself a moment ago: read their directories
+                // directly rather than keep a libzip reader (and a zip_source_zip) per entry.
+                let archive = try InputFile.open(paths[worker], what: "temporary archive")
+                let records = try CentralDirectory.records(of: archive, archive: paths[worker])
+                guard records.count == share.count else {
+                    throw SignetError(.io, "the temporary archive '\(paths[worker])' holds \(records.count) entries, not \(share.count)", path: paths[worker])
+                }
+                for (record, index) in zip(records, share) {
+                    guard record.name.elementsEqual(String(index).utf8), record.method == CentralDirectory.deflateMethod, record.size == inputs[index].size else {
+                        throw SignetError(.io, "the temporary archive '\(paths[worker])' does not hold what was written to it", path: paths[worker])
+                    }
+                    placement[index] = Placement(worker: UInt16(worker), crc: record.crc, localHeaderOffset: record.localHeaderOffset,
+                                                 compressedSize: record.compressedSize)
+                }
+                archives.append(archive)
             }
         } catch {
             remove()
@@ -343,13 +363,15 @@ final class ParallelDeflate {
         }
     }
 
-    /// Where input `index` was compressed, if it was.
-    func entry(for index: Int) -> (ZipReader, UInt64)? {
+    /// The deflate stream of input `index`, if it was compressed here.
+    func source(for index: Int) -> ZipEntrySource? {
         guard index < placement.count, let place = placement[index] else { return nil }
-        return (readers[Int(place.worker)], UInt64(place.entry))
+        let record = CentralDirectory.Record(name: [], method: CentralDirectory.deflateMethod, crc: place.crc, compressedSize: place.compressedSize,
+                                             size: ledger.inputs[index].size, localHeaderOffset: place.localHeaderOffset)
+        return CopiedDeflateSource(file: archives[Int(place.worker)], record: record)
     }
 
-    /// Deletes the temporary archives (their readers stay valid until released).
+    /// Deletes the temporary archives (the open descriptors stay readable until released).
     func remove() {
         for path in paths { unlink(path) }
     }
