@@ -108,6 +108,31 @@ struct PackCLITests {
         #expect(!FileManager.default.fileExists(atPath: out), "a failed pack leaves no package")
     }
 
+    @Test("a pack that runs out of space fails with exit 5, names the package, and leaves nothing behind")
+    func packOnFullDisk() throws {
+        guard getuid() == 0 else {
+            print("skipped: mounting a small tmpfs needs root (the full-disk path is then untested here)")
+            return
+        }
+        let work = try Workspace()
+        let small = work.directory.file("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: false)
+        let mounted = try SignetTestSupport.run("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", small])
+        guard mounted.status == 0 else {
+            print("skipped: cannot mount tmpfs here (\(mounted.stderr.trimmingCharacters(in: .whitespacesAndNewlines)))")
+            return
+        }
+        defer { _ = try? SignetTestSupport.run("umount", [small]) }
+        // 3 MiB of random bytes (stored: deflate cannot shrink them) into 1 MiB of space.
+        let big = try work.directory.writeRandom("big.bin", count: 3 << 20)
+        let out = small + "/p.zip"
+        let failed = try CLI.run(["pack", big, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                                  "--name", "n", "--version", "1", "--out", out])
+        #expect(failed.status == 5, "\(failed.stderr)")
+        #expect(failed.stderr.contains(out) && failed.stderr.contains("no space left"), "\(failed.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: small).isEmpty, "no package and no temporary file are left")
+    }
+
     @Test("unpack: installs with attributes; exit 3 untrusted, 1 rollback, 5 foreign directory; JSON report")
     func unpack() throws {
         let work = try Workspace()

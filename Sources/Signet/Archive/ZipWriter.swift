@@ -35,6 +35,8 @@ enum ZipCompression: Equatable {
 final class ZipWriter {
     private var archive: OpaquePointer?
     let path: String
+    /// The output Signet writes through, if it is not a file libzip opened.
+    private var output: ArchiveOutput?
     /// The first Swift error a source reported, so a failed `zip_close` can say what really failed.
     fileprivate var sourceFailure: Error?
 
@@ -45,6 +47,26 @@ final class ZipWriter {
         }
         self.archive = archive
         self.path = path
+    }
+
+    /// Writes a new archive into `output` (see ``ArchiveOutput``) instead of a file libzip opens.
+    init(writingTo output: ArchiveOutput) throws {
+        var error = zip_error_t()
+        zip_error_init(&error)
+        defer { zip_error_fini(&error) }
+        let context = Unmanaged.passRetained(output).toOpaque()
+        guard let source = zip_source_function_create(archiveOutputCallback, context, &error) else {
+            Unmanaged<ArchiveOutput>.fromOpaque(context).release()
+            throw SignetError(.io, "cannot create the archive '\(output.path)': \(String(cString: zip_error_strerror(&error)))", path: output.path)
+        }
+        // From here the source owns the reference: freeing it (here, or with the archive) releases it.
+        guard let archive = zip_open_from_source(source, ZIP_CREATE | ZIP_TRUNCATE, &error) else {
+            zip_source_free(source)
+            throw SignetError(.io, "cannot create the archive '\(output.path)': \(String(cString: zip_error_strerror(&error)))", path: output.path)
+        }
+        self.archive = archive
+        self.path = output.path
+        self.output = output
     }
 
     deinit {
@@ -98,7 +120,7 @@ final class ZipWriter {
     func close() throws {
         guard let archive else { return }
         if zip_close(archive) != 0 {
-            let error = sourceFailure ?? failure("cannot write the archive '\(path)'")
+            let error = sourceFailure ?? output?.failure ?? failure("cannot write the archive '\(path)'")
             // zip_close failed: the archive is still open and ours to discard (deinit does it).
             throw error
         }

@@ -115,8 +115,9 @@ public enum PackageBuilder {
         var template = Array("\(directory)/.\(base).signet-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         guard fd >= 0 else { throw SignetError.posix(errno, "cannot create the package beside", path: output) }
-        close(fd)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         let temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        let archive = ArchiveOutput(descriptor: fd, path: output)
         var committed = false
         defer { if !committed { unlink(temporary) } }
 
@@ -128,7 +129,7 @@ public enum PackageBuilder {
         let precompressed = try ParallelDeflate(ledger: ledger, methods: methods, besides: output, workers: workers)
         defer { precompressed.remove() }
 
-        let writer = try ZipWriter(creatingAt: temporary)
+        let writer = try ZipWriter(writingTo: archive)
         for (index, input) in inputs.enumerated() {
             let source = precompressed.source(for: index) ?? ResourceSource(ledger, index: index)
             try writer.add(input.packagePath, source: source, compression: methods[index], permissions: input.mode.permissions)
@@ -158,13 +159,8 @@ public enum PackageBuilder {
         }
         try writer.close()
 
-        // libzip renamed its own temporary onto ours; flush it before it takes the final name.
-        let written = open(temporary, O_RDONLY | O_CLOEXEC)
-        guard written >= 0 else { throw SignetError.posix(errno, "cannot reopen the new package", path: temporary) }
-        let synced = fsync(written) == 0 && fchmod(written, 0o644) == 0
-        let syncError = errno
-        close(written)
-        guard synced else { throw SignetError.posix(syncError, "cannot flush the new package", path: output) }
+        // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
+        try archive.sync()
         guard rename(temporary, output) == 0 else { throw SignetError.posix(errno, "cannot write the package", path: output) }
         committed = true
         AtomicFile.syncDirectory(directory)
