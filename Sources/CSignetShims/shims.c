@@ -1,6 +1,11 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <fcntl.h>
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/openat2.h>
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -55,6 +60,23 @@ int signet_ERR_GET_REASON(unsigned long code) {
 
 int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+int signet_open_beneath(int dirfd, const char *path, int flags) {
+#ifdef SYS_openat2
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = (unsigned long long)flags;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    // Container runtimes' seccomp filters answer EPERM for system calls they do not know.
+    if (fd < 0 && errno == EPERM) errno = ENOSYS;
+    return (int)fd;
+#else
+    (void)dirfd; (void)path; (void)flags;
+    errno = ENOSYS;
+    return -1;
+#endif
 }
 
 int signet_start_writeback(int fd, long long offset, long long length) {

@@ -112,6 +112,35 @@ struct ReverifyTests {
         #expect(single.detail.contains("symbolic link"))
     }
 
+    @Test("opening below the tree: openat2 and the per-component fallback refuse the same links", arguments: [true, false])
+    func openBeneath(_ useOpenat2: Bool) throws {
+        let directory = try TemporaryDirectory()
+        let root = directory.file("root")
+        try FileManager.default.createDirectory(atPath: root + "/real/deeper", withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: root + "/real/deeper/file"))
+        try Data("outside".utf8).write(to: URL(fileURLWithPath: directory.file("outside")))
+        symlink(root + "/real", root + "/linked-dir")
+        symlink(directory.file("outside"), root + "/linked-file")
+        symlink("../outside", root + "/relative-escape")
+        let rootFD = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { close(rootFD) }
+        func outcome(_ path: String) -> String {
+            switch TreeChecker.open(path, beneath: rootFD, useOpenat2: useOpenat2) {
+            case .success(let fd):
+                close(fd)
+                return "opened"
+            case .failure(let failure):
+                return String(cString: strerror(failure.errno))
+            }
+        }
+        #expect(outcome("real/deeper/file") == "opened")
+        #expect(outcome("real/missing") == String(cString: strerror(ENOENT)))
+        // A link as the last component or anywhere on the path is refused, never followed.
+        for link in ["linked-file", "relative-escape", "linked-dir/deeper/file"] {
+            #expect(outcome(link) == String(cString: strerror(ELOOP)) || outcome(link) == String(cString: strerror(ENOTDIR)), "\(link): \(outcome(link))")
+        }
+    }
+
     @Test("single files: ok, modified, unsigned, untrusted, unreadable")
     func singleFiles() throws {
         let directory = try TemporaryDirectory()

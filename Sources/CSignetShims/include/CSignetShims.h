@@ -47,6 +47,11 @@ int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 /// (SYNC_FILE_RANGE_WRITE) without waiting for it.
 int signet_start_writeback(int fd, long long offset, long long length);
 
+/// openat2(2) has no glibc wrapper. Opens `path` below `dirfd` in one call, refusing symbolic
+/// links anywhere on the path (ELOOP) and any escape from `dirfd` (RESOLVE_BENEATH).
+/// -1 with errno ENOSYS where the kernel (or a seccomp filter) does not offer openat2.
+int signet_open_beneath(int dirfd, const char *path, int flags);
+
 /// RENAME_NOREPLACE / RENAME_EXCHANGE are _GNU_SOURCE macros.
 unsigned int signet_RENAME_NOREPLACE(void);
 unsigned int signet_RENAME_EXCHANGE(void);

@@ -222,7 +222,7 @@ public enum PackageReader {
             return (.modified, "'\(file.path)' is \(read > file.size ? "longer than" : "\(read) bytes, not") the \(file.size) bytes the manifest says", file.path)
         }
         let digests = try hashers.map { try $0.finalize() }
-        guard digests[0].hex == file.sha256 else {
+        guard digests[0].matches(hex: file.sha256) else {
             return (.modified, "'\(file.path)' does not match the SHA-256 in the manifest", file.path)
         }
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: ".signet/sigs/\(file.path).sig")

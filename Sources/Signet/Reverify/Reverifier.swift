@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+internal import CSignetShims
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -262,9 +263,14 @@ public enum Reverifier {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
                 if name == "." || name == ".." || (prefix.isEmpty && name == ".signet") { continue }
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
-                var info = stat()
-                guard lstat(directory + "/" + name, &info) == 0 else { continue }
-                if info.st_mode & S_IFMT == S_IFDIR { try walk(directory + "/" + name, relative) } else { found.append(relative) }
+                // The directory entry says what it is on most filesystems; lstat only when it does not.
+                var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
+                if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
+                    var info = stat()
+                    guard lstat(directory + "/" + name, &info) == 0 else { continue }
+                    isDirectory = info.st_mode & S_IFMT == S_IFDIR
+                }
+                if isDirectory { try walk(directory + "/" + name, relative) } else { found.append(relative) }
             }
         }
         try walk(root, "")
@@ -310,7 +316,7 @@ final class TreeChecker: @unchecked Sendable {
 
     init(root: String, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool) {
         self.root = root
-        self.rootDescriptor = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        self.rootDescriptor = Glibc.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.manifest = manifest
         self.key = key
         self.algorithm = algorithm
@@ -347,19 +353,24 @@ final class TreeChecker: @unchecked Sendable {
         } catch {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
         }
-        guard size == file.size, digests[0].hex == file.sha256 else {
+        guard size == file.size, digests[0].matches(hex: file.sha256) else {
             return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
         }
-        let verifier = Verifier(policy: TrustPolicy(keys: [key]))
+        // The key is the one the manifest verified with: a signature is valid when it is by that
+        // key over this content (no policy to consult per file, no message to build).
+        let digest = digests.last!
+        func verifies(_ signature: [UInt8]) -> Bool {
+            signature.count == self.key.signatureLength && Verifier.check(signature, digest: digest, key: self.key, algorithm: self.algorithm)
+        }
         // The sidecar is read only when the attribute cannot vouch for the file.
         var validSidecar: [UInt8]? {
             guard let bytes = try? readSmallFile(root + "/.signet/sigs/" + file.path + ".sig", what: "sidecar signature", limit: 64 * 1024),
-                  verifier.verify(signature: bytes, digest: digests.last!, algorithm: algorithm).isValid else { return nil }
+                  verifies(bytes) else { return nil }
             return bytes
         }
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
         case .success(let attribute?):
-            if verifier.verify(signature: attribute, digest: digests.last!, algorithm: algorithm).isValid {
+            if verifies(attribute) {
                 return report(.ok, "verified", "xattr")
             }
             return restore(fd, file, sidecar: validSidecar,
@@ -367,7 +378,7 @@ final class TreeChecker: @unchecked Sendable {
         case .success(nil):
             for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
                 if case .success(let bytes?) = ExtendedAttributes.get(name, on: fd), let ima = IMASignature(bytes: bytes),
-                   ima.signatureAlgorithm == algorithm, verifier.verify(signature: ima.signature, digest: digests.last!, algorithm: algorithm).isValid {
+                   ima.signatureAlgorithm == algorithm, verifies(ima.signature) {
                     return report(.ok, "verified from \(name)", "ima")
                 }
             }
@@ -409,23 +420,47 @@ final class TreeChecker: @unchecked Sendable {
         }
     }
 
-    private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
-        guard rootDescriptor >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)'")) }
-        var fd = rootDescriptor
+    /// Opens `relative` (a validated resource path) below `directory` for reading, refusing a
+    /// symbolic link anywhere on the path: one openat2 where the kernel has it (`useOpenat2`),
+    /// else one component at a time with O_NOFOLLOW.
+    static func open(_ relative: String, beneath directory: Int32, useOpenat2: Bool = true) -> Result<Int32, OpenFailure> {
+        let flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC
+        if useOpenat2 {
+            let fd = signet_open_beneath(directory, relative, flags)
+            if fd >= 0 { return .success(fd) }
+            guard errno == ENOSYS else { return .failure(OpenFailure(errno: errno)) }
+        }
+        var fd = directory
         let components = relative.split(separator: "/").map(String.init)
         for (index, component) in components.enumerated() {
             let last = index == components.count - 1
-            let next = openat(fd, component, (last ? O_RDONLY | O_NONBLOCK : O_RDONLY | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC)
+            let next = openat(fd, component, last ? flags : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             let err = errno
-            if fd != rootDescriptor { close(fd) }
-            guard next >= 0 else {
-                switch err {
-                case ENOENT: return .failure(OpenRefusal(.missing, "'\(relative)' is in the signed manifest but not on disk"))
-                case ELOOP, ENOTDIR: return .failure(OpenRefusal(.modified, "'\(relative)' (or a directory on its path) was replaced by a symbolic link or another kind of file"))
-                default: return .failure(OpenRefusal(.unreadable, "cannot open '\(relative)': \(String(cString: strerror(err)))"))
-                }
-            }
+            if fd != directory { close(fd) }
+            guard next >= 0 else { return .failure(OpenFailure(errno: err)) }
             fd = next
+        }
+        return .success(fd)
+    }
+
+    /// Why ``open(_:beneath:useOpenat2:)`` failed.
+    struct OpenFailure: Error, Equatable {
+        let errno: Int32
+    }
+
+    private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
+        guard rootDescriptor >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)'")) }
+        func refusal(_ err: Int32) -> OpenRefusal {
+            switch err {
+            case ENOENT: OpenRefusal(.missing, "'\(relative)' is in the signed manifest but not on disk")
+            case ELOOP, ENOTDIR, EXDEV: OpenRefusal(.modified, "'\(relative)' (or a directory on its path) was replaced by a symbolic link or another kind of file")
+            default: OpenRefusal(.unreadable, "cannot open '\(relative)': \(String(cString: strerror(err)))")
+            }
+        }
+        let fd: Int32
+        switch Self.open(relative, beneath: rootDescriptor) {
+        case .success(let descriptor): fd = descriptor
+        case .failure(let failure): return .failure(refusal(failure.errno))
         }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {

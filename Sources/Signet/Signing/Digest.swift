@@ -63,6 +63,16 @@ public struct Digest: Hashable, Sendable {
     /// Lowercase hex of ``bytes``.
     public var hex: String { bytes.hexString }
 
+    /// Whether `hex` is exactly these bytes in lowercase hex (compared without building a string).
+    func matches(hex: String) -> Bool {
+        let digits = Array("0123456789abcdef".utf8)
+        var text = hex.utf8.makeIterator()
+        for byte in bytes {
+            guard text.next() == digits[Int(byte >> 4)], text.next() == digits[Int(byte & 0x0f)] else { return false }
+        }
+        return text.next() == nil
+    }
+
     /// Creates a digest value from bytes computed elsewhere.
     public init?(algorithm: DigestAlgorithm, bytes: [UInt8]) {
         guard bytes.count == algorithm.size else { return nil }
