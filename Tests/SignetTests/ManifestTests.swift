@@ -81,6 +81,8 @@ struct ManifestTests {
         ("PATH=img/logo.png", "listed twice"),
         ("MODE=4755", "only 0644 and 0755"),
         ("SHA=XYZ", "sha256"),
+        ("SHA=0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A0A", "sha256"),   // uppercase hex
+        ("SHA=0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g0g", "sha256"),   // not hex
         ("KEY=abc", "key_id"),
     ])
     func strict(_ mutation: String, _ words: String) throws {

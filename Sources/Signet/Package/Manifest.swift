@@ -168,7 +168,8 @@ public struct Manifest: Sendable, Equatable {
             }
             // Swift compares Strings by canonical equivalence, so NFC/NFD twins collide here.
             guard seen.insert(entry.path).inserted else { throw malformed("file \"\(entry.path)\" is listed twice (or twice after Unicode normalisation)") }
-            guard entry.sha256.utf8.count == 64, entry.sha256 == entry.sha256.lowercased(), [UInt8](hex: entry.sha256) != nil else {
+            // 64 lowercase hex digits, checked byte by byte (no copies: this runs once per file).
+            guard entry.sha256.utf8.count == 64, entry.sha256.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else {
                 throw malformed("file \"\(entry.path)\" has a sha256 that is not 64 lowercase hex characters")
             }
             guard let mode = FileMode(rawValue: entry.mode) else {
