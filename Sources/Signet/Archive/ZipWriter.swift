@@ -248,12 +248,7 @@ final class DeferredBytesSource: ZipEntrySource {
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        let bytes = try materialise()
-        let n = min(buffer.count, bytes.count - offset)
-        guard n > 0 else { return 0 }
-        bytes.withUnsafeBytes { raw in
-            buffer.baseAddress!.copyMemory(from: raw.baseAddress! + offset, byteCount: n)
-        }
+        let n = try materialise().copyBytes(from: offset, into: buffer)
         offset += n
         return n
     }
@@ -313,5 +308,15 @@ final class CopiedDeflateSource: ZipEntrySource {
             guard n > 0 else { throw SignetError.posix(n < 0 ? errno : EIO, "cannot read the temporary archive", path: file.path) }
             done += n
         }
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Copies as much as fits into `buffer` from `offset` on; returns how many bytes (0 at the end).
+    func copyBytes(from offset: Int, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let n = Swift.min(buffer.count, count - offset)
+        guard n > 0 else { return 0 }
+        withUnsafeBytes { raw in buffer.baseAddress!.copyMemory(from: raw.baseAddress! + offset, byteCount: n) }
+        return n
     }
 }

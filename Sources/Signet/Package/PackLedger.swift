@@ -193,11 +193,7 @@ final class SignatureSource: ZipEntrySource {
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let bytes else { return 0 }
-        let n = min(buffer.count, bytes.count - offset)
-        guard n > 0 else { return 0 }
-        bytes.withUnsafeBytes { raw in
-            buffer.baseAddress!.copyMemory(from: raw.baseAddress! + offset, byteCount: n)
-        }
+        let n = bytes.copyBytes(from: offset, into: buffer)
         offset += n
         return n
     }
