@@ -34,7 +34,7 @@ profile() {
     local name=$1; shift
     valgrind --tool=callgrind --callgrind-out-file="$work/$name.callgrind" "$@" >/dev/null 2>"$work/$name.log"
     echo "== $name: $(grep -o 'refs: *[0-9,]*' "$work/$name.log" | tr -s ' ') instructions"
-    callgrind_annotate "$work/$name.callgrind" 2>/dev/null | awk '/file:function/ {on=1; next} on && NF' | head -n 8 | cut -c1-150
+    callgrind_annotate "$work/$name.callgrind" 2>/dev/null | awk '/file:function/ {on=1; next} on && NF' | head -n 8 | cut -c1-150  || true
 }
 
 profile pack-64m-stored "$signet" pack random.bin --key key.pem --name p --version 1 --store --out out/stored.zip
