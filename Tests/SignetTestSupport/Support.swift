@@ -150,3 +150,28 @@ public func opensslDigestArguments(_ algorithmID: String) -> [String] {
     default: return ["-sha256"]
     }
 }
+
+/// A small filesystem mounted for one test (tmpfs to run out of space, ramfs for no user
+/// xattrs). Mounting needs root: elsewhere `mount` returns nil after printing what goes untested.
+/// Unmount with `defer { mount.unmount() }` (not on release: ARC may end a lifetime early).
+public final class ScratchMount {
+    public let path: String
+
+    private init(path: String) { self.path = path }
+
+    public static func mount(_ type: String, options: String, at path: String, untested: String) throws -> ScratchMount? {
+        guard getuid() == 0 else {
+            print("skipped: mounting \(type) needs root (\(untested) is then untested here)")
+            return nil
+        }
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        let mounted = try run("mount", ["-t", type, "-o", options, type, path])
+        guard mounted.status == 0 else {
+            print("skipped: cannot mount \(type) here (\(mounted.stderr.trimmingCharacters(in: .whitespacesAndNewlines))); \(untested) is untested")
+            return nil
+        }
+        return ScratchMount(path: path)
+    }
+
+    public func unmount() { _ = try? run("umount", [path]) }
+}

@@ -228,19 +228,10 @@ struct ReverifyTests {
 
     @Test("ENOTSUP: on a filesystem without user xattrs (ramfs), signatures live in .signet/sigs/ and reverify uses them")
     func sidecarOnRamfs() throws {
-        guard getuid() == 0 else {
-            print("skipped: mounting ramfs needs root (the ENOTSUP path is then untested here)")
-            return
-        }
         let directory = try TemporaryDirectory()
-        let mountPoint = directory.file("ramfs")
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
-        let mounted = try run("mount", ["-t", "ramfs", "-o", "size=16m", "ramfs", mountPoint])
-        guard mounted.status == 0 else {
-            print("skipped: cannot mount ramfs here (\(mounted.stderr.trimmingCharacters(in: .whitespacesAndNewlines)))")
-            return
-        }
-        defer { _ = try? run("umount", [mountPoint]) }
+        guard let mount = try ScratchMount.mount("ramfs", options: "size=16m", at: directory.file("ramfs"), untested: "the ENOTSUP path") else { return }
+        defer { mount.unmount() }
+        let mountPoint = mount.path
         #expect(try run("bash", ["-c", "touch \"$0/probe\" && setfattr -n user.x -v 1 \"$0/probe\"", mountPoint]).status != 0, "ramfs has no user xattrs")
         let root = try PackTests.tree(in: directory)
         let package = directory.file("p.zip")
