@@ -266,11 +266,13 @@ final class CopiedDeflateSource: ZipEntrySource {
     private var dataStart: UInt64 = 0
     private var position: UInt64 = 0
 
-    init(file: InputFile, record: CentralDirectory.Record) {
+    /// The entry whose local header is at `localHeaderOffset` in `file`, as its central
+    /// directory record gives it.
+    init(file: InputFile, localHeaderOffset: UInt64, compressedSize: UInt64, crc: UInt32, size: UInt64) {
         self.file = file
-        localHeaderOffset = record.localHeaderOffset
-        uncompressedSize = record.size
-        deflated = (record.compressedSize, record.crc)
+        self.localHeaderOffset = localHeaderOffset
+        uncompressedSize = size
+        deflated = (compressedSize, crc)
     }
 
     func size() throws -> UInt64 { uncompressedSize }

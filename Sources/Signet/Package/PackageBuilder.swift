@@ -362,9 +362,8 @@ final class ParallelDeflate {
     /// The deflate stream of input `index`, if it was compressed here.
     func source(for index: Int) -> ZipEntrySource? {
         guard index < placement.count, let place = placement[index] else { return nil }
-        let record = CentralDirectory.Record(name: [], method: CentralDirectory.deflateMethod, crc: place.crc, compressedSize: place.compressedSize,
-                                             size: ledger.inputs[index].size, localHeaderOffset: place.localHeaderOffset)
-        return CopiedDeflateSource(file: archives[Int(place.worker)], record: record)
+        return CopiedDeflateSource(file: archives[Int(place.worker)], localHeaderOffset: place.localHeaderOffset,
+                                   compressedSize: place.compressedSize, crc: place.crc, size: ledger.inputs[index].size)
     }
 
     /// Deletes the temporary archives (the open descriptors stay readable until released).
