@@ -85,3 +85,5 @@ int signet_start_writeback(int fd, long long offset, long long length) {
 
 unsigned int signet_RENAME_NOREPLACE(void) { return RENAME_NOREPLACE; }
 unsigned int signet_RENAME_EXCHANGE(void) { return RENAME_EXCHANGE; }
+
+int signet_O_PATH(void) { return O_PATH; }

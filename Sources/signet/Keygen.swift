@@ -38,7 +38,9 @@ struct Keygen: ParsableCommand {
         guard (2048...16384).contains(bits) else {
             throw ValidationError("--bits must be between 2048 and 16384 (3072 is a good default), not \(bits)")
         }
-        guard days > 0 else { throw ValidationError("--days must be at least 1") }
+        guard days > 0, days <= GeneratedKey.maximumValidityDays else {
+            throw ValidationError("--days must be 1 to \(GeneratedKey.maximumValidityDays), not \(days)")
+        }
     }
 
     struct Report: Encodable {

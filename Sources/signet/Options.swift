@@ -60,6 +60,9 @@ struct SigningKeyOptions: ParsableArguments {
     @Flag(name: .customLong("allow-weak-key"), help: "Sign even with an RSA key below 2048 bits (not recommended).")
     var allowWeakKey = false
 
+    /// The files these options read (the key, the passphrase file): an output must never be one.
+    var files: [String] { [key] + (passphrase.passphraseFile.map { [$0] } ?? []) }
+
     /// Loads the key, printing its warnings (key file readable by others, legacy PKCS#12) on stderr.
     func load() throws -> PrivateKey {
         let privateKey = try PrivateKey(contentsOf: key, passphrase: passphrase.source, allowWeakKey: allowWeakKey)
@@ -133,7 +136,7 @@ struct TrustOptions: ParsableArguments {
 
     func policy() throws -> TrustPolicy {
         var policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
-        let salt = try trustSaltFile.map { try PassphraseSource.file($0).passphrase(for: $0).bytesForSalt }
+        let salt = try trustSaltFile.map { try PassphraseSource.file($0, what: "salt file").passphrase(for: $0).bytesForSalt }
         let sealKeys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
         for directory in trustDirectory {
             try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt, sealKeys: sealKeys)

@@ -75,6 +75,7 @@ struct Pack: ParsableCommand {
         var options = options0
         options.certificate = try cert.map { try certificateDER($0) }
         options.chain = try chain.map { try certificateDER($0) }
+        options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
         let result = try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
         let manifest = result.manifest
         if output.json {

@@ -35,7 +35,6 @@ struct Sign: ParsableCommand {
         if out != nil && files.count > 1 {
             throw ValidationError("--out names one signature file, so it works with one FILE only; without it each FILE gets FILE.sig")
         }
-        if let out, files.contains(out) { throw ValidationError("--out '\(out)' would overwrite the file being signed") }
     }
 
     struct Entry: Encodable {
@@ -56,7 +55,8 @@ struct Sign: ParsableCommand {
         let signer = Signer(key: privateKey, algorithm: algorithm)
         let signatures = try signer.sign(filesAt: files)
         let targets = files.map { out ?? $0 + ".sig" }
-        try SignatureFiles.write(signatures, to: targets)
+        // The key, its passphrase file and the signed files are never replaced by a signature.
+        try SignatureFiles.write(signatures, to: targets, protecting: files + key.files)
         let entries = zip(files, targets).map { file, target in
             Entry(path: file, signature: target, algorithm: algorithm.id, key_id: privateKey.keyID.hex)
         }

@@ -35,7 +35,7 @@ struct Trust: ParsableCommand {
         @OptionGroup var output: OutputOptions
 
         func run() throws {
-            let salt = try saltFile.map { try PassphraseSource.file($0).passphrase(for: $0).bytesForSalt }
+            let salt = try saltFile.map { try PassphraseSource.file($0, what: "salt file").passphrase(for: $0).bytesForSalt }
             let signer = try key.map { path -> Signer in
                 let privateKey = try PrivateKey(contentsOf: path, passphrase: passphrase.source)
                 privateKey.warnings.forEach(Output.warn)

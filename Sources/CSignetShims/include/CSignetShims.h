@@ -56,4 +56,8 @@ int signet_open_beneath(int dirfd, const char *path, int flags);
 unsigned int signet_RENAME_NOREPLACE(void);
 unsigned int signet_RENAME_EXCHANGE(void);
 
+/// O_PATH is a _GNU_SOURCE macro: a descriptor that only names a directory (search permission
+/// is enough), for the *at calls.
+int signet_O_PATH(void);
+
 #endif

@@ -52,6 +52,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let wrongPassphrase = Code("wrong-passphrase", exitStatus: .malformed)
         /// The key is encrypted and no passphrase could be obtained.
         public static let passphraseRequired = Code("passphrase-required", exitStatus: .malformed)
+        /// A passphrase or salt source was given explicitly but holds nothing.
+        public static let emptyPassphrase = Code("empty-passphrase", exitStatus: .malformed)
         /// The key is not RSA (EC, Ed25519, DSA, ...).
         public static let unsupportedKeyType = Code("unsupported-key-type", exitStatus: .malformed)
         /// The RSA key is smaller than 2048 bits and no opt-in was given.

@@ -15,12 +15,11 @@ enum AtomicFile {
     ///   call fails with ``SignetError/Code/fileExists``.
     static func write(_ bytes: [UInt8], to path: String, mode: mode_t, replace: Bool) throws {
         let directory = parentDirectory(of: path)
-        let base = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? path
-        var template = Array("\(directory)/.\(base).signet-XXXXXX".utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        let temporary = temporaryPath(beside: path, tag: "tmp")
+        let token = TemporaryFiles.register(temporary)
+        defer { TemporaryFiles.unregister(token) }
+        let fd = Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw SignetError.posix(errno, "cannot create a temporary file beside", path: path) }
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        let temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         var committed = false
         defer {
             if !committed { unlink(temporary) }
@@ -45,6 +44,17 @@ enum AtomicFile {
         }
         committed = true
         syncDirectory(directory)
+    }
+
+    /// A new name for a temporary file beside `path` (same filesystem, hidden, named after this
+    /// process so that the next run can remove it if this one is killed). Not created.
+    static func temporaryPath(beside path: String, tag: String) -> String {
+        TemporaryFiles.name(besides: path, tag: tag)
+    }
+
+    /// fsyncs the directories of `paths`, each once.
+    static func syncDirectories(of paths: [String]) {
+        for directory in Set(paths.map(parentDirectory(of:))) { syncDirectory(directory) }
     }
 
     /// Moves `from` to `to` only if `to` does not exist.

@@ -16,6 +16,9 @@ public struct GeneratedKey: Sendable {
     /// The file names ``write(to:passphrase:)`` creates, in the order it creates them.
     public static let fileNames = ["private_key.pem", "private_key.p12", "public_key.der", "certificate.der"]
 
+    /// Longest certificate validity accepted, in days (200 years; X.509 times end at year 9999).
+    public static let maximumValidityDays = 73_050
+
     /// Generates a key of `bits` bits (2048 to 16384) and a certificate for it.
     ///
     /// - Parameters:
@@ -25,8 +28,8 @@ public struct GeneratedKey: Sendable {
         guard bits >= KeyLimits.minimumBits, bits <= KeyLimits.maximumBits else {
             throw SignetError(.usage, "--bits must be between \(KeyLimits.minimumBits) and \(KeyLimits.maximumBits) (3072 is a good default), not \(bits)")
         }
-        guard validityDays > 0 else {
-            throw SignetError(.usage, "the certificate validity must be at least one day, not \(validityDays)")
+        guard validityDays > 0, validityDays <= maximumValidityDays else {
+            throw SignetError(.usage, "--days (the certificate validity) must be 1 to \(maximumValidityDays) days, not \(validityDays)")
         }
         OpenSSLErrorQueue.clear()
         guard let pointer = signet_EVP_RSA_gen(UInt32(bits)) else {
@@ -86,9 +89,14 @@ public struct GeneratedKey: Sendable {
     /// Writes `private_key.pem`, `private_key.p12` (mode 0600), `public_key.der` and
     /// `certificate.der` (0644) into `directory`, creating it if needed (mode 0700).
     ///
+    /// A passphrase that is given but empty is refused (`.emptyPassphrase`, exit 4).
     /// Never replaces a file: if any of them exists nothing is written; if writing fails half-way,
     /// the files this call created are removed again.
     public func write(to directory: String, passphrase: Passphrase?) throws -> WrittenFiles {
+        if let passphrase, passphrase.isEmpty {
+            // An empty passphrase would silently write an unencrypted key: nil says "none" explicitly.
+            throw SignetError(.emptyPassphrase, "the passphrase is empty; give a non-empty passphrase, or none to write an unencrypted key (not recommended)")
+        }
         try createDirectory(directory)
         let paths = Self.fileNames.map { directory + "/" + $0 }
         let existing = paths.filter { access($0, F_OK) == 0 }
@@ -151,7 +159,7 @@ public struct GeneratedKey: Sendable {
         try require(BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(certificate)) != nil, "serial number")
 
         try require(X509_gmtime_adj(X509_getm_notBefore(certificate), 0) != nil, "notBefore")
-        try require(X509_time_adj_ex(X509_getm_notAfter(certificate), Int32(validityDays), 0, nil) != nil, "notAfter")
+        try require(X509_time_adj_ex(X509_getm_notAfter(certificate), Int32(clamping: validityDays), 0, nil) != nil, "notAfter")
         try require(X509_set_pubkey(certificate, key.pointer) == 1, "public key")
 
         guard let name = X509_get_subject_name(certificate) else { throw OpenSSLErrorQueue.error(.crypto, "subject") }

@@ -58,21 +58,30 @@ public struct PassphraseSource: Sendable {
     }
 
     /// The first line of a file (without its line ending), as `openssl -passin file:` reads it.
-    public static func file(_ path: String) -> PassphraseSource {
-        PassphraseSource(description: "the passphrase file '\(path)'") { _ in
-            let bytes = try readSmallFile(path, what: "passphrase file", limit: 64 * 1024, allowPipes: true)
+    /// An empty first line is refused (`.emptyPassphrase`, exit 4): a source given explicitly
+    /// but empty is a mistake (a failed `pass show`, an unset secret), and an empty passphrase
+    /// would write an unprotected key. `what` names the file in messages.
+    public static func file(_ path: String, what: String = "passphrase file") -> PassphraseSource {
+        PassphraseSource(description: "the \(what) '\(path)'") { _ in
+            let bytes = try readSmallFile(path, what: what, limit: 64 * 1024, allowPipes: true)
             var line = bytes.prefix { $0 != UInt8(ascii: "\n") }
             if line.last == UInt8(ascii: "\r") { line.removeLast() }
+            guard !line.isEmpty else {
+                throw SignetError(.emptyPassphrase, "the \(what) '\(path)' is empty (its first line holds nothing); put the secret on its first line", path: path)
+            }
             return Passphrase(bytes: Array(line))
         }
     }
 
-    /// The value of an environment variable.
+    /// The value of an environment variable. Unset or empty is refused (exit 4).
     public static func environment(_ name: String) -> PassphraseSource {
         PassphraseSource(description: "the environment variable \(name)") { _ in
             guard let value = getenv(name) else {
                 throw SignetError(.passphraseRequired,
                                   "the environment variable \(name) named by --passphrase-env is not set; export it or use --passphrase-file")
+            }
+            guard value.pointee != 0 else {
+                throw SignetError(.emptyPassphrase, "the environment variable \(name) named by --passphrase-env is empty; set it to the passphrase, or use --passphrase-file")
             }
             return Passphrase(bytes: Array(UnsafeBufferPointer(start: value, count: strlen(value)).map { UInt8(bitPattern: $0) }))
         }

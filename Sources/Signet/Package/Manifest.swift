@@ -129,12 +129,20 @@ public struct Manifest: Sendable, Equatable {
         return out.bytes
     }
 
-    /// Parses manifest bytes strictly: `signet/1`, every field present and well-formed, known
+    /// Parses manifest bytes strictly: strict JSON (no duplicate keys, whole numbers only; see
+    /// `StrictJSON`), `signet/1`, every field present and well-formed, known
     /// algorithm, valid paths without duplicates (also after Unicode normalisation), `expires`
     /// not before `created`. Throws ``SignetError/Code/malformedManifest``.
     public static func parse(_ bytes: [UInt8], source: String = ".signet/manifest.json") throws -> Manifest {
         func malformed(_ reason: String) -> SignetError {
             SignetError(.malformedManifest, "\(source) is not a valid signet/1 manifest: \(reason)", entry: ".signet/manifest.json")
+        }
+        // Duplicate keys, fractions and other constructs parsers read differently are refused
+        // before Foundation (which keeps the first of two duplicates) sees the bytes.
+        do {
+            try StrictJSON.check(bytes, integersOnly: true)
+        } catch let refusal as StrictJSON.Refusal {
+            throw malformed("it is not JSON as Signet accepts it: \(refusal)")
         }
         let document: Document
         do {

@@ -34,6 +34,9 @@ public struct PackOptions: Sendable {
     public var certificate: [UInt8]? = nil
     /// Intermediate certificates (DER), leaf-most first, stored as `.signet/certs/chain-<n>.der`.
     public var chain: [[UInt8]] = []
+    /// Files the package must never replace, besides the resources (the key, certificates):
+    /// an output that is one of them (by device and inode) is refused.
+    public var protecting: [String] = []
 
     /// Creates options.
     public init(name: String, version: String, sequence: UInt64? = nil, expires: Timestamp? = nil, created: Timestamp? = nil,
@@ -104,6 +107,8 @@ public enum PackageBuilder {
     static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions, workers: Int) throws -> Result {
         try validate(options, signer: signer)
         let inputs = try collect(paths, followSymlinks: options.followSymlinks)
+        try FileIdentity.refuseOverwriting(targets: [output], inputs: inputs.map { ($0.diskPath, "resource being packed") } + options.protecting.map { ($0, "input") },
+                                           what: "the package")
         let created = options.created ?? PackOptions.sourceDateEpoch ?? .now
         if let expires = options.expires, expires <= created {
             throw SignetError(.usage, "--expires \(expires) is not after the package's creation time \(created)")

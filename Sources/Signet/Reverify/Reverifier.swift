@@ -90,8 +90,33 @@ public struct ReverifyOptions: Sendable {
     /// Everything, no repair.
     public init() {}
 
+    /// Refuses (`.usage`, exit 2) an `only` selector that is not a relative path inside the tree
+    /// ("..", absolute, empty) or that selects nothing the manifest lists: a check that checks
+    /// nothing must not say OK.
+    /// A selector without trailing slashes ("bin/" selects what "bin" does).
+    private static func subtree(_ selector: String) -> String {
+        var trimmed = selector
+        while trimmed.hasSuffix("/") && trimmed.count > 1 { trimmed.removeLast() }
+        return trimmed
+    }
+
+    func checkSelectors(against manifest: Manifest, root: String) throws {
+        for selector in only {
+            let trimmed = Self.subtree(selector)
+            if case .failure(let refusal) = ResourcePath.validate(trimmed) {
+                throw SignetError(.usage, "--only '\(selector)' is not a subtree of the installed tree: \(refusal.reason); give a path relative to '\(root)', e.g. --only bin", path: root)
+            }
+            guard manifest.files.contains(where: { $0.path == trimmed || $0.path.hasPrefix(trimmed + "/") }) else {
+                throw SignetError(.usage, "--only '\(selector)' matches no file in the signed manifest of '\(root)'; check the spelling (paths are relative to the tree, e.g. --only bin)", path: root)
+            }
+        }
+    }
+
     func selects(_ path: String) -> Bool {
-        if !only.isEmpty, !only.contains(where: { path == $0 || path.hasPrefix($0.hasSuffix("/") ? $0 : $0 + "/") }) { return false }
+        if !only.isEmpty, !only.contains(where: { selector in
+            let subtree = Self.subtree(selector)
+            return path == subtree || path.hasPrefix(subtree + "/")
+        }) { return false }
         let components = path.split(separator: "/").map(String.init)
         for raw in exclude {
             let pattern = raw.hasSuffix("/") ? String(raw.dropLast()) : raw
@@ -238,6 +263,7 @@ public enum Reverifier {
                                 ?? "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
                               files: [], attributesSupported: true, duration: elapsed())
         }
+        try options.checkSelectors(against: manifest, root: root)
         let checker = TreeChecker(root: root, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair)
         let listed = manifest.files.filter { options.selects($0.path) }
         var reports = parallelMap(listed) { file -> FileReport? in

@@ -11,26 +11,58 @@ public enum SignatureFiles {
         try readSmallFile(path, what: "signature file", limit: 1 << 20)
     }
 
-    /// Writes each signature to the path at the same index, all or nothing: every signature is
-    /// first written and flushed to a temporary file beside its target, and only when all of them
-    /// are on disk are they renamed into place (replacing older signatures).
-    public static func write(_ signatures: [Signature], to paths: [String]) throws {
-        precondition(signatures.count == paths.count, "one path per signature")
-        var staged: [(temporary: String, target: String)] = []
-        do {
-            for (signature, path) in zip(signatures, paths) {
-                let temporary = AtomicFile.parentDirectory(of: path) + "/.signet-staged-\(getpid())-\(staged.count)-" + (path.split(separator: "/").last.map(String.init) ?? "sig")
-                try AtomicFile.write(signature.bytes, to: temporary, mode: 0o644, replace: false)
-                staged.append((temporary, path))
+    /// Writes each signature to the path at the same index, all or nothing.
+    ///
+    /// Refused before anything is written (exit 2): a target that is one of `inputs` (the signed
+    /// files, the key: compared by device and inode, so `./key.pem`, hard and symbolic links are
+    /// caught too) or that two signatures would share. Every signature is then written and
+    /// flushed to a temporary file beside its target; only when all of them are on disk are
+    /// they renamed into place, and if one rename fails the ones already renamed are undone
+    /// (older signatures restored), so a failure leaves every target as it was.
+    public static func write(_ signatures: [Signature], to paths: [String], protecting inputs: [String] = []) throws {
+        guard signatures.count == paths.count else {
+            throw SignetError(.usage, "one path per signature: \(signatures.count) signatures, \(paths.count) paths")
+        }
+        try FileIdentity.refuseOverwriting(targets: paths, inputs: inputs.map { ($0, "input") }, what: "the signature file")
+        for path in paths {
+            var info = stat()
+            if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG, info.st_mode & S_IFMT != S_IFLNK {
+                throw SignetError(.fileExists, "cannot write the signature '\(path)': a \(info.st_mode & S_IFMT == S_IFDIR ? "directory" : "non-regular file") is in the way; move it or choose another path with --out; no signature was written", path: path)
             }
-        } catch {
-            for entry in staged { unlink(entry.temporary) }
-            throw error
         }
-        for (index, entry) in staged.enumerated() where rename(entry.temporary, entry.target) != 0 {
-            let err = errno
-            for rest in staged[index...] { unlink(rest.temporary) }
-            throw SignetError.posix(err, "cannot write signature", path: entry.target)
+        var staged: [(temporary: String, target: String)] = []
+        defer { for entry in staged { unlink(entry.temporary) } }
+        for (signature, path) in zip(signatures, paths) {
+            let temporary = AtomicFile.temporaryPath(beside: path, tag: "staged-\(staged.count)")
+            staged.append((temporary, path))
+            try AtomicFile.write(signature.bytes, to: temporary, mode: 0o644, replace: false)
         }
+        // Commit: keep a hard link to each older signature until every rename has succeeded.
+        var committed: [(target: String, backup: String?)] = []
+        func rollBack() {
+            for entry in committed.reversed() {
+                if let backup = entry.backup { rename(backup, entry.target) } else { unlink(entry.target) }
+            }
+        }
+        for entry in staged {
+            var backup: String? = entry.temporary + ".old"
+            if link(entry.target, backup!) != 0 {
+                let err = errno
+                guard err == ENOENT else {
+                    rollBack()
+                    throw SignetError.posix(err, "cannot keep the older signature while replacing", path: entry.target)
+                }
+                backup = nil
+            }
+            guard rename(entry.temporary, entry.target) == 0 else {
+                let err = errno
+                if let backup { unlink(backup) }
+                rollBack()
+                throw SignetError.posix(err, "cannot write the signature (no signature was changed)", path: entry.target)
+            }
+            committed.append((entry.target, backup))
+        }
+        for entry in committed { if let backup = entry.backup { unlink(backup) } }
+        AtomicFile.syncDirectories(of: paths)
     }
 }

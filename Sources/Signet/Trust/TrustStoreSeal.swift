@@ -29,6 +29,9 @@ public enum TrustStoreSeal {
     /// SHA-256(salt || content); with `signer`, the seal is signed into `.signet-trust.sig`.
     @discardableResult
     public static func seal(_ directory: String, salt: [UInt8]? = nil, signer: Signer? = nil) throws -> Int {
+        if let salt, salt.isEmpty {
+            throw SignetError(.malformedInput, "the salt is empty; a salt must be a secret (the first line of --salt-file)")
+        }
         let bytes = try document(for: directory, salt: salt)
         try AtomicFile.write(bytes, to: directory + "/" + fileName, mode: 0o644, replace: true)
         if let signer {
@@ -39,29 +42,49 @@ public enum TrustStoreSeal {
         return try files(in: directory).count
     }
 
-    /// Refuses (exit 3) a sealed directory whose files no longer match the seal. An unsealed
-    /// directory passes, unless `sealKeys` is given: then the seal must exist and be signed by one
-    /// of those keys, which live outside the directory (a signature checked with keys from inside
-    /// it would prove nothing: whoever swaps a key can sign a new seal with it).
+    /// Refuses (exit 3) a sealed directory whose files no longer match the seal.
+    ///
+    /// A salt or seal keys are a demand for protection, so their absence never disables it: with
+    /// `salt`, the directory must carry a seal made with a salt; with `sealKeys`, it must carry a
+    /// seal signed by one of them (keys that live outside the directory: a signature checked with
+    /// keys from inside it would prove nothing, as whoever swaps a key can sign a new seal with
+    /// it). Only without either is an unsealed directory accepted as it is.
     static func check(_ directory: String, salt: [UInt8]?, sealKeys: [PublicKey] = []) throws {
         func broken(_ reason: String) -> SignetError {
             SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal: \(reason); restore the trusted keys or seal the directory again with signet trust seal", path: directory)
         }
-        let sealPath = directory + "/" + fileName
-        guard access(sealPath, F_OK) == 0 else {
-            if sealKeys.isEmpty { return }
-            throw broken("it has no seal (\(fileName)), but --trust-seal-key requires a signed one")
+        if let salt, salt.isEmpty {
+            throw SignetError(.malformedInput, "the trust salt is empty; a salt must be a secret (the first line of --trust-salt-file)")
         }
-        let stored = try readSmallFile(sealPath, what: "trust seal", limit: 16 << 20)
-        guard let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else {
+        let sealPath = directory + "/" + fileName
+        let stored: [UInt8]
+        do {
+            stored = try InputFile.open(sealPath, what: "trust seal", followSymlinks: false).readAll(limit: 16 << 20, what: "trust seal")
+        } catch let error as SignetError where error.code == .fileNotFound {
+            if salt == nil && sealKeys.isEmpty { return }
+            let demand = sealKeys.isEmpty ? "--trust-salt-file" : "--trust-seal-key"
+            throw broken("it has no seal (\(fileName)), but \(demand) requires one")
+        }
+        guard (try? StrictJSON.check(stored)) != nil,
+              let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else {
             throw broken("the seal is not a signet-trust/1 document")
         }
         if !sealKeys.isEmpty {
-            let signature = (try? readSmallFile(directory + "/" + signatureName, what: "trust seal signature", limit: 64 * 1024)) ?? []
+            let signature: [UInt8]
+            do {
+                signature = try InputFile.open(directory + "/" + signatureName, what: "trust seal signature", followSymlinks: false)
+                    .readAll(limit: 64 * 1024, what: "trust seal signature")
+            } catch let error as SignetError where error.code == .fileNotFound {
+                signature = []
+            }
             let digest = try Digest.compute(stored, algorithm: .sha256)
             guard Verifier(policy: TrustPolicy(keys: sealKeys)).verify(signature: signature, digest: digest).isValid else {
                 throw broken(signature.isEmpty ? "the seal is not signed, but --trust-seal-key requires it" : "the seal's signature does not verify with the --trust-seal-key key")
             }
+        }
+        if salt != nil, !sealed.salted {
+            // Anyone can write an unsalted seal; one the salt's holder did not make proves nothing.
+            throw broken("the seal was made without a salt, but --trust-salt-file was given (it was replaced, or sealed without --salt-file)")
         }
         if sealed.salted, salt == nil {
             throw broken("it was sealed with a salt; give the salt with --trust-salt-file")

@@ -1,0 +1,96 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What to do when the process is interrupted while Signet is writing.
+///
+/// Every temporary file and staging directory Signet makes is named after what it is for and
+/// the process that made it (`.TARGET.signet-PID-TAG-RANDOM`, beside TARGET) and registered
+/// here while it exists. A program that handles SIGINT/SIGTERM itself (the `signet` CLI does, on
+/// a thread of its own) calls ``removeTemporaryFiles()`` before it exits. After a `kill -9`, the
+/// next pack or unpack to the same target removes what a process that no longer runs left.
+public enum Interruption {
+    /// Removes every temporary file and staging directory in progress. For a signal-handling
+    /// thread about to exit the process; Signet's work in progress is not usable afterwards.
+    public static func removeTemporaryFiles() {
+        TemporaryFiles.removeAllForExit()
+    }
+}
+
+/// The registry and naming of Signet's temporary files.
+enum TemporaryFiles {
+    private struct State {
+        var next = 0
+        var entries: [Int: (path: String, tree: Bool)] = [:]
+    }
+
+    private static let state = Mutex(State())
+
+    /// Registers `path` (a file, or a directory tree) for removal on interruption. Register a
+    /// path before creating it, so that there is no moment when it exists unregistered.
+    static func register(_ path: String, tree: Bool = false) -> Int {
+        state.withLock { state in
+            state.next += 1
+            state.entries[state.next] = (path, tree)
+            return state.next
+        }
+    }
+
+    /// Forgets a registration (the path was renamed into place or removed).
+    static func unregister(_ token: Int) {
+        state.withLock { _ = $0.entries.removeValue(forKey: token) }
+    }
+
+    static func removeAllForExit() {
+        state.withLock { state in
+            for entry in state.entries.values {
+                if entry.tree { _ = TreeRemover.remove(entry.path) } else { unlink(entry.path) }
+            }
+            state.entries.removeAll()
+        }
+    }
+
+    /// The name prefix of Signet's temporary files beside `target` (the hidden `.BASE.signet-`).
+    /// Long names are shortened so that the temporary name stays within NAME_MAX.
+    static func prefix(besides target: String) -> (directory: String, prefix: String) {
+        var trimmed = target
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+        let base = trimmed.split(separator: "/").last.map(String.init) ?? trimmed
+        var short = ""
+        for scalar in base.unicodeScalars {
+            guard short.utf8.count + String(scalar).utf8.count <= 96 else { break }
+            short.unicodeScalars.append(scalar)
+        }
+        return (AtomicFile.parentDirectory(of: trimmed), "." + short + ".signet-")
+    }
+
+    /// A new temporary name beside `target`, for this process: `.BASE.signet-PID-TAG-RANDOM`.
+    static func name(besides target: String, tag: String) -> String {
+        let (directory, prefix) = prefix(besides: target)
+        let random = UInt64.random(in: 0...UInt64.max)
+        return directory + "/" + prefix + "\(getpid())-\(tag)-" + String(random, radix: 36)
+    }
+
+    /// Removes what processes that no longer run left beside `target` (a `kill -9`, a power
+    /// cut): Signet's temporary names carry their maker's process id. Returns what it could
+    /// not remove. Best effort; call it where no other live Signet process can be using them
+    /// for its own work, or rely on the process check.
+    @discardableResult
+    static func removeStale(besides target: String) -> [String] {
+        let (directory, prefix) = prefix(besides: target)
+        guard let handle = opendir(directory) else { return [] }
+        defer { closedir(handle) }
+        var stale: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix(prefix) else { continue }
+            let digits = name.dropFirst(prefix.count).prefix { $0.isASCII && $0.isNumber }
+            guard let pid = pid_t(digits), pid > 0, pid != getpid() else { continue }
+            if kill(pid, 0) != 0 && errno == ESRCH { stale.append(directory + "/" + name) }
+        }
+        return stale.filter { !TreeRemover.remove($0) }
+    }
+}

@@ -1,0 +1,217 @@
+/// A strict RFC 8259 check of JSON that is signed or otherwise trusted, run before Foundation
+/// decodes it.
+///
+/// Foundation's decoders keep the first of two duplicate keys and Python's keep the last, so a
+/// signed document with `"sequence": 999, "sequence": 5` means different things to different
+/// readers: whoever checks the signature and whoever acts on it must agree on what was signed.
+/// This refuses every construct on which JSON parsers are known to differ: duplicate keys (also
+/// keys that differ only by escapes, `"a"` and `"\u0061"`, or by Unicode normalisation), a byte
+/// order mark, invalid UTF-8, lone surrogate escapes, control characters in strings, leading
+/// zeros, trailing content, and nesting deeper than ``maximumDepth``. With `integersOnly`,
+/// numbers with a fraction or exponent (`5.0`, `1e3`) are refused too.
+enum StrictJSON {
+    /// Deepest nesting accepted (Signet's documents are three levels deep).
+    static let maximumDepth = 32
+
+    /// Why a document was refused, for a person.
+    struct Refusal: Error, CustomStringConvertible {
+        let reason: String
+        let offset: Int
+        var description: String { "\(reason) (at byte \(offset))" }
+    }
+
+    /// Throws ``Refusal`` unless `bytes` is one strict JSON value.
+    static func check(_ bytes: [UInt8], integersOnly: Bool = false) throws {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var parser = Parser(bytes: buffer, integersOnly: integersOnly)
+            if buffer.count >= 3, buffer[0] == 0xEF, buffer[1] == 0xBB, buffer[2] == 0xBF {
+                throw Refusal(reason: "it starts with a byte order mark", offset: 0)
+            }
+            parser.skipSpace()
+            try parser.value(depth: 0)
+            parser.skipSpace()
+            guard parser.at == buffer.count else { throw parser.refusal("there is content after the document") }
+        }
+    }
+
+    private struct Parser {
+        let bytes: UnsafeBufferPointer<UInt8>
+        let integersOnly: Bool
+        var at = 0
+
+        init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool) {
+            self.bytes = bytes
+            self.integersOnly = integersOnly
+        }
+
+        func refusal(_ reason: String) -> Refusal { Refusal(reason: reason, offset: at) }
+
+        var current: UInt8? { at < bytes.count ? bytes[at] : nil }
+
+        mutating func skipSpace() {
+            while let byte = current, byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { at += 1 }
+        }
+
+        mutating func expect(_ literal: StaticString) throws {
+            let count = literal.utf8CodeUnitCount
+            guard at + count <= bytes.count else { throw refusal("the document ends too early") }
+            for index in 0..<count where bytes[at + index] != literal.utf8Start[index] {
+                throw refusal("unexpected characters")
+            }
+            at += count
+        }
+
+        mutating func value(depth: Int) throws {
+            guard depth <= StrictJSON.maximumDepth else { throw refusal("it is nested more than \(StrictJSON.maximumDepth) levels deep") }
+            guard let byte = current else { throw refusal("the document ends too early") }
+            switch byte {
+            case UInt8(ascii: "{"): try object(depth: depth + 1)
+            case UInt8(ascii: "["): try array(depth: depth + 1)
+            case UInt8(ascii: "\""): _ = try string()
+            case UInt8(ascii: "t"): try expect("true")
+            case UInt8(ascii: "f"): try expect("false")
+            case UInt8(ascii: "n"): try expect("null")
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try number()
+            default: throw refusal("unexpected character")
+            }
+        }
+
+        mutating func object(depth: Int) throws {
+            at += 1
+            skipSpace()
+            if current == UInt8(ascii: "}") {
+                at += 1
+                return
+            }
+            var keys = Set<String>()
+            while true {
+                guard current == UInt8(ascii: "\"") else { throw refusal("an object key is not a string") }
+                let keyStart = at
+                let key = try string()
+                // Swift compares Strings by canonical equivalence: NFC/NFD twins are duplicates too.
+                guard keys.insert(key).inserted else {
+                    throw Refusal(reason: "the key \"\(key)\" appears twice in one object", offset: keyStart)
+                }
+                skipSpace()
+                guard current == UInt8(ascii: ":") else { throw refusal("an object key is not followed by ':'") }
+                at += 1
+                skipSpace()
+                try value(depth: depth)
+                skipSpace()
+                guard let byte = current else { throw refusal("the document ends inside an object") }
+                at += 1
+                if byte == UInt8(ascii: "}") { return }
+                guard byte == UInt8(ascii: ",") else { throw refusal("expected ',' or '}' in an object") }
+                skipSpace()
+            }
+        }
+
+        mutating func array(depth: Int) throws {
+            at += 1
+            skipSpace()
+            if current == UInt8(ascii: "]") {
+                at += 1
+                return
+            }
+            while true {
+                try value(depth: depth)
+                skipSpace()
+                guard let byte = current else { throw refusal("the document ends inside an array") }
+                at += 1
+                if byte == UInt8(ascii: "]") { return }
+                guard byte == UInt8(ascii: ",") else { throw refusal("expected ',' or ']' in an array") }
+                skipSpace()
+            }
+        }
+
+        /// A string, decoded (escapes resolved), so keys are compared as every parser sees them.
+        mutating func string() throws -> String {
+            at += 1
+            var decoded: [UInt8] = []
+            while true {
+                guard let byte = current else { throw refusal("the document ends inside a string") }
+                at += 1
+                switch byte {
+                case UInt8(ascii: "\""):
+                    guard let text = String(validating: decoded, as: UTF8.self) else { throw refusal("a string is not valid UTF-8") }
+                    return text
+                case 0x00..<0x20:
+                    throw refusal("a string holds a raw control character")
+                case UInt8(ascii: "\\"):
+                    guard let escape = current else { throw refusal("the document ends inside a string") }
+                    at += 1
+                    switch escape {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): decoded.append(escape)
+                    case UInt8(ascii: "b"): decoded.append(0x08)
+                    case UInt8(ascii: "f"): decoded.append(0x0C)
+                    case UInt8(ascii: "n"): decoded.append(0x0A)
+                    case UInt8(ascii: "r"): decoded.append(0x0D)
+                    case UInt8(ascii: "t"): decoded.append(0x09)
+                    case UInt8(ascii: "u"):
+                        var scalar = try hex4()
+                        if (0xD800...0xDBFF).contains(scalar) {
+                            guard current == UInt8(ascii: "\\"), at + 1 < bytes.count, bytes[at + 1] == UInt8(ascii: "u") else {
+                                throw refusal("a string holds a lone surrogate escape")
+                            }
+                            at += 2
+                            let low = try hex4()
+                            guard (0xDC00...0xDFFF).contains(low) else { throw refusal("a string holds a lone surrogate escape") }
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        } else if (0xDC00...0xDFFF).contains(scalar) {
+                            throw refusal("a string holds a lone surrogate escape")
+                        }
+                        guard let unicode = Unicode.Scalar(scalar) else { throw refusal("a string holds an invalid escape") }
+                        decoded.append(contentsOf: String(Character(unicode)).utf8)
+                    default:
+                        throw refusal("a string holds an unknown escape")
+                    }
+                default:
+                    decoded.append(byte)
+                }
+            }
+        }
+
+        mutating func hex4() throws -> UInt32 {
+            guard at + 4 <= bytes.count else { throw refusal("the document ends inside a string") }
+            var value: UInt32 = 0
+            for _ in 0..<4 {
+                let byte = bytes[at]
+                let digit: UInt32
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+                default: throw refusal("a \\u escape is not four hex digits")
+                }
+                value = value << 4 | digit
+                at += 1
+            }
+            return value
+        }
+
+        mutating func digits() -> Int {
+            let start = at
+            while let byte = current, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) { at += 1 }
+            return at - start
+        }
+
+        mutating func number() throws {
+            if current == UInt8(ascii: "-") { at += 1 }
+            let leading = current
+            let count = digits()
+            guard count > 0 else { throw refusal("a number has no digits") }
+            guard !(leading == UInt8(ascii: "0") && count > 1) else { throw refusal("a number has a leading zero") }
+            if current == UInt8(ascii: ".") {
+                guard !integersOnly else { throw refusal("a number has a fraction; only whole numbers are allowed here") }
+                at += 1
+                guard digits() > 0 else { throw refusal("a number's fraction has no digits") }
+            }
+            if current == UInt8(ascii: "e") || current == UInt8(ascii: "E") {
+                guard !integersOnly else { throw refusal("a number has an exponent; only whole numbers are allowed here") }
+                at += 1
+                if current == UInt8(ascii: "+") || current == UInt8(ascii: "-") { at += 1 }
+                guard digits() > 0 else { throw refusal("a number's exponent has no digits") }
+            }
+        }
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+/// The hardening issue's command-line points: protections that an absent file must not switch
+/// off, selectors that select nothing, outputs that would destroy inputs, empty secrets.
+@Suite("Hardening: absent protections, selectors, outputs over inputs, empty secrets")
+struct HardeningCLITests {
+    @Test("a salt or seal key demands a seal: deleting or replacing the seal does not disable it")
+    func sealRequired() throws {
+        let work = try Workspace(), attacker = try Workspace()
+        let trust = work.directory.file("trust")
+        try FileManager.default.createDirectory(atPath: trust, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: work.publicDER, toPath: trust + "/release.der")
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        let attackerPackage = attacker.directory.file("evil.zip")
+        try TrustCLITests.pack(attacker, out: attackerPackage)
+        let salt = try work.directory.write("salt", Data("device secret\n".utf8), mode: 0o600)
+        #expect(try CLI.run(["trust", "seal", trust, "--salt-file", salt]).status == 0)
+        #expect(try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", salt]).status == 0)
+
+        // The attacker adds their key and deletes the seal.
+        try FileManager.default.copyItem(atPath: attacker.publicDER, toPath: trust + "/added.der")
+        try FileManager.default.removeItem(atPath: trust + "/.signet-trust")
+        let deleted = try CLI.run(["unpack", attackerPackage, "--dest", work.directory.file("app"), "--trust-dir", trust, "--trust-salt-file", salt, "--json"])
+        #expect(deleted.status == 3, "\(deleted.stderr)")
+        #expect((try deleted.json()["error"] as? [String: Any])?["code"] as? String == "broken-trust-seal")
+        #expect(deleted.stderr.contains("has no seal"))
+        #expect(!FileManager.default.fileExists(atPath: work.directory.file("app")))
+
+        // Or writes a new seal of their own, without the salt they do not know.
+        #expect(try CLI.run(["trust", "seal", trust]).status == 0)
+        let unsalted = try CLI.run(["inspect", attackerPackage, "--trust-dir", trust, "--trust-salt-file", salt])
+        #expect(unsalted.status == 3, "\(unsalted.stderr)")
+        #expect(unsalted.stderr.contains("without a salt"))
+
+        // The same with a seal key: the seal must be there.
+        let sealer = try Workspace()
+        try FileManager.default.removeItem(atPath: trust + "/.signet-trust")
+        let noSeal = try CLI.run(["inspect", attackerPackage, "--trust-dir", trust, "--trust-seal-key", sealer.publicDER])
+        #expect(noSeal.status == 3)
+        #expect(noSeal.stderr.contains("--trust-seal-key requires one"))
+
+        // An empty salt protects nothing: refused on both sides (exit 4).
+        let empty = try work.directory.write("empty-salt", Data("\n".utf8), mode: 0o600)
+        let sealEmpty = try CLI.run(["trust", "seal", trust, "--salt-file", empty, "--json"])
+        #expect(sealEmpty.status == 4, "\(sealEmpty.stderr)")
+        #expect((try sealEmpty.json()["error"] as? [String: Any])?["code"] as? String == "empty-passphrase")
+        #expect(try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", empty]).status == 4)
+    }
+
+    @Test("--only that selects nothing in the manifest, or leaves the tree, is a usage error (exit 2)")
+    func onlySelectors() throws {
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try FileManager.default.createDirectory(atPath: work.directory.file("src/bin"), withIntermediateDirectories: true)
+        try work.directory.write("src/bin/tool", Data("#!/bin/sh\n".utf8))
+        try work.directory.write("src/app.conf", Data("setting = 1\n".utf8))
+        try TrustCLITests.pack(work, out: package)
+        let app = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
+        try Data("tampered\n".utf8).write(to: URL(fileURLWithPath: app + "/app.conf"))
+        for selector in ["hello", "../..", "/etc", "bin/../..", ""] {
+            let result = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--only", selector, "--json"])
+            #expect(result.status == 2, "--only '\(selector)': \(result.status) \(result.stdoutText)")
+            #expect((try? result.json()["error"] as? [String: Any])?["code"] as? String == "usage", "--only '\(selector)'")
+        }
+        let bin = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--only", "bin/", "--json"])
+        #expect(bin.status == 0, "the untouched subtree verifies: \(bin.stdoutText)")
+        let whole = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--only", "app.conf"])
+        #expect(whole.status == 1, "a selected file that was modified is reported")
+    }
+
+    @Test("sign and pack never write over the key or an input, whatever the name or link")
+    func outputsOverInputs() throws {
+        let work = try Workspace()
+        let file = try work.directory.write("data.txt", Data("payload\n".utf8))
+        let keyBefore = try contents(work.privatePEM)
+        try FileManager.default.linkItem(atPath: work.privatePEM, toPath: work.directory.file("key-hardlink.pem"))
+        try FileManager.default.createSymbolicLink(atPath: work.directory.file("key-link.pem"), withDestinationPath: work.privatePEM)
+        let sign = ["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]
+        for out in [work.privatePEM, "./keys/private_key.pem", work.directory.file("keys/../keys/private_key.pem"),
+                    work.directory.file("key-hardlink.pem"), work.directory.file("key-link.pem"), file, work.passFile] {
+            let result = try CLI.run(sign + ["--out", out, "--json"], directory: work.path)
+            #expect(result.status == 2, "--out \(out): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains("same file"), "\(result.stderr)")
+        }
+        #expect(try contents(work.privatePEM) == keyBefore)
+        #expect(try contents(file) == Data("payload\n".utf8))
+        // Two inputs whose signatures would be the same file, or an input that is another's signature.
+        let twice = try CLI.run(["sign", file, "./data.txt", "--key", work.privatePEM, "--passphrase-file", work.passFile], directory: work.path)
+        #expect(twice.status == 2, "\(twice.stderr)")
+        let sigInput = try work.directory.write("data.txt.sig", Data("an input\n".utf8))
+        let chained = try CLI.run(["sign", file, sigInput, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(chained.status == 2, "\(chained.stderr)")
+        #expect(try contents(sigInput) == Data("an input\n".utf8))
+
+        let pack = ["pack", file, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "a", "--version", "1"]
+        for out in [work.privatePEM, work.directory.file("key-link.pem"), file] {
+            let result = try CLI.run(pack + ["--out", out])
+            #expect(result.status == 2, "pack --out \(out): \(result.stderr)")
+        }
+        #expect(try contents(work.privatePEM) == keyBefore)
+        // A package inside the directory being packed, from an earlier run, is not packed over itself.
+        try FileManager.default.createDirectory(atPath: work.directory.file("dist"), withIntermediateDirectories: true)
+        try work.directory.write("dist/a.txt", Data("a\n".utf8))
+        let packDist = ["pack", work.directory.file("dist"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                        "--name", "a", "--version", "1", "--out", work.directory.file("dist/app.zip")]
+        #expect(try CLI.run(packDist).status == 0)
+        #expect(try CLI.run(packDist).status == 2, "the second run would pack the first package and replace it")
+    }
+
+    @Test("a passphrase source that is given but empty is exit 4, and nothing is written")
+    func emptyPassphrase() throws {
+        let directory = try TemporaryDirectory()
+        let empty = try directory.write("empty.txt", Data(), mode: 0o600)
+        let blankLine = try directory.write("blank.txt", Data("\nsecond line\n".utf8), mode: 0o600)
+        for (options, environment) in [(["--passphrase-file", empty], [String: String?]()), (["--passphrase-file", blankLine], [:]),
+                                       (["--passphrase-env", "SIGNET_EMPTY"], ["SIGNET_EMPTY": ""])] {
+            let out = directory.file("keys-\(options[1].count)")
+            let result = try CLI.run(["keygen", "--out", out, "--bits", "2048", "--json"] + options, environment: environment)
+            #expect(result.status == 4, "\(options): \(result.status) \(result.stderr)")
+            #expect((try result.json()["error"] as? [String: Any])?["code"] as? String == "empty-passphrase")
+            #expect(!FileManager.default.fileExists(atPath: out + "/private_key.pem"))
+        }
+        let days = try CLI.run(["keygen", "--out", directory.file("k"), "--days", "9223372036854775807"])
+        #expect(days.status == 2, "an absurd validity is a usage error, not a trap: \(days.status) \(days.stderr)")
+    }
+}
