@@ -57,17 +57,17 @@ struct Inspect: ParsableCommand {
             report.error = failure.map(Output.errorBody)
             Output.json(report)
         } else {
-            Output.line("""
-            package:   \(package)
-            name:      \(manifest.name)
-            version:   \(manifest.version)
-            sequence:  \(manifest.sequence)
-            created:   \(manifest.created)
-            expires:   \(manifest.expires?.rfc3339 ?? "never")
-            algorithm: \(manifest.algorithm.id)
-            key id:    \(manifest.keyID.hex)
-            files:     \(manifest.files.count)
-            """)
+            Output.lines([
+                "package:   \(package)",
+                "name:      \(manifest.name)",
+                "version:   \(manifest.version)",
+                "sequence:  \(manifest.sequence)",
+                "created:   \(manifest.created)",
+                "expires:   \(manifest.expires?.rfc3339 ?? "never")",
+                "algorithm: \(manifest.algorithm.id)",
+                "key id:    \(manifest.keyID.hex)",
+                "files:     \(manifest.files.count)",
+            ])
             for file in manifest.files {
                 let entry = stored[file.path]
                 Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \((entry?.compression ?? "missing").padding(toLength: 8, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
@@ -79,7 +79,7 @@ struct Inspect: ParsableCommand {
             }
         }
         if let failure {
-            Output.standardError("signet: \(package): \(failure.reason)\n")
+            Output.error("\(package): \(failure.reason)")
             throw ExitCode(failure.code.exitStatus.rawValue)
         }
     }

@@ -68,15 +68,15 @@ struct Keygen: ParsableCommand {
                                encrypted: written.encrypted, directory: out, files: files))
             return
         }
-        Output.line("""
-        Generated a \(bits)-bit RSA signing key in \(out)/
-          private_key.pem   PKCS#8\(written.encrypted ? ", encrypted" : ", NOT encrypted") — keep secret
-          private_key.p12   PKCS#12 with the certificate — keep secret
-          public_key.der    give this to clients: --pubkey \(out)/public_key.der
-          certificate.der   self-signed, codeSigning
-        key id: \(id.hex)
-        pin:    \(id.pin)
-        """)
+        Output.lines([
+            "Generated a \(bits)-bit RSA signing key in \(out)/",
+            "  private_key.pem   PKCS#8\(written.encrypted ? ", encrypted" : ", NOT encrypted") — keep secret",
+            "  private_key.p12   PKCS#12 with the certificate — keep secret",
+            "  public_key.der    give this to clients: --pubkey \(out)/public_key.der",
+            "  certificate.der   self-signed, codeSigning",
+            "key id: \(id.hex)",
+            "pin:    \(id.pin)",
+        ])
     }
 
     /// The passphrase to protect the new key with, or nil for none.

@@ -16,19 +16,51 @@ enum Output {
         }
     }
 
-    /// Writes text to stderr, unbuffered.
+    /// Writes text to stderr, unbuffered, exactly as given (callers escape what they interpolate).
     static func standardError(_ text: String) {
         FileHandle.standardError.write(Data(text.utf8))
     }
 
-    /// A line on stdout.
+    /// One line on stdout. Control characters are escaped (`\n`, `\x1b`, `\u{202e}`), so a file
+    /// named with ESC, CR or a newline cannot rewrite what the terminal shows.
     static func line(_ text: String) {
-        print(text)
+        print(escaped(text))
     }
 
-    /// "signet: warning: ..." on stderr.
+    /// Several lines on stdout, each escaped as ``line(_:)`` does.
+    static func lines(_ texts: [String]) {
+        texts.forEach(line)
+    }
+
+    /// "signet: warning: ..." on stderr, one escaped line.
     static func warn(_ text: String) {
-        Output.standardError("signet: warning: \(text)\n")
+        Output.standardError("signet: warning: \(escaped(text))\n")
+    }
+
+    /// "signet: error: ..." on stderr, one escaped line.
+    static func error(_ text: String) {
+        Output.standardError("signet: error: \(escaped(text))\n")
+    }
+
+    /// `text` with every character that could move the cursor, recolour, rewrite or reorder what a
+    /// terminal shows written as an escape: C0 and C1 controls, DEL, and the Unicode bidirectional
+    /// and line-separator controls. `keepNewlines` keeps line breaks (for help and usage text).
+    static func escaped(_ text: String, keepNewlines: Bool = false) -> String {
+        var out = ""
+        out.unicodeScalars.reserveCapacity(text.unicodeScalars.count)
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x0A where keepNewlines: out.unicodeScalars.append(scalar)
+            case 0x0A: out += "\\n"
+            case 0x0D: out += "\\r"
+            case 0x09: out += "\\t"
+            case 0x00..<0x20, 0x7F: out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+            case 0x80...0x9F, 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069, 0x061C:
+                out += "\\u{" + String(scalar.value, radix: 16) + "}"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 
     /// The error document of FORMAT.md §4.
@@ -54,7 +86,7 @@ enum Output {
     /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
     static func fail(_ error: SignetError, json wantsJSON: Bool) -> Never {
         if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
-        Output.standardError("signet: error: \(error.description)\n")
+        Output.error(error.description)
         exit(error.code.exitStatus.rawValue)
     }
 
@@ -62,7 +94,7 @@ enum Output {
     static func usageFailure(message: String, fullText: String, json wantsJSON: Bool) -> Never {
         let error = SignetError(.usage, message.isEmpty ? "invalid arguments" : message)
         if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
-        Output.standardError("signet: " + fullText + "\n")
+        Output.standardError("signet: " + escaped(fullText, keepNewlines: true) + "\n")
         exit(error.code.exitStatus.rawValue)
     }
 }

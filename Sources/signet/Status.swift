@@ -64,13 +64,13 @@ struct Status: ParsableCommand {
                     Output.line("\(entry.path): not installed by Signet — \(entry.detail)")
                     continue
                 }
-                Output.line("""
-                \(entry.path):
-                  package:  \(entry.package ?? "?") \(entry.version ?? "") (sequence \(entry.sequence.map(String.init) ?? "?"))
-                  path:     \(entry.package_path ?? "?")
-                  key id:   \(entry.key_id ?? "?")\(entry.channel.map { " (channel \($0))" } ?? "")
-                  verdict:  \(entry.verdict) — \(entry.detail)
-                """)
+                Output.lines([
+                    "\(entry.path):",
+                    "  package:  \(entry.package ?? "?") \(entry.version ?? "") (sequence \(entry.sequence.map(String.init) ?? "?"))",
+                    "  path:     \(entry.package_path ?? "?")",
+                    "  key id:   \(entry.key_id ?? "?")\(entry.channel.map { " (channel \($0))" } ?? "")",
+                    "  verdict:  \(entry.verdict) — \(entry.detail)",
+                ])
             }
         }
         if entries.contains(where: { $0.verdict != "ok" && $0.verdict != "not-checked" }) { throw ExitCode(1) }

@@ -27,7 +27,7 @@ enum Terminal {
                 restoreOnSignal(nil)
             }
         }
-        Output.standardError(prompt)
+        Output.standardError(Output.escaped(prompt))
         var bytes: [UInt8] = []
         var byte: UInt8 = 0
         while true {

@@ -59,7 +59,7 @@ struct Verify: ParsableCommand {
         }
         if let failure {
             if !output.json { Output.line("FAILED \(file)") }
-            Output.standardError("signet: \(file): \(failure.reason)\n")
+            Output.error("\(file): \(failure.reason)")
             throw ExitCode(failure.code.exitStatus.rawValue)
         }
         if !output.json, let signer = result.signer {
