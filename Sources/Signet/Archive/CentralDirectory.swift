@@ -4,117 +4,338 @@ import Glibc
 import Musl
 #endif
 
-/// A zip's central directory, read by Signet itself: raw entry names, and where each entry's
-/// data is.
+/// A zip's structure, read and cross-checked by Signet itself before libzip opens the file.
 ///
-/// libzip hands names out as C strings and silently rewrites an embedded NUL (1.7 turns
-/// "evil\0.txt" into "evil .txt"), so a forbidden name would reach Signet looking harmless.
-/// Signet's entry policy must judge the name as stored, which is what other tools see, so it
-/// reads each record's name by its length here.
+/// Two readers of one archive must never disagree about what is in it, and an archive is read
+/// by Signet, by libzip, and by whatever tool a person uses to look inside. So every field a zip
+/// states twice must agree: the end record and its ZIP64 twin, each central record and its local
+/// header (name, flags, method, CRC, sizes, ZIP64 extras), and a data descriptor where there is
+/// one. The file must be exactly the entries one after another from byte 0, then the central
+/// directory, then the end records: no gaps, overlaps, prepended or hidden data. Names are read
+/// by their length (libzip 1.7 rewrites an embedded NUL to a space), and a second name in an
+/// Info-ZIP Unicode path field, which other tools would show instead, is refused. What the data
+/// itself holds (CRC, uncompressed size) is checked as it is read (``ZipReader/read``).
+///
+/// The entry count is checked against the caller's limit before any per-entry memory is spent,
+/// and the directory is streamed, so a hostile archive costs bounded memory and time.
 enum CentralDirectory {
-    /// Largest central directory Signet reads (about 6 MiB per 100,000 entries).
+    /// Largest central directory Signet reads.
     static let maximumSize: UInt64 = 256 << 20
 
     /// The compression method number of deflate (APPNOTE 4.4.5).
     static let deflateMethod: UInt16 = 8
 
-    /// One central-directory record.
+    /// General-purpose flag bits Signet accepts: 0 (encrypted; refused by the package policy with
+    /// its own message), 1-2 (deflate options), 3 (data descriptor), 11 (UTF-8 names).
+    static let acceptedFlags: UInt16 = 0b0000_1000_0000_1111
+
+    /// One central-directory record, cross-checked with its local header.
     struct Record {
         /// The name exactly as stored.
         let name: [UInt8]
+        let flags: UInt16
         let method: UInt16
         let crc: UInt32
         let compressedSize: UInt64
         let size: UInt64
         /// Where the entry's local header starts.
         let localHeaderOffset: UInt64
+        /// The UNIX file type and permissions, if made on a UNIX system.
+        let unixMode: UInt32?
+
+        var isEncrypted: Bool { flags & 1 != 0 }
     }
 
-    static func rawNames(of file: InputFile, archive: String) throws -> [[UInt8]] {
-        try records(of: file, archive: archive).map(\.name)
-    }
-
-    /// Every record, in directory order (ZIP64 sizes and offsets resolved).
-    static func records(of file: InputFile, archive: String) throws -> [Record] {
-        func malformed(_ reason: String) -> SignetError {
-            SignetError(.malformedArchive, "'\(archive)' is not a valid zip archive: \(reason)", path: archive)
+    /// Every record, in directory order, after the whole layout was checked. Throws
+    /// `.malformedArchive` for any disagreement, and for more than `maximumEntries` entries.
+    static func records(of file: InputFile, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws -> [Record] {
+        var reader = Reader(file: file, archive: archive)
+        let end = try reader.endOfCentralDirectory()
+        guard end.count <= UInt64(maximumEntries) else {
+            throw reader.malformed("it has \(end.count) entries, more than the \(maximumEntries) a package within the limits can have (\(limitFlag))")
         }
-        let size = UInt64(file.size)
+        var records: [Record] = []
+        records.reserveCapacity(Int(end.count))
+        var stream = try reader.stream(from: end.directoryOffset, count: end.directorySize)
+        for index in 0..<end.count {
+            records.append(try reader.centralRecord(&stream, index: index))
+        }
+        guard stream.remaining == 0, stream.used == stream.buffer.count else { throw reader.malformed("its central directory holds more than its \(end.count) records") }
+        try reader.checkLocalHeaders(records, directoryOffset: end.directoryOffset)
+        return records
+    }
+
+    /// The end of central directory, resolved through ZIP64 where used.
+    struct End {
+        let count: UInt64
+        let directorySize: UInt64
+        let directoryOffset: UInt64
+    }
+
+    /// Little-endian field reads with bounds and overflow checks; every failure is `.malformedArchive`.
+    struct Reader {
+        let file: InputFile
+        let archive: String
+        let size: UInt64
+
+        init(file: InputFile, archive: String) {
+            self.file = file
+            self.archive = archive
+            self.size = UInt64(max(0, file.size))
+        }
+
+        func malformed(_ reason: String) -> SignetError {
+            SignetError(.malformedArchive, "'\(archive)' is not a valid zip archive: \(reason); it may be truncated, corrupt or crafted", path: archive)
+        }
+
+        /// `a + b`, or a malformed-archive error when it overflows.
+        func sum(_ a: UInt64, _ b: UInt64) throws -> UInt64 {
+            let (value, overflow) = a.addingReportingOverflow(b)
+            guard !overflow else { throw malformed("an offset or size overflows") }
+            return value
+        }
+
         func read(_ offset: UInt64, _ count: Int) throws -> [UInt8] {
-            guard offset + UInt64(count) <= size else { throw malformed("a record points past the end of the file") }
+            guard try sum(offset, UInt64(count)) <= size else { throw malformed("a record points past the end of the file") }
             var bytes = [UInt8](repeating: 0, count: count)
             var done = 0
             while done < count {
                 let n = bytes.withUnsafeMutableBytes { raw in
-                    retryingOnEINTR { pread(file.descriptor, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done)) }
+                    retryingOnEINTR { pread(file.descriptor, raw.baseAddress! + done, count - done, off_t(offset + UInt64(done))) }
                 }
-                guard n > 0 else { throw SignetError.posix(errno, "cannot read", path: archive) }
+                if n < 0 { throw SignetError.posix(errno, "cannot read", path: archive) }
+                guard n > 0 else { throw malformed("the file ended while it was read") }
                 done += n
             }
             return bytes
         }
-        func u16(_ b: [UInt8], _ at: Int) -> UInt64 { UInt64(b[at]) | UInt64(b[at + 1]) << 8 }
-        func u32(_ b: [UInt8], _ at: Int) -> UInt64 { u16(b, at) | u16(b, at + 2) << 16 }
-        func u64(_ b: [UInt8], _ at: Int) -> UInt64 { u32(b, at) | u32(b, at + 4) << 32 }
 
-        // End of central directory record: the last "PK\5\6" with room for its 22 bytes.
-        let tailLength = Int(min(size, 22 + 65535))
-        let tailStart = size - UInt64(tailLength)
-        let tail = try read(tailStart, tailLength)
-        var end = tailLength - 22
-        while end >= 0, !(tail[end] == 0x50 && tail[end + 1] == 0x4b && tail[end + 2] == 5 && tail[end + 3] == 6) { end -= 1 }
-        guard end >= 0 else { throw malformed("it has no end-of-central-directory record (truncated?)") }
-        var count = u16(tail, end + 10)
-        var directorySize = u32(tail, end + 12)
-        var directoryOffset = u32(tail, end + 16)
-        if count == 0xffff || directorySize == 0xffff_ffff || directoryOffset == 0xffff_ffff {
-            // ZIP64: the locator sits just before the classic record.
-            let locatorAt = tailStart + UInt64(end)
-            guard locatorAt >= 20 else { throw malformed("its ZIP64 locator is missing") }
-            let locator = try read(locatorAt - 20, 20)
-            guard locator[0] == 0x50, locator[1] == 0x4b, locator[2] == 6, locator[3] == 7 else { throw malformed("its ZIP64 locator is missing") }
-            let record = try read(u64(locator, 8), 56)
-            guard record[0] == 0x50, record[1] == 0x4b, record[2] == 6, record[3] == 6 else { throw malformed("its ZIP64 end record is missing") }
-            count = u64(record, 32)
-            directorySize = u64(record, 40)
-            directoryOffset = u64(record, 48)
-        }
-        guard directorySize <= maximumSize else { throw malformed("its central directory is larger than \(maximumSize) bytes") }
-        guard count <= directorySize / 46 + 1 else { throw malformed("it claims more entries than its central directory can hold") }
-        let directory = try read(directoryOffset, Int(directorySize))
-        var records: [Record] = []
-        records.reserveCapacity(Int(count))
-        var at = 0
-        for _ in 0..<count {
-            guard at + 46 <= directory.count, directory[at] == 0x50, directory[at + 1] == 0x4b, directory[at + 2] == 1, directory[at + 3] == 2 else {
-                throw malformed("its central directory is damaged")
+        /// The end record (the one whose comment ends exactly at the end of the file), and its
+        /// ZIP64 record and locator when present, which must agree with it.
+        mutating func endOfCentralDirectory() throws -> End {
+            let tailLength = Int(min(size, 22 + 65535))
+            guard tailLength >= 22 else { throw malformed("it has no end-of-central-directory record (truncated?)") }
+            let tailStart = size - UInt64(tailLength)
+            let tail = try read(tailStart, tailLength)
+            var at = tailLength - 22
+            // Comments may hold bytes that look like an end record: only one ending at EOF counts.
+            while at >= 0 {
+                if tail[at] == 0x50, tail[at + 1] == 0x4b, tail[at + 2] == 5, tail[at + 3] == 6,
+                   at + 22 + Int(u16(tail, at + 20)) == tailLength { break }
+                at -= 1
             }
-            let nameLength = Int(u16(directory, at + 28))
-            let extraLength = Int(u16(directory, at + 30))
-            let next = at + 46 + nameLength + extraLength + Int(u16(directory, at + 32))
-            guard next <= directory.count else { throw malformed("its central directory is damaged") }
-            var size = u32(directory, at + 24), compressedSize = u32(directory, at + 20), offset = u32(directory, at + 42)
-            if size == 0xffff_ffff || compressedSize == 0xffff_ffff || offset == 0xffff_ffff {
-                // The ZIP64 extra field (0x0001) holds, in this order, the fields that overflowed.
-                var field = at + 46 + nameLength
-                let extraEnd = field + extraLength
-                while field + 4 <= extraEnd, u16(directory, field) != 1 { field += 4 + Int(u16(directory, field + 2)) }
-                guard field + 4 <= extraEnd else { throw malformed("an entry lacks its ZIP64 sizes") }
-                var value = field + 4
-                let valueEnd = min(extraEnd, value + Int(u16(directory, field + 2)))
-                func next64() throws -> UInt64 {
-                    guard value + 8 <= valueEnd else { throw malformed("an entry's ZIP64 sizes are truncated") }
-                    defer { value += 8 }
-                    return u64(directory, value)
+            guard at >= 0 else { throw malformed("it has no end-of-central-directory record (truncated?)") }
+            let endOffset = tailStart + UInt64(at)
+            guard u16(tail, at + 4) == 0, u16(tail, at + 6) == 0 else { throw malformed("it spans several disks") }
+            let onDisk = u16(tail, at + 8), total = u16(tail, at + 10)
+            guard onDisk == total else { throw malformed("its end record counts \(onDisk) entries on this disk and \(total) in all") }
+            var end = End(count: total, directorySize: u32(tail, at + 12), directoryOffset: u32(tail, at + 16))
+            var directoryEnd = endOffset
+            // A ZIP64 locator directly before the end record: libzip and other readers use it,
+            // so it must exist exactly when it is needed and agree with the classic fields.
+            let needsZip64 = end.count == 0xffff || end.directorySize == 0xffff_ffff || end.directoryOffset == 0xffff_ffff
+            let locator = endOffset >= 20 ? try read(endOffset - 20, 20) : []
+            let hasLocator = locator.count == 20 && locator[0] == 0x50 && locator[1] == 0x4b && locator[2] == 6 && locator[3] == 7
+            if needsZip64 || hasLocator {
+                guard hasLocator else { throw malformed("its ZIP64 locator is missing") }
+                guard u32(locator, 4) == 0, u32(locator, 16) == 1 else { throw malformed("its ZIP64 locator names other disks") }
+                let recordOffset = u64(locator, 8)
+                let head = try read(recordOffset, 56)
+                guard head[0] == 0x50, head[1] == 0x4b, head[2] == 6, head[3] == 6 else { throw malformed("its ZIP64 end record is missing") }
+                // The record (12 bytes + its stated size) must end where the locator starts.
+                guard u64(head, 4) >= 44, try sum(try sum(recordOffset, 12), u64(head, 4)) == endOffset - 20 else {
+                    throw malformed("its ZIP64 end record does not end where its locator starts")
                 }
-                if size == 0xffff_ffff { size = try next64() }
-                if compressedSize == 0xffff_ffff { compressedSize = try next64() }
-                if offset == 0xffff_ffff { offset = try next64() }
+                guard u32(head, 16) == 0, u32(head, 20) == 0 else { throw malformed("it spans several disks") }
+                guard u64(head, 24) == u64(head, 32) else { throw malformed("its ZIP64 end record counts entries twice, differently") }
+                let zip64 = End(count: u64(head, 32), directorySize: u64(head, 40), directoryOffset: u64(head, 48))
+                guard (end.count == 0xffff || end.count == zip64.count),
+                      (end.directorySize == 0xffff_ffff || end.directorySize == zip64.directorySize),
+                      (end.directoryOffset == 0xffff_ffff || end.directoryOffset == zip64.directoryOffset) else {
+                    throw malformed("its end record and its ZIP64 end record disagree")
+                }
+                end = zip64
+                directoryEnd = recordOffset
             }
-            records.append(Record(name: Array(directory[(at + 46)..<(at + 46 + nameLength)]), method: UInt16(u16(directory, at + 10)),
-                                  crc: UInt32(u32(directory, at + 16)), compressedSize: compressedSize, size: size, localHeaderOffset: offset))
-            at = next
+            guard end.directorySize <= CentralDirectory.maximumSize else {
+                throw malformed("its central directory is larger than \(CentralDirectory.maximumSize) bytes")
+            }
+            guard try sum(end.directoryOffset, end.directorySize) == directoryEnd else {
+                throw malformed("its central directory does not end where its end record starts")
+            }
+            guard end.count <= end.directorySize / 46 else {
+                throw malformed("it claims \(end.count) entries, more than its central directory can hold")
+            }
+            return end
         }
-        return records
+
+        /// A buffered sequential view of `count` bytes from `offset`.
+        func stream(from offset: UInt64, count: UInt64) throws -> Stream {
+            guard try sum(offset, count) <= size else { throw malformed("its central directory lies past the end of the file") }
+            return Stream(next: offset, remaining: count)
+        }
+
+        struct Stream {
+            var next: UInt64
+            var remaining: UInt64
+            var buffer: [UInt8] = []
+            var used = 0
+        }
+
+        /// The next `count` bytes of `stream`.
+        func take(_ stream: inout Stream, _ count: Int) throws -> ArraySlice<UInt8> {
+            guard UInt64(count) <= stream.remaining + UInt64(stream.buffer.count - stream.used) else {
+                throw malformed("its central directory is damaged (a record runs past its end)")
+            }
+            if stream.buffer.count - stream.used < count {
+                let kept = Array(stream.buffer[stream.used...])
+                let wanted = Int(min(stream.remaining, UInt64(max(count - kept.count, 1 << 20))))
+                stream.buffer = kept + (try read(stream.next, wanted))
+                stream.used = 0
+                stream.next += UInt64(wanted)
+                stream.remaining -= UInt64(wanted)
+            }
+            defer { stream.used += count }
+            return stream.buffer[stream.used..<(stream.used + count)]
+        }
+
+        /// Extra fields: each header and its data within the extra area, which they fill exactly.
+        /// Returns the ZIP64 field's data, if any.
+        func extraFields(_ extra: [UInt8], entry: String) throws -> [UInt8]? {
+            var at = 0
+            var zip64: [UInt8]? = nil
+            while at < extra.count {
+                guard at + 4 <= extra.count else { throw malformed("the extra field of '\(entry)' is damaged") }
+                let id = u16(extra, at), length = Int(u16(extra, at + 2))
+                guard at + 4 + length <= extra.count else { throw malformed("the extra field of '\(entry)' is damaged") }
+                switch id {
+                case 0x0001:
+                    guard zip64 == nil else { throw malformed("'\(entry)' has two ZIP64 extra fields") }
+                    zip64 = Array(extra[(at + 4)..<(at + 4 + length)])
+                case 0x7075:
+                    throw malformed("'\(entry)' carries a second name in an Info-ZIP Unicode path field, which other tools would show instead of the one Signet checks")
+                default: break
+                }
+                at += 4 + length
+            }
+            return zip64
+        }
+
+        /// Resolves the 0xffffffff fields of a record from its ZIP64 extra, in APPNOTE order.
+        func resolveZip64(_ zip64: [UInt8]?, size: inout UInt64, compressedSize: inout UInt64, offset: inout UInt64?, entry: String) throws {
+            guard size == 0xffff_ffff || compressedSize == 0xffff_ffff || offset == 0xffff_ffff else { return }
+            guard let zip64 else { throw malformed("'\(entry)' lacks its ZIP64 sizes") }
+            var at = 0
+            func next() throws -> UInt64 {
+                guard at + 8 <= zip64.count else { throw malformed("the ZIP64 sizes of '\(entry)' are truncated") }
+                defer { at += 8 }
+                return u64(zip64, at)
+            }
+            if size == 0xffff_ffff { size = try next() }
+            if compressedSize == 0xffff_ffff { compressedSize = try next() }
+            if offset == 0xffff_ffff { offset = try next() }
+        }
+
+        func centralRecord(_ stream: inout Stream, index: UInt64) throws -> Record {
+            let fixed = Array(try take(&stream, 46))
+            guard fixed[0] == 0x50, fixed[1] == 0x4b, fixed[2] == 1, fixed[3] == 2 else {
+                throw malformed("its central directory is damaged (record \(index) has no signature)")
+            }
+            let name = Array(try take(&stream, Int(u16(fixed, 28))))
+            let extra = Array(try take(&stream, Int(u16(fixed, 30))))
+            _ = try take(&stream, Int(u16(fixed, 32)))
+            let shown = String(decoding: name, as: UTF8.self)
+            let flags = UInt16(u16(fixed, 8))
+            guard flags & ~CentralDirectory.acceptedFlags == 0 else {
+                throw malformed("'\(shown)' uses general-purpose flags 0x\(String(flags, radix: 16)) (strong encryption, masked headers or reserved bits)")
+            }
+            let disk = u16(fixed, 34)
+            var size = u32(fixed, 24), compressedSize = u32(fixed, 20)
+            var offset: UInt64? = u32(fixed, 42)
+            try resolveZip64(try extraFields(extra, entry: shown), size: &size, compressedSize: &compressedSize, offset: &offset, entry: shown)
+            guard disk == 0 else { throw malformed("'\(shown)' starts on another disk") }
+            let madeBy = fixed[5]
+            return Record(name: name, flags: flags, method: UInt16(u16(fixed, 10)), crc: UInt32(u32(fixed, 16)),
+                          compressedSize: compressedSize, size: size, localHeaderOffset: offset!,
+                          unixMode: madeBy == 3 ? UInt32(u32(fixed, 38) >> 16) : nil)
+        }
+
+        /// Each local header against its central record, each data descriptor too, and the
+        /// entries laid end to end from byte 0 up to the central directory.
+        func checkLocalHeaders(_ records: [Record], directoryOffset: UInt64) throws {
+            let order = records.indices.sorted { records[$0].localHeaderOffset < records[$1].localHeaderOffset }
+            var expected: UInt64 = 0
+            for index in order {
+                let record = records[index]
+                let shown = String(decoding: record.name, as: UTF8.self)
+                guard record.localHeaderOffset == expected else {
+                    throw malformed(record.localHeaderOffset < expected ? "the entry '\(shown)' overlaps the one before it"
+                                                                        : "there are \(record.localHeaderOffset - expected) bytes before the entry '\(shown)' that belong to no entry")
+                }
+                let header = try read(record.localHeaderOffset, 30)
+                guard header[0] == 0x50, header[1] == 0x4b, header[2] == 3, header[3] == 4 else {
+                    throw malformed("the local header of '\(shown)' is missing")
+                }
+                let nameLength = Int(u16(header, 26)), extraLength = Int(u16(header, 28))
+                let variable = try read(record.localHeaderOffset + 30, nameLength + extraLength)
+                guard variable.prefix(nameLength).elementsEqual(record.name) else {
+                    throw malformed("the local header of '\(shown)' names another file")
+                }
+                guard UInt16(u16(header, 6)) == record.flags else { throw malformed("the local header and the central directory of '\(shown)' disagree on its flags") }
+                guard UInt16(u16(header, 8)) == record.method else { throw malformed("the local header and the central directory of '\(shown)' disagree on its compression method") }
+                let localZip64 = try extraFields(Array(variable.dropFirst(nameLength)), entry: shown)
+                var size = u32(header, 22), compressedSize = u32(header, 18)
+                var noOffset: UInt64? = nil
+                try resolveZip64(localZip64, size: &size, compressedSize: &compressedSize, offset: &noOffset, entry: shown)
+                let descriptor = record.flags & 0x8 != 0
+                if descriptor {
+                    // Sizes and CRC follow the data; the header may leave them zero, or state them.
+                    guard (u32(header, 14) == 0 || UInt32(u32(header, 14)) == record.crc),
+                          (size == 0 || size == record.size), (compressedSize == 0 || compressedSize == record.compressedSize) else {
+                        throw malformed("the local header and the central directory of '\(shown)' disagree on its CRC or sizes")
+                    }
+                } else {
+                    guard UInt32(u32(header, 14)) == record.crc, size == record.size, compressedSize == record.compressedSize else {
+                        throw malformed("the local header and the central directory of '\(shown)' disagree on its CRC or sizes")
+                    }
+                }
+                if record.method == 0 {
+                    guard record.compressedSize == record.size else {
+                        throw malformed("the stored entry '\(shown)' has \(record.compressedSize) bytes of data but claims \(record.size)")
+                    }
+                }
+                var end = try sum(try sum(record.localHeaderOffset, UInt64(30 + nameLength + extraLength)), record.compressedSize)
+                if descriptor {
+                    // Optional signature, CRC, then both sizes in 8 bytes with ZIP64, else 4.
+                    let wide = localZip64 != nil
+                    let plain = wide ? 20 : 12
+                    let probe = try read(end, min(plain + 4, Int(min(UInt64(plain + 4), directoryOffset > end ? directoryOffset - end : 0))))
+                    let signed = probe.count >= 4 && probe[0] == 0x50 && probe[1] == 0x4b && probe[2] == 7 && probe[3] == 8
+                    let body = signed ? 4 : 0
+                    guard probe.count >= body + plain else { throw malformed("the data descriptor of '\(shown)' is missing") }
+                    let crc = UInt32(u32(probe, body))
+                    let described = wide ? (u64(probe, body + 4), u64(probe, body + 12)) : (u32(probe, body + 4), u32(probe, body + 8))
+                    guard crc == record.crc, described.0 == record.compressedSize, described.1 == record.size else {
+                        throw malformed("the data descriptor and the central directory of '\(shown)' disagree on its CRC or sizes")
+                    }
+                    end = try sum(end, UInt64(body + plain))
+                }
+                expected = end
+            }
+            guard expected == directoryOffset else {
+                throw malformed(expected < directoryOffset ? "there are \(directoryOffset - expected) bytes before the central directory that belong to no entry"
+                                                           : "the last entry runs into the central directory")
+            }
+        }
     }
+}
+
+@inline(__always) private func u16<C: RandomAccessCollection>(_ b: C, _ at: Int) -> UInt64 where C.Element == UInt8, C.Index == Int {
+    UInt64(b[b.startIndex + at]) | UInt64(b[b.startIndex + at + 1]) << 8
+}
+@inline(__always) private func u32<C: RandomAccessCollection>(_ b: C, _ at: Int) -> UInt64 where C.Element == UInt8, C.Index == Int {
+    u16(b, at) | u16(b, at + 2) << 16
+}
+@inline(__always) private func u64<C: RandomAccessCollection>(_ b: C, _ at: Int) -> UInt64 where C.Element == UInt8, C.Index == Int {
+    u32(b, at) | u32(b, at + 4) << 32
 }

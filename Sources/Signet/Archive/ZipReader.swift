@@ -6,8 +6,12 @@ import Musl
 internal import CZip
 
 /// Owns a `zip_t` opened read-only (with libzip's consistency checks). Never writes.
+///
+/// The archive's structure is checked by ``CentralDirectory`` first, through one descriptor that
+/// libzip then reads too (`zip_fdopen` of a duplicate), so both read the same file: a path cannot
+/// be swapped between the check and the open. libzip's view of every entry must equal Signet's.
 final class ZipReader {
-    /// One central-directory record, as libzip reports it; nothing here is trusted yet.
+    /// One central-directory record; nothing here is trusted yet.
     struct Entry {
         let index: UInt64
         /// The name exactly as stored.
@@ -23,14 +27,20 @@ final class ZipReader {
     /// The libzip handle, for `zip_source_zip` (which needs it open until the destination closes).
     let archive: OpaquePointer
     let path: String
-    /// Entry names as the central directory stores them (libzip rewrites an embedded NUL).
-    private let rawNames: [[UInt8]]
+    /// The records as Signet read and cross-checked them.
+    private let records: [CentralDirectory.Record]
 
-    init(path: String) throws {
+    /// Opens `path`, refusing (before libzip spends memory on it) more than `maximumEntries`
+    /// entries; `limitFlag` names the option that raises that limit.
+    init(path: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
         // Only regular files: a FIFO or device would block or never end.
         let file = try InputFile.open(path, what: "package")
+        records = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag)
+        let copy = dup(file.descriptor)
+        guard copy >= 0 else { throw SignetError.posix(errno, "cannot read the package", path: path) }
         var code: Int32 = 0
-        guard let archive = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) else {
+        guard let archive = zip_fdopen(copy, ZIP_CHECKCONS, &code) else {
+            close(copy)
             if code == ZIP_ER_OPEN || code == ZIP_ER_READ {
                 throw SignetError(.io, "cannot read the package '\(path)': \(ZipWriter.describe(code: code))", path: path)
             }
@@ -44,60 +54,61 @@ final class ZipReader {
         }
         self.archive = archive
         self.path = path
-        do {
-            rawNames = try CentralDirectory.rawNames(of: file, archive: path)
-        } catch {
-            zip_discard(archive)
-            throw error
-        }
     }
 
     deinit { zip_discard(archive) }
 
-    /// Every central-directory record, in archive order.
+    /// Every central-directory record, in archive order, as Signet read it; libzip must agree.
     func entries() throws -> [Entry] {
         let count = zip_get_num_entries(archive, 0)
         guard count >= 0 else { throw failure("cannot list the entries") }
-        guard count == rawNames.count else {
-            throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip counts \(count) entries, its central directory \(rawNames.count)", path: path)
+        guard count == records.count else {
+            throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip counts \(count) entries, its central directory \(records.count)", path: path)
         }
         var entries: [Entry] = []
         entries.reserveCapacity(Int(count))
-        for index in 0..<UInt64(count) {
+        for (position, record) in records.enumerated() {
+            let index = UInt64(position)
             var info = zip_stat_t()
             guard zip_stat_index(archive, index, zip_flags_t(ZIP_FL_ENC_RAW), &info) == 0, let name = info.name else {
                 throw failure("entry \(index) is unreadable")
             }
-            var opsys: UInt8 = 0
-            var attributes: UInt32 = 0
-            let unixMode: UInt32? = zip_file_get_external_attributes(archive, index, 0, &opsys, &attributes) == 0 && opsys == UInt8(ZIP_OPSYS_UNIX)
-                ? attributes >> 16 : nil
             let libzipName = Array(UnsafeBufferPointer(start: UnsafeRawPointer(name).assumingMemoryBound(to: UInt8.self), count: strlen(name)))
-            let rawName = rawNames[Int(index)]
             // The same name, unless the stored one holds a NUL, which libzip 1.7 silently rewrites
             // (to a space); the policy then refuses the stored name.
-            guard rawName == libzipName || rawName.contains(0) else {
+            guard record.name == libzipName || record.name.contains(0) else {
                 throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: entry \(index) has two different names", path: path)
             }
-            entries.append(Entry(index: index, rawName: rawName, size: info.size, compressedSize: info.comp_size,
-                                 method: info.comp_method, encrypted: info.encryption_method != ZIP_EM_NONE, unixMode: unixMode))
+            guard info.size == record.size, info.comp_size == record.compressedSize, info.crc == record.crc, info.comp_method == record.method else {
+                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip and Signet read different sizes, CRC or method for entry \(index)", path: path)
+            }
+            entries.append(Entry(index: index, rawName: record.name, size: record.size, compressedSize: record.compressedSize,
+                                 method: record.method, encrypted: record.isEncrypted || info.encryption_method != ZIP_EM_NONE, unixMode: record.unixMode))
         }
         return entries
     }
 
-    /// Streams an entry's uncompressed bytes to `body`, reading at most `limit + 1` bytes whatever
-    /// the headers claim. Returns how many bytes were read (more than `limit` means "too long").
+    /// Streams an entry's uncompressed bytes to `body`. The entry must hold exactly the size its
+    /// headers state, and at most `limit` bytes: a larger claim is refused before reading, and
+    /// reading stops one byte past the claim, whatever the data would inflate to. A different
+    /// amount of data, or a CRC that does not match (libzip checks it at the end), is
+    /// `.malformedArchive`. Returns the size.
     @discardableResult
     func read(_ entry: Entry, limit: UInt64, name: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> UInt64 {
+        guard entry.size <= limit else {
+            throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' claims \(entry.size) bytes, more than the \(limit) allowed for it", path: path, entry: name)
+        }
         guard let file = zip_fopen_index(archive, entry.index, 0) else {
             throw failure("cannot open the entry '\(name)'", entry: name)
         }
         defer { zip_fclose(file) }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: InputFile.chunkSize, alignment: 64)
         defer { buffer.deallocate() }
+        // entry.size <= limit, so one more byte than the claim is at most limit + 1 (saturated).
+        let cap = entry.size == .max ? UInt64.max : entry.size + 1
         var total: UInt64 = 0
-        while total <= limit {
-            let wanted = UInt64(min(UInt64(buffer.count), limit + 1 - total))
+        while total < cap {
+            let wanted = min(UInt64(buffer.count), cap - total)
             let n = zip_fread(file, buffer.baseAddress!, wanted)
             if n < 0 {
                 let message = zip_file_strerror(file).map { String(cString: $0) } ?? "read error"
@@ -105,7 +116,13 @@ final class ZipReader {
             }
             if n == 0 { break }
             total += UInt64(n)
+            guard total <= entry.size else {
+                throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path, entry: name)
+            }
             try body(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(n)]))
+        }
+        guard total == entry.size else {
+            throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
         }
         return total
     }
@@ -113,10 +130,8 @@ final class ZipReader {
     /// Reads a small entry whole, refusing more than `limit` bytes.
     func readAll(_ entry: Entry, limit: UInt64, name: String) throws -> [UInt8] {
         var bytes: [UInt8] = []
-        let total = try read(entry, limit: limit, name: name) { bytes.append(contentsOf: $0) }
-        guard total <= limit else {
-            throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' is larger than the \(limit) bytes allowed for it", path: path, entry: name)
-        }
+        bytes.reserveCapacity(Int(min(entry.size, limit, 1 << 20)))
+        try read(entry, limit: limit, name: name) { bytes.append(contentsOf: $0) }
         return bytes
     }
 

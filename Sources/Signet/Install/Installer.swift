@@ -66,7 +66,7 @@ public enum Installer {
         var destination = destination
         while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
         let state = try DestinationState.inspect(destination, force: options.force)
-        let reader = try ZipReader(path: package)
+        let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
         let layout = try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare)
 
         var checked: PackageReader.Checked? = nil
@@ -195,13 +195,9 @@ public enum Installer {
         let entry = layout.resources[path]!
         let algorithms = options.bareAlgorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, options.bareAlgorithm.digest]
         let hashers = try algorithms.map { try Digest.Hasher($0) }
-        let limit = min(entry.size, options.limits.maxTotalSize)
-        let read = try reader.read(entry, limit: limit, name: path) { chunk in
+        try reader.read(entry, limit: options.limits.maxTotalSize, name: path) { chunk in
             hashers.forEach { $0.update(chunk) }
             try sink(chunk)
-        }
-        guard read == entry.size else {
-            throw SignetError(.packageInvalid, "'\(path)' in '\(package)' is not the \(entry.size) bytes its header says", path: package, entry: path)
         }
         let digests = try hashers.map { try $0.finalize() }
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: path + ".sig")

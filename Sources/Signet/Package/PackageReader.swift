@@ -17,6 +17,18 @@ public struct PackageLimits: Sendable {
 
     /// The defaults.
     public init() {}
+
+    /// Most certificates (`.signet/certs/`) a package may carry: the signer's and its chain.
+    static let maximumCertificates = 16
+
+    /// Most zip entries a package within these limits can have: each resource and its signature
+    /// (or, in a bare package, its `.sig`), directory entries (which count as files), the
+    /// manifest, its signature and the certificates. Checked before anything per entry is read.
+    var maximumEntries: Int {
+        let doubled = maxFiles.multipliedReportingOverflow(by: 2)
+        let total = doubled.partialValue.addingReportingOverflow(2 + Self.maximumCertificates)
+        return doubled.overflow || total.overflow ? Int.max : total.partialValue
+    }
 }
 
 /// A package's contents as read from the archive, checked for structure but not for trust.
@@ -95,7 +107,7 @@ public enum PackageReader {
     /// trusting it). Throws ``SignetError`` with `.malformedArchive` or `.malformedManifest`
     /// (exit 4) for anything a valid package cannot contain.
     public static func contents(of path: String, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
-        let reader = try ZipReader(path: path)
+        let reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
         let layout = try Layout(reader: reader, limits: limits)
         let manifest = try Manifest.parse(try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: ".signet/manifest.json"))
         return layout.contents(manifest: manifest)
@@ -106,7 +118,7 @@ public enum PackageReader {
     /// size, SHA-256 and own signature, streaming every entry.
     public static func verify(_ path: String, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
                               now: Timestamp = .now) throws -> PackageVerification {
-        let reader = try ZipReader(path: path)
+        let reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
         let layout = try Layout(reader: reader, limits: limits)
         let checked: Checked
         switch try checkManifest(reader: reader, layout: layout, policy: policy, limits: limits, now: now) {
@@ -213,13 +225,17 @@ public enum PackageReader {
                               signatureOut: UnsafeMutablePointer<[UInt8]>? = nil) throws -> (PackageVerification.Failure, String, String)? {
         let entry = layout.resources[file.path]!
         let signatureEntry = layout.signatures[file.path]!
+        // The archive must first agree with itself: data that does not match its own headers is
+        // malformed (exit 4) whatever the manifest says. Only a consistent entry of another size
+        // than the signed one is "modified".
+        guard entry.size == file.size else {
+            try reader.read(entry, limit: entry.size, name: file.path) { _ in }
+            return (.modified, "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", file.path)
+        }
         let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
-        let read = try reader.read(entry, limit: file.size, name: file.path) { chunk in
+        try reader.read(entry, limit: file.size, name: file.path) { chunk in
             hashers.forEach { $0.update(chunk) }
             if UInt64(chunk.count) > 0, let sink { try sink(chunk) }
-        }
-        guard read == file.size else {
-            return (.modified, "'\(file.path)' is \(read > file.size ? "longer than" : "\(read) bytes, not") the \(file.size) bytes the manifest says", file.path)
         }
         let digests = try hashers.map { try $0.finalize() }
         guard digests[0].matches(hex: file.sha256) else {
@@ -260,12 +276,18 @@ public enum PackageReader {
             var manifestSignature: ZipReader.Entry?
             var seen = Set<String>()
             var total: UInt64 = 0
+            var directoryEntries = 0
             for entry in try reader.entries() {
                 let shown = String(decoding: entry.rawName, as: UTF8.self)
-                // A zero-length name ending in / is a directory record: ignored (FORMAT.md §2).
+                // A name ending in / is a directory record: installs nothing (FORMAT.md §2), but
+                // counts against --max-files like any entry.
                 if entry.rawName.last == UInt8(ascii: "/") {
                     guard entry.size == 0, entry.compressedSize <= 2 else {
                         throw malformed("the directory entry '\(shown)' carries data", entry: shown)
+                    }
+                    directoryEntries += 1
+                    guard resources.count + directoryEntries <= limits.maxFiles else {
+                        throw malformed("it holds more than \(limits.maxFiles) files and directory entries (--max-files)", entry: nil)
                     }
                     continue
                 }
@@ -286,8 +308,11 @@ public enum PackageReader {
                 guard seen.insert(name).inserted else {
                     throw malformed("the entry '\(name)' appears twice (or twice after Unicode normalisation)", entry: name)
                 }
+                if entry.compressedSize == 0 && entry.size > 0 {
+                    throw malformed("the entry '\(name)' claims \(entry.size) bytes from no compressed data", entry: name)
+                }
                 if entry.compressedSize > 0, entry.size / entry.compressedSize > limits.maxRatio {
-                    throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio)); refusing a likely deflate bomb", entry: name)
+                    throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio), --max-ratio); refusing a likely deflate bomb", entry: name)
                 }
                 if bare {
                     guard !name.hasPrefix(".signet/") else {
@@ -314,17 +339,21 @@ public enum PackageReader {
                     } else if name.hasPrefix(".signet/certs/chain-"), name.hasSuffix(".der"),
                               UInt(name.dropFirst(".signet/certs/chain-".count).dropLast(4)) != nil {
                         certificates.append((name, entry))
+                        guard certificates.count <= PackageLimits.maximumCertificates else {
+                            throw malformed("it carries more than \(PackageLimits.maximumCertificates) certificates", entry: name)
+                        }
                     } else if name.hasPrefix(".signet/") {
                         throw malformed("unknown entry '\(name)' under .signet/", entry: name)
                     } else {
                         resources[name] = entry
                         resourceOrder.append(name)
-                        total += entry.size
-                        guard resources.count <= limits.maxFiles else {
-                            throw malformed("it holds more than \(limits.maxFiles) resources", entry: nil)
+                        let (sum, overflow) = total.addingReportingOverflow(entry.size)
+                        total = sum
+                        guard resources.count + directoryEntries <= limits.maxFiles else {
+                            throw malformed("it holds more than \(limits.maxFiles) resources (--max-files)", entry: nil)
                         }
-                        guard total <= limits.maxTotalSize else {
-                            throw malformed("its resources add up to more than \(limits.maxTotalSize) bytes", entry: name)
+                        guard !overflow, total <= limits.maxTotalSize else {
+                            throw malformed("its resources add up to more than \(limits.maxTotalSize) bytes (--max-total-size)", entry: name)
                         }
                     }
                 }

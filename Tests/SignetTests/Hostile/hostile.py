@@ -128,7 +128,21 @@ elif mutation == "size-lie":
     entries[0] = ("lie.bin", data)
     compress["lie.bin"] = zipfile.ZIP_DEFLATED
     infos["lie.bin"] = "lie"
-elif mutation in ("bad-crc", "truncated", "overlapping", "too-many-files", "valid"):
+elif mutation == "cd-size-lie":
+    compress[first] = zipfile.ZIP_DEFLATED
+elif mutation == "signed-huge-size":
+    m = manifest(); m["files"][0]["size"] = 2**64 - 1; set_manifest(m)
+elif mutation == "signed-duplicate-key":
+    data = dict(entries)[".signet/manifest.json"].replace(b'"sequence"', b'"sequence": 999,\n  "sequence"', 1)
+    replace(".signet/manifest.json", data)
+    replace(".signet/manifest.json.sig", sign(data))
+elif mutation == "directory-flood":
+    for i in range(int(sys.argv[5]) if len(sys.argv) > 5 else 120_000):
+        entries.insert(0, ("d%07d/" % i, b""))
+elif mutation in ("bad-crc", "truncated", "overlapping", "too-many-files", "valid", "descriptor-valid", "descriptor-crc",
+                  "descriptor-size", "cd-crc-only", "local-method", "local-name", "local-size", "prepended",
+                  "gap", "eocd-counts", "comment-zip64-locator", "zip64-offset-overflow", "flag-strong-encryption",
+                  "unicode-path-extra", "stored-size", "extra-damaged", "cd-trailing-bytes"):
     pass
 else:
     sys.exit("unknown mutation " + mutation)
@@ -137,7 +151,15 @@ if mutation == "too-many-files":
     for i in range(100_000):
         entries.insert(0, ("many/%06d" % i, b""))
 
-buffer = io.BytesIO()
+class Unseekable(io.RawIOBase):
+    """A stream zipfile cannot seek in: it then writes each entry with a data descriptor."""
+    def __init__(self): self.data = bytearray()
+    def writable(self): return True
+    def write(self, b): self.data += b; return len(b)
+    def tell(self): raise OSError("unseekable")
+    def getvalue(self): return bytes(self.data)
+
+buffer = Unseekable() if mutation.startswith("descriptor-") else io.BytesIO()
 with zipfile.ZipFile(buffer, "w") as z:
     for name, data in entries:
         info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
@@ -159,6 +181,104 @@ def central_records():
         name_length, extra_length, comment_length = struct.unpack("<HHH", raw[position + 28:position + 34])
         yield position, bytes(raw[position + 46:position + 46 + name_length])
         position += 46 + name_length + extra_length + comment_length
+
+def record_of(wanted):
+    for position, name in central_records():
+        if name == wanted.encode():
+            return position, struct.unpack("<I", raw[position + 42:position + 46])[0]
+    raise SystemExit("no entry " + wanted)
+
+def end_record():
+    return raw.rindex(b"PK\x05\x06")
+
+if mutation in ("descriptor-crc", "descriptor-size"):
+    position, local = record_of(first)
+    name_length, extra_length = struct.unpack("<HH", raw[local + 26:local + 30])
+    size = struct.unpack("<I", raw[position + 20:position + 24])[0]
+    descriptor = local + 30 + name_length + extra_length + size
+    assert raw[descriptor:descriptor + 4] == b"PK\x07\x08"
+    at = descriptor + (4 if mutation == "descriptor-crc" else 12)
+    raw[at:at + 4] = struct.pack("<I", struct.unpack("<I", raw[at:at + 4])[0] ^ 1)
+if mutation == "cd-size-lie":
+    # The real, signed content, deflated; both headers understate its size.
+    position, local = record_of(first)
+    raw[position + 24:position + 28] = struct.pack("<I", 16)
+    raw[local + 22:local + 26] = struct.pack("<I", 16)
+if mutation == "cd-crc-only":
+    position, local = record_of(first)
+    raw[position + 16:position + 20] = struct.pack("<I", struct.unpack("<I", raw[position + 16:position + 20])[0] ^ 1)
+if mutation == "local-method":
+    position, local = record_of(first)
+    raw[local + 8:local + 10] = struct.pack("<H", 8)
+if mutation == "local-name":
+    position, local = record_of(first)
+    raw[local + 30] ^= 0x20
+if mutation == "local-size":
+    position, local = record_of(first)
+    raw[local + 22:local + 26] = struct.pack("<I", struct.unpack("<I", raw[local + 22:local + 26])[0] + 1)
+if mutation in ("prepended", "gap"):
+    # Bytes that belong to no entry: before the first one, or between the first two.
+    records = sorted(central_records(), key=lambda r: struct.unpack("<I", raw[r[0] + 42:r[0] + 46])[0])
+    cut = 0 if mutation == "prepended" else struct.unpack("<I", raw[records[1][0] + 42:records[1][0] + 46])[0]
+    for position, name in records:
+        local = struct.unpack("<I", raw[position + 42:position + 46])[0]
+        if local >= cut:
+            raw[position + 42:position + 46] = struct.pack("<I", local + 8)
+    end = end_record()
+    raw[end + 16:end + 20] = struct.pack("<I", struct.unpack("<I", raw[end + 16:end + 20])[0] + 8)
+    raw[cut:cut] = b"HIDDEN!!"
+if mutation == "eocd-counts":
+    end = end_record()
+    raw[end + 8:end + 10] = struct.pack("<H", struct.unpack("<H", raw[end + 8:end + 10])[0] - 1)
+if mutation == "comment-zip64-locator":
+    # A 44-byte comment holding a ZIP64 locator with a huge offset and an end record after it.
+    fake = struct.pack("<IIQI", 0x07064B50, 0, 0xFFFFFFFFFFFFFFF0, 1) + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 2) + b"!!"
+    assert len(fake) == 44
+    end = end_record()
+    raw[end + 20:end + 22] = struct.pack("<H", len(fake))
+    raw += fake
+if mutation == "zip64-offset-overflow":
+    # A ZIP64 end record whose directory offset + size wraps around 2**64.
+    end = end_record()
+    count, size = struct.unpack("<HI", raw[end + 10:end + 16])
+    record = struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, size, 2**64 - size + 5)
+    locator = struct.pack("<IIQI", 0x07064B50, 0, end, 1)
+    raw[end + 16:end + 20] = struct.pack("<I", 0xFFFFFFFF)
+    raw[end:end] = record + locator
+if mutation == "flag-strong-encryption":
+    position, local = record_of(first)
+    raw[position + 8] |= 0x40
+    raw[local + 6] |= 0x40
+if mutation == "unicode-path-extra":
+    # zipfile cannot write extras into the central directory: rebuild that record with one.
+    position, local = record_of(first)
+    name_length, extra_length, comment_length = struct.unpack("<HHH", raw[position + 28:position + 34])
+    old_name = raw[position + 46:position + 46 + name_length]
+    unicode_name = b"other-name.txt"
+    extra = struct.pack("<HHBI", 0x7075, 5 + len(unicode_name), 1, zlib.crc32(old_name)) + unicode_name
+    insert_at = position + 46 + name_length + extra_length
+    raw[position + 30:position + 32] = struct.pack("<H", extra_length + len(extra))
+    raw[insert_at:insert_at] = extra
+    end = end_record()
+    raw[end + 12:end + 16] = struct.pack("<I", struct.unpack("<I", raw[end + 12:end + 16])[0] + len(extra))
+if mutation == "stored-size":
+    position, local = record_of(first)
+    size = struct.unpack("<I", raw[position + 24:position + 28])[0]
+    raw[position + 24:position + 28] = struct.pack("<I", size - 1)
+    raw[local + 22:local + 26] = struct.pack("<I", size - 1)
+if mutation == "extra-damaged":
+    position, local = record_of(first)
+    name_length, extra_length, comment_length = struct.unpack("<HHH", raw[position + 28:position + 34])
+    extra = struct.pack("<HH", 0xCAFE, 200) + b"xx"
+    insert_at = position + 46 + name_length + extra_length
+    raw[position + 30:position + 32] = struct.pack("<H", extra_length + len(extra))
+    raw[insert_at:insert_at] = extra
+    end = end_record()
+    raw[end + 12:end + 16] = struct.pack("<I", struct.unpack("<I", raw[end + 12:end + 16])[0] + len(extra))
+if mutation == "cd-trailing-bytes":
+    end = end_record()
+    raw[end:end] = b"TRAILING"
+    raw[end + 8 + 12:end + 8 + 16] = struct.pack("<I", struct.unpack("<I", raw[end + 8 + 12:end + 8 + 16])[0] + 8)
 
 if infos.get("lie.bin") == "lie":
     for position, name in central_records():
