@@ -23,6 +23,8 @@ struct Inspect: ParsableCommand {
 
     @OptionGroup var trust: TrustOptions
 
+    @OptionGroup var limits: LimitOptions
+
     @OptionGroup var output: OutputOptions
 
     func run() throws {
@@ -31,10 +33,10 @@ struct Inspect: ParsableCommand {
         var channel: String? = nil
         if !trust.hasSources {
             verification = nil
-            contents = try PackageReader.contents(of: package)
+            contents = try PackageReader.contents(of: package, limits: limits.limits)
         } else {
             let policy = try trust.policy()
-            let result = try PackageReader.verify(package, policy: policy)
+            let result = try PackageReader.verify(package, policy: policy, limits: limits.limits)
             channel = result.signer.flatMap { policy.channel(of: $0.keyID) }
             verification = result
             contents = result.contents

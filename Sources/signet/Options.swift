@@ -157,3 +157,30 @@ struct TrustOptions: ParsableArguments {
         return policy
     }
 }
+
+/// The limits an untrusted package is held to. unpack and inspect refuse a package beyond them
+/// before reading it; pack refuses to make one, so that what pack makes, unpack installs.
+struct LimitOptions: ParsableArguments {
+    @Option(name: .customLong("max-files"), help: "Most files (and directory entries) a package may hold.")
+    var maxFiles = PackageLimits().maxFiles
+
+    @Option(name: .customLong("max-total-size"), help: ArgumentHelp("Most bytes all files may add up to.", valueName: "bytes"))
+    var maxTotalSize: UInt64 = PackageLimits().maxTotalSize
+
+    @Option(name: .customLong("max-ratio"), help: "Largest expansion ratio of one compressed entry (deflate bombs).")
+    var maxRatio: UInt64 = PackageLimits().maxRatio
+
+    func validate() throws {
+        if maxFiles < 1 { throw ValidationError("--max-files must be at least 1, not \(maxFiles)") }
+        if maxRatio < 1 { throw ValidationError("--max-ratio must be at least 1, not \(maxRatio)") }
+        if maxTotalSize < 1 { throw ValidationError("--max-total-size must be at least 1, not \(maxTotalSize)") }
+    }
+
+    var limits: PackageLimits {
+        var limits = PackageLimits()
+        limits.maxFiles = maxFiles
+        limits.maxTotalSize = maxTotalSize
+        limits.maxRatio = maxRatio
+        return limits
+    }
+}

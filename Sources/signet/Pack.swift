@@ -13,6 +13,10 @@ struct Pack: ParsableCommand {
         mp4, ...) and data deflate would not shrink, which are stored. The same inputs, key, \
         name, version, sequence and SOURCE_DATE_EPOCH give a byte-identical package.
 
+        pack holds the package to the limits unpack applies (--max-files, --max-total-size, \
+        --max-ratio, with unpack's defaults) and refuses one that a default unpack would refuse; \
+        give the same flags to pack and to the clients' unpack to go beyond them.
+
         Example:
           signet pack dist/ --key keys/private_key.pem --name app --version 1.4.2 \\
             --out app-1.4.2.zip
@@ -57,6 +61,8 @@ struct Pack: ParsableCommand {
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
     var followSymlinks = false
 
+    @OptionGroup var limits: LimitOptions
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -75,6 +81,7 @@ struct Pack: ParsableCommand {
         var options = options0
         options.certificate = try cert.map { try certificateDER($0) }
         options.chain = try chain.map { try certificateDER($0) }
+        options.limits = limits.limits
         options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
         let result = try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
         let manifest = result.manifest

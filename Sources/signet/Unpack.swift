@@ -50,20 +50,12 @@ struct Unpack: ParsableCommand {
     @Flag(name: .customLong("allow-downgrade"), help: "Install a lower sequence over the same package.")
     var allowDowngrade = false
 
-    @Option(name: .customLong("max-files"), help: "Most files a package may hold.")
-    var maxFiles = 50_000
-
-    @Option(name: .customLong("max-total-size"), help: ArgumentHelp("Most bytes all files may add up to.", valueName: "bytes"))
-    var maxTotalSize: UInt64 = 16 << 30
-
-    @Option(name: .customLong("max-ratio"), help: "Largest expansion ratio of one compressed entry.")
-    var maxRatio: UInt64 = 1_000
+    @OptionGroup var limits: LimitOptions
 
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
-        if maxFiles < 1 || maxRatio < 1 || maxTotalSize < 1 { throw ValidationError("limits must be at least 1") }
     }
 
     struct Report: Encodable {
@@ -86,9 +78,7 @@ struct Unpack: ParsableCommand {
         options.allowDowngrade = allowDowngrade
         options.bare = bare
         options.bareAlgorithm = algorithm
-        options.limits.maxFiles = maxFiles
-        options.limits.maxTotalSize = maxTotalSize
-        options.limits.maxRatio = maxRatio
+        options.limits = limits.limits
         options.stateFile = state
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
         let policy = try trust.policy()

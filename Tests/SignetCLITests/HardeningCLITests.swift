@@ -160,4 +160,41 @@ struct HardeningCLITests {
         let files = ((try json.json()["trees"] as? [[String: Any]])?.first?["files"] as? [[String: Any]]) ?? []
         #expect(files.contains { $0["path"] as? String == evil }, "JSON keeps the real name (escaped by JSON itself)")
     }
+
+    @Test("pack refuses what a default unpack would refuse, naming the flag; the same flags on both allow it")
+    func packHonoursUnpackLimits() throws {
+        let work = try Workspace()
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "z", "--version", "1"]
+        try FileManager.default.createDirectory(atPath: work.directory.file("zeros"), withIntermediateDirectories: true)
+        try work.directory.write("zeros/zeros.bin", Data(count: 8 << 20))
+        let package = work.directory.file("zeros.zip")
+        let refused = try CLI.run(["pack", work.directory.file("zeros"), "--out", package, "--json"] + key)
+        #expect(refused.status == 2, "\(refused.stderr)")
+        #expect(refused.stderr.contains("--max-ratio"), "\(refused.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.path).filter { $0.hasPrefix(".") }.isEmpty, "nothing left behind")
+        #expect(try CLI.run(["pack", work.directory.file("zeros"), "--out", package, "--max-ratio", "5000"] + key).status == 0)
+        #expect(try CLI.run(["unpack", package, "--dest", work.directory.file("a"), "--pubkey", work.publicDER]).status == 4)
+        #expect(try CLI.run(["unpack", package, "--dest", work.directory.file("b"), "--pubkey", work.publicDER, "--max-ratio", "5000"]).status == 0)
+        #expect(try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--max-ratio", "5000"]).status == 0)
+
+        // Too many files for the limit.
+        try FileManager.default.createDirectory(atPath: work.directory.file("many"), withIntermediateDirectories: true)
+        for name in ["1", "2", "3"] { try work.directory.write("many/\(name)", Data(name.utf8)) }
+        let many = try CLI.run(["pack", work.directory.file("many"), "--out", work.directory.file("many.zip"), "--max-files", "2"] + key)
+        #expect(many.status == 2 && many.stderr.contains("--max-files"), "\(many.stderr)")
+        // A path whose signature entry name would pass 4,096 bytes.
+        let long = work.directory.file("long")
+        var relative = ""
+        while relative.utf8.count < 4_000 {
+            relative += (relative.isEmpty ? "" : "/") + String(repeating: "d", count: 200)
+        }
+        relative += "/" + String(repeating: "f", count: 4_088 - relative.utf8.count - 1)
+        #expect(relative.utf8.count == 4_088)
+        // Made relative to its top folder: the whole path is longer than PATH_MAX.
+        try FileManager.default.createDirectory(atPath: long, withIntermediateDirectories: true)
+        let made = try run("python3", ["-c", "import os, sys; os.chdir(sys.argv[1]); os.makedirs(os.path.dirname(sys.argv[2])); open(sys.argv[2], 'w').write('x')", long, relative])
+        #expect(made.status == 0, "\(made.stderr)")
+        let longPack = try CLI.run(["pack", work.directory.file("long"), "--out", work.directory.file("long.zip")] + key)
+        #expect(longPack.status == 2 && longPack.stderr.contains("4087"), "\(longPack.status) \(longPack.stderr)")
+    }
 }

@@ -151,3 +151,30 @@ struct SigningTests {
         #expect(leftovers.isEmpty, "staged files were removed: \(leftovers)")
     }
 }
+
+@Suite("Damaged keys and faulty signatures")
+struct DamagedKeyTests {
+    @Test("a private key with a bit flipped in its modulus (or a prime) is refused on load, as openssl pkey -check refuses it", arguments: [40, 300])
+    func damagedKeyRefused(_ offset: Int) throws {
+        let directory = try TemporaryDirectory()
+        // rsa2048-pkcs1.der: 30 82 .. .. 02 01 00 02 82 01 01 00 <n: 256 bytes> 02 03 <e> 02 82 01 00 <d> ...
+        var der = [UInt8](try contents(Fixtures.key("rsa2048-pkcs1.der")))
+        der[offset] ^= 0x01
+        let damaged = try directory.write("damaged.der", Data(der), mode: 0o600)
+        let check = try run("openssl", ["pkey", "-inform", "DER", "-in", damaged, "-check", "-noout"])
+        #expect(check.status != 0, "the peer refuses it too")
+        let error = signetError { _ = try PrivateKey(contentsOf: damaged) }
+        #expect(error?.code == .malformedKey, "\(error?.description ?? "loaded")")
+        #expect(error?.reason.contains("damaged") == true)
+    }
+
+    @Test("every signature made is verified with the public half before it is returned")
+    func signaturesAreVerified() throws {
+        // The healthy key signs, and its signatures verify: the guard does not get in the way.
+        let signer = Signer(key: try Fixtures.signingKey())
+        for algorithm in SignatureAlgorithm.all {
+            let signature = try Signer(key: signer.key, algorithm: algorithm).sign(Array("x".utf8))
+            #expect(Verifier.check(signature.bytes, digest: signature.digest, key: signer.key.publicKey, algorithm: algorithm))
+        }
+    }
+}

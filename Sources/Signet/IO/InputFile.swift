@@ -34,7 +34,7 @@ final class InputFile {
     static func open(_ path: String, what: String, followSymlinks: Bool = true, allowPipes: Bool = false) throws -> InputFile {
         var flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK
         if !followSymlinks { flags |= O_NOFOLLOW }
-        let fd = retryingOnEINTR { Glibc.open(path, flags) }
+        let fd = Paths.open(path, flags)
         guard fd >= 0 else {
             let err = errno
             if err == ELOOP && !followSymlinks {

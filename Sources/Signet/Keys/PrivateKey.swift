@@ -64,11 +64,28 @@ public struct PrivateKey: Sendable {
             ? PrivateKeyLoader.pem(bytes, name: name, request: request)
             : PrivateKeyLoader.der(bytes, name: name, request: request)
         try loaded.key.requireAcceptableRSA(path: name, role: "private key", allowWeakKey: allowWeakKey, optInFlag: "--allow-weak-key")
+        try Self.requireConsistent(loaded.key, name: name)
         var allWarnings = warnings
         if loaded.format == .pkcs12Legacy {
             allWarnings.append("private key '\(name)' is a PKCS#12 file with legacy encryption (RC2-40/3DES); re-export it with modern encryption: openssl pkcs12 -in '\(name)' -legacy -nodes | openssl pkcs12 -export -out new.p12")
         }
         try self.init(key: loaded.key, format: loaded.format, certificateDER: loaded.certificateDER, warnings: allWarnings, name: name)
+    }
+}
+
+extension PrivateKey {
+    /// Refuses a damaged key: a bit flipped in the modulus or a prime still loads and signs, but
+    /// no key verifies what it signs. OpenSSL's pairwise check (n = p·q, d and the CRT values fit
+    /// e) costs far less than one signature; `openssl pkey -check` refuses the same files.
+    static func requireConsistent(_ key: EVPKey, name: String) throws {
+        OpenSSLErrorQueue.clear()
+        guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else {
+            throw OpenSSLErrorQueue.error(.crypto, "could not check private key '\(name)'")
+        }
+        defer { EVP_PKEY_CTX_free(context) }
+        guard EVP_PKEY_pairwise_check(context) == 1 else {
+            throw OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' is damaged: its numbers do not fit together (openssl pkey -check refuses it too); restore it from a backup", path: name)
+        }
     }
 }
 

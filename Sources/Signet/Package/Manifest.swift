@@ -171,7 +171,7 @@ public struct Manifest: Sendable, Equatable {
         var files: [File] = []
         files.reserveCapacity(document.files.count)
         for entry in document.files {
-            if case .failure(let refusal) = ResourcePath.validate(entry.path) {
+            if case .failure(let refusal) = ResourcePath.validateResource(entry.path) {
                 throw malformed("file \"\(entry.path)\": \(refusal.reason)")
             }
             // Swift compares Strings by canonical equivalence, so NFC/NFD twins collide here.

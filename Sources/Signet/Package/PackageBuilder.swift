@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+internal import CSignetShims
 
 /// Options for ``PackageBuilder/pack(_:to:signer:options:)``.
 public struct PackOptions: Sendable {
@@ -34,6 +35,9 @@ public struct PackOptions: Sendable {
     public var certificate: [UInt8]? = nil
     /// Intermediate certificates (DER), leaf-most first, stored as `.signet/certs/chain-<n>.der`.
     public var chain: [[UInt8]] = []
+    /// The limits the package is held to: those of the clients' unpack (default: unpack's
+    /// defaults). A package beyond them is refused (`.usage`, naming the flag), never made.
+    public var limits = PackageLimits()
     /// Files the package must never replace, besides the resources (the key, certificates):
     /// an output that is one of them (by device and inode) is refused.
     public var protecting: [String] = []
@@ -50,10 +54,19 @@ public struct PackOptions: Sendable {
         self.followSymlinks = followSymlinks
     }
 
-    /// `SOURCE_DATE_EPOCH` from the environment, if set to a valid number.
+    /// `SOURCE_DATE_EPOCH` from the environment, if set to a valid number of seconds that a
+    /// manifest can express (up to 9999-12-31).
     public static var sourceDateEpoch: Timestamp? {
-        guard let text = getenv("SOURCE_DATE_EPOCH").map({ String(cString: $0) }), let seconds = Int64(text), seconds >= 0 else { return nil }
+        guard let text = getenv("SOURCE_DATE_EPOCH").map({ String(cString: $0) }), let seconds = Int64(text), seconds >= 0,
+              Timestamp.representable.contains(seconds) else { return nil }
         return Timestamp(secondsSinceEpoch: seconds)
+    }
+
+    /// Refuses a `SOURCE_DATE_EPOCH` that is set but unusable, rather than silently ignoring it
+    /// (the package would not be reproducible) or writing a time no verifier can read.
+    static func checkSourceDateEpoch() throws {
+        guard let text = getenv("SOURCE_DATE_EPOCH").map({ String(cString: $0) }), !text.isEmpty, sourceDateEpoch == nil else { return }
+        throw SignetError(.usage, "SOURCE_DATE_EPOCH is '\(text)'; it must be a whole number of seconds from 0 to \(Timestamp.representable.upperBound) (9999-12-31)")
     }
 }
 
@@ -106,7 +119,9 @@ public enum PackageBuilder {
     /// `workers`: how many threads deflate (1 keeps everything inside libzip's zip_close).
     static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions, workers: Int) throws -> Result {
         try validate(options, signer: signer)
+        try PackOptions.checkSourceDateEpoch()
         let inputs = try collect(paths, followSymlinks: options.followSymlinks)
+        try checkLimits(inputs, options: options)
         try FileIdentity.refuseOverwriting(targets: [output], inputs: inputs.map { ($0.diskPath, "resource being packed") } + options.protecting.map { ($0, "input") },
                                            what: "the package")
         let created = options.created ?? PackOptions.sourceDateEpoch ?? .now
@@ -147,6 +162,9 @@ public enum PackageBuilder {
                                 keyID: signer.key.keyID, name: options.name, sequence: sequence, version: options.version)
             manifest = made
             manifestBytes = try made.encoded()
+            guard manifestBytes.count <= options.limits.maxManifestSize else {
+                throw SignetError(.usage, "the manifest would be \(manifestBytes.count) bytes, more than the \(options.limits.maxManifestSize) unpack reads; pack fewer files or shorter paths")
+            }
             return manifestBytes
         }
         try writer.add(".signet/manifest.json", source: DeferredBytesSource(makeManifest), compression: .deflate(level: 6), permissions: 0o644)
@@ -164,6 +182,9 @@ public enum PackageBuilder {
         }
         try writer.close()
 
+        // What a client's unpack checks before it trusts anything, checked here on the bytes
+        // written: the archive's structure and each entry's expansion ratio.
+        try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
         // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
         try archive.sync()
         guard rename(temporary, output) == 0 else { throw SignetError.posix(errno, "cannot write the package", path: output) }
@@ -171,6 +192,37 @@ public enum PackageBuilder {
         AtomicFile.syncDirectory(directory)
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
         return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store })
+    }
+
+    /// The limits that can be judged before anything is written: file count, total size, path
+    /// lengths (a signature entry `.signet/sigs/PATH.sig` must fit the name limit too).
+    static func checkLimits(_ inputs: [PackInput], options: PackOptions) throws {
+        let limits = options.limits
+        guard inputs.count <= limits.maxFiles else {
+            throw SignetError(.usage, "\(inputs.count) files are more than the \(limits.maxFiles) unpack accepts; give pack and the clients' unpack the same --max-files \(inputs.count) to allow it")
+        }
+        var total: UInt64 = 0
+        for input in inputs {
+            let (sum, overflow) = total.addingReportingOverflow(input.size)
+            guard !overflow, sum <= limits.maxTotalSize else {
+                throw SignetError(.usage, "the files add up to more than the \(limits.maxTotalSize) bytes unpack accepts; give pack and the clients' unpack the same larger --max-total-size to allow it")
+            }
+            total = sum
+        }
+        guard options.chain.count < PackageLimits.maximumCertificates else {
+            throw SignetError(.usage, "--chain takes at most \(PackageLimits.maximumCertificates - 1) intermediate certificates")
+        }
+    }
+
+    /// Reads back the central directory of the package just written, as unpack will, and holds
+    /// every entry to the expansion-ratio limit.
+    static func checkWritten(_ temporary: String, output: String, limits: PackageLimits, inputs: [PackInput]) throws {
+        let file = try InputFile.open(temporary, what: "package")
+        for record in try CentralDirectory.records(of: file, archive: output, maximumEntries: limits.maximumEntries)
+        where record.compressedSize > 0 && record.size / record.compressedSize > limits.maxRatio {
+            let name = String(decoding: record.name, as: UTF8.self)
+            throw SignetError(.usage, "'\(name)' compresses \(record.size / record.compressedSize) times, more than the \(limits.maxRatio) unpack accepts (it would take it for a deflate bomb); pack it with --store, or give pack and the clients' unpack the same --max-ratio", path: inputs.first { $0.packagePath == name }?.diskPath)
+        }
     }
 
     static func validate(_ options: PackOptions, signer: Signer) throws {
@@ -226,30 +278,40 @@ public enum PackageBuilder {
         return inputs
     }
 
+    /// Walks a directory through descriptors (`openat`, `fstatat`), so depth and the length of
+    /// the path that leads to it are never limited by PATH_MAX.
     private static func walk(directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
+        let fd = Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+        defer { close(fd) }
+        try walk(fd, path: directory, prefix: prefix, followSymlinks: followSymlinks, visited: &visited, into: &inputs)
+    }
+
+    private static func walk(_ fd: Int32, path directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
         var info = stat()
-        guard stat(directory, &info) == 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+        guard fstat(fd, &info) == 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
         guard visited.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted else {
             throw SignetError(.usage, "'\(directory)' leads back to a directory already being packed (a symbolic link loop)", path: directory)
         }
-        guard let handle = opendir(directory) else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
-        defer { closedir(handle) }
-        var names: [[UInt8]] = []
-        while let entry = readdir(handle) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
-            if name == [UInt8(ascii: ".")] || name == [UInt8(ascii: "."), UInt8(ascii: ".")] { continue }
-            names.append(name)
-        }
-        for nameBytes in names {
-            guard let name = String(validating: nameBytes, as: UTF8.self) else {
+        for raw in TreeRemover.entries(of: fd) {
+            guard let name = String(validating: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
                 throw SignetError(.usage, "a file name in '\(directory)' is not valid UTF-8; package paths must be UTF-8", path: directory)
             }
             let child = directory.hasSuffix("/") ? directory + name : directory + "/" + name
             let packagePath = prefix.isEmpty ? name : prefix + "/" + name
-            let childInfo = try inspect(child, followSymlinks: followSymlinks)
+            var childInfo = stat()
+            guard fstatat(fd, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 else { throw SignetError.posix(errno, "cannot pack", path: child) }
+            if childInfo.st_mode & S_IFMT == S_IFLNK {
+                guard followSymlinks else { throw symlinkRefused(child) }
+                guard fstatat(fd, name, &childInfo, 0) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: child) }
+            }
             switch childInfo.st_mode & S_IFMT {
             case S_IFREG: inputs.append(try input(diskPath: child, packagePath: packagePath, info: childInfo))
-            case S_IFDIR: try walk(directory: child, prefix: packagePath, followSymlinks: followSymlinks, visited: &visited, into: &inputs)
+            case S_IFDIR:
+                let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followSymlinks ? 0 : O_NOFOLLOW))
+                guard sub >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: child) }
+                defer { close(sub) }
+                try walk(sub, path: child, prefix: packagePath, followSymlinks: followSymlinks, visited: &visited, into: &inputs)
             default: throw notRegular(child, childInfo.st_mode)
             }
         }
@@ -257,17 +319,19 @@ public enum PackageBuilder {
 
     /// lstat, refusing a symbolic link unless links are followed (then stat of the target).
     private static func inspect(_ path: String, followSymlinks: Bool) throws -> stat {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot pack", path: path) }
+        guard var info = Paths.lstat(path) else { throw SignetError.posix(errno, "cannot pack", path: path) }
         if info.st_mode & S_IFMT == S_IFLNK {
             guard followSymlinks else { throw symlinkRefused(path) }
-            guard stat(path, &info) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
+            let fd = Paths.open(path, signet_O_PATH() | O_CLOEXEC)
+            guard fd >= 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
+            defer { close(fd) }
+            guard fstat(fd, &info) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
         }
         return info
     }
 
     private static func input(diskPath: String, packagePath: String, info: stat) throws -> PackInput {
-        if case .failure(let refusal) = ResourcePath.validate(packagePath) {
+        if case .failure(let refusal) = ResourcePath.validateResource(packagePath) {
             throw SignetError(.usage, "cannot pack '\(diskPath)' as '\(packagePath)': \(refusal.reason)", path: diskPath)
         }
         let executable = info.st_mode & S_IXUSR != 0

@@ -195,7 +195,10 @@ public enum PackageReader {
         guard key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
             return verdict(.badManifestSignature, "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)", entry: ".signet/manifest.json")
         }
-        if let expires = manifest.expires, expires.secondsSinceEpoch + policy.clockSkew < now.secondsSinceEpoch {
+        // Saturating: a clock skew near Int64.max means "never expired", not a trap.
+        if let expires = manifest.expires,
+           case let (deadline, overflow) = expires.secondsSinceEpoch.addingReportingOverflow(max(0, policy.clockSkew)),
+           !overflow, deadline < now.secondsSinceEpoch {
             return verdict(.expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release", entry: ".signet/manifest.json")
         }
         let listed = Set(manifest.files.map(\.path))

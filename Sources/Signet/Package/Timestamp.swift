@@ -57,10 +57,16 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
             let digits = String(value)
             return String(repeating: "0", count: max(0, width - digits.count)) + digits
         }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
+        // Widened: tm_year + 1900 overflows Int32 for the largest years gmtime accepts.
+        let year = String(Int(parts.tm_year) + 1900)
+        return "\(String(repeating: "0", count: max(0, 4 - year.count)) + year)-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
     }
 
     public var description: String { rfc3339 }
+
+    /// The range RFC 3339 times with four-digit years can express (0000-01-01 to 9999-12-31):
+    /// a time outside it cannot be written into a manifest that a verifier will read back.
+    public static let representable: ClosedRange<Int64> = -62_167_219_200...253_402_300_799
 
     public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool { lhs.secondsSinceEpoch < rhs.secondsSinceEpoch }
 }

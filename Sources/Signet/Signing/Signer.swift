@@ -47,7 +47,14 @@ public struct Signer: Sendable {
         guard EVP_PKEY_sign(context, &out, &length, digest.bytes, digest.bytes.count) == 1 else {
             throw OpenSSLErrorQueue.error(.crypto, "\(algorithm.id) signing with key \(key.keyID.short) failed")
         }
-        return Signature(bytes: Array(out.prefix(length)), algorithm: algorithm, keyID: key.keyID, digest: digest)
+        let bytes = Array(out.prefix(length))
+        // Every signature is checked with the public half before anyone sees it: a faulty key,
+        // machine or fault attack must not put out signatures that verify with nothing (or
+        // leak the key, as a faulty RSA-CRT signature can). About 1/15 of the signing cost.
+        guard Verifier.check(bytes, digest: digest, key: key.publicKey, algorithm: algorithm) else {
+            throw SignetError(.crypto, "the \(algorithm.id) signature just made with key \(key.keyID.short) does not verify with the key's public half: the key or this machine is faulty; nothing was written")
+        }
+        return Signature(bytes: bytes, algorithm: algorithm, keyID: key.keyID, digest: digest)
     }
 
     /// Signs bytes in memory.
