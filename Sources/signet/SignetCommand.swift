@@ -40,6 +40,8 @@ struct SignetCommand: ParsableCommand {
 @main
 enum Main {
     static func main() {
+        // First, before any thread exists: interruptions leave nothing behind.
+        Signals.install()
         let wantsJSON = CommandLine.arguments.dropFirst().contains("--json")
         if CommandLine.arguments.dropFirst() == ["--version"] {
             print(SignetVersion.summary)

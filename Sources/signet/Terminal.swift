@@ -50,13 +50,27 @@ enum Terminal {
         return storage
     }()
 
+    /// Whether a prompt has echo switched off right now (plain memory, read by the signal thread).
+    nonisolated(unsafe) private static let prompting: UnsafeMutablePointer<Int32> = {
+        let flag = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        flag.initialize(to: 0)
+        return flag
+    }()
+
+    /// Called by the signal thread (``Signals``): puts the terminal back if a prompt is showing.
+    static func restoreAfterInterrupt() {
+        if prompting.pointee != 0 { tcsetattr(STDIN_FILENO, TCSANOW, interruptedSettings) }
+    }
+
     private static func restoreOnSignal(_ settings: termios?) {
         let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
         guard let settings else {
+            prompting.pointee = 0
             for number in signals { signal(number, SIG_DFL) }
             return
         }
         interruptedSettings.pointee = settings
+        prompting.pointee = 1
         for number in signals {
             signal(number) { received in
                 tcsetattr(STDIN_FILENO, TCSANOW, Terminal.interruptedSettings)

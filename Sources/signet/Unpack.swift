@@ -15,6 +15,12 @@ struct Unpack: ParsableCommand {
         DIR may be absent, empty, or a tree Signet installed; anything else needs --force. \
         Installing a lower sequence of the same package name is refused (--allow-downgrade).
 
+        One update of DIR at a time: unpack locks .DIR.signet-lock beside DIR from the rollback \
+        check to the swap; a second unpack waits (--wait) or fails with exit 5. Installed files \
+        get the manifest's modes (0644/0755) and folders 0755, whatever the umask. An \
+        interrupted unpack removes its staging directory; after a kill -9, the next unpack to \
+        DIR removes what is left.
+
         Example:
           signet unpack app-1.4.2.zip --dest /opt/app --pubkey keys/public_key.der
         """
@@ -52,10 +58,14 @@ struct Unpack: ParsableCommand {
 
     @OptionGroup var limits: LimitOptions
 
+    @Option(name: .long, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
+    var wait: Double = 10
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
+        if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
     }
 
     struct Report: Encodable {
@@ -70,6 +80,7 @@ struct Unpack: ParsableCommand {
         let files: [String]
         let attributes: String
         let atomic_exchange: Bool
+        let leftover: String?
     }
 
     func run() throws {
@@ -79,10 +90,14 @@ struct Unpack: ParsableCommand {
         options.bare = bare
         options.bareAlgorithm = algorithm
         options.limits = limits.limits
+        options.wait = wait
         options.stateFile = state
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
         let policy = try trust.policy()
         let report = try Installer.install(package, to: dest, policy: policy, options: options)
+        if let leftover = report.leftover {
+            Output.warn("installed, but the replaced tree '\(leftover)' could not be removed; the next unpack to '\(dest)' removes it (or remove it yourself)")
+        }
         if !report.attributesWritten {
             Output.warn("'\(dest)' is on a filesystem without user extended attributes: signatures are kept only in \(dest)/.signet/sigs/")
         }
@@ -90,7 +105,8 @@ struct Unpack: ParsableCommand {
             Output.json(Report(destination: dest, package: package, name: report.manifest?.name, version: report.manifest?.version,
                                sequence: report.manifest?.sequence, replaced_sequence: report.replacedSequence,
                                signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
-                               attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged))
+                               attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
+                               leftover: report.leftover))
             return
         }
         let what = report.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "bare package"

@@ -79,6 +79,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The install destination may not be replaced (not empty and not installed by Signet,
         /// a symbolic link, not a directory).
         public static let destinationRefused = Code("destination-refused", exitStatus: .environment)
+        /// Another process is updating the same destination.
+        public static let destinationBusy = Code("destination-busy", exitStatus: .environment)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

@@ -60,6 +60,23 @@ final class InputFile {
         return InputFile(descriptor: fd, path: path, size: Int64(info.st_size), mode: info.st_mode)
     }
 
+    /// Takes ownership of a descriptor Signet opened itself (`openat`, `openat2`), refusing
+    /// anything but a regular file. The descriptor is closed on failure too.
+    static func adopt(_ fd: Int32, path: String, what: String) throws -> InputFile {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            let err = errno
+            close(fd)
+            throw SignetError.posix(err, "cannot inspect \(what)", path: path)
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw SignetError(.malformedInput, "cannot use \(what) '\(path)': it is not a regular file", path: path)
+        }
+        _ = fcntl(fd, F_SETFL, O_RDONLY)
+        return InputFile(descriptor: fd, path: path, size: Int64(info.st_size), mode: info.st_mode)
+    }
+
     /// Calls `body` with consecutive chunks of the file until end of file, reusing one buffer.
     func forEachChunk(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         try Self.forEachChunk(of: descriptor, path: path, body)

@@ -97,18 +97,35 @@ enum TreeRemover {
     }
 
     /// The raw names in a directory (without . and ..), NUL-terminated, read through a
-    /// duplicate of its descriptor.
+    /// duplicate of its descriptor; empty when it cannot be read.
     static func entries(of directory: Int32) -> [[CChar]] {
+        entriesOrError(of: directory) ?? []
+    }
+
+    /// The same, or nil with errno set when the directory cannot be read.
+    static func entriesOrError(of directory: Int32) -> [[CChar]]? {
         let copy = dup(directory)
-        guard copy >= 0, let handle = fdopendir(copy) else {
-            if copy >= 0 { close(copy) }
-            return []
+        guard copy >= 0 else { return nil }
+        guard let handle = fdopendir(copy) else {
+            let err = errno
+            close(copy)
+            errno = err
+            return nil
         }
         defer { closedir(handle) }
+        // fdopendir shares the offset with `directory`: start from the top whatever was read before.
+        rewinddir(handle)
         var names: [[CChar]] = []
-        while let entry = readdir(handle) {
+        while true {
+            errno = 0
+            guard let entry = readdir(handle) else { break }
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix { $0 != 0 }.map { CChar(bitPattern: $0) } }
             if name != [0x2e] && name != [0x2e, 0x2e] { names.append(name + [0]) }
+        }
+        if errno != 0 {
+            let err = errno
+            errno = err
+            return nil
         }
         return names
     }

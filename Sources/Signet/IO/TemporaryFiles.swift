@@ -47,7 +47,21 @@ enum TemporaryFiles {
     static func removeAllForExit() {
         state.withLock { state in
             for entry in state.entries.values {
-                if entry.tree { _ = TreeRemover.remove(entry.path) } else { unlink(entry.path) }
+                if entry.tree {
+                    _ = TreeRemover.remove(entry.path)
+                } else {
+                    unlink(entry.path)
+                    // libzip writes an archive through its own PATH.XXXXXX beside it.
+                    let directory = AtomicFile.parentDirectory(of: entry.path)
+                    let base = (entry.path.split(separator: "/").last.map(String.init) ?? entry.path) + "."
+                    if let handle = opendir(directory) {
+                        while let found = readdir(handle) {
+                            let name = withUnsafeBytes(of: found.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+                            if name.hasPrefix(base) { unlink(directory + "/" + name) }
+                        }
+                        closedir(handle)
+                    }
+                }
             }
             state.entries.removeAll()
         }

@@ -26,6 +26,8 @@ public struct InstallOptions: Sendable {
     /// Also write an IMA v2 signature to this attribute (`user.ima`, or `security.ima`, which
     /// needs root), so `evmctl ima_verify` and IMA appraisal accept the files. Nil for none.
     public var imaAttribute: String? = nil
+    /// How long to wait, in seconds, for another process that is updating the destination.
+    public var wait: Double = 10
 
     /// The defaults: refuse to replace foreign directories and to roll back.
     public init() {}
@@ -48,6 +50,10 @@ public struct InstallReport: Sendable {
     public let attributesWritten: Bool
     /// True when an existing directory was swapped for the new tree in one `renameat2(RENAME_EXCHANGE)`.
     public let exchanged: Bool
+    /// The replaced tree, when it could not be removed after the swap (an I/O error, a folder
+    /// that may not be changed). The install itself succeeded; the next unpack to the same
+    /// destination removes it.
+    public let leftover: String?
 }
 
 /// Installs packages (FORMAT.md §2 "Installing"): everything is verified before DIR changes; the
@@ -65,6 +71,12 @@ public enum Installer {
         // "dir/" would make lstat follow a symbolic link at dir: judge the name itself.
         var destination = destination
         while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
+        try Staging.createParents(AtomicFile.parentDirectory(of: destination))
+        // One update of DIR at a time: the rollback check and the swap happen under this lock.
+        let lock = try DestinationLock(destination, wait: options.wait)
+        defer { lock.release() }
+        // What an interrupted or killed unpack of DIR left behind (its process is gone).
+        let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
         let layout = try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare)
@@ -92,7 +104,7 @@ public enum Installer {
 
         let staging = try Staging(besides: destination)
         var installed = false
-        defer { if !installed { staging.remove() } }
+        defer { if !installed { _ = staging.remove() } }
 
         var files: [String] = []
         var signer: PublicKey? = checked?.key
@@ -159,7 +171,7 @@ public enum Installer {
             }
         }
         try staging.finish()
-        let exchanged = try staging.install(at: destination, replacing: state)
+        let (exchanged, leftover) = try staging.install(at: destination, replacing: state)
         installed = true
         if let installState, let manifest = checked?.manifest {
             try installState.record(manifest.name, sequence: manifest.sequence)
@@ -167,7 +179,8 @@ public enum Installer {
         var replaced: UInt64? = nil
         if case .installed(let manifest?) = state { replaced = manifest.sequence }
         return InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer!,
-                             replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged)
+                             replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged,
+                             leftover: leftover ?? stale.first)
     }
 
     /// `user.signet.meta`: compact JSON, informational (FORMAT.md §3).
@@ -183,7 +196,8 @@ public enum Installer {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let meta = Meta(alg: algorithm.id, key_id: signer.keyID.hex, name: manifest?.name, sequence: manifest?.sequence, path: path, sha256: sha256)
-        return Array((try? encoder.encode(meta)) ?? Data())
+        // Strings and numbers only: encoding cannot fail.
+        return Array((try? encoder.encode(meta)) ?? Data("{}".utf8))
     }
 
     /// A bare resource: streamed while hashed, then its `.sig` checked against every trusted key.
@@ -261,8 +275,7 @@ enum DestinationState {
     case foreign
 
     static func inspect(_ destination: String, force: Bool) throws -> DestinationState {
-        var info = stat()
-        if lstat(destination, &info) != 0 {
+        guard let info = Paths.lstat(destination) else {
             guard errno == ENOENT else { throw SignetError.posix(errno, "cannot use destination", path: destination) }
             return .absent
         }
@@ -272,12 +285,19 @@ enum DestinationState {
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw SignetError(.destinationRefused, "destination '\(destination)' exists and is not a directory", path: destination)
         }
-        let names = try FileManager.default.contentsOfDirectory(atPath: destination)
+        let fd = Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot read the destination directory", path: destination) }
+        defer { close(fd) }
+        // An unreadable directory lists as empty through readdir's silence: ask explicitly.
+        guard let names = TreeRemover.entriesOrError(of: fd) else {
+            throw SignetError.posix(errno, "cannot read the destination directory", path: destination)
+        }
         if names.isEmpty { return .empty }
-        let manifestPath = destination + "/.signet/manifest.json"
-        var manifestInfo = stat()
-        if lstat(manifestPath, &manifestInfo) == 0, manifestInfo.st_mode & S_IFMT == S_IFREG {
-            let manifest = try? Manifest.parse(readSmallFile(manifestPath, what: "installed manifest", limit: 64 << 20))
+        let manifestFD = signet_open_beneath(fd, ".signet/manifest.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        if manifestFD >= 0 {
+            let bytes = try? InputFile.adopt(manifestFD, path: destination + "/.signet/manifest.json", what: "installed manifest")
+                .readAll(limit: 64 << 20, what: "installed manifest")
+            let manifest = bytes.flatMap { try? Manifest.parse($0) }
             if manifest != nil || force { return .installed(manifest) }
         }
         guard force else {
@@ -287,37 +307,109 @@ enum DestinationState {
     }
 }
 
+/// The lock on one destination: `.DIR.signet-lock` beside DIR (not inside the tree that is
+/// swapped), held with `flock` from the rollback check to the swap, so two updates of DIR never
+/// interleave. It holds the holder's process id, for the message a waiting process shows.
+final class DestinationLock {
+    private var descriptor: Int32
+
+    init(_ destination: String, wait: Double) throws {
+        let (directory, prefix) = TemporaryFiles.prefix(besides: destination)
+        let path = directory + "/" + prefix + "lock"
+        let fd = Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot open the lock of the destination at", path: path) }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, min(wait, 86_400)) * 1e9)
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let err = errno
+            guard err == EWOULDBLOCK || err == EINTR else {
+                close(fd)
+                throw SignetError.posix(err, "cannot lock the destination at", path: path)
+            }
+            if DispatchTime.now().uptimeNanoseconds >= deadline {
+                var holder = [UInt8](repeating: 0, count: 32)
+                let n = pread(fd, &holder, holder.count, 0)
+                close(fd)
+                let pid = n > 0 ? String(decoding: holder.prefix(n).prefix { $0 != 0x0A }, as: UTF8.self) : "?"
+                throw SignetError(.destinationBusy, "'\(destination)' is being updated by process \(pid); try again when it has finished, or wait longer with --wait SECONDS", path: destination)
+            }
+            usleep(20_000)
+        }
+        let text = Array("\(getpid())\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = pwrite(fd, text, text.count, 0)
+        descriptor = fd
+    }
+
+    func release() {
+        guard descriptor >= 0 else { return }
+        _ = ftruncate(descriptor, 0)
+        _ = flock(descriptor, LOCK_UN)
+        close(descriptor)
+        descriptor = -1
+    }
+
+    deinit { release() }
+}
+
 /// The staging directory: a sibling of the destination (so on its filesystem), private (0700)
-/// while it is built, written only through descriptors opened with O_NOFOLLOW below it.
+/// while it is built, named after this process and registered for removal on interruption,
+/// written only through descriptors opened with O_NOFOLLOW below it. Every call names the
+/// parent through one descriptor, so the destination's path may be of any length.
 final class Staging {
     let path: String
+    private let name: String
+    private let parent: Int32
     private let root: Int32
+    private var token: Int
     private var directories: [String: Int32] = [:]
 
     init(besides destination: String) throws {
-        let trimmed = destination
-        let parent = AtomicFile.parentDirectory(of: trimmed)
-        try Staging.createParents(parent)
-        let base = trimmed.split(separator: "/").last.map(String.init) ?? trimmed
-        var template = Array("\(parent)/.\(base).signet-staging-XXXXXX".utf8CString)
-        guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
-            throw SignetError.posix(errno, "cannot create a staging directory beside", path: destination)
+        let parentPath = AtomicFile.parentDirectory(of: destination)
+        let parent = Paths.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard parent >= 0 else { throw SignetError.posix(errno, "cannot open the directory of", path: destination) }
+        var made: (path: String, name: String, token: Int)? = nil
+        for _ in 0..<8 {
+            let candidate = TemporaryFiles.name(besides: destination, tag: "staging")
+            let token = TemporaryFiles.register(candidate, tree: true)
+            let name = String(candidate.split(separator: "/").last!)
+            if mkdirat(parent, name, 0o700) == 0 {
+                made = (candidate, name, token)
+                break
+            }
+            let err = errno
+            TemporaryFiles.unregister(token)
+            guard err == EEXIST else {
+                close(parent)
+                throw SignetError.posix(err, "cannot create a staging directory beside", path: destination)
+            }
         }
-        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-        root = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard let made else {
+            close(parent)
+            throw SignetError(.io, "cannot create a staging directory beside '\(destination)'", path: destination)
+        }
+        let root = openat(parent, made.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard root >= 0 else {
             let err = errno
-            rmdir(path)
-            throw SignetError.posix(err, "cannot open the staging directory", path: path)
+            unlinkat(parent, made.name, AT_REMOVEDIR)
+            TemporaryFiles.unregister(made.token)
+            close(parent)
+            throw SignetError.posix(err, "cannot open the staging directory", path: made.path)
         }
+        self.path = made.path
+        self.name = made.name
+        self.token = made.token
+        self.parent = parent
+        self.root = root
     }
 
     deinit {
         for fd in directories.values { close(fd) }
         close(root)
+        close(parent)
+        TemporaryFiles.unregister(token)
     }
 
-    /// The directory holding `relative` (created as needed, 0755), as a descriptor.
+    /// The directory holding `relative` (created as needed, 0755 whatever the umask), as a descriptor.
     private func directory(for relative: String) throws -> (Int32, String) {
         var components = relative.split(separator: "/").map(String.init)
         let name = components.removeLast()
@@ -329,7 +421,8 @@ final class Staging {
                 fd = known
                 continue
             }
-            if mkdirat(fd, component, 0o755) != 0 && errno != EEXIST {
+            let created = mkdirat(fd, component, 0o755) == 0
+            if !created && errno != EEXIST {
                 throw SignetError.posix(errno, "cannot create directory '\(walked)' in the staging directory", path: path)
             }
             let next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -337,6 +430,8 @@ final class Staging {
                 let reason = errno == ENOTDIR ? "'\(walked)' is both a file and a directory in this package" : String(cString: strerror(errno))
                 throw SignetError(.malformedArchive, "cannot install: \(reason)", path: path, entry: relative)
             }
+            // mkdir applies the umask; installed folders are 0755 regardless (FORMAT.md §2).
+            if created { _ = fchmod(next, 0o755) }
             if directories.count > 256 {
                 for old in directories.values { close(old) }
                 directories.removeAll()
@@ -375,52 +470,58 @@ final class Staging {
     /// Puts the staged tree at `destination`. An existing directory is swapped in one
     /// `renameat2(RENAME_EXCHANGE)` and the old tree then removed; where the filesystem lacks
     /// that, the old tree is moved aside first (DIR is then briefly absent). Returns whether the
-    /// atomic exchange was used.
-    func install(at destination: String, replacing state: DestinationState) throws -> Bool {
-        let parent = AtomicFile.parentDirectory(of: destination)
-        defer { AtomicFile.syncDirectory(parent) }
+    /// atomic exchange was used, and the old tree if it could not be removed.
+    func install(at destination: String, replacing state: DestinationState) throws -> (exchanged: Bool, leftover: String?) {
+        let target = destination.split(separator: "/").last.map(String.init) ?? destination
+        defer { _ = fsync(parent) }
         if case .absent = state {
-            if signet_renameat2(AT_FDCWD, path, AT_FDCWD, destination, signet_RENAME_NOREPLACE()) == 0 { return false }
+            if signet_renameat2(parent, name, parent, target, signet_RENAME_NOREPLACE()) == 0 {
+                TemporaryFiles.unregister(token)
+                return (false, nil)
+            }
             guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
                 throw SignetError.posix(errno, "cannot install at", path: destination)
             }
-            guard access(destination, F_OK) != 0, rename(path, destination) == 0 else {
-                throw SignetError.posix(errno == 0 ? EEXIST : errno, "cannot install at", path: destination)
+            // No RENAME_NOREPLACE here: under the destination's lock, nothing else creates DIR.
+            var info = stat()
+            guard fstatat(parent, target, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT else {
+                throw SignetError.posix(EEXIST, "cannot install at", path: destination)
             }
-            return false
+            guard renameat(parent, name, parent, target) == 0 else { throw SignetError.posix(errno, "cannot install at", path: destination) }
+            TemporaryFiles.unregister(token)
+            return (false, nil)
         }
-        if signet_renameat2(AT_FDCWD, path, AT_FDCWD, destination, signet_RENAME_EXCHANGE()) == 0 {
-            // The old tree now sits at the staging path.
-            Staging.removeTree(path)
-            return true
+        if signet_renameat2(parent, name, parent, target, signet_RENAME_EXCHANGE()) == 0 {
+            // The old tree now sits at the staging path (still registered: an interruption
+            // while it is removed removes it too).
+            return (true, remove() ? nil : path)
         }
         guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
             throw SignetError.posix(errno, "cannot replace", path: destination)
         }
-        let aside = path + "-old"
-        guard rename(destination, aside) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination) }
-        guard rename(path, destination) == 0 else {
+        let aside = TemporaryFiles.name(besides: destination, tag: "old")
+        let asideName = String(aside.split(separator: "/").last!)
+        let asideToken = TemporaryFiles.register(aside, tree: true)
+        defer { TemporaryFiles.unregister(asideToken) }
+        guard renameat(parent, target, parent, asideName) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination) }
+        guard renameat(parent, name, parent, target) == 0 else {
             let err = errno
-            rename(aside, destination)
+            renameat(parent, asideName, parent, target)
             throw SignetError.posix(err, "cannot install at", path: destination)
         }
-        Staging.removeTree(aside)
-        return false
+        TemporaryFiles.unregister(token)
+        return (false, TreeRemover.removeEntry(Array(asideName.utf8CString), in: parent) ? nil : aside)
     }
 
-    /// Removes the staging directory and everything in it.
-    func remove() {
-        Staging.removeTree(path)
-    }
-
-    static func removeTree(_ path: String) {
-        // FileManager removes links themselves, never what they point to.
-        try? FileManager.default.removeItem(atPath: path)
+    /// Removes the staging directory and everything in it. True when nothing is left.
+    func remove() -> Bool {
+        let removed = TreeRemover.removeEntry(Array(name.utf8CString), in: parent)
+        if removed { TemporaryFiles.unregister(token) }
+        return removed
     }
 
     static func createParents(_ directory: String) throws {
-        var info = stat()
-        if stat(directory, &info) == 0 { return }
+        if Paths.lstat(directory) != nil { return }
         var prefix = directory.hasPrefix("/") ? "/" : ""
         for component in directory.split(separator: "/") {
             prefix += component

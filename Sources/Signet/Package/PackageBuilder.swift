@@ -131,12 +131,13 @@ public enum PackageBuilder {
         let sequence = options.sequence ?? UInt64(max(0, (PackOptions.sourceDateEpoch ?? .now).secondsSinceEpoch))
 
         let directory = AtomicFile.parentDirectory(of: output)
-        let base = output.split(separator: "/").last.map(String.init) ?? output
-        var template = Array("\(directory)/.\(base).signet-XXXXXX".utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        // What an interrupted or killed pack of the same output left (its process is gone).
+        TemporaryFiles.removeStale(besides: output)
+        let temporary = TemporaryFiles.name(besides: output, tag: "pack")
+        let token = TemporaryFiles.register(temporary)
+        defer { TemporaryFiles.unregister(token) }
+        let fd = Paths.open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw SignetError.posix(errno, "cannot create the package beside", path: output) }
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        let temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         let archive = ArchiveOutput(descriptor: fd, path: output)
         var committed = false
         defer { if !committed { unlink(temporary) } }
@@ -363,6 +364,7 @@ public enum PackageBuilder {
 /// compressed on a single thread.
 final class ParallelDeflate {
     private var paths: [String] = []
+    private var tokens: [Int] = []
     private var archives: [InputFile] = []
     /// Where each input's deflate stream is, if it was compressed here (32 bytes per input).
     private var placement: [Placement?] = []
@@ -389,16 +391,17 @@ final class ParallelDeflate {
             shares[lightest].append(index)
             loads[lightest] += inputs[index].size + 4096
         }
-        let directory = AtomicFile.parentDirectory(of: output)
         for _ in 0..<count {
-            var template = Array("\(directory)/.signet-deflate-XXXXXX".utf8CString)
-            let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+            let path = TemporaryFiles.name(besides: output, tag: "deflate")
+            tokens.append(TemporaryFiles.register(path))
+            let fd = Paths.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
+                let err = errno
                 remove()
-                throw SignetError.posix(errno, "cannot create a temporary file beside", path: output)
+                throw SignetError.posix(err, "cannot create a temporary file beside", path: output)
             }
             close(fd)
-            paths.append(template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
+            paths.append(path)
         }
         let jobs = (0..<count).map { Job(path: paths[$0], ledger: ledger, files: shares[$0].map { ($0, methods[$0]) }) }
         let results = parallelMap(jobs) { job in Result { try job.run() } }
@@ -438,6 +441,8 @@ final class ParallelDeflate {
     /// Deletes the temporary archives (the open descriptors stay readable until released).
     func remove() {
         for path in paths { unlink(path) }
+        for token in tokens { TemporaryFiles.unregister(token) }
+        tokens.removeAll()
     }
 
     /// One worker: its files, compressed into one temporary archive.

@@ -1,0 +1,38 @@
+import Foundation
+import Signet
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// SIGINT, SIGTERM and SIGHUP, handled on a thread of their own: the signals are blocked in every
+/// thread (threads inherit the mask, so this runs before any other thread starts) and one thread
+/// waits for them with `sigwait`. It can then do what a signal handler may not: put the
+/// terminal back if a prompt had switched echo off, remove every temporary file and staging
+/// directory in progress, and end the process as the signal would have (so shells see 130/143).
+enum Signals {
+    static let handled: [Int32] = [SIGINT, SIGTERM, SIGHUP]
+
+    static func install() {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for number in handled { sigaddset(&set, number) }
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+        let mask = set
+        let waiter = Thread {
+            var received: Int32 = 0
+            var waitSet = mask
+            while sigwait(&waitSet, &received) != 0 {}
+            Terminal.restoreAfterInterrupt()
+            Interruption.removeTemporaryFiles()
+            // Die of the signal itself.
+            signal(received, SIG_DFL)
+            var only = sigset_t()
+            sigemptyset(&only)
+            sigaddset(&only, received)
+            pthread_sigmask(SIG_UNBLOCK, &only, nil)
+            kill(getpid(), received)
+            _exit(128 + received)
+        }
+        waiter.start()
+    }
+}
