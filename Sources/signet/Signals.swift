@@ -15,7 +15,12 @@ enum Signals {
     static func install() {
         var set = sigset_t()
         sigemptyset(&set)
-        for number in handled { sigaddset(&set, number) }
+        for number in handled {
+            // A signal the parent set to be ignored (nohup, a background job) stays ignored.
+            var current = sigaction()
+            if sigaction(number, nil, &current) == 0, unsafeBitCast(current.__sigaction_handler.sa_handler, to: Int.self) == 1 { continue }
+            sigaddset(&set, number)
+        }
         pthread_sigmask(SIG_BLOCK, &set, nil)
         let mask = set
         let waiter = Thread {

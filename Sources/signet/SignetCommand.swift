@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Signet
 #if canImport(Glibc)
 import Glibc
@@ -54,6 +55,10 @@ enum Main {
             Output.fail(error, json: wantsJSON)
         } catch let exitCode as ExitCode {
             exit(exitCode.rawValue)
+        } catch let error as NSError where error.domain == NSCocoaErrorDomain || error.domain == NSPOSIXErrorDomain {
+            // A Foundation error that escaped the library: Signet's own words and exit 5, never
+            // Foundation's text (FORMAT.md §4).
+            Output.fail(SignetError.environment(error), json: wantsJSON)
         } catch {
             let code = SignetCommand.exitCode(for: error)
             if code == .success {

@@ -40,15 +40,6 @@ final class ZipWriter {
     /// The first Swift error a source reported, so a failed `zip_close` can say what really failed.
     fileprivate var sourceFailure: Error?
 
-    init(creatingAt path: String) throws {
-        var code: Int32 = 0
-        guard let archive = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &code) else {
-            throw SignetError(.io, "cannot create the archive '\(path)': \(Self.describe(code: code))", path: path)
-        }
-        self.archive = archive
-        self.path = path
-    }
-
     /// Writes a new archive into `output` (see ``ArchiveOutput``) instead of a file libzip opens.
     init(writingTo output: ArchiveOutput) throws {
         var error = zip_error_t()

@@ -1,3 +1,4 @@
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -28,6 +29,22 @@ extension SignetError {
                                path: path, fileID: fileID, line: line)
         default:
             return SignetError(.io, "\(action) '\(path)': \(text)", path: path, fileID: fileID, line: line)
+        }
+    }
+}
+
+extension SignetError {
+    /// Signet's error for a Foundation file error (never Foundation's own text): the POSIX error
+    /// underneath and the file it names, exit 5.
+    public static func environment(_ error: NSError) -> SignetError {
+        let path = (error.userInfo[NSFilePathErrorKey] as? String) ?? (error.userInfo[NSURLErrorKey] as? URL)?.path ?? "?"
+        let underlying = (error.userInfo[NSUnderlyingErrorKey] as? NSError).flatMap { $0.domain == NSPOSIXErrorDomain ? Int32($0.code) : nil }
+        let code = error.domain == NSPOSIXErrorDomain ? Int32(error.code) : underlying
+        switch (code, error.code) {
+        case (let errno?, _): return posix(errno, "cannot use", path: path)
+        case (nil, 257), (nil, 513): return posix(EACCES, "cannot use", path: path)
+        case (nil, 4), (nil, 260): return posix(ENOENT, "cannot use", path: path)
+        default: return SignetError(.io, "cannot use '\(path)': an I/O error occurred; check the file and try again", path: path)
         }
     }
 }

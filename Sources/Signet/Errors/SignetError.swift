@@ -81,6 +81,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let destinationRefused = Code("destination-refused", exitStatus: .environment)
         /// Another process is updating the same destination.
         public static let destinationBusy = Code("destination-busy", exitStatus: .environment)
+        /// The process is being interrupted (SIGINT, SIGTERM): nothing more is written.
+        public static let interrupted = Code("interrupted", exitStatus: .environment)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

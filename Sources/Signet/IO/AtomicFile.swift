@@ -18,8 +18,8 @@ enum AtomicFile {
         let temporary = temporaryPath(beside: path, tag: "tmp")
         let token = TemporaryFiles.register(temporary)
         defer { TemporaryFiles.unregister(token) }
-        let fd = Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw SignetError.posix(errno, "cannot create a temporary file beside", path: path) }
+        let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        guard fd >= 0 else { throw SignetError.posix(err, "cannot create a temporary file beside", path: path) }
         var committed = false
         defer {
             if !committed { unlink(temporary) }
@@ -37,10 +37,12 @@ enum AtomicFile {
             }
             guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: path) }
         }
-        if replace {
-            guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path) }
-        } else {
-            try renameNoReplace(temporary, path)
+        try TemporaryFiles.guarded {
+            if replace {
+                guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path) }
+            } else {
+                try renameNoReplace(temporary, path)
+            }
         }
         committed = true
         syncDirectory(directory)

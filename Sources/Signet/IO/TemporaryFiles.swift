@@ -29,6 +29,28 @@ enum TemporaryFiles {
 
     private static let state = Mutex(State())
 
+    /// Set once an interruption has started removing temporaries. Every step that creates or
+    /// renames an entry in a temporary area runs under this lock and not at all once it is set,
+    /// so the removal never races a thread that keeps building (or installs what is being removed).
+    private static let interrupted = Mutex(false)
+
+    /// A system call made under ``guarded(_:)``: its result and the errno it left.
+    static func guardedCall(_ call: () -> Int32) throws -> (result: Int32, errno: Int32) {
+        try guarded {
+            let result = call()
+            return (result, errno)
+        }
+    }
+
+    /// Runs `body` (one creation or rename of a temporary entry) unless the process is being
+    /// interrupted; then throws instead, creating nothing.
+    static func guarded<R>(_ body: () throws -> R) throws -> R {
+        try interrupted.withLock { stopped in
+            guard !stopped else { throw SignetError(.interrupted, "interrupted; nothing more is written") }
+            return try body()
+        }
+    }
+
     /// Registers `path` (a file, or a directory tree) for removal on interruption. Register a
     /// path before creating it, so that there is no moment when it exists unregistered.
     static func register(_ path: String, tree: Bool = false) -> Int {
@@ -45,6 +67,8 @@ enum TemporaryFiles {
     }
 
     static func removeAllForExit() {
+        // Waits for a creation or rename in progress, and stops all later ones.
+        interrupted.withLock { $0 = true }
         state.withLock { state in
             for entry in state.entries.values {
                 if entry.tree {

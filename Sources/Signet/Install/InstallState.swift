@@ -7,7 +7,11 @@ import Musl
 
 /// `--state FILE`: the highest `sequence` installed per package `name`, across every destination
 /// that uses the file, so a package cannot be rolled back by installing it somewhere else.
-/// Read and updated under an exclusive lock (`FILE.lock`), written atomically.
+///
+/// The file itself is locked (`flock`), from the rollback check until the new sequence is
+/// recorded; no second file is left beside it. An update replaces the file atomically (a new
+/// inode), so a process that was waiting for the lock checks, once it has it, that it holds the
+/// file the path names now, and otherwise locks the new one.
 final class InstallState {
     let path: String
     private let lock: Int32
@@ -16,23 +20,43 @@ final class InstallState {
     /// Opens (creating if needed) and locks the state; blocks while another install holds it.
     init(path: String) throws {
         self.path = path
-        let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard lock >= 0 else { throw SignetError.posix(errno, "cannot open the lock of install state", path: path) }
-        guard retryingOnEINTR({ flock(lock, LOCK_EX) }) == 0 else {
-            let err = errno
-            close(lock)
-            throw SignetError.posix(err, "cannot lock install state", path: path)
-        }
-        self.lock = lock
-        if access(path, F_OK) == 0 {
-            let bytes = try readSmallFile(path, what: "install state", limit: 16 << 20)
-            guard let decoded = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) else {
-                throw SignetError(.malformedInput, "install state '\(path)' is not a JSON object of package names and sequences; restore it or remove it", path: path)
+        var fd: Int32 = -1
+        while true {
+            fd = Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw SignetError.posix(errno, "cannot open install state", path: path) }
+            guard retryingOnEINTR({ flock(fd, LOCK_EX) }) == 0 else {
+                let err = errno
+                close(fd)
+                throw SignetError.posix(err, "cannot lock install state", path: path)
             }
-            sequences = decoded
-        } else {
-            sequences = [:]
+            var held = stat(), named = stat()
+            guard fstat(fd, &held) == 0 else {
+                let err = errno
+                close(fd)
+                throw SignetError.posix(err, "cannot inspect install state", path: path)
+            }
+            if let current = Paths.lstat(path) { named = current } else { named = stat() }
+            if held.st_dev == named.st_dev && held.st_ino == named.st_ino { break }
+            close(fd)   // replaced while we waited: lock the file the path names now
         }
+        lock = fd
+        var bytes: [UInt8] = []
+        do {
+            try InputFile.forEachChunk(of: fd, path: path) { bytes.append(contentsOf: $0) }
+        } catch {
+            close(fd)
+            throw error
+        }
+        if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x09 || $0 == 0x0D }) {
+            sequences = [:]
+            return
+        }
+        guard (try? StrictJSON.check(bytes, integersOnly: true)) != nil,
+              let decoded = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) else {
+            close(fd)
+            throw SignetError(.malformedInput, "install state '\(path)' is not a JSON object of package names and sequences; restore it or remove it", path: path)
+        }
+        sequences = decoded
     }
 
     deinit {

@@ -361,6 +361,7 @@ final class Staging {
     private let parent: Int32
     private let root: Int32
     private var token: Int
+    private var asideToken: Int? = nil
     private var directories: [String: Int32] = [:]
 
     init(besides destination: String) throws {
@@ -372,11 +373,19 @@ final class Staging {
             let candidate = TemporaryFiles.name(besides: destination, tag: "staging")
             let token = TemporaryFiles.register(candidate, tree: true)
             let name = String(candidate.split(separator: "/").last!)
-            if mkdirat(parent, name, 0o700) == 0 {
+            let made_: (result: Int32, errno: Int32)
+            do {
+                made_ = try TemporaryFiles.guardedCall { mkdirat(parent, name, 0o700) }
+            } catch {
+                TemporaryFiles.unregister(token)
+                close(parent)
+                throw error
+            }
+            if made_.result == 0 {
                 made = (candidate, name, token)
                 break
             }
-            let err = errno
+            let err = made_.errno
             TemporaryFiles.unregister(token)
             guard err == EEXIST else {
                 close(parent)
@@ -407,6 +416,7 @@ final class Staging {
         close(root)
         close(parent)
         TemporaryFiles.unregister(token)
+        if let asideToken { TemporaryFiles.unregister(asideToken) }
     }
 
     /// The directory holding `relative` (created as needed, 0755 whatever the umask), as a descriptor.
@@ -421,9 +431,10 @@ final class Staging {
                 fd = known
                 continue
             }
-            let created = mkdirat(fd, component, 0o755) == 0
-            if !created && errno != EEXIST {
-                throw SignetError.posix(errno, "cannot create directory '\(walked)' in the staging directory", path: path)
+            let made = try TemporaryFiles.guardedCall { mkdirat(fd, component, 0o755) }
+            let created = made.result == 0
+            if !created && made.errno != EEXIST {
+                throw SignetError.posix(made.errno, "cannot create directory '\(walked)' in the staging directory", path: path)
             }
             let next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard next >= 0 else {
@@ -445,10 +456,10 @@ final class Staging {
     /// Creates a new file (never an existing one, never through a link) and returns its descriptor.
     func createFile(_ relative: String) throws -> Int32 {
         let (directory, name) = try directory(for: relative)
-        let fd = openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let (fd, err) = try TemporaryFiles.guardedCall { openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard fd >= 0 else {
-            let reason = errno == EEXIST || errno == EISDIR ? "'\(relative)' is both a file and a directory in this package" : String(cString: strerror(errno))
-            throw SignetError(errno == EEXIST || errno == EISDIR ? .malformedArchive : .io, "cannot install '\(relative)': \(reason)", path: path, entry: relative)
+            let reason = err == EEXIST || err == EISDIR ? "'\(relative)' is both a file and a directory in this package" : String(cString: strerror(err))
+            throw SignetError(err == EEXIST || err == EISDIR ? .malformedArchive : .io, "cannot install '\(relative)': \(reason)", path: path, entry: relative)
         }
         return fd
     }
@@ -472,12 +483,22 @@ final class Staging {
     /// that, the old tree is moved aside first (DIR is then briefly absent). Returns whether the
     /// atomic exchange was used, and the old tree if it could not be removed.
     func install(at destination: String, replacing state: DestinationState) throws -> (exchanged: Bool, leftover: String?) {
-        let target = destination.split(separator: "/").last.map(String.init) ?? destination
         defer { _ = fsync(parent) }
+        // The renames happen only if no interruption is removing the staging tree meanwhile.
+        let old = try TemporaryFiles.guarded { try rename(to: destination, replacing: state) }
+        guard let old else { return (false, nil) }
+        // The old tree, at the staging path or aside (still registered: an interruption while
+        // it is removed removes it too).
+        return (old.exchanged, TreeRemover.removeEntry(Array(old.name.utf8CString), in: parent) ? nil : old.path)
+    }
+
+    /// The renames of ``install(at:replacing:)``; returns where the old tree went, if any.
+    private func rename(to destination: String, replacing state: DestinationState) throws -> (name: String, path: String, exchanged: Bool)? {
+        let target = destination.split(separator: "/").last.map(String.init) ?? destination
         if case .absent = state {
             if signet_renameat2(parent, name, parent, target, signet_RENAME_NOREPLACE()) == 0 {
                 TemporaryFiles.unregister(token)
-                return (false, nil)
+                return nil
             }
             guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
                 throw SignetError.posix(errno, "cannot install at", path: destination)
@@ -489,20 +510,17 @@ final class Staging {
             }
             guard renameat(parent, name, parent, target) == 0 else { throw SignetError.posix(errno, "cannot install at", path: destination) }
             TemporaryFiles.unregister(token)
-            return (false, nil)
+            return nil
         }
         if signet_renameat2(parent, name, parent, target, signet_RENAME_EXCHANGE()) == 0 {
-            // The old tree now sits at the staging path (still registered: an interruption
-            // while it is removed removes it too).
-            return (true, remove() ? nil : path)
+            return (name, path, true)
         }
         guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
             throw SignetError.posix(errno, "cannot replace", path: destination)
         }
         let aside = TemporaryFiles.name(besides: destination, tag: "old")
         let asideName = String(aside.split(separator: "/").last!)
-        let asideToken = TemporaryFiles.register(aside, tree: true)
-        defer { TemporaryFiles.unregister(asideToken) }
+        asideToken = TemporaryFiles.register(aside, tree: true)
         guard renameat(parent, target, parent, asideName) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination) }
         guard renameat(parent, name, parent, target) == 0 else {
             let err = errno
@@ -510,7 +528,7 @@ final class Staging {
             throw SignetError.posix(err, "cannot install at", path: destination)
         }
         TemporaryFiles.unregister(token)
-        return (false, TreeRemover.removeEntry(Array(asideName.utf8CString), in: parent) ? nil : aside)
+        return (asideName, aside, false)
     }
 
     /// Removes the staging directory and everything in it. True when nothing is left.

@@ -136,8 +136,8 @@ public enum PackageBuilder {
         let temporary = TemporaryFiles.name(besides: output, tag: "pack")
         let token = TemporaryFiles.register(temporary)
         defer { TemporaryFiles.unregister(token) }
-        let fd = Paths.open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw SignetError.posix(errno, "cannot create the package beside", path: output) }
+        let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
+        guard fd >= 0 else { throw SignetError.posix(err, "cannot create the package beside", path: output) }
         let archive = ArchiveOutput(descriptor: fd, path: output)
         var committed = false
         defer { if !committed { unlink(temporary) } }
@@ -188,7 +188,8 @@ public enum PackageBuilder {
         try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
         // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
         try archive.sync()
-        guard rename(temporary, output) == 0 else { throw SignetError.posix(errno, "cannot write the package", path: output) }
+        let renamed = try TemporaryFiles.guardedCall { rename(temporary, output) }
+        guard renamed.result == 0 else { throw SignetError.posix(renamed.errno, "cannot write the package", path: output) }
         committed = true
         AtomicFile.syncDirectory(directory)
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
@@ -394,9 +395,8 @@ final class ParallelDeflate {
         for _ in 0..<count {
             let path = TemporaryFiles.name(besides: output, tag: "deflate")
             tokens.append(TemporaryFiles.register(path))
-            let fd = Paths.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
             guard fd >= 0 else {
-                let err = errno
                 remove()
                 throw SignetError.posix(err, "cannot create a temporary file beside", path: output)
             }
@@ -459,7 +459,11 @@ final class ParallelDeflate {
         }
 
         func run() throws {
-            let writer = try ZipWriter(creatingAt: path)
+            // Through a descriptor of the file made (and registered) for it: libzip writing to a
+            // path would make a temporary file of its own that an interruption cannot know.
+            let fd = Paths.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw SignetError.posix(errno, "cannot open the temporary archive", path: path) }
+            let writer = try ZipWriter(writingTo: ArchiveOutput(descriptor: fd, path: path))
             for (index, method) in files {
                 try writer.add(String(index), source: ResourceSource(ledger, index: index), compression: method, permissions: 0o644)
             }

@@ -235,24 +235,56 @@ public enum Reverifier {
     }
 
     static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
-        let started = DispatchTime.now()
-        func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
         var root = root
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
-        let manifestBytes: [UInt8]
-        let manifestSignature: [UInt8]
-        do {
-            manifestBytes = try InputFile.open(root + "/.signet/manifest.json", what: "installed manifest", followSymlinks: false).readAll(limit: 64 << 20, what: "installed manifest")
-            manifestSignature = try readSmallFile(root + "/.signet/manifest.json.sig", what: "installed manifest signature", limit: 64 * 1024)
-        } catch let error as SignetError where error.code == .fileNotFound {
+        // Everything is read through one descriptor of the tree, so the report is about one
+        // tree even while unpack swaps DIR. A swap during the check shows as DIR naming another
+        // directory afterwards; the check is then made again on the tree DIR names now.
+        var attempt = 0
+        while true {
+            attempt += 1
+            let fd = Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { throw SignetError.posix(errno, "cannot open the installed tree", path: root) }
+            defer { close(fd) }
+            let report = try verifyTree(fd, root: root, policy: policy, options: options, cancelled: cancelled)
+            var held = stat()
+            let named = Paths.lstat(root)
+            if fstat(fd, &held) == 0, let named, held.st_dev == named.st_dev, held.st_ino == named.st_ino { return report }
+            if attempt == 3 { return report }
+        }
+    }
+
+    /// Reads a small file below the tree's descriptor (never through a link); nil when absent.
+    static func readBeneath(_ root: Int32, _ relative: String, rootPath: String, what: String, limit: Int) throws -> [UInt8]? {
+        let fd = signet_open_beneath(root, relative, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw SignetError.posix(errno, "cannot open \(what)", path: rootPath + "/" + relative)
+        }
+        return try InputFile.adopt(fd, path: rootPath + "/" + relative, what: what).readAll(limit: limit, what: what)
+    }
+
+    private static func verifyTree(_ rootFD: Int32, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
+        let started = DispatchTime.now()
+        func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
+        guard let manifestBytes = try readBeneath(rootFD, ".signet/manifest.json", rootPath: root, what: "installed manifest", limit: 64 << 20),
+              let manifestSignature = try readBeneath(rootFD, ".signet/manifest.json.sig", rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
         }
-        let certificates = root + "/.signet/certs/"
-        let signerCertificate = try? readSmallFile(certificates + "signer.der", what: "signer certificate")
-        let chain = ((try? FileManager.default.contentsOfDirectory(atPath: certificates)) ?? [])
-            .filter { $0.hasPrefix("chain-") && $0.hasSuffix(".der") }
-            .sorted { UInt($0.dropFirst(6).dropLast(4)) ?? 0 < UInt($1.dropFirst(6).dropLast(4)) ?? 0 }
-            .compactMap { try? readSmallFile(certificates + $0, what: "certificate") }
+        let signerCertificate = try readBeneath(rootFD, ".signet/certs/signer.der", rootPath: root, what: "signer certificate", limit: 1 << 20)
+        var chain: [[UInt8]] = []
+        let certificates = signet_open_beneath(rootFD, ".signet/certs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if certificates >= 0 {
+            defer { close(certificates) }
+            let names = TreeRemover.entries(of: certificates).map { String(decoding: $0.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+                .filter { $0.hasPrefix("chain-") && $0.hasSuffix(".der") && UInt($0.dropFirst(6).dropLast(4)) != nil }
+                .sorted { UInt($0.dropFirst(6).dropLast(4))! < UInt($1.dropFirst(6).dropLast(4))! }
+            for name in names {
+                if let der = try readBeneath(rootFD, ".signet/certs/" + name, rootPath: root, what: "certificate", limit: 1 << 20) { chain.append(der) }
+            }
+        } else if errno != ENOENT {
+            throw SignetError.posix(errno, "cannot read the certificates of", path: root + "/.signet/certs")
+        }
         let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
         let signer = try PackageReader.manifestSigner(manifestBytes, signature: manifestSignature, policy: resolved)
         let manifest = try Manifest.parse(manifestBytes, source: root + "/.signet/manifest.json")
@@ -264,14 +296,14 @@ public enum Reverifier {
                               files: [], attributesSupported: true, duration: elapsed())
         }
         try options.checkSelectors(against: manifest, root: root)
-        let checker = TreeChecker(root: root, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair)
+        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair)
         let listed = manifest.files.filter { options.selects($0.path) }
         var reports = parallelMap(listed) { file -> FileReport? in
             cancelled.isSet ? nil : checker.check(file)
         }.compactMap { $0 }
         if cancelled.isSet { throw CancellationError() }
         let known = Set(manifest.files.map(\.path))
-        for path in try diskFiles(root) where !known.contains(path) && options.selects(path) {
+        for path in try diskFiles(rootFD, root: root) where !known.contains(path) && options.selects(path) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
         reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
@@ -279,27 +311,39 @@ public enum Reverifier {
                           files: reports, attributesSupported: !checker.sawUnsupported.isSet, duration: elapsed())
     }
 
-    /// Every non-directory below `root`, relative, outside `.signet/`; links are listed, not followed.
-    static func diskFiles(_ root: String) throws -> [String] {
+    /// Every non-directory below the tree, relative, outside `.signet/`; links are listed, not
+    /// followed. Walked through descriptors, so depth and path length are never limited.
+    static func diskFiles(_ rootFD: Int32, root: String) throws -> [String] {
         var found: [String] = []
-        func walk(_ directory: String, _ prefix: String) throws {
-            guard let handle = opendir(directory) else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+        func walk(_ directory: Int32, _ prefix: String) throws {
+            let copy = dup(directory)
+            guard copy >= 0, let handle = fdopendir(copy) else {
+                throw SignetError.posix(errno, "cannot read directory", path: prefix.isEmpty ? root : root + "/" + prefix)
+            }
             defer { closedir(handle) }
+            rewinddir(handle)
             while let entry = readdir(handle) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
                 if name == "." || name == ".." || (prefix.isEmpty && name == ".signet") { continue }
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
-                // The directory entry says what it is on most filesystems; lstat only when it does not.
+                // The directory entry says what it is on most filesystems; fstatat only when it does not.
                 var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
                 if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
                     var info = stat()
-                    guard lstat(directory + "/" + name, &info) == 0 else { continue }
+                    guard fstatat(dirfd(handle), name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
                     isDirectory = info.st_mode & S_IFMT == S_IFDIR
                 }
-                if isDirectory { try walk(directory + "/" + name, relative) } else { found.append(relative) }
+                if isDirectory {
+                    let sub = openat(dirfd(handle), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                    guard sub >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: root + "/" + relative) }
+                    defer { close(sub) }
+                    try walk(sub, relative)
+                } else {
+                    found.append(relative)
+                }
             }
         }
-        try walk(root, "")
+        try walk(rootFD, "")
         return found
     }
 
@@ -340,9 +384,9 @@ final class TreeChecker: @unchecked Sendable {
     let repair: Bool
     let sawUnsupported = CancellationFlag()
 
-    init(root: String, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool) {
+    init(root: String, descriptor: Int32, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool) {
         self.root = root
-        self.rootDescriptor = Glibc.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        self.rootDescriptor = dup(descriptor)
         self.manifest = manifest
         self.key = key
         self.algorithm = algorithm
@@ -390,7 +434,7 @@ final class TreeChecker: @unchecked Sendable {
         }
         // The sidecar is read only when the attribute cannot vouch for the file.
         var validSidecar: [UInt8]? {
-            guard let bytes = try? readSmallFile(root + "/.signet/sigs/" + file.path + ".sig", what: "sidecar signature", limit: 64 * 1024),
+            guard let bytes = try? Reverifier.readBeneath(rootDescriptor, ".signet/sigs/" + file.path + ".sig", rootPath: root, what: "sidecar signature", limit: 64 * 1024),
                   verifies(bytes) else { return nil }
             return bytes
         }

@@ -31,9 +31,18 @@ public enum SignatureFiles {
             }
         }
         var staged: [(temporary: String, target: String)] = []
-        defer { for entry in staged { unlink(entry.temporary) } }
+        var tokens: [Int] = []
+        defer {
+            for entry in staged {
+                unlink(entry.temporary)
+                unlink(entry.temporary + ".old")
+            }
+            tokens.forEach(TemporaryFiles.unregister)
+        }
         for (signature, path) in zip(signatures, paths) {
             let temporary = AtomicFile.temporaryPath(beside: path, tag: "staged-\(staged.count)")
+            tokens.append(TemporaryFiles.register(temporary))
+            tokens.append(TemporaryFiles.register(temporary + ".old"))
             staged.append((temporary, path))
             try AtomicFile.write(signature.bytes, to: temporary, mode: 0o644, replace: false)
         }
@@ -44,6 +53,12 @@ public enum SignatureFiles {
                 if let backup = entry.backup { rename(backup, entry.target) } else { unlink(entry.target) }
             }
         }
+        try TemporaryFiles.guarded { try commit(staged, &committed, rollBack) }
+        for entry in committed { if let backup = entry.backup { unlink(backup) } }
+        AtomicFile.syncDirectories(of: paths)
+    }
+
+    private static func commit(_ staged: [(temporary: String, target: String)], _ committed: inout [(target: String, backup: String?)], _ rollBack: () -> Void) throws {
         for entry in staged {
             var backup: String? = entry.temporary + ".old"
             if link(entry.target, backup!) != 0 {
@@ -62,7 +77,5 @@ public enum SignatureFiles {
             }
             committed.append((entry.target, backup))
         }
-        for entry in committed { if let backup = entry.backup { unlink(backup) } }
-        AtomicFile.syncDirectories(of: paths)
     }
 }
