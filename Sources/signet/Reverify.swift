@@ -89,9 +89,7 @@ struct Reverify: ParsableCommand {
         var trees: [TreeReport] = []
         var files: [FileReport] = []
         for path in paths {
-            var isDirectory: ObjCBool = false
-            if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue,
-               (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) == nil {
+            if Reverifier.isDirectory(atPath: path) {
                 trees.append(try Reverifier.verifyTree(at: path, policy: policy, options: options))
             } else {
                 files.append(Reverifier.verifyFile(at: path, policy: policy))

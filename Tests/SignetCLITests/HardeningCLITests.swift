@@ -197,4 +197,109 @@ struct HardeningCLITests {
         let longPack = try CLI.run(["pack", work.directory.file("long"), "--out", work.directory.file("long.zip")] + key)
         #expect(longPack.status == 2 && longPack.stderr.contains("4087"), "\(longPack.status) \(longPack.stderr)")
     }
+
+    @Test("a destination the user may not read is exit 5 with Signet's message, no Foundation text")
+    func unreadableDestination() throws {
+        guard getuid() == 0 else {
+            print("skipped: needs root to act as nobody with setpriv")
+            return
+        }
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        chmod(work.path, 0o755)
+        chmod(work.keys, 0o755)
+        chmod(package, 0o644)
+        let locked = work.directory.file("locked")
+        try FileManager.default.createDirectory(atPath: locked, withIntermediateDirectories: true)
+        try work.directory.write("locked/mine.txt", Data("root's\n".utf8))
+        chmod(locked, 0o700)
+        let result = try run("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.binary, "unpack", package,
+                                          "--dest", locked, "--pubkey", work.publicDER, "--json"])
+        #expect(result.status == 5, "\(result.status) \(result.stderr)")
+        #expect(!result.stderr.contains("NSCocoaErrorDomain") && !result.stderr.contains("Code=") && result.stderr.contains("permission denied"), "\(result.stderr)")
+        #expect((try result.json()["error"] as? [String: Any])?["code"] as? String == "permission-denied")
+    }
+
+    @Test("unpack ignores the umask: folders 0755, files the manifest's 0644/0755; --state leaves no lock file beside it")
+    func modesAndStateLock() throws {
+        let work = try Workspace()
+        try FileManager.default.createDirectory(atPath: work.directory.file("src/bin/deep"), withIntermediateDirectories: true)
+        try work.directory.write("src/bin/deep/tool", Data("#!/bin/sh\n".utf8), mode: 0o755)
+        try work.directory.write("src/app.conf", Data("x\n".utf8))
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        let app = work.directory.file("app"), state = work.directory.file("state.json")
+        let result = try run("sh", ["-c", "umask 077; exec \"$@\"", "sh", CLI.binary, "unpack", package, "--dest", app, "--pubkey", work.publicDER, "--state", state])
+        #expect(result.status == 0, "\(result.stderr)")
+        func mode(_ path: String) throws -> Int { (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1 }
+        #expect(try mode(app) == 0o755)
+        #expect(try mode(app + "/bin") == 0o755)
+        #expect(try mode(app + "/bin/deep") == 0o755)
+        #expect(try mode(app + "/.signet/sigs/bin") == 0o755)
+        #expect(try mode(app + "/bin/deep/tool") == 0o755)
+        #expect(try mode(app + "/app.conf") == 0o644)
+        #expect(FileManager.default.fileExists(atPath: state))
+        #expect(!FileManager.default.fileExists(atPath: state + ".lock"), "the state file locks itself")
+        let siblings = try FileManager.default.contentsOfDirectory(atPath: work.path).filter { $0.hasPrefix(".") }
+        #expect(siblings == [".app.signet-lock"], "one documented lock file beside DIR, nothing else: \(siblings)")
+    }
+
+    @Test("sign writes all signatures or none: a target that cannot be written stops every one")
+    func signAllOrNothing() throws {
+        let work = try Workspace()
+        let a = try work.directory.write("a.txt", Data("a\n".utf8)), b = try work.directory.write("b.txt", Data("b\n".utf8))
+        try work.directory.write("a.txt.sig", Data("old signature\n".utf8))
+        try FileManager.default.createDirectory(atPath: b + ".sig", withIntermediateDirectories: true)
+        let result = try CLI.run(["sign", a, b, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(result.status == 5, "\(result.status) \(result.stderr)")
+        #expect(try contents(a + ".sig") == Data("old signature\n".utf8), "a.txt.sig untouched")
+        let strays = try FileManager.default.contentsOfDirectory(atPath: work.path).filter { $0.hasPrefix(".") }
+        #expect(strays.isEmpty, "no staged files left: \(strays)")
+    }
+
+    @Test("install, reverify and pack below a path longer than PATH_MAX, from a working directory above it")
+    func longRelativePaths() throws {
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        var relative = ""
+        while relative.utf8.count < 4_300 { relative += (relative.isEmpty ? "" : "/") + String(repeating: "p", count: 250) }
+        // Made one folder at a time: the whole relative path is too long for mkdir -p.
+        let made = try run("python3", ["-c", "import os, sys\nos.chdir(sys.argv[1])\nfor part in sys.argv[2].split('/'):\n    os.mkdir(part); os.chdir(part)", work.path, relative])
+        #expect(made.status == 0, "\(made.stderr)")
+        let dest = relative + "/app"
+        let unpack = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER], directory: work.path)
+        #expect(unpack.status == 0, "\(unpack.stderr)")
+        let reverify = try CLI.run(["reverify", dest, "--pubkey", work.publicDER], directory: work.path)
+        #expect(reverify.status == 0, "\(reverify.stdoutText) \(reverify.stderr)")
+        let again = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER], directory: work.path)
+        #expect(again.status == 0, "replacing it works too: \(again.stderr)")
+        let pack = try CLI.run(["pack", dest + "/app.conf", "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "re", "--version", "1",
+                                "--out", "repacked.zip"], directory: work.path)
+        #expect(pack.status == 0, "\(pack.stderr)")
+    }
+
+    @Test("a replaced tree that cannot be removed is warned about, reported in JSON, and removed by the next unpack")
+    func leftoverReported() throws {
+        let work = try Workspace()
+        try FileManager.default.createDirectory(atPath: work.directory.file("src/busy"), withIntermediateDirectories: true)
+        try work.directory.write("src/busy/file.txt", Data("x\n".utf8))
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        let app = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
+        // A mount inside the installed tree: the old tree moves with it and cannot be removed.
+        guard let mount = try ScratchMount.mount("tmpfs", options: "size=1m", at: app + "/busy-mount", untested: "a leftover old tree") else { return }
+        defer { mount.unmount() }
+        let replaced = try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--json"])
+        #expect(replaced.status == 0, "the install itself succeeded: \(replaced.stderr)")
+        let leftover = try #require(try replaced.json()["leftover"] as? String)
+        #expect(replaced.stderr.contains("signet: warning:") && replaced.stderr.contains("could not be removed"), "\(replaced.stderr)")
+        #expect(FileManager.default.fileExists(atPath: leftover))
+        #expect(try CLI.run(["reverify", app, "--pubkey", work.publicDER]).status == 0, "the new tree is whole")
+        #expect(try run("umount", [leftover + "/busy-mount"]).status == 0)
+        #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: leftover), "the next unpack removed it")
+    }
 }

@@ -146,6 +146,30 @@ struct InstallTests {
         #expect(try Self.leftovers(directory.path, except: []).isEmpty, "the staging directory was removed")
     }
 
+    @Test("a failed install of a package 2,000 folders deep removes its staging (no PATH_MAX, no descriptor per level)")
+    func deepFailureLeavesNothing() throws {
+        let directory = try TemporaryDirectory()
+        let root = directory.file("deep")
+        let relative = Array(repeating: "d", count: 2_000).joined(separator: "/") + "/f.txt"
+        #expect(relative.utf8.count <= ResourcePath.maximumResourceLength)
+        let made = try run("python3", ["-c", "import os, sys\nos.chdir(sys.argv[1])\nfor part in sys.argv[2].split('/')[:-1]:\n    os.mkdir(part); os.chdir(part)\nopen('f.txt', 'w').write('deep')",
+                                         directory.path, "deep/" + relative])
+        #expect(made.status == 0, "\(made.stderr)")
+        try Data("last\n".utf8).write(to: URL(fileURLWithPath: root + "/z.txt"))
+        let package = directory.file("deep.zip")
+        _ = try PackageBuilder.pack([root], to: package, signer: Signer(key: Fixtures.signingKey()), options: Self.options)
+        let broken = directory.file("broken.zip")
+        let generator = Bundle.module.url(forResource: "Hostile", withExtension: nil)!.path + "/hostile.py"
+        #expect(try run("python3", [generator, package, Fixtures.key("rsa2048-pkcs8.pem"), "modified-last", broken]).status == 0)
+        let error = signetError { _ = try Installer.install(broken, to: directory.file("app"), policy: Self.policy) }
+        #expect(error?.code.name == "modified", "\(error?.description ?? "installed")")
+        #expect(try Self.leftovers(directory.path, except: []).isEmpty, "the deep staging directory was removed")
+        // And the whole deep tree installs, and is removed whole when it is replaced.
+        _ = try Installer.install(package, to: directory.file("app"), policy: Self.policy)
+        _ = try Installer.install(package, to: directory.file("app"), policy: Self.policy)
+        #expect(try Self.leftovers(directory.path, except: []).isEmpty, "the replaced deep tree was removed")
+    }
+
     @Test("--bare: a package made by openssl dgst and zip installs; unsigned or tampered files do not")
     func bare() throws {
         let directory = try TemporaryDirectory()

@@ -80,20 +80,54 @@ enum TreeRemover {
     }
 
     /// Removes the entry `name` (NUL-terminated raw bytes: names need not be UTF-8) of `parent`.
+    ///
+    /// A directory is emptied depth first holding one descriptor at a time (it climbs back with
+    /// `..`), so no depth runs out of descriptors. A folder that cannot be emptied (a mount
+    /// point, an immutable file) is remembered and not entered again, so the walk always ends.
     static func removeEntry(_ name: [CChar], in parent: Int32) -> Bool {
         if unlinkat(parent, name, 0) == 0 || errno == ENOENT { return true }
         guard errno == EISDIR || errno == EPERM || errno == EACCES else { return false }
-        let directory = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard directory >= 0 else { return errno == ENOENT }
-        // A folder made read-only (0555) would keep its entries: make it writable first.
-        _ = fchmod(directory, 0o700)
-        var removed = true
-        for child in entries(of: directory) {
-            removed = removeEntry(child, in: directory) && removed
+        var current = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard current >= 0 else { return errno == ENOENT }
+        _ = fchmod(current, 0o700)
+        var path: [[CChar]] = []
+        var stuck = Set<[UInt64]>()
+        func identity(_ fd: Int32) -> [UInt64] {
+            var info = stat()
+            return fstat(fd, &info) == 0 ? [UInt64(info.st_dev), UInt64(info.st_ino)] : []
         }
-        close(directory)
-        if unlinkat(parent, name, AT_REMOVEDIR) != 0 && errno != ENOENT { removed = false }
-        return removed
+        while true {
+            var descended = false
+            for child in entries(of: current) {
+                if unlinkat(current, child, 0) == 0 || errno == ENOENT { continue }
+                guard errno == EISDIR || errno == EPERM || errno == EACCES else { continue }
+                let next = openat(current, child, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                guard next >= 0 else { continue }
+                if stuck.contains(identity(next)) {
+                    close(next)
+                    continue
+                }
+                // A folder made read-only (0555) would keep its entries: make it writable first.
+                _ = fchmod(next, 0o700)
+                close(current)
+                current = next
+                path.append(child)
+                descended = true
+                break
+            }
+            if descended { continue }
+            // `current` holds nothing more that can go: remove it from its parent.
+            guard let last = path.popLast() else {
+                close(current)
+                return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT
+            }
+            let here = identity(current)
+            let up = openat(current, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            close(current)
+            guard up >= 0 else { return false }
+            current = up
+            if unlinkat(current, last, AT_REMOVEDIR) != 0 && errno != ENOENT { stuck.insert(here) }
+        }
     }
 
     /// The raw names in a directory (without . and ..), NUL-terminated, read through a

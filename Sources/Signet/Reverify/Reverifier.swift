@@ -347,6 +347,13 @@ public enum Reverifier {
         return found
     }
 
+    /// Whether `path` is a directory itself (not a link to one), for choosing between
+    /// ``verifyTree(at:policy:options:)`` and ``verifyFile(at:policy:)``. Paths of any length.
+    public static func isDirectory(atPath path: String) -> Bool {
+        guard let info = Paths.lstat(path) else { return false }
+        return info.st_mode & S_IFMT == S_IFDIR
+    }
+
     // MARK: Async
 
     /// ``verifyFile(at:policy:)`` off the calling thread.
