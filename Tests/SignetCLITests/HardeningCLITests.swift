@@ -302,4 +302,20 @@ struct HardeningCLITests {
         #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: leftover), "the next unpack removed it")
     }
+
+    @Test("numbers at the extremes from the command line never trap")
+    func extremeNumbers() throws {
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, extra: ["--expires", "9999-12-31T23:59:59Z"], out: package)
+        for skew in ["9223372036854775807", "0"] {
+            let inspect = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--clock-skew", skew])
+            #expect(inspect.status == 0, "--clock-skew \(skew): \(inspect.status) \(inspect.stderr)")
+        }
+        let huge = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--max-total-size", "18446744073709551615", "--max-files", "9223372036854775807"])
+        #expect(huge.status == 0, "\(huge.status) \(huge.stderr)")
+        let epoch = try CLI.run(["pack", work.directory.file("src"), "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "e",
+                                 "--version", "1", "--out", work.directory.file("e.zip")], environment: ["SOURCE_DATE_EPOCH": "99999999999999"])
+        #expect(epoch.status == 2 && epoch.stderr.contains("SOURCE_DATE_EPOCH"), "\(epoch.status) \(epoch.stderr)")
+    }
 }

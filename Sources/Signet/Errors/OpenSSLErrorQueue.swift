@@ -55,7 +55,10 @@ enum OpenSSLErrorQueue {
 /// Runs `body` with a read-only memory BIO over `bytes`; the BIO does not outlive the call.
 func withMemoryBIO<R>(_ bytes: [UInt8], _ body: (OpaquePointer) throws -> R) throws -> R {
     try bytes.withUnsafeBytes { raw in
-        guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else {
+        guard let length = Int32(exactly: raw.count) else {
+            throw SignetError(.malformedInput, "an input of \(raw.count) bytes is too large for OpenSSL to read")
+        }
+        guard let bio = BIO_new_mem_buf(raw.baseAddress, length) else {
             throw OpenSSLErrorQueue.error(.crypto, "could not allocate a memory BIO")
         }
         defer { BIO_free(bio) }

@@ -38,8 +38,8 @@ extension SignetError {
     /// underneath and the file it names, exit 5.
     public static func environment(_ error: NSError) -> SignetError {
         let path = (error.userInfo[NSFilePathErrorKey] as? String) ?? (error.userInfo[NSURLErrorKey] as? URL)?.path ?? "?"
-        let underlying = (error.userInfo[NSUnderlyingErrorKey] as? NSError).flatMap { $0.domain == NSPOSIXErrorDomain ? Int32($0.code) : nil }
-        let code = error.domain == NSPOSIXErrorDomain ? Int32(error.code) : underlying
+        let underlying = (error.userInfo[NSUnderlyingErrorKey] as? NSError).flatMap { $0.domain == NSPOSIXErrorDomain ? Int32(exactly: $0.code) : nil }
+        let code = error.domain == NSPOSIXErrorDomain ? Int32(exactly: error.code) : underlying
         switch (code, error.code) {
         case (let errno?, _): return posix(errno, "cannot use", path: path)
         case (nil, 257), (nil, 513): return posix(EACCES, "cannot use", path: path)

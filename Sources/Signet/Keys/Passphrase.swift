@@ -32,7 +32,7 @@ public struct Passphrase: Sendable {
     func withCString<R>(_ body: (UnsafePointer<CChar>, Int32) throws -> R) rethrows -> R {
         var copy = storage.bytes.map { CChar(bitPattern: $0) } + [0]
         defer { copy.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
-        return try copy.withUnsafeBufferPointer { try body($0.baseAddress!, Int32(storage.bytes.count)) }
+        return try copy.withUnsafeBufferPointer { try body($0.baseAddress!, Int32(clamping: storage.bytes.count)) }
     }
 }
 
