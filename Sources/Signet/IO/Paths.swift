@@ -156,11 +156,6 @@ enum TreeRemover {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix { $0 != 0 }.map { CChar(bitPattern: $0) } }
             if name != [0x2e] && name != [0x2e, 0x2e] { names.append(name + [0]) }
         }
-        if errno != 0 {
-            let err = errno
-            errno = err
-            return nil
-        }
-        return names
+        return errno == 0 ? names : nil
     }
 }

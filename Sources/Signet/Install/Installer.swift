@@ -373,19 +373,19 @@ final class Staging {
             let candidate = TemporaryFiles.name(besides: destination, tag: "staging")
             let token = TemporaryFiles.register(candidate, tree: true)
             let name = String(candidate.split(separator: "/").last!)
-            let made_: (result: Int32, errno: Int32)
+            let attempt: (result: Int32, errno: Int32)
             do {
-                made_ = try TemporaryFiles.guardedCall { mkdirat(parent, name, 0o700) }
+                attempt = try TemporaryFiles.guardedCall { mkdirat(parent, name, 0o700) }
             } catch {
                 TemporaryFiles.unregister(token)
                 close(parent)
                 throw error
             }
-            if made_.result == 0 {
+            if attempt.result == 0 {
                 made = (candidate, name, token)
                 break
             }
-            let err = made_.errno
+            let err = attempt.errno
             TemporaryFiles.unregister(token)
             guard err == EEXIST else {
                 close(parent)

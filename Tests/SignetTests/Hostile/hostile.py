@@ -191,6 +191,15 @@ def record_of(wanted):
 def end_record():
     return raw.rindex(b"PK\x05\x06")
 
+def add_central_extra(position, extra):
+    """Appends an extra field to the central record at `position` (zipfile cannot write one there)."""
+    name_length, extra_length = struct.unpack("<HH", raw[position + 28:position + 32])
+    insert_at = position + 46 + name_length + extra_length
+    raw[position + 30:position + 32] = struct.pack("<H", extra_length + len(extra))
+    raw[insert_at:insert_at] = extra
+    end = end_record()
+    raw[end + 12:end + 16] = struct.pack("<I", struct.unpack("<I", raw[end + 12:end + 16])[0] + len(extra))
+
 if mutation in ("descriptor-crc", "descriptor-size"):
     position, local = record_of(first)
     name_length, extra_length = struct.unpack("<HH", raw[local + 26:local + 30])
@@ -250,17 +259,10 @@ if mutation == "flag-strong-encryption":
     raw[position + 8] |= 0x40
     raw[local + 6] |= 0x40
 if mutation == "unicode-path-extra":
-    # zipfile cannot write extras into the central directory: rebuild that record with one.
     position, local = record_of(first)
-    name_length, extra_length, comment_length = struct.unpack("<HHH", raw[position + 28:position + 34])
-    old_name = raw[position + 46:position + 46 + name_length]
+    name_length = struct.unpack("<H", raw[position + 28:position + 30])[0]
     unicode_name = b"other-name.txt"
-    extra = struct.pack("<HHBI", 0x7075, 5 + len(unicode_name), 1, zlib.crc32(old_name)) + unicode_name
-    insert_at = position + 46 + name_length + extra_length
-    raw[position + 30:position + 32] = struct.pack("<H", extra_length + len(extra))
-    raw[insert_at:insert_at] = extra
-    end = end_record()
-    raw[end + 12:end + 16] = struct.pack("<I", struct.unpack("<I", raw[end + 12:end + 16])[0] + len(extra))
+    add_central_extra(position, struct.pack("<HHBI", 0x7075, 5 + len(unicode_name), 1, zlib.crc32(raw[position + 46:position + 46 + name_length])) + unicode_name)
 if mutation == "stored-size":
     position, local = record_of(first)
     size = struct.unpack("<I", raw[position + 24:position + 28])[0]
@@ -268,13 +270,7 @@ if mutation == "stored-size":
     raw[local + 22:local + 26] = struct.pack("<I", size - 1)
 if mutation == "extra-damaged":
     position, local = record_of(first)
-    name_length, extra_length, comment_length = struct.unpack("<HHH", raw[position + 28:position + 34])
-    extra = struct.pack("<HH", 0xCAFE, 200) + b"xx"
-    insert_at = position + 46 + name_length + extra_length
-    raw[position + 30:position + 32] = struct.pack("<H", extra_length + len(extra))
-    raw[insert_at:insert_at] = extra
-    end = end_record()
-    raw[end + 12:end + 16] = struct.pack("<I", struct.unpack("<I", raw[end + 12:end + 16])[0] + len(extra))
+    add_central_extra(position, struct.pack("<HH", 0xCAFE, 200) + b"xx")
 if mutation == "cd-trailing-bytes":
     end = end_record()
     raw[end:end] = b"TRAILING"
