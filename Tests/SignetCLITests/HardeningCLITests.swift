@@ -66,6 +66,8 @@ struct HardeningCLITests {
             #expect(result.status == 2, "--only '\(selector)': \(result.status) \(result.stdoutText)")
             #expect((try? result.json()["error"] as? [String: Any])?["code"] as? String == "usage", "--only '\(selector)'")
         }
+        let nothing = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--exclude", "*"])
+        #expect(nothing.status == 2, "excluding every file checks nothing: \(nothing.status) \(nothing.stderr)")
         let bin = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--only", "bin/", "--json"])
         #expect(bin.status == 0, "the untouched subtree verifies: \(bin.stdoutText)")
         let whole = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--only", "app.conf"])

@@ -110,6 +110,9 @@ public struct ReverifyOptions: Sendable {
                 throw SignetError(.usage, "--only '\(selector)' matches no file in the signed manifest of '\(root)'; check the spelling (paths are relative to the tree, e.g. --only bin)", path: root)
             }
         }
+        if !manifest.files.isEmpty, !manifest.files.contains(where: { selects($0.path) }) {
+            throw SignetError(.usage, "--only and --exclude leave no file of '\(root)' to check; a check of nothing cannot pass. Narrow --exclude", path: root)
+        }
     }
 
     func selects(_ path: String) -> Bool {

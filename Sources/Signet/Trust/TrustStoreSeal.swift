@@ -101,28 +101,31 @@ public enum TrustStoreSeal {
     /// (the first directory on the path, nil at the top). Links and other non-files are refused.
     static func files(in directory: String) throws -> [(String, String?)] {
         var found: [(String, String?)] = []
-        func walk(_ path: String, _ prefix: String) throws {
-            guard let handle = opendir(path) else { throw SignetError.posix(errno, "cannot read trust directory", path: path) }
-            defer { closedir(handle) }
-            var names: [String] = []
-            while let entry = readdir(handle) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
-                if name == "." || name == ".." || (prefix.isEmpty && (name == fileName || name == signatureName)) { continue }
-                names.append(name)
-            }
+        // Through descriptors (openat, fstatat), so neither depth nor path length limits it.
+        func walk(_ fd: Int32, _ path: String, _ prefix: String) throws {
+            guard let raw = TreeRemover.entriesOrError(of: fd) else { throw SignetError.posix(errno, "cannot read trust directory", path: path) }
+            let names = raw.map { String(decoding: $0.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+                .filter { !(prefix.isEmpty && ($0 == fileName || $0 == signatureName)) }
             for name in names.sorted() {
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
                 var info = stat()
-                guard lstat(path + "/" + name, &info) == 0 else { throw SignetError.posix(errno, "cannot read", path: path + "/" + name) }
+                guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { throw SignetError.posix(errno, "cannot read", path: path + "/" + name) }
                 switch info.st_mode & S_IFMT {
-                case S_IFDIR: try walk(path + "/" + name, relative)
+                case S_IFDIR:
+                    let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                    guard sub >= 0 else { throw SignetError.posix(errno, "cannot read trust directory", path: path + "/" + name) }
+                    defer { close(sub) }
+                    try walk(sub, path + "/" + name, relative)
                 case S_IFREG: found.append((relative, relative.split(separator: "/").count > 1 ? String(relative.split(separator: "/")[0]) : nil))
                 default:
                     throw SignetError(.malformedInput, "'\(path)/\(name)' in a trust directory is not a regular file; trust directories hold key and certificate files only", path: path + "/" + name)
                 }
             }
         }
-        try walk(directory, "")
+        let fd = Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot read trust directory", path: directory) }
+        defer { close(fd) }
+        try walk(fd, directory, "")
         return found
     }
 
