@@ -280,41 +280,37 @@ public enum PackageBuilder {
         return inputs
     }
 
-    /// Walks a directory through descriptors (`openat`, `fstatat`), so depth and the length of
-    /// the path that leads to it are never limited by PATH_MAX.
+    /// Walks a directory one folder at a time, without recursion (no depth exhausts a thread's
+    /// stack) and holding one folder's descriptor at a time (no depth exhausts descriptors);
+    /// folders are opened in pieces where their path is longer than PATH_MAX.
     private static func walk(directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
-        let fd = Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
-        defer { close(fd) }
-        try walk(fd, path: directory, prefix: prefix, followSymlinks: followSymlinks, visited: &visited, into: &inputs)
-    }
-
-    private static func walk(_ fd: Int32, path directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
-        guard visited.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted else {
-            throw SignetError(.usage, "'\(directory)' leads back to a directory already being packed (a symbolic link loop)", path: directory)
-        }
-        for raw in TreeRemover.entries(of: fd) {
-            guard let name = String(validating: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
-                throw SignetError(.usage, "a file name in '\(directory)' is not valid UTF-8; package paths must be UTF-8", path: directory)
+        var pending: [(path: String, prefix: String)] = [(directory, prefix)]
+        while let (directory, prefix) = pending.popLast() {
+            let fd = Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followSymlinks || prefix.isEmpty ? 0 : O_NOFOLLOW))
+            guard fd >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+            defer { close(fd) }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
+            guard visited.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted else {
+                throw SignetError(.usage, "'\(directory)' leads back to a directory already being packed (a symbolic link loop)", path: directory)
             }
-            let child = directory.hasSuffix("/") ? directory + name : directory + "/" + name
-            let packagePath = prefix.isEmpty ? name : prefix + "/" + name
-            var childInfo = stat()
-            guard fstatat(fd, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 else { throw SignetError.posix(errno, "cannot pack", path: child) }
-            if childInfo.st_mode & S_IFMT == S_IFLNK {
-                guard followSymlinks else { throw symlinkRefused(child) }
-                guard fstatat(fd, name, &childInfo, 0) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: child) }
-            }
-            switch childInfo.st_mode & S_IFMT {
-            case S_IFREG: inputs.append(try input(diskPath: child, packagePath: packagePath, info: childInfo))
-            case S_IFDIR:
-                let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followSymlinks ? 0 : O_NOFOLLOW))
-                guard sub >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: child) }
-                defer { close(sub) }
-                try walk(sub, path: child, prefix: packagePath, followSymlinks: followSymlinks, visited: &visited, into: &inputs)
-            default: throw notRegular(child, childInfo.st_mode)
+            for raw in TreeRemover.entries(of: fd) {
+                guard let name = String(validating: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
+                    throw SignetError(.usage, "a file name in '\(directory)' is not valid UTF-8; package paths must be UTF-8", path: directory)
+                }
+                let child = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+                let packagePath = prefix.isEmpty ? name : prefix + "/" + name
+                var childInfo = stat()
+                guard fstatat(fd, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 else { throw SignetError.posix(errno, "cannot pack", path: child) }
+                if childInfo.st_mode & S_IFMT == S_IFLNK {
+                    guard followSymlinks else { throw symlinkRefused(child) }
+                    guard fstatat(fd, name, &childInfo, 0) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: child) }
+                }
+                switch childInfo.st_mode & S_IFMT {
+                case S_IFREG: inputs.append(try input(diskPath: child, packagePath: packagePath, info: childInfo))
+                case S_IFDIR: pending.append((child, packagePath))
+                default: throw notRegular(child, childInfo.st_mode)
+                }
             }
         }
     }

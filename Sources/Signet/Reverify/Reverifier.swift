@@ -315,11 +315,24 @@ public enum Reverifier {
     }
 
     /// Every non-directory below the tree, relative, outside `.signet/`; links are listed, not
-    /// followed. Walked through descriptors, so depth and path length are never limited.
+    /// followed. One folder at a time, each opened below the tree's descriptor (never through a
+    /// link), without recursion: neither depth nor path length is limited.
     static func diskFiles(_ rootFD: Int32, root: String) throws -> [String] {
         var found: [String] = []
-        func walk(_ directory: Int32, _ prefix: String) throws {
-            let copy = dup(directory)
+        var pending: [String] = [""]
+        while let prefix = pending.popLast() {
+            let fd: Int32
+            if prefix.isEmpty {
+                fd = dup(rootFD)
+            } else {
+                switch TreeChecker.open(prefix, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
+                case .success(let opened): fd = opened
+                case .failure(let failure): throw SignetError.posix(failure.errno, "cannot read directory", path: root + "/" + prefix)
+                }
+            }
+            guard fd >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: root) }
+            defer { close(fd) }
+            let copy = dup(fd)
             guard copy >= 0, let handle = fdopendir(copy) else {
                 throw SignetError.posix(errno, "cannot read directory", path: prefix.isEmpty ? root : root + "/" + prefix)
             }
@@ -333,20 +346,12 @@ public enum Reverifier {
                 var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
                 if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
                     var info = stat()
-                    guard fstatat(dirfd(handle), name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+                    guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
                     isDirectory = info.st_mode & S_IFMT == S_IFDIR
                 }
-                if isDirectory {
-                    let sub = openat(dirfd(handle), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                    guard sub >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: root + "/" + relative) }
-                    defer { close(sub) }
-                    try walk(sub, relative)
-                } else {
-                    found.append(relative)
-                }
+                if isDirectory { pending.append(relative) } else { found.append(relative) }
             }
         }
-        try walk(rootFD, "")
         return found
     }
 
@@ -503,12 +508,13 @@ final class TreeChecker: @unchecked Sendable {
     /// Opens `relative` (a validated resource path) below `directory` for reading, refusing a
     /// symbolic link anywhere on the path: one openat2 where the kernel has it (`useOpenat2`),
     /// else one component at a time with O_NOFOLLOW.
-    static func open(_ relative: String, beneath directory: Int32, useOpenat2: Bool = true) -> Result<Int32, OpenFailure> {
-        let flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC
+    static func open(_ relative: String, beneath directory: Int32, useOpenat2: Bool = true,
+                     flags: Int32 = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) -> Result<Int32, OpenFailure> {
         if useOpenat2 {
             let fd = signet_open_beneath(directory, relative, flags)
             if fd >= 0 { return .success(fd) }
-            guard errno == ENOSYS else { return .failure(OpenFailure(errno: errno)) }
+            // ENAMETOOLONG: a folder deeper than one call can name; walk it a component at a time.
+            guard errno == ENOSYS || errno == ENAMETOOLONG else { return .failure(OpenFailure(errno: errno)) }
         }
         var fd = directory
         let components = relative.split(separator: "/").map(String.init)
