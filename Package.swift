@@ -40,6 +40,14 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // Fuzz targets for every parser of untrusted bytes (Fuzz/SignetFuzz/main.swift,
+        // scripts/fuzz.sh). An ordinary build runs given inputs once: the tests run the seed
+        // corpus and past crashes in Tests/SignetCLITests/FuzzCorpus through it.
+        .executableTarget(
+            name: "SignetFuzz",
+            dependencies: ["Signet"],
+            path: "Fuzz/SignetFuzz"
+        ),
         // Helpers both test targets use: running peers (openssl, python3, the signet binary),
         // temporary directories.
         .target(
@@ -53,8 +61,10 @@ let package = Package(
         ),
         .testTarget(
             name: "SignetCLITests",
-            // Depending on the executable makes `swift test` build it; the tests run the binary.
-            dependencies: ["signet", "SignetTestSupport"]
+            // Depending on the executables makes `swift test` build them; the tests run the binaries.
+            dependencies: ["signet", "SignetFuzz", "SignetTestSupport"],
+            // The fuzz targets' seed corpus and past crashes (scripts/fuzz.sh adds to it).
+            resources: [.copy("FuzzCorpus")]
         ),
     ]
 )

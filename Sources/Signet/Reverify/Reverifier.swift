@@ -219,7 +219,13 @@ public enum Reverifier {
         let path: String?
 
         init?(_ descriptor: Int32) {
-            guard case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.metadata, on: descriptor),
+            guard case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.metadata, on: descriptor) else { return nil }
+            self.init(bytes: bytes)
+        }
+
+        /// Parses the attribute's value; nil unless it is a strict JSON object.
+        init?(bytes: [UInt8]) {
+            guard (try? StrictJSON.check(bytes)) != nil,
                   let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else { return nil }
             algorithm = (object["alg"] as? String).flatMap { SignatureAlgorithm(id: $0) }
             keyID = (object["key_id"] as? String).flatMap { KeyID($0) }

@@ -65,8 +65,7 @@ public enum TrustStoreSeal {
             let demand = sealKeys.isEmpty ? "--trust-salt-file" : "--trust-seal-key"
             throw broken("it has no seal (\(fileName)), but \(demand) requires one")
         }
-        guard (try? StrictJSON.check(stored)) != nil,
-              let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else {
+        guard let sealed = parse(stored) else {
             throw broken("the seal is not a signet-trust/1 document")
         }
         if !sealKeys.isEmpty {
@@ -95,6 +94,13 @@ public enum TrustStoreSeal {
         for path in Set(expected.keys).union(actual.keys).sorted() where expected[path] != actual[path] {
             throw broken(expected[path] == nil ? "'\(path)' was added" : actual[path] == nil ? "'\(path)' was removed" : "'\(path)' was changed")
         }
+    }
+
+    /// A seal's document, if `stored` is strict JSON in the signet-trust/1 shape.
+    static func parse(_ stored: [UInt8]) -> (files: [(path: String, sha256: String)], salted: Bool)? {
+        guard (try? StrictJSON.check(stored)) != nil,
+              let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else { return nil }
+        return (sealed.files.map { ($0.path, $0.sha256) }, sealed.salted)
     }
 
     /// The key and certificate files of a trust directory, relative, sorted, with their channel

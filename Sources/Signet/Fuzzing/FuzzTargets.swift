@@ -1,0 +1,64 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Entry points for the fuzzers (`Fuzz/SignetFuzz`, `scripts/fuzz.sh`): every parser that reads
+/// untrusted bytes, each behind a name. Not for applications; underscored so that it stays out
+/// of the documented API while the parsers themselves stay internal.
+public enum _FuzzTargets {
+    /// The target names.
+    public static var names: [String] { targets.keys.sorted() }
+
+    /// Runs target `name` on `bytes`. Every outcome but a crash is fine. False for an unknown name.
+    public static func run(_ name: String, _ bytes: [UInt8]) -> Bool {
+        guard let target = targets[name] else { return false }
+        target(bytes)
+        return true
+    }
+
+    private static let targets: [String: @Sendable ([UInt8]) -> Void] = [
+        // The zip reader: structure checks, libzip's view of each entry, reading every entry,
+        // then the package layout and manifest.
+        "zip": { bytes in
+            guard let path = scratch(bytes) else { return }
+            var limits = PackageLimits()
+            limits.maxFiles = 64
+            limits.maxTotalSize = 1 << 22
+            if let reader = try? ZipReader(path: path, maximumEntries: limits.maximumEntries), let entries = try? reader.entries() {
+                for entry in entries { _ = try? reader.read(entry, limit: 1 << 22, name: "entry") { _ in } }
+            }
+            _ = try? PackageReader.contents(of: path, limits: limits)
+        },
+        // The manifest parser (strict JSON, then the signet/1 shape).
+        "manifest": { bytes in _ = try? Manifest.parse(bytes) },
+        // Private keys in every format (no passphrase source: encrypted ones stop at the question).
+        "private-key": { bytes in _ = try? PrivateKey(bytes: bytes, allowWeakKey: true) },
+        // Public keys and certificates.
+        "public-key": { bytes in _ = try? PublicKey(bytes: bytes, allowWeakKey: true) },
+        // Attribute values: the IMA v2 signature and user.signet.meta.
+        "attributes": { bytes in
+            _ = IMASignature(bytes: bytes)
+            _ = Reverifier.Metadata(bytes: bytes)
+        },
+        // The trust seal document.
+        "seal": { bytes in _ = TrustStoreSeal.parse(bytes) },
+    ]
+
+    /// The zip reader reads files: one scratch file per process in /dev/shm (memory), rewritten
+    /// for each input.
+    private static func scratch(_ bytes: [UInt8]) -> String? {
+        let path = "/dev/shm/signet-fuzz-\(getpid()).zip"
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
+            guard n > 0 else { return nil }
+            written += n
+        }
+        return path
+    }
+}
