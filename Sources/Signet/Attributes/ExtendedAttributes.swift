@@ -9,8 +9,8 @@ internal import CSignetShims
 /// was opened (with O_NOFOLLOW) is the file whose attributes are read or written.
 enum ExtendedAttributes {
     /// The attribute names FORMAT.md §3 defines.
-    static let signature = "user.signet.sig"
-    static let metadata = "user.signet.meta"
+    static let signature = TreeLayout.signatureAttribute
+    static let metadata = TreeLayout.metadataAttribute
 
     /// Why an attribute call failed, as the kernel said it.
     struct Failure: Error {

@@ -160,12 +160,12 @@ public enum Installer {
             }
             guard fchmod(fd, mode_t(file.mode.permissions)) == 0 else { throw SignetError.posix(errno, "cannot set the mode of", path: file.path) }
             guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: file.path) }
-            try staging.writeFile(".signet/sigs/\(file.path).sig", signature)
+            try staging.writeFile(TreeLayout.signature(of: file.path), signature)
             files.append(file.path)
         }
         if let checked {
-            try staging.writeFile(".signet/manifest.json", checked.manifestBytes)
-            try staging.writeFile(".signet/manifest.json.sig", checked.manifestSignature)
+            try staging.writeFile(TreeLayout.manifest, checked.manifestBytes)
+            try staging.writeFile(TreeLayout.manifestSignature, checked.manifestSignature)
             for (name, entry) in layout.certificates {
                 try staging.writeFile(name, try reader.readAll(entry, limit: 1 << 20, name: name))
             }
@@ -293,9 +293,9 @@ enum DestinationState {
             throw SignetError.posix(errno, "cannot read the destination directory", path: destination)
         }
         if names.isEmpty { return .empty }
-        let manifestFD = signet_open_beneath(fd, ".signet/manifest.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        let manifestFD = signet_open_beneath(fd, TreeLayout.manifest, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         if manifestFD >= 0 {
-            let bytes = try? InputFile.adopt(manifestFD, path: destination + "/.signet/manifest.json", what: "installed manifest")
+            let bytes = try? InputFile.adopt(manifestFD, path: destination + "/" + TreeLayout.manifest, what: "installed manifest")
                 .readAll(limit: 64 << 20, what: "installed manifest")
             let manifest = bytes.flatMap { try? Manifest.parse($0) }
             if manifest != nil || force { return .installed(manifest) }

@@ -133,9 +133,10 @@ public struct Manifest: Sendable, Equatable {
     /// `StrictJSON`), `signet/1`, every field present and well-formed, known
     /// algorithm, valid paths without duplicates (also after Unicode normalisation), `expires`
     /// not before `created`. Throws ``SignetError/Code/malformedManifest``.
-    public static func parse(_ bytes: [UInt8], source: String = ".signet/manifest.json") throws -> Manifest {
+    public static func parse(_ bytes: [UInt8], source: String? = nil) throws -> Manifest {
+        let source = source ?? TreeLayout.manifest
         func malformed(_ reason: String) -> SignetError {
-            SignetError(.malformedManifest, "\(source) is not a valid signet/1 manifest: \(reason)", entry: ".signet/manifest.json")
+            SignetError(.malformedManifest, "\(source) is not a valid signet/1 manifest: \(reason)", entry: TreeLayout.manifest)
         }
         // Duplicate keys, fractions and other constructs parsers read differently are refused
         // before Foundation (which keeps the first of two duplicates) sees the bytes.

@@ -168,18 +168,18 @@ public enum PackageBuilder {
             }
             return manifestBytes
         }
-        try writer.add(".signet/manifest.json", source: DeferredBytesSource(makeManifest), compression: .deflate(level: 6), permissions: 0o644)
-        try writer.add(".signet/manifest.json.sig", source: DeferredBytesSource {
+        try writer.add(TreeLayout.manifest, source: DeferredBytesSource(makeManifest), compression: .deflate(level: 6), permissions: 0o644)
+        try writer.add(TreeLayout.manifestSignature, source: DeferredBytesSource {
             try signer.sign(manifestBytes).bytes
         }, compression: .store, permissions: 0o644)
         for (index, input) in inputs.enumerated() {
-            try writer.add(".signet/sigs/\(input.packagePath).sig", source: SignatureSource(ledger, index: index), compression: .store, permissions: 0o644)
+            try writer.add(TreeLayout.signature(of: input.packagePath), source: SignatureSource(ledger, index: index), compression: .store, permissions: 0o644)
         }
         if let certificate = options.certificate ?? signer.key.certificateDER {
-            try writer.add(".signet/certs/signer.der", source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
+            try writer.add(TreeLayout.signerCertificate, source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
         }
         for (index, intermediate) in options.chain.enumerated() {
-            try writer.add(".signet/certs/chain-\(index + 1).der", source: DeferredBytesSource { intermediate }, compression: .store, permissions: 0o644)
+            try writer.add(TreeLayout.chainCertificate(index + 1), source: DeferredBytesSource { intermediate }, compression: .store, permissions: 0o644)
         }
         try writer.close()
 

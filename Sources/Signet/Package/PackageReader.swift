@@ -109,7 +109,7 @@ public enum PackageReader {
     public static func contents(of path: String, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
         let reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
         let layout = try Layout(reader: reader, limits: limits)
-        let manifest = try Manifest.parse(try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: ".signet/manifest.json"))
+        let manifest = try Manifest.parse(try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: TreeLayout.manifest))
         return layout.contents(manifest: manifest)
     }
 
@@ -170,13 +170,13 @@ public enum PackageReader {
     /// expiry, and that the archive holds exactly the listed resources and their signatures.
     static func checkManifest(reader: ZipReader, layout: Layout, policy: TrustPolicy, limits: PackageLimits,
                               now: Timestamp) throws -> ManifestCheck {
-        let manifestBytes = try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: ".signet/manifest.json")
-        let signature = try reader.readAll(layout.manifestSignature!, limit: 64 * 1024, name: ".signet/manifest.json.sig")
+        let manifestBytes = try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: TreeLayout.manifest)
+        let signature = try reader.readAll(layout.manifestSignature!, limit: 64 * 1024, name: TreeLayout.manifestSignature)
 
         // The policy for this package: its signer certificate may vouch for its key.
-        let signerCertificate = try layout.signerCertificate.map { try reader.readAll($0, limit: 1 << 20, name: ".signet/certs/signer.der") }
-        let chain = try layout.certificates.filter { $0.name.hasPrefix(".signet/certs/chain-") }
-            .sorted { UInt($0.name.dropFirst(20).dropLast(4)) ?? 0 < UInt($1.name.dropFirst(20).dropLast(4)) ?? 0 }
+        let signerCertificate = try layout.signerCertificate.map { try reader.readAll($0, limit: 1 << 20, name: TreeLayout.signerCertificate) }
+        let chain = try layout.certificates.filter { TreeLayout.chainIndex(of: $0.name) != nil }
+            .sorted { TreeLayout.chainIndex(of: $0.name)! < TreeLayout.chainIndex(of: $1.name)! }
             .map { try reader.readAll($0.entry, limit: 1 << 20, name: $0.name) }
         let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
         // Which key and algorithm signed the bytes as stored. Nothing in them is read before this.
@@ -188,25 +188,25 @@ public enum PackageReader {
         }
         guard let (key, algorithm) = signer else {
             if let refusal = resolved.key(withID: manifest.keyID) == nil ? (certificateRefusal ?? policy.refusal(for: manifest.keyID)) : nil {
-                return verdict(.untrustedSigner, "the package is signed by key \(manifest.keyID.short), which the trust policy does not accept: \(refusal)", entry: ".signet/manifest.json")
+                return verdict(.untrustedSigner, "the package is signed by key \(manifest.keyID.short), which the trust policy does not accept: \(refusal)", entry: TreeLayout.manifest)
             }
-            return verdict(.badManifestSignature, "the manifest signature does not verify with the trusted key \(manifest.keyID.short): the manifest or its signature was altered", entry: ".signet/manifest.json.sig")
+            return verdict(.badManifestSignature, "the manifest signature does not verify with the trusted key \(manifest.keyID.short): the manifest or its signature was altered", entry: TreeLayout.manifestSignature)
         }
         guard key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
-            return verdict(.badManifestSignature, "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)", entry: ".signet/manifest.json")
+            return verdict(.badManifestSignature, "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)", entry: TreeLayout.manifest)
         }
         // Saturating: a clock skew near Int64.max means "never expired", not a trap.
         if let expires = manifest.expires,
            case let (deadline, overflow) = expires.secondsSinceEpoch.addingReportingOverflow(max(0, policy.clockSkew)),
            !overflow, deadline < now.secondsSinceEpoch {
-            return verdict(.expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release", entry: ".signet/manifest.json")
+            return verdict(.expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release", entry: TreeLayout.manifest)
         }
         let listed = Set(manifest.files.map(\.path))
         for resource in layout.resources.keys.sorted(by: ResourcePath.byteOrder) where !listed.contains(resource) {
             return verdict(.extra, "the archive holds '\(resource)', which the manifest does not list", entry: resource)
         }
         for signed in layout.signatures.keys.sorted(by: ResourcePath.byteOrder) where !listed.contains(signed) {
-            return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: ".signet/sigs/\(signed).sig")
+            return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: TreeLayout.signature(of: signed))
         }
         for file in manifest.files {
             guard layout.resources[file.path] != nil else {
@@ -244,10 +244,10 @@ public enum PackageReader {
         guard digests[0].matches(hex: file.sha256) else {
             return (.modified, "'\(file.path)' does not match the SHA-256 in the manifest", file.path)
         }
-        let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: ".signet/sigs/\(file.path).sig")
+        let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
         let result = Verifier(policy: TrustPolicy(keys: [checked.key])).verify(signature: signature, digest: digests[digests.count - 1], algorithm: checked.algorithm)
         guard result.isValid else {
-            return (.badSignature, "the signature of '\(file.path)' is invalid: \(result.message)", ".signet/sigs/\(file.path).sig")
+            return (.badSignature, "the signature of '\(file.path)' is invalid: \(result.message)", TreeLayout.signature(of: file.path))
         }
         signatureOut?.pointee = signature
         return nil
@@ -295,7 +295,7 @@ public enum PackageReader {
                     continue
                 }
                 let name: String
-                switch ResourcePath.validate(bytes: entry.rawName.starts(with: Array(".signet/".utf8)) ? Array(entry.rawName.dropFirst(8)) : entry.rawName) {
+                switch ResourcePath.validate(bytes: entry.rawName.starts(with: Array((TreeLayout.directory + "/").utf8)) ? Array(entry.rawName.dropFirst(TreeLayout.directory.utf8.count + 1)) : entry.rawName) {
                 case .success: name = String(decoding: entry.rawName, as: UTF8.self)
                 case .failure(let refusal): throw malformed("the entry name '\(shown)' is forbidden: \(refusal.reason)", entry: shown)
                 }
@@ -318,7 +318,7 @@ public enum PackageReader {
                     throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio), --max-ratio); refusing a likely deflate bomb", entry: name)
                 }
                 if bare {
-                    guard !name.hasPrefix(".signet/") else {
+                    guard !TreeLayout.isSignetEntry(name) else {
                         throw malformed("'\(name)' is a Signet package entry; install it without --bare", entry: name)
                     }
                     if name.hasSuffix(".sig") {
@@ -327,25 +327,23 @@ public enum PackageReader {
                     }
                 }
                 switch name {
-                case ".signet/manifest.json": manifest = entry
-                case ".signet/manifest.json.sig": manifestSignature = entry
-                case ".signet/certs/signer.der":
+                case TreeLayout.manifest: manifest = entry
+                case TreeLayout.manifestSignature: manifestSignature = entry
+                case TreeLayout.signerCertificate:
                     signerCertificate = entry
                     certificates.append((name, entry))
                 default:
-                    if name.hasPrefix(".signet/sigs/"), name.hasSuffix(".sig") {
-                        let resource = String(name.dropFirst(".signet/sigs/".count).dropLast(4))
+                    if let resource = TreeLayout.resource(ofSignature: name) {
                         guard case .success = ResourcePath.validate(resource) else {
                             throw malformed("the signature entry '\(name)' does not name a valid resource path", entry: name)
                         }
                         signatures[resource] = entry
-                    } else if name.hasPrefix(".signet/certs/chain-"), name.hasSuffix(".der"),
-                              UInt(name.dropFirst(".signet/certs/chain-".count).dropLast(4)) != nil {
+                    } else if TreeLayout.chainIndex(of: name) != nil, name.hasPrefix(TreeLayout.certificates + "/") {
                         certificates.append((name, entry))
                         guard certificates.count <= PackageLimits.maximumCertificates else {
                             throw malformed("it carries more than \(PackageLimits.maximumCertificates) certificates", entry: name)
                         }
-                    } else if name.hasPrefix(".signet/") {
+                    } else if TreeLayout.isSignetEntry(name) {
                         throw malformed("unknown entry '\(name)' under .signet/", entry: name)
                     } else {
                         resources[name] = entry
@@ -366,10 +364,10 @@ public enum PackageReader {
                 return
             }
             guard let manifest else {
-                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json; if it is an older bare package (FILE + FILE.sig), it needs --bare", path: path, entry: ".signet/manifest.json")
+                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json; if it is an older bare package (FILE + FILE.sig), it needs --bare", path: path, entry: TreeLayout.manifest)
             }
             guard let manifestSignature else {
-                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json.sig: it is not signed", path: path, entry: ".signet/manifest.json.sig")
+                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json.sig: it is not signed", path: path, entry: TreeLayout.manifestSignature)
             }
             self.manifest = manifest
             self.manifestSignature = manifestSignature

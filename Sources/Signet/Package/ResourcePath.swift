@@ -33,7 +33,7 @@ public enum ResourcePath {
                 return .failure(Refusal("a path component is \(component.count) bytes; at most \(maximumComponentLength) are allowed"))
             }
         }
-        if components.first.map({ $0.elementsEqual(Array(".signet".utf8)) }) == true {
+        if components.first.map({ $0.elementsEqual(Array(TreeLayout.directory.utf8)) }) == true {
             return .failure(Refusal("resources may not live under .signet/"))
         }
         return .success(path)

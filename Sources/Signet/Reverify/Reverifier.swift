@@ -189,7 +189,7 @@ public enum Reverifier {
             }
         }
         if let (root, relative) = installedTree(containing: path),
-           let bytes = try? readSmallFile(root + "/.signet/sigs/" + relative + ".sig", what: "sidecar signature", limit: 64 * 1024) {
+           let bytes = try? readSmallFile(root + "/" + TreeLayout.signature(of: relative), what: "sidecar signature", limit: 64 * 1024) {
             return (bytes, algorithm, "sidecar")
         }
         return nil
@@ -204,7 +204,7 @@ public enum Reverifier {
         while components.count > 1 {
             relative.insert(components.removeLast(), at: 0)
             let root = "/" + components.joined(separator: "/")
-            if access(root + "/.signet/manifest.json", F_OK) == 0 { return (root, relative.joined(separator: "/")) }
+            if access(root + "/" + TreeLayout.manifest, F_OK) == 0 { return (root, relative.joined(separator: "/")) }
         }
         return nil
     }
@@ -276,27 +276,27 @@ public enum Reverifier {
     private static func verifyTree(_ rootFD: Int32, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
         let started = DispatchTime.now()
         func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
-        guard let manifestBytes = try readBeneath(rootFD, ".signet/manifest.json", rootPath: root, what: "installed manifest", limit: 64 << 20),
-              let manifestSignature = try readBeneath(rootFD, ".signet/manifest.json.sig", rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
+        guard let manifestBytes = try readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
+              let manifestSignature = try readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
         }
-        let signerCertificate = try readBeneath(rootFD, ".signet/certs/signer.der", rootPath: root, what: "signer certificate", limit: 1 << 20)
+        let signerCertificate = try readBeneath(rootFD, TreeLayout.signerCertificate, rootPath: root, what: "signer certificate", limit: 1 << 20)
         var chain: [[UInt8]] = []
-        let certificates = signet_open_beneath(rootFD, ".signet/certs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        let certificates = signet_open_beneath(rootFD, TreeLayout.certificates, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         if certificates >= 0 {
             defer { close(certificates) }
             let names = TreeRemover.entries(of: certificates).map { String(decoding: $0.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-                .filter { $0.hasPrefix("chain-") && $0.hasSuffix(".der") && UInt($0.dropFirst(6).dropLast(4)) != nil }
-                .sorted { UInt($0.dropFirst(6).dropLast(4))! < UInt($1.dropFirst(6).dropLast(4))! }
+                .filter { TreeLayout.chainIndex(of: $0) != nil }
+                .sorted { TreeLayout.chainIndex(of: $0)! < TreeLayout.chainIndex(of: $1)! }
             for name in names {
-                if let der = try readBeneath(rootFD, ".signet/certs/" + name, rootPath: root, what: "certificate", limit: 1 << 20) { chain.append(der) }
+                if let der = try readBeneath(rootFD, TreeLayout.certificates + "/" + name, rootPath: root, what: "certificate", limit: 1 << 20) { chain.append(der) }
             }
         } else if errno != ENOENT {
-            throw SignetError.posix(errno, "cannot read the certificates of", path: root + "/.signet/certs")
+            throw SignetError.posix(errno, "cannot read the certificates of", path: root + "/" + TreeLayout.certificates)
         }
         let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
         let signer = try PackageReader.manifestSigner(manifestBytes, signature: manifestSignature, policy: resolved)
-        let manifest = try Manifest.parse(manifestBytes, source: root + "/.signet/manifest.json")
+        let manifest = try Manifest.parse(manifestBytes, source: root + "/" + TreeLayout.manifest)
         guard let (key, algorithm) = signer, key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
             let refusal = resolved.key(withID: manifest.keyID) == nil ? (certificateRefusal ?? policy.refusal(for: manifest.keyID)) : nil
             return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: refusal != nil ? .untrustedSigner : .badManifestSignature,
@@ -346,7 +346,7 @@ public enum Reverifier {
             rewinddir(handle)
             while let entry = readdir(handle) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
-                if name == "." || name == ".." || (prefix.isEmpty && name == ".signet") { continue }
+                if name == "." || name == ".." || (prefix.isEmpty && name == TreeLayout.directory) { continue }
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
                 // The directory entry says what it is on most filesystems; fstatat only when it does not.
                 var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
@@ -455,7 +455,7 @@ final class TreeChecker: @unchecked Sendable {
         }
         // The sidecar is read only when the attribute cannot vouch for the file.
         var validSidecar: [UInt8]? {
-            guard let bytes = try? Reverifier.readBeneath(rootDescriptor, ".signet/sigs/" + file.path + ".sig", rootPath: root, what: "sidecar signature", limit: 64 * 1024),
+            guard let bytes = try? Reverifier.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024),
                   verifies(bytes) else { return nil }
             return bytes
         }
@@ -596,8 +596,8 @@ public struct FileOrigin: Sendable {
         keyID = meta?.keyID
         packagePath = meta?.path
         if let (root, relative) = Reverifier.installedTree(containing: path) {
-            hasSidecar = access(root + "/.signet/sigs/" + relative + ".sig", F_OK) == 0
-            version = (try? Manifest.parse(readSmallFile(root + "/.signet/manifest.json", what: "installed manifest", limit: 64 << 20)))?.version
+            hasSidecar = access(root + "/" + TreeLayout.signature(of: relative), F_OK) == 0
+            version = (try? Manifest.parse(readSmallFile(root + "/" + TreeLayout.manifest, what: "installed manifest", limit: 64 << 20)))?.version
         } else {
             hasSidecar = false
             version = nil

@@ -1,0 +1,43 @@
+/// The `.signet/` layout that packages and installed trees share (FORMAT.md §2, §3), and the
+/// attribute names installed files carry: the one place these names are spelled.
+enum TreeLayout {
+    /// The folder of Signet's own entries, at the top of a package and of an installed tree.
+    static let directory = ".signet"
+    /// The signed manifest.
+    static let manifest = ".signet/manifest.json"
+    /// The manifest's signature.
+    static let manifestSignature = ".signet/manifest.json.sig"
+    /// The folder of per-resource signatures.
+    static let signatures = ".signet/sigs"
+    /// The folder of certificates.
+    static let certificates = ".signet/certs"
+    /// The signer's certificate.
+    static let signerCertificate = ".signet/certs/signer.der"
+
+    /// Where the signature of resource `path` is: `.signet/sigs/PATH.sig`.
+    static func signature(of path: String) -> String { signatures + "/" + path + ".sig" }
+
+    /// The resource a signature entry name belongs to, if `name` is `.signet/sigs/PATH.sig`.
+    static func resource(ofSignature name: String) -> String? {
+        guard name.hasPrefix(signatures + "/"), name.hasSuffix(".sig") else { return nil }
+        return String(name.dropFirst(signatures.count + 1).dropLast(4))
+    }
+
+    /// The n-th intermediate certificate (1-based, leaf-most first): `.signet/certs/chain-N.der`.
+    static func chainCertificate(_ index: Int) -> String { certificates + "/chain-\(index).der" }
+
+    /// N, if `name` is `chain-N.der` or `.signet/certs/chain-N.der`.
+    static func chainIndex(of name: String) -> UInt? {
+        let base = name.hasPrefix(certificates + "/") ? String(name.dropFirst(certificates.count + 1)) : name
+        guard base.hasPrefix("chain-"), base.hasSuffix(".der") else { return nil }
+        return UInt(base.dropFirst(6).dropLast(4))
+    }
+
+    /// Whether an archive entry name lies under `.signet/`.
+    static func isSignetEntry(_ name: String) -> Bool { name.hasPrefix(directory + "/") }
+
+    /// The attribute holding a file's raw signature.
+    static let signatureAttribute = "user.signet.sig"
+    /// The attribute holding a file's informational metadata (compact JSON).
+    static let metadataAttribute = "user.signet.meta"
+}
