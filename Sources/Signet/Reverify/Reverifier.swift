@@ -370,17 +370,18 @@ public enum Reverifier {
 
     // MARK: Async
 
-    /// ``verifyFile(at:policy:)`` off the calling thread.
+    /// ``verifyFile(at:policy:)`` on a thread of its own (not Swift concurrency's shared pool).
     public static func verifyFile(at path: String, policy: TrustPolicy) async -> FileReport {
-        await Task.detached { verifyFile(at: path, policy: policy) }.value
+        await OwnThreads.async { verifyFile(at: path, policy: policy) }
     }
 
-    /// ``verifyTree(at:policy:options:)`` off the calling thread; cancelling the task stops it
-    /// between files and throws `CancellationError`.
+    /// ``verifyTree(at:policy:options:)`` on threads of its own (not Swift concurrency's shared
+    /// pool, which blocking file I/O would starve); cancelling the task stops it between files
+    /// and throws `CancellationError`.
     public static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) async throws -> TreeReport {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
-            try await Task.detached { try verifyTree(at: root, policy: policy, options: options, cancelled: cancelled) }.value
+            try await OwnThreads.async { try verifyTree(at: root, policy: policy, options: options, cancelled: cancelled) }
         } onCancel: {
             cancelled.set()
         }

@@ -1,4 +1,6 @@
 import Dispatch
+import Foundation
+import Synchronization
 internal import COpenSSL
 
 /// A raw signature: the modulus-length byte string FORMAT.md §1 describes.
@@ -75,14 +77,67 @@ public struct Signer: Sendable {
     }
 }
 
-/// Maps `items` on all cores, keeping order. For blocking work (file I/O plus hashing).
-func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @Sendable (T) -> R) -> [R] {
+/// Maps `items` on all cores, keeping order. For blocking work (file I/O plus hashing), so it
+/// runs on threads of its own (the caller's and one per further core), never on Swift
+/// concurrency's shared pool or Dispatch's: an async caller blocks nobody else's tasks.
+func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @escaping @Sendable (T) -> R) -> [R] {
     if items.count <= 1 { return items.map(transform) }
     let slots = ResultSlots<R>(count: items.count)
-    DispatchQueue.concurrentPerform(iterations: items.count) { index in
-        slots.store(transform(items[index]), at: index)
+    let next = Counter()
+    OwnThreads.run(count: min(System.activeProcessorCount, items.count)) {
+        while true {
+            let index = next.take()
+            guard index < items.count else { return }
+            slots.store(transform(items[index]), at: index)
+        }
     }
     return slots.collect()
+}
+
+/// Hands out 0, 1, 2... to concurrent workers.
+private final class Counter: Sendable {
+    private let value = Atomic<Int>(0)
+    func take() -> Int { value.wrappingAdd(1, ordering: .relaxed).oldValue }
+}
+
+/// Threads Signet starts for blocking work, joined before returning.
+enum OwnThreads {
+    /// Stack of each thread: deep enough for any of Signet's work.
+    static let stackSize = 4 << 20
+
+    /// Runs `work` on `count` threads at once (the calling thread is one of them) and returns
+    /// when all have finished.
+    static func run(count: Int, _ work: @escaping @Sendable () -> Void) {
+        let done = DispatchSemaphore(value: 0)
+        for _ in 1..<max(1, count) {
+            let thread = Thread {
+                work()
+                done.signal()
+            }
+            thread.stackSize = stackSize
+            thread.start()
+        }
+        work()
+        for _ in 1..<max(1, count) { done.wait() }
+    }
+
+    /// Runs blocking `work` on a thread of its own and resumes the caller with its result.
+    static func async<R: Sendable>(_ work: @escaping @Sendable () -> R) async -> R {
+        await withCheckedContinuation { continuation in
+            let thread = Thread { continuation.resume(returning: work()) }
+            thread.stackSize = stackSize
+            thread.start()
+        }
+    }
+
+    /// The same for work that throws.
+    static func async<R: Sendable>(_ work: @escaping @Sendable () throws -> R) async throws -> R {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread { continuation.resume(with: Result { try work() }) }
+            thread.stackSize = stackSize
+            thread.start()
+        }
+    }
 }
 
 /// Fixed slots that concurrent workers fill, each its own index, then read once all are done.
