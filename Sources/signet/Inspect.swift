@@ -45,7 +45,7 @@ struct Inspect: ParsableCommand {
         let stored = Dictionary(contents.resources.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
         let failure = verification.flatMap { result in
             result.failure.map { failure in
-                SignetError(SignetError.Code(failure.name, exitStatus: failure.exitStatus), result.message, path: package, entry: result.entry)
+                SignetError(SignetError.Code(failure), result.message, path: package, entry: result.entry)
             }
         }
         let verdict = verification.map { $0.isValid ? "valid" : ($0.failure == .untrustedSigner ? "untrusted" : "invalid") } ?? "not-checked"

@@ -243,4 +243,20 @@ struct TrustCLITests {
         #expect(try CLI.run(["unpack", v1, "--dest", work.directory.file("b"), "--pubkey", work.publicDER, "--state", state, "--allow-downgrade"]).status == 0)
         #expect(try JSONSerialization.jsonObject(with: contents(state)) as? [String: Int] == ["app": 2], "a downgrade does not lower the record")
     }
+
+    @Test("one verdict, one exit code: a bare package signed by a revoked key is exit 3 in unpack as in verify")
+    func bareRevokedKey() throws {
+        let work = try Workspace()
+        let file = try work.directory.write("a.txt", Data("payload\n".utf8))
+        try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", "a.txt.sig", "a.txt"])
+        let zipped = try run("zip", ["-q", "bare.zip", "a.txt", "a.txt.sig"], directory: work.path)
+        #expect(zipped.status == 0, "\(zipped.stderr)")
+        let revoked = try work.directory.write("revoked.txt", Data("\(work.keyID)\n".utf8))
+        let verify = try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", work.publicDER, "--revoked", revoked])
+        #expect(verify.status == 3, "\(verify.stderr)")
+        let unpack = try CLI.run(["unpack", work.directory.file("bare.zip"), "--bare", "--dest", work.directory.file("app"),
+                                  "--pubkey", work.publicDER, "--revoked", revoked, "--json"])
+        #expect(unpack.status == 3, "\(unpack.stderr)")
+        #expect((try unpack.json()["error"] as? [String: Any])?["code"] as? String == "untrusted-signer")
+    }
 }

@@ -178,3 +178,16 @@ struct DamagedKeyTests {
         }
     }
 }
+
+@Suite("Caller mistakes are reported, not trapped on")
+struct CallerMistakeTests {
+    @Test("a digest of another algorithm than the scheme is a verdict, not a crash")
+    func digestMismatch() throws {
+        let key = try Fixtures.signingKey()
+        let signature = try Signer(key: key).sign(Array("x".utf8))
+        let sha512 = try Digest.compute(Array("x".utf8), algorithm: .sha512)
+        let result = Verifier(policy: TrustPolicy(keys: [key.publicKey])).verify(signature: signature.bytes, digest: sha512, algorithm: .default)
+        #expect(result.failure == .digestMismatch)
+        #expect(!result.isValid)
+    }
+}

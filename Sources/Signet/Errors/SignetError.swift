@@ -11,8 +11,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The exit status FORMAT.md §4 assigns to this kind of failure.
         public let exitStatus: ExitStatus
 
-        /// Creates a code. Prefer the static members.
-        public init(_ name: String, exitStatus: ExitStatus) {
+        /// Creates a code. Internal: only the documented codes below exist (and those of
+        /// verification verdicts, through ``init(_:)``).
+        init(_ name: String, exitStatus: ExitStatus) {
             self.name = name
             self.exitStatus = exitStatus
         }

@@ -217,7 +217,9 @@ public enum Installer {
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: path + ".sig")
         let result = Verifier(policy: policy).verify(signature: signature, digest: digests.last!, algorithm: options.bareAlgorithm)
         guard let key = result.signer else {
-            throw SignetError(result.failure == .wrongLength ? .wrongSignatureLength : .badSignature, "'\(path)' in '\(package)': \(result.message)", path: package, entry: path)
+            // The same verdict as `signet verify` gives: a signature only a refused key verifies is exit 3.
+            let code: SignetError.Code = result.failure == .untrusted ? .untrustedSigner : result.failure == .wrongLength ? .wrongSignatureLength : .badSignature
+            throw SignetError(code, "'\(path)' in '\(package)': \(result.message)", path: package, entry: path)
         }
         return (digests[0].hex, signature, key)
     }
@@ -260,8 +262,7 @@ public enum Installer {
     }
 
     static func error(for failure: PackageVerification.Failure, _ message: String, package: String, entry: String?) -> SignetError {
-        let code = failure == .untrustedSigner ? SignetError.Code.untrustedSigner : SignetError.Code(failure.name, exitStatus: failure.exitStatus)
-        return SignetError(code, "'\(package)': \(message); nothing was installed", path: package, entry: entry)
+        return SignetError(SignetError.Code(failure), "'\(package)': \(message); nothing was installed", path: package, entry: entry)
     }
 }
 

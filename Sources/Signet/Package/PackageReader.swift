@@ -31,6 +31,14 @@ public struct PackageLimits: Sendable {
     }
 }
 
+extension SignetError.Code {
+    /// The one mapping from a verification verdict to an error code and exit status, used by
+    /// every command that turns a verdict into a failure (exit 1, or 3 for an untrusted signer).
+    public init(_ failure: PackageVerification.Failure) {
+        self = failure == .untrustedSigner ? .untrustedSigner : SignetError.Code(failure.name, exitStatus: failure.exitStatus)
+    }
+}
+
 /// A package's contents as read from the archive, checked for structure but not for trust.
 public struct PackageContents: Sendable {
     /// One resource entry.

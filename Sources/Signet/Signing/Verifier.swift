@@ -17,6 +17,9 @@ public struct VerificationResult: Sendable, Hashable {
         public static let wrongLength = Failure("wrong-signature-length")
         /// Only a key the policy refuses (revoked, not pinned, other channel) verifies it.
         public static let untrusted = Failure("untrusted-signer")
+        /// The caller passed a digest of another algorithm than the scheme signs: nothing can
+        /// verify (a caller's mistake, reported rather than trapped on).
+        public static let digestMismatch = Failure("digest-mismatch")
     }
 
     /// The scheme that was checked.
@@ -53,7 +56,10 @@ public struct Verifier: Sendable {
     /// verifies is reported. A signature whose length is not exactly a key's modulus length
     /// is never accepted by that key (no trailing bytes, no short signatures).
     public func verify(signature: [UInt8], digest: Digest, algorithm: SignatureAlgorithm = .default) -> VerificationResult {
-        precondition(digest.algorithm == algorithm.digest, "digest \(digest.algorithm) does not match \(algorithm.id)")
+        guard digest.algorithm == algorithm.digest else {
+            return VerificationResult(algorithm: algorithm, signer: nil, failure: .digestMismatch,
+                                      message: "a \(digest.algorithm) digest cannot be checked against \(algorithm.id), which signs \(algorithm.digest); compute the digest with \(algorithm.digest)")
+        }
         let result = verify(signature: signature, digest: digest, algorithm: algorithm, keys: policy.acceptedKeys)
         guard !result.isValid else { return result }
         // A key the policy knows but refuses (revoked, unpinned, other channel) is "untrusted", not "bad".
