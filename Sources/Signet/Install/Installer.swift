@@ -122,10 +122,9 @@ public enum Installer {
             var signature: [UInt8] = []
             var sha256 = file.sha256
             if let checked {
-                if let failure = try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked,
-                                                                  sink: { try writer.write($0) },
-                                                                  signatureOut: &signature) {
-                    throw error(for: failure.0, failure.1, package: package, entry: failure.2)
+                switch try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked, sink: { try writer.write($0) }) {
+                case .verified(let verified): signature = verified
+                case .rejected(let failure, let message, let entry): throw error(for: failure, message, package: package, entry: entry)
                 }
             } else {
                 let (digest, sig, key) = try bareResource(file.path, reader: reader, layout: layout, policy: policy, options: options, package: package) {

@@ -134,8 +134,8 @@ public enum PackageReader {
         case .checked(let value): checked = value
         }
         for file in checked.manifest.files {
-            if let failure = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: nil) {
-                return checked.verdict(failure.0, failure.1, entry: failure.2)
+            if case .rejected(let failure, let message, let entry) = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: nil) {
+                return checked.verdict(failure, message, entry: entry)
             }
         }
         return PackageVerification(contents: checked.contents, signer: checked.key, failure: nil, entry: nil,
@@ -228,12 +228,16 @@ public enum PackageReader {
                                 manifestSignature: signature, key: key, algorithm: algorithm, contents: contents))
     }
 
+    /// One resource's verdict: its verified signature, or why it was rejected.
+    enum ResourceCheck {
+        case verified(signature: [UInt8])
+        case rejected(PackageVerification.Failure, message: String, entry: String)
+    }
+
     /// Streams one resource (to `sink`, if given) while hashing it, reading at most its manifest
-    /// size + 1 bytes; checks size, SHA-256 and its signature. Returns the failure, or nil, and
-    /// the resource's signature bytes through `signatureOut`.
+    /// size + 1 bytes; checks size, SHA-256 and its signature.
     static func checkResource(_ file: Manifest.File, reader: ZipReader, layout: Layout, checked: Checked,
-                              sink: ((UnsafeRawBufferPointer) throws -> Void)?,
-                              signatureOut: UnsafeMutablePointer<[UInt8]>? = nil) throws -> (PackageVerification.Failure, String, String)? {
+                              sink: ((UnsafeRawBufferPointer) throws -> Void)?) throws -> ResourceCheck {
         let entry = layout.resources[file.path]!
         let signatureEntry = layout.signatures[file.path]!
         // The archive must first agree with itself: data that does not match its own headers is
@@ -241,7 +245,7 @@ public enum PackageReader {
         // than the signed one is "modified".
         guard entry.size == file.size else {
             try reader.read(entry, limit: entry.size, name: file.path) { _ in }
-            return (.modified, "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", file.path)
+            return .rejected(.modified, message: "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", entry: file.path)
         }
         let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
         try reader.read(entry, limit: file.size, name: file.path) { chunk in
@@ -250,15 +254,14 @@ public enum PackageReader {
         }
         let digests = try hashers.map { try $0.finalize() }
         guard digests[0].matches(hex: file.sha256) else {
-            return (.modified, "'\(file.path)' does not match the SHA-256 in the manifest", file.path)
+            return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
         }
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
         let result = Verifier(policy: TrustPolicy(keys: [checked.key])).verify(signature: signature, digest: digests[digests.count - 1], algorithm: checked.algorithm)
         guard result.isValid else {
-            return (.badSignature, "the signature of '\(file.path)' is invalid: \(result.message)", TreeLayout.signature(of: file.path))
+            return .rejected(.badSignature, message: "the signature of '\(file.path)' is invalid: \(result.message)", entry: TreeLayout.signature(of: file.path))
         }
-        signatureOut?.pointee = signature
-        return nil
+        return .verified(signature: signature)
     }
 
     /// The entries of a package, sorted into resources and `.signet/` entries, after every check
