@@ -295,10 +295,19 @@ enum DestinationState {
         if names.isEmpty { return .empty }
         let manifestFD = signet_open_beneath(fd, TreeLayout.manifest, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         if manifestFD >= 0 {
-            let bytes = try? InputFile.adopt(manifestFD, path: destination + "/" + TreeLayout.manifest, what: "installed manifest")
-                .readAll(limit: 64 << 20, what: "installed manifest")
+            // Not a file, too large or not a manifest: not a tree Signet installed (--force
+            // decides). A read error is an I/O error, never taken for "foreign".
+            let bytes: [UInt8]?
+            do {
+                bytes = try InputFile.adopt(manifestFD, path: destination + "/" + TreeLayout.manifest, what: "installed manifest")
+                    .readAll(limit: 64 << 20, what: "installed manifest")
+            } catch let error as SignetError where error.code == .malformedInput {
+                bytes = nil
+            }
             let manifest = bytes.flatMap { try? Manifest.parse($0) }
             if manifest != nil || force { return .installed(manifest) }
+        } else if errno != ENOENT && errno != ELOOP && errno != ENOTDIR && errno != EXDEV {
+            throw SignetError.posix(errno, "cannot read the installed manifest of", path: destination)
         }
         guard force else {
             throw SignetError(.destinationRefused, "destination '\(destination)' is not empty and holds no tree Signet installed (no readable .signet/manifest.json); choose a new or empty directory, or pass --force to replace it", path: destination)
