@@ -18,25 +18,11 @@ enum AtomicFile {
         let temporary = temporaryPath(beside: path, tag: "tmp")
         let token = TemporaryFiles.register(temporary)
         defer { TemporaryFiles.unregister(token) }
-        let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-        guard fd >= 0 else { throw SignetError.posix(err, "cannot create a temporary file beside", path: path) }
         var committed = false
         defer {
             if !committed { unlink(temporary) }
         }
-        do {
-            defer { close(fd) }
-            guard fchmod(fd, mode) == 0 else { throw SignetError.posix(errno, "cannot set permissions on", path: temporary) }
-            try bytes.withUnsafeBytes { raw in
-                var offset = 0
-                while offset < raw.count {
-                    let n = retryingOnEINTR { Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset) }
-                    guard n > 0 else { throw SignetError.posix(errno, "cannot write", path: path) }
-                    offset += n
-                }
-            }
-            guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: path) }
-        }
+        try writeNew(bytes, at: temporary, mode: mode, for: path)
         try TemporaryFiles.guarded {
             if replace {
                 guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path) }
@@ -46,6 +32,25 @@ enum AtomicFile {
         }
         committed = true
         syncDirectory(directory)
+    }
+
+    /// Creates `temporary` (never an existing file, never through a link), writes `bytes` with
+    /// permissions `mode` and fsyncs it. `target` names the file in errors. The caller has
+    /// registered `temporary` and removes it on failure.
+    static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String) throws {
+        let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        guard fd >= 0 else { throw SignetError.posix(err, "cannot create a temporary file beside", path: target) }
+        defer { close(fd) }
+        guard fchmod(fd, mode) == 0 else { throw SignetError.posix(errno, "cannot set permissions on", path: temporary) }
+        try bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = retryingOnEINTR { Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset) }
+                guard n > 0 else { throw SignetError.posix(errno, "cannot write", path: target) }
+                offset += n
+            }
+        }
+        guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: target) }
     }
 
     /// A new name for a temporary file beside `path` (same filesystem, hidden, named after this

@@ -29,7 +29,9 @@ struct FileIdentity: Hashable {
         }
         var claimed: [FileIdentity: String] = [:]
         for target in targets {
-            for identity in [of(target, followLinks: false), of(target)].compactMap({ $0 }) {
+            // The name itself, and what it leads to through a link.
+            let identities = [of(target, followLinks: false), of(target)].compactMap { $0 }
+            for identity in identities {
                 if let input = inputIdentities[identity] {
                     throw SignetError(.usage, "\(what) '\(target)' is the same file as the \(input.role) '\(input.path)'; writing it would destroy that file. Choose another output path", path: target)
                 }
@@ -37,7 +39,7 @@ struct FileIdentity: Hashable {
                     throw SignetError(.usage, "\(what) '\(target)' and '\(other)' are the same file; each output needs its own path", path: target)
                 }
             }
-            for identity in [of(target, followLinks: false), of(target)].compactMap({ $0 }) { claimed[identity] = target }
+            for identity in identities { claimed[identity] = target }
         }
         // Targets that do not exist yet can still be one file: the same name in the same directory.
         var places = Set<String>()

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+internal import CSignetShims
 
 /// A regular file opened read-only. Owns its descriptor and closes it in `deinit`.
 ///
@@ -75,6 +76,23 @@ final class InputFile {
         }
         _ = fcntl(fd, F_SETFL, O_RDONLY)
         return InputFile(descriptor: fd, path: path, size: Int64(info.st_size), mode: info.st_mode)
+    }
+
+    /// Reads a small file below a directory descriptor, never through a symbolic link and never
+    /// out of the directory (openat2). Nil when it is absent; a link or a non-file on the way is
+    /// `.malformedInput`; any other failure is an I/O error.
+    static func readBeneath(_ root: Int32, _ relative: String, rootPath: String, what: String, limit: Int) throws -> [UInt8]? {
+        let fd = signet_open_beneath(root, relative, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        let path = rootPath + "/" + relative
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: return nil
+            case ELOOP, ENOTDIR, EXDEV:
+                throw SignetError(.malformedInput, "cannot use \(what) '\(path)': it, or a folder on its way, is a symbolic link or not a directory", path: path)
+            default: throw SignetError.posix(errno, "cannot open \(what)", path: path)
+            }
+        }
+        return try adopt(fd, path: path, what: what).readAll(limit: limit, what: what)
     }
 
     /// Calls `body` with consecutive chunks of the file until end of file, reusing one buffer.

@@ -70,22 +70,10 @@ enum TemporaryFiles {
         // Waits for a creation or rename in progress, and stops all later ones.
         interrupted.withLock { $0 = true }
         state.withLock { state in
+            // Every archive is written through Signet's own libzip source, so libzip makes no
+            // temporary file of its own: the registry names everything there is.
             for entry in state.entries.values {
-                if entry.tree {
-                    _ = TreeRemover.remove(entry.path)
-                } else {
-                    unlink(entry.path)
-                    // libzip writes an archive through its own PATH.XXXXXX beside it.
-                    let directory = AtomicFile.parentDirectory(of: entry.path)
-                    let base = (entry.path.split(separator: "/").last.map(String.init) ?? entry.path) + "."
-                    if let handle = opendir(directory) {
-                        while let found = readdir(handle) {
-                            let name = withUnsafeBytes(of: found.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
-                            if name.hasPrefix(base) { unlink(directory + "/" + name) }
-                        }
-                        closedir(handle)
-                    }
-                }
+                if entry.tree { _ = TreeRemover.remove(entry.path) } else { unlink(entry.path) }
             }
             state.entries.removeAll()
         }

@@ -42,7 +42,12 @@ final class InstallState {
         lock = fd
         var bytes: [UInt8] = []
         do {
-            try InputFile.forEachChunk(of: fd, path: path) { bytes.append(contentsOf: $0) }
+            try InputFile.forEachChunk(of: fd, path: path) { chunk in
+                guard bytes.count + chunk.count <= 16 << 20 else {
+                    throw SignetError(.malformedInput, "install state '\(path)' is larger than 16 MiB; it is not a state file Signet wrote", path: path)
+                }
+                bytes.append(contentsOf: chunk)
+            }
         } catch {
             close(fd)
             throw error

@@ -293,21 +293,17 @@ enum DestinationState {
             throw SignetError.posix(errno, "cannot read the destination directory", path: destination)
         }
         if names.isEmpty { return .empty }
-        let manifestFD = signet_open_beneath(fd, TreeLayout.manifest, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        if manifestFD >= 0 {
-            // Not a file, too large or not a manifest: not a tree Signet installed (--force
-            // decides). A read error is an I/O error, never taken for "foreign".
-            let bytes: [UInt8]?
-            do {
-                bytes = try InputFile.adopt(manifestFD, path: destination + "/" + TreeLayout.manifest, what: "installed manifest")
-                    .readAll(limit: 64 << 20, what: "installed manifest")
-            } catch let error as SignetError where error.code == .malformedInput {
-                bytes = nil
-            }
-            let manifest = bytes.flatMap { try? Manifest.parse($0) }
+        // Absent, a link, not a file, too large or not a manifest: not a tree Signet installed
+        // (--force decides). A read error is an I/O error, never taken for "foreign".
+        let bytes: [UInt8]?
+        do {
+            bytes = try InputFile.readBeneath(fd, TreeLayout.manifest, rootPath: destination, what: "installed manifest", limit: 64 << 20)
+        } catch let error as SignetError where error.code == .malformedInput {
+            bytes = nil
+        }
+        if let bytes {
+            let manifest = try? Manifest.parse(bytes)
             if manifest != nil || force { return .installed(manifest) }
-        } else if errno != ENOENT && errno != ELOOP && errno != ENOTDIR && errno != EXDEV {
-            throw SignetError.posix(errno, "cannot read the installed manifest of", path: destination)
         }
         guard force else {
             throw SignetError(.destinationRefused, "destination '\(destination)' is not empty and holds no tree Signet installed (no readable .signet/manifest.json); choose a new or empty directory, or pass --force to replace it", path: destination)

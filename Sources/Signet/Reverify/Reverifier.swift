@@ -263,24 +263,14 @@ public enum Reverifier {
         }
     }
 
-    /// Reads a small file below the tree's descriptor (never through a link); nil when absent.
-    static func readBeneath(_ root: Int32, _ relative: String, rootPath: String, what: String, limit: Int) throws -> [UInt8]? {
-        let fd = signet_open_beneath(root, relative, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            if errno == ENOENT { return nil }
-            throw SignetError.posix(errno, "cannot open \(what)", path: rootPath + "/" + relative)
-        }
-        return try InputFile.adopt(fd, path: rootPath + "/" + relative, what: what).readAll(limit: limit, what: what)
-    }
-
     private static func verifyTree(_ rootFD: Int32, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
         let started = DispatchTime.now()
         func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
-        guard let manifestBytes = try readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
-              let manifestSignature = try readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
+        guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
+              let manifestSignature = try InputFile.readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
         }
-        let signerCertificate = try readBeneath(rootFD, TreeLayout.signerCertificate, rootPath: root, what: "signer certificate", limit: 1 << 20)
+        let signerCertificate = try InputFile.readBeneath(rootFD, TreeLayout.signerCertificate, rootPath: root, what: "signer certificate", limit: 1 << 20)
         var chain: [[UInt8]] = []
         let certificates = signet_open_beneath(rootFD, TreeLayout.certificates, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         if certificates >= 0 {
@@ -289,7 +279,7 @@ public enum Reverifier {
                 .filter { TreeLayout.chainIndex(of: $0) != nil }
                 .sorted { TreeLayout.chainIndex(of: $0)! < TreeLayout.chainIndex(of: $1)! }
             for name in names {
-                if let der = try readBeneath(rootFD, TreeLayout.certificates + "/" + name, rootPath: root, what: "certificate", limit: 1 << 20) { chain.append(der) }
+                if let der = try InputFile.readBeneath(rootFD, TreeLayout.certificates + "/" + name, rootPath: root, what: "certificate", limit: 1 << 20) { chain.append(der) }
             }
         } else if errno != ENOENT {
             throw SignetError.posix(errno, "cannot read the certificates of", path: root + "/" + TreeLayout.certificates)
@@ -456,7 +446,7 @@ final class TreeChecker: @unchecked Sendable {
         }
         // The sidecar is read only when the attribute cannot vouch for the file.
         var validSidecar: [UInt8]? {
-            guard let bytes = try? Reverifier.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024),
+            guard let bytes = try? InputFile.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024),
                   verifies(bytes) else { return nil }
             return bytes
         }

@@ -44,7 +44,8 @@ public enum SignatureFiles {
             tokens.append(TemporaryFiles.register(temporary))
             tokens.append(TemporaryFiles.register(temporary + ".old"))
             staged.append((temporary, path))
-            try AtomicFile.write(signature.bytes, to: temporary, mode: 0o644, replace: false)
+            // Written and flushed once, straight into its staged name (renamed into place below).
+            try AtomicFile.writeNew(signature.bytes, at: temporary, mode: 0o644, for: path)
         }
         // Commit: keep a hard link to each older signature until every rename has succeeded.
         var committed: [(target: String, backup: String?)] = []
