@@ -320,4 +320,58 @@ struct HardeningCLITests {
                                  "--version", "1", "--out", work.directory.file("e.zip")], environment: ["SOURCE_DATE_EPOCH": "99999999999999"])
         #expect(epoch.status == 2 && epoch.stderr.contains("SOURCE_DATE_EPOCH"), "\(epoch.status) \(epoch.stderr)")
     }
+
+    @Test("a replaced tree with a read-only folder is removed by an unprivileged unpack (nothing left, no warning)")
+    func readOnlyFolderRemoved() throws {
+        guard getuid() == 0 else {
+            print("skipped: needs root to act as nobody with setpriv")
+            return
+        }
+        let work = try Workspace()
+        try FileManager.default.createDirectory(atPath: work.directory.file("src/sub"), withIntermediateDirectories: true)
+        try work.directory.write("src/sub/file.txt", Data("x\n".utf8))
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        for path in [work.path, work.keys] { chmod(path, 0o755) }
+        chmod(package, 0o644)
+        let home = work.directory.file("nobody")
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        chown(home, 65534, 65534)
+        let unpack = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.binary, "unpack", package, "--dest", home + "/app", "--pubkey", work.publicDER]
+        #expect(try run("setpriv", unpack).status == 0)
+        #expect(try run("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "chmod", "0555", home + "/app/sub"]).status == 0)
+        let again = try run("setpriv", unpack)
+        #expect(again.status == 0 && !again.stderr.contains("warning"), "\(again.status) \(again.stderr)")
+        let left = try FileManager.default.contentsOfDirectory(atPath: home).filter { $0 != "app" && !$0.hasSuffix(".signet-lock") }
+        #expect(left.isEmpty, "the old tree with its 0555 folder was removed: \(left)")
+    }
+
+    @Test("no space, no inodes, a read-only filesystem: exit 5, DIR exactly as it was, nothing left")
+    func environmentFailuresLeaveDestination() throws {
+        let work = try Workspace()
+        try FileManager.default.createDirectory(atPath: work.directory.file("small"), withIntermediateDirectories: true)
+        try work.directory.write("small/version.txt", Data("1\n".utf8))
+        let small = work.directory.file("small.zip")
+        #expect(try CLI.run(["pack", work.directory.file("small"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                             "--name", "app", "--version", "1", "--sequence", "1", "--out", small]).status == 0)
+        try FileManager.default.createDirectory(atPath: work.directory.file("big"), withIntermediateDirectories: true)
+        for index in 0..<40 { _ = try work.directory.writeRandom("big/f\(index).bin", count: 64 << 10) }
+        let big = work.directory.file("big.zip")
+        #expect(try CLI.run(["pack", work.directory.file("big"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                             "--name", "app", "--version", "2", "--sequence", "2", "--out", big]).status == 0)
+        for (options, what) in [("size=1m", "no-space"), ("size=64m,nr_inodes=24", "no-inodes"), ("size=64m", "read-only")] {
+            guard let mount = try ScratchMount.mount("tmpfs", options: options, at: work.directory.file("mnt-" + what), untested: what) else { return }
+            defer { mount.unmount() }
+            let app = mount.path + "/app"
+            #expect(try CLI.run(["unpack", small, "--dest", app, "--pubkey", work.publicDER]).status == 0, "\(what): the small tree fits")
+            if what == "read-only" { #expect(try run("mount", ["-o", "remount,ro", mount.path]).status == 0) }
+            let result = try CLI.run(["unpack", big, "--dest", app, "--pubkey", work.publicDER, "--json"])
+            if what == "read-only" { _ = try run("mount", ["-o", "remount,rw", mount.path]) }
+            #expect(result.status == 5, "\(what): \(result.status) \(result.stderr)")
+            #expect(try String(decoding: contents(app + "/version.txt"), as: UTF8.self) == "1\n", "\(what): DIR unchanged")
+            #expect(try CLI.run(["reverify", app, "--pubkey", work.publicDER]).status == 0, "\(what): DIR is still the whole old tree")
+            let left = try FileManager.default.contentsOfDirectory(atPath: mount.path).filter { $0 != "app" && !$0.hasSuffix(".signet-lock") }
+            #expect(left.isEmpty, "\(what): nothing left: \(left)")
+        }
+    }
 }
