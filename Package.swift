@@ -9,6 +9,8 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        // Descriptors, errno and paths: one POSIX layer with EINTR retries and typed errors.
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     ],
     targets: [
         // System libraries. `providers` is only a hint for the error message; the module
@@ -31,7 +33,10 @@ let package = Package(
         ),
         .target(
             name: "Signet",
-            dependencies: ["COpenSSL", "CZip", "CSignetShims"]
+            dependencies: [
+                "COpenSSL", "CZip", "CSignetShims",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
         ),
         .executableTarget(
             name: "signet",

@@ -72,7 +72,7 @@ struct Inspect: ParsableCommand {
             ])
             for file in manifest.files {
                 let entry = stored[file.path]
-                Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \((entry?.compression ?? "missing").padding(toLength: 8, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
+                Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \((entry?.compression.rawValue ?? "missing").padding(toLength: 8, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
             }
             if let verification {
                 Output.line(verification.isValid ? "verified:  yes — \(verification.message)" : "verified:  NO")

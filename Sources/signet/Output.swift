@@ -71,6 +71,9 @@ enum Output {
         let file: String?
         let entry: String?
         let openssl: [String]?
+        /// The system or library call that failed, and the errno it set.
+        let call: String?
+        let errno: Int32?
     }
 
     struct ErrorDocument: Encodable {
@@ -80,7 +83,8 @@ enum Output {
     static func errorBody(_ error: SignetError) -> ErrorBody {
         ErrorBody(code: error.code.name, exit: error.code.exitStatus.rawValue, message: error.reason,
                   file: error.path, entry: error.entry,
-                  openssl: error.openSSLErrors.isEmpty ? nil : error.openSSLErrors)
+                  openssl: error.openSSLErrors.isEmpty ? nil : error.openSSLErrors,
+                  call: error.call, errno: error.systemError)
     }
 
     /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
@@ -126,7 +130,7 @@ struct PackageReport: Encodable {
     var channel: String? = nil
     var error: Output.ErrorBody? = nil
 
-    init(package: String, manifest: Manifest, storage: [String: (compression: String, compressedSize: UInt64?)]) {
+    init(package: String, manifest: Manifest, storage: [String: (compression: StorageMethod, compressedSize: UInt64?)]) {
         self.package = package
         name = manifest.name
         version = manifest.version
@@ -137,7 +141,7 @@ struct PackageReport: Encodable {
         key_id = manifest.keyID.hex
         files = manifest.files.map {
             File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
-                 compression: storage[$0.path]?.compression, compressed_size: storage[$0.path]?.compressedSize)
+                 compression: storage[$0.path]?.compression.rawValue, compressed_size: storage[$0.path]?.compressedSize)
         }
     }
 }

@@ -55,7 +55,7 @@ struct Reverify: ParsableCommand {
             path = report.path
             verdict = report.verdict.name
             detail = report.detail
-            signature = report.signatureSource
+            signature = report.signatureSource?.rawValue
             key_id = report.signer?.hex
         }
     }

@@ -41,7 +41,7 @@ struct Status: ParsableCommand {
         let policy = trust.hasSources ? try trust.policy() : nil
         var entries: [Entry] = []
         for file in files {
-            let origin = FileOrigin(path: file)
+            let origin = try FileOrigin(path: file)
             var verdict = origin.isInstalled ? "not-checked" : "not-installed"
             var channel: String? = nil
             var detail = origin.isInstalled ? "signed by \(origin.keyID?.short ?? "an unknown key"), not checked (pass --pubkey to verify)"

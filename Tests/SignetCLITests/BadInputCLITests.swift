@@ -63,6 +63,13 @@ struct BadInputCLITests {
         let error = try #require(try json.json()["error"] as? [String: Any])
         #expect(error["exit"] as? Int == Int(test.exit))
         #expect((error["message"] as? String)?.isEmpty == false)
+        if test.name == "missing key file" {
+            // A system failure names the call that failed and the errno it set (ENOENT).
+            #expect(error["call"] as? String == "open", "\(error)")
+            #expect(error["errno"] as? Int == 2, "\(error)")
+        } else if test.exit != 5 {
+            #expect(error["call"] == nil, "only system failures name a call: \(error)")
+        }
     }
 
     @Test("--allow-weak-key lets a 1024-bit key sign and verify")

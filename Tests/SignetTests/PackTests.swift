@@ -32,9 +32,9 @@ struct PackTests {
         let names = result.manifest.files.map(\.path)
         #expect(names == ["blob.bin", "img/icons/ok.svg", "img/photo.jpg", "readme.txt", "run.sh", "ünï.txt"])
         #expect(result.manifest.files.first { $0.path == "run.sh" }?.mode == .executable)
-        #expect(result.compression["blob.bin"] == "stored")
-        #expect(result.compression["img/photo.jpg"] == "stored")
-        #expect(result.compression["readme.txt"] == "deflated")
+        #expect(result.compression["blob.bin"] == .stored)
+        #expect(result.compression["img/photo.jpg"] == .stored)
+        #expect(result.compression["readme.txt"] == .deflated)
 
         let listing = try run("python3", ["-c", """
         import zipfile, sys
@@ -107,7 +107,7 @@ struct PackTests {
         let key = try Fixtures.signingKey()
         _ = try PackageBuilder.pack([root], to: directory.file("one.zip"), signer: Signer(key: key), options: options, workers: 1)
         let parallel = try PackageBuilder.pack([root], to: directory.file("three.zip"), signer: Signer(key: key), options: options, workers: 3)
-        #expect(parallel.compression.values.filter { $0 == "deflated" }.count >= 6)
+        #expect(parallel.compression.values.filter { $0 == .deflated }.count >= 6)
         #expect(try contents(directory.file("one.zip")) == contents(directory.file("three.zip")))
         #expect(try PackageReader.verify(directory.file("three.zip"), policy: Fixtures.trust("rsa2048-spki.der")).isValid)
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)

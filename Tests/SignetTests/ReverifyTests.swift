@@ -30,7 +30,7 @@ struct ReverifyTests {
         let clean = try Reverifier.verifyTree(at: app, policy: Self.policy)
         #expect(clean.isOK)
         #expect(clean.files.count == 6)
-        #expect(clean.files.allSatisfy { $0.verdict == .ok && $0.signatureSource == "xattr" })
+        #expect(clean.files.allSatisfy { $0.verdict == .ok && $0.signatureSource == .xattr })
 
         // Content changed.
         try Data("changed".utf8).write(to: URL(fileURLWithPath: app + "/readme.txt"))
@@ -125,12 +125,12 @@ struct ReverifyTests {
         let rootFD = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         defer { close(rootFD) }
         func outcome(_ path: String) -> String {
-            switch TreeChecker.open(path, beneath: rootFD, useOpenat2: useOpenat2) {
+            switch Paths.open(path, beneath: rootFD, useOpenat2: useOpenat2) {
             case .success(let fd):
                 close(fd)
                 return "opened"
             case .failure(let failure):
-                return String(cString: strerror(failure.errno))
+                return String(cString: strerror(failure.code))
             }
         }
         #expect(outcome("real/deeper/file") == "opened")
@@ -156,7 +156,7 @@ struct ReverifyTests {
         // Attribute stripped: the tree's sidecar still verifies a single file.
         #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/readme.txt"]).status == 0)
         let sidecar = Reverifier.verifyFile(at: app + "/readme.txt", policy: try Self.policy)
-        #expect(sidecar.verdict == .ok && sidecar.signatureSource == "sidecar")
+        #expect(sidecar.verdict == .ok && sidecar.signatureSource == .sidecar)
     }
 
     @Test("--exclude and --only choose what is checked")
@@ -207,8 +207,8 @@ struct ReverifyTests {
         // With user.signet.sig gone, reverify falls back to the IMA attribute.
         #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/run.sh"]).status == 0)
         let report = Reverifier.verifyFile(at: app + "/run.sh", policy: try Self.policy)
-        #expect(report.verdict == .ok && report.signatureSource == "ima")
-        #expect(try Reverifier.verifyTree(at: app, policy: Self.policy).files.first { $0.path == "run.sh" }?.signatureSource == "ima")
+        #expect(report.verdict == .ok && report.signatureSource == .ima)
+        #expect(try Reverifier.verifyTree(at: app, policy: Self.policy).files.first { $0.path == "run.sh" }?.signatureSource == .ima)
     }
 
     @Test("security.ima needs root: a clear error otherwise")
@@ -241,22 +241,22 @@ struct ReverifyTests {
         let tree = try Reverifier.verifyTree(at: mountPoint + "/app", policy: Self.policy)
         #expect(tree.isOK, "\(Self.verdicts(tree))")
         #expect(!tree.attributesSupported)
-        #expect(tree.files.allSatisfy { $0.signatureSource == "sidecar" })
+        #expect(tree.files.allSatisfy { $0.signatureSource == .sidecar })
         try Data("changed".utf8).write(to: URL(fileURLWithPath: mountPoint + "/app/readme.txt"))
         #expect(Self.verdicts(try Reverifier.verifyTree(at: mountPoint + "/app", policy: Self.policy))["readme.txt"] == "modified")
-        #expect(Reverifier.verifyFile(at: mountPoint + "/app/run.sh", policy: try Self.policy).signatureSource == "sidecar")
+        #expect(Reverifier.verifyFile(at: mountPoint + "/app/run.sh", policy: try Self.policy).signatureSource == .sidecar)
     }
 
     @Test("status reads where a file came from")
     func status() throws {
         let directory = try TemporaryDirectory()
         let app = try Self.installed(directory)
-        let origin = FileOrigin(path: app + "/img/photo.jpg")
+        let origin = try FileOrigin(path: app + "/img/photo.jpg")
         #expect(origin.isInstalled)
         #expect(origin.packageName == "assets" && origin.version == "3.1" && origin.sequence == 31)
         #expect(origin.packagePath == "img/photo.jpg")
         #expect(origin.keyID?.hex == Fixtures.rsa2048KeyID)
-        #expect(!FileOrigin(path: try directory.write("plain", Data())).isInstalled)
+        #expect(try !FileOrigin(path: try directory.write("plain", Data())).isInstalled)
     }
 
     @Test("async API: off the calling thread, with a report; cancellation stops it")

@@ -5,6 +5,7 @@ import Musl
 #endif
 internal import CZip
 internal import CSignetShims
+internal import SystemPackage
 
 /// The file a new archive is written to, handed to libzip as a writable source.
 ///
@@ -48,7 +49,7 @@ final class ArchiveOutput {
 
     /// Empties the file and starts at offset 0.
     fileprivate func begin() throws {
-        guard ftruncate(descriptor, 0) == 0 else { throw fail(SignetError.posix(errno, "cannot write the archive", path: path)) }
+        guard ftruncate(descriptor, 0) == 0 else { throw fail(SignetError.posix(errno, "cannot write the archive", path: path, call: "ftruncate")) }
         (bufferOffset, buffered, position, end, writebackStart) = (0, 0, 0, 0, 0)
     }
 
@@ -69,11 +70,10 @@ final class ArchiveOutput {
 
     /// Writes out the buffer and, every `writebackStep` bytes of progress, starts writeback.
     fileprivate func flush() throws {
-        var done = 0
-        while done < buffered {
-            let n = retryingOnEINTR { pwrite(descriptor, buffer.baseAddress! + done, buffered - done, off_t(bufferOffset) + off_t(done)) }
-            guard n > 0 else { throw fail(SignetError.posix(n < 0 ? errno : EIO, "cannot write the archive", path: path)) }
-            done += n
+        do {
+            try FileDescriptor(descriptor).write(all: UnsafeRawBufferPointer(rebasing: buffer[0..<buffered]), at: Int64(bufferOffset))
+        } catch {
+            throw fail(SignetError.posix(error, "cannot write the archive", path: path))
         }
         let reached = bufferOffset + UInt64(buffered)
         bufferOffset = reached
@@ -88,8 +88,11 @@ final class ArchiveOutput {
     /// Flushes everything and makes it durable, with the package's permissions.
     func sync() throws {
         try flush()
-        guard fsync(descriptor) == 0, fchmod(descriptor, 0o644) == 0 else {
-            throw SignetError.posix(errno, "cannot flush the new package", path: path)
+        do {
+            try FileDescriptor(descriptor).sync()
+            _ = try systemCall("fchmod") { fchmod(descriptor, 0o644) }
+        } catch {
+            throw SignetError.posix(error, "cannot flush the new package", path: path)
         }
     }
 

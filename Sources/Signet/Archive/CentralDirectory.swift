@@ -98,15 +98,8 @@ enum CentralDirectory {
         func read(_ offset: UInt64, _ count: Int) throws -> [UInt8] {
             guard try sum(offset, UInt64(count)) <= size else { throw malformed("a record points past the end of the file") }
             var bytes = [UInt8](repeating: 0, count: count)
-            var done = 0
-            while done < count {
-                let n = bytes.withUnsafeMutableBytes { raw in
-                    retryingOnEINTR { pread(file.descriptor, raw.baseAddress! + done, count - done, off_t(offset + UInt64(done))) }
-                }
-                if n < 0 { throw SignetError.posix(errno, "cannot read", path: archive) }
-                guard n > 0 else { throw malformed("the file ended while it was read") }
-                done += n
-            }
+            let done = try bytes.withUnsafeMutableBytes { try file.read(fullyAt: Int64(offset), into: $0) }
+            guard done == count else { throw malformed("the file ended while it was read") }
             return bytes
         }
 

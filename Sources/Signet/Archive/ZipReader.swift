@@ -36,8 +36,10 @@ final class ZipReader {
         // Only regular files: a FIFO or device would block or never end.
         let file = try InputFile.open(path, what: "package")
         records = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag)
-        let copy = dup(file.descriptor)
-        guard copy >= 0 else { throw SignetError.posix(errno, "cannot read the package", path: path) }
+        let copy: Int32
+        do { copy = try systemCall("dup") { dup(file.descriptor.rawValue) } } catch {
+            throw SignetError.posix(error, "cannot read the package", path: path)
+        }
         var code: Int32 = 0
         guard let archive = zip_fdopen(copy, ZIP_CHECKCONS, &code) else {
             close(copy)

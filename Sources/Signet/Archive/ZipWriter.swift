@@ -284,8 +284,8 @@ final class CopiedDeflateSource: ZipEntrySource {
         let remaining = (deflated?.compressedSize ?? 0) - position
         let count = Int(min(UInt64(buffer.count), remaining))
         guard count > 0 else { return 0 }
-        let n = retryingOnEINTR { pread(file.descriptor, buffer.baseAddress, count, off_t(dataStart + position)) }
-        guard n > 0 else { throw SignetError.posix(n < 0 ? errno : EIO, "cannot read the temporary archive", path: file.path) }
+        let n = try file.read(fullyAt: Int64(dataStart + position), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count]))
+        guard n == count else { throw SignetError(.io, "the temporary archive '\(file.path)' ended early", path: file.path) }
         position += UInt64(n)
         return n
     }
@@ -293,14 +293,8 @@ final class CopiedDeflateSource: ZipEntrySource {
     func close() throws {}
 
     private func readFully(_ bytes: inout [UInt8], at offset: UInt64) throws {
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { raw in
-                retryingOnEINTR { pread(file.descriptor, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done)) }
-            }
-            guard n > 0 else { throw SignetError.posix(n < 0 ? errno : EIO, "cannot read the temporary archive", path: file.path) }
-            done += n
-        }
+        let n = try bytes.withUnsafeMutableBytes { try file.read(fullyAt: Int64(offset), into: $0) }
+        guard n == bytes.count else { throw SignetError(.io, "the temporary archive '\(file.path)' ended early", path: file.path) }
     }
 }
 

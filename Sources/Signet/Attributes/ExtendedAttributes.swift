@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CSignetShims
+internal import SystemPackage
 
 /// Extended attributes on an open file descriptor. Descriptor-based calls only: the file that
 /// was opened (with O_NOFOLLOW) is the file whose attributes are read or written.
@@ -12,21 +13,15 @@ enum ExtendedAttributes {
     static let signature = TreeLayout.signatureAttribute
     static let metadata = TreeLayout.metadataAttribute
 
-    /// Why an attribute call failed, as the kernel said it.
-    struct Failure: Error {
-        let errno: Int32
-        /// The filesystem has no (user) extended attributes.
-        var isUnsupported: Bool { errno == ENOTSUP || errno == EOPNOTSUPP }
-        /// The value does not fit (ext4 keeps all of a file's attributes in one 4 KiB block).
-        var isNoRoom: Bool { errno == E2BIG || errno == ENOSPC || errno == ERANGE }
-    }
+    /// Why an attribute call failed: the call and the errno the kernel gave.
+    typealias Failure = SystemCallFailure
 
     /// Sets `name` to `value` with `fsetxattr(2)`, retrying on EINTR.
     static func set(_ name: String, _ value: [UInt8], on descriptor: Int32) -> Result<Void, Failure> {
         let status = value.withUnsafeBytes { raw in
             retryingOnEINTR { fsetxattr(descriptor, name, raw.baseAddress, raw.count, 0) }
         }
-        return status == 0 ? .success(()) : .failure(Failure(errno: errno))
+        return status == 0 ? .success(()) : .failure(Failure("fsetxattr", Errno(rawValue: errno)))
     }
 
     /// Reads `name` with `fgetxattr(2)`, growing the buffer on ERANGE; nil when absent (ENODATA).
@@ -41,16 +36,16 @@ enum ExtendedAttributes {
             switch errno {
             case ENODATA: return .success(nil)
             case ERANGE: capacity *= 4
-            default: return .failure(Failure(errno: errno))
+            default: return .failure(Failure("fgetxattr", Errno(rawValue: errno)))
             }
         }
-        return .failure(Failure(errno: E2BIG))
+        return .failure(Failure("fgetxattr", Errno(rawValue: E2BIG)))
     }
 
     /// Removes `name` with `fremovexattr(2)`; removing an absent attribute succeeds.
     static func remove(_ name: String, on descriptor: Int32) -> Result<Void, Failure> {
         if retryingOnEINTR({ fremovexattr(descriptor, name) }) == 0 || errno == ENODATA { return .success(()) }
-        return .failure(Failure(errno: errno))
+        return .failure(Failure("fremovexattr", Errno(rawValue: errno)))
     }
 
     /// Lists attribute names with `flistxattr(2)`, growing the buffer on ERANGE.
@@ -64,22 +59,29 @@ enum ExtendedAttributes {
             if count >= 0 {
                 return .success(buffer.prefix(count).split(separator: 0).map { String(decoding: $0, as: UTF8.self) })
             }
-            guard errno == ERANGE else { return .failure(Failure(errno: errno)) }
+            guard errno == ERANGE else { return .failure(Failure("flistxattr", Errno(rawValue: errno))) }
             capacity *= 4
         }
-        return .failure(Failure(errno: E2BIG))
+        return .failure(Failure("flistxattr", Errno(rawValue: E2BIG)))
     }
 }
 
-extension ExtendedAttributes.Failure {
+extension SystemCallFailure {
+    /// The filesystem has no (user) extended attributes.
+    var isUnsupported: Bool { code == ENOTSUP || code == EOPNOTSUPP }
+    /// The value does not fit (ext4 keeps all of a file's attributes in one 4 KiB block).
+    var isNoRoom: Bool { code == E2BIG || code == ENOSPC || code == ERANGE }
+
     /// The error FORMAT.md §4 assigns (exit 5: environment), naming the file and the attribute.
     func error(_ action: String, attribute: String, path: String) -> SignetError {
+        var error = SignetError.posix(self, "cannot \(action) \(attribute) on", path: path)
         if isUnsupported {
-            return SignetError(.io, "cannot \(action) \(attribute) on '\(path)': the filesystem has no user extended attributes", path: path)
+            error.code = .io
+            error.reason = "cannot \(action) \(attribute) on '\(path)': the filesystem has no user extended attributes"
+        } else if isNoRoom {
+            error.code = .io
+            error.reason = "cannot \(action) \(attribute) on '\(path)': no room for the attribute (ext4 keeps all of a file's attributes in one 4 KiB block)"
         }
-        if isNoRoom {
-            return SignetError(.io, "cannot \(action) \(attribute) on '\(path)': no room for the attribute (ext4 keeps all of a file's attributes in one 4 KiB block)", path: path)
-        }
-        return SignetError.posix(errno, "cannot \(action) \(attribute) on", path: path)
+        return error
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -6,9 +7,36 @@ import Musl
 #endif
 
 extension SignetError {
-    /// Maps an `errno` from a file operation to an error that names the file and the next step.
-    static func posix(_ err: Int32, _ action: String, path: String,
+    /// Maps a failed system call to an error that names the file, the next step, the call and
+    /// its errno.
+    static func posix(_ failure: SystemCallFailure, _ action: String, path: String,
                       fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
+        posix(failure.code, action, path: path, call: failure.call, fileID: fileID, line: line)
+    }
+
+    /// The same for whatever a system call wrapper threw: a ``SystemCallFailure`` is mapped, a
+    /// `SignetError` (an interruption) passes through.
+    static func posix(_ error: any Error, _ action: String, path: String,
+                      fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
+        switch error {
+        case let failure as SystemCallFailure: return posix(failure, action, path: path, fileID: fileID, line: line)
+        case let signet as SignetError: return signet
+        case let errno as Errno: return posix(errno.rawValue, action, path: path, fileID: fileID, line: line)
+        default: return SignetError(.io, "\(action) '\(path)': \(error)", path: path, fileID: fileID, line: line)
+        }
+    }
+
+    /// Maps an `errno` from a file operation to an error that names the file and the next step.
+    static func posix(_ err: Int32, _ action: String, path: String, call: String? = nil,
+                      fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
+        var error = describe(err, action, path: path, fileID: fileID, line: line)
+        error.call = call
+        error.systemError = err
+        return error
+    }
+
+    private static func describe(_ err: Int32, _ action: String, path: String,
+                                 fileID: StaticString, line: UInt) -> SignetError {
         let text = String(cString: strerror(err))
         switch err {
         case ENOENT:

@@ -121,6 +121,11 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
     public var entry: String?
     /// OpenSSL's error queue at the time of the failure, oldest first ("lib: reason: data").
     public var openSSLErrors: [String]
+    /// The system or library call that failed ("openat", "fsync", "EVP_DigestSignFinal"), when
+    /// one did.
+    public var call: String?
+    /// The `errno` that call set, read right after it, when it set one.
+    public var systemError: Int32?
     /// Where in Signet the error was raised (for bug reports).
     public var location: String
 
@@ -131,6 +136,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         path: String? = nil,
         entry: String? = nil,
         openSSLErrors: [String] = [],
+        call: String? = nil,
+        systemError: Int32? = nil,
         fileID: StaticString = #fileID,
         line: UInt = #line
     ) {
@@ -139,6 +146,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         self.path = path
         self.entry = entry
         self.openSSLErrors = openSSLErrors
+        self.call = call
+        self.systemError = systemError
         self.location = "\(fileID):\(line)"
     }
 

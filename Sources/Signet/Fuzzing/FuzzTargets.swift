@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+internal import SystemPackage
 
 /// Entry points for the fuzzers (`Fuzz/SignetFuzz`, `scripts/fuzz.sh`): every parser that reads
 /// untrusted bytes, each behind a name. Not for applications; underscored so that it stays out
@@ -50,15 +51,9 @@ public enum _FuzzTargets {
     /// for each input.
     private static func scratch(_ bytes: [UInt8]) -> String? {
         let path = "/dev/shm/signet-fuzz-\(getpid()).zip"
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
-            guard n > 0 else { return nil }
-            written += n
-        }
+        guard let fd = try? FileDescriptor.open(FilePath(path), .writeOnly, options: [.create, .truncate, .closeOnExec], permissions: [.ownerReadWrite]) else { return nil }
+        defer { try? fd.close() }
+        guard (try? fd.writeAll(bytes)) != nil else { return nil }
         return path
     }
 }

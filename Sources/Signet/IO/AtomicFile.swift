@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CSignetShims
+internal import SystemPackage
 
 /// Writes files so that readers see either nothing or the complete file: the bytes go to a
 /// temporary file in the same directory, are fsynced, and the temporary is renamed into place.
@@ -25,7 +26,7 @@ enum AtomicFile {
         try writeNew(bytes, at: temporary, mode: mode, for: path)
         try TemporaryFiles.guarded {
             if replace {
-                guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path) }
+                guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path, call: "rename") }
             } else {
                 try renameNoReplace(temporary, path)
             }
@@ -38,19 +39,21 @@ enum AtomicFile {
     /// permissions `mode` and fsyncs it. `target` names the file in errors. The caller has
     /// registered `temporary` and removes it on failure.
     static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String) throws {
-        let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-        guard fd >= 0 else { throw SignetError.posix(err, "cannot create a temporary file beside", path: target) }
-        defer { close(fd) }
-        guard fchmod(fd, mode) == 0 else { throw SignetError.posix(errno, "cannot set permissions on", path: temporary) }
-        try bytes.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let n = retryingOnEINTR { Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset) }
-                guard n > 0 else { throw SignetError.posix(errno, "cannot write", path: target) }
-                offset += n
-            }
+        let opened = try TemporaryFiles.guardedCall { () in
+            try Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         }
-        guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: target) }
+        let file: FileDescriptor
+        do { file = FileDescriptor(try opened.get()) } catch {
+            throw SignetError.posix(error, "cannot create a temporary file beside", path: target)
+        }
+        defer { try? file.close() }
+        do {
+            _ = try systemCall("fchmod") { fchmod(file.rawValue, mode) }
+            try bytes.withUnsafeBytes { raw in try file.write(all: raw) }
+            try file.sync()
+        } catch let failure as SystemCallFailure {
+            throw SignetError.posix(failure, "cannot write", path: target)
+        }
     }
 
     /// A new name for a temporary file beside `path` (same filesystem, hidden, named after this
@@ -69,10 +72,10 @@ enum AtomicFile {
         if signet_renameat2(AT_FDCWD, from, AT_FDCWD, to, signet_RENAME_NOREPLACE()) == 0 { return }
         let err = errno
         guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
-            throw SignetError.posix(err, "cannot write", path: to)
+            throw SignetError.posix(err, "cannot write", path: to, call: "renameat2")
         }
         // The filesystem has no RENAME_NOREPLACE: link(2) also refuses an existing target.
-        guard link(from, to) == 0 else { throw SignetError.posix(errno, "cannot write", path: to) }
+        guard link(from, to) == 0 else { throw SignetError.posix(errno, "cannot write", path: to, call: "link") }
         unlink(from)
     }
 

@@ -13,35 +13,51 @@ enum Paths {
     /// Longest piece handed to the kernel at once.
     private static let piece = 3072
 
-    /// `open(2)` for a path of any length. Returns the descriptor, or -1 with errno set.
-    static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> Int32 {
-        if path.utf8.count < piece { return retryingOnEINTR { Glibc.open(path, flags, mode) } }
+    /// `open(2)` for a path of any length: the descriptor, or the failing call and its errno.
+    static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) throws -> Int32 {
+        if path.utf8.count < piece { return try systemCall("open") { Glibc.open(path, flags, mode) } }
         var components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
-        guard let last = components.popLast() else { return Glibc.open(path, flags, mode) }
-        var directory = path.hasPrefix("/") ? Glibc.open("/", signet_O_PATH() | O_DIRECTORY | O_CLOEXEC) : AT_FDCWD
-        guard directory != -1 else { return -1 }
+        guard let last = components.popLast() else { return try systemCall("open") { Glibc.open(path, flags, mode) } }
+        var directory = path.hasPrefix("/") ? try systemCall("open") { Glibc.open("/", signet_O_PATH() | O_DIRECTORY | O_CLOEXEC) } : AT_FDCWD
+        defer { if directory != AT_FDCWD { close(directory) } }
         var chunk = ""
-        func descend() -> Bool {
-            let next = openat(directory, chunk, signet_O_PATH() | O_DIRECTORY | O_CLOEXEC)
-            let err = errno
+        func descend() throws {
+            let next = try systemCall("openat") { openat(directory, chunk, signet_O_PATH() | O_DIRECTORY | O_CLOEXEC) }
             if directory != AT_FDCWD { close(directory) }
-            errno = err
             directory = next
             chunk = ""
-            return next >= 0
         }
         for component in components {
-            if !chunk.isEmpty && chunk.utf8.count + component.utf8.count + 1 >= piece {
-                guard descend() else { return -1 }
-            }
+            if !chunk.isEmpty && chunk.utf8.count + component.utf8.count + 1 >= piece { try descend() }
             chunk += (chunk.isEmpty ? "" : "/") + component
         }
-        if !chunk.isEmpty { guard descend() else { return -1 } }
-        let fd = retryingOnEINTR { openat(directory, last, flags, mode) }
-        let err = errno
-        if directory != AT_FDCWD { close(directory) }
-        errno = err
-        return fd
+        if !chunk.isEmpty { try descend() }
+        return try systemCall("openat") { openat(directory, last, flags, mode) }
+    }
+
+    /// Opens `relative` (a checked relative path) below `directory`, refusing a symbolic link
+    /// anywhere on the path and never leaving `directory`: one `openat2(RESOLVE_BENEATH |
+    /// RESOLVE_NO_SYMLINKS)` where the kernel has it (`useOpenat2`), else, and for paths longer
+    /// than one call can name, one component at a time with O_NOFOLLOW.
+    static func open(_ relative: String, beneath directory: Int32, useOpenat2: Bool = true,
+                     flags: Int32 = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) -> Result<Int32, SystemCallFailure> {
+        if useOpenat2 {
+            let fd = signet_open_beneath(directory, relative, flags)
+            if fd >= 0 { return .success(fd) }
+            let err = errno
+            guard err == ENOSYS || err == ENAMETOOLONG else { return .failure(SystemCallFailure("openat2", code: err)) }
+        }
+        var fd = directory
+        let components = relative.split(separator: "/").map(String.init)
+        for (index, component) in components.enumerated() {
+            let last = index == components.count - 1
+            let next = retryingOnEINTR { openat(fd, component, last ? flags : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            let err = errno
+            if fd != directory { close(fd) }
+            guard next >= 0 else { return .failure(SystemCallFailure("openat", code: err)) }
+            fd = next
+        }
+        return .success(fd)
     }
 
     /// Calls `body` with a descriptor of `path`'s parent directory and its last component, for
@@ -51,22 +67,64 @@ enum Paths {
         while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
         let parent = AtomicFile.parentDirectory(of: trimmed)
         let name = trimmed.split(separator: "/").last.map(String.init) ?? trimmed
-        let fd = open(parent, signet_O_PATH() | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SignetError.posix(errno, "cannot open the directory", path: parent) }
+        let fd: Int32
+        do { fd = try open(parent, signet_O_PATH() | O_DIRECTORY | O_CLOEXEC) } catch {
+            throw SignetError.posix(error, "cannot open the directory", path: parent)
+        }
         defer { close(fd) }
         return try body(fd, name)
     }
 
-    /// `lstat` for a path of any length; nil with errno set when it fails.
-    static func lstat(_ path: String) -> stat? {
+    /// `lstat` for a path of any length.
+    static func lstat(_ path: String) throws -> stat {
+        var info = stat()
         if path.utf8.count < piece {
-            var info = stat()
-            return Glibc.lstat(path, &info) == 0 ? info : nil
+            _ = try systemCall("lstat") { Glibc.lstat(path, &info) }
+            return info
         }
-        return try? withParent(of: path) { directory, name -> stat? in
-            var info = stat()
-            return fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 ? info : nil
-        } ?? nil
+        var trimmed = path
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+        let parent = AtomicFile.parentDirectory(of: trimmed)
+        let name = trimmed.split(separator: "/").last.map(String.init) ?? trimmed
+        let fd = try open(parent, signet_O_PATH() | O_DIRECTORY | O_CLOEXEC)
+        defer { close(fd) }
+        _ = try systemCall("fstatat") { fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) }
+        return info
+    }
+
+    /// Creates `directory` and its missing parents like `mkdir -p`, new ones with `mode`
+    /// (before the umask). Something other than a directory there is refused (`what` names it).
+    static func createDirectories(_ directory: String, mode: mode_t, what: String) throws {
+        do {
+            if try lstatIfPresent(directory) != nil {
+                // There already (a link is followed, as mkdir -p follows it): a directory is fine.
+                do {
+                    close(try open(directory, signet_O_PATH() | O_DIRECTORY | O_CLOEXEC))
+                } catch let failure as SystemCallFailure where failure.code == ENOTDIR {
+                    throw SignetError(.fileExists, "\(what) '\(directory)' exists and is not a directory; choose another", path: directory)
+                }
+                return
+            }
+        } catch let failure as SystemCallFailure {
+            throw SignetError.posix(failure, "cannot use \(what)", path: directory)
+        }
+        var prefix = directory.hasPrefix("/") ? "/" : ""
+        for component in directory.split(separator: "/") {
+            prefix += component
+            do {
+                _ = try systemCall("mkdir") { mkdir(prefix, mode) }
+            } catch let failure as SystemCallFailure where failure.code == EEXIST {
+                // Already there.
+            } catch {
+                throw SignetError.posix(error, "cannot create \(what)", path: prefix)
+            }
+            prefix += "/"
+        }
+    }
+
+    /// `lstat`, or nil when nothing is at `path` (ENOENT); any other failure is thrown.
+    static func lstatIfPresent(_ path: String) throws -> stat? {
+        do { return try lstat(path) } catch let failure as SystemCallFailure where failure.code == ENOENT { return nil }
     }
 }
 
@@ -130,32 +188,9 @@ enum TreeRemover {
         }
     }
 
-    /// The raw names in a directory (without . and ..), NUL-terminated, read through a
-    /// duplicate of its descriptor; empty when it cannot be read.
+    /// The raw names in a directory, NUL-terminated; empty when it cannot be read (what is
+    /// left is then reported by the caller's final check).
     static func entries(of directory: Int32) -> [[CChar]] {
-        entriesOrError(of: directory) ?? []
-    }
-
-    /// The same, or nil with errno set when the directory cannot be read.
-    static func entriesOrError(of directory: Int32) -> [[CChar]]? {
-        let copy = dup(directory)
-        guard copy >= 0 else { return nil }
-        guard let handle = fdopendir(copy) else {
-            let err = errno
-            close(copy)
-            errno = err
-            return nil
-        }
-        defer { closedir(handle) }
-        // fdopendir shares the offset with `directory`: start from the top whatever was read before.
-        rewinddir(handle)
-        var names: [[CChar]] = []
-        while true {
-            errno = 0
-            guard let entry = readdir(handle) else { break }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix { $0 != 0 }.map { CChar(bitPattern: $0) } }
-            if name != [0x2e] && name != [0x2e, 0x2e] { names.append(name + [0]) }
-        }
-        return errno == 0 ? names : nil
+        ((try? DirectoryEntries.list(directory)) ?? []).map(\.rawName)
     }
 }

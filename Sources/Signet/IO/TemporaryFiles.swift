@@ -35,10 +35,16 @@ enum TemporaryFiles {
     private static let interrupted = Mutex(false)
 
     /// A system call made under ``guarded(_:)``: its result and the errno it left.
-    static func guardedCall(_ call: () -> Int32) throws -> (result: Int32, errno: Int32) {
+    /// Throws only for the interruption; the call's own failure (its errno read right after
+    /// it, EINTR retried) is in the result.
+    static func guardedCall(_ name: String, _ call: () -> Int32) throws -> Result<Int32, SystemCallFailure> {
+        try guardedCall { try systemCall(name, call) }
+    }
+
+    /// The same for a call that reports its own failure (`Paths.open`).
+    static func guardedCall(_ call: () throws -> Int32) throws -> Result<Int32, SystemCallFailure> {
         try guarded {
-            let result = call()
-            return (result, errno)
+            do { return .success(try call()) } catch let failure as SystemCallFailure { return .failure(failure) }
         }
     }
 
@@ -107,14 +113,14 @@ enum TemporaryFiles {
     @discardableResult
     static func removeStale(besides target: String) -> [String] {
         let (directory, prefix) = prefix(besides: target)
-        guard let handle = opendir(directory) else { return [] }
-        defer { closedir(handle) }
+        guard let fd = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
+        defer { close(fd) }
         var stale: [String] = []
-        while let entry = readdir(handle) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
-            guard name.hasPrefix(prefix) else { continue }
+        try? DirectoryEntries.forEach(in: fd) { entry in
+            let name = entry.name
+            guard name.hasPrefix(prefix) else { return }
             let digits = name.dropFirst(prefix.count).prefix { $0.isASCII && $0.isNumber }
-            guard let pid = pid_t(digits), pid > 0, pid != getpid() else { continue }
+            guard let pid = pid_t(digits), pid > 0, pid != getpid() else { return }
             if kill(pid, 0) != 0 && errno == ESRCH { stale.append(directory + "/" + name) }
         }
         return stale.filter { !TreeRemover.remove($0) }

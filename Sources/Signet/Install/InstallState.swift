@@ -1,4 +1,5 @@
 import Foundation
+internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -22,32 +23,34 @@ final class InstallState {
         self.path = path
         var fd: Int32 = -1
         while true {
-            fd = Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw SignetError.posix(errno, "cannot open install state", path: path) }
-            guard retryingOnEINTR({ flock(fd, LOCK_EX) }) == 0 else {
-                let err = errno
-                close(fd)
-                throw SignetError.posix(err, "cannot lock install state", path: path)
+            do { fd = try Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644) } catch {
+                throw SignetError.posix(error, "cannot open install state", path: path)
             }
-            var held = stat(), named = stat()
-            guard fstat(fd, &held) == 0 else {
-                let err = errno
+            let held: stat
+            let named: stat?
+            do {
+                _ = try systemCall("flock") { flock(fd, LOCK_EX) }
+                held = try FileDescriptor(fd).status()
+                named = try Paths.lstatIfPresent(path)
+            } catch {
                 close(fd)
-                throw SignetError.posix(err, "cannot inspect install state", path: path)
+                throw SignetError.posix(error, "cannot lock install state", path: path)
             }
-            if let current = Paths.lstat(path) { named = current } else { named = stat() }
-            if held.st_dev == named.st_dev && held.st_ino == named.st_ino { break }
+            if let named, held.st_dev == named.st_dev && held.st_ino == named.st_ino { break }
             close(fd)   // replaced while we waited: lock the file the path names now
         }
         lock = fd
         var bytes: [UInt8] = []
         do {
-            try InputFile.forEachChunk(of: fd, path: path) { chunk in
+            try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize) { chunk in
                 guard bytes.count + chunk.count <= 16 << 20 else {
                     throw SignetError(.malformedInput, "install state '\(path)' is larger than 16 MiB; it is not a state file Signet wrote", path: path)
                 }
                 bytes.append(contentsOf: chunk)
             }
+        } catch let failure as SystemCallFailure {
+            close(fd)
+            throw SignetError.posix(failure, "cannot read install state", path: path)
         } catch {
             close(fd)
             throw error

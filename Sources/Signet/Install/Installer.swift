@@ -5,6 +5,7 @@ import Glibc
 import Musl
 #endif
 internal import CSignetShims
+internal import SystemPackage
 
 /// Options for ``Installer/install(_:to:policy:options:)``.
 public struct InstallOptions: Sendable {
@@ -71,7 +72,7 @@ public enum Installer {
         // "dir/" would make lstat follow a symbolic link at dir: judge the name itself.
         var destination = destination
         while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
-        try Staging.createParents(AtomicFile.parentDirectory(of: destination))
+        try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
         // One update of DIR at a time: the rollback check and the swap happen under this lock.
         let lock = try DestinationLock(destination, wait: options.wait)
         defer { lock.release() }
@@ -79,96 +80,30 @@ public enum Installer {
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
-        let layout = try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare)
+        let job = Job(package: package, destination: destination, reader: reader,
+                      layout: try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare),
+                      policy: policy, options: options)
 
-        var checked: PackageReader.Checked? = nil
-        // Held (locked) from the rollback check until the new sequence is recorded.
-        var installState: InstallState? = nil
-        if !options.bare {
-            switch try PackageReader.checkManifest(reader: reader, layout: layout, policy: policy, limits: options.limits, now: options.now) {
-            case .rejected(let verdict): throw error(for: verdict.failure!, verdict.message, package: package, entry: verdict.entry)
-            case .checked(let value): checked = value
-            }
-            if let stateFile = options.stateFile {
-                let recorded = try InstallState(path: stateFile)
-                installState = recorded
-                if let highest = recorded.sequences[checked!.manifest.name], checked!.manifest.sequence < highest, !options.allowDowngrade {
-                    throw SignetError(.rollback, "\(checked!.manifest.name) sequence \(highest) was installed before (recorded in '\(stateFile)'); the package has sequence \(checked!.manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: package)
-                }
-            }
-            if case .installed(let installed?) = state, installed.name == checked!.manifest.name,
-               checked!.manifest.sequence < installed.sequence, !options.allowDowngrade {
-                throw SignetError(.rollback, "'\(destination)' holds \(installed.name) sequence \(installed.sequence); the package has sequence \(checked!.manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: destination)
-            }
-        }
+        // Phase 1: the manifest and the rollback rules, before anything is written.
+        let (checked, installState) = try job.checkManifest(replacing: state)
 
+        // Phase 2: every resource, verified while it streams into the staging directory.
         let staging = try Staging(besides: destination)
         var installed = false
         defer { if !installed { _ = staging.remove() } }
-
-        var files: [String] = []
-        var signer: PublicKey? = checked?.key
+        var signer = checked?.key
         var attributesWritten = true
-        let manifestFiles: [Manifest.File]
-        if let checked {
-            manifestFiles = checked.manifest.files
-        } else {
-            manifestFiles = layout.resourceOrder.map { Manifest.File(path: $0, size: layout.resources[$0]!.size, sha256: "", mode: .regular) }
-        }
-        for file in manifestFiles {
-            let fd = try staging.createFile(file.path)
-            defer { close(fd) }
-            let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
-            var signature: [UInt8] = []
-            var sha256 = file.sha256
-            if let checked {
-                switch try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked, sink: { try writer.write($0) }) {
-                case .verified(let verified): signature = verified
-                case .rejected(let failure, let message, let entry): throw error(for: failure, message, package: package, entry: entry)
-                }
-            } else {
-                let (digest, sig, key) = try bareResource(file.path, reader: reader, layout: layout, policy: policy, options: options, package: package) {
-                    try writer.write($0)
-                }
-                sha256 = digest
-                signature = sig
-                signer = signer ?? key
-            }
-            let meta = metadata(path: file.path, sha256: sha256, signer: signer!, manifest: checked?.manifest, algorithm: checked?.algorithm ?? options.bareAlgorithm)
-            switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
-            case .success:
-                if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd), !failure.isNoRoom {
-                    throw SignetError.posix(failure.errno, "cannot set \(ExtendedAttributes.metadata) on the staged copy of", path: file.path)
-                }
-            case .failure(let failure) where failure.isUnsupported:
-                attributesWritten = false
-            case .failure(let failure):
-                throw SignetError.posix(failure.errno, "cannot set \(ExtendedAttributes.signature) on the staged copy of", path: file.path)
-            }
-            if let imaAttribute = options.imaAttribute {
-                let algorithm = checked?.algorithm ?? options.bareAlgorithm
-                guard let ima = IMASignature(signatureBytes: signature, algorithm: algorithm, key: signer!) else {
-                    throw SignetError(.usage, "IMA signatures are RSA PKCS#1 v1.5; this package is signed with \(algorithm.id), so --ima cannot be used", path: package)
-                }
-                if case .failure(let failure) = ExtendedAttributes.set(imaAttribute, ima.bytes, on: fd) {
-                    if failure.errno == EPERM {
-                        throw SignetError(.permissionDenied, "cannot write \(imaAttribute) on '\(file.path)': security.* attributes need root (CAP_SYS_ADMIN); run as root or use --ima user", path: destination)
-                    }
-                    throw failure.error("set", attribute: imaAttribute, path: file.path)
-                }
-            }
-            guard fchmod(fd, mode_t(file.mode.permissions)) == 0 else { throw SignetError.posix(errno, "cannot set the mode of", path: file.path) }
-            guard fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot flush", path: file.path) }
-            try staging.writeFile(TreeLayout.signature(of: file.path), signature)
+        var files: [String] = []
+        for file in job.resources(checked) {
+            let staged = try job.stage(file, into: staging, checked: checked, signer: signer)
+            signer = signer ?? staged.signer
+            attributesWritten = attributesWritten && staged.attributesWritten
             files.append(file.path)
         }
-        if let checked {
-            try staging.writeFile(TreeLayout.manifest, checked.manifestBytes)
-            try staging.writeFile(TreeLayout.manifestSignature, checked.manifestSignature)
-            for (name, entry) in layout.certificates {
-                try staging.writeFile(name, try reader.readAll(entry, limit: 1 << 20, name: name))
-            }
-        }
+        guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
+        if let checked { try job.stageRecord(checked, into: staging) }
+
+        // Phase 3: the swap, then the record of what was installed.
         try staging.finish()
         let (exchanged, leftover) = try staging.install(at: destination, replacing: state)
         installed = true
@@ -177,13 +112,129 @@ public enum Installer {
         }
         var replaced: UInt64? = nil
         if case .installed(let manifest?) = state { replaced = manifest.sequence }
-        return InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer!,
+        return InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer,
                              replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged,
                              leftover: leftover ?? stale.first)
     }
 
+    /// One installation: the package as read, where it goes and the rules it is held to.
+    private struct Job {
+        let package: String
+        let destination: String
+        let reader: ZipReader
+        let layout: PackageReader.Layout
+        let policy: TrustPolicy
+        let options: InstallOptions
+
+        /// Verifies the manifest and applies the rollback rules (the installed tree's sequence
+        /// and the state file's); nil for a bare package. The state stays locked until the new
+        /// sequence is recorded.
+        func checkManifest(replacing state: DestinationState) throws -> (PackageReader.Checked?, InstallState?) {
+            guard !options.bare else { return (nil, nil) }
+            let checked: PackageReader.Checked
+            switch try PackageReader.checkManifest(reader: reader, layout: layout, policy: policy, limits: options.limits, now: options.now) {
+            case .rejected(let verdict): throw error(for: verdict.failure!, verdict.message, package: package, entry: verdict.entry)
+            case .checked(let value): checked = value
+            }
+            let manifest = checked.manifest
+            var installState: InstallState? = nil
+            if let stateFile = options.stateFile {
+                let recorded = try InstallState(path: stateFile)
+                installState = recorded
+                if let highest = recorded.sequences[manifest.name], manifest.sequence < highest, !options.allowDowngrade {
+                    throw SignetError(.rollback, "\(manifest.name) sequence \(highest) was installed before (recorded in '\(stateFile)'); the package has sequence \(manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: package)
+                }
+            }
+            if case .installed(let installed?) = state, installed.name == manifest.name,
+               manifest.sequence < installed.sequence, !options.allowDowngrade {
+                throw SignetError(.rollback, "'\(destination)' holds \(installed.name) sequence \(installed.sequence); the package has sequence \(manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: destination)
+            }
+            return (checked, installState)
+        }
+
+        /// The resources to install: the manifest's, or a bare package's in archive order.
+        func resources(_ checked: PackageReader.Checked?) -> [Manifest.File] {
+            if let checked { return checked.manifest.files }
+            return layout.resourceOrder.map { Manifest.File(path: $0, size: layout.resources[$0]!.size, sha256: "", mode: .regular) }
+        }
+
+        /// Writes one resource into the staging directory while verifying it, then gives it its
+        /// signature attributes, mode and fsync, and its sidecar signature. Returns the key that
+        /// signed it and whether the filesystem took user attributes.
+        func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?) throws -> (signer: PublicKey, attributesWritten: Bool) {
+            let fd = try staging.createFile(file.path)
+            defer { close(fd) }
+            let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
+            let signature: [UInt8]
+            let sha256: String
+            let signer: PublicKey
+            if let checked {
+                switch try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked, sink: { try writer.write($0) }) {
+                case .verified(let verified): signature = verified
+                case .rejected(let failure, let message, let entry): throw error(for: failure, message, package: package, entry: entry)
+                }
+                sha256 = file.sha256
+                signer = checked.key
+            } else {
+                let (digest, sig, key) = try bareResource(file.path, reader: reader, layout: layout, policy: policy, options: options, package: package) {
+                    try writer.write($0)
+                }
+                (sha256, signature, signer) = (digest, sig, known ?? key)
+            }
+            let algorithm = checked?.algorithm ?? options.bareAlgorithm
+            let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: sha256, signer: signer, manifest: checked?.manifest, algorithm: algorithm)
+            do {
+                _ = try systemCall("fchmod") { fchmod(fd, mode_t(file.mode.permissions)) }
+                try FileDescriptor(fd).sync()
+            } catch {
+                throw SignetError.posix(error, "cannot finish the staged copy of '\(file.path)' beside", path: destination)
+            }
+            try staging.writeFile(TreeLayout.signature(of: file.path), signature)
+            return (signer, attributesWritten)
+        }
+
+        /// `user.signet.sig`, `user.signet.meta` and, if asked, the IMA attribute. False when
+        /// the filesystem has no user attributes (the sidecar then carries the signature).
+        private func setAttributes(_ fd: Int32, _ path: String, signature: [UInt8], sha256: String, signer: PublicKey,
+                                   manifest: Manifest?, algorithm: SignatureAlgorithm) throws -> Bool {
+            var written = true
+            switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
+            case .success:
+                let meta = try metadata(path: path, sha256: sha256, signer: signer, manifest: manifest, algorithm: algorithm)
+                // The meta attribute is informational: no room for it is not a failure.
+                if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd), !failure.isNoRoom {
+                    throw failure.error("set", attribute: ExtendedAttributes.metadata, path: path)
+                }
+            case .failure(let failure) where failure.isUnsupported:
+                written = false
+            case .failure(let failure):
+                throw failure.error("set", attribute: ExtendedAttributes.signature, path: path)
+            }
+            guard let imaAttribute = options.imaAttribute else { return written }
+            guard let ima = IMASignature(signatureBytes: signature, algorithm: algorithm, key: signer) else {
+                throw SignetError(.usage, "IMA signatures are RSA PKCS#1 v1.5; this package is signed with \(algorithm.id), so --ima cannot be used", path: package)
+            }
+            if case .failure(let failure) = ExtendedAttributes.set(imaAttribute, ima.bytes, on: fd) {
+                if failure.code == EPERM {
+                    throw SignetError(.permissionDenied, "cannot write \(imaAttribute) on '\(path)': security.* attributes need root (CAP_SYS_ADMIN); run as root or use --ima user", path: destination)
+                }
+                throw failure.error("set", attribute: imaAttribute, path: path)
+            }
+            return written
+        }
+
+        /// The tree's own record: the manifest, its signature and the certificates.
+        func stageRecord(_ checked: PackageReader.Checked, into staging: Staging) throws {
+            try staging.writeFile(TreeLayout.manifest, checked.manifestBytes)
+            try staging.writeFile(TreeLayout.manifestSignature, checked.manifestSignature)
+            for (name, entry) in layout.certificates {
+                try staging.writeFile(name, try reader.readAll(entry, limit: 1 << 20, name: name))
+            }
+        }
+    }
+
     /// `user.signet.meta`: compact JSON, informational (FORMAT.md §3).
-    static func metadata(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm) -> [UInt8] {
+    static func metadata(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm) throws -> [UInt8] {
         struct Meta: Encodable {
             let alg: String
             let key_id: String
@@ -195,8 +246,11 @@ public enum Installer {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let meta = Meta(alg: algorithm.id, key_id: signer.keyID.hex, name: manifest?.name, sequence: manifest?.sequence, path: path, sha256: sha256)
-        // Strings and numbers only: encoding cannot fail.
-        return Array((try? encoder.encode(meta)) ?? Data("{}".utf8))
+        do {
+            return Array(try encoder.encode(meta))
+        } catch {
+            throw SignetError(.io, "cannot encode \(TreeLayout.metadataAttribute) for '\(path)': \(error)", path: path)
+        }
     }
 
     /// A bare resource: streamed while hashed, then its `.sig` checked against every trusted key.
@@ -252,11 +306,8 @@ public enum Installer {
     }
 
     static func writeAll(_ chunk: UnsafeRawBufferPointer, to fd: Int32, path: String, destination: String) throws {
-        var offset = 0
-        while offset < chunk.count {
-            let n = retryingOnEINTR { write(fd, chunk.baseAddress! + offset, chunk.count - offset) }
-            guard n > 0 else { throw SignetError.posix(errno, "cannot write the staged copy of '\(path)' beside", path: destination) }
-            offset += n
+        do { try FileDescriptor(fd).write(all: chunk) } catch {
+            throw SignetError.posix(error, "cannot write the staged copy of '\(path)' beside", path: destination)
         }
     }
 
@@ -275,22 +326,28 @@ enum DestinationState {
     case foreign
 
     static func inspect(_ destination: String, force: Bool) throws -> DestinationState {
-        guard let info = Paths.lstat(destination) else {
-            guard errno == ENOENT else { throw SignetError.posix(errno, "cannot use destination", path: destination) }
-            return .absent
+        let present: stat?
+        do { present = try Paths.lstatIfPresent(destination) } catch {
+            throw SignetError.posix(error, "cannot use destination", path: destination)
         }
+        guard let info = present else { return .absent }
         guard info.st_mode & S_IFMT != S_IFLNK else {
             throw SignetError(.destinationRefused, "destination '\(destination)' is a symbolic link; give the real directory", path: destination)
         }
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw SignetError(.destinationRefused, "destination '\(destination)' exists and is not a directory", path: destination)
         }
-        let fd = Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw SignetError.posix(errno, "cannot read the destination directory", path: destination) }
+        let fd: Int32
+        let names: [DirectoryEntries.Entry]
+        do {
+            fd = try Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        } catch {
+            throw SignetError.posix(error, "cannot read the destination directory", path: destination)
+        }
         defer { close(fd) }
-        // An unreadable directory lists as empty through readdir's silence: ask explicitly.
-        guard let names = TreeRemover.entriesOrError(of: fd) else {
-            throw SignetError.posix(errno, "cannot read the destination directory", path: destination)
+        // An unreadable directory would list as empty through readdir's silence: the walker throws.
+        do { names = try DirectoryEntries.list(fd) } catch let failure as SystemCallFailure {
+            throw SignetError.posix(failure, "cannot read the destination directory", path: destination)
         }
         if names.isEmpty { return .empty }
         // Absent, a link, not a file, too large or not a manifest: not a tree Signet installed
@@ -321,18 +378,20 @@ final class DestinationLock {
     init(_ destination: String, wait: Double) throws {
         let (directory, prefix) = TemporaryFiles.prefix(besides: destination)
         let path = directory + "/" + prefix + "lock"
-        let fd = Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw SignetError.posix(errno, "cannot open the lock of the destination at", path: path) }
+        let fd: Int32
+        do { fd = try Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644) } catch {
+            throw SignetError.posix(error, "cannot open the lock of the destination at", path: path)
+        }
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, min(wait, 86_400)) * 1e9)
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let err = errno
             guard err == EWOULDBLOCK || err == EINTR else {
                 close(fd)
-                throw SignetError.posix(err, "cannot lock the destination at", path: path)
+                throw SignetError.posix(err, "cannot lock the destination at", path: path, call: "flock")
             }
             if DispatchTime.now().uptimeNanoseconds >= deadline {
                 var holder = [UInt8](repeating: 0, count: 32)
-                let n = pread(fd, &holder, holder.count, 0)
+                let n = (try? holder.withUnsafeMutableBytes { try FileDescriptor(fd).read(fullyAt: 0, into: $0) }) ?? 0   // only for the message
                 close(fd)
                 let pid = n > 0 ? String(decoding: holder.prefix(n).prefix { $0 != 0x0A }, as: UTF8.self) : "?"
                 throw SignetError(.destinationBusy, "'\(destination)' is being updated by process \(pid); try again when it has finished, or wait longer with --wait SECONDS", path: destination)
@@ -371,30 +430,31 @@ final class Staging {
 
     init(besides destination: String) throws {
         let parentPath = AtomicFile.parentDirectory(of: destination)
-        let parent = Paths.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard parent >= 0 else { throw SignetError.posix(errno, "cannot open the directory of", path: destination) }
+        let parent: Int32
+        do { parent = try Paths.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+            throw SignetError.posix(error, "cannot open the directory of", path: destination)
+        }
         var made: (path: String, name: String, token: Int)? = nil
         for _ in 0..<8 {
             let candidate = TemporaryFiles.name(besides: destination, tag: "staging")
             let token = TemporaryFiles.register(candidate, tree: true)
             let name = String(candidate.split(separator: "/").last!)
-            let attempt: (result: Int32, errno: Int32)
+            let attempt: Result<Int32, SystemCallFailure>
             do {
-                attempt = try TemporaryFiles.guardedCall { mkdirat(parent, name, 0o700) }
+                attempt = try TemporaryFiles.guardedCall("mkdirat") { mkdirat(parent, name, 0o700) }
             } catch {
                 TemporaryFiles.unregister(token)
                 close(parent)
                 throw error
             }
-            if attempt.result == 0 {
+            if case .success = attempt {
                 made = (candidate, name, token)
                 break
             }
-            let err = attempt.errno
             TemporaryFiles.unregister(token)
-            guard err == EEXIST else {
+            if case .failure(let failure) = attempt, failure.code != EEXIST {
                 close(parent)
-                throw SignetError.posix(err, "cannot create a staging directory beside", path: destination)
+                throw SignetError.posix(failure, "cannot create a staging directory beside", path: destination)
             }
         }
         guard let made else {
@@ -407,7 +467,7 @@ final class Staging {
             unlinkat(parent, made.name, AT_REMOVEDIR)
             TemporaryFiles.unregister(made.token)
             close(parent)
-            throw SignetError.posix(err, "cannot open the staging directory", path: made.path)
+            throw SignetError.posix(err, "cannot open the staging directory", path: made.path, call: "openat")
         }
         self.path = made.path
         self.name = made.name
@@ -436,10 +496,13 @@ final class Staging {
                 fd = known
                 continue
             }
-            let made = try TemporaryFiles.guardedCall { mkdirat(fd, component, 0o755) }
-            let created = made.result == 0
-            if !created && made.errno != EEXIST {
-                throw SignetError.posix(made.errno, "cannot create directory '\(walked)' in the staging directory", path: path)
+            let made = try TemporaryFiles.guardedCall("mkdirat") { mkdirat(fd, component, 0o755) }
+            var created = false
+            switch made {
+            case .success: created = true
+            case .failure(let failure) where failure.code == EEXIST: break
+            case .failure(let failure):
+                throw SignetError.posix(failure, "cannot create directory '\(walked)' in the staging directory", path: path)
             }
             let next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard next >= 0 else {
@@ -461,12 +524,15 @@ final class Staging {
     /// Creates a new file (never an existing one, never through a link) and returns its descriptor.
     func createFile(_ relative: String) throws -> Int32 {
         let (directory, name) = try directory(for: relative)
-        let (fd, err) = try TemporaryFiles.guardedCall { openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-        guard fd >= 0 else {
-            let reason = err == EEXIST || err == EISDIR ? "'\(relative)' is both a file and a directory in this package" : String(cString: strerror(err))
-            throw SignetError(err == EEXIST || err == EISDIR ? .malformedArchive : .io, "cannot install '\(relative)': \(reason)", path: path, entry: relative)
+        switch try TemporaryFiles.guardedCall("openat", { openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }) {
+        case .success(let fd): return fd
+        case .failure(let failure) where failure.code == EEXIST || failure.code == EISDIR:
+            throw SignetError(.malformedArchive, "cannot install '\(relative)': it is both a file and a directory in this package", path: path, entry: relative)
+        case .failure(let failure):
+            var error = SignetError.posix(failure, "cannot install '\(relative)' in the staging directory", path: path)
+            error.entry = relative
+            throw error
         }
-        return fd
     }
 
     /// Writes a small file (signatures, manifest) with mode 0644.
@@ -474,13 +540,23 @@ final class Staging {
         let fd = try createFile(relative)
         defer { close(fd) }
         try bytes.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: relative, destination: path) }
-        guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else { throw SignetError.posix(errno, "cannot write", path: relative) }
+        do {
+            _ = try systemCall("fchmod") { fchmod(fd, 0o644) }
+            try FileDescriptor(fd).sync()
+        } catch {
+            throw SignetError.posix(error, "cannot write '\(relative)' in the staging directory", path: path)
+        }
     }
 
     /// Flushes the directories and opens the tree to readers (0755).
     func finish() throws {
         for fd in directories.values { _ = fsync(fd) }
-        guard fchmod(root, 0o755) == 0, fsync(root) == 0 else { throw SignetError.posix(errno, "cannot finish the staging directory", path: path) }
+        do {
+            _ = try systemCall("fchmod") { fchmod(root, 0o755) }
+            try FileDescriptor(root).sync()
+        } catch {
+            throw SignetError.posix(error, "cannot finish the staging directory", path: path)
+        }
     }
 
     /// Puts the staged tree at `destination`. An existing directory is swapped in one
@@ -505,32 +581,39 @@ final class Staging {
                 TemporaryFiles.unregister(token)
                 return nil
             }
-            guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
-                throw SignetError.posix(errno, "cannot install at", path: destination)
+            let err = errno
+            guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
+                throw SignetError.posix(err, "cannot install at", path: destination, call: "renameat2")
             }
             // No RENAME_NOREPLACE here: under the destination's lock, nothing else creates DIR.
             var info = stat()
-            guard fstatat(parent, target, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT else {
+            do {
+                _ = try systemCall("fstatat") { fstatat(parent, target, &info, AT_SYMLINK_NOFOLLOW) }
                 throw SignetError.posix(EEXIST, "cannot install at", path: destination)
+            } catch let failure as SystemCallFailure where failure.code == ENOENT {
+                // Still absent: rename below.
+            } catch {
+                throw SignetError.posix(error, "cannot install at", path: destination)
             }
-            guard renameat(parent, name, parent, target) == 0 else { throw SignetError.posix(errno, "cannot install at", path: destination) }
+            guard renameat(parent, name, parent, target) == 0 else { throw SignetError.posix(errno, "cannot install at", path: destination, call: "renameat") }
             TemporaryFiles.unregister(token)
             return nil
         }
         if signet_renameat2(parent, name, parent, target, signet_RENAME_EXCHANGE()) == 0 {
             return (name, path, true)
         }
-        guard errno == EINVAL || errno == ENOSYS || errno == ENOTSUP else {
-            throw SignetError.posix(errno, "cannot replace", path: destination)
+        let err = errno
+        guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
+            throw SignetError.posix(err, "cannot replace", path: destination, call: "renameat2")
         }
         let aside = TemporaryFiles.name(besides: destination, tag: "old")
         let asideName = String(aside.split(separator: "/").last!)
         asideToken = TemporaryFiles.register(aside, tree: true)
-        guard renameat(parent, target, parent, asideName) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination) }
+        guard renameat(parent, target, parent, asideName) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination, call: "renameat") }
         guard renameat(parent, name, parent, target) == 0 else {
             let err = errno
             renameat(parent, asideName, parent, target)
-            throw SignetError.posix(err, "cannot install at", path: destination)
+            throw SignetError.posix(err, "cannot install at", path: destination, call: "renameat")
         }
         TemporaryFiles.unregister(token)
         return (asideName, aside, false)
@@ -541,17 +624,5 @@ final class Staging {
         let removed = TreeRemover.removeEntry(Array(name.utf8CString), in: parent)
         if removed { TemporaryFiles.unregister(token) }
         return removed
-    }
-
-    static func createParents(_ directory: String) throws {
-        if Paths.lstat(directory) != nil { return }
-        var prefix = directory.hasPrefix("/") ? "/" : ""
-        for component in directory.split(separator: "/") {
-            prefix += component
-            if mkdir(prefix, 0o755) != 0 && errno != EEXIST {
-                throw SignetError.posix(errno, "cannot create directory", path: prefix)
-            }
-            prefix += "/"
-        }
     }
 }

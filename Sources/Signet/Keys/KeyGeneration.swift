@@ -97,7 +97,8 @@ public struct GeneratedKey: Sendable {
             // An empty passphrase would silently write an unencrypted key: nil says "none" explicitly.
             throw SignetError(.emptyPassphrase, "the passphrase is empty; give a non-empty passphrase, or none to write an unencrypted key (not recommended)")
         }
-        try createDirectory(directory)
+        // Missing parents are made like `mkdir -p`, the new ones private to the owner.
+        try Paths.createDirectories(directory, mode: 0o700, what: "output directory")
         let paths = Self.fileNames.map { directory + "/" + $0 }
         let existing = paths.filter { access($0, F_OK) == 0 }
         guard existing.isEmpty else {
@@ -120,26 +121,6 @@ public struct GeneratedKey: Sendable {
             throw error
         }
         return WrittenFiles(directory: directory, paths: paths, encrypted: !(passphrase?.isEmpty ?? true))
-    }
-
-    private func createDirectory(_ directory: String) throws {
-        var info = stat()
-        if stat(directory, &info) == 0 {
-            guard info.st_mode & S_IFMT == S_IFDIR else {
-                throw SignetError(.fileExists, "'\(directory)' exists and is not a directory; choose another --out", path: directory)
-            }
-            return
-        }
-        guard errno == ENOENT else { throw SignetError.posix(errno, "cannot use output directory", path: directory) }
-        // Create missing parents like `mkdir -p`, the new ones private to the owner.
-        var prefix = directory.hasPrefix("/") ? "/" : ""
-        for component in directory.split(separator: "/") {
-            prefix += component
-            if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
-                throw SignetError.posix(errno, "cannot create output directory", path: prefix)
-            }
-            prefix += "/"
-        }
     }
 
     private static func makeCertificate(key: EVPKey, commonName: String, validityDays: Int) throws -> [UInt8] {

@@ -142,8 +142,7 @@ final class ResourceSource: ZipEntrySource {
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let reading else { return 0 }
-        let n = retryingOnEINTR { Glibc.read(reading.file.descriptor, buffer.baseAddress, buffer.count) }
-        guard n >= 0 else { throw SignetError.posix(errno, "cannot read resource", path: input.diskPath) }
+        let n = try reading.file.readChunk(into: buffer)
         reading.count += UInt64(n)
         guard reading.count <= input.size else { throw changed() }
         if n == 0 {
@@ -168,7 +167,7 @@ final class ResourceSource: ZipEntrySource {
 }
 
 /// The `.signet/sigs/` entry of resource `index`: its bytes exist from libzip's open to its close.
-final class SignatureSource: ZipEntrySource {
+final class SignatureEntrySource: ZipEntrySource {
     private let ledger: PackLedger
     private let index: Int
     private var bytes: [UInt8]?

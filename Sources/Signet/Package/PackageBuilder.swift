@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CSignetShims
+internal import SystemPackage
 
 /// Options for ``PackageBuilder/pack(_:to:signer:options:)``.
 public struct PackOptions: Sendable {
@@ -99,9 +100,9 @@ public enum PackageBuilder {
             self.deflated = deflated
         }
 
-        /// How each resource was stored ("stored" or "deflated"), by resource path.
-        public var compression: [String: String] {
-            Dictionary(uniqueKeysWithValues: zip(manifest.files, deflated).map { ($0.path, $1 ? "deflated" : "stored") })
+        /// How each resource was stored, by resource path.
+        public var compression: [String: StorageMethod] {
+            Dictionary(uniqueKeysWithValues: zip(manifest.files, deflated).map { ($0.path, $1 ? .deflated : .stored) })
         }
     }
 
@@ -136,8 +137,14 @@ public enum PackageBuilder {
         let temporary = TemporaryFiles.name(besides: output, tag: "pack")
         let token = TemporaryFiles.register(temporary)
         defer { TemporaryFiles.unregister(token) }
-        let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
-        guard fd >= 0 else { throw SignetError.posix(err, "cannot create the package beside", path: output) }
+        let fd: Int32
+        do {
+            fd = try TemporaryFiles.guardedCall { () in
+                try Paths.open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+            }.get()
+        } catch let failure as SystemCallFailure {
+            throw SignetError.posix(failure, "cannot create the package beside", path: output)
+        }
         let archive = ArchiveOutput(descriptor: fd, path: output)
         var committed = false
         defer { if !committed { unlink(temporary) } }
@@ -173,7 +180,7 @@ public enum PackageBuilder {
             try signer.sign(manifestBytes).bytes
         }, compression: .store, permissions: 0o644)
         for (index, input) in inputs.enumerated() {
-            try writer.add(TreeLayout.signature(of: input.packagePath), source: SignatureSource(ledger, index: index), compression: .store, permissions: 0o644)
+            try writer.add(TreeLayout.signature(of: input.packagePath), source: SignatureEntrySource(ledger, index: index), compression: .store, permissions: 0o644)
         }
         if let certificate = options.certificate ?? signer.key.certificateDER {
             try writer.add(TreeLayout.signerCertificate, source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
@@ -188,8 +195,11 @@ public enum PackageBuilder {
         try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
         // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
         try archive.sync()
-        let renamed = try TemporaryFiles.guardedCall { rename(temporary, output) }
-        guard renamed.result == 0 else { throw SignetError.posix(renamed.errno, "cannot write the package", path: output) }
+        do {
+            _ = try TemporaryFiles.guardedCall("rename") { rename(temporary, output) }.get()
+        } catch let failure as SystemCallFailure {
+            throw SignetError.posix(failure, "cannot write the package", path: output)
+        }
         committed = true
         AtomicFile.syncDirectory(directory)
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
@@ -286,25 +296,42 @@ public enum PackageBuilder {
     private static func walk(directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
         var pending: [(path: String, prefix: String)] = [(directory, prefix)]
         while let (directory, prefix) = pending.popLast() {
-            let fd = Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followSymlinks || prefix.isEmpty ? 0 : O_NOFOLLOW))
-            guard fd >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
-            defer { close(fd) }
-            var info = stat()
-            guard fstat(fd, &info) == 0 else { throw SignetError.posix(errno, "cannot read directory", path: directory) }
-            guard visited.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted else {
-                throw SignetError(.usage, "'\(directory)' leads back to a directory already being packed (a symbolic link loop)", path: directory)
+            let fd: Int32
+            let entries: [DirectoryEntries.Entry]
+            do {
+                fd = try Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followSymlinks || prefix.isEmpty ? 0 : O_NOFOLLOW))
+            } catch {
+                throw SignetError.posix(error, "cannot read directory", path: directory)
             }
-            for raw in TreeRemover.entries(of: fd) {
-                guard let name = String(validating: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
+            defer { close(fd) }
+            do {
+                let info = try FileDescriptor(fd).status()
+                guard visited.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted else {
+                    throw SignetError(.usage, "'\(directory)' leads back to a directory already being packed (a symbolic link loop)", path: directory)
+                }
+                entries = try DirectoryEntries.list(fd)
+            } catch let failure as SystemCallFailure {
+                throw SignetError.posix(failure, "cannot read directory", path: directory)
+            }
+            for entry in entries {
+                guard let name = String(validating: entry.rawName.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
                     throw SignetError(.usage, "a file name in '\(directory)' is not valid UTF-8; package paths must be UTF-8", path: directory)
                 }
                 let child = directory.hasSuffix("/") ? directory + name : directory + "/" + name
                 let packagePath = prefix.isEmpty ? name : prefix + "/" + name
                 var childInfo = stat()
-                guard fstatat(fd, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 else { throw SignetError.posix(errno, "cannot pack", path: child) }
+                do {
+                    _ = try systemCall("fstatat") { fstatat(fd, name, &childInfo, AT_SYMLINK_NOFOLLOW) }
+                } catch {
+                    throw SignetError.posix(error, "cannot pack", path: child)
+                }
                 if childInfo.st_mode & S_IFMT == S_IFLNK {
                     guard followSymlinks else { throw symlinkRefused(child) }
-                    guard fstatat(fd, name, &childInfo, 0) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: child) }
+                    do {
+                        _ = try systemCall("fstatat") { fstatat(fd, name, &childInfo, 0) }
+                    } catch {
+                        throw SignetError.posix(error, "cannot follow the symbolic link", path: child)
+                    }
                 }
                 switch childInfo.st_mode & S_IFMT {
                 case S_IFREG: inputs.append(try input(diskPath: child, packagePath: packagePath, info: childInfo))
@@ -317,15 +344,19 @@ public enum PackageBuilder {
 
     /// lstat, refusing a symbolic link unless links are followed (then stat of the target).
     private static func inspect(_ path: String, followSymlinks: Bool) throws -> stat {
-        guard var info = Paths.lstat(path) else { throw SignetError.posix(errno, "cannot pack", path: path) }
-        if info.st_mode & S_IFMT == S_IFLNK {
-            guard followSymlinks else { throw symlinkRefused(path) }
-            let fd = Paths.open(path, signet_O_PATH() | O_CLOEXEC)
-            guard fd >= 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
-            defer { close(fd) }
-            guard fstat(fd, &info) == 0 else { throw SignetError.posix(errno, "cannot follow the symbolic link", path: path) }
+        let info: stat
+        do { info = try Paths.lstat(path) } catch {
+            throw SignetError.posix(error, "cannot pack", path: path)
         }
-        return info
+        guard info.st_mode & S_IFMT == S_IFLNK else { return info }
+        guard followSymlinks else { throw symlinkRefused(path) }
+        do {
+            let fd = FileDescriptor(try Paths.open(path, signet_O_PATH() | O_CLOEXEC))
+            defer { try? fd.close() }
+            return try fd.status()
+        } catch {
+            throw SignetError.posix(error, "cannot follow the symbolic link", path: path)
+        }
     }
 
     private static func input(diskPath: String, packagePath: String, info: stat) throws -> PackInput {
@@ -391,12 +422,15 @@ final class ParallelDeflate {
         for _ in 0..<count {
             let path = TemporaryFiles.name(besides: output, tag: "deflate")
             tokens.append(TemporaryFiles.register(path))
-            let (fd, err) = try TemporaryFiles.guardedCall { Paths.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-            guard fd >= 0 else {
-                remove()
-                throw SignetError.posix(err, "cannot create a temporary file beside", path: output)
+            let opened = try TemporaryFiles.guardedCall { () in
+                try Paths.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             }
-            close(fd)
+            switch opened {
+            case .success(let fd): close(fd)
+            case .failure(let failure):
+                remove()
+                throw SignetError.posix(failure, "cannot create a temporary file beside", path: output)
+            }
             paths.append(path)
         }
         let jobs = (0..<count).map { Job(path: paths[$0], ledger: ledger, files: shares[$0].map { ($0, methods[$0]) }) }
@@ -457,8 +491,10 @@ final class ParallelDeflate {
         func run() throws {
             // Through a descriptor of the file made (and registered) for it: libzip writing to a
             // path would make a temporary file of its own that an interruption cannot know.
-            let fd = Paths.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { throw SignetError.posix(errno, "cannot open the temporary archive", path: path) }
+            let fd: Int32
+            do { fd = try Paths.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC) } catch {
+                throw SignetError.posix(error, "cannot open the temporary archive", path: path)
+            }
             let writer = try ZipWriter(writingTo: ArchiveOutput(descriptor: fd, path: path))
             for (index, method) in files {
                 try writer.add(String(index), source: ResourceSource(ledger, index: index), compression: method, permissions: 0o644)
@@ -505,14 +541,9 @@ enum CompressionPolicy {
     static func entropy(ofPrefixOf path: String) throws -> Double {
         let file = try InputFile.open(path, what: "resource")
         var counts = [Int](repeating: 0, count: 256)
-        var total = 0
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: sampleSize, alignment: 16)
         defer { buffer.deallocate() }
-        while total < sampleSize {
-            let n = retryingOnEINTR { pread(file.descriptor, buffer.baseAddress! + total, sampleSize - total, off_t(total)) }
-            guard n > 0 else { break }
-            total += n
-        }
+        let total = try file.read(fullyAt: 0, into: buffer)
         guard total > 0 else { return 0 }
         for byte in UnsafeRawBufferPointer(rebasing: buffer[0..<total]) { counts[Int(byte)] += 1 }
         var entropy = 0.0

@@ -39,6 +39,17 @@ extension SignetError.Code {
     }
 }
 
+/// How a zip entry's bytes are kept: the two methods a package may use.
+public enum StorageMethod: String, Sendable, CustomStringConvertible {
+    /// As they are (zip method 0).
+    case stored
+    /// Deflated (zip method 8).
+    case deflated
+
+    /// "stored" or "deflated", as printed by inspect and pack.
+    public var description: String { rawValue }
+}
+
 /// A package's contents as read from the archive, checked for structure but not for trust.
 public struct PackageContents: Sendable {
     /// One resource entry.
@@ -49,8 +60,8 @@ public struct PackageContents: Sendable {
         public let size: UInt64
         /// Compressed size.
         public let compressedSize: UInt64
-        /// "stored" or "deflated".
-        public let compression: String
+        /// How the archive keeps it.
+        public let compression: StorageMethod
     }
 
     /// The package file.
@@ -221,7 +232,7 @@ public enum PackageReader {
                 return verdict(.missing, "the manifest lists '\(file.path)', but the archive does not hold it", entry: file.path)
             }
             guard layout.signatures[file.path] != nil else {
-                return verdict(.missing, "'\(file.path)' has no signature (.signet/sigs/\(file.path).sig)", entry: file.path)
+                return verdict(.missing, "'\(file.path)' has no signature (\(TreeLayout.signature(of: file.path)))", entry: file.path)
             }
         }
         return .checked(Checked(manifest: manifest, manifestBytes: manifestBytes,
@@ -278,117 +289,140 @@ public enum PackageReader {
         var certificates: [(name: String, entry: ZipReader.Entry)] = []
         let path: String
 
+        /// What the entries seen so far add up to, against the limits.
+        private var directoryEntries = 0
+        private var total: UInt64 = 0
+        private var seen = Set<String>()
+
         /// - Parameter bare: the older layout (FORMAT.md §2): resources and `<path>.sig` beside
         ///   each, no `.signet/` at all. Signatures land in ``signatures``; ``manifest`` is unset.
         init(reader: ZipReader, limits: PackageLimits, bare: Bool = false) throws {
-            let path = reader.path
-            self.path = path
-            func malformed(_ reason: String, entry: String?) -> SignetError {
-                SignetError(.malformedArchive, "package '\(path)' is malformed: \(reason)", path: path, entry: entry)
-            }
-            var manifest: ZipReader.Entry?
-            var manifestSignature: ZipReader.Entry?
-            var seen = Set<String>()
-            var total: UInt64 = 0
-            var directoryEntries = 0
+            path = reader.path
             for entry in try reader.entries() {
-                let shown = String(decoding: entry.rawName, as: UTF8.self)
                 // A name ending in / is a directory record: installs nothing (FORMAT.md §2), but
                 // counts against --max-files like any entry.
-                if entry.rawName.last == UInt8(ascii: "/") {
-                    guard entry.size == 0, entry.compressedSize <= 2 else {
-                        throw malformed("the directory entry '\(shown)' carries data", entry: shown)
-                    }
+                guard let name = try checkedName(of: entry) else {
                     directoryEntries += 1
                     guard resources.count + directoryEntries <= limits.maxFiles else {
                         throw malformed("it holds more than \(limits.maxFiles) files and directory entries (--max-files)", entry: nil)
                     }
                     continue
                 }
-                let name: String
-                switch ResourcePath.validate(bytes: entry.rawName.starts(with: Array((TreeLayout.directory + "/").utf8)) ? Array(entry.rawName.dropFirst(TreeLayout.directory.utf8.count + 1)) : entry.rawName) {
-                case .success: name = String(decoding: entry.rawName, as: UTF8.self)
-                case .failure(let refusal): throw malformed("the entry name '\(shown)' is forbidden: \(refusal.reason)", entry: shown)
+                try check(entry, name: name, limits: limits)
+                try place(entry, name: name, limits: limits, bare: bare)
+            }
+            try requireSignedManifest(bare: bare)
+        }
+
+        private func malformed(_ reason: String, entry: String?) -> SignetError {
+            SignetError(.malformedArchive, "package '\(path)' is malformed: \(reason)", path: path, entry: entry)
+        }
+
+        /// The entry's name, checked as a package path (nil for a directory record).
+        private func checkedName(of entry: ZipReader.Entry) throws -> String? {
+            let shown = String(decoding: entry.rawName, as: UTF8.self)
+            if entry.rawName.last == UInt8(ascii: "/") {
+                guard entry.size == 0, entry.compressedSize <= 2 else {
+                    throw malformed("the directory entry '\(shown)' carries data", entry: shown)
                 }
-                guard !entry.encrypted else { throw malformed("the entry '\(name)' is encrypted", entry: name) }
-                guard entry.method == ZipReader.methodStore || entry.method == ZipReader.methodDeflate else {
-                    throw malformed("the entry '\(name)' uses compression method \(entry.method); only stored and deflated entries are allowed", entry: name)
+                return nil
+            }
+            let prefix = Array((TreeLayout.directory + "/").utf8)
+            let checked = entry.rawName.starts(with: prefix) ? Array(entry.rawName.dropFirst(prefix.count)) : entry.rawName
+            if case .failure(let refusal) = ResourcePath.validate(bytes: checked) {
+                throw malformed("the entry name '\(shown)' is forbidden: \(refusal.reason)", entry: shown)
+            }
+            return shown
+        }
+
+        /// What every entry must be: not encrypted, stored or deflated, a regular file, named
+        /// once, and within the expansion ratio.
+        private mutating func check(_ entry: ZipReader.Entry, name: String, limits: PackageLimits) throws {
+            guard !entry.encrypted else { throw malformed("the entry '\(name)' is encrypted", entry: name) }
+            guard entry.method == ZipReader.methodStore || entry.method == ZipReader.methodDeflate else {
+                throw malformed("the entry '\(name)' uses compression method \(entry.method); only stored and deflated entries are allowed", entry: name)
+            }
+            if let mode = entry.unixMode, mode & 0o170000 != 0, mode & 0o170000 != 0o100000 {
+                let kind = mode & 0o170000 == 0o120000 ? "a symbolic link" : "not a regular file"
+                throw malformed("the entry '\(name)' is \(kind)", entry: name)
+            }
+            // Swift compares Strings by canonical equivalence: NFC/NFD twins collide here.
+            guard seen.insert(name).inserted else {
+                throw malformed("the entry '\(name)' appears twice (or twice after Unicode normalisation)", entry: name)
+            }
+            if entry.compressedSize == 0 && entry.size > 0 {
+                throw malformed("the entry '\(name)' claims \(entry.size) bytes from no compressed data", entry: name)
+            }
+            if entry.compressedSize > 0, entry.size / entry.compressedSize > limits.maxRatio {
+                throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio), --max-ratio); refusing a likely deflate bomb", entry: name)
+            }
+        }
+
+        /// Sorts the entry into the manifest, its signature, certificates, signatures or
+        /// resources, counting resources against the file and size limits.
+        private mutating func place(_ entry: ZipReader.Entry, name: String, limits: PackageLimits, bare: Bool) throws {
+            if bare {
+                guard !TreeLayout.isSignetEntry(name) else {
+                    throw malformed("'\(name)' is a Signet package entry; install it without --bare", entry: name)
                 }
-                if let mode = entry.unixMode, mode & 0o170000 != 0, mode & 0o170000 != 0o100000 {
-                    let kind = mode & 0o170000 == 0o120000 ? "a symbolic link" : "not a regular file"
-                    throw malformed("the entry '\(name)' is \(kind)", entry: name)
+                if name.hasSuffix(".sig") {
+                    signatures[String(name.dropLast(4))] = entry
+                    return
                 }
-                // Swift compares Strings by canonical equivalence: NFC/NFD twins collide here.
-                guard seen.insert(name).inserted else {
-                    throw malformed("the entry '\(name)' appears twice (or twice after Unicode normalisation)", entry: name)
-                }
-                if entry.compressedSize == 0 && entry.size > 0 {
-                    throw malformed("the entry '\(name)' claims \(entry.size) bytes from no compressed data", entry: name)
-                }
-                if entry.compressedSize > 0, entry.size / entry.compressedSize > limits.maxRatio {
-                    throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio), --max-ratio); refusing a likely deflate bomb", entry: name)
-                }
-                if bare {
-                    guard !TreeLayout.isSignetEntry(name) else {
-                        throw malformed("'\(name)' is a Signet package entry; install it without --bare", entry: name)
+            }
+            switch name {
+            case TreeLayout.manifest: manifest = entry
+            case TreeLayout.manifestSignature: manifestSignature = entry
+            case TreeLayout.signerCertificate:
+                signerCertificate = entry
+                certificates.append((name, entry))
+            default:
+                if let resource = TreeLayout.resource(ofSignature: name) {
+                    guard case .success = ResourcePath.validate(resource) else {
+                        throw malformed("the signature entry '\(name)' does not name a valid resource path", entry: name)
                     }
-                    if name.hasSuffix(".sig") {
-                        signatures[String(name.dropLast(4))] = entry
-                        continue
-                    }
-                }
-                switch name {
-                case TreeLayout.manifest: manifest = entry
-                case TreeLayout.manifestSignature: manifestSignature = entry
-                case TreeLayout.signerCertificate:
-                    signerCertificate = entry
+                    signatures[resource] = entry
+                } else if TreeLayout.chainIndex(of: name) != nil, name.hasPrefix(TreeLayout.certificates + "/") {
                     certificates.append((name, entry))
-                default:
-                    if let resource = TreeLayout.resource(ofSignature: name) {
-                        guard case .success = ResourcePath.validate(resource) else {
-                            throw malformed("the signature entry '\(name)' does not name a valid resource path", entry: name)
-                        }
-                        signatures[resource] = entry
-                    } else if TreeLayout.chainIndex(of: name) != nil, name.hasPrefix(TreeLayout.certificates + "/") {
-                        certificates.append((name, entry))
-                        guard certificates.count <= PackageLimits.maximumCertificates else {
-                            throw malformed("it carries more than \(PackageLimits.maximumCertificates) certificates", entry: name)
-                        }
-                    } else if TreeLayout.isSignetEntry(name) {
-                        throw malformed("unknown entry '\(name)' under .signet/", entry: name)
-                    } else {
-                        resources[name] = entry
-                        resourceOrder.append(name)
-                        let (sum, overflow) = total.addingReportingOverflow(entry.size)
-                        total = sum
-                        guard resources.count + directoryEntries <= limits.maxFiles else {
-                            throw malformed("it holds more than \(limits.maxFiles) resources (--max-files)", entry: nil)
-                        }
-                        guard !overflow, total <= limits.maxTotalSize else {
-                            throw malformed("its resources add up to more than \(limits.maxTotalSize) bytes (--max-total-size)", entry: name)
-                        }
+                    guard certificates.count <= PackageLimits.maximumCertificates else {
+                        throw malformed("it carries more than \(PackageLimits.maximumCertificates) certificates", entry: name)
+                    }
+                } else if TreeLayout.isSignetEntry(name) {
+                    throw malformed("unknown entry '\(name)' under .signet/", entry: name)
+                } else {
+                    resources[name] = entry
+                    resourceOrder.append(name)
+                    let (sum, overflow) = total.addingReportingOverflow(entry.size)
+                    total = sum
+                    guard resources.count + directoryEntries <= limits.maxFiles else {
+                        throw malformed("it holds more than \(limits.maxFiles) resources (--max-files)", entry: nil)
+                    }
+                    guard !overflow, total <= limits.maxTotalSize else {
+                        throw malformed("its resources add up to more than \(limits.maxTotalSize) bytes (--max-total-size)", entry: name)
                     }
                 }
             }
+        }
+
+        /// A bare package needs resources; any other needs a manifest and its signature.
+        private func requireSignedManifest(bare: Bool) throws {
             if bare {
                 guard !resources.isEmpty else { throw malformed("it holds no files", entry: nil) }
                 return
             }
-            guard let manifest else {
+            guard manifest != nil else {
                 throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json; if it is an older bare package (FILE + FILE.sig), it needs --bare", path: path, entry: TreeLayout.manifest)
             }
-            guard let manifestSignature else {
+            guard manifestSignature != nil else {
                 throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json.sig: it is not signed", path: path, entry: TreeLayout.manifestSignature)
             }
-            self.manifest = manifest
-            self.manifestSignature = manifestSignature
         }
 
         func contents(manifest: Manifest) -> PackageContents {
             PackageContents(path: path, resources: resourceOrder.map { name in
                 let entry = resources[name]!
                 return .init(path: name, size: entry.size, compressedSize: entry.compressedSize,
-                             compression: entry.method == ZipReader.methodStore ? "stored" : "deflated")
+                             compression: entry.method == ZipReader.methodStore ? .stored : .deflated)
             }, manifest: manifest, hasSignerCertificate: signerCertificate != nil)
         }
     }

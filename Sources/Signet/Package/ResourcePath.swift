@@ -41,12 +41,12 @@ public enum ResourcePath {
 
     /// Longest resource path, in UTF-8 bytes: its signature entry `.signet/sigs/PATH.sig` must
     /// itself be a valid name (`sigs/PATH.sig` within ``maximumLength``).
-    public static let maximumResourceLength = maximumLength - "sigs/".utf8.count - ".sig".utf8.count
+    public static let maximumResourceLength = maximumLength - TreeLayout.signature(of: "").utf8.count + (TreeLayout.directory + "/").utf8.count
 
     /// Checks a resource path: ``validate(_:)``, and short enough for its signature entry.
     public static func validateResource(_ path: String) -> Result<String, Refusal> {
         if path.utf8.count > maximumResourceLength {
-            return .failure(Refusal("the path is \(path.utf8.count) bytes; resource paths may have at most \(maximumResourceLength), so that .signet/sigs/PATH.sig fits the \(maximumLength)-byte name limit"))
+            return .failure(Refusal("the path is \(path.utf8.count) bytes; resource paths may have at most \(maximumResourceLength), so that \(TreeLayout.signature(of: "PATH")) fits the \(maximumLength)-byte name limit"))
         }
         return validate(path)
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 internal import CSignetShims
+internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -38,6 +39,19 @@ public struct FileVerdict: Hashable, Sendable, CustomStringConvertible {
     public var isOK: Bool { self == .ok || self == .repaired }
 }
 
+/// Where an installed file's signature was found (FORMAT.md §3).
+public enum SignatureSource: String, Sendable, CustomStringConvertible {
+    /// The `user.signet.sig` attribute.
+    case xattr
+    /// An IMA v2 attribute (`user.ima` or `security.ima`).
+    case ima
+    /// The tree's sidecar, `.signet/sigs/PATH.sig`.
+    case sidecar
+
+    /// The name printed in reports ("xattr", "ima", "sidecar").
+    public var description: String { rawValue }
+}
+
 /// One file's re-verification.
 public struct FileReport: Sendable {
     /// The path (relative to the tree's root in a tree report).
@@ -46,8 +60,8 @@ public struct FileReport: Sendable {
     public let verdict: FileVerdict
     /// A sentence for a person.
     public let detail: String
-    /// Where the signature came from: "xattr", "ima", "sidecar", or nil.
-    public let signatureSource: String?
+    /// Where the signature came from, when one was found.
+    public let signatureSource: SignatureSource?
     /// The key that verified it.
     public let signer: KeyID?
 }
@@ -142,7 +156,7 @@ public enum Reverifier {
     /// an IMA attribute, else the sidecar of the installed tree it is in) and its content are read
     /// through that descriptor. Never throws: every outcome is a verdict.
     public static func verifyFile(at path: String, policy: TrustPolicy) -> FileReport {
-        func report(_ verdict: FileVerdict, _ detail: String, _ source: String? = nil, _ signer: KeyID? = nil) -> FileReport {
+        func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
             FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
         }
         let file: InputFile
@@ -153,8 +167,12 @@ public enum Reverifier {
         } catch {
             return report(.unreadable, "\(error)")
         }
-        let meta = Metadata(file.descriptor)
-        guard let (signature, algorithm, source) = signatureOf(file.descriptor, path: path, meta: meta) else {
+        let meta = Metadata(file.descriptor.rawValue)
+        let found: ([UInt8], SignatureAlgorithm, SignatureSource)?
+        do { found = try signatureOf(file.descriptor.rawValue, path: path, meta: meta) } catch {
+            return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
+        }
+        guard let (signature, algorithm, source) = found else {
             return report(.unsigned, "'\(path)' has no user.signet.sig or IMA attribute and no sidecar signature: it was not installed by Signet, or its attributes were stripped")
         }
         let digest: Digest
@@ -177,20 +195,24 @@ public enum Reverifier {
     }
 
     /// The signature, its algorithm and where it came from.
-    static func signatureOf(_ descriptor: Int32, path: String, meta: Metadata?) -> ([UInt8], SignatureAlgorithm, String)? {
+    /// A sidecar that cannot be read (other than absent) is an error, never "unsigned".
+    static func signatureOf(_ descriptor: Int32, path: String, meta: Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)? {
         let algorithm = meta?.algorithm ?? .default
         if case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: descriptor) {
-            return (bytes, algorithm, "xattr")
+            return (bytes, algorithm, .xattr)
         }
         for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
             if case .success(let bytes?) = ExtendedAttributes.get(name, on: descriptor),
                let ima = IMASignature(bytes: bytes), let imaAlgorithm = ima.signatureAlgorithm {
-                return (ima.signature, imaAlgorithm, "ima")
+                return (ima.signature, imaAlgorithm, .ima)
             }
         }
-        if let (root, relative) = installedTree(containing: path),
-           let bytes = try? readSmallFile(root + "/" + TreeLayout.signature(of: relative), what: "sidecar signature", limit: 64 * 1024) {
-            return (bytes, algorithm, "sidecar")
+        if let (root, relative) = installedTree(containing: path) {
+            do {
+                return (try readSmallFile(root + "/" + TreeLayout.signature(of: relative), what: "sidecar signature", limit: 64 * 1024), algorithm, .sidecar)
+            } catch let error as SignetError where error.code == .fileNotFound {
+                return nil
+            }
         }
         return nil
     }
@@ -252,13 +274,15 @@ public enum Reverifier {
         var attempt = 0
         while true {
             attempt += 1
-            let fd = Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard fd >= 0 else { throw SignetError.posix(errno, "cannot open the installed tree", path: root) }
+            let fd: Int32
+            do { fd = try Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+                throw SignetError.posix(error, "cannot open the installed tree", path: root)
+            }
             defer { close(fd) }
             let report = try verifyTree(fd, root: root, policy: policy, options: options, cancelled: cancelled)
+            // A failing stat here means DIR was swapped or removed meanwhile: check again.
             var held = stat()
-            let named = Paths.lstat(root)
-            if fstat(fd, &held) == 0, let named, held.st_dev == named.st_dev, held.st_ino == named.st_ino { return report }
+            if fstat(fd, &held) == 0, let named = try? Paths.lstat(root), held.st_dev == named.st_dev, held.st_ino == named.st_ino { return report }
             if attempt == 3 { return report }
         }
     }
@@ -272,17 +296,20 @@ public enum Reverifier {
         }
         let signerCertificate = try InputFile.readBeneath(rootFD, TreeLayout.signerCertificate, rootPath: root, what: "signer certificate", limit: 1 << 20)
         var chain: [[UInt8]] = []
-        let certificates = signet_open_beneath(rootFD, TreeLayout.certificates, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        if certificates >= 0 {
+        do {
+            let certificates = try Paths.open(TreeLayout.certificates, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC).get()
             defer { close(certificates) }
-            let names = TreeRemover.entries(of: certificates).map { String(decoding: $0.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+            // An unreadable chain is an error, never a chain quietly dropped.
+            let names = try DirectoryEntries.list(certificates).map(\.name)
                 .filter { TreeLayout.chainIndex(of: $0) != nil }
                 .sorted { TreeLayout.chainIndex(of: $0)! < TreeLayout.chainIndex(of: $1)! }
             for name in names {
                 if let der = try InputFile.readBeneath(rootFD, TreeLayout.certificates + "/" + name, rootPath: root, what: "certificate", limit: 1 << 20) { chain.append(der) }
             }
-        } else if errno != ENOENT {
-            throw SignetError.posix(errno, "cannot read the certificates of", path: root + "/" + TreeLayout.certificates)
+        } catch let failure as SystemCallFailure where failure.code != ENOENT {
+            throw SignetError.posix(failure, "cannot read the certificates of", path: root + "/" + TreeLayout.certificates)
+        } catch is SystemCallFailure {
+            // No certificates folder: a package signed by a bare key.
         }
         let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
         let signer = try PackageReader.manifestSigner(manifestBytes, signature: manifestSignature, policy: resolved)
@@ -317,35 +344,33 @@ public enum Reverifier {
         var found: [String] = []
         var pending: [String] = [""]
         while let prefix = pending.popLast() {
+            let directory = prefix.isEmpty ? root : root + "/" + prefix
             let fd: Int32
             if prefix.isEmpty {
-                fd = dup(rootFD)
+                fd = rootFD
             } else {
-                switch TreeChecker.open(prefix, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
+                switch Paths.open(prefix, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
                 case .success(let opened): fd = opened
-                case .failure(let failure): throw SignetError.posix(failure.errno, "cannot read directory", path: root + "/" + prefix)
+                case .failure(let failure): throw SignetError.posix(failure, "cannot read directory", path: directory)
                 }
             }
-            guard fd >= 0 else { throw SignetError.posix(errno, "cannot read directory", path: root) }
-            defer { close(fd) }
-            let copy = dup(fd)
-            guard copy >= 0, let handle = fdopendir(copy) else {
-                throw SignetError.posix(errno, "cannot read directory", path: prefix.isEmpty ? root : root + "/" + prefix)
-            }
-            defer { closedir(handle) }
-            rewinddir(handle)
-            while let entry = readdir(handle) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
-                if name == "." || name == ".." || (prefix.isEmpty && name == TreeLayout.directory) { continue }
-                let relative = prefix.isEmpty ? name : prefix + "/" + name
-                // The directory entry says what it is on most filesystems; fstatat only when it does not.
-                var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
-                if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
-                    var info = stat()
-                    guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-                    isDirectory = info.st_mode & S_IFMT == S_IFDIR
+            defer { if fd != rootFD { close(fd) } }
+            do {
+                try DirectoryEntries.forEach(in: fd) { entry in
+                    let name = entry.name
+                    if prefix.isEmpty && name == TreeLayout.directory { return }
+                    let relative = prefix.isEmpty ? name : prefix + "/" + name
+                    // The directory entry says what it is on most filesystems; fstatat only when it does not.
+                    var isDirectory = entry.isDirectory
+                    if entry.typeUnknown {
+                        var info = stat()
+                        _ = try systemCall("fstatat") { fstatat(fd, entry.rawName, &info, AT_SYMLINK_NOFOLLOW) }
+                        isDirectory = info.st_mode & S_IFMT == S_IFDIR
+                    }
+                    if isDirectory { pending.append(relative) } else { found.append(relative) }
                 }
-                if isDirectory { pending.append(relative) } else { found.append(relative) }
+            } catch let failure as SystemCallFailure {
+                throw SignetError.posix(failure, "cannot read directory", path: directory)
             }
         }
         return found
@@ -354,7 +379,7 @@ public enum Reverifier {
     /// Whether `path` is a directory itself (not a link to one), for choosing between
     /// ``verifyTree(at:policy:options:)`` and ``verifyFile(at:policy:)``. Paths of any length.
     public static func isDirectory(atPath path: String) -> Bool {
-        guard let info = Paths.lstat(path) else { return false }
+        guard let info = try? Paths.lstat(path) else { return false }
         return info.st_mode & S_IFMT == S_IFDIR
     }
 
@@ -410,7 +435,7 @@ final class TreeChecker: @unchecked Sendable {
     }
 
     func check(_ file: Manifest.File) -> FileReport {
-        func report(_ verdict: FileVerdict, _ detail: String, _ source: String? = nil) -> FileReport {
+        func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
             FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
         }
         let fd: Int32
@@ -426,12 +451,14 @@ final class TreeChecker: @unchecked Sendable {
             let algorithms = algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, algorithm.digest]
             let hashers = try algorithms.map { try Digest.Hasher($0) }
             var count: UInt64 = 0
-            try InputFile.forEachChunk(of: fd, path: file.path) { chunk in
+            try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize) { chunk in
                 count += UInt64(chunk.count)
                 hashers.forEach { $0.update(chunk) }
             }
             digests = try hashers.map { try $0.finalize() }
             size = count
+        } catch let failure as SystemCallFailure {
+            return report(.unreadable, SignetError.posix(failure, "cannot read", path: root + "/" + file.path).reason)
         } catch {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
         }
@@ -444,16 +471,23 @@ final class TreeChecker: @unchecked Sendable {
         func verifies(_ signature: [UInt8]) -> Bool {
             signature.count == self.key.signatureLength && Verifier.check(signature, digest: digest, key: self.key, algorithm: self.algorithm)
         }
-        // The sidecar is read only when the attribute cannot vouch for the file.
-        var validSidecar: [UInt8]? {
-            guard let bytes = try? InputFile.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024),
-                  verifies(bytes) else { return nil }
-            return bytes
+        // The sidecar is read only when the attribute cannot vouch for the file: nil when it is
+        // absent, not a file or not a signature of this content; a read error is an error, never
+        // taken for an absent sidecar.
+        var validSidecar: Result<[UInt8]?, SignetError> {
+            do {
+                guard let bytes = try InputFile.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024) else { return .success(nil) }
+                return .success(verifies(bytes) ? bytes : nil)
+            } catch let error as SignetError where error.code == .malformedInput {
+                return .success(nil)
+            } catch {
+                return .failure(SignetError.posix(error, "cannot read the sidecar signature of", path: root + "/" + file.path))
+            }
         }
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
         case .success(let attribute?):
             if verifies(attribute) {
-                return report(.ok, "verified", "xattr")
+                return report(.ok, "verified", .xattr)
             }
             return restore(fd, file, sidecar: validSidecar,
                            lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)")
@@ -461,37 +495,47 @@ final class TreeChecker: @unchecked Sendable {
             for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
                 if case .success(let bytes?) = ExtendedAttributes.get(name, on: fd), let ima = IMASignature(bytes: bytes),
                    ima.signatureAlgorithm == algorithm, verifies(ima.signature) {
-                    return report(.ok, "verified from \(name)", "ima")
+                    return report(.ok, "verified from \(name)", .ima)
                 }
             }
             return restore(fd, file, sidecar: validSidecar, lost: "its user.signet.sig attribute is gone")
         case .failure(let failure) where failure.isUnsupported:
             sawUnsupported.set()
-            return validSidecar != nil ? report(.ok, "verified from the sidecar (no user xattrs on this filesystem)", "sidecar")
-                                       : report(.unsigned, "no user xattrs on this filesystem and no valid sidecar .signet/sigs/\(file.path).sig")
+            switch validSidecar {
+            case .success(.some): return report(.ok, "verified from the sidecar (no user xattrs on this filesystem)", .sidecar)
+            case .success(nil): return report(.unsigned, "no user xattrs on this filesystem and no valid sidecar \(TreeLayout.signature(of: file.path))")
+            case .failure(let error): return report(.unreadable, error.reason)
+            }
         case .failure(let failure):
             return report(.unreadable, failure.error("read", attribute: ExtendedAttributes.signature, path: file.path).reason)
         }
     }
 
     /// The content is right but the attribute is not: repair it from a verified sidecar if asked.
-    private func restore(_ fd: Int32, _ file: Manifest.File, sidecar: [UInt8]?, lost: String) -> FileReport {
+    private func restore(_ fd: Int32, _ file: Manifest.File, sidecar read: Result<[UInt8]?, SignetError>, lost: String) -> FileReport {
+        let sidecar: [UInt8]?
+        switch read {
+        case .success(let bytes): sidecar = bytes
+        case .failure(let error):
+            return FileReport(path: file.path, verdict: .unreadable, detail: "'\(file.path)': \(lost), and \(error.reason)", signatureSource: nil, signer: nil)
+        }
         guard let sidecar else {
             return FileReport(path: file.path, verdict: .unsigned, detail: "'\(file.path)': \(lost), and there is no valid sidecar to restore it from", signatureSource: nil, signer: nil)
         }
         guard repair else {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it", signatureSource: "sidecar", signer: nil)
+            return FileReport(path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it", signatureSource: .sidecar, signer: nil)
         }
-        let meta = Installer.metadata(path: file.path, sha256: file.sha256, signer: key, manifest: manifest, algorithm: algorithm)
+        let meta: [UInt8]
+        do { meta = try Installer.metadata(path: file.path, sha256: file.sha256, signer: key, manifest: manifest, algorithm: algorithm) } catch {
+            return FileReport(path: file.path, verdict: .attributesLost, detail: (error as? SignetError)?.reason ?? "\(error)", signatureSource: .sidecar, signer: nil)
+        }
         if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.signature, sidecar, on: fd) {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason, signatureSource: "sidecar", signer: nil)
+            return FileReport(path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason, signatureSource: .sidecar, signer: nil)
         }
         _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
-        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from .signet/sigs/ after checking the content", signatureSource: "sidecar", signer: key.keyID)
+        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from \(TreeLayout.signatures)/ after checking the content", signatureSource: .sidecar, signer: key.keyID)
     }
 
-    /// Opens `relative` below the root one component at a time with O_NOFOLLOW, so neither the
-    /// file nor any directory on its path can be a symbolic link.
     /// Why a listed file could not be opened, as a verdict.
     struct OpenRefusal: Error {
         let verdict: FileVerdict
@@ -500,35 +544,6 @@ final class TreeChecker: @unchecked Sendable {
             self.verdict = verdict
             self.detail = detail
         }
-    }
-
-    /// Opens `relative` (a validated resource path) below `directory` for reading, refusing a
-    /// symbolic link anywhere on the path: one openat2 where the kernel has it (`useOpenat2`),
-    /// else one component at a time with O_NOFOLLOW.
-    static func open(_ relative: String, beneath directory: Int32, useOpenat2: Bool = true,
-                     flags: Int32 = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) -> Result<Int32, OpenFailure> {
-        if useOpenat2 {
-            let fd = signet_open_beneath(directory, relative, flags)
-            if fd >= 0 { return .success(fd) }
-            // ENAMETOOLONG: a folder deeper than one call can name; walk it a component at a time.
-            guard errno == ENOSYS || errno == ENAMETOOLONG else { return .failure(OpenFailure(errno: errno)) }
-        }
-        var fd = directory
-        let components = relative.split(separator: "/").map(String.init)
-        for (index, component) in components.enumerated() {
-            let last = index == components.count - 1
-            let next = openat(fd, component, last ? flags : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            let err = errno
-            if fd != directory { close(fd) }
-            guard next >= 0 else { return .failure(OpenFailure(errno: err)) }
-            fd = next
-        }
-        return .success(fd)
-    }
-
-    /// Why ``open(_:beneath:useOpenat2:)`` failed.
-    struct OpenFailure: Error, Equatable {
-        let errno: Int32
     }
 
     private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
@@ -541,9 +556,9 @@ final class TreeChecker: @unchecked Sendable {
             }
         }
         let fd: Int32
-        switch Self.open(relative, beneath: rootDescriptor) {
+        switch Paths.open(relative, beneath: rootDescriptor) {
         case .success(let descriptor): fd = descriptor
-        case .failure(let failure): return .failure(refusal(failure.errno))
+        case .failure(let failure): return .failure(refusal(failure.code))
         }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
@@ -575,12 +590,20 @@ public struct FileOrigin: Sendable {
     public let packagePath: String?
 
     /// Reads the attributes through one descriptor opened with O_NOFOLLOW.
-    public init(path: String) {
+    ///
+    /// - Throws: ``SignetError`` when the file cannot be opened or its attributes or its tree's
+    ///   manifest cannot be read (a filesystem without user attributes is not an error: the
+    ///   file is then simply not installed by Signet).
+    public init(path: String) throws {
         self.path = path
-        let file = try? InputFile.open(path, what: "file", followSymlinks: false)
-        let meta = file.flatMap { Reverifier.Metadata($0.descriptor) }
+        let file = try InputFile.open(path, what: "file", followSymlinks: false)
+        let meta = Reverifier.Metadata(file.descriptor.rawValue)
         var signature = false
-        if let file, case .success(let value?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: file.descriptor) { signature = !value.isEmpty }
+        switch ExtendedAttributes.get(ExtendedAttributes.signature, on: file.descriptor.rawValue) {
+        case .success(let value): signature = !(value ?? []).isEmpty
+        case .failure(let failure) where failure.isUnsupported: break
+        case .failure(let failure): throw failure.error("read", attribute: ExtendedAttributes.signature, path: path)
+        }
         isInstalled = signature || meta != nil
         packageName = meta?.name
         sequence = meta?.sequence
@@ -588,7 +611,9 @@ public struct FileOrigin: Sendable {
         packagePath = meta?.path
         if let (root, relative) = Reverifier.installedTree(containing: path) {
             hasSidecar = access(root + "/" + TreeLayout.signature(of: relative), F_OK) == 0
-            version = (try? Manifest.parse(readSmallFile(root + "/" + TreeLayout.manifest, what: "installed manifest", limit: 64 << 20)))?.version
+            // Informational: a manifest that does not parse names no version; one that cannot be
+            // read is an error.
+            version = (try? Manifest.parse(try readSmallFile(root + "/" + TreeLayout.manifest, what: "installed manifest", limit: 64 << 20)))?.version
         } else {
             hasSidecar = false
             version = nil

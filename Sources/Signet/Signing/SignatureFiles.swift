@@ -66,7 +66,7 @@ public enum SignatureFiles {
                 let err = errno
                 guard err == ENOENT else {
                     rollBack()
-                    throw SignetError.posix(err, "cannot keep the older signature while replacing", path: entry.target)
+                    throw SignetError.posix(err, "cannot keep the older signature while replacing", path: entry.target, call: "link")
                 }
                 backup = nil
             }
@@ -74,7 +74,7 @@ public enum SignatureFiles {
                 let err = errno
                 if let backup { unlink(backup) }
                 rollBack()
-                throw SignetError.posix(err, "cannot write the signature (no signature was changed)", path: entry.target)
+                throw SignetError.posix(err, "cannot write the signature (no signature was changed)", path: entry.target, call: "rename")
             }
             committed.append((entry.target, backup))
         }

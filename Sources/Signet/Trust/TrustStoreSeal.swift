@@ -109,17 +109,23 @@ public enum TrustStoreSeal {
         var found: [(String, String?)] = []
         // Through descriptors (openat, fstatat), so neither depth nor path length limits it.
         func walk(_ fd: Int32, _ path: String, _ prefix: String) throws {
-            guard let raw = TreeRemover.entriesOrError(of: fd) else { throw SignetError.posix(errno, "cannot read trust directory", path: path) }
-            let names = raw.map { String(decoding: $0.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-                .filter { !(prefix.isEmpty && ($0 == fileName || $0 == signatureName)) }
+            let entries: [DirectoryEntries.Entry]
+            do { entries = try DirectoryEntries.list(fd) } catch let failure as SystemCallFailure {
+                throw SignetError.posix(failure, "cannot read trust directory", path: path)
+            }
+            let names = entries.map(\.name).filter { !(prefix.isEmpty && ($0 == fileName || $0 == signatureName)) }
             for name in names.sorted() {
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
                 var info = stat()
-                guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { throw SignetError.posix(errno, "cannot read", path: path + "/" + name) }
+                do { _ = try systemCall("fstatat") { fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) } } catch {
+                    throw SignetError.posix(error, "cannot read", path: path + "/" + name)
+                }
                 switch info.st_mode & S_IFMT {
                 case S_IFDIR:
-                    let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                    guard sub >= 0 else { throw SignetError.posix(errno, "cannot read trust directory", path: path + "/" + name) }
+                    let sub: Int32
+                    do { sub = try systemCall("openat") { openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) } } catch {
+                        throw SignetError.posix(error, "cannot read trust directory", path: path + "/" + name)
+                    }
                     defer { close(sub) }
                     try walk(sub, path + "/" + name, relative)
                 case S_IFREG: found.append((relative, relative.split(separator: "/").count > 1 ? String(relative.split(separator: "/")[0]) : nil))
@@ -128,8 +134,10 @@ public enum TrustStoreSeal {
                 }
             }
         }
-        let fd = Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SignetError.posix(errno, "cannot read trust directory", path: directory) }
+        let fd: Int32
+        do { fd = try Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+            throw SignetError.posix(error, "cannot read trust directory", path: directory)
+        }
         defer { close(fd) }
         try walk(fd, directory, "")
         return found
