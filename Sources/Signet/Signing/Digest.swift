@@ -22,30 +22,28 @@ public struct DigestAlgorithm: Hashable, Sendable, CustomStringConvertible {
     public var description: String { name }
 
     /// The fetched implementation. Fetching once avoids an implicit fetch per operation.
-    var md: OpaquePointer { FetchedDigests.shared.md(for: self) }
+    /// OpenSSL's digest, nil when the provider lacks it (a broken OpenSSL configuration): the
+    /// operation that needs it then fails with a crypto error instead of stopping the process.
+    var md: OpaquePointer? { FetchedDigests.shared.md(for: self) }
 }
 
 /// Explicitly fetched `EVP_MD`s, kept for the life of the process (they are immutable and thread-safe).
 final class FetchedDigests: @unchecked Sendable {
     static let shared = FetchedDigests()
-    private let sha256: OpaquePointer
-    private let sha384: OpaquePointer
-    private let sha512: OpaquePointer
+    private let sha256: OpaquePointer?
+    private let sha384: OpaquePointer?
+    private let sha512: OpaquePointer?
 
     private init() {
-        func fetch(_ name: String) -> OpaquePointer {
-            guard let md = EVP_MD_fetch(nil, name, nil) else {
-                // The default provider always has SHA-2; without it nothing in Signet can work.
-                fatalError("OpenSSL has no \(name): \(OpenSSLErrorQueue.drain().map(\.text))")
-            }
-            return md
-        }
+        // The default provider always has SHA-2; a configuration without it makes every
+        // operation that needs it fail (with OpenSSL's words), never a trap.
+        func fetch(_ name: String) -> OpaquePointer? { EVP_MD_fetch(nil, name, nil) }
         sha256 = fetch("SHA256")
         sha384 = fetch("SHA384")
         sha512 = fetch("SHA512")
     }
 
-    func md(for algorithm: DigestAlgorithm) -> OpaquePointer {
+    func md(for algorithm: DigestAlgorithm) -> OpaquePointer? {
         switch algorithm.name {
         case "SHA384": return sha384
         case "SHA512": return sha512
@@ -112,7 +110,7 @@ public struct Digest: Hashable, Sendable {
             guard let context = EVP_MD_CTX_new() else {
                 throw OpenSSLErrorQueue.error(.crypto, "could not allocate a digest context")
             }
-            guard EVP_DigestInit_ex2(context, algorithm.md, nil) == 1 else {
+            guard let md = algorithm.md, EVP_DigestInit_ex2(context, md, nil) == 1 else {
                 EVP_MD_CTX_free(context)
                 throw OpenSSLErrorQueue.error(.crypto, "could not start \(algorithm.name)")
             }

@@ -39,12 +39,13 @@ public struct SignatureAlgorithm: Hashable, Sendable, CustomStringConvertible {
 
     /// Sets padding, digest and (for PSS) salt length and MGF1 hash on a sign or verify context.
     func configure(_ context: OpaquePointer) -> Bool {
-        guard EVP_PKEY_CTX_set_signature_md(context, digest.md) == 1 else { return false }
+        // Never a null digest: OpenSSL would take it as "sign the raw input".
+        guard let md = digest.md, EVP_PKEY_CTX_set_signature_md(context, md) == 1 else { return false }
         if isPSS {
             return EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PSS_PADDING) == 1
                 // Exactly the digest length, when signing and when verifying (FORMAT.md §4).
                 && EVP_PKEY_CTX_set_rsa_pss_saltlen(context, RSA_PSS_SALTLEN_DIGEST) == 1
-                && EVP_PKEY_CTX_set_rsa_mgf1_md(context, digest.md) == 1
+                && EVP_PKEY_CTX_set_rsa_mgf1_md(context, md) == 1
         }
         return EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PADDING) == 1
     }
