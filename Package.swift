@@ -25,16 +25,22 @@ let package = Package(
             pkgConfig: "libzip",
             providers: [.apt(["libzip-dev"])]
         ),
-        // C functions for what Swift cannot call: OpenSSL macros and variadics,
-        // <sys/xattr.h> and GNU-only declarations such as renameat2.
+        // libcurl (built on the same OpenSSL) for downloads; TLS policy is Signet's own.
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        // C functions for what Swift cannot call: OpenSSL macros and variadics, libcurl's
+        // variadic setopt/getinfo, <sys/xattr.h> and GNU-only declarations such as renameat2.
         .target(
             name: "CSignetShims",
-            dependencies: ["COpenSSL"]
+            dependencies: ["COpenSSL", "CCurl"]
         ),
         .target(
             name: "Signet",
             dependencies: [
-                "COpenSSL", "CZip", "CSignetShims",
+                "COpenSSL", "CZip", "CCurl", "CSignetShims",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

@@ -13,5 +13,6 @@
 #include <openssl/pkcs12.h>
 #include <openssl/provider.h>
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
 
 #endif

@@ -87,3 +87,43 @@ unsigned int signet_RENAME_NOREPLACE(void) { return RENAME_NOREPLACE; }
 unsigned int signet_RENAME_EXCHANGE(void) { return RENAME_EXCHANGE; }
 
 int signet_O_PATH(void) { return O_PATH; }
+
+CURLcode signet_curl_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+CURLcode signet_curl_setopt_off(CURL *handle, CURLoption option, curl_off_t value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+CURLcode signet_curl_setopt_pointer(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+CURLcode signet_curl_setopt_string(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+CURLcode signet_curl_setopt_data_callback(CURL *handle, CURLoption option, signet_curl_data_callback callback) {
+    return curl_easy_setopt(handle, option, callback);
+}
+
+CURLcode signet_curl_setopt_ssl_ctx_callback(CURL *handle, signet_curl_ssl_ctx_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, callback);
+}
+
+CURLcode signet_curl_setopt_progress_callback(CURL *handle, signet_curl_progress_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
+}
+
+CURLcode signet_curl_getinfo_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
+CURLcode signet_curl_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
+CURLcode signet_curl_getinfo_string(CURL *handle, CURLINFO info, char **value) {
+    return curl_easy_getinfo(handle, info, value);
+}

@@ -18,10 +18,12 @@ struct Inspect: ParsableCommand {
         """
     )
 
-    @Argument(help: ArgumentHelp("The package.", valueName: "pkg.zip"))
+    @Argument(help: ArgumentHelp("The package: a file, or an https:// URL (downloaded to $TMPDIR first, then removed).", valueName: "pkg.zip|url"))
     var package: String
 
     @OptionGroup var trust: TrustOptions
+
+    @OptionGroup(title: "Downloads") var tls: TLSOptions
 
     @OptionGroup var limits: LimitOptions
 
@@ -31,12 +33,18 @@ struct Inspect: ParsableCommand {
         let verification: PackageVerification?
         let contents: PackageContents
         var channel: String? = nil
+        var file = package
+        if isURL(package) {
+            tls.warnIfInsecure(package)
+            file = try Download.temporaryCopy(of: package, options: try tls.options(trust: trust))
+        }
+        defer { if file != package { unlink(file) } }
         if !trust.hasSources {
             verification = nil
-            contents = try PackageReader.contents(of: package, limits: limits.limits)
+            contents = try PackageReader.contents(of: file, limits: limits.limits)
         } else {
-            let policy = try trust.policy()
-            let result = try PackageReader.verify(package, policy: policy, limits: limits.limits)
+            let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
+            let result = try PackageReader.verify(file, policy: policy, limits: limits.limits)
             channel = result.signer.flatMap { policy.channel(of: $0.keyID) }
             verification = result
             contents = result.contents

@@ -121,9 +121,6 @@ struct TrustOptions: ParsableArguments {
             throw ValidationError("--pin takes a key id (64 hex characters) or sha256//BASE64, not '\(id)'")
         }
         if clockSkew < 0 { throw ValidationError("--clock-skew cannot be negative") }
-        if (!trustSealKey.isEmpty || trustSaltFile != nil) && trustDirectory.isEmpty {
-            throw ValidationError("--trust-seal-key and --trust-salt-file apply to a --trust-dir")
-        }
         if (allowExpiredCertificate || expectSubject != nil) && ca.isEmpty {
             throw ValidationError("--allow-expired-cert and --expect-subject apply to certificate chains: give --ca ROOT")
         }
@@ -134,10 +131,20 @@ struct TrustOptions: ParsableArguments {
 
     static let missingSources = "give a trust source: --pubkey PUB, --trust-dir DIR or --ca ROOT (e.g. --pubkey keys-example/public_key.der)"
 
-    func policy() throws -> TrustPolicy {
-        var policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
+    /// The salt and seal keys that sealed directories (--trust-dir, --tls-ca DIR) are checked with.
+    func seal() throws -> (salt: [UInt8]?, keys: [PublicKey]) {
         let salt = try trustSaltFile.map { try PassphraseSource.file($0, what: "salt file").passphrase(for: $0).bytesForSalt }
-        let sealKeys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
+        let keys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
+        return (salt, keys)
+    }
+
+    /// - Parameter sealedElsewhere: the seal options also apply to a --tls-ca directory.
+    func policy(sealedElsewhere: Bool = false) throws -> TrustPolicy {
+        if (!trustSealKey.isEmpty || trustSaltFile != nil) && trustDirectory.isEmpty && !sealedElsewhere {
+            throw SignetError(.usage, "--trust-seal-key and --trust-salt-file apply to a --trust-dir (or a --tls-ca directory)")
+        }
+        var policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
+        let (salt, sealKeys) = try seal()
         for directory in trustDirectory {
             try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt, sealKeys: sealKeys)
         }
@@ -155,6 +162,82 @@ struct TrustOptions: ParsableArguments {
         policy.expectedSubject = expectSubject
         policy.clockSkew = clockSkew
         return policy
+    }
+}
+
+/// The TLS policy and network behaviour of every command that downloads (FORMAT.md §5).
+struct TLSOptions: ParsableArguments {
+    @Option(name: .customLong("tls-ca"), help: ArgumentHelp(
+        "Trust only these root CAs for the server (a PEM or DER file, or a directory of them; a sealed directory is checked with --trust-salt-file/--trust-seal-key); repeatable. Default: the system's CA store.",
+        valueName: "file|dir"))
+    var tlsCA: [String] = []
+
+    @Option(name: .customLong("tls-pin"), help: ArgumentHelp(
+        "Require a certificate in the server's verified chain (leaf, intermediate or root) with this public key hash; repeat it for backup pins.",
+        valueName: "sha256//BASE64"))
+    var tlsPin: [String] = []
+
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Require the server's certificate to be this one, byte for byte; repeatable.", valueName: "file"))
+    var tlsCert: [String] = []
+
+    @Flag(name: .customLong("allow-http"), help: "Allow plain http:// (a warning; no TLS options with it). For test servers only.")
+    var allowHTTP = false
+
+    @Option(name: .customLong("max-download-size"), help: ArgumentHelp("Most bytes a download may have (default 16 GiB).", valueName: "bytes"))
+    var maxDownloadSize: UInt64 = DownloadOptions().maxSize
+
+    @Option(name: .customLong("connect-timeout"), help: ArgumentHelp("Seconds to wait for a connection (default 30).", valueName: "seconds"))
+    var connectTimeout: Int = DownloadOptions().connectTimeout
+
+    @Option(name: .customLong("low-speed-time"), help: ArgumentHelp("Give up after this many seconds below 1 KiB/s (default 60).", valueName: "seconds"))
+    var lowSpeedTime: Int = DownloadOptions().lowSpeedTime
+
+    @Option(name: .long, help: ArgumentHelp("Further attempts after a transient failure: reset, time-out, HTTP 5xx (default 3).", valueName: "n"))
+    var retries: Int = DownloadOptions().retries
+
+    @Option(name: .customLong("retry-delay"), help: ArgumentHelp("Seconds before the first retry, doubled for each next one (default 1).", valueName: "seconds"))
+    var retryDelay: Double = DownloadOptions().retryDelay
+
+    func validate() throws {
+        for pin in tlsPin where KeyID(pin) == nil || !pin.hasPrefix("sha256//") {
+            throw ValidationError("--tls-pin takes sha256//BASE64 (the SubjectPublicKeyInfo hash), not '\(pin)'")
+        }
+        if allowHTTP && (!tlsCA.isEmpty || !tlsPin.isEmpty || !tlsCert.isEmpty) {
+            throw ValidationError("--allow-http cannot be combined with --tls-ca, --tls-pin or --tls-cert: plain http has no certificate to check")
+        }
+        if maxDownloadSize < 1 { throw ValidationError("--max-download-size must be at least 1") }
+        if !(1...3600).contains(connectTimeout) { throw ValidationError("--connect-timeout takes 1 to 3600 seconds") }
+        if !(1...3600).contains(lowSpeedTime) { throw ValidationError("--low-speed-time takes 1 to 3600 seconds") }
+        if !(0...100).contains(retries) { throw ValidationError("--retries takes 0 to 100") }
+        if !(0...60).contains(retryDelay) { throw ValidationError("--retry-delay takes 0 to 60 seconds") }
+    }
+
+    /// The download options, with the roots read (and sealed directories checked).
+    func options(trust: TrustOptions) throws -> DownloadOptions {
+        var options = DownloadOptions()
+        var tls = TLSPolicy()
+        let (salt, keys) = try trust.seal()
+        for path in tlsCA { try tls.addRoots(from: path, salt: salt, sealKeys: keys) }
+        for path in tlsCert { try tls.addCertificate(from: path) }
+        tls.pins = tlsPin.compactMap { KeyID($0) }
+        tls.allowHTTP = allowHTTP
+        options.tls = tls
+        options.maxSize = maxDownloadSize
+        options.connectTimeout = connectTimeout
+        options.lowSpeedTime = lowSpeedTime
+        options.retries = retries
+        options.retryDelay = retryDelay
+        return options
+    }
+
+    /// Whether the seal options apply to a --tls-ca directory here.
+    var sealsDirectories: Bool { !tlsCA.isEmpty }
+
+    /// Warns about plain http.
+    func warnIfInsecure(_ url: String) {
+        if allowHTTP && url.lowercased().hasPrefix("http://") {
+            Output.warn("downloading '\(url)' over plain http: anyone on the way can read it or change it (only the package's own signature protects it)")
+        }
     }
 }
 
@@ -183,4 +266,10 @@ struct LimitOptions: ParsableArguments {
         limits.maxRatio = maxRatio
         return limits
     }
+}
+
+/// Whether a package argument is a URL rather than a file.
+func isURL(_ argument: String) -> Bool {
+    let lower = argument.lowercased()
+    return lower.hasPrefix("https://") || lower.hasPrefix("http://")
 }

@@ -21,18 +21,26 @@ struct Unpack: ParsableCommand {
         interrupted unpack removes its staging directory; after a kill -9, the next unpack to \
         DIR removes what is left.
 
-        Example:
+        An https:// URL is downloaded into .DIR.signet-download beside DIR (never into memory) \
+        under the TLS options below, then verified and installed the same way; a download cut \
+        short is continued by the next run (HTTP Range with If-Range).
+
+        Examples:
           signet unpack app-1.4.2.zip --dest /opt/app --pubkey keys/public_key.der
+          signet unpack https://updates.example.com/app-1.4.2.zip --dest /opt/app \\
+            --pubkey keys/public_key.der --tls-ca /etc/app/roots --tls-pin sha256//BASE64
         """
     )
 
-    @Argument(help: ArgumentHelp("The package.", valueName: "pkg.zip"))
+    @Argument(help: ArgumentHelp("The package: a file, or an https:// URL (downloaded beside DIR, resumed if cut short).", valueName: "pkg.zip|url"))
     var package: String
 
     @Option(name: .long, help: ArgumentHelp("The directory to install into.", valueName: "dir"))
     var dest: String
 
     @OptionGroup var trust: TrustOptions
+
+    @OptionGroup(title: "Downloads") var tls: TLSOptions
 
     @Flag(name: .long, help: "The older layout: FILE and FILE.sig pairs, no manifest (no completeness, rollback or expiry guarantee).")
     var bare = false
@@ -93,8 +101,15 @@ struct Unpack: ParsableCommand {
         options.wait = wait
         options.stateFile = state
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
-        let policy = try trust.policy()
-        let report = try Installer.install(package, to: dest, policy: policy, options: options)
+        let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
+        let report: InstallReport
+        if isURL(package) {
+            tls.warnIfInsecure(package)
+            report = try Installer.install(downloading: package, to: dest, policy: policy, options: options,
+                                           download: try tls.options(trust: trust))
+        } else {
+            report = try Installer.install(package, to: dest, policy: policy, options: options)
+        }
         if let leftover = report.leftover {
             Output.warn("installed, but the replaced tree '\(leftover)' could not be removed; the next unpack to '\(dest)' removes it (or remove it yourself)")
         }

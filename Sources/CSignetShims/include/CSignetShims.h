@@ -60,4 +60,23 @@ unsigned int signet_RENAME_EXCHANGE(void);
 /// is enough), for the *at calls.
 int signet_O_PATH(void);
 
+// libcurl: curl_easy_setopt and curl_easy_getinfo are variadic, which Swift cannot call.
+#include <curl/curl.h>
+
+/// curl_easy_setopt for a long, a curl_off_t, a string or other pointer, and the callbacks Signet sets.
+CURLcode signet_curl_setopt_long(CURL *handle, CURLoption option, long value);
+CURLcode signet_curl_setopt_off(CURL *handle, CURLoption option, curl_off_t value);
+CURLcode signet_curl_setopt_pointer(CURL *handle, CURLoption option, void *value);
+CURLcode signet_curl_setopt_string(CURL *handle, CURLoption option, const char *value);
+typedef size_t (*signet_curl_data_callback)(char *data, size_t size, size_t count, void *context);
+CURLcode signet_curl_setopt_data_callback(CURL *handle, CURLoption option, signet_curl_data_callback callback);
+typedef CURLcode (*signet_curl_ssl_ctx_callback)(CURL *handle, void *ssl_ctx, void *context);
+CURLcode signet_curl_setopt_ssl_ctx_callback(CURL *handle, signet_curl_ssl_ctx_callback callback);
+typedef int (*signet_curl_progress_callback)(void *context, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow);
+CURLcode signet_curl_setopt_progress_callback(CURL *handle, signet_curl_progress_callback callback);
+/// curl_easy_getinfo for a long, a curl_off_t and a string.
+CURLcode signet_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
+CURLcode signet_curl_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value);
+CURLcode signet_curl_getinfo_string(CURL *handle, CURLINFO info, char **value);
+
 #endif

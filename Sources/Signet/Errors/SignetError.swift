@@ -43,6 +43,10 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The signer is not among the trusted keys.
         public static let untrustedSigner = Code("untrusted-signer", exitStatus: .untrusted)
 
+        /// A download's TLS server failed the TLS policy: chain, host name, pins, pinned
+        /// certificates, or a redirect away from https://.
+        public static let tlsRefused = Code("tls-refused", exitStatus: .untrusted)
+
         /// A trust directory no longer matches its seal.
         public static let brokenTrustSeal = Code("broken-trust-seal", exitStatus: .untrusted)
 
@@ -67,6 +71,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let malformedManifest = Code("malformed-manifest", exitStatus: .malformed)
         /// An archive that is corrupt, truncated, or has forbidden, duplicate or non-regular entries.
         public static let malformedArchive = Code("malformed-archive", exitStatus: .malformed)
+        /// A download is larger than `--max-download-size`.
+        public static let downloadTooLarge = Code("download-too-large", exitStatus: .malformed)
         /// An input that should be data is not (empty, a directory, too large).
         public static let malformedInput = Code("malformed-input", exitStatus: .malformed)
 
@@ -84,6 +90,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let destinationBusy = Code("destination-busy", exitStatus: .environment)
         /// The process is being interrupted (SIGINT, SIGTERM): nothing more is written.
         public static let interrupted = Code("interrupted", exitStatus: .environment)
+        /// A download failed on the network: DNS, connection, time-out, HTTP 4xx/5xx, a body cut short.
+        public static let network = Code("network-error", exitStatus: .environment)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

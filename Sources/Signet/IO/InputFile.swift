@@ -82,7 +82,7 @@ final class InputFile {
         do {
             fd = try Paths.open(relative, beneath: root).get()
         } catch {
-            switch (error as? SystemCallFailure)?.code {
+            switch error.code {
             case ENOENT: return nil
             case ELOOP, ENOTDIR, EXDEV:
                 throw SignetError(.malformedInput, "cannot use \(what) '\(path)': it, or a folder on its way, is a symbolic link or not a directory", path: path)

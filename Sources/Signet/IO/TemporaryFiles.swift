@@ -48,6 +48,9 @@ enum TemporaryFiles {
         }
     }
 
+    /// True once an interruption has begun (long transfers stop at the next chance).
+    static var isInterrupted: Bool { interrupted.withLock { $0 } }
+
     /// Runs `body` (one creation or rename of a temporary entry) unless the process is being
     /// interrupted; then throws instead, creating nothing.
     static func guarded<R>(_ body: () throws -> R) throws -> R {

@@ -1,0 +1,469 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import CCurl
+internal import CSignetShims
+internal import SystemPackage
+
+/// How a download behaves on the network (FORMAT.md §5).
+public struct DownloadOptions: Sendable {
+    /// Which servers are trusted.
+    public var tls = TLSPolicy()
+    /// Largest body accepted, in bytes (`--max-download-size`); more is refused (exit 4).
+    public var maxSize: UInt64 = 16 << 30
+    /// Seconds to wait for a connection (`--connect-timeout`).
+    public var connectTimeout: Int = 30
+    /// A transfer slower than 1 KiB/s for this many seconds is given up (`--low-speed-time`).
+    public var lowSpeedTime: Int = 60
+    /// Further attempts after a transient failure (connection reset or refused, time-out, a
+    /// body cut short, HTTP 5xx); never after HTTP 4xx or a TLS refusal (`--retries`).
+    public var retries: Int = 3
+    /// Seconds before the first retry; doubled for each next one, at most 30 (`--retry-delay`).
+    public var retryDelay: Double = 1
+    /// Redirects followed, each to https:// only and each under the same TLS policy.
+    public static let maximumRedirects = 5
+
+    /// The defaults.
+    public init() {}
+}
+
+/// What a download did.
+public struct DownloadResult: Sendable {
+    /// The complete file (the partial download's path).
+    public let path: String
+    /// Its size in bytes.
+    public let size: UInt64
+    /// Bytes that were already on disk from an earlier, interrupted download and were kept.
+    public let resumedFrom: UInt64
+    /// The URL the body came from after redirects.
+    public let effectiveURL: String
+}
+
+/// Downloads over HTTPS with libcurl into a file Signet names, under Signet's TLS policy:
+/// resumable (HTTP `Range` with `If-Range`), streamed (never held in memory), with time-outs
+/// and bounded retries.
+enum Downloader {
+    /// The attribute on a partial download that says what it is a part of: the URL and the
+    /// validator (a strong ETag or Last-Modified) a resumed request sends as `If-Range`.
+    static let partialAttribute = "user.signet.download"
+
+    private static let globalInit: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+
+    /// Refuses a URL the policy does not allow: only https://, or http:// with `allowHTTP`.
+    static func checkScheme(_ url: String, policy: TLSPolicy) throws {
+        let lower = url.lowercased()
+        if lower.hasPrefix("https://") { return }
+        if lower.hasPrefix("http://") {
+            guard policy.allowHTTP else {
+                throw SignetError(.usage, "'\(url)' is plain http://: the download could be changed by anyone on the way; use https://, or --allow-http for a test server")
+            }
+            return
+        }
+        throw SignetError(.usage, "'\(url)' is not an https:// URL")
+    }
+
+    /// Whether `argument` names a URL rather than a file.
+    static func isURL(_ argument: String) -> Bool {
+        let lower = argument.lowercased()
+        return lower.hasPrefix("https://") || lower.hasPrefix("http://")
+    }
+
+    /// Downloads `url` into `partial`, continuing what an earlier attempt left there when the
+    /// server still has the same file. `body` sees every byte of the file in order (the bytes
+    /// already on disk first); `restart` is called when the server sends the file anew.
+    static func download(_ url: String, into partial: String, options: DownloadOptions,
+                         body: @escaping (UnsafeRawBufferPointer) throws -> Void = { _ in },
+                         restart: @escaping () throws -> Void = {}) throws -> DownloadResult {
+        try checkScheme(url, policy: options.tls)
+        guard globalInit else { throw SignetError(.crypto, "libcurl could not be initialised") }
+        let fd: Int32
+        do { fd = try Paths.open(partial, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) } catch {
+            throw SignetError.posix(error, "cannot create the download", path: partial)
+        }
+        defer { close(fd) }
+        do { _ = try systemCall("flock") { flock(fd, LOCK_EX | LOCK_NB) } } catch {
+            throw SignetError(.destinationBusy, "'\(partial)' is being downloaded by another process; try again when it has finished", path: partial)
+        }
+        var attempt = 0
+        var lastError: SignetError?
+        var kept: UInt64? = nil
+        while attempt <= max(0, options.retries) {
+            if attempt > 0 {
+                let delay = min(30, options.retryDelay * pow(2, Double(attempt - 1)))
+                if delay > 0 { usleep(useconds_t(delay * 1_000_000)) }
+            }
+            attempt += 1
+            let transfer = Transfer(url: url, fd: fd, partial: partial, options: options, body: body, restart: restart)
+            do {
+                let result = try transfer.run()
+                return DownloadResult(path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL)
+            } catch let failure as Transfer.Failure {
+                kept = kept ?? failure.resumedFrom
+                guard failure.transient else { throw failure.error }
+                lastError = failure.error
+            }
+        }
+        throw lastError ?? SignetError(.network, "cannot download '\(url)'")
+    }
+
+    /// One request: resume or start, stream, and map curl's outcome to Signet's errors.
+    private final class Transfer {
+        struct Failure: Error {
+            let error: SignetError
+            let transient: Bool
+            let resumedFrom: UInt64
+        }
+
+        let url: String
+        let fd: Int32
+        let partial: String
+        let options: DownloadOptions
+        let body: (UnsafeRawBufferPointer) throws -> Void
+        let restart: () throws -> Void
+        let check: TLSCheck
+
+        private var offset: UInt64 = 0
+        private var resumedFrom: UInt64 = 0
+        private var requestedFrom: UInt64 = 0
+        private var started = false
+        private var validator: String?
+        private var contentRangeStart: UInt64?
+        private var stop: SignetError?
+        private var handle: UnsafeMutableRawPointer?
+
+        init(url: String, fd: Int32, partial: String, options: DownloadOptions,
+             body: @escaping (UnsafeRawBufferPointer) throws -> Void, restart: @escaping () throws -> Void) {
+            self.url = url
+            self.fd = fd
+            self.partial = partial
+            self.options = options
+            self.body = body
+            self.restart = restart
+            self.check = TLSCheck(policy: options.tls)
+        }
+
+        private func fail(_ error: SignetError, transient: Bool = false) -> Failure {
+            Failure(error: error, transient: transient, resumedFrom: resumedFrom)
+        }
+
+        func run() throws -> (size: UInt64, resumedFrom: UInt64, effectiveURL: String) {
+            // What is on disk, and whether it is a part of this URL's file.
+            let size: UInt64
+            do { size = UInt64(try FileDescriptor(fd).status().st_size) } catch {
+                throw fail(SignetError.posix(error, "cannot read the download", path: partial))
+            }
+            var ifRange: String? = nil
+            if size > 0, case .success(let stored?) = ExtendedAttributes.get(Downloader.partialAttribute, on: fd),
+               let record = try? JSONDecoder().decode(PartialRecord.self, from: Data(stored)), record.url == url {
+                ifRange = record.validator
+            }
+            if ifRange == nil {
+                try truncate()
+            } else {
+                requestedFrom = size
+                // The bytes kept go through `body` first, as if they had just arrived.
+                do {
+                    try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize, body)
+                } catch let failure as SystemCallFailure {
+                    throw fail(SignetError.posix(failure, "cannot read the download", path: partial))
+                }
+                offset = size
+            }
+
+            guard let curl = curl_easy_init() else { throw fail(SignetError(.crypto, "libcurl could not start a transfer")) }
+            handle = curl
+            defer { curl_easy_cleanup(curl) }
+            var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+            var headers: UnsafeMutablePointer<curl_slist>? = nil
+            defer { curl_slist_free_all(headers) }
+            let protocols = options.tls.allowHTTP ? "http,https" : "https"
+            let me = Unmanaged.passUnretained(self).toOpaque()
+            var ok = true
+            func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
+            set(signet_curl_setopt_string(curl, CURLOPT_URL, url))
+            set(signet_curl_setopt_string(curl, CURLOPT_PROTOCOLS_STR, protocols))
+            set(signet_curl_setopt_string(curl, CURLOPT_REDIR_PROTOCOLS_STR, protocols))
+            set(signet_curl_setopt_long(curl, CURLOPT_FOLLOWLOCATION, 1))
+            set(signet_curl_setopt_long(curl, CURLOPT_MAXREDIRS, Int(DownloadOptions.maximumRedirects)))
+            set(signet_curl_setopt_long(curl, CURLOPT_FAILONERROR, 1))
+            set(signet_curl_setopt_long(curl, CURLOPT_NOSIGNAL, 1))
+            set(signet_curl_setopt_long(curl, CURLOPT_SSLVERSION, Int(CURL_SSLVERSION_TLSv1_2)))
+            set(signet_curl_setopt_long(curl, CURLOPT_SSL_VERIFYPEER, 1))
+            set(signet_curl_setopt_long(curl, CURLOPT_SSL_VERIFYHOST, 2))
+            set(signet_curl_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, max(1, options.connectTimeout)))
+            set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_LIMIT, 1024))
+            set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_TIME, max(1, options.lowSpeedTime)))
+            set(signet_curl_setopt_string(curl, CURLOPT_USERAGENT, "signet/\(SignetVersion.signet)"))
+            set(signet_curl_setopt_pointer(curl, CURLOPT_ERRORBUFFER, &errorBuffer))
+            set(signet_curl_setopt_pointer(curl, CURLOPT_SSL_CTX_DATA, me))
+            set(signet_curl_setopt_ssl_ctx_callback(curl) { _, context, argument in
+                guard let context, let argument else { return CURLE_SSL_CERTPROBLEM }
+                let transfer = Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue()
+                return transfer.check.install(on: OpaquePointer(context)) ? CURLE_OK : CURLE_SSL_CERTPROBLEM
+            })
+            set(signet_curl_setopt_pointer(curl, CURLOPT_HEADERDATA, me))
+            set(signet_curl_setopt_data_callback(curl, CURLOPT_HEADERFUNCTION) { data, size, count, argument in
+                guard let data, let argument else { return 0 }
+                let line = String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self)
+                Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue().header(line)
+                return size * count
+            })
+            set(signet_curl_setopt_pointer(curl, CURLOPT_WRITEDATA, me))
+            set(signet_curl_setopt_data_callback(curl, CURLOPT_WRITEFUNCTION) { data, size, count, argument in
+                guard let data, let argument else { return 0 }
+                let chunk = UnsafeRawBufferPointer(start: data, count: size * count)
+                return Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue().write(chunk) ? size * count : 0
+            })
+            set(signet_curl_setopt_long(curl, CURLOPT_NOPROGRESS, 0))
+            set(signet_curl_setopt_pointer(curl, CURLOPT_XFERINFODATA, me))
+            set(signet_curl_setopt_progress_callback(curl) { _, _, _, _, _ in
+                TemporaryFiles.isInterrupted ? 1 : 0
+            })
+            if let ifRange, requestedFrom > 0 {
+                set(signet_curl_setopt_string(curl, CURLOPT_RANGE, "\(requestedFrom)-"))
+                headers = curl_slist_append(headers, "If-Range: " + ifRange)
+                set(signet_curl_setopt_pointer(curl, CURLOPT_HTTPHEADER, headers))
+            }
+            guard ok else { throw fail(SignetError(.crypto, "libcurl refused Signet's transfer settings (libcurl \(SignetVersion.curl))")) }
+
+            let code = curl_easy_perform(curl)
+            let message = String(cString: errorBuffer)
+            var status = 0
+            _ = signet_curl_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &status)
+            var effective: UnsafeMutablePointer<CChar>? = nil
+            _ = signet_curl_getinfo_string(curl, CURLINFO_EFFECTIVE_URL, &effective)
+            let effectiveURL = effective.map { String(cString: $0) } ?? url
+            if let stop { throw fail(stop) }
+            if code == CURLE_HTTP_RETURNED_ERROR, status == 416, requestedFrom > 0 {
+                // The part on disk does not fit the file the server has now: start over.
+                try truncate()
+                throw fail(SignetError(.network, "cannot continue the download of '\(url)': the server has another file now"), transient: true)
+            }
+            guard code == CURLE_OK else { throw fail(error(code, status: status, message: message, effectiveURL: effectiveURL), transient: Self.isTransient(code, status: status)) }
+            guard status == 200 || status == 206 || (status == 0 && options.tls.allowHTTP) else {
+                throw fail(SignetError(.network, "cannot download '\(effectiveURL)': the server answered HTTP \(status)"))
+            }
+            if !started { try begin(status: status) }   // an empty body
+            do { try FileDescriptor(fd).sync() } catch {
+                throw fail(SignetError.posix(error, "cannot flush the download", path: partial))
+            }
+            return (offset, resumedFrom, effectiveURL)
+        }
+
+        /// The first body bytes: decide between continuing and starting over, and record what
+        /// a later attempt needs to continue.
+        private func begin(status: Int) throws {
+            started = true
+            if requestedFrom > 0 {
+                if status == 206, contentRangeStart == requestedFrom {
+                    resumedFrom = requestedFrom
+                } else {
+                    // The server ignored the range, or the file changed (If-Range): start over.
+                    try truncate()
+                    try restart()
+                }
+            }
+            var length: curl_off_t = -1
+            if let handle { _ = signet_curl_getinfo_off(handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) }
+            if length > 0, offset + UInt64(length) > options.maxSize { throw tooLarge() }
+            let record = PartialRecord(url: url, validator: validator)
+            if let bytes = try? JSONEncoder().encode(record), validator != nil {
+                _ = ExtendedAttributes.set(Downloader.partialAttribute, Array(bytes), on: fd)   // without it the next run starts over
+            } else {
+                _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: fd)
+            }
+        }
+
+        private func truncate() throws {
+            do {
+                _ = try systemCall("ftruncate") { ftruncate(fd, 0) }
+                _ = try systemCall("lseek") { lseek(fd, 0, SEEK_SET) }
+            } catch {
+                throw fail(SignetError.posix(error, "cannot start the download", path: partial))
+            }
+            offset = 0
+            resumedFrom = 0
+            _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: fd)
+        }
+
+        private func tooLarge() -> SignetError {
+            SignetError(.downloadTooLarge, "'\(url)' is larger than \(options.maxSize) bytes (--max-download-size); refusing to download more", path: partial)
+        }
+
+        private func write(_ chunk: UnsafeRawBufferPointer) -> Bool {
+            do {
+                if !started {
+                    var status = 0
+                    if let handle { _ = signet_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) }
+                    try begin(status: status)
+                }
+                guard offset + UInt64(chunk.count) <= options.maxSize else { throw tooLarge() }
+                try FileDescriptor(fd).write(all: chunk)
+                try body(chunk)
+                offset += UInt64(chunk.count)
+                return true
+            } catch let failure as Failure {
+                stop = failure.error
+            } catch let error as SignetError {
+                stop = error
+            } catch {
+                stop = SignetError.posix(error, "cannot write the download", path: partial)
+            }
+            return false
+        }
+
+        /// Response headers: the validator and Content-Range of the final response.
+        private func header(_ line: String) {
+            let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+            if trimmed.hasPrefix("HTTP/") {
+                validator = nil
+                contentRangeStart = nil
+                return
+            }
+            guard let colon = trimmed.firstIndex(of: ":") else { return }
+            let name = trimmed[..<colon].lowercased()
+            let value = trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            switch name {
+            case "etag" where !value.hasPrefix("W/"): validator = value         // weak ETags cannot be If-Range
+            case "last-modified" where validator == nil: validator = value
+            case "content-range":
+                // "bytes START-END/TOTAL"
+                let numbers = value.drop { !$0.isNumber }
+                contentRangeStart = numbers.prefix { $0.isNumber }.isEmpty ? nil : UInt64(numbers.prefix { $0.isNumber })
+            default: break
+            }
+        }
+
+        private func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String) -> SignetError {
+            let shown = effectiveURL
+            let host = URLComponents(string: effectiveURL)?.host ?? shown
+            let pins = check.presentedPins.isEmpty ? "" : "; the server presented (leaf first): " + check.presentedPins.joined(separator: ", ")
+            switch code {
+            case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CONNECT_ERROR where check.refusal != nil || !check.presentedPins.isEmpty,
+                 CURLE_SSL_CACERT_BADFILE:
+                let reason = check.refusal ?? (message.isEmpty ? "the certificate chain did not verify" : message)
+                return SignetError(.tlsRefused, "TLS refused for '\(host)': \(reason)\(pins)")
+            case CURLE_UNSUPPORTED_PROTOCOL:
+                return SignetError(.tlsRefused, "'\(shown)' redirected to a URL that is not https:// (\(message)); refused")
+            case CURLE_HTTP_RETURNED_ERROR:
+                return SignetError(.network, "cannot download '\(shown)': the server answered HTTP \(status)")
+            case CURLE_ABORTED_BY_CALLBACK:
+                return SignetError(.interrupted, "interrupted; the partial download '\(partial)' is kept and continues next time", path: partial)
+            default:
+                let text = message.isEmpty ? String(cString: curl_easy_strerror(code)) : message
+                return SignetError(.network, "cannot download '\(shown)': \(text)")
+            }
+        }
+
+        static func isTransient(_ code: CURLcode, status: Int) -> Bool {
+            switch code {
+            case CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT, CURLE_RECV_ERROR, CURLE_SEND_ERROR,
+                 CURLE_PARTIAL_FILE, CURLE_GOT_NOTHING:
+                return true
+            case CURLE_HTTP_RETURNED_ERROR:
+                return status >= 500
+            default:
+                return false
+            }
+        }
+    }
+
+    /// What a partial download is part of (the `user.signet.download` attribute).
+    struct PartialRecord: Codable {
+        let url: String
+        let validator: String?
+    }
+}
+
+extension Installer {
+    /// Downloads the package at `url` (https://) into `.DIR.signet-download` beside
+    /// `destination` (the same filesystem; a download cut short continues from there on the next
+    /// call), then verifies and installs it exactly as ``install(_:to:policy:options:)``. A
+    /// complete download is removed whether the package installed or was refused; an incomplete
+    /// one is kept for the next call.
+    public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
+                               options: InstallOptions = InstallOptions(),
+                               download: DownloadOptions = DownloadOptions()) throws -> InstallReport {
+        var destination = destination
+        while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
+        try Downloader.checkScheme(url, policy: download.tls)
+        try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
+        let partial = Downloader.partialPath(besides: destination)
+        _ = try Downloader.download(url, into: partial, options: download)
+        defer { unlink(partial) }
+        return try install(partial, to: destination, policy: policy, options: options)
+    }
+}
+
+extension Downloader {
+    /// Where a download for `target` is kept until it is complete: `.NAME.signet-download`
+    /// beside it (FORMAT.md §5).
+    static func partialPath(besides target: String) -> String {
+        let (directory, prefix) = TemporaryFiles.prefix(besides: target)
+        return directory + "/" + prefix + "download"
+    }
+}
+
+/// Downloads for applications: one file, resumable, under a ``TLSPolicy``.
+public enum Download {
+    /// Downloads `url` to `path`: into `.NAME.signet-download` beside it (continued if an
+    /// earlier call was cut short), fsynced, then renamed to `path`. When `signature` and
+    /// `policy` are given, the body is hashed as it arrives and `path` appears only if the
+    /// signature verifies; the file then carries it as `user.signet.sig`, as unpack does.
+    public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
+                            signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
+                            policy: TrustPolicy? = nil) throws -> DownloadResult {
+        let partial = Downloader.partialPath(besides: path)
+        let hasher = try Digest.Hasher(algorithm.digest)
+        let state = HasherBox(hasher)
+        let result = try Downloader.download(url, into: partial, options: options,
+                                             body: { state.hasher.update($0) },
+                                             restart: { state.hasher = try Digest.Hasher(algorithm.digest) })
+        if let signature, let policy {
+            let digest = try state.hasher.finalize()
+            let verdict = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm)
+            guard let key = verdict.signer else {
+                unlink(partial)
+                var error = verdict.error(path: path) ?? SignetError(.badSignature, verdict.message, path: path)
+                error.reason = "'\(url)' does not verify: \(verdict.message); nothing was written to '\(path)'"
+                throw error
+            }
+            let file = try InputFile.open(partial, what: "download", followSymlinks: false)
+            let fd = file.descriptor.rawValue
+            switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
+            case .success:
+                let meta = try Installer.metadata(path: String(path.split(separator: "/").last ?? ""), sha256: digest.hex, signer: key, manifest: nil, algorithm: algorithm)
+                _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
+            case .failure(let failure) where failure.isUnsupported: break
+            case .failure(let failure): throw failure.error("set", attribute: ExtendedAttributes.signature, path: path)
+            }
+        }
+        do {
+            _ = try TemporaryFiles.guardedCall("rename") { rename(partial, path) }.get()
+        } catch let failure as SystemCallFailure {
+            throw SignetError.posix(failure, "cannot write", path: path)
+        }
+        AtomicFile.syncDirectory(AtomicFile.parentDirectory(of: path))
+        return DownloadResult(path: path, size: result.size, resumedFrom: result.resumedFrom, effectiveURL: result.effectiveURL)
+    }
+
+    /// Downloads `url` into `$TMPDIR/signet-download-HASH` (HASH from the URL, so that a
+    /// download cut short continues on the next call) and returns its path. For reading a
+    /// package without installing it (`inspect URL`); the caller removes the file.
+    public static func temporaryCopy(of url: String, options: DownloadOptions = DownloadOptions()) throws -> String {
+        let directory = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        let name = "signet-download-" + String(try Digest.compute(Array(url.utf8), algorithm: .sha256).hex.prefix(16))
+        let path = directory + "/" + name
+        _ = try Downloader.download(url, into: path, options: options)
+        return path
+    }
+
+    private final class HasherBox: @unchecked Sendable {
+        // Used on the downloading thread only.
+        var hasher: Digest.Hasher
+        init(_ hasher: Digest.Hasher) { self.hasher = hasher }
+    }
+}

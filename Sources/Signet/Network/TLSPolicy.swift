@@ -1,0 +1,169 @@
+internal import COpenSSL
+internal import CSignetShims
+
+/// Which TLS servers a download trusts (FORMAT.md §5). The host name is always checked and
+/// TLS 1.2 is the minimum; on top of that:
+///
+/// - no roots given: the system's CA store;
+/// - ``addRoots(from:salt:sealKeys:)``: only these root CAs (a sealed directory is checked first);
+/// - ``pins``: after the chain verified, some certificate in it (leaf, intermediate or root)
+///   must have one of these SubjectPublicKeyInfo hashes (several pins are backups);
+/// - ``certificates``: the server's leaf must be one of these, byte for byte.
+public struct TLSPolicy: Sendable {
+    /// DER root certificates; empty for the system store.
+    public private(set) var roots: [[UInt8]] = []
+    /// `sha256//` pins of SubjectPublicKeyInfo, any of which may match.
+    public var pins: [KeyID] = []
+    /// DER leaf certificates, any of which may be the server's.
+    public private(set) var certificates: [[UInt8]] = []
+    /// Allows `http://` (no TLS at all). Cannot be combined with roots, pins or certificates.
+    public var allowHTTP = false
+
+    /// The default: the system store, host name checked.
+    public init() {}
+
+    /// True when something beyond the system store is required.
+    public var isPinned: Bool { !roots.isEmpty || !pins.isEmpty || !certificates.isEmpty }
+
+    /// Trusts the root CAs in `path`: a PEM or DER certificate file, or a directory of them.
+    /// A directory sealed with `signet trust seal` is checked against its seal first (with
+    /// `salt` or `sealKeys`, a seal is required).
+    public mutating func addRoots(from path: String, salt: [UInt8]? = nil, sealKeys: [PublicKey] = []) throws {
+        if Reverifier.isDirectory(atPath: path) {
+            try TrustStoreSeal.check(path, salt: salt, sealKeys: sealKeys)
+            let files = try TrustStoreSeal.files(in: path)
+            guard !files.isEmpty else {
+                throw SignetError(.malformedInput, "--tls-ca directory '\(path)' holds no certificate files", path: path)
+            }
+            for (file, _) in files { roots += try Self.certificates(inFile: path + "/" + file) }
+        } else {
+            roots += try Self.certificates(inFile: path)
+        }
+    }
+
+    /// Accepts a server whose leaf certificate is the one in `path` (PEM or DER).
+    public mutating func addCertificate(from path: String) throws {
+        certificates += try Self.certificates(inFile: path)
+    }
+
+    /// The certificates in a PEM file (every CERTIFICATE block) or a DER file, as DER.
+    static func certificates(inFile path: String) throws -> [[UInt8]] {
+        let bytes = try readSmallFile(path, what: "certificate", limit: 4 << 20)
+        guard looksLikePEM(bytes) else {
+            guard let (certificate, complete) = parseDER(bytes, { d2i_X509(nil, $0, $1) }) else {
+                throw OpenSSLErrorQueue.error(.malformedKey, "'\(path)' is not a certificate (PEM or DER)", path: path)
+            }
+            X509_free(certificate)
+            guard complete else { throw SignetError(.malformedKey, "'\(path)' has bytes after its certificate", path: path) }
+            return [bytes]
+        }
+        var found: [[UInt8]] = []
+        try withMemoryBIO(bytes) { bio in
+            while true {
+                var label: UnsafeMutablePointer<CChar>? = nil
+                var header: UnsafeMutablePointer<CChar>? = nil
+                var data: UnsafeMutablePointer<UInt8>? = nil
+                var length: Int = 0
+                guard PEM_read_bio(bio, &label, &header, &data, &length) == 1 else { break }
+                defer {
+                    signet_OPENSSL_free(label)
+                    signet_OPENSSL_free(header)
+                    signet_OPENSSL_free(data)
+                }
+                guard label.map({ String(cString: $0) }) == "CERTIFICATE" else { continue }
+                let body = Array(UnsafeBufferPointer(start: data, count: length))
+                guard let (certificate, complete) = parseDER(body, { d2i_X509(nil, $0, $1) }), complete else {
+                    throw OpenSSLErrorQueue.error(.malformedKey, "a certificate in '\(path)' is damaged", path: path)
+                }
+                X509_free(certificate)
+                found.append(body)
+            }
+        }
+        OpenSSLErrorQueue.clear()   // the end of the PEM stream leaves a "no start line" error
+        guard !found.isEmpty else {
+            throw SignetError(.malformedKey, "'\(path)' holds no CERTIFICATE block", path: path)
+        }
+        return found
+    }
+}
+
+/// The TLS checks of one download, run by OpenSSL during each handshake (every redirect too).
+/// Records what the server presented, for the message when it is refused.
+final class TLSCheck: @unchecked Sendable {
+    // Written during a handshake on the downloading thread, read after curl returns on it.
+    let policy: TLSPolicy
+    /// The `sha256//` pins of the certificates the server presented (leaf first) and, when the
+    /// chain verified, of the verified chain.
+    private(set) var presentedPins: [String] = []
+    /// Why Signet's own check (pins, pinned certificate) refused the server, if it did.
+    private(set) var refusal: String?
+
+    init(policy: TLSPolicy) {
+        self.policy = policy
+    }
+
+    /// Installs the roots and the verify callback on curl's SSL_CTX.
+    func install(on context: OpaquePointer) -> Bool {
+        if !policy.roots.isEmpty {
+            guard let store = X509_STORE_new() else { return false }
+            for der in policy.roots {
+                guard let (certificate, _) = parseDER(der, { d2i_X509(nil, $0, $1) }) else { X509_STORE_free(store); return false }
+                let added = X509_STORE_add_cert(store, certificate)
+                X509_free(certificate)
+                guard added == 1 else { X509_STORE_free(store); return false }
+            }
+            SSL_CTX_set_cert_store(context, store)   // the context owns it now
+        }
+        SSL_CTX_set_cert_verify_callback(context, { storeContext, argument in
+            guard let storeContext, let argument else { return 0 }
+            return Unmanaged<TLSCheck>.fromOpaque(argument).takeUnretainedValue().verify(storeContext)
+        }, Unmanaged.passUnretained(self).toOpaque())
+        return true
+    }
+
+    /// OpenSSL's chain verification, then the pins and pinned certificates on the verified chain.
+    private func verify(_ storeContext: OpaquePointer) -> Int32 {
+        var presented: [OpaquePointer] = []
+        if let leaf = X509_STORE_CTX_get0_cert(storeContext) { presented.append(leaf) }
+        if let untrusted = X509_STORE_CTX_get0_untrusted(storeContext) {
+            for index in 0..<signet_sk_X509_num(untrusted) {
+                if let certificate = signet_sk_X509_value(untrusted, index), !presented.contains(certificate) { presented.append(certificate) }
+            }
+        }
+        presentedPins = presented.map { Self.pin(of: $0) ?? "?" }
+        guard X509_verify_cert(storeContext) == 1 else { return 0 }
+        var chain: [OpaquePointer] = []
+        if let verified = X509_STORE_CTX_get0_chain(storeContext) {
+            for index in 0..<signet_sk_X509_num(verified) {
+                if let certificate = signet_sk_X509_value(verified, index) { chain.append(certificate) }
+            }
+        }
+        let chainPins = chain.map { Self.pin(of: $0) }
+        for pin in chainPins.compactMap({ $0 }) where !presentedPins.contains(pin) { presentedPins.append(pin) }
+        if !policy.pins.isEmpty {
+            let wanted = Set(policy.pins.map(\.pin))
+            guard chainPins.contains(where: { $0.map(wanted.contains) ?? false }) else {
+                refusal = "no certificate in the verified chain has a pinned public key (--tls-pin)"
+                X509_STORE_CTX_set_error(storeContext, X509_V_ERR_APPLICATION_VERIFICATION)
+                return 0
+            }
+        }
+        if !policy.certificates.isEmpty {
+            guard let leaf = chain.first, let der = try? derEncode("certificate", { i2d_X509(leaf, $0) }),
+                  policy.certificates.contains(der) else {
+                refusal = "the server's certificate is not one of the pinned certificates (--tls-cert)"
+                X509_STORE_CTX_set_error(storeContext, X509_V_ERR_APPLICATION_VERIFICATION)
+                return 0
+            }
+        }
+        return 1
+    }
+
+    /// The `sha256//` pin of a certificate's SubjectPublicKeyInfo.
+    static func pin(of certificate: OpaquePointer) -> String? {
+        guard let spki = X509_get_X509_PUBKEY(certificate),
+              let der = try? derEncode("public key", { i2d_X509_PUBKEY(spki, $0) }),
+              let id = try? KeyID(subjectPublicKeyInfo: der) else { return nil }
+        return id.pin
+    }
+}

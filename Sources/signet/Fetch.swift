@@ -1,0 +1,93 @@
+import ArgumentParser
+import Foundation
+import Signet
+
+struct Fetch: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Download one file over HTTPS, with the server's certificate pinned, resumable.",
+        discussion: """
+        The file is downloaded into .FILE.signet-download beside FILE (never into memory) and \
+        renamed to FILE only when it is complete. A download cut short (a dropped link, kill -9, \
+        a power cut) continues from the bytes on disk on the next run, with HTTP Range and \
+        If-Range, so a file that changed on the server is downloaded anew.
+
+        With --signature and a trust source (--pubkey, --trust-dir, --ca), the body is hashed as \
+        it arrives and FILE appears only if the signature verifies; FILE then carries it in \
+        user.signet.sig, as unpack does.
+
+        TLS: the host name is always checked, TLS 1.2 or later. By default the system's CA \
+        store; --tls-ca trusts only the given roots; --tls-pin requires a public key anywhere in \
+        the verified chain (repeat it for backup pins); --tls-cert requires the exact server \
+        certificate. Redirects: at most 5, to https:// only, each under the same policy. \
+        Proxies: the https_proxy, HTTPS_PROXY and NO_PROXY variables, as curl reads them.
+
+        Exit codes: 3 when the server fails the TLS policy (the message lists the sha256// pin of \
+        every certificate it presented), 5 for network failures and HTTP errors, 4 for a body \
+        over --max-download-size, 1 or 3 when --signature does not verify.
+
+        Examples:
+          signet fetch https://updates.example.com/app-1.4.2.zip --out app.zip --tls-pin sha256//BASE64
+          signet fetch https://updates.example.com/fw.bin --out fw.bin \\
+            --signature https://updates.example.com/fw.bin.sig --pubkey keys/public_key.der
+        """
+    )
+
+    @Argument(help: ArgumentHelp("What to download.", valueName: "https-url"))
+    var url: String
+
+    @Option(name: .long, help: ArgumentHelp("Where to put it.", valueName: "file"))
+    var out: String
+
+    @Option(name: .long, help: ArgumentHelp("Its detached signature: a file or an https:// URL (at most 64 KiB).", valueName: "file|url"))
+    var signature: String?
+
+    @Option(name: .long, help: "Signature algorithm of --signature.")
+    var algorithm: SignatureAlgorithm = .default
+
+    @OptionGroup var trust: TrustOptions
+
+    @OptionGroup(title: "Downloads") var tls: TLSOptions
+
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        if signature != nil && !trust.hasSources { throw ValidationError("--signature needs a trust source: " + TrustOptions.missingSources) }
+        if signature == nil && trust.hasSources { throw ValidationError("a trust source needs --signature (the file's detached signature)") }
+        if !isURL(url) { throw ValidationError("'\(url)' is not an https:// URL") }
+    }
+
+    struct Report: Encodable {
+        let url: String
+        let file: String
+        let size: UInt64
+        let resumed_from: UInt64
+        let verified: Bool
+    }
+
+    func run() throws {
+        tls.warnIfInsecure(url)
+        let options = try tls.options(trust: trust)
+        var signatureBytes: [UInt8]? = nil
+        var policy: TrustPolicy? = nil
+        if let signature {
+            policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
+            if isURL(signature) {
+                var small = options
+                small.maxSize = 64 * 1024
+                let path = try Download.temporaryCopy(of: signature, options: small)
+                defer { unlink(path) }
+                signatureBytes = try SignatureFiles.read(path)
+            } else {
+                signatureBytes = try SignatureFiles.read(signature)
+            }
+        }
+        let result = try Download.file(url, to: out, options: options, signature: signatureBytes, algorithm: algorithm, policy: policy)
+        if output.json {
+            Output.json(Report(url: url, file: out, size: result.size, resumed_from: result.resumedFrom, verified: signatureBytes != nil))
+            return
+        }
+        let resumed = result.resumedFrom > 0 ? " (continued from \(result.resumedFrom) bytes on disk)" : ""
+        let verified = signatureBytes != nil ? ", signature verified" : ", not verified (no --signature)"
+        Output.line("downloaded \(out): \(result.size) bytes\(resumed)\(verified)")
+    }
+}
