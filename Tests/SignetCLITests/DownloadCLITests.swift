@@ -137,6 +137,27 @@ struct DownloadCLITests {
         #expect(wrongHost.status == 3, "\(wrongHost.stderr)")
     }
 
+    @Test("a sealed --tls-ca directory is checked against its seal: a replaced CA file is refused")
+    func sealedRoots() throws {
+        let server = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        _ = try server.directory.writeRandom("www/file.bin", count: 1000)
+        let roots = work.file("roots")
+        try FileManager.default.createDirectory(atPath: roots, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: server.root, toPath: roots + "/root.pem")
+        let salt = try work.write("salt", Data("device salt 1234\n".utf8), mode: 0o600)
+        #expect(try CLI.run(["trust", "seal", roots, "--salt-file", salt]).status == 0)
+        let fetch = ["fetch", server.url("file.bin"), "--out", work.file("out"), "--retries", "0", "--tls-ca", roots, "--trust-salt-file", salt]
+        let sealed = try CLI.run(fetch)
+        #expect(sealed.status == 0, "\(sealed.stderr)")
+        // An attacker swaps the CA file for their own root: the seal no longer matches.
+        try FileManager.default.removeItem(atPath: roots + "/root.pem")
+        try FileManager.default.copyItem(atPath: server.otherRoot, toPath: roots + "/root.pem")
+        let replaced = try CLI.run(fetch)
+        #expect(replaced.status == 3, "\(replaced.stderr)")
+        #expect(replaced.stderr.contains("seal"), "\(replaced.stderr)")
+    }
+
     @Test("http:// is refused (2) unless --allow-http, which takes no TLS options; 404 is 5; a redirect to http:// is refused")
     func schemesAndErrors() throws {
         let server = try HTTPSServer()
