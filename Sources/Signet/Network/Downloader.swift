@@ -173,12 +173,16 @@ enum Downloader {
                 offset = size
             }
 
+            // curl writes its message here during perform: memory that outlives the
+            // setopt call and the handle (freed after curl_easy_cleanup).
+            let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+            errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+            defer { errorBuffer.deallocate() }
+            var headers: UnsafeMutablePointer<curl_slist>? = nil
+            defer { curl_slist_free_all(headers) }
             guard let curl = curl_easy_init() else { throw fail(SignetError(.crypto, "libcurl could not start a transfer")) }
             handle = curl
             defer { curl_easy_cleanup(curl) }
-            var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
-            var headers: UnsafeMutablePointer<curl_slist>? = nil
-            defer { curl_slist_free_all(headers) }
             let protocols = options.tls.allowHTTP ? "http,https" : "https"
             let me = Unmanaged.passUnretained(self).toOpaque()
             var ok = true
@@ -197,7 +201,7 @@ enum Downloader {
             set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_LIMIT, 1024))
             set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_TIME, max(1, options.lowSpeedTime)))
             set(signet_curl_setopt_string(curl, CURLOPT_USERAGENT, "signet/\(SignetVersion.signet)"))
-            set(signet_curl_setopt_pointer(curl, CURLOPT_ERRORBUFFER, &errorBuffer))
+            set(signet_curl_setopt_pointer(curl, CURLOPT_ERRORBUFFER, errorBuffer))
             set(signet_curl_setopt_pointer(curl, CURLOPT_SSL_CTX_DATA, me))
             set(signet_curl_setopt_ssl_ctx_callback(curl) { _, context, argument in
                 guard let context, let argument else { return CURLE_SSL_CERTPROBLEM }
