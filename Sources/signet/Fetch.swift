@@ -53,7 +53,7 @@ struct Fetch: ParsableCommand {
     func validate() throws {
         if signature != nil && !trust.hasSources { throw ValidationError("--signature needs a trust source: " + TrustOptions.missingSources) }
         if signature == nil && trust.hasSources { throw ValidationError("a trust source needs --signature (the file's detached signature)") }
-        if !isURL(url) { throw ValidationError("'\(url)' is not an https:// URL") }
+        if !Download.isURL(url) { throw ValidationError("'\(url)' is not an https:// URL") }
     }
 
     struct Report: Encodable {
@@ -71,7 +71,7 @@ struct Fetch: ParsableCommand {
         var policy: TrustPolicy? = nil
         if let signature {
             policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
-            if isURL(signature) {
+            if Download.isURL(signature) {
                 var small = options
                 small.maxSize = 64 * 1024
                 let path = try Download.temporaryCopy(of: signature, options: small)

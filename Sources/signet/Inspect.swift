@@ -34,7 +34,7 @@ struct Inspect: ParsableCommand {
         let contents: PackageContents
         var channel: String? = nil
         var file = package
-        if isURL(package) {
+        if Download.isURL(package) {
             tls.warnIfInsecure(package)
             file = try Download.temporaryCopy(of: package, options: try tls.options(trust: trust))
         }

@@ -267,9 +267,3 @@ struct LimitOptions: ParsableArguments {
         return limits
     }
 }
-
-/// Whether a package argument is a URL rather than a file.
-func isURL(_ argument: String) -> Bool {
-    let lower = argument.lowercased()
-    return lower.hasPrefix("https://") || lower.hasPrefix("http://")
-}

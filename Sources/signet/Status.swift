@@ -41,7 +41,15 @@ struct Status: ParsableCommand {
         let policy = trust.hasSources ? try trust.policy() : nil
         var entries: [Entry] = []
         for file in files {
-            let origin = try FileOrigin(path: file)
+            let origin: FileOrigin
+            do {
+                origin = try FileOrigin(path: file)
+            } catch let error as SignetError {
+                // Reported, never taken for "not installed"; the other files are still shown.
+                entries.append(Entry(path: file, installed_by_signet: false, package: nil, version: nil, sequence: nil, key_id: nil,
+                                     package_path: nil, channel: nil, verdict: "unreadable", detail: error.reason))
+                continue
+            }
             var verdict = origin.isInstalled ? "not-checked" : "not-installed"
             var channel: String? = nil
             var detail = origin.isInstalled ? "signed by \(origin.keyID?.short ?? "an unknown key"), not checked (pass --pubkey to verify)"

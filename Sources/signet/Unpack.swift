@@ -103,7 +103,7 @@ struct Unpack: ParsableCommand {
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
         let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
         let report: InstallReport
-        if isURL(package) {
+        if Download.isURL(package) {
             tls.warnIfInsecure(package)
             report = try Installer.install(downloading: package, to: dest, policy: policy, options: options,
                                            download: try tls.options(trust: trust))

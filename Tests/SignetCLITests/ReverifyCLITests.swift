@@ -66,6 +66,13 @@ struct ReverifyCLITests {
         let plain = try CLI.run(["status", try work.directory.write("plain.txt", Data("x".utf8))])
         #expect(plain.status == 1)
         #expect(plain.stdoutText.contains("not installed by Signet"))
+        // A file that cannot be opened is reported as such (not as "not installed"), and the
+        // other files are still shown.
+        let missing = try CLI.run(["status", work.directory.file("absent.png"), file, "--json"])
+        #expect(missing.status == 1)
+        let shown = try #require(try missing.json()["files"] as? [[String: Any]])
+        #expect(shown.map { $0["verdict"] as? String } == ["unreadable", "not-checked"])
+        #expect((shown.first?["detail"] as? String)?.contains("no such file") == true)
         let link = work.directory.file("link.png")
         symlink(file, link)
         let linked = try CLI.run(["reverify", link, "--pubkey", work.publicDER, "--json"])

@@ -65,17 +65,11 @@ enum Downloader {
         throw SignetError(.usage, "'\(url)' is not an https:// URL")
     }
 
-    /// Whether `argument` names a URL rather than a file.
-    static func isURL(_ argument: String) -> Bool {
-        let lower = argument.lowercased()
-        return lower.hasPrefix("https://") || lower.hasPrefix("http://")
-    }
-
     /// Downloads `url` into `partial`, continuing what an earlier attempt left there when the
     /// server still has the same file. `body` sees every byte of the file in order (the bytes
     /// already on disk first); `restart` is called when the server sends the file anew.
     static func download(_ url: String, into partial: String, options: DownloadOptions,
-                         body: @escaping (UnsafeRawBufferPointer) throws -> Void = { _ in },
+                         body: ((UnsafeRawBufferPointer) throws -> Void)? = nil,
                          restart: @escaping () throws -> Void = {}) throws -> DownloadResult {
         try checkScheme(url, policy: options.tls)
         guard globalInit else { throw SignetError(.crypto, "libcurl could not be initialised") }
@@ -121,7 +115,7 @@ enum Downloader {
         let fd: Int32
         let partial: String
         let options: DownloadOptions
-        let body: (UnsafeRawBufferPointer) throws -> Void
+        let body: ((UnsafeRawBufferPointer) throws -> Void)?
         let restart: () throws -> Void
         let check: TLSCheck
 
@@ -135,7 +129,7 @@ enum Downloader {
         private var handle: UnsafeMutableRawPointer?
 
         init(url: String, fd: Int32, partial: String, options: DownloadOptions,
-             body: @escaping (UnsafeRawBufferPointer) throws -> Void, restart: @escaping () throws -> Void) {
+             body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void) {
             self.url = url
             self.fd = fd
             self.partial = partial
@@ -164,11 +158,18 @@ enum Downloader {
                 try truncate()
             } else {
                 requestedFrom = size
-                // The bytes kept go through `body` first, as if they had just arrived.
-                do {
-                    try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize, body)
-                } catch let failure as SystemCallFailure {
-                    throw fail(SignetError.posix(failure, "cannot read the download", path: partial))
+                // The bytes kept go through `body` first, as if they had just arrived (read
+                // again only when someone hashes them).
+                if let body {
+                    do {
+                        try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize, body)
+                    } catch let failure as SystemCallFailure {
+                        throw fail(SignetError.posix(failure, "cannot read the download", path: partial))
+                    }
+                } else {
+                    do { _ = try systemCall("lseek") { lseek(fd, 0, SEEK_END) } } catch {
+                        throw fail(SignetError.posix(error, "cannot read the download", path: partial))
+                    }
                 }
                 offset = size
             }
@@ -247,7 +248,7 @@ enum Downloader {
                 throw fail(SignetError(.network, "cannot continue the download of '\(url)': the server has another file now"), transient: true)
             }
             guard code == CURLE_OK else { throw fail(error(code, status: status, message: message, effectiveURL: effectiveURL), transient: Self.isTransient(code, status: status)) }
-            guard status == 200 || status == 206 || (status == 0 && options.tls.allowHTTP) else {
+            guard status == 200 || status == 206 else {
                 throw fail(SignetError(.network, "cannot download '\(effectiveURL)': the server answered HTTP \(status)"))
             }
             if !started { try begin(status: status) }   // an empty body
@@ -306,7 +307,7 @@ enum Downloader {
                 }
                 guard offset + UInt64(chunk.count) <= options.maxSize else { throw tooLarge() }
                 try FileDescriptor(fd).write(all: chunk)
-                try body(chunk)
+                try body?(chunk)
                 offset += UInt64(chunk.count)
                 return true
             } catch let failure as Failure {
@@ -413,6 +414,12 @@ extension Downloader {
 
 /// Downloads for applications: one file, resumable, under a ``TLSPolicy``.
 public enum Download {
+    /// Whether `argument` names an http(s) URL rather than a file.
+    public static func isURL(_ argument: String) -> Bool {
+        let lower = argument.lowercased()
+        return lower.hasPrefix("https://") || lower.hasPrefix("http://")
+    }
+
     /// Downloads `url` to `path`: into `.NAME.signet-download` beside it (continued if an
     /// earlier call was cut short), fsynced, then renamed to `path`. When `signature` and
     /// `policy` are given, the body is hashed as it arrives and `path` appears only if the
@@ -420,11 +427,14 @@ public enum Download {
     public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
                             signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
                             policy: TrustPolicy? = nil) throws -> DownloadResult {
+        guard (signature == nil) == (policy == nil) else {
+            throw SignetError(.usage, "a signature needs a trust policy to verify it with, and a trust policy a signature")
+        }
         let partial = Downloader.partialPath(besides: path)
-        let hasher = try Digest.Hasher(algorithm.digest)
-        let state = HasherBox(hasher)
+        let state = HasherBox(try Digest.Hasher(algorithm.digest))
+        // Hashed as it arrives only when there is a signature to check.
         let result = try Downloader.download(url, into: partial, options: options,
-                                             body: { state.hasher.update($0) },
+                                             body: signature == nil ? nil : { state.hasher.update($0) },
                                              restart: { state.hasher = try Digest.Hasher(algorithm.digest) })
         if let signature, let policy {
             let digest = try state.hasher.finalize()
