@@ -223,6 +223,31 @@ struct HardeningCLITests {
         #expect((try result.json()["error"] as? [String: Any])?["code"] as? String == "permission-denied")
     }
 
+    @Test("an installed tree whose certificates cannot be read is an error (exit 5), never a chain quietly dropped")
+    func unreadableCertificates() throws {
+        guard getuid() == 0 else {
+            print("skipped: needs root to act as nobody with setpriv")
+            return
+        }
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, extra: ["--cert", work.certificate], out: package)
+        let dest = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+        chmod(work.path, 0o755)
+        chmod(work.keys, 0o755)
+        let asNobody = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.binary, "reverify", dest, "--pubkey", work.publicDER, "--json"]
+        #expect(try run("setpriv", asNobody).status == 0, "readable: verifies")
+        chmod(dest + "/.signet/certs", 0o000)
+        let result = try run("setpriv", asNobody)
+        #expect(result.status == 5, "\(result.status) \(result.stderr)")
+        let error = try #require(try result.json()["error"] as? [String: Any], "\(result.stdoutText)")
+        #expect(error["code"] as? String == "permission-denied")
+        #expect(error["errno"] as? Int == 13, "EACCES, with the call that failed: \(error)")
+        #expect(error["call"] != nil)
+        chmod(dest + "/.signet/certs", 0o755)
+    }
+
     @Test("unpack ignores the umask: folders 0755, files the manifest's 0644/0755; --state leaves no lock file beside it")
     func modesAndStateLock() throws {
         let work = try Workspace()
