@@ -74,14 +74,22 @@ struct Fetch: ParsableCommand {
             if Download.isURL(signature) {
                 var small = options
                 small.maxSize = 64 * 1024
-                let path = try Download.temporaryCopy(of: signature, options: small)
+                let path = try Blocking.wait { [small] in try await Download.temporaryCopy(of: signature, options: small) }
                 defer { unlink(path) }
                 signatureBytes = try SignatureFiles.read(path)
             } else {
                 signatureBytes = try SignatureFiles.read(signature)
             }
         }
-        let result = try Download.file(url, to: out, options: options, signature: signatureBytes, algorithm: algorithm, policy: policy)
+        var download = options
+        let (line, progress) = ProgressLine.download(url, output: output)
+        download.progress = progress
+        let (url, out, algorithm) = (url, out, algorithm)
+        defer { line.finish() }
+        let result = try Blocking.wait { [download, signatureBytes, policy] in
+            try await Download.file(url, to: out, options: download, signature: signatureBytes, algorithm: algorithm, policy: policy)
+        }
+        line.finish()
         if output.json {
             Output.json(Report(url: url, file: out, size: result.size, resumed_from: result.resumedFrom, verified: signatureBytes != nil))
             return

@@ -36,7 +36,12 @@ struct Inspect: ParsableCommand {
         var file = package
         if Download.isURL(package) {
             tls.warnIfInsecure(package)
-            file = try Download.temporaryCopy(of: package, options: try tls.options(trust: trust))
+            var download = try tls.options(trust: trust)
+            let (line, progress) = ProgressLine.download(package, output: output)
+            download.progress = progress
+            defer { line.finish() }
+            let package = package
+            file = try Blocking.wait { [download] in try await Download.temporaryCopy(of: package, options: download) }
         }
         defer { if file != package { unlink(file) } }
         if !trust.hasSources {

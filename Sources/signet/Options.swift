@@ -17,6 +17,9 @@ extension SignatureAlgorithm: ExpressibleByArgument {
 struct OutputOptions: ParsableArguments {
     @Flag(name: .long, help: "Print one JSON document on stdout instead of text (errors included).")
     var json = false
+
+    @Flag(name: .long, help: "No progress line on the terminal (errors and warnings are still printed).")
+    var quiet = false
 }
 
 /// Where a passphrase comes from. Never from argv.

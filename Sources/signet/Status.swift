@@ -5,7 +5,8 @@ struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Tell where installed files came from (package, version, sequence, signer), and whether they verify now.",
         discussion: """
-        Reads user.signet.meta (informational) and, with --pubkey, re-verifies the file. A file \
+        Reads user.signet.meta (informational: package, path in it, signer, and the URL it was \
+        downloaded from when unpack or fetch downloaded it) and, with --pubkey, re-verifies the file. A file \
         without Signet's attributes is reported as not installed by Signet (exit 1).
 
         Example:
@@ -32,6 +33,7 @@ struct Status: ParsableCommand {
         let sequence: UInt64?
         let key_id: String?
         let package_path: String?
+        let source: String?
         let channel: String?
         let verdict: String
         let detail: String
@@ -47,7 +49,7 @@ struct Status: ParsableCommand {
             } catch let error as SignetError {
                 // Reported, never taken for "not installed"; the other files are still shown.
                 entries.append(Entry(path: file, installed_by_signet: false, package: nil, version: nil, sequence: nil, key_id: nil,
-                                     package_path: nil, channel: nil, verdict: "unreadable", detail: error.reason))
+                                     package_path: nil, source: nil, channel: nil, verdict: "unreadable", detail: error.reason))
                 continue
             }
             var verdict = origin.isInstalled ? "not-checked" : "not-installed"
@@ -61,7 +63,8 @@ struct Status: ParsableCommand {
                 channel = report.signer.flatMap { policy.channel(of: $0) }
             }
             entries.append(Entry(path: file, installed_by_signet: origin.isInstalled, package: origin.packageName, version: origin.version,
-                                 sequence: origin.sequence, key_id: origin.keyID?.hex, package_path: origin.packagePath, channel: channel,
+                                 sequence: origin.sequence, key_id: origin.keyID?.hex, package_path: origin.packagePath,
+                                 source: origin.source, channel: channel,
                                  verdict: verdict, detail: detail))
         }
         if output.json {
@@ -76,6 +79,7 @@ struct Status: ParsableCommand {
                     "\(entry.path):",
                     "  package:  \(entry.package ?? "?") \(entry.version ?? "") (sequence \(entry.sequence.map(String.init) ?? "?"))",
                     "  path:     \(entry.package_path ?? "?")",
+                ] + (entry.source.map { ["  from:     \($0)"] } ?? []) + [
                     "  key id:   \(entry.key_id ?? "?")\(entry.channel.map { " (channel \($0))" } ?? "")",
                     "  verdict:  \(entry.verdict) — \(entry.detail)",
                 ])

@@ -105,8 +105,14 @@ struct Unpack: ParsableCommand {
         let report: InstallReport
         if Download.isURL(package) {
             tls.warnIfInsecure(package)
-            report = try Installer.install(downloading: package, to: dest, policy: policy, options: options,
-                                           download: try tls.options(trust: trust))
+            var download = try tls.options(trust: trust)
+            let (line, progress) = ProgressLine.download(package, output: output)
+            download.progress = progress
+            defer { line.finish() }
+            let (package, dest, options) = (package, dest, options)
+            report = try Blocking.wait { [download] in
+                try await Installer.install(downloading: package, to: dest, policy: policy, options: options, download: download)
+            }
         } else {
             report = try Installer.install(package, to: dest, policy: policy, options: options)
         }

@@ -2,96 +2,6 @@ import Foundation
 import Testing
 import SignetTestSupport
 
-/// A real nginx on loopback serving HTTPS with a certificate chain made by the openssl CLI:
-/// a private root, an intermediate, and a leaf for localhost (only).
-final class HTTPSServer {
-    let directory: TemporaryDirectory
-    let port: Int
-    var www: String { directory.file("www") }
-    var root: String { directory.file("root.pem") }
-    var intermediate: String { directory.file("int.pem") }
-    var leaf: String { directory.file("leaf.pem") }
-    var otherRoot: String { directory.file("other-root.pem") }
-    var accessLog: String { directory.file("access.log") }
-    private let process: Process
-
-    func url(_ path: String, host: String = "localhost") -> String { "https://\(host):\(port)/\(path)" }
-
-    /// The `sha256//` pin of a PEM certificate's public key, as the openssl CLI computes it.
-    func pin(_ certificate: String) throws -> String {
-        let script = "openssl x509 -in '\(certificate)' -pubkey -noout | openssl pkey -pubin -outform DER | openssl dgst -sha256 -binary | base64"
-        return "sha256//" + (try run("bash", ["-c", script]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))
-    }
-
-    init() throws {
-        directory = try TemporaryDirectory()
-        let d = directory.path
-        let script = """
-        set -e
-        cd '\(d)'
-        openssl req -x509 -newkey rsa:2048 -nodes -keyout root.key -out root.pem -days 30 -subj "/CN=Signet Test Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-        openssl req -x509 -newkey rsa:2048 -nodes -keyout other-root.key -out other-root.pem -days 30 -subj "/CN=Other Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-        openssl req -newkey rsa:2048 -nodes -keyout int.key -out int.csr -subj "/CN=Signet Test Intermediate"
-        printf "basicConstraints=critical,CA:TRUE,pathlen:0\\nkeyUsage=critical,keyCertSign,cRLSign\\n" > int.ext
-        openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile int.ext
-        openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj "/CN=localhost"
-        printf "subjectAltName=DNS:localhost\\nextendedKeyUsage=serverAuth\\n" > leaf.ext
-        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out leaf.pem -days 30 -extfile leaf.ext
-        cat leaf.pem int.pem > chain.pem
-        mkdir -p www/slow tmp
-        """
-        let made = try run("bash", ["-c", script])
-        guard made.status == 0 else { throw SupportError("making the test CA failed: \(made.stderr)") }
-        // A free loopback port: bind to 0 and read what the kernel chose.
-        let portText = try run("python3", ["-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"]).stdoutText
-        guard let port = Int(portText.trimmingCharacters(in: .whitespacesAndNewlines)) else { throw SupportError("no free port") }
-        self.port = port
-        let config = """
-        daemon off;
-        \(geteuid() == 0 ? "user root root;" : "")
-        pid \(d)/nginx.pid;
-        error_log \(d)/error.log;
-        worker_processes 1;
-        events { worker_connections 64; }
-        http {
-          access_log \(d)/access.log;
-          client_body_temp_path \(d)/tmp; proxy_temp_path \(d)/tmp; fastcgi_temp_path \(d)/tmp;
-          uwsgi_temp_path \(d)/tmp; scgi_temp_path \(d)/tmp;
-          server {
-            listen 127.0.0.1:\(port) ssl;
-            server_name localhost;
-            ssl_certificate \(d)/chain.pem;
-            ssl_certificate_key \(d)/leaf.key;
-            root \(d)/www;
-            location /slow/ { limit_rate 200k; }
-            location = /to-http { return 302 http://localhost:\(port)/app.zip; }
-            location = /to-https { return 302 https://localhost:\(port)/app.zip; }
-          }
-        }
-        """
-        let configPath = try directory.write("nginx.conf", Data(config.utf8))
-        let nginx = FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") ? "/usr/sbin/nginx" : try which("nginx")
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: nginx)
-        process.arguments = ["-c", configPath, "-p", d, "-e", d + "/error.log"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        // Ready when it accepts connections.
-        for _ in 0..<100 {
-            if try run("python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 0.2)"]).status == 0 { return }
-            usleep(50_000)
-        }
-        process.terminate()
-        throw SupportError("nginx did not start: \((try? String(contentsOfFile: d + "/error.log", encoding: .utf8)) ?? "")")
-    }
-
-    deinit {
-        process.terminate()
-        process.waitUntilExit()
-    }
-}
-
 @Suite("Downloads over HTTPS against a real nginx: TLS policy, errors, resume, install", .serialized)
 struct DownloadCLITests {
     @Test("TLS policy: system store, --tls-ca, pins anywhere in the chain, --tls-cert, host name")
@@ -135,6 +45,12 @@ struct DownloadCLITests {
         let wrongHost = try CLI.run(["fetch", "https://127.0.0.1:\(server.port)/file.bin", "--out", out, "--retries", "0",
                                      "--tls-ca", server.root, "--tls-pin", try server.pin(server.root)])
         #expect(wrongHost.status == 3, "\(wrongHost.stderr)")
+        #expect(wrongHost.stderr.contains("127.0.0.1"), "names the host: \(wrongHost.stderr)")
+        // The same chain with an expired leaf: 3, and the message says so.
+        let expired = try CLI.run(["fetch", "https://localhost:\(server.expiredPort)/file.bin", "--out", out, "--retries", "0",
+                                   "--tls-ca", server.root])
+        #expect(expired.status == 3, "\(expired.stderr)")
+        #expect(expired.stderr.contains("expired"), "says which check failed: \(expired.stderr)")
     }
 
     @Test("a sealed --tls-ca directory is checked against its seal: a replaced CA file is refused")
@@ -164,6 +80,11 @@ struct DownloadCLITests {
         let work = try TemporaryDirectory()
         _ = try server.directory.writeRandom("www/app.zip", count: 1000)
         let out = work.file("x")
+        // Credentials in a URL would be on the command line: refused, and not echoed.
+        let credentials = try CLI.run(["fetch", "https://user:s3cret@localhost:\(server.port)/app.zip", "--out", out, "--tls-ca", server.root])
+        #expect(credentials.status == 2, "\(credentials.stderr)")
+        #expect(!credentials.stderr.contains("s3cret"), "\(credentials.stderr)")
+        #expect(try server.statuses(of: "app.zip").isEmpty, "nothing was sent")
         let http = try CLI.run(["fetch", "http://localhost:\(server.port)/app.zip", "--out", out])
         #expect(http.status == 2, "\(http.stderr)")
         #expect(try CLI.run(["fetch", "http://localhost:\(server.port)/app.zip", "--out", out, "--allow-http", "--tls-ca", server.root]).status == 2)
@@ -179,6 +100,86 @@ struct DownloadCLITests {
         let big = try CLI.run(["fetch", server.url("app.zip"), "--out", work.file("z"), "--tls-ca", server.root, "--max-download-size", "100"])
         #expect(big.status == 4, "\(big.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.file("z")))
+    }
+
+    @Test("a 503 is retried after the delay and then passes; a 404 is not retried")
+    func retries() throws {
+        let server = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        let body = try contents(try server.directory.writeRandom("www/limited/app.bin", count: 10_000))
+        // nginx lets one request through every 2 s here: the first fetch takes it, so the
+        // second one's first attempt is refused with 503 and its retry, 3 s later, passes.
+        let first = try CLI.run(["fetch", server.url("limited/app.bin"), "--out", work.file("a"), "--tls-ca", server.root])
+        #expect(first.status == 0, "\(first.stderr)")
+        let started = Date()
+        let second = try CLI.run(["fetch", server.url("limited/app.bin"), "--out", work.file("b"), "--tls-ca", server.root,
+                                  "--retries", "2", "--retry-delay", "3"])
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(Date().timeIntervalSince(started) >= 2.9, "waited --retry-delay before trying again")
+        #expect(try contents(work.file("b")) == body)
+        #expect(try server.statuses(of: "limited/app.bin") == [200, 503, 200])
+        #expect(second.stderr.contains("503") && second.stderr.contains("attempt 2 of 3"), "a retry is reported, even on a pipe: \(second.stderr)")
+        // A 404 is final: one request, exit 5, however many retries are allowed.
+        let missing = try CLI.run(["fetch", server.url("absent.bin"), "--out", work.file("c"), "--tls-ca", server.root,
+                                   "--retries", "3", "--retry-delay", "5"])
+        #expect(missing.status == 5)
+        #expect(try server.statuses(of: "absent.bin") == [404])
+    }
+
+    @Test("a server that answers a Range request with 200 gets a clean restart, byte-identical")
+    func rangeIgnored() throws {
+        let server = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        let body = try contents(try server.directory.writeRandom("www/norange/big.bin", count: 3_000_000))
+        let out = work.file("big.bin")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CLI.binary)
+        process.arguments = ["fetch", server.url("norange/big.bin"), "--out", out, "--tls-ca", server.root]
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        usleep(1_500_000)
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let kept = (try? FileManager.default.attributesOfItem(atPath: work.file(".big.bin.signet-download"))[.size] as? Int) ?? 0
+        #expect(kept > 0 && kept < body.count, "a partial download is on disk: \(kept) bytes")
+        let again = try CLI.run(["fetch", server.url("norange/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try again.json()["resumed_from"] as? Int == 0, "nothing kept: the server sent the whole file")
+        #expect(try contents(out) == body, "the old part was thrown away, not mixed in")
+        #expect(try server.statuses(of: "norange/big.bin") == [200, 200])
+    }
+
+    @Test("a progress line on a terminal (bytes, rate, time left), nothing on a pipe, with --json or --quiet")
+    func progress() throws {
+        let server = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        _ = try server.directory.writeRandom("www/slow/p.bin", count: 500_000)
+        func fetch(_ extra: [String]) throws -> ProcessResult {
+            try? FileManager.default.removeItem(atPath: work.file("p.bin"))
+            let command = ([CLI.binary, "fetch", server.url("slow/p.bin"), "--out", work.file("p.bin"), "--tls-ca", server.root] + extra)
+                .map { "'" + $0 + "'" }.joined(separator: " ")
+            // script(1) gives the command a pseudo-terminal and copies what it shows to stdout.
+            return try run("script", ["-qec", command, "/dev/null"])
+        }
+        let shown = try fetch([])
+        #expect(shown.status == 0, "\(shown.stdoutText)")
+        let screen = shown.stdoutText
+        #expect(screen.contains("\r\u{1B}[K"), "an updating line: \(screen.debugDescription)")
+        #expect(screen.contains("downloading https://localhost") && screen.contains(" of 488.3 KiB"), "\(screen.debugDescription)")
+        #expect(screen.contains("/s") && screen.contains(" left"), "rate and time left: \(screen.debugDescription)")
+        // At most ten updates a second: the transfer takes about 2.5 s.
+        #expect(screen.components(separatedBy: "\r\u{1B}[K").count < 40, "throttled: \(screen.debugDescription)")
+        #expect(screen.contains("downloaded "), "then the result")
+        for quiet in [["--quiet"], ["--json"]] {
+            let silent = try fetch(quiet)
+            #expect(silent.status == 0)
+            #expect(!silent.stdoutText.contains("\u{1B}[K"), "\(quiet): \(silent.stdoutText.debugDescription)")
+        }
+        // On a pipe (stderr not a terminal): no progress line.
+        try? FileManager.default.removeItem(atPath: work.file("p.bin"))
+        let piped = try CLI.run(["fetch", server.url("slow/p.bin"), "--out", work.file("p.bin"), "--tls-ca", server.root])
+        #expect(piped.status == 0)
+        #expect(!piped.stderr.contains("\r"), "\(piped.stderr.debugDescription)")
     }
 
     @Test("unpack URL installs a verified package; a tampered one is refused (1) and DIR stays as it was")
@@ -198,6 +199,11 @@ struct DownloadCLITests {
         #expect(try contents(dest + "/data.bin") == contents(tree + "/data.bin"))
         #expect(try run("getfattr", ["-n", "user.signet.sig", dest + "/data.bin"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: work.directory.file(".installed.signet-download")), "the download is removed")
+        // status says where the file came from.
+        let status = try CLI.run(["status", dest + "/data.bin", "--json"])
+        let entry = (try status.json()["files"] as? [[String: Any]])?.first
+        #expect(entry?["source"] as? String == server.url("app.zip"), "\(status.stdoutText)")
+        #expect(try CLI.run(["status", dest + "/data.bin"]).stdoutText.contains("from:     " + server.url("app.zip")))
         // Flip one byte of the served package: refused, DIR unchanged.
         var bytes = try contents(package)
         bytes[bytes.count / 3] ^= 0x55

@@ -29,6 +29,9 @@ public struct InstallOptions: Sendable {
     public var imaAttribute: String? = nil
     /// How long to wait, in seconds, for another process that is updating the destination.
     public var wait: Double = 10
+    /// Where the package came from (a URL), recorded as `source` in each file's
+    /// `user.signet.meta`; set by ``Installer/install(downloading:to:policy:options:download:)``.
+    public var source: String? = nil
 
     /// The defaults: refuse to replace foreign directories and to roll back.
     public init() {}
@@ -200,7 +203,7 @@ public enum Installer {
             var written = true
             switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
             case .success:
-                let meta = try metadata(path: path, sha256: sha256, signer: signer, manifest: manifest, algorithm: algorithm)
+                let meta = try metadata(path: path, sha256: sha256, signer: signer, manifest: manifest, algorithm: algorithm, source: options.source)
                 // The meta attribute is informational: no room for it is not a failure.
                 if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd), !failure.isNoRoom {
                     throw failure.error("set", attribute: ExtendedAttributes.metadata, path: path)
@@ -234,7 +237,8 @@ public enum Installer {
     }
 
     /// `user.signet.meta`: compact JSON, informational (FORMAT.md §3).
-    static func metadata(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm) throws -> [UInt8] {
+    static func metadata(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm,
+                         source: String? = nil) throws -> [UInt8] {
         struct Meta: Encodable {
             let alg: String
             let key_id: String
@@ -242,10 +246,12 @@ public enum Installer {
             let sequence: UInt64?
             let path: String
             let sha256: String
+            let source: String?
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let meta = Meta(alg: algorithm.id, key_id: signer.keyID.hex, name: manifest?.name, sequence: manifest?.sequence, path: path, sha256: sha256)
+        let meta = Meta(alg: algorithm.id, key_id: signer.keyID.hex, name: manifest?.name, sequence: manifest?.sequence, path: path, sha256: sha256,
+                        source: source)
         do {
             return Array(try encoder.encode(meta))
         } catch {

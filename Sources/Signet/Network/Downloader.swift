@@ -25,9 +25,38 @@ public struct DownloadOptions: Sendable {
     public var retryDelay: Double = 1
     /// Redirects followed, each to https:// only and each under the same TLS policy.
     public static let maximumRedirects = 5
+    /// Called on the downloading thread as bytes arrive (at most ten times a second, and once
+    /// when the body is complete) and before each retry. Keep it short: the transfer waits.
+    public var progress: (@Sendable (DownloadProgress) -> Void)? = nil
 
     /// The defaults.
     public init() {}
+}
+
+/// Where a download is, for a progress display (``DownloadOptions/progress``).
+public struct DownloadProgress: Sendable {
+    /// The URL asked for.
+    public let url: String
+    /// Bytes of the file on disk now, those kept from an earlier attempt included.
+    public let received: UInt64
+    /// The file's whole size, when the server announced it.
+    public let expected: UInt64?
+    /// Bytes kept from an earlier, interrupted download (not downloaded by this attempt).
+    public let resumedFrom: UInt64
+    /// Set when an attempt failed and another follows after a pause.
+    public let retry: Retry?
+
+    /// A failed attempt that will be tried again.
+    public struct Retry: Sendable {
+        /// The attempt that comes next (2 for the first retry).
+        public let attempt: Int
+        /// Attempts in all (1 + `DownloadOptions.retries`).
+        public let attempts: Int
+        /// Seconds before it starts.
+        public let delay: Double
+        /// Why the last attempt failed.
+        public let reason: String
+    }
 }
 
 /// What a download did.
@@ -55,20 +84,23 @@ enum Downloader {
     /// Refuses a URL the policy does not allow: only https://, or http:// with `allowHTTP`.
     static func checkScheme(_ url: String, policy: TLSPolicy) throws {
         let lower = url.lowercased()
-        if lower.hasPrefix("https://") { return }
-        if lower.hasPrefix("http://") {
-            guard policy.allowHTTP else {
-                throw SignetError(.usage, "'\(url)' is plain http://: the download could be changed by anyone on the way; use https://, or --allow-http for a test server")
-            }
-            return
+        guard lower.hasPrefix("https://") || lower.hasPrefix("http://") else {
+            throw SignetError(.usage, "'\(Download.redacted(url))' is not an https:// URL")
         }
-        throw SignetError(.usage, "'\(url)' is not an https:// URL")
+        // A password in a URL is a secret on the command line (ps, shell history, logs).
+        if let components = URLComponents(string: url), components.user != nil || components.password != nil {
+            throw SignetError(.usage, "'\(Download.redacted(url))' has credentials in it (user@ or user:password@), where every process list and log would show them; Signet does not send them: serve the update without them, or with client certificates or a token in a proxy")
+        }
+        if lower.hasPrefix("http://") && !policy.allowHTTP {
+            throw SignetError(.usage, "'\(url)' is plain http://: the download could be changed by anyone on the way; use https://, or --allow-http for a test server")
+        }
     }
 
     /// Downloads `url` into `partial`, continuing what an earlier attempt left there when the
     /// server still has the same file. `body` sees every byte of the file in order (the bytes
     /// already on disk first); `restart` is called when the server sends the file anew.
     static func download(_ url: String, into partial: String, options: DownloadOptions,
+                         cancelled: CancellationFlag? = nil,
                          body: ((UnsafeRawBufferPointer) throws -> Void)? = nil,
                          restart: @escaping () throws -> Void = {}) throws -> DownloadResult {
         try checkScheme(url, policy: options.tls)
@@ -81,26 +113,36 @@ enum Downloader {
         do { _ = try systemCall("flock") { flock(fd, LOCK_EX | LOCK_NB) } } catch {
             throw SignetError(.destinationBusy, "'\(partial)' is being downloaded by another process; try again when it has finished", path: partial)
         }
-        var attempt = 0
-        var lastError: SignetError?
+        let attempts = 1 + max(0, options.retries)
         var kept: UInt64? = nil
-        while attempt <= max(0, options.retries) {
-            if attempt > 0 {
-                let delay = min(30, options.retryDelay * pow(2, Double(attempt - 1)))
-                if delay > 0 { usleep(useconds_t(delay * 1_000_000)) }
-            }
-            attempt += 1
-            let transfer = Transfer(url: url, fd: fd, partial: partial, options: options, body: body, restart: restart)
+        for attempt in 1...attempts {
+            let transfer = Transfer(url: url, fd: fd, partial: partial, options: options, cancelled: cancelled, body: body, restart: restart)
             do {
                 let result = try transfer.run()
                 return DownloadResult(path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL)
             } catch let failure as Transfer.Failure {
                 kept = kept ?? failure.resumedFrom
-                guard failure.transient else { throw failure.error }
-                lastError = failure.error
+                guard failure.transient, attempt < attempts else { throw failure.error }
+                let delay = min(30, max(0, options.retryDelay) * pow(2, Double(attempt - 1)))
+                options.progress?(DownloadProgress(url: url, received: failure.received, expected: failure.expected, resumedFrom: kept ?? 0,
+                                                   retry: .init(attempt: attempt + 1, attempts: attempts, delay: delay, reason: failure.error.reason)))
+                try pause(delay, cancelled: cancelled, partial: partial)
             }
         }
-        throw lastError ?? SignetError(.network, "cannot download '\(url)'")
+        throw SignetError(.network, "cannot download '\(url)'")   // not reached: the last attempt throws
+    }
+
+    /// Waits before a retry, in short steps, so that an interruption or a cancelled task does
+    /// not wait for the whole pause.
+    private static func pause(_ seconds: Double, cancelled: CancellationFlag?, partial: String) throws {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if cancelled?.isSet == true { throw CancellationError() }
+            if TemporaryFiles.isInterrupted {
+                throw SignetError(.interrupted, "interrupted; the partial download '\(partial)' is kept and continues next time", path: partial)
+            }
+            usleep(useconds_t(min(0.05, max(0, end.timeIntervalSinceNow)) * 1_000_000))
+        }
     }
 
     /// One request: resume or start, stream, and map curl's outcome to Signet's errors.
@@ -109,12 +151,15 @@ enum Downloader {
             let error: SignetError
             let transient: Bool
             let resumedFrom: UInt64
+            let received: UInt64
+            let expected: UInt64?
         }
 
         let url: String
         let fd: Int32
         let partial: String
         let options: DownloadOptions
+        let cancelled: CancellationFlag?
         let body: ((UnsafeRawBufferPointer) throws -> Void)?
         let restart: () throws -> Void
         let check: TLSCheck
@@ -125,22 +170,25 @@ enum Downloader {
         private var started = false
         private var validator: String?
         private var contentRangeStart: UInt64?
-        private var stop: SignetError?
+        private var stop: (any Error)?
         private var handle: UnsafeMutableRawPointer?
+        private var expected: UInt64?
+        private var lastReport: UInt64 = 0   // uptime in ns of the last progress report
 
-        init(url: String, fd: Int32, partial: String, options: DownloadOptions,
+        init(url: String, fd: Int32, partial: String, options: DownloadOptions, cancelled: CancellationFlag?,
              body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void) {
             self.url = url
             self.fd = fd
             self.partial = partial
             self.options = options
+            self.cancelled = cancelled
             self.body = body
             self.restart = restart
             self.check = TLSCheck(policy: options.tls)
         }
 
         private func fail(_ error: SignetError, transient: Bool = false) -> Failure {
-            Failure(error: error, transient: transient, resumedFrom: resumedFrom)
+            Failure(error: error, transient: transient, resumedFrom: resumedFrom, received: offset, expected: expected)
         }
 
         func run() throws -> (size: UInt64, resumedFrom: UInt64, effectiveURL: String) {
@@ -224,8 +272,9 @@ enum Downloader {
             })
             set(signet_curl_setopt_long(curl, CURLOPT_NOPROGRESS, 0))
             set(signet_curl_setopt_pointer(curl, CURLOPT_XFERINFODATA, me))
-            set(signet_curl_setopt_progress_callback(curl) { _, _, _, _, _ in
-                TemporaryFiles.isInterrupted ? 1 : 0
+            set(signet_curl_setopt_progress_callback(curl) { argument, _, _, _, _ in
+                guard let argument else { return 1 }
+                return Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue().tick() ? 0 : 1
             })
             if let ifRange, requestedFrom > 0 {
                 set(signet_curl_setopt_string(curl, CURLOPT_RANGE, "\(requestedFrom)-"))
@@ -241,7 +290,11 @@ enum Downloader {
             var effective: UnsafeMutablePointer<CChar>? = nil
             _ = signet_curl_getinfo_string(curl, CURLINFO_EFFECTIVE_URL, &effective)
             let effectiveURL = effective.map { String(cString: $0) } ?? url
-            if let stop { throw fail(stop) }
+            if let stop {
+                if stop is CancellationError { throw stop }
+                throw fail(stop as? SignetError ?? SignetError.posix(stop, "cannot write the download", path: partial))
+            }
+            if code == CURLE_ABORTED_BY_CALLBACK, cancelled?.isSet == true { throw CancellationError() }
             if code == CURLE_HTTP_RETURNED_ERROR, status == 416, requestedFrom > 0 {
                 // The part on disk does not fit the file the server has now: start over.
                 try truncate()
@@ -255,6 +308,7 @@ enum Downloader {
             do { try FileDescriptor(fd).sync() } catch {
                 throw fail(SignetError.posix(error, "cannot flush the download", path: partial))
             }
+            report(force: true)
             return (offset, resumedFrom, effectiveURL)
         }
 
@@ -273,7 +327,10 @@ enum Downloader {
             }
             var length: curl_off_t = -1
             if let handle { _ = signet_curl_getinfo_off(handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) }
-            if length > 0, offset + UInt64(length) > options.maxSize { throw tooLarge() }
+            if length > 0 {
+                guard offset + UInt64(length) <= options.maxSize else { throw tooLarge() }
+                expected = offset + UInt64(length)
+            }
             let record = PartialRecord(url: url, validator: validator)
             if let bytes = try? JSONEncoder().encode(record), validator != nil {
                 _ = ExtendedAttributes.set(Downloader.partialAttribute, Array(bytes), on: fd)   // without it the next run starts over
@@ -312,12 +369,30 @@ enum Downloader {
                 return true
             } catch let failure as Failure {
                 stop = failure.error
-            } catch let error as SignetError {
-                stop = error
             } catch {
-                stop = SignetError.posix(error, "cannot write the download", path: partial)
+                stop = error
             }
             return false
+        }
+
+        /// curl's progress callback: false stops the transfer (interrupted or cancelled).
+        fileprivate func tick() -> Bool {
+            if TemporaryFiles.isInterrupted { return false }
+            if cancelled?.isSet == true {
+                stop = CancellationError()
+                return false
+            }
+            report(force: false)
+            return true
+        }
+
+        /// Calls the progress handler at most ten times a second, and when `force`d.
+        private func report(force: Bool) {
+            guard let progress = options.progress else { return }
+            let now = DispatchTime.now().uptimeNanoseconds
+            guard force || now &- lastReport >= 100_000_000 else { return }
+            lastReport = now
+            progress(DownloadProgress(url: url, received: offset, expected: expected ?? (force ? offset : nil), resumedFrom: resumedFrom, retry: nil))
         }
 
         /// Response headers: the validator and Content-Range of the final response.
@@ -388,17 +463,42 @@ extension Installer {
     /// `destination` (the same filesystem; a download cut short continues from there on the next
     /// call), then verifies and installs it exactly as ``install(_:to:policy:options:)``. A
     /// complete download is removed whether the package installed or was refused; an incomplete
-    /// one is kept for the next call.
+    /// one is kept for the next call. Each installed file's `user.signet.meta` records `url` as
+    /// its `source` (without query or fragment).
     public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
                                options: InstallOptions = InstallOptions(),
                                download: DownloadOptions = DownloadOptions()) throws -> InstallReport {
+        try install(downloading: url, to: destination, policy: policy, options: options, download: download, cancelled: nil)
+    }
+
+    /// ``install(downloading:to:policy:options:download:)`` on a thread of its own; cancelling
+    /// the task stops the download (what arrived is kept for the next call) and throws
+    /// `CancellationError`. Once the download is complete, the installation itself runs to its
+    /// end, so that DIR is never left between the old tree and the new one.
+    public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
+                               options: InstallOptions = InstallOptions(),
+                               download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await OwnThreads.async {
+                try install(downloading: url, to: destination, policy: policy, options: options, download: download, cancelled: cancelled)
+            }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    static func install(downloading url: String, to destination: String, policy: TrustPolicy,
+                        options: InstallOptions, download: DownloadOptions, cancelled: CancellationFlag?) throws -> InstallReport {
         var destination = destination
         while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
         try Downloader.checkScheme(url, policy: download.tls)
         try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
         let partial = Downloader.partialPath(besides: destination)
-        _ = try Downloader.download(url, into: partial, options: download)
+        _ = try Downloader.download(url, into: partial, options: download, cancelled: cancelled)
         defer { unlink(partial) }
+        var options = options
+        options.source = Download.recordedSource(url)
         return try install(partial, to: destination, policy: policy, options: options)
     }
 }
@@ -420,20 +520,62 @@ public enum Download {
         return lower.hasPrefix("https://") || lower.hasPrefix("http://")
     }
 
+    /// `url` without a password, for messages.
+    static func redacted(_ url: String) -> String {
+        guard var components = URLComponents(string: url), components.password != nil else { return url }
+        components.password = "***"
+        return components.string ?? "(a URL with credentials)"
+    }
+
+    /// What `user.signet.meta` records as a file's `source`: the URL without query and
+    /// fragment (which may hold an access token); nil for URLs longer than 2 KiB.
+    static func recordedSource(_ url: String) -> String? {
+        guard var components = URLComponents(string: url) else { return nil }
+        components.query = nil
+        components.fragment = nil
+        components.user = nil
+        components.password = nil
+        guard let text = components.string, text.utf8.count <= 2048 else { return nil }
+        return text
+    }
+
     /// Downloads `url` to `path`: into `.NAME.signet-download` beside it (continued if an
     /// earlier call was cut short), fsynced, then renamed to `path`. When `signature` and
     /// `policy` are given, the body is hashed as it arrives and `path` appears only if the
-    /// signature verifies; the file then carries it as `user.signet.sig`, as unpack does.
+    /// signature verifies; the file then carries it as `user.signet.sig`, as unpack does, and
+    /// `user.signet.meta` records `url` as its `source`.
     public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
                             signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
                             policy: TrustPolicy? = nil) throws -> DownloadResult {
+        try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, cancelled: nil)
+    }
+
+    /// ``file(_:to:options:signature:algorithm:policy:)`` on a thread of its own (not Swift
+    /// concurrency's shared pool, which a blocking transfer would hold); cancelling the task
+    /// stops the transfer, keeps what arrived for the next call, and throws `CancellationError`.
+    /// Progress goes to ``DownloadOptions/progress``.
+    public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
+                            signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
+                            policy: TrustPolicy? = nil) async throws -> DownloadResult {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await OwnThreads.async {
+                try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, cancelled: cancelled)
+            }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    static func file(_ url: String, to path: String, options: DownloadOptions, signature: [UInt8]?,
+                     algorithm: SignatureAlgorithm, policy: TrustPolicy?, cancelled: CancellationFlag?) throws -> DownloadResult {
         guard (signature == nil) == (policy == nil) else {
             throw SignetError(.usage, "a signature needs a trust policy to verify it with, and a trust policy a signature")
         }
         let partial = Downloader.partialPath(besides: path)
         let state = HasherBox(try Digest.Hasher(algorithm.digest))
         // Hashed as it arrives only when there is a signature to check.
-        let result = try Downloader.download(url, into: partial, options: options,
+        let result = try Downloader.download(url, into: partial, options: options, cancelled: cancelled,
                                              body: signature == nil ? nil : { state.hasher.update($0) },
                                              restart: { state.hasher = try Digest.Hasher(algorithm.digest) })
         if let signature, let policy {
@@ -449,7 +591,8 @@ public enum Download {
             let fd = file.descriptor.rawValue
             switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
             case .success:
-                let meta = try Installer.metadata(path: String(path.split(separator: "/").last ?? ""), sha256: digest.hex, signer: key, manifest: nil, algorithm: algorithm)
+                let meta = try Installer.metadata(path: String(path.split(separator: "/").last ?? ""), sha256: digest.hex, signer: key, manifest: nil,
+                                                  algorithm: algorithm, source: recordedSource(url))
                 _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
             case .failure(let failure) where failure.isUnsupported: break
             case .failure(let failure): throw failure.error("set", attribute: ExtendedAttributes.signature, path: path)
@@ -468,10 +611,24 @@ public enum Download {
     /// download cut short continues on the next call) and returns its path. For reading a
     /// package without installing it (`inspect URL`); the caller removes the file.
     public static func temporaryCopy(of url: String, options: DownloadOptions = DownloadOptions()) throws -> String {
+        try temporaryCopy(of: url, options: options, cancelled: nil)
+    }
+
+    /// ``temporaryCopy(of:options:)`` on a thread of its own; cancelling the task stops it.
+    public static func temporaryCopy(of url: String, options: DownloadOptions = DownloadOptions()) async throws -> String {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await OwnThreads.async { try temporaryCopy(of: url, options: options, cancelled: cancelled) }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    static func temporaryCopy(of url: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> String {
         let directory = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         let name = "signet-download-" + String(try Digest.compute(Array(url.utf8), algorithm: .sha256).hex.prefix(16))
         let path = directory + "/" + name
-        _ = try Downloader.download(url, into: path, options: options)
+        _ = try Downloader.download(url, into: path, options: options, cancelled: cancelled)
         return path
     }
 

@@ -131,7 +131,14 @@ final class TLSCheck: @unchecked Sendable {
             }
         }
         presentedPins = presented.map { Self.pin(of: $0) ?? "?" }
-        guard X509_verify_cert(storeContext) == 1 else { return 0 }
+        guard X509_verify_cert(storeContext) == 1 else {
+            // OpenSSL's reason (no allowed root, expired, not yet valid, …) and where in the chain.
+            let code = X509_STORE_CTX_get_error(storeContext)
+            let depth = X509_STORE_CTX_get_error_depth(storeContext)
+            let place = depth == 0 ? "the server's certificate" : "the certificate \(depth) up the chain"
+            refusal = "\(String(cString: X509_verify_cert_error_string(Int(code)))) (\(place))"
+            return 0
+        }
         var chain: [OpaquePointer] = []
         if let verified = X509_STORE_CTX_get0_chain(storeContext) {
             for index in 0..<signet_sk_X509_num(verified) {

@@ -239,6 +239,7 @@ public enum Reverifier {
         let name: String?
         let sequence: UInt64?
         let path: String?
+        let source: String?
 
         init?(_ descriptor: Int32) {
             guard case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.metadata, on: descriptor) else { return nil }
@@ -254,6 +255,7 @@ public enum Reverifier {
             name = object["name"] as? String
             sequence = (object["sequence"] as? NSNumber)?.uint64Value
             path = object["path"] as? String
+            source = object["source"] as? String
         }
     }
 
@@ -588,6 +590,9 @@ public struct FileOrigin: Sendable {
     public let keyID: KeyID?
     /// The file's path inside the package.
     public let packagePath: String?
+    /// The URL the package (or the file, for `fetch`) was downloaded from, when Signet
+    /// downloaded it; informational, like the rest of `user.signet.meta`.
+    public let source: String?
 
     /// Reads the attributes through one descriptor opened with O_NOFOLLOW.
     ///
@@ -609,6 +614,7 @@ public struct FileOrigin: Sendable {
         sequence = meta?.sequence
         keyID = meta?.keyID
         packagePath = meta?.path
+        source = meta?.source
         if let (root, relative) = Reverifier.installedTree(containing: path) {
             hasSidecar = access(root + "/" + TreeLayout.signature(of: relative), F_OK) == 0
             // Informational: a manifest that does not parse names no version; one that cannot be

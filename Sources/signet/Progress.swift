@@ -1,0 +1,123 @@
+import Dispatch
+import Foundation
+import Signet
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The updating line on a terminal that shows how a long operation is going: items and bytes
+/// done, rate and time left, on stderr, at most ten times a second. Shown only when stderr is a
+/// terminal and neither `--json` nor `--quiet` was given.
+final class ProgressLine: Sendable {
+    private struct State {
+        var start: UInt64 = DispatchTime.now().uptimeNanoseconds
+        var last: UInt64 = 0
+        var shown = false
+        var baseline: UInt64? = nil
+    }
+
+    private let label: String
+    private let enabled: Bool
+    private let state = Mutex(State())
+
+    /// `label` is escaped (it may be a URL or a file name).
+    init(_ label: String, output: OutputOptions) {
+        self.label = Output.escaped(label)
+        enabled = isatty(STDERR_FILENO) == 1 && !output.json && !output.quiet
+    }
+
+    /// Shows `done` of `total` bytes (total nil when unknown); `kept` bytes were there before
+    /// this run started and do not count towards the rate.
+    func update(bytes done: UInt64, of total: UInt64?, kept: UInt64 = 0, force: Bool = false) {
+        guard enabled else { return }
+        let text: String? = state.withLock { state in
+            let now = DispatchTime.now().uptimeNanoseconds
+            guard force || now &- state.last >= 100_000_000 else { return nil }
+            state.last = now
+            state.shown = true
+            let baseline = state.baseline ?? max(kept, 0)
+            state.baseline = baseline
+            let seconds = Double(now &- state.start) / 1e9
+            let rate = seconds > 0.2 && done > baseline ? Double(done - baseline) / seconds : nil
+            var parts = [label + ":", Self.bytes(done)]
+            if let total, total > 0 {
+                parts[1] += " of " + Self.bytes(total) + String(format: " (%.0f%%)", min(100, Double(done) * 100 / Double(total)))
+            }
+            if let rate {
+                parts.append(Self.bytes(UInt64(rate)) + "/s")
+                if let total, total > done { parts.append(Self.duration(Double(total - done) / rate) + " left") }
+            }
+            return parts.joined(separator: " ")
+        }
+        if let text { Output.standardError("\r\u{1B}[K" + text) }
+    }
+
+    /// Clears the line, so that what follows starts on a clean one.
+    func finish() {
+        guard enabled else { return }
+        let shown = state.withLock { state in
+            defer { state.shown = false }
+            return state.shown
+        }
+        if shown { Output.standardError("\r\u{1B}[K") }
+    }
+
+    /// A warning on a line of its own (the progress line is cleared first and redrawn by the next update).
+    func warn(_ text: String) {
+        finish()
+        Output.warn(text)
+    }
+
+    static func bytes(_ count: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+    }
+
+    static func duration(_ seconds: Double) -> String {
+        guard seconds.isFinite, seconds < 360_000 else { return "--:--" }
+        let total = Int(seconds.rounded(.up))
+        return total >= 3600 ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+                             : String(format: "%d:%02d", total / 60, total % 60)
+    }
+}
+
+extension ProgressLine {
+    /// A progress handler for a download of `url`: the updating line, and a warning (shown on
+    /// a pipe too, for logs) before each retry.
+    static func download(_ url: String, output: OutputOptions) -> (ProgressLine, @Sendable (DownloadProgress) -> Void) {
+        let line = ProgressLine("downloading " + url, output: output)
+        return (line, { progress in
+            if let retry = progress.retry {
+                line.warn("\(retry.reason); trying again in \(String(format: "%g", retry.delay)) s (attempt \(retry.attempt) of \(retry.attempts))")
+            } else {
+                line.update(bytes: progress.received, of: progress.expected, kept: progress.resumedFrom)
+            }
+        })
+    }
+}
+
+/// Runs the library's async API from a synchronous command: the work runs on Signet's own
+/// threads, so the calling thread may wait.
+enum Blocking {
+    private final class Box<R>: @unchecked Sendable {
+        var result: Result<R, any Error>?
+    }
+
+    static func wait<R: Sendable>(_ work: @escaping @Sendable () async throws -> R) throws -> R {
+        let box = Box<R>()
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do { box.result = .success(try await work()) } catch { box.result = .failure(error) }
+            done.signal()
+        }
+        done.wait()
+        return try box.result!.get()
+    }
+}

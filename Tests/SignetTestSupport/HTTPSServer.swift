@@ -1,0 +1,124 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real nginx on loopback serving HTTPS with a certificate chain made by the openssl CLI:
+/// a private root, an intermediate, and a leaf for localhost (only).
+public final class HTTPSServer {
+    public let directory: TemporaryDirectory
+    public let port: Int
+    /// A second server, same root and host name, whose leaf certificate has expired.
+    public let expiredPort: Int
+    public var www: String { directory.file("www") }
+    public var root: String { directory.file("root.pem") }
+    public var intermediate: String { directory.file("int.pem") }
+    public var leaf: String { directory.file("leaf.pem") }
+    public var otherRoot: String { directory.file("other-root.pem") }
+    public var accessLog: String { directory.file("access.log") }
+    private let process: Process
+
+    public func url(_ path: String, host: String = "localhost") -> String { "https://\(host):\(port)/\(path)" }
+
+    /// The `sha256//` pin of a PEM certificate's public key, as the openssl CLI computes it.
+    public func pin(_ certificate: String) throws -> String {
+        let script = "openssl x509 -in '\(certificate)' -pubkey -noout | openssl pkey -pubin -outform DER | openssl dgst -sha256 -binary | base64"
+        return "sha256//" + (try run("bash", ["-c", script]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// The HTTP statuses nginx logged for GET requests of `/path`, in order.
+    public func statuses(of path: String) throws -> [Int] {
+        let log = (try? String(contentsOfFile: accessLog, encoding: .utf8)) ?? ""
+        return log.split(separator: "\n").compactMap { line in
+            guard let request = line.range(of: "\"GET /\(path) ") else { return nil }
+            let rest = line[request.upperBound...]
+            guard let close = rest.firstIndex(of: "\"") else { return nil }
+            return rest[rest.index(after: close)...].split(separator: " ").first.flatMap { Int($0) }
+        }
+    }
+
+    public init() throws {
+        directory = try TemporaryDirectory()
+        let d = directory.path
+        let script = """
+        set -e
+        cd '\(d)'
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout root.key -out root.pem -days 30 -subj "/CN=Signet Test Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout other-root.key -out other-root.pem -days 30 -subj "/CN=Other Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+        openssl req -newkey rsa:2048 -nodes -keyout int.key -out int.csr -subj "/CN=Signet Test Intermediate"
+        printf "basicConstraints=critical,CA:TRUE,pathlen:0\\nkeyUsage=critical,keyCertSign,cRLSign\\n" > int.ext
+        openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile int.ext
+        openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj "/CN=localhost"
+        printf "subjectAltName=DNS:localhost\\nextendedKeyUsage=serverAuth\\n" > leaf.ext
+        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out leaf.pem -days 30 -extfile leaf.ext
+        cat leaf.pem int.pem > chain.pem
+        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out expired.pem -days -1 -extfile leaf.ext
+        cat expired.pem int.pem > expired-chain.pem
+        mkdir -p www/slow www/norange www/limited tmp
+        """
+        let made = try run("bash", ["-c", script])
+        guard made.status == 0 else { throw SupportError("making the test CA failed: \(made.stderr)") }
+        // A free loopback port: bind to 0 and read what the kernel chose.
+        let portText = try run("python3", ["-c", "import socket; a=socket.socket(); a.bind(('127.0.0.1',0)); b=socket.socket(); b.bind(('127.0.0.1',0)); print(a.getsockname()[1], b.getsockname()[1])"]).stdoutText
+        let ports = portText.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard ports.count == 2 else { throw SupportError("no free port") }
+        let port = ports[0]
+        self.port = port
+        self.expiredPort = ports[1]
+        let config = """
+        daemon off;
+        \(geteuid() == 0 ? "user root root;" : "")
+        pid \(d)/nginx.pid;
+        error_log \(d)/error.log;
+        worker_processes 1;
+        events { worker_connections 64; }
+        http {
+          access_log \(d)/access.log;
+          client_body_temp_path \(d)/tmp; proxy_temp_path \(d)/tmp; fastcgi_temp_path \(d)/tmp;
+          uwsgi_temp_path \(d)/tmp; scgi_temp_path \(d)/tmp;
+          # One request per 2 s per client: the second of two quick requests gets a 503.
+          limit_req_zone $binary_remote_addr zone=onceper2s:1m rate=30r/m;
+          server {
+            listen 127.0.0.1:\(ports[1]) ssl;
+            server_name localhost;
+            ssl_certificate \(d)/expired-chain.pem;
+            ssl_certificate_key \(d)/leaf.key;
+            root \(d)/www;
+          }
+          server {
+            listen 127.0.0.1:\(port) ssl;
+            server_name localhost;
+            ssl_certificate \(d)/chain.pem;
+            ssl_certificate_key \(d)/leaf.key;
+            root \(d)/www;
+            location /slow/ { limit_rate 200k; }
+            location /norange/ { limit_rate 200k; max_ranges 0; }
+            location /limited/ { limit_req zone=onceper2s; limit_req_status 503; }
+            location = /to-http { return 302 http://localhost:\(port)/app.zip; }
+            location = /to-https { return 302 https://localhost:\(port)/app.zip; }
+          }
+        }
+        """
+        let configPath = try directory.write("nginx.conf", Data(config.utf8))
+        let nginx = FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") ? "/usr/sbin/nginx" : try which("nginx")
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: nginx)
+        process.arguments = ["-c", configPath, "-p", d, "-e", d + "/error.log"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Ready when it accepts connections.
+        for _ in 0..<100 {
+            if try run("python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 0.2)"]).status == 0 { return }
+            usleep(50_000)
+        }
+        process.terminate()
+        throw SupportError("nginx did not start: \((try? String(contentsOfFile: d + "/error.log", encoding: .utf8)) ?? "")")
+    }
+
+    deinit {
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
+

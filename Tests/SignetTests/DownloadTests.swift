@@ -1,0 +1,80 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Signet
+import SignetTestSupport
+
+/// The library's download API against a real nginx (the CLI suite covers the TLS policy).
+@Suite("Download API: async, progress, cancellation, resume, source recorded", .serialized)
+struct DownloadTests {
+    static func options(_ server: HTTPSServer) throws -> DownloadOptions {
+        var options = DownloadOptions()
+        try options.tls.addRoots(from: server.root)
+        options.retries = 0
+        return options
+    }
+
+    @Test("progress is reported as bytes arrive, throttled, and complete at the end")
+    func progress() async throws {
+        let server = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        let body = try contents(try server.directory.writeRandom("www/slow/p.bin", count: 400_000))
+        let seen = Mutex<[DownloadProgress]>([])
+        var options = try Self.options(server)
+        options.progress = { progress in seen.withLock { $0.append(progress) } }
+        let result = try await Download.file(server.url("slow/p.bin"), to: work.file("p.bin"), options: options)
+        #expect(result.size == 400_000)
+        #expect(try contents(work.file("p.bin")) == body)
+        let reports = seen.withLock { $0 }
+        #expect(reports.count >= 3 && reports.count <= 40, "several, at most ten a second: \(reports.count)")
+        #expect(zip(reports, reports.dropFirst()).allSatisfy { $0.received <= $1.received }, "never backwards")
+        #expect(reports.last?.received == 400_000 && reports.last?.expected == 400_000, "the last says complete")
+        #expect(reports.dropLast().contains { $0.received > 0 && $0.received < 400_000 && $0.expected == 400_000 }, "and some are part-way")
+    }
+
+    @Test("cancelling the task stops the transfer, keeps what arrived, and the next call continues from it")
+    func cancellation() async throws {
+        let server = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        let body = try contents(try server.directory.writeRandom("www/slow/c.bin", count: 3_000_000))
+        let target = work.file("c.bin")
+        let options = try Self.options(server)
+        let url = server.url("slow/c.bin")
+        let task = Task { try await Download.file(url, to: target, options: options) }
+        try await Task.sleep(nanoseconds: 1_200_000_000)
+        let cancelledAt = Date()
+        task.cancel()
+        let outcome = await task.result
+        #expect(Date().timeIntervalSince(cancelledAt) < 2, "stops promptly, not at the end of the transfer")
+        #expect(throws: CancellationError.self) { try outcome.get() }
+        #expect(!FileManager.default.fileExists(atPath: target), "a cancelled download is never the file")
+        let partial = work.file(".c.bin.signet-download")
+        let kept = (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0
+        #expect(kept > 0 && kept < body.count, "what arrived is kept: \(kept)")
+        let result = try await Download.file(url, to: target, options: options)
+        #expect(result.resumedFrom > 0)
+        #expect(try contents(target) == body)
+        #expect(try server.statuses(of: "slow/c.bin").last == 206)
+    }
+
+    @Test("install(downloading:) records the URL, without its query, as each file's source")
+    func installRecordsSource() async throws {
+        let server = try HTTPSServer()
+        let directory = try TemporaryDirectory()
+        let (root, package) = try InstallTests.package(directory)
+        try FileManager.default.copyItem(atPath: package, toPath: server.www + "/p.zip")
+        let dest = directory.file("installed")
+        let report = try await Installer.install(downloading: server.url("p.zip") + "?token=abc#x", to: dest, policy: InstallTests.policy,
+                                                 download: try Self.options(server))
+        #expect(report.files.count == 6)
+        for file in report.files {
+            #expect(try contents(dest + "/" + file) == contents(root + "/" + file))
+            let origin = try FileOrigin(path: dest + "/" + file)
+            #expect(origin.source == server.url("p.zip"), "\(file): \(origin.source ?? "nil")")
+        }
+        // A local install records no source.
+        let local = directory.file("local")
+        _ = try Installer.install(package, to: local, policy: InstallTests.policy)
+        #expect(try FileOrigin(path: local + "/" + report.files[0]).source == nil)
+    }
+}
