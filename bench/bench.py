@@ -157,6 +157,92 @@ def prepare(kind):
     return []
 
 
+# ---- downloads: a real nginx on loopback with a private CA (issue 13) -----------------------
+download_size = int(256 * (1 << 20) * args.scale)
+server = {}
+
+
+def start_nginx():
+    """nginx over HTTPS on a free loopback port, serving {work}/www; stopped at exit."""
+    if server:
+        return server
+    import atexit, socket
+    d = f"{work}/nginx"
+    os.makedirs(f"{d}/tmp", exist_ok=True)
+    os.makedirs(f"{work}/www", exist_ok=True)
+    if not os.path.exists(f"{d}/chain.pem"):
+        sh(f"""cd {d} && openssl req -x509 -newkey rsa:2048 -nodes -keyout root.key -out root.pem -days 365 -subj /CN=bench-root \\
+              -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null \\
+            && openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj /CN=localhost 2>/dev/null \\
+            && printf 'subjectAltName=DNS:localhost\\n' > leaf.ext \\
+            && openssl x509 -req -in leaf.csr -CA root.pem -CAkey root.key -CAcreateserial -out leaf.pem -days 365 -extfile leaf.ext 2>/dev/null \\
+            && cp leaf.pem chain.pem""")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    user = "user root root;" if os.geteuid() == 0 else ""
+    with open(f"{d}/nginx.conf", "w") as f:
+        f.write(f"""daemon off; {user} pid {d}/nginx.pid; error_log {d}/error.log; worker_processes 1;
+events {{ worker_connections 64; }}
+http {{ access_log off; sendfile on; client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;
+  uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;
+  server {{ listen 127.0.0.1:{port} ssl; server_name localhost; ssl_certificate {d}/chain.pem; ssl_certificate_key {d}/leaf.key; root {work}/www; }} }}
+""")
+    nginx = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else shutil.which("nginx")
+    process = subprocess.Popen([nginx, "-c", f"{d}/nginx.conf", "-p", d, "-e", f"{d}/error.log"], stderr=subprocess.DEVNULL)
+    atexit.register(process.terminate)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    server.update(port=port, root=f"{d}/root.pem", url=f"https://localhost:{port}")
+    return server
+
+
+def download_row(kind, target):
+    """Signet downloads and installs (or fetches) over HTTPS; the peer uses curl."""
+    def url():
+        return start_nginx()["url"] + "/dl.zip"
+    def ca():
+        return start_nginx()["root"]
+    signet_unpack = lambda r: f"{S} unpack {url()} --dest {out}/s{r} --pubkey {pub_der} --tls-ca {ca()} --quiet"
+    if kind == "curl+unpack":
+        peer = lambda r: f"curl -sS --fail --cacert {ca()} -o {out}/p{r}.zip {url()} && {S} unpack {out}/p{r}.zip --dest {out}/p{r} --pubkey {pub_der} && rm {out}/p{r}.zip"
+        return dict(target=target, prepare="download", signet=signet_unpack, peer=peer)
+    if kind == "curl":
+        peer = lambda r: f"curl -sS --fail --cacert {ca()} -o {out}/p{r}.zip {url()} && sync {out}/p{r}.zip"
+        return dict(target=target, prepare="download", signet=signet_unpack, peer=peer)
+    # fetch: one file, fsynced, against curl -o + sync of the same file.
+    return dict(target=target, prepare="download-1g",
+        signet=lambda r: f"{S} fetch {start_nginx()['url']}/random.bin --out {out}/s{r}.bin --tls-ca {ca()} --quiet",
+        peer=lambda r: f"curl -sS --fail --cacert {ca()} -o {out}/p{r}.bin {start_nginx()['url']}/random.bin && sync {out}/p{r}.bin")
+
+
+rows["unpack-https-256m-vs-curl+unpack"] = download_row("curl+unpack", 0.8)
+rows["unpack-https-256m-vs-curl"] = download_row("curl", 1.3)
+rows["fetch-1g-vs-curl+sync"] = download_row("fetch", 1.3)
+
+_prepare = prepare
+
+
+def prepare(kind):
+    if kind == "download":
+        start_nginx()
+        make_random(f"{work}/download.bin", download_size)
+        if not os.path.exists(f"{work}/www/dl.zip"):
+            sh(f"{S} pack {work}/download.bin {K} --name dl --version 1 --store --out {work}/www/dl.zip > /dev/null")
+        return [f"{work}/www/dl.zip"]
+    if kind == "download-1g":
+        start_nginx()
+        if not os.path.exists(f"{work}/www/random.bin"):
+            os.link(f"{work}/random.bin", f"{work}/www/random.bin")
+        return [f"{work}/www/random.bin"]
+    return _prepare(kind)
+
+
 selected = [name for name in rows if not args.only or name in args.only]
 if "reverify-10k" in selected:
     prepare("small")
