@@ -76,7 +76,7 @@ public final class HTTPSServer {
           access_log \(d)/access.log;
           client_body_temp_path \(d)/tmp; proxy_temp_path \(d)/tmp; fastcgi_temp_path \(d)/tmp;
           uwsgi_temp_path \(d)/tmp; scgi_temp_path \(d)/tmp;
-          # One request per 2 s per client: the second of two quick requests gets a 503.
+          # One request per 2 s per client: the second of two quick requests gets a 500.
           limit_req_zone $binary_remote_addr zone=onceper2s:1m rate=30r/m;
           server {
             listen 127.0.0.1:\(ports[1]) ssl;
@@ -93,7 +93,7 @@ public final class HTTPSServer {
             root \(d)/www;
             location /slow/ { limit_rate 200k; }
             location /norange/ { limit_rate 200k; max_ranges 0; }
-            location /limited/ { limit_req zone=onceper2s; limit_req_status 503; }
+            location /limited/ { limit_req zone=onceper2s; limit_req_status 500; }
             location = /to-http { return 302 http://localhost:\(port)/app.zip; }
             location = /to-https { return 302 https://localhost:\(port)/app.zip; }
           }
