@@ -10,7 +10,7 @@ pkg-config --exists libcrypto 2>/dev/null || need+=(libssl-dev)
 pkg-config --exists libzip 2>/dev/null || need+=(libzip-dev)
 pkg-config --exists libcurl 2>/dev/null || need+=(libcurl4-openssl-dev)
 # The peers the tests run Signet against.
-for pair in openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils curl:curl; do
+for pair in openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils curl:curl strace:strace script:bsdutils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 # nginx, a real HTTPS server the download tests start on loopback (not as a service).

@@ -83,6 +83,10 @@ int signet_start_writeback(int fd, long long offset, long long length) {
     return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
 }
 
+int signet_syncfs(int fd) {
+    return syncfs(fd);
+}
+
 unsigned int signet_RENAME_NOREPLACE(void) { return RENAME_NOREPLACE; }
 unsigned int signet_RENAME_EXCHANGE(void) { return RENAME_EXCHANGE; }
 

@@ -109,6 +109,42 @@ struct InterruptionCLITests {
         }
     }
 
+    @Test("unpack killed with SIGKILL at exact steps (staging, the durability step, the swap, after it): DIR is the old tree before the swap and the new one after; the next run cleans up")
+    func killAtSteps() throws {
+        let setup = try Self.setup(files: 40, size: 8 << 10)
+        #expect(try run(CLI.binary, Array(Self.unpack(setup, 1).dropFirst())).status == 0)
+        // strace delivers SIGKILL when the process enters the named system call (with `error=`,
+        // the call is not made at all): the real binary, killed at a known step, no test hooks.
+        let steps: [(inject: String, expected: String)] = [
+            ("openat:signal=SIGKILL:when=60", "old"),              // while files are being staged
+            ("syncfs:signal=SIGKILL:error=EINTR", "old"),          // staged, before the durability step
+            ("syncfs:signal=SIGKILL", "old"),                      // in it
+            ("renameat2:signal=SIGKILL:error=EINTR", "old"),       // durable, before the swap
+            ("fsync:signal=SIGKILL", "new"),                       // swapped, before the directory is flushed
+            ("unlinkat:signal=SIGKILL:when=3", "new"),             // while the old tree is removed
+        ]
+        var installed = 1
+        for step in steps {
+            let next = installed == 1 ? 2 : 1
+            let call = String(step.inject.prefix { $0 != ":" })
+            // strace dies of the signal its tracee died of: report it rather than die with it.
+            let killed = try run("bash", ["-c", "strace \"$@\"; echo $?", "strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + call,
+                                          "-e", "inject=" + step.inject] + Self.unpack(setup, next))
+            #expect(killed.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "137", "\(step.inject): killed by SIGKILL (128 + 9)")
+            let after = try Self.installedSequence(setup)
+            #expect(after == (step.expected == "old" ? installed : next), "\(step.inject): DIR holds sequence \(String(describing: after)), expected the \(step.expected) tree")
+            installed = after ?? installed
+            // The next run succeeds and leaves nothing of the killed one behind.
+            let again = installed == 1 ? 2 : 1
+            let rerun = try run(CLI.binary, Array(Self.unpack(setup, again).dropFirst()))
+            #expect(rerun.status == 0, "\(step.inject): \(rerun.stderr)")
+            let left = try Self.leftovers(setup.parent, "app")
+            #expect(left.isEmpty, "\(step.inject): \(left)")
+            #expect(try Self.installedSequence(setup) == again)
+            installed = again
+        }
+    }
+
     @Test("pack killed by SIGINT, SIGTERM or SIGKILL: no package or a whole one, no temporary file survives the next run")
     func killPack() throws {
         let setup = try Self.setup(files: 120, size: 64 << 10)

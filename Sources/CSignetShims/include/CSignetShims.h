@@ -47,6 +47,11 @@ int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 /// (SYNC_FILE_RANGE_WRITE) without waiting for it.
 int signet_start_writeback(int fd, long long offset, long long length);
 
+/// syncfs(2) is declared only under _GNU_SOURCE. Writes back everything dirty on the filesystem
+/// that holds `fd` and waits for it (journal commit included); -1 with errno on failure,
+/// including writeback errors since `fd` was opened (Linux 5.8 and later).
+int signet_syncfs(int fd);
+
 /// openat2(2) has no glibc wrapper. Opens `path` below `dirfd` in one call, refusing symbolic
 /// links anywhere on the path (ELOOP) and any escape from `dirfd` (RESOLVE_BENEATH).
 /// -1 with errno ENOSYS where the kernel (or a seccomp filter) does not offer openat2.
