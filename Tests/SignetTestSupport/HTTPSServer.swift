@@ -28,6 +28,9 @@ public final class HTTPSServer {
 
     /// The HTTP statuses nginx logged for GET requests of `/path`, in order.
     public func statuses(of path: String) throws -> [Int] {
+        // Foundation (6.3.1) leaks its read buffer when it reads an empty file: check first.
+        let size = (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0
+        guard size > 0 else { return [] }
         let log = (try? String(contentsOfFile: accessLog, encoding: .utf8)) ?? ""
         return log.split(separator: "\n").compactMap { line in
             guard let request = line.range(of: "\"GET /\(path) ") else { return nil }

@@ -69,6 +69,50 @@ struct ReverifyTests {
                                     app + "/run.sh"]).status == 0, "the restored attribute is the file's real signature")
     }
 
+    @Test("a tree check compares each user.signet.sig with the recorded one; RSA only where they differ, and every tampering still has its verdict")
+    func recordedSignatures() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        let indexPath = app + "/.signet/signatures.sha256"
+        let index = try contents(indexPath)
+        #expect(index.count == "signet-signatures/1 sha256\n".utf8.count + 6 * 32, "one SHA-256 per installed file")
+        let fast = "user.signet.sig is the signature unpack installed"
+        let clean = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(clean.isOK && clean.files.allSatisfy { $0.detail.contains(fast) }, "no RSA verification on a clean tree: \(clean.files.map(\.detail))")
+
+        // The manifest's order: which entry belongs to readme.txt.
+        let manifest = try Manifest.parse(Array(try contents(app + "/.signet/manifest.json")))
+        let readme = try #require(manifest.files.firstIndex { $0.path == "readme.txt" })
+        var damaged = index
+        damaged[damaged.count - 6 * 32 + readme * 32] ^= 1
+        try damaged.write(to: URL(fileURLWithPath: indexPath))
+        let slow = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        let readmeReport = try #require(slow.files.first { $0.path == "readme.txt" })
+        #expect(readmeReport.verdict == .ok && readmeReport.detail == "verified", "a record that differs: the signature is verified instead")
+        #expect(slow.files.filter { $0.path != "readme.txt" }.allSatisfy { $0.detail.contains(fast) })
+        try index.write(to: URL(fileURLWithPath: indexPath))
+
+        // Another key's valid signature of the same content, and random bytes of the right length.
+        let otherSignature = try run("openssl", ["dgst", "-sha256", "-sign", Fixtures.key("other3072-pkcs8.pem"), app + "/run.sh"]).stdout
+        #expect(otherSignature.count == 384)
+        try setAttribute(app + "/run.sh", Array(otherSignature))
+        try setAttribute(app + "/readme.txt", (0..<256).map { _ in UInt8.random(in: 0...255) })
+        // No attribute and no sidecar: unsigned. Content changed: modified. Gone, added.
+        #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/img/photo.jpg"]).status == 0)
+        unlink(app + "/.signet/sigs/img/photo.jpg.sig")
+        try Data("changed".utf8).write(to: URL(fileURLWithPath: app + "/ünï.txt"))
+        unlink(app + "/blob.bin")
+        try directory.write("app/new.txt", Data("new".utf8))
+        let expected = ["run.sh": "attributes-lost", "readme.txt": "attributes-lost", "img/photo.jpg": "unsigned",
+                        "ünï.txt": "modified", "blob.bin": "missing", "new.txt": "added", "img/icons/ok.svg": "ok"]
+        let tampered = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(Self.verdicts(tampered) == expected)
+        #expect(tampered.files.first { $0.path == "run.sh" }?.detail.contains("does not verify") == true)
+        // The same verdicts without the record (a tree installed before it existed).
+        unlink(indexPath)
+        #expect(Self.verdicts(try Reverifier.verifyTree(at: app, policy: Self.policy)) == expected)
+    }
+
     /// Sets user.signet.sig with the real setfattr (base64 value, "0s" prefix).
     func setAttribute(_ path: String, _ value: [UInt8]) throws {
         #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0s" + Data(value).base64EncodedString(), path]).status == 0)

@@ -97,14 +97,19 @@ public enum Installer {
         var signer = checked?.key
         var attributesWritten = true
         var files: [String] = []
+        var signatureIndex = SignatureIndex()
         for file in job.resources(checked) {
             let staged = try job.stage(file, into: staging, checked: checked, signer: signer)
             signer = signer ?? staged.signer
             attributesWritten = attributesWritten && staged.attributesWritten
+            signatureIndex.append(staged.signature)
             files.append(file.path)
         }
         guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
-        if let checked { try job.stageRecord(checked, into: staging) }
+        if let checked {
+            try job.stageRecord(checked, into: staging)
+            try staging.writeFile(TreeLayout.signatureIndex, signatureIndex.bytes)
+        }
 
         // Phase 3: the swap, then the record of what was installed.
         try staging.finish()
@@ -164,7 +169,7 @@ public enum Installer {
         /// Writes one resource into the staging directory while verifying it, then gives it its
         /// signature attributes, mode and fsync, and its sidecar signature. Returns the key that
         /// signed it and whether the filesystem took user attributes.
-        func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?) throws -> (signer: PublicKey, attributesWritten: Bool) {
+        func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?) throws -> (signer: PublicKey, attributesWritten: Bool, signature: [UInt8]) {
             let fd = try staging.createFile(file.path)
             defer { close(fd) }
             let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
@@ -193,7 +198,7 @@ public enum Installer {
                 throw SignetError.posix(error, "cannot finish the staged copy of '\(file.path)' beside", path: destination)
             }
             try staging.writeFile(TreeLayout.signature(of: file.path), signature)
-            return (signer, attributesWritten)
+            return (signer, attributesWritten, signature)
         }
 
         /// `user.signet.sig`, `user.signet.meta` and, if asked, the IMA attribute. False when

@@ -9,6 +9,9 @@ enum TreeLayout {
     static let manifestSignature = ".signet/manifest.json.sig"
     /// The folder of per-resource signatures.
     static let signatures = ".signet/sigs"
+    /// An installed tree's record of the signature it installed for each file, so that a tree
+    /// check compares each `user.signet.sig` with it instead of verifying every one (FORMAT.md §3).
+    static let signatureIndex = ".signet/signatures.sha256"
     /// The folder of certificates.
     static let certificates = ".signet/certs"
     /// The signer's certificate.

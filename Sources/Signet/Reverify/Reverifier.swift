@@ -324,10 +324,17 @@ public enum Reverifier {
                               files: [], attributesSupported: true, duration: elapsed())
         }
         try options.checkSelectors(against: manifest, root: root)
-        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair)
-        let listed = manifest.files.filter { options.selects($0.path) }
-        var reports = parallelMap(listed) { file -> FileReport? in
-            cancelled.isSet ? nil : checker.check(file)
+        // What unpack recorded of each file's signature: where the attribute is still that one,
+        // the content check against the signed manifest is all that is needed (no RSA). An
+        // index that is missing (older trees) or does not fit the manifest is not an error:
+        // every signature is then verified.
+        let index = (try? InputFile.readBeneath(rootFD, TreeLayout.signatureIndex, rootPath: root, what: "signature index",
+                                                limit: SignatureIndex.header.count + SignatureIndex.entrySize * manifest.files.count))
+            .flatMap { $0 }.flatMap { SignatureIndex.Entries($0, files: manifest.files.count) }
+        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, index: index)
+        let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
+        var reports = parallelMap(listed) { position -> FileReport? in
+            cancelled.isSet ? nil : checker.check(manifest.files[position], at: position)
         }.compactMap { $0 }
         if cancelled.isSet { throw CancellationError() }
         let known = Set(manifest.files.map(\.path))
@@ -421,9 +428,12 @@ final class TreeChecker: @unchecked Sendable {
     let key: PublicKey
     let algorithm: SignatureAlgorithm
     let repair: Bool
+    let index: SignatureIndex.Entries?
     let sawUnsupported = CancellationFlag()
 
-    init(root: String, descriptor: Int32, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool) {
+    init(root: String, descriptor: Int32, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
+         index: SignatureIndex.Entries? = nil) {
+        self.index = index
         self.root = root
         self.rootDescriptor = dup(descriptor)
         self.manifest = manifest
@@ -436,7 +446,8 @@ final class TreeChecker: @unchecked Sendable {
         if rootDescriptor >= 0 { close(rootDescriptor) }
     }
 
-    func check(_ file: Manifest.File) -> FileReport {
+    /// Checks file number `position` of the manifest.
+    func check(_ file: Manifest.File, at position: Int? = nil) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
             FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
         }
@@ -488,6 +499,10 @@ final class TreeChecker: @unchecked Sendable {
         }
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
         case .success(let attribute?):
+            // The signature unpack installed, over content that matches the signed manifest.
+            if let index, let position, index.matches(attribute, at: position) {
+                return report(.ok, "matches the signed manifest; user.signet.sig is the signature unpack installed", .xattr)
+            }
             if verifies(attribute) {
                 return report(.ok, "verified", .xattr)
             }

@@ -112,6 +112,7 @@ enum OwnThreads {
         for _ in 1..<max(1, count) {
             let thread = Thread {
                 work()
+                releaseThreadState()
                 done.signal()
             }
             thread.stackSize = stackSize
@@ -121,10 +122,22 @@ enum OwnThreads {
         for _ in 1..<max(1, count) { done.wait() }
     }
 
+    /// Frees OpenSSL's per-thread state (its random generators, the error queue) before the
+    /// thread reports that it is done. OpenSSL would free it as the thread exits, but the
+    /// process may already be exiting then (the CLI returns as soon as the work is done), and
+    /// LeakSanitizer reports the random generators of a thread that is still on its way out.
+    private static func releaseThreadState() {
+        OPENSSL_thread_stop()
+    }
+
     /// Runs blocking `work` on a thread of its own and resumes the caller with its result.
     static func async<R: Sendable>(_ work: @escaping @Sendable () -> R) async -> R {
         await withCheckedContinuation { continuation in
-            let thread = Thread { continuation.resume(returning: work()) }
+            let thread = Thread {
+                let result = work()
+                releaseThreadState()
+                continuation.resume(returning: result)
+            }
             thread.stackSize = stackSize
             thread.start()
         }
@@ -133,7 +146,11 @@ enum OwnThreads {
     /// The same for work that throws.
     static func async<R: Sendable>(_ work: @escaping @Sendable () throws -> R) async throws -> R {
         try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { continuation.resume(with: Result { try work() }) }
+            let thread = Thread {
+                let result = Result { try work() }
+                releaseThreadState()
+                continuation.resume(with: result)
+            }
             thread.stackSize = stackSize
             thread.start()
         }
