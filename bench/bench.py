@@ -157,6 +157,43 @@ def prepare(kind):
     return []
 
 
+# ---- fair peers: the same durability as Signet (issue 14) ------------------------------------
+# Signet fsyncs what it writes; a peer row with "+ sync" does too, beside the plain one.
+for name in ["pack-1g-stored", "unpack-1g-stored", "pack-10k-small", "unpack-10k-small"]:
+    base = rows[name]
+    rows[name + "+sync"] = dict(base, peer=(lambda peer: lambda r: f"( {peer(r)} ) && sync")(base["peer"]))
+
+# ---- 50,000 small files in 50 folders (issue 14) -----------------------------------------------
+many_count = int(50_000 * args.scale)
+many = f"{work}/many"
+
+
+def make_many():
+    if os.path.isdir(many) and sum(len(files) for _, _, files in os.walk(many)) == many_count:
+        return
+    shutil.rmtree(many, ignore_errors=True)
+    rng = random.Random(7)
+    words = [("w%d" % i) for i in range(3000)]
+    for i in range(many_count):
+        d = f"{many}/d{i % 50:02d}"
+        os.makedirs(d, exist_ok=True)
+        with open(f"{d}/f{i:05d}.txt", "w") as f:
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(20, 300))) + "\n")
+
+
+rows["pack-50k"] = dict(target=0.1, prepare="many",
+    signet=lambda r: f"{S} pack {many} {K} --name b --version 1 --out {out}/s{r}.zip",
+    peer=lambda r: f"cd {many} && {sign_each} && zip -q -r {out}/p{r}.zip . && find . -name '*.sig' -delete && sync")
+rows["unpack-50k+sync"] = dict(target=1.0, prepare="many-packages",
+    signet=lambda r: f"{S} unpack {work}/many.zip --dest {out}/s{r} --pubkey {pub_der}",
+    peer=lambda r: f"unzip -q {work}/many-plain.zip -d {out}/p{r} && sync")
+rows["reverify-50k"] = dict(target=0.6, prepare="many-tree",
+    signet=lambda r: f"{S} reverify {work}/many-tree --pubkey {pub_der}",
+    peer=lambda r: f"cd {work}/many-tree && find . -path ./.signet -prune -o -type f -print0 | xargs -0 sha256sum > /dev/null")
+rows["reverify-2000x4k"] = dict(target=0.6, prepare="4k-tree",
+    signet=lambda r: f"{S} reverify {work}/4k-tree --pubkey {pub_der}",
+    peer=lambda r: f"cd {work}/4k-tree && find . -path ./.signet -prune -o -type f -print0 | xargs -0 sha256sum > /dev/null")
+
 # ---- downloads: a real nginx on loopback with a private CA (issue 13) -----------------------
 download_size = int(256 * (1 << 20) * args.scale)
 server = {}
@@ -235,6 +272,29 @@ def prepare(kind):
         if not os.path.exists(f"{work}/www/dl.zip"):
             sh(f"{S} pack {work}/download.bin {K} --name dl --version 1 --store --out {work}/www/dl.zip > /dev/null")
         return [f"{work}/www/dl.zip"]
+    if kind == "many":
+        make_many()
+        return [many]
+    if kind == "many-packages":
+        make_many()
+        if not os.path.exists(f"{work}/many.zip"):
+            sh(f"{S} pack {many} {K} --name many --version 1 --out {work}/many.zip > /dev/null")
+            sh(f"cd {many} && zip -q -r {work}/many-plain.zip .")
+        return [f"{work}/many.zip", f"{work}/many-plain.zip"]
+    if kind == "many-tree":
+        prepare("many-packages")
+        if not os.path.isdir(f"{work}/many-tree"):
+            sh(f"{S} unpack {work}/many.zip --dest {work}/many-tree --pubkey {pub_der} > /dev/null")
+        return [f"{work}/many-tree"]
+    if kind == "4k-tree":
+        if not os.path.isdir(f"{work}/4k-tree"):
+            os.makedirs(f"{work}/4k", exist_ok=True)
+            for i in range(2000):
+                with open(f"{work}/4k/f{i:04d}.bin", "wb") as f:
+                    f.write(os.urandom(4096))
+            sh(f"{S} pack {work}/4k {K} --name k4 --version 1 --out {work}/4k.zip > /dev/null")
+            sh(f"{S} unpack {work}/4k.zip --dest {work}/4k-tree --pubkey {pub_der} > /dev/null")
+        return [f"{work}/4k-tree"]
     if kind == "download-1g":
         start_nginx()
         if not os.path.exists(f"{work}/www/random.bin"):
