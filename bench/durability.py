@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How to make N small staged files durable: fsync each, or start writeback of each and then
 syncfs, or fsync/fdatasync each in a second pass. Usage: bench/durability.py N DIR MODE...
-(modes: fsync-each writeback+syncfs writeback+fsync-pass writeback+fdatasync-pass). DIR must be
+(modes: fsync-each syncfs-only writeback+syncfs writeback+fsync-pass writeback+fdatasync-pass). DIR must be
 on the filesystem to measure; each mode writes a fresh tree of N files with a user xattr."""
 import ctypes, os, sys, time, shutil
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -24,10 +24,10 @@ def run(mode):
         os.write(fd, data[i % 64])
         os.setxattr(fd, "user.signet.sig", data[0][:256])
         if mode == "fsync-each": os.fsync(fd)
-        else: libc.sync_file_range(fd, 0, 0, WRITE)
+        elif mode != "syncfs-only": libc.sync_file_range(fd, 0, 0, WRITE)
         os.close(fd)
         paths.append(p)
-    if mode == "writeback+syncfs":
+    if mode in ("writeback+syncfs", "syncfs-only"):
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY); libc.syncfs(fd); os.close(fd)
     elif mode == "writeback+fdatasync-pass":
         for p in paths:
@@ -37,7 +37,7 @@ def run(mode):
     elif mode == "writeback+fsync-pass":
         for p in paths:
             fd = os.open(p, os.O_RDONLY); os.fsync(fd); os.close(fd)
-    if mode != "writeback+syncfs":
+    if mode not in ("writeback+syncfs", "syncfs-only"):
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY); os.fsync(fd); os.close(fd)
     return time.monotonic() - start
 for mode in sys.argv[3:]:

@@ -288,10 +288,9 @@ public enum Installer {
         return (digests[0].hex, signature, key)
     }
 
-    /// Writes a staged file and starts its writeback every few MiB and at its end
-    /// (sync_file_range), so the disk works while the package is still being read and hashed,
-    /// and the one durability step of the tree (``Staging/finish()``, syncfs) has little left
-    /// to wait for.
+    /// Writes a staged file and starts its writeback every few MiB (sync_file_range), so the
+    /// disk works while a large file is still being read and hashed, and the one durability
+    /// step of the tree (``Staging/finish()``, syncfs) has little left to wait for.
     final class StagedWriter {
         let fd: Int32
         let path: String
@@ -316,10 +315,13 @@ public enum Installer {
             }
         }
 
-        /// Starts writeback of what is not yet on its way (best effort: the tree's syncfs
-        /// writes whatever this did not).
+        /// Starts writeback of the tail of a large file (best effort: the tree's syncfs writes
+        /// whatever this did not). Small files are left to syncfs alone: starting writeback of
+        /// each one as it is written made 10,000 small files 2-3x slower to make durable than
+        /// one syncfs over all of them (bench/durability.py), since the filesystem can no
+        /// longer allocate and write them together.
         func finish() {
-            if written > flushed { _ = signet_start_writeback(fd, flushed, 0) }
+            if written >= Self.writebackStep, written > flushed { _ = signet_start_writeback(fd, flushed, 0) }
             flushed = written
         }
     }
@@ -560,8 +562,7 @@ final class Staging {
         defer { close(fd) }
         try bytes.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: relative, destination: path) }
         do {
-            _ = try systemCall("fchmod") { fchmod(fd, 0o644) }
-            _ = signet_start_writeback(fd, 0, 0)   // durable with the tree (finish())
+            _ = try systemCall("fchmod") { fchmod(fd, 0o644) }   // durable with the tree (finish())
         } catch {
             throw SignetError.posix(error, "cannot write '\(relative)' in the staging directory", path: path)
         }
@@ -572,8 +573,8 @@ final class Staging {
     /// directory entry.
     ///
     /// One `syncfs` of the staging filesystem instead of an fsync per file (each of which
-    /// commits ext4's journal): the files' writeback was started as each was written, so this
-    /// waits for the disk once. It is as safe as the fsyncs were: syncfs writes back every dirty
+    /// commits ext4's journal): large files' writeback was started as they were written, small
+    /// ones are written together here, and the disk is waited for once. It is as safe as the fsyncs were: syncfs writes back every dirty
     /// inode and page of the filesystem and waits for them and for the journal commit, and
     /// since Linux 5.8 it reports a writeback error that happened after `root` was opened
     /// (before the first file was written). It also writes other processes' dirty data on the
