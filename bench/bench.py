@@ -187,12 +187,15 @@ rows["pack-50k"] = dict(target=0.1, prepare="many",
 rows["unpack-50k+sync"] = dict(target=1.0, prepare="many-packages",
     signet=lambda r: f"{S} unpack {work}/many.zip --dest {out}/s{r} --pubkey {pub_der}",
     peer=lambda r: f"unzip -q {work}/many-plain.zip -d {out}/p{r} && sync")
-rows["reverify-50k"] = dict(target=0.6, prepare="many-tree",
-    signet=lambda r: f"{S} reverify {work}/many-tree --pubkey {pub_der}",
-    peer=lambda r: f"cd {work}/many-tree && find . -path ./.signet -prune -o -type f -print0 | xargs -0 sha256sum > /dev/null")
-rows["reverify-2000x4k"] = dict(target=0.6, prepare="4k-tree",
-    signet=lambda r: f"{S} reverify {work}/4k-tree --pubkey {pub_der}",
-    peer=lambda r: f"cd {work}/4k-tree && find . -path ./.signet -prune -o -type f -print0 | xargs -0 sha256sum > /dev/null")
+def reverify_row(tree, target):
+    """Signet re-verifies an installed tree; the peer hashes the same files with sha256sum."""
+    return dict(target=target, prepare=tree,
+        signet=lambda r: f"{S} reverify {work}/{tree} --pubkey {pub_der}",
+        peer=lambda r: f"cd {work}/{tree} && find . -path ./.signet -prune -o -type f -print0 | xargs -0 sha256sum > /dev/null")
+
+
+rows["reverify-50k"] = reverify_row("many-tree", 0.6)
+rows["reverify-2000x4k"] = reverify_row("4k-tree", 0.6)
 
 # ---- downloads: a real nginx on loopback with a private CA (issue 13) -----------------------
 download_size = int(256 * (1 << 20) * args.scale)

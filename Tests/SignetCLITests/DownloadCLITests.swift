@@ -4,6 +4,21 @@ import SignetTestSupport
 
 @Suite("Downloads over HTTPS against a real nginx: TLS policy, errors, resume, install", .serialized)
 struct DownloadCLITests {
+    /// Starts `signet fetch` of a rate-limited `path` (nginx sends 200 KiB/s there), kills it
+    /// with SIGKILL after 1.5 s, and returns the size of the partial download it left.
+    static func killedMidway(_ server: HTTPSServer, _ path: String, out: String) throws -> Int {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CLI.binary)
+        process.arguments = ["fetch", server.url(path), "--out", out, "--tls-ca", server.root]
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        usleep(1_500_000)
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let partial = URL(fileURLWithPath: out).deletingLastPathComponent().appendingPathComponent("." + URL(fileURLWithPath: out).lastPathComponent + ".signet-download").path
+        return (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0
+    }
+
     @Test("TLS policy: system store, --tls-ca, pins anywhere in the chain, --tls-cert, host name")
     func tlsPolicy() throws {
         let server = try HTTPSServer()
@@ -132,15 +147,7 @@ struct DownloadCLITests {
         let work = try TemporaryDirectory()
         let body = try contents(try server.directory.writeRandom("www/norange/big.bin", count: 3_000_000))
         let out = work.file("big.bin")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: CLI.binary)
-        process.arguments = ["fetch", server.url("norange/big.bin"), "--out", out, "--tls-ca", server.root]
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        usleep(1_500_000)
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        let kept = (try? FileManager.default.attributesOfItem(atPath: work.file(".big.bin.signet-download"))[.size] as? Int) ?? 0
+        let kept = try Self.killedMidway(server, "norange/big.bin", out: out)
         #expect(kept > 0 && kept < body.count, "a partial download is on disk: \(kept) bytes")
         let again = try CLI.run(["fetch", server.url("norange/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])
         #expect(again.status == 0, "\(again.stderr)")
@@ -231,17 +238,7 @@ struct DownloadCLITests {
         let work = try TemporaryDirectory()
         let body = try contents(try server.directory.writeRandom("www/slow/big.bin", count: 3_000_000))
         let out = work.file("big.bin")
-        // nginx sends 200 KiB/s here: kill -9 after about a second.
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: CLI.binary)
-        process.arguments = ["fetch", server.url("slow/big.bin"), "--out", out, "--tls-ca", server.root]
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        usleep(1_500_000)
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        let partial = work.file(".big.bin.signet-download")
-        let kept = (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0
+        let kept = try Self.killedMidway(server, "slow/big.bin", out: out)
         #expect(kept > 0 && kept < body.count, "a partial download is on disk: \(kept) bytes")
         #expect(!FileManager.default.fileExists(atPath: out), "never reported complete")
         let resumed = try CLI.run(["fetch", server.url("slow/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])
