@@ -81,15 +81,10 @@ struct Fetch: ParsableCommand {
                 signatureBytes = try SignatureFiles.read(signature)
             }
         }
-        var download = options
-        let (line, progress) = ProgressLine.download(url, output: output)
-        download.progress = progress
         let (url, out, algorithm) = (url, out, algorithm)
-        defer { line.finish() }
-        let result = try Blocking.wait { [download, signatureBytes, policy] in
-            try await Download.file(url, to: out, options: download, signature: signatureBytes, algorithm: algorithm, policy: policy)
+        let result = try ProgressLine.downloading(url, options: options, output: output) { [signatureBytes, policy] in
+            try await Download.file(url, to: out, options: $0, signature: signatureBytes, algorithm: algorithm, policy: policy)
         }
-        line.finish()
         if output.json {
             Output.json(Report(url: url, file: out, size: result.size, resumed_from: result.resumedFrom, verified: signatureBytes != nil))
             return

@@ -36,12 +36,10 @@ struct Inspect: ParsableCommand {
         var file = package
         if Download.isURL(package) {
             tls.warnIfInsecure(package)
-            var download = try tls.options(trust: trust)
-            let (line, progress) = ProgressLine.download(package, output: output)
-            download.progress = progress
-            defer { line.finish() }
             let package = package
-            file = try Blocking.wait { [download] in try await Download.temporaryCopy(of: package, options: download) }
+            file = try ProgressLine.downloading(package, options: try tls.options(trust: trust), output: output) {
+                try await Download.temporaryCopy(of: package, options: $0)
+            }
         }
         defer { if file != package { unlink(file) } }
         if !trust.hasSources {

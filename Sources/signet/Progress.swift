@@ -103,6 +103,19 @@ extension ProgressLine {
     }
 }
 
+extension ProgressLine {
+    /// Runs `work` (a download with `options`) with the progress line of `url` attached, on
+    /// Signet's own threads, and clears the line afterwards.
+    static func downloading<R: Sendable>(_ url: String, options: DownloadOptions, output: OutputOptions,
+                                         _ work: @escaping @Sendable (DownloadOptions) async throws -> R) throws -> R {
+        var options = options
+        let (line, progress) = download(url, output: output)
+        options.progress = progress
+        defer { line.finish() }
+        return try Blocking.wait { [options] in try await work(options) }
+    }
+}
+
 /// Runs the library's async API from a synchronous command: the work runs on Signet's own
 /// threads, so the calling thread may wait.
 enum Blocking {

@@ -105,13 +105,9 @@ struct Unpack: ParsableCommand {
         let report: InstallReport
         if Download.isURL(package) {
             tls.warnIfInsecure(package)
-            var download = try tls.options(trust: trust)
-            let (line, progress) = ProgressLine.download(package, output: output)
-            download.progress = progress
-            defer { line.finish() }
             let (package, dest, options) = (package, dest, options)
-            report = try Blocking.wait { [download] in
-                try await Installer.install(downloading: package, to: dest, policy: policy, options: options, download: download)
+            report = try ProgressLine.downloading(package, options: try tls.options(trust: trust), output: output) {
+                try await Installer.install(downloading: package, to: dest, policy: policy, options: options, download: $0)
             }
         } else {
             report = try Installer.install(package, to: dest, policy: policy, options: options)
