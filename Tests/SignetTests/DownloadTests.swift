@@ -47,7 +47,9 @@ struct DownloadTests {
         // to get there), well before the 15 s the whole body takes.
         for _ in 0..<200 where size() < 100_000 { try await Task.sleep(nanoseconds: 50_000_000) }
         let atCancel = size()
-        #expect(atCancel > 0 && atCancel < body.count / 2, "cancelled part-way: \(atCancel)")
+        // Part-way, with room left to show the transfer stops (a sanitizer build on a loaded
+        // CI machine once got 1.5 MB in before this line ran).
+        #expect(atCancel > 0 && atCancel < body.count - 500_000, "cancelled part-way: \(atCancel)")
         task.cancel()
         let outcome = await task.result
         #expect(throws: CancellationError.self) { try outcome.get() }

@@ -113,6 +113,50 @@ struct ManifestTests {
         #expect(error?.reason.contains(words) == true, "\(mutation): \(error?.reason ?? "accepted")")
     }
 
+    @Test("the streaming reader: shapes JSONDecoder refused or ignored keep their outcome, and name the field", arguments: [
+        // (replace this, with that, words in the error; nil words: accepted as the sample)
+        ("\"version\" : \"1.4.2\"", "\"version\" : \"1.4.2\", \"zz\" : {\"a\" : [1, {\"files\" : 2}]}", nil),
+        ("\"mode\" : \"0755\",", "\"mode\" : \"0755\", \"extra\" : [[], {}],", nil),
+        ("\"size\" : 5", "\"size\" : 18446744073709551616", "whole number"),
+        ("\"size\" : 5", "\"size\" : -5", "whole number"),
+        ("\"size\" : 5", "\"size\" : \"5\"", "whole number"),
+        ("\"size\" : 5", "\"length\" : 5", "files.1.size\" is missing"),
+        ("\"path\" : \"run.sh\",", "", "files.1.path\" is missing"),
+        ("\"mode\" : \"0755\",", "\"mode\" : 755,", "files.1.mode\" has the wrong type"),
+        ("\"sequence\" : 42", "\"sequence\" : \"42\"", "\"sequence\" has the wrong type"),
+        ("\"name\" : \"assets\",", "", "\"name\" is missing"),
+        ("\"expires\" : null", "\"expires\" : 5", "\"expires\" has the wrong type"),
+        ("\"files\" : [", "\"files\" : 5, \"old\" : [", "\"files\" has the wrong type"),
+        // A newer format may shape its files differently: its format is what is named.
+        ("\"signet/1\"", "\"signet/2\"", "signet/2"),
+    ])
+    func streamingShapes(_ replace: String, _ with: String, _ words: String?) throws {
+        let good = String(decoding: try Self.sample().encoded(), as: UTF8.self)
+        var text = good.replacingOccurrences(of: replace, with: with)
+        if replace.hasPrefix("\"signet/1") { text = text.replacingOccurrences(of: "\"path\" : \"run.sh\",", with: "\"name\" : 5,") }
+        #expect(text != good)
+        guard let words else {
+            #expect(try Manifest.parse(Array(text.utf8)) == Self.sample())
+            return
+        }
+        let error = signetError { _ = try Manifest.parse(Array(text.utf8)) }
+        #expect(error?.code == .malformedManifest)
+        #expect(error?.reason.contains(words) == true, "\(with): \(error?.reason ?? "accepted")")
+    }
+
+    @Test("a file's sha256 is kept as bytes and given back as the same lowercase hex")
+    func compactDigest() throws {
+        let hex = "00ff" + String(repeating: "0123456789abcdef", count: 3) + "fedcba987654"
+        var file = Manifest.File(path: "a", size: 1, sha256: hex, mode: .regular)
+        #expect(file.sha256 == hex)
+        guard case .bytes = file.content else { Issue.record("not kept as bytes"); return }
+        file.sha256 = "not hex"   // what a bare package's files carry: kept as given
+        #expect(file.sha256 == "not hex")
+        let digest = try Digest.compute(Array("abc".utf8), algorithm: .sha256)
+        #expect(Manifest.File(path: "a", size: 3, sha256: digest.hex, mode: .regular).content.matches(digest))
+        #expect(!Manifest.File(path: "a", size: 3, sha256: hex, mode: .regular).content.matches(digest))
+    }
+
     @Test("paths equal after Unicode normalisation count as duplicates")
     func nfcDuplicates() throws {
         var manifest = try Self.sample()

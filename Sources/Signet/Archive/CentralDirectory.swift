@@ -31,8 +31,9 @@ enum CentralDirectory {
 
     /// One central-directory record, cross-checked with its local header.
     struct Record {
-        /// The name exactly as stored.
-        let name: [UInt8]
+        /// Where the name, exactly as stored, is in ``Directory/names``, and its length.
+        let nameStart: UInt32
+        let nameLength: UInt16
         let flags: UInt16
         let method: UInt16
         let crc: UInt32
@@ -46,23 +47,54 @@ enum CentralDirectory {
         var isEncrypted: Bool { flags & 1 != 0 }
     }
 
+    /// The records of an archive, in directory order, and their names in one buffer (tens of
+    /// thousands of names cost their bytes, not an allocation each).
+    struct Directory: RandomAccessCollection {
+        private(set) var records: [Record] = []
+        /// Every record's name, one after another.
+        private(set) var names: [UInt8] = []
+
+        var startIndex: Int { records.startIndex }
+        var endIndex: Int { records.endIndex }
+        subscript(position: Int) -> Record { records[position] }
+
+        /// The name of `record`, exactly as stored.
+        func name(of record: Record) -> ArraySlice<UInt8> {
+            names[Int(record.nameStart)..<Int(record.nameStart) + Int(record.nameLength)]
+        }
+
+        /// The name of `record` for messages (invalid UTF-8 shown as U+FFFD).
+        func shownName(of record: Record) -> String { String(decoding: name(of: record), as: UTF8.self) }
+
+        /// Where the next name goes. The directory is at most 256 MiB, so offsets fit UInt32.
+        fileprivate var nextNameStart: UInt32 { UInt32(names.count) }
+
+        fileprivate mutating func append(_ record: Record, name: ArraySlice<UInt8>) {
+            records.append(record)
+            names.append(contentsOf: name)
+        }
+
+        fileprivate mutating func reserve(_ count: Int) { records.reserveCapacity(count) }
+    }
+
     /// Every record, in directory order, after the whole layout was checked. Throws
     /// `.malformedArchive` for any disagreement, and for more than `maximumEntries` entries.
-    static func records(of file: InputFile, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws -> [Record] {
+    static func records(of file: InputFile, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws -> Directory {
         var reader = Reader(file: file, archive: archive)
         let end = try reader.endOfCentralDirectory()
         guard end.count <= UInt64(maximumEntries) else {
             throw reader.malformed("it has \(end.count) entries, more than the \(maximumEntries) a package within the limits can have (\(limitFlag))")
         }
-        var records: [Record] = []
-        records.reserveCapacity(Int(end.count))
+        var directory = Directory()
+        directory.reserve(Int(end.count))
         var stream = try reader.stream(from: end.directoryOffset, count: end.directorySize)
         for index in 0..<end.count {
-            records.append(try reader.centralRecord(&stream, index: index))
+            let (record, name) = try reader.centralRecord(&stream, index: index, nameStart: directory.nextNameStart)
+            directory.append(record, name: name)
         }
         guard stream.remaining == 0, stream.used == stream.buffer.count else { throw reader.malformed("its central directory holds more than its \(end.count) records") }
-        try reader.checkLocalHeaders(records, directoryOffset: end.directoryOffset)
-        return records
+        try reader.checkLocalHeaders(directory, directoryOffset: end.directoryOffset)
+        return directory
     }
 
     /// The end of central directory, resolved through ZIP64 where used.
@@ -229,12 +261,13 @@ enum CentralDirectory {
             if offset == 0xffff_ffff { offset = try next() }
         }
 
-        func centralRecord(_ stream: inout Stream, index: UInt64) throws -> Record {
+        /// The next record, its name to be stored at `nameStart`, and the name.
+        func centralRecord(_ stream: inout Stream, index: UInt64, nameStart: UInt32) throws -> (Record, name: ArraySlice<UInt8>) {
             let fixed = Array(try take(&stream, 46))
             guard fixed[0] == 0x50, fixed[1] == 0x4b, fixed[2] == 1, fixed[3] == 2 else {
                 throw malformed("its central directory is damaged (record \(index) has no signature)")
             }
-            let name = Array(try take(&stream, Int(u16(fixed, 28))))
+            let name = ArraySlice(try take(&stream, Int(u16(fixed, 28))))
             let extra = Array(try take(&stream, Int(u16(fixed, 30))))
             _ = try take(&stream, Int(u16(fixed, 32)))
             let shown = String(decoding: name, as: UTF8.self)
@@ -248,19 +281,21 @@ enum CentralDirectory {
             try resolveZip64(try extraFields(extra, entry: shown), size: &size, compressedSize: &compressedSize, offset: &offset, entry: shown)
             guard disk == 0 else { throw malformed("'\(shown)' starts on another disk") }
             let madeBy = fixed[5]
-            return Record(name: name, flags: flags, method: UInt16(u16(fixed, 10)), crc: UInt32(u32(fixed, 16)),
-                          compressedSize: compressedSize, size: size, localHeaderOffset: offset!,
-                          unixMode: madeBy == 3 ? UInt32(u32(fixed, 38) >> 16) : nil)
+            return (Record(nameStart: nameStart, nameLength: UInt16(name.count), flags: flags, method: UInt16(u16(fixed, 10)),
+                           crc: UInt32(u32(fixed, 16)), compressedSize: compressedSize, size: size, localHeaderOffset: offset!,
+                           unixMode: madeBy == 3 ? UInt32(u32(fixed, 38) >> 16) : nil), name)
         }
 
         /// Each local header against its central record, each data descriptor too, and the
         /// entries laid end to end from byte 0 up to the central directory.
-        func checkLocalHeaders(_ records: [Record], directoryOffset: UInt64) throws {
-            let order = records.indices.sorted { records[$0].localHeaderOffset < records[$1].localHeaderOffset }
+        func checkLocalHeaders(_ records: Directory, directoryOffset: UInt64) throws {
+            // Usually already in offset order: then no index array is sorted.
+            let inOrder = zip(records.records, records.records.dropFirst()).allSatisfy { $0.localHeaderOffset < $1.localHeaderOffset }
+            let order = inOrder ? Array(records.indices) : records.indices.sorted { records[$0].localHeaderOffset < records[$1].localHeaderOffset }
             var expected: UInt64 = 0
             for index in order {
                 let record = records[index]
-                let shown = String(decoding: record.name, as: UTF8.self)
+                let shown = records.shownName(of: record)
                 guard record.localHeaderOffset == expected else {
                     throw malformed(record.localHeaderOffset < expected ? "the entry '\(shown)' overlaps the one before it"
                                                                         : "there are \(record.localHeaderOffset - expected) bytes before the entry '\(shown)' that belong to no entry")
@@ -271,7 +306,7 @@ enum CentralDirectory {
                 }
                 let nameLength = Int(u16(header, 26)), extraLength = Int(u16(header, 28))
                 let variable = try read(record.localHeaderOffset + 30, nameLength + extraLength)
-                guard variable.prefix(nameLength).elementsEqual(record.name) else {
+                guard variable.prefix(nameLength).elementsEqual(records.name(of: record)) else {
                     throw malformed("the local header of '\(shown)' names another file")
                 }
                 guard UInt16(u16(header, 6)) == record.flags else { throw malformed("the local header and the central directory of '\(shown)' disagree on its flags") }

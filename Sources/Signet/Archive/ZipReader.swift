@@ -11,11 +11,9 @@ internal import CZip
 /// libzip then reads too (`zip_fdopen` of a duplicate), so both read the same file: a path cannot
 /// be swapped between the check and the open. libzip's view of every entry must equal Signet's.
 final class ZipReader {
-    /// One central-directory record; nothing here is trusted yet.
+    /// One central-directory record; nothing here is trusted yet. Its name is ``rawName(of:)``.
     struct Entry {
         let index: UInt64
-        /// The name exactly as stored.
-        let rawName: [UInt8]
         let size: UInt64
         let compressedSize: UInt64
         let method: UInt16
@@ -27,15 +25,16 @@ final class ZipReader {
     /// The libzip handle, for `zip_source_zip` (which needs it open until the destination closes).
     let archive: OpaquePointer
     let path: String
-    /// The records as Signet read and cross-checked them.
-    private let records: [CentralDirectory.Record]
+    /// The records as Signet read and cross-checked them, names in one buffer.
+    private let directory: CentralDirectory.Directory
 
     /// Opens `path`, refusing (before libzip spends memory on it) more than `maximumEntries`
-    /// entries; `limitFlag` names the option that raises that limit.
+    /// entries; `limitFlag` names the option that raises that limit. libzip's view of every
+    /// entry is then checked against Signet's.
     init(path: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
         // Only regular files: a FIFO or device would block or never end.
         let file = try InputFile.open(path, what: "package")
-        records = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag)
+        directory = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag)
         let copy: Int32
         do { copy = try systemCall("dup") { dup(file.descriptor.rawValue) } } catch {
             throw SignetError.posix(error, "cannot read the package", path: path)
@@ -56,39 +55,54 @@ final class ZipReader {
         }
         self.archive = archive
         self.path = path
+        try agreeWithLibzip()
     }
 
     deinit { zip_discard(archive) }
 
-    /// Every central-directory record, in archive order, as Signet read it; libzip must agree.
-    func entries() throws -> [Entry] {
+    /// libzip must see the entries Signet checked: the same count, names, sizes, CRCs, methods
+    /// and encryption.
+    private func agreeWithLibzip() throws {
         let count = zip_get_num_entries(archive, 0)
         guard count >= 0 else { throw failure("cannot list the entries") }
-        guard count == records.count else {
-            throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip counts \(count) entries, its central directory \(records.count)", path: path)
+        guard count == directory.count else {
+            throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip counts \(count) entries, its central directory \(directory.count)", path: path)
         }
-        var entries: [Entry] = []
-        entries.reserveCapacity(Int(count))
-        for (position, record) in records.enumerated() {
+        for (position, record) in directory.enumerated() {
             let index = UInt64(position)
             var info = zip_stat_t()
             guard zip_stat_index(archive, index, zip_flags_t(ZIP_FL_ENC_RAW), &info) == 0, let name = info.name else {
                 throw failure("entry \(index) is unreadable")
             }
-            let libzipName = Array(UnsafeBufferPointer(start: UnsafeRawPointer(name).assumingMemoryBound(to: UInt8.self), count: strlen(name)))
+            let libzipName = UnsafeRawBufferPointer(start: UnsafeRawPointer(name), count: strlen(name))
             // The same name, unless the stored one holds a NUL, which libzip 1.7 silently rewrites
             // (to a space); the policy then refuses the stored name.
-            guard record.name == libzipName || record.name.contains(0) else {
+            let stored = directory.name(of: record)
+            guard stored.elementsEqual(libzipName) || stored.contains(0) else {
                 throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: entry \(index) has two different names", path: path)
             }
-            guard info.size == record.size, info.comp_size == record.compressedSize, info.crc == record.crc, info.comp_method == record.method else {
-                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip and Signet read different sizes, CRC or method for entry \(index)", path: path)
+            guard info.size == record.size, info.comp_size == record.compressedSize, info.crc == record.crc, info.comp_method == record.method,
+                  (info.encryption_method != ZIP_EM_NONE) == record.isEncrypted else {
+                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip and Signet read different sizes, CRC, method or encryption for entry \(index)", path: path)
             }
-            entries.append(Entry(index: index, rawName: record.name, size: record.size, compressedSize: record.compressedSize,
-                                 method: record.method, encrypted: record.isEncrypted || info.encryption_method != ZIP_EM_NONE, unixMode: record.unixMode))
         }
-        return entries
     }
+
+    /// How many entries the archive holds.
+    var count: Int { directory.count }
+
+    /// The entry at `position` in archive order.
+    func entry(at position: Int) -> Entry {
+        let record = directory[position]
+        return Entry(index: UInt64(position), size: record.size, compressedSize: record.compressedSize,
+                     method: record.method, encrypted: record.isEncrypted, unixMode: record.unixMode)
+    }
+
+    /// Every entry, in archive order.
+    func entries() -> [Entry] { (0..<count).map(entry(at:)) }
+
+    /// The entry's name exactly as stored (not trusted: any bytes).
+    func rawName(of entry: Entry) -> ArraySlice<UInt8> { directory.name(of: directory[Int(entry.index)]) }
 
     /// Streams an entry's uncompressed bytes to `body`. The entry must hold exactly the size its
     /// headers state, and at most `limit` bytes: a larger claim is refused before reading, and
@@ -132,7 +146,9 @@ final class ZipReader {
     /// Reads a small entry whole, refusing more than `limit` bytes.
     func readAll(_ entry: Entry, limit: UInt64, name: String) throws -> [UInt8] {
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(Int(min(entry.size, limit, 1 << 20)))
+        // The claimed size, already checked against the limit: a large buffer is only address
+        // space until the data fills it, and regrowing would hold two copies at once.
+        bytes.reserveCapacity(Int(min(entry.size, limit)))
         try read(entry, limit: limit, name: name) { bytes.append(contentsOf: $0) }
         return bytes
     }

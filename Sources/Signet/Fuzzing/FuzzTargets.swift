@@ -27,8 +27,8 @@ public enum _FuzzTargets {
             var limits = PackageLimits()
             limits.maxFiles = 64
             limits.maxTotalSize = 1 << 22
-            if let reader = try? ZipReader(path: path, maximumEntries: limits.maximumEntries), let entries = try? reader.entries() {
-                for entry in entries { _ = try? reader.read(entry, limit: 1 << 22, name: "entry") { _ in } }
+            if let reader = try? ZipReader(path: path, maximumEntries: limits.maximumEntries) {
+                for entry in reader.entries() { _ = try? reader.read(entry, limit: 1 << 22, name: "entry") { _ in } }
             }
             _ = try? PackageReader.contents(of: path, limits: limits)
         },

@@ -163,7 +163,7 @@ public enum Installer {
         /// The resources to install: the manifest's, or a bare package's in archive order.
         func resources(_ checked: PackageReader.Checked?) -> [Manifest.File] {
             if let checked { return checked.manifest.files }
-            return layout.resourceOrder.map { Manifest.File(path: $0, size: layout.resources[$0]!.size, sha256: "", mode: .regular) }
+            return layout.resourceOrder.map { Manifest.File(path: $0, size: layout.resource($0)!.size, sha256: "", mode: .regular) }
         }
 
         /// Writes one resource into the staging directory while verifying it, then gives it its
@@ -267,10 +267,10 @@ public enum Installer {
     /// A bare resource: streamed while hashed, then its `.sig` checked against every trusted key.
     static func bareResource(_ path: String, reader: ZipReader, layout: PackageReader.Layout, policy: TrustPolicy, options: InstallOptions,
                              package: String, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> (String, [UInt8], PublicKey) {
-        guard let signatureEntry = layout.signatures[path] else {
+        guard let signatureEntry = layout.signature(path) else {
             throw SignetError(.missingSignature, "'\(path)' has no signature '\(path).sig' in the bare package '\(package)'; every file needs one", path: package, entry: path)
         }
-        let entry = layout.resources[path]!
+        let entry = layout.resource(path)!
         let algorithms = options.bareAlgorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, options.bareAlgorithm.digest]
         let hashers = try algorithms.map { try Digest.Hasher($0) }
         try reader.read(entry, limit: options.limits.maxTotalSize, name: path) { chunk in

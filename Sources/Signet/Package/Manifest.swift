@@ -15,16 +15,81 @@ public struct Manifest: Sendable, Equatable {
         /// Size in bytes.
         public var size: UInt64
         /// Lowercase hex SHA-256 of the content.
-        public var sha256: String
+        public var sha256: String {
+            get { content.hex }
+            set { content = ContentHash(newValue) }
+        }
         /// Permissions: executable files are 0755, others 0644.
         public var mode: FileMode
+        /// The SHA-256, held as its 32 bytes (a manifest of 50,000 files keeps 50,000 of these).
+        var content: ContentHash
 
         /// Creates an entry.
         public init(path: String, size: UInt64, sha256: String, mode: FileMode) {
+            self.init(path: path, size: size, content: ContentHash(sha256), mode: mode)
+        }
+
+        init(path: String, size: UInt64, content: ContentHash, mode: FileMode) {
             self.path = path
             self.size = size
-            self.sha256 = sha256
+            self.content = content
             self.mode = mode
+        }
+    }
+
+    /// A file's SHA-256 as 32 bytes when it is lowercase hex (always, in a parsed manifest), or
+    /// as the text it was given otherwise (a bare package's files have none).
+    enum ContentHash: Sendable, Equatable {
+        case bytes(UInt64, UInt64, UInt64, UInt64)
+        case text(String)
+
+        init(_ hex: String) {
+            self = Self(lowercaseHex: hex) ?? .text(hex)
+        }
+
+        /// The 32 bytes of 64 lowercase hex digits; nil for anything else.
+        init?(lowercaseHex hex: String) {
+            var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+            var count = 0
+            for byte in hex.utf8 {
+                let nibble: UInt64
+                switch byte {
+                case 0x30...0x39: nibble = UInt64(byte - 0x30)
+                case 0x61...0x66: nibble = UInt64(byte - 0x61 + 10)
+                default: return nil
+                }
+                guard count < 64 else { return nil }
+                switch count / 16 {
+                case 0: words.0 = words.0 << 4 | nibble
+                case 1: words.1 = words.1 << 4 | nibble
+                case 2: words.2 = words.2 << 4 | nibble
+                default: words.3 = words.3 << 4 | nibble
+                }
+                count += 1
+            }
+            guard count == 64 else { return nil }
+            self = .bytes(words.0, words.1, words.2, words.3)
+        }
+
+        /// Lowercase hex.
+        var hex: String {
+            switch self {
+            case .text(let text): return text
+            case .bytes(let a, let b, let c, let d):
+                return [a, b, c, d].map { word in
+                    let digits = String(word, radix: 16)
+                    return String(repeating: "0", count: 16 - digits.count) + digits
+                }.joined()
+            }
+        }
+
+        /// Whether `digest` is this SHA-256.
+        func matches(_ digest: Digest) -> Bool {
+            guard case .bytes(let a, let b, let c, let d) = self, digest.bytes.count == 32 else { return false }
+            return digest.bytes.withUnsafeBytes { raw in
+                func word(_ index: Int) -> UInt64 { UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: index * 8, as: UInt64.self)) }
+                return word(0) == a && word(1) == b && word(2) == c && word(3) == d
+            }
         }
     }
 
@@ -67,25 +132,6 @@ public struct Manifest: Sendable, Equatable {
         self.name = name
         self.sequence = sequence
         self.version = version
-    }
-
-    // The JSON shape, keys as FORMAT.md spells them (reading only; ``encoded()`` writes it).
-    private struct Document: Decodable {
-        struct Entry: Decodable {
-            let mode: String
-            let path: String
-            let sha256: String
-            let size: UInt64
-        }
-        let algorithm: String
-        let created: String
-        let expires: String?
-        let files: [Entry]
-        let format: String
-        let key_id: String
-        let name: String
-        let sequence: UInt64
-        let version: String
     }
 
     /// The exact bytes to store and sign: UTF-8 JSON, sorted keys, two-space indentation, final newline.
@@ -133,61 +179,217 @@ public struct Manifest: Sendable, Equatable {
     /// `StrictJSON`), `signet/1`, every field present and well-formed, known
     /// algorithm, valid paths without duplicates (also after Unicode normalisation), `expires`
     /// not before `created`. Throws ``SignetError/Code/malformedManifest``.
+    ///
+    /// Built as the strict parser walks the bytes (``ManifestReader``), with each file checked and
+    /// kept compactly as it is met: no tree of the whole document is ever made, so a manifest of
+    /// 50,000 files costs little more than its own bytes.
     public static func parse(_ bytes: [UInt8], source: String? = nil) throws -> Manifest {
         let source = source ?? TreeLayout.manifest
         func malformed(_ reason: String) -> SignetError {
             SignetError(.malformedManifest, "\(source) is not a valid signet/1 manifest: \(reason)", entry: TreeLayout.manifest)
         }
-        // Duplicate keys, fractions and other constructs parsers read differently are refused
-        // before Foundation (which keeps the first of two duplicates) sees the bytes.
+        // Duplicate keys, fractions and other constructs parsers read differently are refused.
+        var reader = ManifestReader()
         do {
-            try StrictJSON.check(bytes, integersOnly: true)
+            try StrictJSON.parse(bytes, integersOnly: true, into: &reader)
         } catch let refusal as StrictJSON.Refusal {
             throw malformed("it is not JSON as Signet accepts it: \(refusal)")
+        } catch let failure as ManifestReader.Failure {
+            // A document of another format may be shaped differently: name its format first.
+            if let format = reader.fields["format"], case .string(let text) = format, text != Self.format {
+                throw malformed("its format is \"\(text)\", not \"\(Self.format)\"")
+            }
+            throw malformed(failure.reason)
         }
-        let document: Document
-        do {
-            document = try JSONDecoder().decode(Document.self, from: Data(bytes))
-        } catch DecodingError.keyNotFound(let key, _) {
-            throw malformed("the field \"\(key.stringValue)\" is missing")
-        } catch DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context) {
-            throw malformed("the field \"\(context.codingPath.map(\.stringValue).joined(separator: "."))\" has the wrong type")
-        } catch {
-            throw malformed("it is not JSON")
+        func string(_ key: String) throws -> String {
+            switch reader.fields[key] {
+            case .string(let text)?: return text
+            case nil: throw malformed("the field \"\(key)\" is missing")
+            default: throw malformed("the field \"\(key)\" has the wrong type")
+            }
         }
-        guard document.format == format else { throw malformed("its format is \"\(document.format)\", not \"\(format)\"") }
-        guard let algorithm = SignatureAlgorithm(id: document.algorithm) else { throw malformed("unknown algorithm \"\(document.algorithm)\"") }
-        guard let created = Timestamp(rfc3339: document.created) else { throw malformed("\"created\" is not an RFC 3339 UTC time") }
+        func number(_ key: String) throws -> UInt64 {
+            switch reader.fields[key] {
+            case .number(let text)?:
+                guard let value = UInt64(text) else { throw malformed("the field \"\(key)\" is not a whole number from 0 to \(UInt64.max)") }
+                return value
+            case nil: throw malformed("the field \"\(key)\" is missing")
+            default: throw malformed("the field \"\(key)\" has the wrong type")
+            }
+        }
+        let format = try string("format")
+        guard format == Self.format else { throw malformed("its format is \"\(format)\", not \"\(Self.format)\"") }
+        if let failure = reader.fileFailure { throw malformed(failure.reason) }
+        guard reader.sawFiles else { throw malformed("the field \"files\" is missing") }
+        let algorithmID = try string("algorithm")
+        guard let algorithm = SignatureAlgorithm(id: algorithmID) else { throw malformed("unknown algorithm \"\(algorithmID)\"") }
+        let createdText = try string("created")
+        guard let created = Timestamp(rfc3339: createdText) else { throw malformed("\"created\" is not an RFC 3339 UTC time") }
         var expires: Timestamp? = nil
-        if let text = document.expires {
+        switch reader.fields["expires"] {
+        case .null?: break
+        case .string(let text)?:
             guard let value = Timestamp(rfc3339: text) else { throw malformed("\"expires\" is not an RFC 3339 UTC time") }
-            guard value >= created else { throw malformed("it expires (\(text)) before it was created (\(document.created))") }
+            guard value >= created else { throw malformed("it expires (\(text)) before it was created (\(createdText))") }
             expires = value
+        case nil: throw malformed("the field \"expires\" is missing")
+        default: throw malformed("the field \"expires\" has the wrong type")
         }
-        guard document.key_id.utf8.count == 64, document.key_id == document.key_id.lowercased(), let keyID = KeyID(document.key_id) else {
+        let keyText = try string("key_id")
+        guard keyText.utf8.count == 64, keyText == keyText.lowercased(), let keyID = KeyID(keyText) else {
             throw malformed("\"key_id\" is not 64 lowercase hex characters")
         }
-        guard !document.name.isEmpty else { throw malformed("\"name\" is empty") }
-        var seen = Set<String>()
-        var files: [File] = []
-        files.reserveCapacity(document.files.count)
-        for entry in document.files {
-            if case .failure(let refusal) = ResourcePath.validateResource(entry.path) {
-                throw malformed("file \"\(entry.path)\": \(refusal.reason)")
+        let name = try string("name")
+        guard !name.isEmpty else { throw malformed("\"name\" is empty") }
+        return Manifest(algorithm: algorithm, created: created, expires: expires, files: reader.files, keyID: keyID,
+                        name: name, sequence: try number("sequence"), version: try string("version"))
+    }
+}
+
+/// Builds a manifest from ``StrictJSON``'s events: the top-level fields as scalars, and each
+/// entry of `files` checked and appended as a compact ``Manifest/File`` as soon as its object
+/// closes. Unknown fields (at either level) are skipped, as a newer writer may add them.
+struct ManifestReader: StrictJSON.Handler {
+    struct Failure: Error {
+        let reason: String
+    }
+
+    /// The top-level scalars by key (objects and arrays other than `files` are not kept).
+    var fields: [String: StrictJSON.Scalar] = [:]
+    var files: [Manifest.File] = []
+    var sawFiles = false
+    /// The first defect of a file entry; reported after the format was checked.
+    var fileFailure: Failure? = nil
+    /// 0 outside the document, 1 in the top object, 2 in `files`, 3 in one of its entries.
+    private(set) var depth = 0
+    /// Depth of an unknown value being skipped, below the current level.
+    private var skipping = 0
+    private var key: String? = nil
+    private var inFiles = false
+    private var seen = Set<String>()
+    /// The fields of the file entry being read.
+    private var entry = Entry()
+    private struct Entry {
+        var path: StrictJSON.Scalar?
+        var sha256: StrictJSON.Scalar?
+        var size: StrictJSON.Scalar?
+        var mode: StrictJSON.Scalar?
+    }
+
+    private func wrongType(_ what: String) -> Failure { Failure(reason: "the field \"\(what)\" has the wrong type") }
+
+    mutating func begin(isObject: Bool) throws {
+        if skipping > 0 { skipping += 1; return }
+        switch depth {
+        case 0:
+            guard isObject else { throw Failure(reason: "it is not a JSON object") }
+            depth = 1
+        case 1:
+            if key == "files" {
+                guard !isObject else { throw wrongType("files") }
+                depth = 2
+                inFiles = true
+                sawFiles = true
+            } else {
+                skipping = 1
             }
-            // Swift compares Strings by canonical equivalence, so NFC/NFD twins collide here.
-            guard seen.insert(entry.path).inserted else { throw malformed("file \"\(entry.path)\" is listed twice (or twice after Unicode normalisation)") }
-            // 64 lowercase hex digits, checked byte by byte (no copies: this runs once per file).
-            guard entry.sha256.utf8.count == 64, entry.sha256.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else {
-                throw malformed("file \"\(entry.path)\" has a sha256 that is not 64 lowercase hex characters")
-            }
-            guard let mode = FileMode(rawValue: entry.mode) else {
-                throw malformed("file \"\(entry.path)\" has mode \"\(entry.mode)\"; only 0644 and 0755 are allowed")
-            }
-            files.append(File(path: entry.path, size: entry.size, sha256: entry.sha256, mode: mode))
+        case 2:
+            guard isObject else { throw wrongType("files.\(files.count)") }
+            depth = 3
+            entry = Entry()
+        default:
+            skipping = 1   // a nested value inside a file entry: not one of its fields
         }
-        return Manifest(algorithm: algorithm, created: created, expires: expires, files: files, keyID: keyID,
-                        name: document.name, sequence: document.sequence, version: document.version)
+    }
+
+    mutating func end() throws {
+        if skipping > 0 {
+            skipping -= 1
+            if skipping == 0 { key = nil }
+            return
+        }
+        switch depth {
+        case 3:
+            depth = 2
+            finishEntry()
+        case 2:
+            depth = 1
+            inFiles = false
+            files.reserveCapacity(files.count)   // no slack kept from growth
+        default:
+            depth -= 1
+        }
+        key = nil
+    }
+
+    mutating func key(_ key: String) throws {
+        if skipping > 0 { return }
+        self.key = key
+    }
+
+    mutating func scalar(_ value: StrictJSON.Scalar) throws {
+        if skipping > 0 { return }
+        switch depth {
+        case 1:
+            if let key {
+                if key == "files" { throw wrongType("files") }
+                fields[key] = value
+            }
+        case 2: throw wrongType("files.\(files.count)")
+        case 3:
+            switch key {
+            case "path": entry.path = value
+            case "sha256": entry.sha256 = value
+            case "size": entry.size = value
+            case "mode": entry.mode = value
+            default: break
+            }
+        default: throw Failure(reason: "it is not a JSON object")
+        }
+        key = nil
+    }
+
+    /// Checks the entry just closed and keeps it (or the first defect, then stops keeping).
+    private mutating func finishEntry() {
+        guard fileFailure == nil else { return }
+        let index = files.count
+        func text(_ value: StrictJSON.Scalar?) -> String? {
+            guard case .string(let text)? = value else { return nil }
+            return text
+        }
+        func absentOrWrong(_ field: String, _ value: StrictJSON.Scalar?) -> Failure {
+            Failure(reason: "the field \"files.\(index).\(field)\" \(value == nil ? "is missing" : "has the wrong type")")
+        }
+        guard let path = text(entry.path) else {
+            fileFailure = absentOrWrong("path", entry.path)
+            return
+        }
+        if case .failure(let refusal) = ResourcePath.validateResource(path) {
+            fileFailure = Failure(reason: "file \"\(path)\": \(refusal.reason)")
+            return
+        }
+        // Swift compares Strings by canonical equivalence, so NFC/NFD twins collide here.
+        guard seen.insert(path).inserted else {
+            fileFailure = Failure(reason: "file \"\(path)\" is listed twice (or twice after Unicode normalisation)")
+            return
+        }
+        guard let hex = text(entry.sha256), let content = Manifest.ContentHash(lowercaseHex: hex) else {
+            fileFailure = Failure(reason: "file \"\(path)\" has a sha256 that is not 64 lowercase hex characters")
+            return
+        }
+        guard case .number(let sizeText)? = entry.size, let size = UInt64(sizeText) else {
+            fileFailure = entry.size == nil ? absentOrWrong("size", nil) : Failure(reason: "file \"\(path)\" has a size that is not a whole number from 0 to \(UInt64.max)")
+            return
+        }
+        guard let modeText = text(entry.mode) else {
+            fileFailure = absentOrWrong("mode", entry.mode)
+            return
+        }
+        guard let mode = Manifest.FileMode(rawValue: modeText) else {
+            fileFailure = Failure(reason: "file \"\(path)\" has mode \"\(modeText)\"; only 0644 and 0755 are allowed")
+            return
+        }
+        files.append(Manifest.File(path: path, size: size, content: content, mode: mode))
     }
 }
 

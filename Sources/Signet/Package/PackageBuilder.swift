@@ -230,9 +230,9 @@ public enum PackageBuilder {
     /// every entry to the expansion-ratio limit.
     static func checkWritten(_ temporary: String, output: String, limits: PackageLimits, inputs: [PackInput]) throws {
         let file = try InputFile.open(temporary, what: "package")
-        for record in try CentralDirectory.records(of: file, archive: output, maximumEntries: limits.maximumEntries)
-        where record.compressedSize > 0 && record.size / record.compressedSize > limits.maxRatio {
-            let name = String(decoding: record.name, as: UTF8.self)
+        let directory = try CentralDirectory.records(of: file, archive: output, maximumEntries: limits.maximumEntries)
+        for record in directory where record.compressedSize > 0 && record.size / record.compressedSize > limits.maxRatio {
+            let name = directory.shownName(of: record)
             throw SignetError(.usage, "'\(name)' compresses \(record.size / record.compressedSize) times, more than the \(limits.maxRatio) unpack accepts (it would take it for a deflate bomb); pack it with --store, or give pack and the clients' unpack the same --max-ratio", path: inputs.first { $0.packagePath == name }?.diskPath)
         }
     }
@@ -447,7 +447,7 @@ final class ParallelDeflate {
                     throw SignetError(.io, "the temporary archive '\(paths[worker])' holds \(records.count) entries, not \(share.count)", path: paths[worker])
                 }
                 for (record, index) in zip(records, share) {
-                    guard record.name.elementsEqual(String(index).utf8), record.method == CentralDirectory.deflateMethod, record.size == inputs[index].size else {
+                    guard records.name(of: record).elementsEqual(String(index).utf8), record.method == CentralDirectory.deflateMethod, record.size == inputs[index].size else {
                         throw SignetError(.io, "the temporary archive '\(paths[worker])' does not hold what was written to it", path: paths[worker])
                     }
                     placement[index] = Placement(worker: UInt16(worker), crc: record.crc, localHeaderOffset: record.localHeaderOffset,

@@ -221,17 +221,17 @@ public enum PackageReader {
             return verdict(.expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release", entry: TreeLayout.manifest)
         }
         let listed = Set(manifest.files.map(\.path))
-        for resource in layout.resources.keys.sorted(by: ResourcePath.byteOrder) where !listed.contains(resource) {
+        for resource in layout.resourceNames.sorted(by: ResourcePath.byteOrder) where !listed.contains(resource) {
             return verdict(.extra, "the archive holds '\(resource)', which the manifest does not list", entry: resource)
         }
-        for signed in layout.signatures.keys.sorted(by: ResourcePath.byteOrder) where !listed.contains(signed) {
+        for signed in layout.signedNames.sorted(by: ResourcePath.byteOrder) where !listed.contains(signed) {
             return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: TreeLayout.signature(of: signed))
         }
         for file in manifest.files {
-            guard layout.resources[file.path] != nil else {
+            guard layout.resource(file.path) != nil else {
                 return verdict(.missing, "the manifest lists '\(file.path)', but the archive does not hold it", entry: file.path)
             }
-            guard layout.signatures[file.path] != nil else {
+            guard layout.signature(file.path) != nil else {
                 return verdict(.missing, "'\(file.path)' has no signature (\(TreeLayout.signature(of: file.path)))", entry: file.path)
             }
         }
@@ -249,8 +249,8 @@ public enum PackageReader {
     /// size + 1 bytes; checks size, SHA-256 and its signature.
     static func checkResource(_ file: Manifest.File, reader: ZipReader, layout: Layout, checked: Checked,
                               sink: ((UnsafeRawBufferPointer) throws -> Void)?) throws -> ResourceCheck {
-        let entry = layout.resources[file.path]!
-        let signatureEntry = layout.signatures[file.path]!
+        let entry = layout.resource(file.path)!
+        let signatureEntry = layout.signature(file.path)!
         // The archive must first agree with itself: data that does not match its own headers is
         // malformed (exit 4) whatever the manifest says. Only a consistent entry of another size
         // than the signed one is "modified".
@@ -264,7 +264,7 @@ public enum PackageReader {
             if UInt64(chunk.count) > 0, let sink { try sink(chunk) }
         }
         let digests = try hashers.map { try $0.finalize() }
-        guard digests[0].matches(hex: file.sha256) else {
+        guard file.content.matches(digests[0]) else {
             return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
         }
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
@@ -278,9 +278,12 @@ public enum PackageReader {
     /// The entries of a package, sorted into resources and `.signet/` entries, after every check
     /// that needs no key: names, types, encryption, compression methods, duplicates, limits.
     struct Layout {
-        var resources: [String: ZipReader.Entry] = [:]
-        var resourceOrder: [String] = []
-        var signatures: [String: ZipReader.Entry] = [:]
+        /// Resources by name, and their position in the archive (for ``resource(_:)``).
+        private var resourcePositions: [String: Int32] = [:]
+        /// The resource names in archive order.
+        private(set) var resourceOrder: [String] = []
+        /// Signatures by the resource they sign.
+        private var signaturePositions: [String: Int32] = [:]
         /// Set for every non-bare layout (its init refuses a package without them).
         var manifest: ZipReader.Entry?
         var manifestSignature: ZipReader.Entry?
@@ -288,28 +291,45 @@ public enum PackageReader {
         /// `.signet/certs/*` entries by name, kept with an installed tree.
         var certificates: [(name: String, entry: ZipReader.Entry)] = []
         let path: String
+        /// The archive the positions refer to.
+        private let reader: ZipReader
 
         /// What the entries seen so far add up to, against the limits.
         private var directoryEntries = 0
         private var total: UInt64 = 0
-        private var seen = Set<String>()
+
+        /// The resource entry named `path`.
+        func resource(_ path: String) -> ZipReader.Entry? { resourcePositions[path].map { reader.entry(at: Int($0)) } }
+        /// The signature entry of the resource `path`.
+        func signature(_ path: String) -> ZipReader.Entry? { signaturePositions[path].map { reader.entry(at: Int($0)) } }
+        /// The resources' names (any order).
+        var resourceNames: Dictionary<String, Int32>.Keys { resourcePositions.keys }
+        /// The names of the resources that have a signature entry (any order).
+        var signedNames: Dictionary<String, Int32>.Keys { signaturePositions.keys }
+        /// How many resources the archive holds.
+        var resourceCount: Int { resourceOrder.count }
 
         /// - Parameter bare: the older layout (FORMAT.md §2): resources and `<path>.sig` beside
-        ///   each, no `.signet/` at all. Signatures land in ``signatures``; ``manifest`` is unset.
+        ///   each, no `.signet/` at all. Signatures land in ``signature(_:)``; ``manifest`` is unset.
         init(reader: ZipReader, limits: PackageLimits, bare: Bool = false) throws {
             path = reader.path
-            for entry in try reader.entries() {
+            self.reader = reader
+            // Names once checked, to find duplicates (Strings compare by canonical equivalence).
+            var seen = Set<String>()
+            seen.reserveCapacity(reader.count)
+            for position in 0..<reader.count {
+                let entry = reader.entry(at: position)
                 // A name ending in / is a directory record: installs nothing (FORMAT.md §2), but
                 // counts against --max-files like any entry.
                 guard let name = try checkedName(of: entry) else {
                     directoryEntries += 1
-                    guard resources.count + directoryEntries <= limits.maxFiles else {
+                    guard resourceOrder.count + directoryEntries <= limits.maxFiles else {
                         throw malformed("it holds more than \(limits.maxFiles) files and directory entries (--max-files)", entry: nil)
                     }
                     continue
                 }
-                try check(entry, name: name, limits: limits)
-                try place(entry, name: name, limits: limits, bare: bare)
+                try check(entry, name: name, limits: limits, seen: &seen)
+                try place(entry, position: Int32(position), name: name, limits: limits, bare: bare)
             }
             try requireSignedManifest(bare: bare)
         }
@@ -320,15 +340,16 @@ public enum PackageReader {
 
         /// The entry's name, checked as a package path (nil for a directory record).
         private func checkedName(of entry: ZipReader.Entry) throws -> String? {
-            let shown = String(decoding: entry.rawName, as: UTF8.self)
-            if entry.rawName.last == UInt8(ascii: "/") {
+            let rawName = reader.rawName(of: entry)
+            let shown = String(decoding: rawName, as: UTF8.self)
+            if rawName.last == UInt8(ascii: "/") {
                 guard entry.size == 0, entry.compressedSize <= 2 else {
                     throw malformed("the directory entry '\(shown)' carries data", entry: shown)
                 }
                 return nil
             }
             let prefix = Array((TreeLayout.directory + "/").utf8)
-            let checked = entry.rawName.starts(with: prefix) ? Array(entry.rawName.dropFirst(prefix.count)) : entry.rawName
+            let checked = rawName.starts(with: prefix) ? Array(rawName.dropFirst(prefix.count)) : Array(rawName)
             if case .failure(let refusal) = ResourcePath.validate(bytes: checked) {
                 throw malformed("the entry name '\(shown)' is forbidden: \(refusal.reason)", entry: shown)
             }
@@ -337,7 +358,7 @@ public enum PackageReader {
 
         /// What every entry must be: not encrypted, stored or deflated, a regular file, named
         /// once, and within the expansion ratio.
-        private mutating func check(_ entry: ZipReader.Entry, name: String, limits: PackageLimits) throws {
+        private func check(_ entry: ZipReader.Entry, name: String, limits: PackageLimits, seen: inout Set<String>) throws {
             guard !entry.encrypted else { throw malformed("the entry '\(name)' is encrypted", entry: name) }
             guard entry.method == ZipReader.methodStore || entry.method == ZipReader.methodDeflate else {
                 throw malformed("the entry '\(name)' uses compression method \(entry.method); only stored and deflated entries are allowed", entry: name)
@@ -360,13 +381,13 @@ public enum PackageReader {
 
         /// Sorts the entry into the manifest, its signature, certificates, signatures or
         /// resources, counting resources against the file and size limits.
-        private mutating func place(_ entry: ZipReader.Entry, name: String, limits: PackageLimits, bare: Bool) throws {
+        private mutating func place(_ entry: ZipReader.Entry, position: Int32, name: String, limits: PackageLimits, bare: Bool) throws {
             if bare {
                 guard !TreeLayout.isSignetEntry(name) else {
                     throw malformed("'\(name)' is a Signet package entry; install it without --bare", entry: name)
                 }
                 if name.hasSuffix(".sig") {
-                    signatures[String(name.dropLast(4))] = entry
+                    signaturePositions[String(name.dropLast(4))] = position
                     return
                 }
             }
@@ -381,7 +402,7 @@ public enum PackageReader {
                     guard case .success = ResourcePath.validate(resource) else {
                         throw malformed("the signature entry '\(name)' does not name a valid resource path", entry: name)
                     }
-                    signatures[resource] = entry
+                    signaturePositions[resource] = position
                 } else if TreeLayout.chainIndex(of: name) != nil, name.hasPrefix(TreeLayout.certificates + "/") {
                     certificates.append((name, entry))
                     guard certificates.count <= PackageLimits.maximumCertificates else {
@@ -390,11 +411,11 @@ public enum PackageReader {
                 } else if TreeLayout.isSignetEntry(name) {
                     throw malformed("unknown entry '\(name)' under .signet/", entry: name)
                 } else {
-                    resources[name] = entry
+                    resourcePositions[name] = position
                     resourceOrder.append(name)
                     let (sum, overflow) = total.addingReportingOverflow(entry.size)
                     total = sum
-                    guard resources.count + directoryEntries <= limits.maxFiles else {
+                    guard resourceOrder.count + directoryEntries <= limits.maxFiles else {
                         throw malformed("it holds more than \(limits.maxFiles) resources (--max-files)", entry: nil)
                     }
                     guard !overflow, total <= limits.maxTotalSize else {
@@ -407,7 +428,7 @@ public enum PackageReader {
         /// A bare package needs resources; any other needs a manifest and its signature.
         private func requireSignedManifest(bare: Bool) throws {
             if bare {
-                guard !resources.isEmpty else { throw malformed("it holds no files", entry: nil) }
+                guard !resourceOrder.isEmpty else { throw malformed("it holds no files", entry: nil) }
                 return
             }
             guard manifest != nil else {
@@ -420,7 +441,7 @@ public enum PackageReader {
 
         func contents(manifest: Manifest) -> PackageContents {
             PackageContents(path: path, resources: resourceOrder.map { name in
-                let entry = resources[name]!
+                let entry = resource(name)!
                 return .init(path: name, size: entry.size, compressedSize: entry.compressedSize,
                              compression: entry.method == ZipReader.methodStore ? .stored : .deflated)
             }, manifest: manifest, hasSignerCertificate: signerCertificate != nil)

@@ -20,10 +20,48 @@ enum StrictJSON {
         var description: String { "\(reason) (at byte \(offset))" }
     }
 
+    /// A scalar value as the parser met it.
+    enum Scalar: Equatable {
+        /// A string, escapes resolved.
+        case string(String)
+        /// A number, as written (already checked against RFC 8259's grammar).
+        case number(String)
+        case bool(Bool)
+        case null
+    }
+
+    /// Receives a document's structure as it is parsed (a pull of events, so a caller builds
+    /// only what it keeps, never a tree of the whole document). Whatever it throws ends the parse.
+    protocol Handler {
+        /// `{` (`isObject`) or `[`.
+        mutating func begin(isObject: Bool) throws
+        /// `}` or `]`.
+        mutating func end() throws
+        /// An object's key; its value follows.
+        mutating func key(_ key: String) throws
+        mutating func scalar(_ value: Scalar) throws
+    }
+
+    /// The handler of ``check(_:integersOnly:)``: keeps nothing.
+    private struct Ignore: Handler {
+        func begin(isObject: Bool) {}
+        func end() {}
+        func key(_ key: String) {}
+        func scalar(_ value: Scalar) {}
+    }
+
     /// Throws ``Refusal`` unless `bytes` is one strict JSON value.
     static func check(_ bytes: [UInt8], integersOnly: Bool = false) throws {
+        var ignore = Ignore()
+        try parse(bytes, integersOnly: integersOnly, into: &ignore)
+    }
+
+    /// Parses `bytes` strictly (see the type's comment), reporting its structure to `handler`.
+    /// Throws ``Refusal`` for a document that is not strict JSON, or what `handler` throws.
+    static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, into handler: inout H) throws {
         try bytes.withUnsafeBufferPointer { buffer in
-            var parser = Parser(bytes: buffer, integersOnly: integersOnly)
+            var parser = Parser(bytes: buffer, integersOnly: integersOnly, handler: handler)
+            defer { handler = parser.handler }
             if buffer.count >= 3, buffer[0] == 0xEF, buffer[1] == 0xBB, buffer[2] == 0xBF {
                 throw Refusal(reason: "it starts with a byte order mark", offset: 0)
             }
@@ -34,14 +72,16 @@ enum StrictJSON {
         }
     }
 
-    private struct Parser {
+    private struct Parser<H: Handler> {
         let bytes: UnsafeBufferPointer<UInt8>
         let integersOnly: Bool
+        var handler: H
         var at = 0
 
-        init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool) {
+        init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool, handler: H) {
             self.bytes = bytes
             self.integersOnly = integersOnly
+            self.handler = handler
         }
 
         func refusal(_ reason: String) -> Refusal { Refusal(reason: reason, offset: at) }
@@ -67,20 +107,31 @@ enum StrictJSON {
             switch byte {
             case UInt8(ascii: "{"): try object(depth: depth + 1)
             case UInt8(ascii: "["): try array(depth: depth + 1)
-            case UInt8(ascii: "\""): _ = try string()
-            case UInt8(ascii: "t"): try expect("true")
-            case UInt8(ascii: "f"): try expect("false")
-            case UInt8(ascii: "n"): try expect("null")
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try number()
+            case UInt8(ascii: "\""): try handler.scalar(.string(try string()))
+            case UInt8(ascii: "t"):
+                try expect("true")
+                try handler.scalar(.bool(true))
+            case UInt8(ascii: "f"):
+                try expect("false")
+                try handler.scalar(.bool(false))
+            case UInt8(ascii: "n"):
+                try expect("null")
+                try handler.scalar(.null)
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                let start = at
+                try number()
+                try handler.scalar(.number(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)))
             default: throw refusal("unexpected character")
             }
         }
 
         mutating func object(depth: Int) throws {
             at += 1
+            try handler.begin(isObject: true)
             skipSpace()
             if current == UInt8(ascii: "}") {
                 at += 1
+                try handler.end()
                 return
             }
             var keys = Set<String>()
@@ -96,11 +147,12 @@ enum StrictJSON {
                 guard current == UInt8(ascii: ":") else { throw refusal("an object key is not followed by ':'") }
                 at += 1
                 skipSpace()
+                try handler.key(key)
                 try value(depth: depth)
                 skipSpace()
                 guard let byte = current else { throw refusal("the document ends inside an object") }
                 at += 1
-                if byte == UInt8(ascii: "}") { return }
+                if byte == UInt8(ascii: "}") { return try handler.end() }
                 guard byte == UInt8(ascii: ",") else { throw refusal("expected ',' or '}' in an object") }
                 skipSpace()
             }
@@ -108,9 +160,11 @@ enum StrictJSON {
 
         mutating func array(depth: Int) throws {
             at += 1
+            try handler.begin(isObject: false)
             skipSpace()
             if current == UInt8(ascii: "]") {
                 at += 1
+                try handler.end()
                 return
             }
             while true {
@@ -118,7 +172,7 @@ enum StrictJSON {
                 skipSpace()
                 guard let byte = current else { throw refusal("the document ends inside an array") }
                 at += 1
-                if byte == UInt8(ascii: "]") { return }
+                if byte == UInt8(ascii: "]") { return try handler.end() }
                 guard byte == UInt8(ascii: ",") else { throw refusal("expected ',' or ']' in an array") }
                 skipSpace()
             }
@@ -127,6 +181,16 @@ enum StrictJSON {
         /// A string, decoded (escapes resolved), so keys are compared as every parser sees them.
         mutating func string() throws -> String {
             at += 1
+            // Most strings have no escapes: validated straight from the document, no copy first.
+            var end = at
+            while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 { end += 1 }
+            if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+                guard let text = String(validating: UnsafeBufferPointer(rebasing: bytes[at..<end]), as: UTF8.self) else {
+                    throw refusal("a string is not valid UTF-8")
+                }
+                at = end + 1
+                return text
+            }
             var decoded: [UInt8] = []
             while true {
                 guard let byte = current else { throw refusal("the document ends inside a string") }

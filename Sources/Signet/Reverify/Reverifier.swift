@@ -475,7 +475,7 @@ final class TreeChecker: @unchecked Sendable {
         } catch {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
         }
-        guard size == file.size, digests[0].matches(hex: file.sha256) else {
+        guard size == file.size, file.content.matches(digests[0]) else {
             return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
         }
         // The key is the one the manifest verified with: a signature is valid when it is by that
