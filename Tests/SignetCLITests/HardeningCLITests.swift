@@ -263,7 +263,7 @@ struct HardeningCLITests {
         #expect(try mode(app) == 0o755)
         #expect(try mode(app + "/bin") == 0o755)
         #expect(try mode(app + "/bin/deep") == 0o755)
-        #expect(try mode(app + "/.signet/sigs/bin") == 0o755)
+        #expect(try mode(app + "/.signet") == 0o755)
         #expect(try mode(app + "/bin/deep/tool") == 0o755)
         #expect(try mode(app + "/app.conf") == 0o644)
         #expect(FileManager.default.fileExists(atPath: state))

@@ -147,7 +147,7 @@ struct PackCLITests {
         #expect(report["sequence"] as? Int == 2)
         #expect((report["files"] as? [String])?.sorted() == ["app.conf", "img/logo.png"])
         let attribute = try SignetTestSupport.run("getfattr", ["-n", "user.signet.sig", "--only-values", dest + "/app.conf"])
-        #expect(attribute.stdout == (try contents(dest + "/.signet/sigs/app.conf.sig")))
+        #expect(attribute.stdout == (try RecordedSignatures(dest).signature(of: "app.conf")))
 
         let rollback = try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER, "--json"])
         #expect(rollback.status == 1)

@@ -175,3 +175,51 @@ public final class ScratchMount {
 
     public func unmount() { _ = try? run("umount", [path]) }
 }
+
+/// An installed tree's `.signet/signatures` (FORMAT.md §3), read as a test reads it: the header
+/// `signet-signatures/2 LENGTH`, then each file's signature in the manifest's order.
+public struct RecordedSignatures {
+    public let tree: String
+    public var path: String { tree + "/.signet/signatures" }
+
+    public init(_ tree: String) { self.tree = tree }
+
+    /// The manifest's paths, in order (read with JSONSerialization, independently of Signet).
+    public func order() throws -> [String] {
+        let manifest = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: tree + "/.signet/manifest.json"))) as? [String: Any]
+        return ((manifest?["files"] as? [[String: Any]]) ?? []).compactMap { $0["path"] as? String }
+    }
+
+    /// The header's LENGTH and where the first signature starts.
+    public func layout() throws -> (length: Int, start: Int) {
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        guard let newline = bytes.firstIndex(of: 0x0A) else { throw Unexpected("\(path) has no header line") }
+        let header = String(decoding: bytes[..<newline], as: UTF8.self)
+        guard header.hasPrefix("signet-signatures/2 "), let length = Int(header.dropFirst(20)) else { throw Unexpected("\(path): header \(header)") }
+        return (length, newline + 1)
+    }
+
+    /// The signature recorded for `file`.
+    public func signature(of file: String) throws -> Data {
+        let (length, start) = try layout()
+        guard let index = try order().firstIndex(of: file) else { throw Unexpected("\(file) is not in the manifest of \(tree)") }
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        return bytes.subdata(in: start + index * length ..< start + (index + 1) * length)
+    }
+
+    /// Overwrites the signature recorded for `file` with `bytes` (random when nil).
+    public func replace(_ file: String, with bytes: Data? = nil) throws {
+        let (length, start) = try layout()
+        guard let index = try order().firstIndex(of: file) else { throw Unexpected("\(file) is not in the manifest of \(tree)") }
+        var all = try Data(contentsOf: URL(fileURLWithPath: path))
+        let replacement = bytes ?? Data((0..<length).map { _ in UInt8.random(in: 0...255) })
+        all.replaceSubrange(start + index * length ..< start + (index + 1) * length, with: replacement)
+        try all.write(to: URL(fileURLWithPath: path))
+    }
+}
+
+/// A test precondition that did not hold.
+public struct Unexpected: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

@@ -157,6 +157,23 @@ struct ManifestTests {
         #expect(!Manifest.File(path: "a", size: 3, sha256: hex, mode: .regular).content.matches(digest))
     }
 
+    @Test("user.signet.meta is written directly, byte for byte what JSONEncoder wrote", arguments: [
+        ("a/b c.txt", "https://example.com/p.zip"), ("q\"uote\\back\u{1}\u{1f}\t\n/é😀", nil),
+    ] as [(String, String?)])
+    func metadataBytes(_ path: String, _ source: String?) throws {
+        struct Meta: Encodable { let alg: String; let key_id: String; let name: String?; let path: String; let sequence: UInt64?; let sha256: String; let source: String? }
+        let key = try Fixtures.signingKey().publicKey
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for manifest in [try Self.sample(), nil] {
+            let expected = try encoder.encode(Meta(alg: "rsa-pkcs1v15-sha256", key_id: key.keyID.hex, name: manifest?.name, path: path,
+                                                   sequence: manifest?.sequence, sha256: String(repeating: "ab", count: 32), source: source))
+            let written = try Installer.metadata(path: path, sha256: String(repeating: "ab", count: 32), signer: key, manifest: manifest,
+                                                 algorithm: .rsaPKCS1v15SHA256, source: source)
+            #expect(written == Array(expected), "\(String(decoding: written, as: UTF8.self))")
+        }
+    }
+
     @Test("paths equal after Unicode normalisation count as duplicates")
     func nfcDuplicates() throws {
         var manifest = try Self.sample()

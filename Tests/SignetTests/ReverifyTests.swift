@@ -73,33 +73,29 @@ struct ReverifyTests {
     func recordedSignatures() throws {
         let directory = try TemporaryDirectory()
         let app = try Self.installed(directory)
-        let indexPath = app + "/.signet/signatures.sha256"
-        let index = try contents(indexPath)
-        #expect(index.count == "signet-signatures/1 sha256\n".utf8.count + 6 * 32, "one SHA-256 per installed file")
+        let record = RecordedSignatures(app)
+        let saved = try contents(record.path)
+        #expect(saved.count == "signet-signatures/2 256\n".utf8.count + 6 * 256, "one signature per installed file")
         let fast = "user.signet.sig is the signature unpack installed"
         let clean = try Reverifier.verifyTree(at: app, policy: Self.policy)
         #expect(clean.isOK && clean.files.allSatisfy { $0.detail.contains(fast) }, "no RSA verification on a clean tree: \(clean.files.map(\.detail))")
 
-        // The manifest's order: which entry belongs to readme.txt.
-        let manifest = try Manifest.parse(Array(try contents(app + "/.signet/manifest.json")))
-        let readme = try #require(manifest.files.firstIndex { $0.path == "readme.txt" })
-        var damaged = index
-        damaged[damaged.count - 6 * 32 + readme * 32] ^= 1
-        try damaged.write(to: URL(fileURLWithPath: indexPath))
+        // A record that differs from the attribute: the signature is verified instead.
+        try record.replace("readme.txt")
         let slow = try Reverifier.verifyTree(at: app, policy: Self.policy)
         let readmeReport = try #require(slow.files.first { $0.path == "readme.txt" })
         #expect(readmeReport.verdict == .ok && readmeReport.detail == "verified", "a record that differs: the signature is verified instead")
         #expect(slow.files.filter { $0.path != "readme.txt" }.allSatisfy { $0.detail.contains(fast) })
-        try index.write(to: URL(fileURLWithPath: indexPath))
+        try saved.write(to: URL(fileURLWithPath: record.path))
 
         // Another key's valid signature of the same content, and random bytes of the right length.
         let otherSignature = try run("openssl", ["dgst", "-sha256", "-sign", Fixtures.key("other3072-pkcs8.pem"), app + "/run.sh"]).stdout
         #expect(otherSignature.count == 384)
         try setAttribute(app + "/run.sh", Array(otherSignature))
         try setAttribute(app + "/readme.txt", (0..<256).map { _ in UInt8.random(in: 0...255) })
-        // No attribute and no sidecar: unsigned. Content changed: modified. Gone, added.
+        // No attribute and no valid copy in the record: unsigned. Content changed: modified. Gone, added.
         #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/img/photo.jpg"]).status == 0)
-        unlink(app + "/.signet/sigs/img/photo.jpg.sig")
+        try record.replace("img/photo.jpg")
         try Data("changed".utf8).write(to: URL(fileURLWithPath: app + "/ünï.txt"))
         unlink(app + "/blob.bin")
         try directory.write("app/new.txt", Data("new".utf8))
@@ -108,9 +104,13 @@ struct ReverifyTests {
         let tampered = try Reverifier.verifyTree(at: app, policy: Self.policy)
         #expect(Self.verdicts(tampered) == expected)
         #expect(tampered.files.first { $0.path == "run.sh" }?.detail.contains("does not verify") == true)
-        // The same verdicts without the record (a tree installed before it existed).
-        unlink(indexPath)
-        #expect(Self.verdicts(try Reverifier.verifyTree(at: app, policy: Self.policy)) == expected)
+        // Without the record (a tree installed before it existed) every signature is verified:
+        // the same verdicts, except that nothing is left to restore the lost attributes from.
+        unlink(record.path)
+        var withoutRecord = expected
+        withoutRecord["run.sh"] = "unsigned"
+        withoutRecord["readme.txt"] = "unsigned"
+        #expect(Self.verdicts(try Reverifier.verifyTree(at: app, policy: Self.policy)) == withoutRecord)
     }
 
     /// Sets user.signet.sig with the real setfattr (base64 value, "0s" prefix).
@@ -125,7 +125,7 @@ struct ReverifyTests {
         #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/readme.txt"]).status == 0)
         try Data("tampered".utf8).write(to: URL(fileURLWithPath: app + "/readme.txt"))
         #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/run.sh"]).status == 0)
-        unlink(app + "/.signet/sigs/run.sh.sig")
+        try RecordedSignatures(app).replace("run.sh")
         var options = ReverifyOptions()
         options.repair = true
         let report = try Reverifier.verifyTree(at: app, policy: Self.policy, options: options)
@@ -197,7 +197,7 @@ struct ReverifyTests {
         #expect(untrusted.verdict == .untrusted)
         #expect(untrusted.detail.contains(String(Fixtures.rsa2048KeyID.prefix(16))))
         #expect(Reverifier.verifyFile(at: directory.file("absent"), policy: try Self.policy).verdict == .unreadable)
-        // Attribute stripped: the tree's sidecar still verifies a single file.
+        // Attribute stripped: the tree's record still verifies a single file.
         #expect(try run("setfattr", ["-x", "user.signet.sig", app + "/readme.txt"]).status == 0)
         let sidecar = Reverifier.verifyFile(at: app + "/readme.txt", policy: try Self.policy)
         #expect(sidecar.verdict == .ok && sidecar.signatureSource == .sidecar)

@@ -97,18 +97,19 @@ public enum Installer {
         var signer = checked?.key
         var attributesWritten = true
         var files: [String] = []
-        var signatureIndex = SignatureIndex()
+        // Every signature, in manifest order, in one file (not a sidecar file per resource).
+        let record = try checked.map { SignatureRecord.Writer(fd: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength) }
         for file in job.resources(checked) {
             let staged = try job.stage(file, into: staging, checked: checked, signer: signer)
             signer = signer ?? staged.signer
             attributesWritten = attributesWritten && staged.attributesWritten
-            signatureIndex.append(staged.signature)
+            try record?.append(staged.signature)
             files.append(file.path)
         }
         guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
         if let checked {
+            try record?.finish()
             try job.stageRecord(checked, into: staging)
-            try staging.writeFile(TreeLayout.signatureIndex, signatureIndex.bytes)
         }
 
         // Phase 3: the swap, then the record of what was installed.
@@ -197,7 +198,11 @@ public enum Installer {
             } catch {
                 throw SignetError.posix(error, "cannot finish the staged copy of '\(file.path)' beside", path: destination)
             }
-            try staging.writeFile(TreeLayout.signature(of: file.path), signature)
+            // The sidecar FORMAT.md §3 asks for where there are no user attributes, and beside
+            // a bare package's files (which have no signature record).
+            if !attributesWritten || checked == nil {
+                try staging.writeFile(TreeLayout.signature(of: file.path), signature)
+            }
             return (signer, attributesWritten, signature)
         }
 
@@ -241,27 +246,29 @@ public enum Installer {
         }
     }
 
-    /// `user.signet.meta`: compact JSON, informational (FORMAT.md §3).
+    /// `user.signet.meta`: compact JSON, informational (FORMAT.md §3). Keys sorted, absent
+    /// values left out, the bytes `JSONEncoder` with `[.sortedKeys, .withoutEscapingSlashes]`
+    /// made (a test keeps them equal), written directly: it is made once per installed file.
     static func metadata(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm,
                          source: String? = nil) throws -> [UInt8] {
-        struct Meta: Encodable {
-            let alg: String
-            let key_id: String
-            let name: String?
-            let sequence: UInt64?
-            let path: String
-            let sha256: String
-            let source: String?
+        var out = ManifestWriter(capacity: 192 + path.utf8.count + (manifest?.name.utf8.count ?? 0) + (source?.utf8.count ?? 0))
+        var first = true
+        func field(_ key: String, _ value: (inout ManifestWriter) -> Void) {
+            out.raw(first ? "{" : ",")
+            first = false
+            out.string(key)
+            out.raw(":")
+            value(&out)
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let meta = Meta(alg: algorithm.id, key_id: signer.keyID.hex, name: manifest?.name, sequence: manifest?.sequence, path: path, sha256: sha256,
-                        source: source)
-        do {
-            return Array(try encoder.encode(meta))
-        } catch {
-            throw SignetError(.io, "cannot encode \(TreeLayout.metadataAttribute) for '\(path)': \(error)", path: path)
-        }
+        field("alg") { $0.string(algorithm.id) }
+        field("key_id") { $0.string(signer.keyID.hex) }
+        if let name = manifest?.name { field("name") { $0.string(name) } }
+        field("path") { $0.string(path) }
+        if let sequence = manifest?.sequence { field("sequence") { $0.raw(String(sequence)) } }
+        field("sha256") { $0.string(sha256) }
+        if let source { field("source") { $0.string(source) } }
+        out.raw("}")
+        return out.bytes
     }
 
     /// A bare resource: streamed while hashed, then its `.sig` checked against every trusted key.

@@ -393,9 +393,9 @@ struct ManifestReader: StrictJSON.Handler {
     }
 }
 
-/// Appends the manifest's JSON: the layout and string escapes of Foundation's pretty-printed,
-/// sorted-key output without escaped slashes.
-private struct ManifestWriter {
+/// Appends JSON with the layout and string escapes of Foundation's sorted-key output without
+/// escaped slashes: the manifest (pretty-printed) and `user.signet.meta` (compact).
+struct ManifestWriter {
     private(set) var bytes: [UInt8] = []
 
     init(capacity: Int) { bytes.reserveCapacity(capacity) }

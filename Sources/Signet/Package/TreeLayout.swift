@@ -10,8 +10,9 @@ enum TreeLayout {
     /// The folder of per-resource signatures.
     static let signatures = ".signet/sigs"
     /// An installed tree's record of the signature it installed for each file, so that a tree
-    /// check compares each `user.signet.sig` with it instead of verifying every one (FORMAT.md §3).
-    static let signatureIndex = ".signet/signatures.sha256"
+    /// check compares each `user.signet.sig` with it instead of verifying every one, and
+    /// `--repair` can restore a lost attribute (FORMAT.md §3).
+    static let signatureRecord = ".signet/signatures"
     /// The folder of certificates.
     static let certificates = ".signet/certs"
     /// The signer's certificate.

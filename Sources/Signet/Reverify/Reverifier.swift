@@ -207,14 +207,31 @@ public enum Reverifier {
                 return (ima.signature, imaAlgorithm, .ima)
             }
         }
-        if let (root, relative) = installedTree(containing: path) {
-            do {
-                return (try readSmallFile(root + "/" + TreeLayout.signature(of: relative), what: "sidecar signature", limit: 64 * 1024), algorithm, .sidecar)
-            } catch let error as SignetError where error.code == .fileNotFound {
-                return nil
-            }
+        if let (root, relative) = installedTree(containing: path), let copy = try treeCopy(root: root, relative: relative) {
+            return (copy, algorithm, .sidecar)
         }
         return nil
+    }
+
+    /// The installed tree's own copy of the signature of `relative`: its sidecar file
+    /// (filesystems without user attributes, bare packages, older trees), else its entry in the
+    /// tree's signature record. Nil when there is none; a read error is thrown, never taken for
+    /// "none". Not verified here.
+    static func treeCopy(root: String, relative: String) throws -> [UInt8]? {
+        do {
+            return try readSmallFile(root + "/" + TreeLayout.signature(of: relative), what: "sidecar signature", limit: 64 * 1024)
+        } catch let error as SignetError where error.code == .fileNotFound {
+            // No sidecar: the record, at the file's place in the manifest.
+        }
+        let rootFD: Int32
+        do { rootFD = try Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+            throw SignetError.posix(error, "cannot open the installed tree", path: root)
+        }
+        defer { close(rootFD) }
+        guard let bytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
+              let manifest = try? Manifest.parse(bytes),
+              let index = manifest.files.firstIndex(where: { $0.path == relative }) else { return nil }
+        return SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count)?.signature(at: index)
     }
 
     /// The installed tree (a directory with `.signet/manifest.json`) that holds `path`, and the
@@ -328,10 +345,8 @@ public enum Reverifier {
         // the content check against the signed manifest is all that is needed (no RSA). An
         // index that is missing (older trees) or does not fit the manifest is not an error:
         // every signature is then verified.
-        let index = (try? InputFile.readBeneath(rootFD, TreeLayout.signatureIndex, rootPath: root, what: "signature index",
-                                                limit: SignatureIndex.header.count + SignatureIndex.entrySize * manifest.files.count))
-            .flatMap { $0 }.flatMap { SignatureIndex.Entries($0, files: manifest.files.count) }
-        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, index: index)
+        let record = SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count)
+        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
         var reports = parallelMap(listed) { position -> FileReport? in
             cancelled.isSet ? nil : checker.check(manifest.files[position], at: position)
@@ -428,12 +443,13 @@ final class TreeChecker: @unchecked Sendable {
     let key: PublicKey
     let algorithm: SignatureAlgorithm
     let repair: Bool
-    let index: SignatureIndex.Entries?
+    /// The tree's `.signet/signatures`, if it has one that fits the manifest.
+    let record: SignatureRecord.Reader?
     let sawUnsupported = CancellationFlag()
 
     init(root: String, descriptor: Int32, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
-         index: SignatureIndex.Entries? = nil) {
-        self.index = index
+         record: SignatureRecord.Reader? = nil) {
+        self.record = record
         self.root = root
         self.rootDescriptor = dup(descriptor)
         self.manifest = manifest
@@ -484,10 +500,11 @@ final class TreeChecker: @unchecked Sendable {
         func verifies(_ signature: [UInt8]) -> Bool {
             signature.count == self.key.signatureLength && Verifier.check(signature, digest: digest, key: self.key, algorithm: self.algorithm)
         }
-        // The sidecar is read only when the attribute cannot vouch for the file: nil when it is
-        // absent, not a file or not a signature of this content; a read error is an error, never
-        // taken for an absent sidecar.
+        // The tree's own copy of the signature (the record, else a sidecar file) is read only
+        // when the attribute cannot vouch for the file: nil when it is absent, not a file or not
+        // a signature of this content; a read error is an error, never taken for an absent sidecar.
         var validSidecar: Result<[UInt8]?, SignetError> {
+            if let position, let recorded = record?.signature(at: position), verifies(recorded) { return .success(recorded) }
             do {
                 guard let bytes = try InputFile.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024) else { return .success(nil) }
                 return .success(verifies(bytes) ? bytes : nil)
@@ -500,7 +517,7 @@ final class TreeChecker: @unchecked Sendable {
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
         case .success(let attribute?):
             // The signature unpack installed, over content that matches the signed manifest.
-            if let index, let position, index.matches(attribute, at: position) {
+            if let record, let position, record.matches(attribute, at: position) {
                 return report(.ok, "matches the signed manifest; user.signet.sig is the signature unpack installed", .xattr)
             }
             if verifies(attribute) {
@@ -550,7 +567,7 @@ final class TreeChecker: @unchecked Sendable {
             return FileReport(path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason, signatureSource: .sidecar, signer: nil)
         }
         _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
-        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from \(TreeLayout.signatures)/ after checking the content", signatureSource: .sidecar, signer: key.keyID)
+        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from the tree's copy of its signature after checking the content", signatureSource: .sidecar, signer: key.keyID)
     }
 
     /// Why a listed file could not be opened, as a verdict.
@@ -631,7 +648,7 @@ public struct FileOrigin: Sendable {
         packagePath = meta?.path
         source = meta?.source
         if let (root, relative) = Reverifier.installedTree(containing: path) {
-            hasSidecar = access(root + "/" + TreeLayout.signature(of: relative), F_OK) == 0
+            hasSidecar = ((try? Reverifier.treeCopy(root: root, relative: relative)) ?? nil) != nil
             // Informational: a manifest that does not parse names no version; one that cannot be
             // read is an error.
             version = (try? Manifest.parse(try readSmallFile(root + "/" + TreeLayout.manifest, what: "installed manifest", limit: 64 << 20)))?.version

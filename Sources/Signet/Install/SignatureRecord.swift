@@ -1,0 +1,120 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import SystemPackage
+
+/// `.signet/signatures` (FORMAT.md §3): every signature unpack installed, in the order of the
+/// manifest's `files`, after the one-line header `signet-signatures/2 LENGTH`. All of a
+/// package's signatures are by one key, so each takes LENGTH bytes and file number i's is
+/// found at a fixed offset.
+///
+/// It serves two purposes with one sequential file instead of a sidecar file per resource:
+/// a tree check compares each file's `user.signet.sig` with it and verifies the signature (RSA)
+/// only where they differ, and `--repair` restores a lost attribute from it (after verifying
+/// it). The record is not signed and need not be: a file's content is checked against the
+/// signed manifest whatever the record says, and a signature taken from it is verified before
+/// it is believed or restored.
+enum SignatureRecord {
+    /// The longest signature a record holds (RSA-16384).
+    static let maximumLength = 2048
+
+    static func header(length: Int) -> [UInt8] { Array("signet-signatures/2 \(length)\n".utf8) }
+
+    /// Writes the record while the tree is staged, 64 KiB at a time.
+    final class Writer {
+        private let fd: Int32
+        private let path: String
+        let length: Int
+        private var buffer: [UInt8] = []
+
+        /// Takes ownership of `fd`, a new empty file.
+        init(fd: Int32, path: String, length: Int) {
+            self.fd = fd
+            self.path = path
+            self.length = length
+            buffer.reserveCapacity(64 << 10)
+            buffer += SignatureRecord.header(length: length)
+        }
+
+        deinit { close(fd) }
+
+        /// Appends the next file's signature.
+        func append(_ signature: [UInt8]) throws {
+            // One key signs every file of a package: another length is a bug, never written.
+            guard signature.count == length else {
+                throw SignetError(.io, "a signature of \(signature.count) bytes does not fit the tree's signature record of \(length)-byte signatures", path: path)
+            }
+            buffer += signature
+            if buffer.count >= 64 << 10 { try flush() }
+        }
+
+        /// Writes what is buffered and gives the file its mode (durable with the tree).
+        func finish() throws {
+            try flush()
+            do { _ = try systemCall("fchmod") { fchmod(fd, 0o644) } } catch {
+                throw SignetError.posix(error, "cannot write", path: path)
+            }
+        }
+
+        private func flush() throws {
+            try buffer.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: TreeLayout.signatureRecord, destination: path) }
+            buffer.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// A tree's record, read one signature at a time (never loaded whole).
+    final class Reader: @unchecked Sendable {
+        private let fd: Int32
+        let length: Int
+        let count: Int
+        private let start: Int
+
+        /// The record below `root`, if there is one with the header and one signature for
+        /// each of `files` files; nil otherwise (trees installed before it existed, or a
+        /// record that does not fit the manifest: every signature is then verified).
+        init?(beneath root: Int32, files: Int) {
+            guard case .success(let fd) = Paths.open(TreeLayout.signatureRecord, beneath: root) else { return nil }
+            var info = stat()
+            var head = [UInt8](repeating: 0, count: 40)
+            let read = head.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, read > 0,
+                  let newline = head.prefix(read).firstIndex(of: 0x0A),
+                  let length = Self.length(in: head[..<newline]),
+                  case let (signatures, overflow1) = length.multipliedReportingOverflow(by: files), !overflow1,
+                  case let (total, overflow2) = signatures.addingReportingOverflow(newline + 1), !overflow2,
+                  Int64(total) == Int64(info.st_size) else {
+                close(fd)
+                return nil
+            }
+            self.fd = fd
+            self.length = length
+            self.count = files
+            self.start = newline + 1
+        }
+
+        deinit { close(fd) }
+
+        /// LENGTH from `signet-signatures/2 LENGTH`.
+        private static func length(in line: ArraySlice<UInt8>) -> Int? {
+            let prefix = Array("signet-signatures/2 ".utf8)
+            guard line.starts(with: prefix), let length = Int(String(decoding: line.dropFirst(prefix.count), as: UTF8.self)),
+                  (1...maximumLength).contains(length) else { return nil }
+            return length
+        }
+
+        /// The signature recorded for file number `index`; nil if it cannot be read.
+        func signature(at index: Int) -> [UInt8]? {
+            guard index >= 0, index < count else { return nil }
+            var bytes = [UInt8](repeating: 0, count: length)
+            let done = bytes.withUnsafeMutableBytes { (try? FileDescriptor(fd).read(fullyAt: Int64(start + index * length), into: $0)) ?? -1 }
+            return done == length ? bytes : nil
+        }
+
+        /// Whether `candidate` is the signature recorded for file number `index`.
+        func matches(_ candidate: [UInt8], at index: Int) -> Bool {
+            candidate.count == length && signature(at: index) == candidate
+        }
+    }
+}
