@@ -183,6 +183,73 @@ struct ManifestTests {
         #expect(error?.reason.contains("after Unicode normalisation") == true)
     }
 
+    /// Duplicate detection has a fast path (ASCII paths in byte order need no set of every
+    /// path); a repeat must be found in whatever order and wherever it comes.
+    @Test("a path listed twice is found in any order, before and after non-ASCII paths", arguments: [
+        ["a", "a"], ["a", "b", "b"], ["b", "a", "b"], ["a", "b", "c", "a"], ["\u{e9}", "a", "a"],
+        ["a", "\u{e9}", "b", "a"], ["a", "b", "\u{e9}", "\u{e9}"], ["z", "y", "x", "z"],
+        ["d/x", "d/y", "d/x"], ["a", "b", "cafe\u{301}", "caf\u{e9}"],
+    ])
+    func duplicatesInAnyOrder(_ paths: [String]) throws {
+        var manifest = try Self.sample()
+        manifest.files = paths.map { .init(path: $0, size: 1, sha256: String(repeating: "00", count: 32), mode: .regular) }
+        let error = signetError { _ = try Manifest.parse(try manifest.encoded()) }
+        #expect(error?.reason.contains("listed twice") == true, "\(paths): \(error?.reason ?? "accepted")")
+    }
+
+    @Test("distinct paths in any order are accepted, and kept in the manifest's order", arguments: [
+        ["a", "b", "c"], ["c", "b", "a"], ["a", "\u{e9}", "b"], ["ab", "a", "a/b", "a.b"], ["caf\u{e9}", "cafe"],
+    ])
+    func distinctInAnyOrder(_ paths: [String]) throws {
+        var manifest = try Self.sample()
+        manifest.files = paths.map { .init(path: $0, size: 1, sha256: String(repeating: "00", count: 32), mode: .regular) }
+        #expect(try Manifest.parse(try manifest.encoded()).files.map(\.path) == paths)
+    }
+
+    @Test("an object's keys are compared one by one up to 16, then through a set: repeats found either way", arguments: [
+        (4, 0, 3), (16, 0, 15), (17, 0, 16), (17, 15, 16), (40, 3, 39), (40, 20, 39), (40, 16, 17),
+    ])
+    func repeatedKeys(_ count: Int, _ first: Int, _ repeatAt: Int) {
+        var keys = (0..<count).map { "k\($0)" }
+        keys[repeatAt] = keys[first]
+        let text = "{" + keys.map { "\"\($0)\": 1" }.joined(separator: ", ") + "}"
+        #expect(throws: (any Error).self, "\(count) keys, \(first) = \(repeatAt)") { try StrictJSON.check(Array(text.utf8)) }
+        let distinct = "{" + (0..<count).map { "\"k\($0)\": {\"k\($0)\": 1}" }.joined(separator: ", ") + "}"
+        #expect(throws: Never.self) { try StrictJSON.check(Array(distinct.utf8)) }
+    }
+
+    @Test("raw entry names and Strings meet the same rules", arguments: [
+        "a", "\u{80}x", "x\u{9f}", "a\u{a0}b", "\u{e9}t\u{e9}", ".signet", ".signetx/a", "x/.signet/a", "a/..", "..",
+        ".", "a/.", "a\u{1b}b", "\u{7f}", "a\\b", "/a", "a//b", String(repeating: "b", count: 255), String(repeating: "b", count: 256),
+        "\u{0}", "\u{2028}", "\u{1F600}/x",
+    ])
+    func bytesAndStringsAgree(_ path: String) {
+        let fromString = ResourcePath.validate(path)
+        let fromBytes = ResourcePath.validate(bytes: Array(path.utf8))
+        #expect(fromString == fromBytes, "\(path.debugDescription)")
+        // C1 controls (U+0080...U+009F) are refused; the next character, U+00A0, is not.
+        if let scalar = path.unicodeScalars.first(where: { $0.value >= 0x80 && $0.value <= 0xa0 }) {
+            #expect((try? fromString.get()) == nil || scalar.value == 0xa0, "\(path.debugDescription)")
+        }
+    }
+
+    @Test("a sha256 is 64 lowercase hex digits: every other byte in every place is refused")
+    func hexEveryPlace() {
+        let valid = String(repeating: "0123456789abcdef", count: 4)
+        #expect(Manifest.ContentHash(lowercaseHex: valid) != nil)
+        #expect(Manifest.ContentHash(lowercaseHex: valid)?.hex == valid)
+        for place in [0, 15, 16, 31, 32, 47, 48, 63] {
+            for bad in ["g", "A", "F", "/", ":", "`", " ", "\u{0}"] {
+                var characters = Array(valid)
+                characters[place] = Character(bad)
+                #expect(Manifest.ContentHash(lowercaseHex: String(characters)) == nil, "\(bad) at \(place)")
+            }
+        }
+        #expect(Manifest.ContentHash(lowercaseHex: String(valid.dropLast())) == nil)
+        #expect(Manifest.ContentHash(lowercaseHex: valid + "0") == nil)
+        #expect(Manifest.ContentHash(lowercaseHex: String(valid.dropLast()) + "\u{e9}") == nil)
+    }
+
     /// What Signet 0.x wrote with Foundation's JSONEncoder: the manifest writer must stay
     /// byte-identical to it, or the same inputs would give a different (differently signed) package.
     private struct FoundationShape: Encodable {

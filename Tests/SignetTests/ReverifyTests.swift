@@ -23,6 +23,21 @@ struct ReverifyTests {
         Dictionary(uniqueKeysWithValues: report.files.map { ($0.path, $0.verdict.name) })
     }
 
+    @Test("files on disk the manifest does not list are found whether or not the manifest is in byte order", arguments: [
+        (["a", "b/c", "b/d", "e"], ["a", "b/c", "b/d", "e"], [String]()),
+        (["a", "b/c", "b/d", "e"], ["0", "a", "b/c", "b/cc", "b/d", "z"], ["0", "b/cc", "z"]),
+        (["e", "b/d", "a", "b/c"], ["0", "a", "b/c", "b/cc", "b/d", "z"], ["0", "b/cc", "z"]),
+        (["a", "c"], ["b"], ["b"]),
+        ([String](), ["x", "y"], ["x", "y"]),
+        (["caf\u{e9}"], ["cafe\u{301}", "caf\u{e9}"], ["cafe\u{301}"]),   // the filesystem compares bytes
+    ])
+    func unlisted(_ listed: [String], _ onDisk: [String], _ expected: [String]) throws {
+        var manifest = try ManifestTests.sample()
+        manifest.files = listed.map { .init(path: $0, size: 1, sha256: String(repeating: "00", count: 32), mode: .regular) }
+        let sortedDisk = onDisk.sorted(by: ResourcePath.byteOrder)
+        #expect(Reverifier.unlisted(sortedDisk, manifest).sorted(by: ResourcePath.byteOrder) == expected.sorted(by: ResourcePath.byteOrder))
+    }
+
     @Test("a fresh install is all ok; each tampering kind gets its verdict")
     func tamperingKinds() throws {
         let directory = try TemporaryDirectory()

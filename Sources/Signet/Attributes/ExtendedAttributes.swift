@@ -28,11 +28,12 @@ enum ExtendedAttributes {
     static func get(_ name: String, on descriptor: Int32) -> Result<[UInt8]?, Failure> {
         var capacity = 1024
         while capacity <= 1 << 16 {
-            var buffer = [UInt8](repeating: 0, count: capacity)
-            let count = buffer.withUnsafeMutableBytes { raw in
-                retryingOnEINTR { fgetxattr(descriptor, name, raw.baseAddress, raw.count) }
+            var count = -1
+            let value = [UInt8](unsafeUninitializedCapacity: capacity) { raw, initialised in
+                count = retryingOnEINTR { fgetxattr(descriptor, name, raw.baseAddress, raw.count) }
+                initialised = max(0, count)
             }
-            if count >= 0 { return .success(Array(buffer.prefix(count))) }
+            if count >= 0 { return .success(value) }
             switch errno {
             case ENODATA: return .success(nil)
             case ERANGE: capacity *= 4

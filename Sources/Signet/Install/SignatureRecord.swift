@@ -107,14 +107,50 @@ enum SignatureRecord {
         /// The signature recorded for file number `index`; nil if it cannot be read.
         func signature(at index: Int) -> [UInt8]? {
             guard index >= 0, index < count else { return nil }
-            var bytes = [UInt8](repeating: 0, count: length)
-            let done = bytes.withUnsafeMutableBytes { (try? FileDescriptor(fd).read(fullyAt: Int64(start + index * length), into: $0)) ?? -1 }
+            var done = -1
+            let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
+                done = (try? FileDescriptor(fd).read(fullyAt: Int64(start + index * length), into: UnsafeMutableRawBufferPointer(buffer))) ?? -1
+                count = max(0, done)
+            }
             return done == length ? bytes : nil
+        }
+
+        /// Whether `candidate` is the signature recorded for file number `index`, read through
+        /// `window` (one pread per `Window.signatures` neighbouring files, not one per file).
+        func matches(_ candidate: [UInt8], at index: Int, through window: Window) -> Bool {
+            guard candidate.count == length, index >= 0, index < count else { return false }
+            if !(window.first..<window.first + window.filled).contains(index) || window.length != length {
+                window.first = index
+                window.length = length
+                let wanted = min(Window.signatures, count - index) * length
+                if window.bytes.count < wanted { window.bytes = [UInt8](repeating: 0, count: wanted) }
+                let done = window.bytes.withUnsafeMutableBytes {
+                    (try? FileDescriptor(fd).read(fullyAt: Int64(start + index * length), into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<wanted]))) ?? -1
+                }
+                window.filled = done == wanted ? wanted / length : 0
+                guard window.filled > 0 else { return false }
+            }
+            let offset = (index - window.first) * length
+            return window.bytes.withUnsafeBytes { recorded in
+                candidate.withUnsafeBytes { memcmp(recorded.baseAddress! + offset, $0.baseAddress!, length) == 0 }
+            }
+        }
+
+        /// A run of neighbouring signatures one worker keeps (workers take files in manifest
+        /// order, so most files' signatures are already in the window).
+        final class Window {
+            static let signatures = 256
+            fileprivate var bytes: [UInt8] = []
+            fileprivate var first = 0
+            fileprivate var filled = 0
+            fileprivate var length = 0
+            init() {}
         }
 
         /// Whether `candidate` is the signature recorded for file number `index`.
         func matches(_ candidate: [UInt8], at index: Int) -> Bool {
-            candidate.count == length && signature(at: index) == candidate
+            guard candidate.count == length, let recorded = signature(at: index) else { return false }
+            return recorded.withUnsafeBytes { a in candidate.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, length) == 0 } }
         }
     }
 }

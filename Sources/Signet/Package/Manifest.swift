@@ -49,26 +49,33 @@ public struct Manifest: Sendable, Equatable {
 
         /// The 32 bytes of 64 lowercase hex digits; nil for anything else.
         init?(lowercaseHex hex: String) {
-            var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-            var count = 0
-            for byte in hex.utf8 {
-                let nibble: UInt64
-                switch byte {
-                case 0x30...0x39: nibble = UInt64(byte - 0x30)
-                case 0x61...0x66: nibble = UInt64(byte - 0x61 + 10)
-                default: return nil
-                }
-                guard count < 64 else { return nil }
-                switch count / 16 {
-                case 0: words.0 = words.0 << 4 | nibble
-                case 1: words.1 = words.1 << 4 | nibble
-                case 2: words.2 = words.2 << 4 | nibble
-                default: words.3 = words.3 << 4 | nibble
-                }
-                count += 1
-            }
-            guard count == 64 else { return nil }
+            var hex = hex
+            guard let words = hex.withUTF8({ Self.words(lowercaseHex: $0) }) else { return nil }
             self = .bytes(words.0, words.1, words.2, words.3)
+        }
+
+        private static func words(lowercaseHex text: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64, UInt64, UInt64)? {
+            guard text.count == 64 else { return nil }
+            // Without a branch per digit (random hex defeats branch prediction): each byte is
+            // mapped to its value and any byte that is not a digit or a-f sets `invalid`; the
+            // four words are independent chains the processor runs side by side.
+            var invalid: UInt8 = 0
+            @inline(__always) func nibble(_ byte: UInt8) -> UInt64 {
+                let digit = byte &- 0x30
+                let letter = byte &- 0x61
+                let isDigit = digit < 10
+                invalid |= (isDigit || letter < 6) ? 0 : 1
+                return UInt64(isDigit ? digit : letter &+ 10)
+            }
+            var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+            let base = text.baseAddress!
+            for index in 0..<16 {
+                words.0 = words.0 << 4 | nibble(base[index])
+                words.1 = words.1 << 4 | nibble(base[16 + index])
+                words.2 = words.2 << 4 | nibble(base[32 + index])
+                words.3 = words.3 << 4 | nibble(base[48 + index])
+            }
+            return invalid == 0 ? words : nil
         }
 
         /// Lowercase hex.
@@ -267,6 +274,8 @@ struct ManifestReader: StrictJSON.Handler {
     private var key: String? = nil
     private var inFiles = false
     private var seen = Set<String>()
+    /// Whether every path so far was ASCII and after the one before it in byte order.
+    private var inOrder = true
     /// The fields of the file entry being read.
     private var entry = Entry()
     private struct Entry {
@@ -368,10 +377,23 @@ struct ManifestReader: StrictJSON.Handler {
             fileFailure = Failure(reason: "file \"\(path)\": \(refusal.reason)")
             return
         }
-        // Swift compares Strings by canonical equivalence, so NFC/NFD twins collide here.
-        guard seen.insert(path).inserted else {
-            fileFailure = Failure(reason: "file \"\(path)\" is listed twice (or twice after Unicode normalisation)")
-            return
+        // Swift compares Strings by canonical equivalence, so NFC/NFD twins collide in `seen`.
+        // Pack writes paths in byte order: while they come in that order and are ASCII (for
+        // which equivalence is byte equality), a repeat can only be the previous path, and
+        // no set of 50,000 paths is built. The first path out of order or not ASCII moves
+        // every path so far into the set.
+        let ascii = path.utf8.allSatisfy { $0 < 0x80 }
+        if inOrder, ascii, files.last.map({ ResourcePath.byteOrder($0.path, path) }) ?? true {
+            // In order, so new: strictly after the previous path, hence after every one before.
+        } else {
+            if inOrder {
+                inOrder = false
+                seen = Set(files.map(\.path))
+            }
+            if !seen.insert(path).inserted {
+                fileFailure = Failure(reason: "file \"\(path)\" is listed twice (or twice after Unicode normalisation)")
+                return
+            }
         }
         guard let hex = text(entry.sha256), let content = Manifest.ContentHash(lowercaseHex: hex) else {
             fileFailure = Failure(reason: "file \"\(path)\" has a sha256 that is not 64 lowercase hex characters")

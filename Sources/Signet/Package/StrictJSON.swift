@@ -77,12 +77,17 @@ enum StrictJSON {
         let integersOnly: Bool
         var handler: H
         var at = 0
+        /// The keys of the objects being parsed, innermost last (one buffer for the document).
+        var openKeys: [String] = []
 
         init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool, handler: H) {
             self.bytes = bytes
             self.integersOnly = integersOnly
             self.handler = handler
         }
+
+        /// Keys of one object compared one by one before a set is built for them.
+        static var listedKeys: Int { 16 }
 
         func refusal(_ reason: String) -> Refusal { Refusal(reason: reason, offset: at) }
 
@@ -134,13 +139,26 @@ enum StrictJSON {
                 try handler.end()
                 return
             }
+            // Keys seen in this object: a short list (Signet's objects have a few keys each, and
+            // 50,000 file entries should not cost 50,000 hash sets), a set past `listedKeys`.
+            // They sit on `openKeys` above the enclosing objects' keys until the object ends.
+            let base = openKeys.count
+            defer { openKeys.removeSubrange(base...) }
             var keys = Set<String>()
             while true {
                 guard current == UInt8(ascii: "\"") else { throw refusal("an object key is not a string") }
                 let keyStart = at
                 let key = try string()
                 // Swift compares Strings by canonical equivalence: NFC/NFD twins are duplicates too.
-                guard keys.insert(key).inserted else {
+                let repeated: Bool
+                if openKeys.count - base < Self.listedKeys {
+                    repeated = openKeys[base...].contains(key)
+                    openKeys.append(key)
+                } else {
+                    if keys.isEmpty { keys = Set(openKeys[base...]) }
+                    repeated = !keys.insert(key).inserted
+                }
+                guard !repeated else {
                     throw Refusal(reason: "the key \"\(key)\" appears twice in one object", offset: keyStart)
                 }
                 skipSpace()
@@ -183,10 +201,21 @@ enum StrictJSON {
             at += 1
             // Most strings have no escapes: validated straight from the document, no copy first.
             var end = at
-            while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 { end += 1 }
+            var high: UInt8 = 0
+            while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 {
+                high |= bytes[end]
+                end += 1
+            }
             if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
-                guard let text = String(validating: UnsafeBufferPointer(rebasing: bytes[at..<end]), as: UTF8.self) else {
-                    throw refusal("a string is not valid UTF-8")
+                let raw = UnsafeBufferPointer(rebasing: bytes[at..<end])
+                // ASCII needs no validation (and String(validating:) is generic, unspecialised
+                // here: a tenth of a 50,000-file manifest's parse went into its metadata lookups).
+                let text: String
+                if high < 0x80 {
+                    text = String(decoding: raw, as: UTF8.self)
+                } else {
+                    guard let valid = String(validating: raw, as: UTF8.self) else { throw refusal("a string is not valid UTF-8") }
+                    text = valid
                 }
                 at = end + 1
                 return text

@@ -309,6 +309,14 @@ public enum Reverifier {
     private static func verifyTree(_ rootFD: Int32, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
         let started = DispatchTime.now()
         func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
+        // What is on disk, listed and sorted on another core while this one reads, verifies and
+        // parses the manifest (joined before returning: it reads through rootFD).
+        let walk = OwnThreads.start { () throws -> [String] in
+            var found = try diskFiles(rootFD, root: root)
+            found.sort(by: ResourcePath.byteOrder)
+            return found
+        }
+        defer { _ = walk.wait() }
         guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
               let manifestSignature = try InputFile.readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
@@ -348,17 +356,39 @@ public enum Reverifier {
         let record = SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count)
         let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
-        var reports = parallelMap(listed) { position -> FileReport? in
-            cancelled.isSet ? nil : checker.check(manifest.files[position], at: position)
+        var reports = parallelMap(listed, worker: { TreeChecker.Workspace() }) { workspace, position -> FileReport? in
+            cancelled.isSet ? nil : checker.check(manifest.files[position], at: position, in: workspace)
         }.compactMap { $0 }
         if cancelled.isSet { throw CancellationError() }
-        let known = Set(manifest.files.map(\.path))
-        for path in try diskFiles(rootFD, root: root) where !known.contains(path) && options.selects(path) {
+        for path in try unlisted(walk.wait().get(), manifest) where options.selects(path) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
         reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
         return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: nil, manifestMessage: nil,
                           files: reports, attributesSupported: !checker.sawUnsupported.isSet, duration: elapsed())
+    }
+
+    /// The paths of `onDisk` (sorted by their bytes) that `manifest` does not list, compared
+    /// byte for byte (what the filesystem compares): one merge when the manifest is in byte
+    /// order too (as pack writes it), else a set of the manifest's paths.
+    static func unlisted(_ onDisk: [String], _ manifest: Manifest) -> [String] {
+        let files = manifest.files
+        let sorted = files.indices.dropFirst().allSatisfy { ResourcePath.byteOrder(files[$0 - 1].path, files[$0].path) }
+        guard sorted else {
+            let known = Set(files.map { Array($0.path.utf8) })
+            return onDisk.filter { !known.contains(Array($0.utf8)) }
+        }
+        var extra: [String] = []
+        var listed = 0
+        for path in onDisk {
+            while listed < files.count, ResourcePath.byteOrder(files[listed].path, path) { listed += 1 }
+            if listed < files.count, files[listed].path.utf8.elementsEqual(path.utf8) {
+                listed += 1
+            } else {
+                extra.append(path)
+            }
+        }
+        return extra
     }
 
     /// Every non-directory below the tree, relative, outside `.signet/`; links are listed, not
@@ -462,27 +492,61 @@ final class TreeChecker: @unchecked Sendable {
         if rootDescriptor >= 0 { close(rootDescriptor) }
     }
 
+    /// What one worker thread reuses from file to file: a read buffer and hashing contexts.
+    final class Workspace {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: InputFile.chunkSize, alignment: 64)
+        private var hashers: [Digest.Hasher] = []
+        private var hashing: DigestAlgorithm?
+        let window = SignatureRecord.Reader.Window()
+
+        deinit { buffer.deallocate() }
+
+        /// SHA-256 (what the manifest lists) and, when the signatures use another, that one too;
+        /// restarted for a new file.
+        func hashers(for algorithm: DigestAlgorithm) throws -> [Digest.Hasher] {
+            if hashing == algorithm {
+                for hasher in hashers { try hasher.restart() }
+            } else {
+                hashers = try (algorithm == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, algorithm]).map { try Digest.Hasher($0) }
+                hashing = algorithm
+            }
+            return hashers
+        }
+    }
+
     /// Checks file number `position` of the manifest.
-    func check(_ file: Manifest.File, at position: Int? = nil) -> FileReport {
+    func check(_ file: Manifest.File, at position: Int? = nil, in workspace: Workspace = Workspace()) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
             FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
         }
+        func differs(_ size: UInt64) -> FileReport {
+            report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
+        }
         let fd: Int32
+        let onDisk: UInt64
         switch openBeneath(file.path) {
-        case .success(let descriptor): fd = descriptor
+        case .success(let (descriptor, size)): (fd, onDisk) = (descriptor, size)
         case .failure(let refusal): return report(refusal.verdict, refusal.detail)
         }
         defer { close(fd) }
+        // Another size is another content: no need to read it.
+        guard onDisk == file.size else { return differs(onDisk) }
         // The content against the signed manifest, through this descriptor.
         let digests: [Digest]
         let size: UInt64
         do {
-            let algorithms = algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, algorithm.digest]
-            let hashers = try algorithms.map { try Digest.Hasher($0) }
+            let hashers = try workspace.hashers(for: algorithm.digest)
             var count: UInt64 = 0
-            try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize) { chunk in
-                count += UInt64(chunk.count)
+            let descriptor = FileDescriptor(fd)
+            while true {
+                let read = try descriptor.readChunk(into: workspace.buffer)
+                if read == 0 { break }
+                count += UInt64(read)
+                let chunk = UnsafeRawBufferPointer(rebasing: workspace.buffer[0..<read])
                 hashers.forEach { $0.update(chunk) }
+                // A short read of a regular file is its end: the file was as long as fstat said
+                // and no longer, so the read that would return 0 is saved (one per file).
+                if read < workspace.buffer.count && count == onDisk { break }
             }
             digests = try hashers.map { try $0.finalize() }
             size = count
@@ -491,9 +555,7 @@ final class TreeChecker: @unchecked Sendable {
         } catch {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
         }
-        guard size == file.size, file.content.matches(digests[0]) else {
-            return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
-        }
+        guard size == file.size, file.content.matches(digests[0]) else { return differs(size) }
         // The key is the one the manifest verified with: a signature is valid when it is by that
         // key over this content (no policy to consult per file, no message to build).
         let digest = digests.last!
@@ -517,7 +579,7 @@ final class TreeChecker: @unchecked Sendable {
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
         case .success(let attribute?):
             // The signature unpack installed, over content that matches the signed manifest.
-            if let record, let position, record.matches(attribute, at: position) {
+            if let record, let position, record.matches(attribute, at: position, through: workspace.window) {
                 return report(.ok, "matches the signed manifest; user.signet.sig is the signature unpack installed", .xattr)
             }
             if verifies(attribute) {
@@ -580,7 +642,8 @@ final class TreeChecker: @unchecked Sendable {
         }
     }
 
-    private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
+    /// The opened file and its size.
+    private func openBeneath(_ relative: String) -> Result<(Int32, UInt64), OpenRefusal> {
         guard rootDescriptor >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)'")) }
         func refusal(_ err: Int32) -> OpenRefusal {
             switch err {
@@ -599,7 +662,7 @@ final class TreeChecker: @unchecked Sendable {
             close(fd)
             return .failure(OpenRefusal(.modified, "'\(relative)' is no longer a regular file"))
         }
-        return .success(fd)
+        return .success((fd, UInt64(clamping: info.st_size)))
     }
 }
 

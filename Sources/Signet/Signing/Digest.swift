@@ -120,6 +120,13 @@ public struct Digest: Hashable, Sendable {
 
         deinit { EVP_MD_CTX_free(context) }
 
+        /// Starts over, for the next message (the context is reused, not reallocated).
+        func restart() throws {
+            guard let md = algorithm.md, EVP_DigestInit_ex2(context, md, nil) == 1 else {
+                throw OpenSSLErrorQueue.error(.crypto, "could not restart \(algorithm.name)")
+            }
+        }
+
         func update(_ chunk: UnsafeRawBufferPointer) {
             guard chunk.count > 0 else { return }
             // EVP_DigestUpdate on an initialised SHA-2 context cannot fail.
@@ -127,12 +134,16 @@ public struct Digest: Hashable, Sendable {
         }
 
         func finalize() throws -> Digest {
-            var out = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-            var length: UInt32 = 0
-            guard EVP_DigestFinal_ex(context, &out, &length) == 1 else {
+            var finished = true
+            let out = [UInt8](unsafeUninitializedCapacity: Int(EVP_MAX_MD_SIZE)) { buffer, count in
+                var length: UInt32 = 0
+                finished = EVP_DigestFinal_ex(context, buffer.baseAddress, &length) == 1
+                count = finished ? Int(length) : 0
+            }
+            guard finished, let digest = Digest(algorithm: algorithm, bytes: out) else {
                 throw OpenSSLErrorQueue.error(.crypto, "could not finish \(algorithm.name)")
             }
-            return Digest(algorithm: algorithm, bytes: Array(out.prefix(Int(length))))!
+            return digest
         }
     }
 }

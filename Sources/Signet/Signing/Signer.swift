@@ -81,14 +81,24 @@ public struct Signer: Sendable {
 /// runs on threads of its own (the caller's and one per further core), never on Swift
 /// concurrency's shared pool or Dispatch's: an async caller blocks nobody else's tasks.
 func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @escaping @Sendable (T) -> R) -> [R] {
-    if items.count <= 1 { return items.map(transform) }
+    parallelMap(items, worker: { () }, { _, item in transform(item) })
+}
+
+/// ``parallelMap(_:_:)`` where each worker thread first makes its own `W` (buffers, hashing
+/// contexts) with `worker` and hands it to every `transform` it runs: no allocation per item.
+func parallelMap<T: Sendable, W, R: Sendable>(_ items: [T], worker: @escaping @Sendable () -> W, _ transform: @escaping @Sendable (W, T) -> R) -> [R] {
+    if items.count <= 1 {
+        let state = worker()
+        return items.map { transform(state, $0) }
+    }
     let slots = ResultSlots<R>(count: items.count)
     let next = Counter()
     OwnThreads.run(count: min(System.activeProcessorCount, items.count)) {
+        let state = worker()
         while true {
             let index = next.take()
             guard index < items.count else { return }
-            slots.store(transform(items[index]), at: index)
+            slots.store(transform(state, items[index]), at: index)
         }
     }
     return slots.collect()
@@ -128,6 +138,39 @@ enum OwnThreads {
     /// LeakSanitizer reports the random generators of a thread that is still on its way out.
     private static func releaseThreadState() {
         OPENSSL_thread_stop()
+    }
+
+    /// Starts blocking `work` on a thread of its own now; ``Started/wait()`` joins it. The
+    /// caller must wait before anything `work` uses goes away (a descriptor, say), also when
+    /// it leaves early by throwing: `defer { _ = started.wait() }`.
+    static func start<R: Sendable>(_ work: @escaping @Sendable () throws -> R) -> Started<R> {
+        let started = Started<R>()
+        let thread = Thread {
+            let result = Result { try work() }
+            releaseThreadState()
+            started.finish(result)
+        }
+        thread.stackSize = stackSize
+        thread.start()
+        return started
+    }
+
+    /// Work started by ``start(_:)``.
+    final class Started<R: Sendable>: Sendable {
+        private let result = Mutex<Result<R, any Error>?>(nil)
+        private let done = DispatchSemaphore(value: 0)
+
+        fileprivate func finish(_ value: Result<R, any Error>) {
+            result.withLock { $0 = value }
+            done.signal()
+        }
+
+        /// Waits for the work to end (once or many times) and gives its result.
+        func wait() -> Result<R, any Error> {
+            if let finished = result.withLock({ $0 }) { return finished }
+            done.wait()
+            return result.withLock { $0! }
+        }
     }
 
     /// Runs blocking `work` on a thread of its own and resumes the caller with its result.
