@@ -31,6 +31,13 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
+        // PKCS#11 types (p11-kit's pkcs11.h) for keys on tokens; the token's own module is
+        // loaded with dlopen at run time, so nothing is linked.
+        .systemLibrary(
+            name: "CPKCS11",
+            pkgConfig: "p11-kit-1",
+            providers: [.apt(["libp11-kit-dev"])]
+        ),
         // C functions for what Swift cannot call: OpenSSL macros and variadics, libcurl's
         // variadic setopt/getinfo, <sys/xattr.h> and GNU-only declarations such as renameat2.
         .target(
@@ -40,7 +47,7 @@ let package = Package(
         .target(
             name: "Signet",
             dependencies: [
-                "COpenSSL", "CZip", "CCurl", "CSignetShims",
+                "COpenSSL", "CZip", "CCurl", "CPKCS11", "CSignetShims",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

@@ -9,6 +9,10 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 pkg-config --exists libcrypto 2>/dev/null || need+=(libssl-dev)
 pkg-config --exists libzip 2>/dev/null || need+=(libzip-dev)
 pkg-config --exists libcurl 2>/dev/null || need+=(libcurl4-openssl-dev)
+# PKCS#11 types for keys on tokens (the token's module is loaded at run time).
+pkg-config --exists p11-kit-1 2>/dev/null || need+=(libp11-kit-dev)
+# SoftHSM2, a real PKCS#11 token the token tests make in a temporary directory.
+{ [ -e /usr/lib/softhsm/libsofthsm2.so ] && command -v softhsm2-util >/dev/null 2>&1; } || need+=(softhsm2)
 # The peers the tests run Signet against.
 for pair in openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils curl:curl strace:strace script:bsdutils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")

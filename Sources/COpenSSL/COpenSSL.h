@@ -14,5 +14,7 @@
 #include <openssl/provider.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
+#include <openssl/param_build.h>
+#include <openssl/core_names.h>
 
 #endif

@@ -131,3 +131,5 @@ CURLcode signet_curl_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value)
 CURLcode signet_curl_getinfo_string(CURL *handle, CURLINFO info, char **value) {
     return curl_easy_getinfo(handle, info, value);
 }
+
+int signet_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY; }

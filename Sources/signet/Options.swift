@@ -55,22 +55,43 @@ struct PassphraseOptions: ParsableArguments {
 /// --key and how to unlock it.
 struct SigningKeyOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
-        "The private key: PEM (PKCS#1/PKCS#8, encrypted or not), DER PKCS#8 or PKCS#12.", valueName: "key"))
+        "The private key: PEM (PKCS#1/PKCS#8, encrypted or not), DER PKCS#8, PKCS#12, or a key on a token as a PKCS#11 URI ('pkcs11:token=release;object=signing-2026'; the PIN from --passphrase-file/--passphrase-env, the prompt, or pin-source=file:… in the URI).",
+        valueName: "key"))
     var key: String
 
     @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var token: TokenOptions
 
     @Flag(name: .customLong("allow-weak-key"), help: "Sign even with an RSA key below 2048 bits (not recommended).")
     var allowWeakKey = false
 
     /// The files these options read (the key, the passphrase file): an output must never be one.
-    var files: [String] { [key] + (passphrase.passphraseFile.map { [$0] } ?? []) }
+    var files: [String] { (PrivateKey.isTokenURI(key) ? [] : [key]) + (passphrase.passphraseFile.map { [$0] } ?? []) }
 
     /// Loads the key, printing its warnings (key file readable by others, legacy PKCS#12) on stderr.
     func load() throws -> PrivateKey {
-        let privateKey = try PrivateKey(contentsOf: key, passphrase: passphrase.source, allowWeakKey: allowWeakKey)
+        let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: allowWeakKey)
         privateKey.warnings.forEach(Output.warn)
         return privateKey
+    }
+}
+
+/// --pkcs11-module: which PKCS#11 module reaches the token a `pkcs11:` key is on.
+struct TokenOptions: ParsableArguments {
+    @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp(
+        "The PKCS#11 module for a pkcs11: key (default: module-path= in the URI, else $SIGNET_PKCS11_MODULE, else p11-kit's proxy).",
+        valueName: "path"))
+    var module: String?
+
+    /// A key from a file, or from a token when `key` is a `pkcs11:` URI.
+    func load(_ key: String, passphrase: PassphraseOptions, allowWeakKey: Bool = false) throws -> PrivateKey {
+        if PrivateKey.isTokenURI(key) {
+            return try PrivateKey(pkcs11: key, module: module, pin: passphrase.source, allowWeakKey: allowWeakKey)
+        }
+        if module != nil {
+            throw ValidationError("--pkcs11-module is for keys on a token; '\(key)' is a key file (a token key is a pkcs11: URI)")
+        }
+        return try PrivateKey(contentsOf: key, passphrase: passphrase.source, allowWeakKey: allowWeakKey)
     }
 }
 

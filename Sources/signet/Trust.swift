@@ -28,16 +28,17 @@ struct Trust: ParsableCommand {
         @Option(name: .customLong("salt-file"), help: ArgumentHelp("Salt the digests with the first line of this file.", valueName: "file"))
         var saltFile: String?
 
-        @Option(name: .long, help: ArgumentHelp("Also sign the seal with this private key.", valueName: "key"))
+        @Option(name: .long, help: ArgumentHelp("Also sign the seal with this private key (a file or a pkcs11: URI).", valueName: "key"))
         var key: String?
 
         @OptionGroup var passphrase: PassphraseOptions
+        @OptionGroup var token: TokenOptions
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             let salt = try saltFile.map { try PassphraseSource.file($0, what: "salt file").passphrase(for: $0).bytesForSalt }
             let signer = try key.map { path -> Signer in
-                let privateKey = try PrivateKey(contentsOf: path, passphrase: passphrase.source)
+                let privateKey = try token.load(path, passphrase: passphrase)
                 privateKey.warnings.forEach(Output.warn)
                 return Signer(key: privateKey)
             }

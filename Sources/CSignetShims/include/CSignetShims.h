@@ -33,6 +33,8 @@ unsigned long signet_XN_FLAG_RFC2253(void);
 
 /// EVP_RSA_gen is a macro over the variadic EVP_PKEY_Q_keygen.
 EVP_PKEY *signet_EVP_RSA_gen(unsigned int bits);
+/* EVP_PKEY_PUBLIC_KEY (a selection macro) for EVP_PKEY_fromdata. */
+int signet_EVP_PKEY_PUBLIC_KEY(void);
 
 /// ERR_GET_LIB / ERR_GET_REASON are inline bit operations whose availability as
 /// functions differs between OpenSSL 3 minor versions.

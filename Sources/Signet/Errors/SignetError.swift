@@ -24,6 +24,11 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public func hash(into hasher: inout Hasher) { hasher.combine(name) }
 
         // Exit 1: well-formed input that fails verification.
+        /// No token or no key on it matches a PKCS#11 URI (or more than one does).
+        public static let tokenObjectNotFound = Code("token-object-not-found", exitStatus: .malformed)
+        /// A PKCS#11 module that cannot be found, loaded or initialised.
+        public static let tokenModule = Code("token-module", exitStatus: .environment)
+
         /// A package is expired, incomplete, or its contents do not match its manifest.
         public static let packageInvalid = Code("package-invalid", exitStatus: .verificationFailed)
         /// A package would replace an installed tree of the same name with a lower sequence.

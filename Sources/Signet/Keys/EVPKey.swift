@@ -53,6 +53,8 @@ public struct KeyFormat: Hashable, Sendable, CustomStringConvertible {
 
     /// `-----BEGIN RSA PRIVATE KEY-----`.
     public static let pemPKCS1 = KeyFormat("PEM PKCS#1")
+    /// A key on a PKCS#11 token (only its public half is ever in memory).
+    public static let pkcs11 = KeyFormat("PKCS#11 token")
     /// `-----BEGIN RSA PRIVATE KEY-----` with `Proc-Type: 4,ENCRYPTED`.
     public static let pemPKCS1Encrypted = KeyFormat("PEM PKCS#1 (traditional encryption)")
     /// `-----BEGIN PRIVATE KEY-----`.

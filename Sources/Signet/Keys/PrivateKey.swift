@@ -1,3 +1,4 @@
+import Foundation
 internal import COpenSSL
 internal import CSignetShims
 import Synchronization
@@ -9,7 +10,10 @@ import Synchronization
 /// and PKCS#12 (modern AES-256/PBKDF2, or legacy RC2-40/3DES through OpenSSL's legacy provider,
 /// which is loaded only when such a file is met).
 public struct PrivateKey: Sendable {
+    /// The key itself; for a token key only its public half (the private half stays on the token).
     let key: EVPKey
+    /// The token that holds the private half, for a PKCS#11 key.
+    let token: TokenKey?
     /// The format the key was found in.
     public let format: KeyFormat
     /// The public half.
@@ -47,8 +51,39 @@ public struct PrivateKey: Sendable {
         try self.init(bytes: bytes, name: name, passphrase: passphrase, allowWeakKey: allowWeakKey, warnings: [])
     }
 
+    /// A key that never leaves a PKCS#11 token (an HSM, a smart card, SoftHSM), named by an
+    /// RFC 7512 URI such as `pkcs11:token=release;object=signing-2026`.
+    ///
+    /// - Parameters:
+    ///   - uri: the key's URI (``PKCS11URI``); `pin-value=` is refused.
+    ///   - module: the PKCS#11 module; nil takes the URI's `module-path=`, then the environment
+    ///     variable `SIGNET_PKCS11_MODULE`, then p11-kit's proxy module where installed.
+    ///   - pin: where the user PIN comes from when the URI has no `pin-source=`; asked once.
+    ///   - allowWeakKey: accept RSA keys below 2048 bits.
+    /// - Throws: ``SignetError``: `.usage` for a bad URI or no module to use, `.tokenModule`
+    ///   (exit 5), `.tokenObjectNotFound`, `.wrongPassphrase`, `.passphraseRequired`,
+    ///   `.unsupportedKeyType`, `.weakKey` (exit 4).
+    public init(pkcs11 uri: String, module: String? = nil, pin: PassphraseSource? = nil, allowWeakKey: Bool = false,
+                environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        let parsed = try PKCS11URI(uri)
+        guard let modulePath = module ?? parsed.modulePath ?? PKCS11Module.defaultPath(environment: environment) else {
+            throw SignetError(.usage, "no PKCS#11 module to reach \(parsed): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
+        }
+        let token = try TokenKey(uri: parsed, modulePath: modulePath, pin: pin, allowWeakKey: allowWeakKey)
+        self.key = token.publicKey
+        self.token = token
+        self.format = .pkcs11
+        self.publicKey = try PublicKey(key: token.publicKey, format: .pkcs11, certificateDER: nil, source: "\(parsed) on \(token.tokenDescription)")
+        self.certificateDER = nil
+        self.warnings = []
+    }
+
+    /// Whether `text` names a key on a token (a `pkcs11:` URI) rather than a file.
+    public static func isTokenURI(_ text: String) -> Bool { text.hasPrefix("pkcs11:") }
+
     init(key: EVPKey, format: KeyFormat, certificateDER: [UInt8]?, warnings: [String], name: String) throws {
         self.key = key
+        self.token = nil
         self.format = format
         self.publicKey = try PublicKey(key: key, format: format, certificateDER: certificateDER, source: name)
         self.certificateDER = certificateDER

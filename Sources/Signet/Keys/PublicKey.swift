@@ -54,6 +54,12 @@ public struct PublicKey: Sendable, Hashable, CustomStringConvertible {
         self.source = source
     }
 
+    /// Writes the key as DER SubjectPublicKeyInfo (what `--pubkey` reads), atomically and
+    /// durably; an existing file is replaced only when `replace` is set.
+    public func writeDER(to path: String, replace: Bool = false) throws {
+        try AtomicFile.write(subjectPublicKeyInfo, to: path, mode: 0o644, replace: replace)
+    }
+
     /// "<short key id> (<bits>-bit RSA, <source>)".
     public var description: String { "\(keyID.short) (\(bits)-bit RSA, \(source))" }
 

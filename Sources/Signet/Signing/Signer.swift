@@ -36,6 +36,18 @@ public struct Signer: Sendable {
         guard digest.algorithm == algorithm.digest else {
             throw SignetError(.usage, "a \(digest.algorithm) digest cannot be signed with \(algorithm.id), which signs \(algorithm.digest)")
         }
+        let bytes = try key.token.map { try $0.sign(digest, algorithm: algorithm, length: key.key.signatureSize) } ?? signInMemory(digest)
+        // Every signature is checked with the public half before anyone sees it: a faulty key,
+        // machine or fault attack must not put out signatures that verify with nothing (or
+        // leak the key, as a faulty RSA-CRT signature can). About 1/15 of the signing cost.
+        guard Verifier.check(bytes, digest: digest, key: key.publicKey, algorithm: algorithm) else {
+            throw SignetError(.crypto, "the \(algorithm.id) signature just made with key \(key.keyID.short) does not verify with the key's public half: the key or this machine is faulty; nothing was written")
+        }
+        return Signature(bytes: bytes, algorithm: algorithm, keyID: key.keyID, digest: digest)
+    }
+
+    /// With the private key in this process, through OpenSSL.
+    private func signInMemory(_ digest: Digest) throws -> [UInt8] {
         OpenSSLErrorQueue.clear()
         guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key.key.pointer, nil) else {
             throw OpenSSLErrorQueue.error(.crypto, "could not create a signing context")
@@ -49,14 +61,7 @@ public struct Signer: Sendable {
         guard EVP_PKEY_sign(context, &out, &length, digest.bytes, digest.bytes.count) == 1 else {
             throw OpenSSLErrorQueue.error(.crypto, "\(algorithm.id) signing with key \(key.keyID.short) failed")
         }
-        let bytes = Array(out.prefix(length))
-        // Every signature is checked with the public half before anyone sees it: a faulty key,
-        // machine or fault attack must not put out signatures that verify with nothing (or
-        // leak the key, as a faulty RSA-CRT signature can). About 1/15 of the signing cost.
-        guard Verifier.check(bytes, digest: digest, key: key.publicKey, algorithm: algorithm) else {
-            throw SignetError(.crypto, "the \(algorithm.id) signature just made with key \(key.keyID.short) does not verify with the key's public half: the key or this machine is faulty; nothing was written")
-        }
-        return Signature(bytes: bytes, algorithm: algorithm, keyID: key.keyID, digest: digest)
+        return Array(out.prefix(length))
     }
 
     /// Signs bytes in memory.

@@ -1,0 +1,67 @@
+import ArgumentParser
+import Signet
+
+/// `signet key show`: what a key is, from a file or a token, and its public half for devices.
+struct Key: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show a signing key (a file or a key on a PKCS#11 token) and export its public half.",
+        subcommands: [Show.self]
+    )
+
+    struct Show: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print a key's id, its sha256// pin and its size; --pubout writes the public key for --pubkey.",
+            discussion: """
+            KEY is a private key file (PEM, DER PKCS#8, PKCS#12), a public key or certificate
+            file, or a key on a token as a PKCS#11 URI. For a token, the private key never
+            leaves it: only the modulus and exponent are read (after logging in with the PIN).
+
+            Examples:
+              signet key show keys/private_key.pem
+              signet key show 'pkcs11:token=release;object=signing-2026' \\
+                  --pkcs11-module /usr/lib/softhsm/libsofthsm2.so --passphrase-file pin.txt \\
+                  --pubout release.der
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The key: a file or a pkcs11: URI.", valueName: "key"))
+        var key: String
+
+        @Option(name: .long, help: ArgumentHelp("Write the public key here as DER SubjectPublicKeyInfo (what --pubkey and --trust-dir read).", valueName: "file"))
+        var pubout: String?
+
+        @Flag(name: .long, help: "Replace --pubout if it exists.")
+        var force = false
+
+        @OptionGroup var passphrase: PassphraseOptions
+        @OptionGroup var token: TokenOptions
+        @OptionGroup var output: OutputOptions
+
+        func run() throws {
+            let publicKey: PublicKey
+            let format: String
+            if PrivateKey.isTokenURI(key) {
+                let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: true)
+                (publicKey, format) = (privateKey.publicKey, privateKey.format.description)
+            } else if let loaded = try? PublicKey(contentsOf: key, allowWeakKey: true) {
+                (publicKey, format) = (loaded, loaded.format.description)
+            } else {
+                let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: true)
+                privateKey.warnings.forEach(Output.warn)
+                (publicKey, format) = (privateKey.publicKey, privateKey.format.description)
+            }
+            if let pubout { try publicKey.writeDER(to: pubout, replace: force) }
+            if output.json {
+                Output.json(["key_id": publicKey.keyID.hex, "pin": publicKey.keyID.pin, "bits": String(publicKey.bits),
+                             "format": format, "source": publicKey.source, "pubout": pubout ?? ""])
+            } else {
+                Output.line("key id  \(publicKey.keyID.hex)")
+                Output.line("pin     \(publicKey.keyID.pin)")
+                Output.line("size    \(publicKey.bits)-bit RSA")
+                Output.line("format  \(format)")
+                Output.line("source  \(publicKey.source)")
+                if let pubout { Output.line("wrote   \(pubout) (DER SubjectPublicKeyInfo)") }
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+/// A SoftHSM2 token made for one test in a temporary directory (its own SOFTHSM2_CONF), with
+/// keys imported from openssl-made PEM files, so signatures can be compared byte for byte.
+final class SoftToken {
+    let work: Workspace
+    let module = "/usr/lib/softhsm/libsofthsm2.so"
+    let pin = "1234"
+    var configuration: String { work.directory.file("softhsm2.conf") }
+    var pinFile: String { work.directory.file("pin.txt") }
+    var environment: [String: String?] { ["SOFTHSM2_CONF": configuration, "SIGNET_PKCS11_MODULE": nil] }
+
+    init(label: String = "release") throws {
+        guard FileManager.default.fileExists(atPath: module) else {
+            throw SupportError("SoftHSM2 is not installed (\(module)); scripts/install-deps.sh installs softhsm2")
+        }
+        work = try Workspace()
+        let tokens = work.directory.file("tokens")
+        try FileManager.default.createDirectory(atPath: tokens, withIntermediateDirectories: true)
+        _ = try work.directory.write("softhsm2.conf", Data("directories.tokendir = \(tokens)\nobjectstore.backend = file\nlog.level = ERROR\n".utf8))
+        _ = try work.directory.write("pin.txt", Data((pin + "\n").utf8), mode: 0o600)
+        try util(["--init-token", "--free", "--label", label, "--so-pin", "5678", "--pin", pin])
+    }
+
+    /// softhsm2-util with this token's configuration; fails loudly.
+    @discardableResult
+    func util(_ arguments: [String]) throws -> ProcessResult {
+        let result = try SignetTestSupport.run("softhsm2-util", arguments, environment: environment)
+        guard result.status == 0 else { throw SupportError("softhsm2-util \(arguments) failed: \(result.stderr) \(result.stdoutText)") }
+        return result
+    }
+
+    /// Imports a PEM private key made by openssl under `label` and `id` (hex).
+    func importKey(_ pem: String, label: String, id: String, token: String = "release") throws {
+        try util(["--import", pem, "--token", token, "--label", label, "--id", id, "--pin", pin])
+    }
+
+    /// Runs signet with this token's configuration.
+    func signet(_ arguments: [String], extra: [String: String?] = [:]) throws -> ProcessResult {
+        try CLI.run(arguments, environment: environment.merging(extra) { $1 }, directory: work.path)
+    }
+}
+
+@Suite("Keys on a PKCS#11 token (SoftHSM2)")
+struct TokenCLITests {
+    static let uri = "pkcs11:token=release;object=signing-2026"
+
+    @Test("token signatures are byte-identical to openssl dgst -sign with the same key; PSS verifies with openssl", arguments: [
+        "rsa-pkcs1v15-sha256", "rsa-pkcs1v15-sha384", "rsa-pkcs1v15-sha512", "rsa-pss-sha256",
+    ])
+    func byteIdentical(_ algorithm: String) throws {
+        let token = try SoftToken()
+        let (pem, der) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+        try token.importKey(pem, label: "signing-2026", id: "01")
+        let file = try token.work.directory.writeRandom("data.bin", count: 300_000)
+        let signed = try token.signet(["sign", file, "--key", Self.uri, "--pkcs11-module", token.module,
+                                       "--passphrase-file", token.pinFile, "--algorithm", algorithm])
+        #expect(signed.status == 0, "\(signed.stderr)")
+        if algorithm.hasPrefix("rsa-pss") {
+            let pub = token.work.directory.file("tokenkey.pub.pem")
+            try token.work.openssl(["pkey", "-pubin", "-inform", "DER", "-in", der, "-out", pub])
+            let verified = try token.work.openssl(["dgst"] + opensslDigestArguments(algorithm) + ["-verify", pub, "-signature", file + ".sig", file])
+            #expect(verified.stdoutText.contains("Verified OK"))
+        } else {
+            let reference = token.work.directory.file("reference.sig")
+            try token.work.openssl(["dgst"] + opensslDigestArguments(algorithm) + ["-sign", pem, "-out", reference, file])
+            #expect(try contents(file + ".sig") == contents(reference))
+        }
+        // And Signet's own verify accepts it with the public key openssl wrote.
+        let verify = try token.signet(["verify", file, "--signature", file + ".sig", "--pubkey", der, "--algorithm", algorithm])
+        #expect(verify.status == 0, "\(verify.stderr)")
+    }
+
+    @Test("a package signed on the token verifies, installs and re-verifies like any other; the PIN from pin-source= or the environment")
+    func packInstallReverify() throws {
+        let token = try SoftToken()
+        let (pem, der) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+        try token.importKey(pem, label: "signing-2026", id: "a1b2")
+        let root = token.work.directory.file("tree")
+        for index in 0..<40 {
+            try FileManager.default.createDirectory(atPath: root + "/d\(index % 4)", withIntermediateDirectories: true)
+            try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: root + "/d\(index % 4)/f\(index).txt"))
+        }
+        let package = token.work.directory.file("app.zip")
+        // By id, PIN from the URI's pin-source.
+        let uri = "pkcs11:token=release;id=%a1%b2?pin-source=file:\(token.pinFile)"
+        let packed = try token.signet(["pack", root, "--key", uri, "--pkcs11-module", token.module,
+                                       "--name", "app", "--version", "1", "--sequence", "1", "--out", package])
+        #expect(packed.status == 0, "\(packed.stderr)")
+        let inspected = try token.signet(["inspect", package, "--pubkey", der, "--json"])
+        #expect(try inspected.json()["verdict"] as? String == "valid", "\(inspected.stderr)")
+        let installed = token.work.directory.file("installed")
+        let unpacked = try token.signet(["unpack", package, "--dest", installed, "--pubkey", der])
+        #expect(unpacked.status == 0, "\(unpacked.stderr)")
+        let reverified = try token.signet(["reverify", installed, "--pubkey", der])
+        #expect(reverified.status == 0, "\(reverified.stderr)")
+        // Every resource signature in the package is byte-identical to openssl's.
+        let sig = try SignetTestSupport.run("unzip", ["-p", package, ".signet/sigs/d1/f5.txt.sig"])
+        let reference = token.work.directory.file("f5.sig")
+        try token.work.openssl(["dgst", "-sha256", "-sign", pem, "-out", reference, root + "/d1/f5.txt"])
+        #expect(sig.stdout == (try contents(reference)))
+        // The module from SIGNET_PKCS11_MODULE, the PIN from an environment variable.
+        let again = try token.signet(["sign", root + "/d0/f0.txt", "--key", "pkcs11:token=release;object=signing-2026;id=%a1%b2",
+                                      "--passphrase-env", "TOKEN_PIN"],
+                                     extra: ["SIGNET_PKCS11_MODULE": token.module, "TOKEN_PIN": token.pin])
+        #expect(again.status == 0, "\(again.stderr)")
+    }
+
+    @Test("key show prints the key id and pin and writes the DER public key openssl derives from the PEM")
+    func keyShow() throws {
+        let token = try SoftToken()
+        let (pem, der) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:3072"])
+        try token.importKey(pem, label: "signing-2026", id: "01")
+        let out = token.work.directory.file("from-token.der")
+        let shown = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
+                                      "--pubout", out, "--json"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        #expect(try contents(out) == contents(der))
+        let fromFile = try token.signet(["key", "show", der, "--json"])
+        #expect(try shown.json()["key_id"] as? String == fromFile.json()["key_id"] as? String)
+        #expect(try shown.json()["bits"] as? String == "3072")
+        #expect((try shown.json()["pin"] as? String)?.hasPrefix("sha256//") == true)
+        // Refuses to replace the file without --force.
+        let again = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile, "--pubout", out])
+        #expect(again.status == 5, "\(again.stderr)")
+    }
+
+    @Test("errors: no token or key (4, listing what exists), wrong PIN (4, tried once: the right PIN still works), no PIN (4), module missing (5), pin-value (2), not RSA or weak (4)")
+    func errors() throws {
+        let token = try SoftToken()
+        let (pem, _) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+        try token.importKey(pem, label: "signing-2026", id: "01")
+        let (ec, _) = try token.work.opensslKeyPair("eckey", ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        try token.importKey(ec, label: "ec-key", id: "02")
+        let (weak, _) = try token.work.opensslKeyPair("weakkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024"])
+        try token.importKey(weak, label: "weak-key", id: "03")
+        let file = try token.work.directory.write("f.txt", Data("hello\n".utf8))
+        func sign(_ uri: String, _ extra: [String] = ["--passphrase-file", token.pinFile], module: String? = nil) throws -> ProcessResult {
+            try token.signet(["sign", file, "--out", token.work.directory.file("f.sig"), "--key", uri, "--pkcs11-module", module ?? token.module] + extra)
+        }
+        let noObject = try sign("pkcs11:token=release;object=nope")
+        #expect(noObject.status == 4)
+        #expect(noObject.stderr.contains("object=signing-2026;id=%01"), "\(noObject.stderr)")
+        let noToken = try sign("pkcs11:token=nope;object=signing-2026")
+        #expect(noToken.status == 4)
+        #expect(noToken.stderr.contains("'release'"), "\(noToken.stderr)")
+
+        let wrong = try token.work.directory.write("wrong.txt", Data("9999\n".utf8), mode: 0o600)
+        for _ in 0..<3 {
+            let refused = try sign(Self.uri, ["--passphrase-file", wrong])
+            #expect(refused.status == 4)
+            #expect(refused.stderr.contains("wrong") && refused.stderr.contains("release"), "\(refused.stderr)")
+        }
+        // Three wrong attempts (each tried once) did not lock the token: SoftHSM locks after more.
+        #expect(try sign(Self.uri).status == 0)
+        let noPIN = try sign(Self.uri, [])
+        #expect(noPIN.status == 4)
+        #expect(noPIN.stderr.contains("PIN"), "\(noPIN.stderr)")
+
+        let missing = try sign(Self.uri, module: token.work.directory.file("no-such-module.so"))
+        #expect(missing.status == 5, "\(missing.stderr)")
+        let notModule = try sign(Self.uri, module: file)
+        #expect(notModule.status == 5, "\(notModule.stderr)")
+        let pinValue = try sign(Self.uri + "?pin-value=1234", [])
+        #expect(pinValue.status == 2)
+        #expect(!pinValue.stderr.contains("1234"), "the PIN was echoed: \(pinValue.stderr)")
+        let unknown = try sign("pkcs11:token=release;objcet=signing-2026")
+        #expect(unknown.status == 2, "\(unknown.stderr)")
+
+        let notRSA = try sign("pkcs11:token=release;object=ec-key")
+        #expect(notRSA.status == 4)
+        #expect(notRSA.stderr.contains("not an RSA key"), "\(notRSA.stderr)")
+        let weakKey = try sign("pkcs11:token=release;object=weak-key")
+        #expect(weakKey.status == 4)
+        #expect(weakKey.stderr.contains("1024"), "\(weakKey.stderr)")
+    }
+}
