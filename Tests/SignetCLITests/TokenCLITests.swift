@@ -106,6 +106,15 @@ struct TokenCLITests {
                                       "--passphrase-env", "TOKEN_PIN"],
                                      extra: ["SIGNET_PKCS11_MODULE": token.module, "TOKEN_PIN": token.pin])
         #expect(again.status == 0, "\(again.stderr)")
+
+        // trust seal signs the seal on the token; a device that requires that seal key accepts it.
+        let trust = token.work.directory.file("trust")
+        try FileManager.default.createDirectory(atPath: trust, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: der, toPath: trust + "/release.der")
+        let sealed = try token.signet(["trust", "seal", trust, "--key", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile])
+        #expect(sealed.status == 0, "\(sealed.stderr)")
+        let checked = try token.signet(["inspect", package, "--trust-dir", trust, "--trust-seal-key", der, "--json"])
+        #expect(try checked.json()["verdict"] as? String == "valid", "\(checked.stderr)")
     }
 
     @Test("key show prints the key id and pin and writes the DER public key openssl derives from the PEM")
