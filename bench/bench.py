@@ -197,6 +197,14 @@ def reverify_row(tree, target):
 rows["reverify-50k"] = reverify_row("many-tree", 0.6)
 rows["reverify-2000x4k"] = reverify_row("4k-tree", 0.6)
 
+# ---- a key on a PKCS#11 token (issue 15): SoftHSM2 against the same key from a file ---------
+token_dir = f"{work}/hsm"
+token_env = f"SOFTHSM2_CONF={token_dir}/softhsm2.conf"
+token_key = f"--key 'pkcs11:token=bench;object=bench' --pkcs11-module /usr/lib/softhsm/libsofthsm2.so --passphrase-file {token_dir}/pin.txt"
+rows["pack-2000-token-vs-file"] = dict(target=2.0, prepare="token",
+    signet=lambda r: f"{token_env} {S} pack {work}/2k {token_key} --name t --version 1 --out {out}/s{r}.zip",
+    peer=lambda r: f"{S} pack {work}/2k {K} --name t --version 1 --out {out}/p{r}.zip")
+
 # ---- downloads: a real nginx on loopback with a private CA (issue 13) -----------------------
 download_size = int(256 * (1 << 20) * args.scale)
 server = {}
@@ -298,6 +306,22 @@ def prepare(kind):
             sh(f"{S} pack {work}/4k {K} --name k4 --version 1 --out {work}/4k.zip > /dev/null")
             sh(f"{S} unpack {work}/4k.zip --dest {work}/4k-tree --pubkey {pub_der} > /dev/null")
         return [f"{work}/4k-tree"]
+    if kind == "token":
+        # The bench key imported into a SoftHSM2 token of our own, and 2,000 small files.
+        if not os.path.isdir(f"{token_dir}/tokens"):
+            os.makedirs(f"{token_dir}/tokens")
+            with open(f"{token_dir}/softhsm2.conf", "w") as f:
+                f.write(f"directories.tokendir = {token_dir}/tokens\nobjectstore.backend = file\nlog.level = ERROR\n")
+            with open(f"{token_dir}/pin.txt", "w") as f:
+                f.write("1234\n")
+            sh(f"{token_env} softhsm2-util --init-token --free --label bench --so-pin 5678 --pin 1234 > /dev/null")
+            sh(f"{token_env} softhsm2-util --import {key} --token bench --label bench --id 01 --pin 1234 > /dev/null")
+        if not os.path.isdir(f"{work}/2k"):
+            os.makedirs(f"{work}/2k")
+            for i in range(2000):
+                with open(f"{work}/2k/f{i:04d}.txt", "w") as f:
+                    f.write(f"resource {i}\n" * (1 + i % 40))
+        return [f"{work}/2k"]
     if kind == "download-1g":
         start_nginx()
         if not os.path.exists(f"{work}/www/random.bin"):

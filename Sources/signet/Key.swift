@@ -40,17 +40,17 @@ struct Key: ParsableCommand {
         func run() throws {
             let publicKey: PublicKey
             let format: String
-            if PrivateKey.isTokenURI(key) {
-                let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: true)
-                (publicKey, format) = (privateKey.publicKey, privateKey.format.description)
-            } else if let loaded = try? PublicKey(contentsOf: key, allowWeakKey: true) {
+            if !PrivateKey.isTokenURI(key), let loaded = try? PublicKey(contentsOf: key, allowWeakKey: true) {
                 (publicKey, format) = (loaded, loaded.format.description)
             } else {
+                // A private key file or a key on a token: the same loading as sign and pack.
                 let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: true)
                 privateKey.warnings.forEach(Output.warn)
                 (publicKey, format) = (privateKey.publicKey, privateKey.format.description)
             }
-            if let pubout { try publicKey.writeDER(to: pubout, replace: force) }
+            if let pubout {
+                try publicKey.writeDER(to: pubout, replace: force, protecting: SigningKeyOptions.files(key: key, passphrase: passphrase))
+            }
             if output.json {
                 Output.json(["key_id": publicKey.keyID.hex, "pin": publicKey.keyID.pin, "bits": String(publicKey.bits),
                              "format": format, "source": publicKey.source, "pubout": pubout ?? ""])

@@ -66,7 +66,12 @@ struct SigningKeyOptions: ParsableArguments {
     var allowWeakKey = false
 
     /// The files these options read (the key, the passphrase file): an output must never be one.
-    var files: [String] { (PrivateKey.isTokenURI(key) ? [] : [key]) + (passphrase.passphraseFile.map { [$0] } ?? []) }
+    var files: [String] { Self.files(key: key, passphrase: passphrase) }
+
+    /// The files a key (unless it is on a token) and its passphrase options read.
+    static func files(key: String, passphrase: PassphraseOptions) -> [String] {
+        (PrivateKey.isTokenURI(key) ? [] : [key]) + (passphrase.passphraseFile.map { [$0] } ?? [])
+    }
 
     /// Loads the key, printing its warnings (key file readable by others, legacy PKCS#12) on stderr.
     func load() throws -> PrivateKey {

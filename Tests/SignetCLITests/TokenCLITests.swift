@@ -37,6 +37,15 @@ final class SoftToken {
         try util(["--import", pem, "--token", token, "--label", label, "--id", id, "--pin", pin])
     }
 
+    /// Makes a key pair with `openssl genpkey OPTIONS` and imports the private key under
+    /// `label` and `id`; returns the PEM and the DER public key openssl wrote.
+    @discardableResult
+    func makeKey(_ name: String, _ options: [String], label: String, id: String) throws -> (pem: String, der: String) {
+        let (pem, der) = try work.opensslKeyPair(name, options)
+        try importKey(pem, label: label, id: id)
+        return (pem, der)
+    }
+
     /// Runs signet with this token's configuration.
     func signet(_ arguments: [String], extra: [String: String?] = [:]) throws -> ProcessResult {
         try CLI.run(arguments, environment: environment.merging(extra) { $1 }, directory: work.path)
@@ -52,8 +61,7 @@ struct TokenCLITests {
     ])
     func byteIdentical(_ algorithm: String) throws {
         let token = try SoftToken()
-        let (pem, der) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
-        try token.importKey(pem, label: "signing-2026", id: "01")
+        let (pem, der) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "01")
         let file = try token.work.directory.writeRandom("data.bin", count: 300_000)
         let signed = try token.signet(["sign", file, "--key", Self.uri, "--pkcs11-module", token.module,
                                        "--passphrase-file", token.pinFile, "--algorithm", algorithm])
@@ -76,8 +84,7 @@ struct TokenCLITests {
     @Test("a package signed on the token verifies, installs and re-verifies like any other; the PIN from pin-source= or the environment")
     func packInstallReverify() throws {
         let token = try SoftToken()
-        let (pem, der) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
-        try token.importKey(pem, label: "signing-2026", id: "a1b2")
+        let (pem, der) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "a1b2")
         let root = token.work.directory.file("tree")
         for index in 0..<40 {
             try FileManager.default.createDirectory(atPath: root + "/d\(index % 4)", withIntermediateDirectories: true)
@@ -117,11 +124,38 @@ struct TokenCLITests {
         #expect(try checked.json()["verdict"] as? String == "valid", "\(checked.stderr)")
     }
 
+    @Test("the PIN typed at a terminal prompt logs in and is not echoed")
+    func promptedPIN() throws {
+        let token = try SoftToken()
+        let (pem, _) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "01")
+        let file = try token.work.directory.write("f.txt", Data("prompted\n".utf8))
+        let script = ptyPrelude + """
+        os.write(fd, sys.stdin.buffer.read())
+        while True:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:
+                break
+            if not chunk: break
+            out += chunk
+        _, status = os.waitpid(pid, 0)
+        sys.stdout.buffer.write(out)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+        let result = try SignetTestSupport.run("python3", ["-c", script, CLI.binary, "sign", file, "--key", Self.uri, "--pkcs11-module", token.module],
+                                               input: Data((token.pin + "\n").utf8), environment: token.environment, timeout: 60)
+        #expect(result.status == 0, "\(result.stdoutText) \(result.stderr)")
+        #expect(result.stdoutText.contains("token 'release'"), "\(result.stdoutText)")
+        #expect(!result.stdoutText.contains(token.pin + "\r"), "the PIN was echoed: \(result.stdoutText)")
+        let reference = token.work.directory.file("reference.sig")
+        try token.work.openssl(["dgst", "-sha256", "-sign", pem, "-out", reference, file])
+        #expect(try contents(file + ".sig") == contents(reference))
+    }
+
     @Test("key show prints the key id and pin and writes the DER public key openssl derives from the PEM")
     func keyShow() throws {
         let token = try SoftToken()
-        let (pem, der) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:3072"])
-        try token.importKey(pem, label: "signing-2026", id: "01")
+        let (pem, der) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:3072"], label: "signing-2026", id: "01")
         let out = token.work.directory.file("from-token.der")
         let shown = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
                                       "--pubout", out, "--json"])
@@ -134,17 +168,28 @@ struct TokenCLITests {
         // Refuses to replace the file without --force.
         let again = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile, "--pubout", out])
         #expect(again.status == 5, "\(again.stderr)")
+        // Never over the key file or the PIN file it read, even with --force.
+        let overKey = try token.signet(["key", "show", pem, "--pubout", pem, "--force"])
+        #expect(overKey.status == 2, "\(overKey.stderr)")
+        #expect(try String(decoding: contents(pem), as: UTF8.self).contains("PRIVATE KEY"))
+        let overPIN = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
+                                        "--pubout", token.pinFile, "--force"])
+        #expect(overPIN.status == 2, "\(overPIN.stderr)")
+        // The token chosen by its serial number (as key show's source names it) instead of its label.
+        let source = try shown.json()["source"] as? String ?? ""
+        let serial = source.components(separatedBy: "serial ").last?.trimmingCharacters(in: CharacterSet(charactersIn: ")")) ?? ""
+        #expect(!serial.isEmpty, "\(source)")
+        let bySerial = try token.signet(["key", "show", "pkcs11:serial=\(serial);object=signing-2026", "--pkcs11-module", token.module,
+                                         "--passphrase-file", token.pinFile, "--json"])
+        #expect(try bySerial.json()["key_id"] as? String == shown.json()["key_id"] as? String, "\(bySerial.stderr)")
     }
 
     @Test("errors: no token or key (4, listing what exists), wrong PIN (4, tried once: the right PIN still works), no PIN (4), module missing (5), pin-value (2), not RSA or weak (4)")
     func errors() throws {
         let token = try SoftToken()
-        let (pem, _) = try token.work.opensslKeyPair("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
-        try token.importKey(pem, label: "signing-2026", id: "01")
-        let (ec, _) = try token.work.opensslKeyPair("eckey", ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"])
-        try token.importKey(ec, label: "ec-key", id: "02")
-        let (weak, _) = try token.work.opensslKeyPair("weakkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024"])
-        try token.importKey(weak, label: "weak-key", id: "03")
+        try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "01")
+        try token.makeKey("eckey", ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"], label: "ec-key", id: "02")
+        try token.makeKey("weakkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024"], label: "weak-key", id: "03")
         let file = try token.work.directory.write("f.txt", Data("hello\n".utf8))
         func sign(_ uri: String, _ extra: [String] = ["--passphrase-file", token.pinFile], module: String? = nil) throws -> ProcessResult {
             try token.signet(["sign", file, "--out", token.work.directory.file("f.sig"), "--key", uri, "--pkcs11-module", module ?? token.module] + extra)

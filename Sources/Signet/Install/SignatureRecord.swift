@@ -119,9 +119,8 @@ enum SignatureRecord {
         /// `window` (one pread per `Window.signatures` neighbouring files, not one per file).
         func matches(_ candidate: [UInt8], at index: Int, through window: Window) -> Bool {
             guard candidate.count == length, index >= 0, index < count else { return false }
-            if !(window.first..<window.first + window.filled).contains(index) || window.length != length {
+            if !(window.first..<window.first + window.filled).contains(index) {
                 window.first = index
-                window.length = length
                 let wanted = min(Window.signatures, count - index) * length
                 if window.bytes.count < wanted { window.bytes = [UInt8](repeating: 0, count: wanted) }
                 let done = window.bytes.withUnsafeMutableBytes {
@@ -136,21 +135,15 @@ enum SignatureRecord {
             }
         }
 
-        /// A run of neighbouring signatures one worker keeps (workers take files in manifest
-        /// order, so most files' signatures are already in the window).
+        /// A run of neighbouring signatures one worker keeps for one reader (workers take files
+        /// in manifest order, so most files' signatures are already in the window).
         final class Window {
             static let signatures = 256
             fileprivate var bytes: [UInt8] = []
             fileprivate var first = 0
             fileprivate var filled = 0
-            fileprivate var length = 0
             init() {}
         }
 
-        /// Whether `candidate` is the signature recorded for file number `index`.
-        func matches(_ candidate: [UInt8], at index: Int) -> Bool {
-            guard candidate.count == length, let recorded = signature(at: index) else { return false }
-            return recorded.withUnsafeBytes { a in candidate.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, length) == 0 } }
-        }
     }
 }

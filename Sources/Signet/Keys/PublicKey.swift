@@ -55,8 +55,10 @@ public struct PublicKey: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Writes the key as DER SubjectPublicKeyInfo (what `--pubkey` reads), atomically and
-    /// durably; an existing file is replaced only when `replace` is set.
-    public func writeDER(to path: String, replace: Bool = false) throws {
+    /// durably; an existing file is replaced only when `replace` is set, and never when it is
+    /// one of `inputs` (the key file it was read from, a passphrase file: exit 2).
+    public func writeDER(to path: String, replace: Bool = false, protecting inputs: [String] = []) throws {
+        try FileIdentity.refuseOverwriting(targets: [path], inputs: inputs.map { ($0, "input") }, what: "--pubout")
         try AtomicFile.write(subjectPublicKeyInfo, to: path, mode: 0o644, replace: replace)
     }
 

@@ -515,7 +515,7 @@ final class TreeChecker: @unchecked Sendable {
     }
 
     /// Checks file number `position` of the manifest.
-    func check(_ file: Manifest.File, at position: Int? = nil, in workspace: Workspace = Workspace()) -> FileReport {
+    func check(_ file: Manifest.File, at position: Int, in workspace: Workspace) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
             FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
         }
@@ -566,7 +566,7 @@ final class TreeChecker: @unchecked Sendable {
         // when the attribute cannot vouch for the file: nil when it is absent, not a file or not
         // a signature of this content; a read error is an error, never taken for an absent sidecar.
         var validSidecar: Result<[UInt8]?, SignetError> {
-            if let position, let recorded = record?.signature(at: position), verifies(recorded) { return .success(recorded) }
+            if let recorded = record?.signature(at: position), verifies(recorded) { return .success(recorded) }
             do {
                 guard let bytes = try InputFile.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024) else { return .success(nil) }
                 return .success(verifies(bytes) ? bytes : nil)
@@ -579,7 +579,7 @@ final class TreeChecker: @unchecked Sendable {
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
         case .success(let attribute?):
             // The signature unpack installed, over content that matches the signed manifest.
-            if let record, let position, record.matches(attribute, at: position, through: workspace.window) {
+            if let record, record.matches(attribute, at: position, through: workspace.window) {
                 return report(.ok, "matches the signed manifest; user.signet.sig is the signature unpack installed", .xattr)
             }
             if verifies(attribute) {

@@ -110,12 +110,9 @@ public struct Digest: Hashable, Sendable {
             guard let context = EVP_MD_CTX_new() else {
                 throw OpenSSLErrorQueue.error(.crypto, "could not allocate a digest context")
             }
-            guard let md = algorithm.md, EVP_DigestInit_ex2(context, md, nil) == 1 else {
-                EVP_MD_CTX_free(context)
-                throw OpenSSLErrorQueue.error(.crypto, "could not start \(algorithm.name)")
-            }
             self.context = context
             self.algorithm = algorithm
+            try restart()   // a throw here frees the context in deinit
         }
 
         deinit { EVP_MD_CTX_free(context) }
@@ -123,7 +120,7 @@ public struct Digest: Hashable, Sendable {
         /// Starts over, for the next message (the context is reused, not reallocated).
         func restart() throws {
             guard let md = algorithm.md, EVP_DigestInit_ex2(context, md, nil) == 1 else {
-                throw OpenSSLErrorQueue.error(.crypto, "could not restart \(algorithm.name)")
+                throw OpenSSLErrorQueue.error(.crypto, "could not start \(algorithm.name)")
             }
         }
 

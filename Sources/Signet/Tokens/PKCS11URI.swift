@@ -43,7 +43,7 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
         let path = parts[0]
         let query = parts.count > 1 ? parts[1] : ""
         var seen = Set<String>()
-        func attributes(_ part: Substring, separator: Character) throws -> [(String, String)] {
+        func attributes(_ part: Substring, separator: Character) throws -> [(name: String, value: String, bytes: [UInt8])] {
             try part.split(separator: separator, omittingEmptySubsequences: true).map { pair in
                 guard let equals = pair.firstIndex(of: "=") else { throw refuse("has '\(pair)' without '=' (attributes are name=value)") }
                 let name = String(pair[..<equals]).lowercased()
@@ -54,20 +54,17 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
                 guard let string = value.string ?? (name == "id" ? "" : nil) else {
                     throw refuse("has \(name)= that is not UTF-8 text once decoded")
                 }
-                return (name, string)
+                return (name, string, value.bytes)
             }
         }
-        for (name, value) in try attributes(path, separator: ";") {
+        for (name, value, bytes) in try attributes(path, separator: ";") {
             switch name {
             case "token": token = value
             case "serial": serial = value
             case "manufacturer": manufacturer = value
             case "model": model = value
             case "object": object = value
-            case "id":
-                // Bytes, not text: decoded again without the UTF-8 step.
-                let raw = path.split(separator: ";").first { $0.lowercased().hasPrefix("id=") }!.dropFirst(3)
-                id = PKCS11URI.percentDecoded(raw)!.bytes
+            case "id": id = bytes   // bytes, not text
             case "slot-id":
                 guard let number = UInt(value) else { throw refuse("has slot-id=\(value), which is not a decimal number") }
                 slotID = number
@@ -81,7 +78,7 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
                 throw refuse("has the attribute \(name)=, which Signet does not know (token, object, id, serial, manufacturer, model, slot-id, type)")
             }
         }
-        for (name, value) in try attributes(query, separator: "&") {
+        for (name, value, _) in try attributes(query, separator: "&") {
             switch name {
             case "pin-value":
                 throw SignetError(.usage, "a PKCS#11 URI with pin-value= puts the PIN on the command line, where any user of this machine can read it; use pin-source=file:/path/to/pin, --passphrase-file FILE or --passphrase-env VAR")
