@@ -13,6 +13,9 @@ pkg-config --exists libcurl 2>/dev/null || need+=(libcurl4-openssl-dev)
 pkg-config --exists p11-kit-1 2>/dev/null || need+=(libp11-kit-dev)
 # SoftHSM2, a real PKCS#11 token the token tests make in a temporary directory.
 { [ -e /usr/lib/softhsm/libsofthsm2.so ] && command -v softhsm2-util >/dev/null 2>&1; } || need+=(softhsm2)
+# p11-kit's proxy module: the default module when none is named (it loads SoftHSM2 via its
+# /usr/share/p11-kit/modules entry).
+compgen -G "/usr/lib/*/p11-kit-proxy.so" >/dev/null || [ -e /usr/lib64/p11-kit-proxy.so ] || need+=(p11-kit-modules)
 # The peers the tests run Signet against.
 for pair in openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils curl:curl strace:strace script:bsdutils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")

@@ -175,6 +175,9 @@ struct TokenCLITests {
         let overPIN = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
                                         "--pubout", token.pinFile, "--force"])
         #expect(overPIN.status == 2, "\(overPIN.stderr)")
+        // No module named anywhere: p11-kit's proxy, which loads SoftHSM2 through its p11-kit entry.
+        let proxied = try token.signet(["key", "show", Self.uri, "--passphrase-file", token.pinFile, "--json"])
+        #expect(try proxied.json()["key_id"] as? String == shown.json()["key_id"] as? String, "\(proxied.stderr)")
         // The token chosen by its serial number (as key show's source names it) instead of its label.
         let source = try shown.json()["source"] as? String ?? ""
         let serial = source.components(separatedBy: "serial ").last?.trimmingCharacters(in: CharacterSet(charactersIn: ")")) ?? ""
