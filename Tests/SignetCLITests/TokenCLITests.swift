@@ -175,6 +175,10 @@ struct TokenCLITests {
         let overPIN = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
                                         "--pubout", token.pinFile, "--force"])
         #expect(overPIN.status == 2, "\(overPIN.stderr)")
+        // The module named by the URI's module-path=, which comes before SIGNET_PKCS11_MODULE.
+        let fromURI = try token.signet(["key", "show", Self.uri + "?module-path=\(token.module)", "--passphrase-file", token.pinFile, "--json"],
+                                       extra: ["SIGNET_PKCS11_MODULE": token.work.directory.file("no-such-module.so")])
+        #expect(try fromURI.json()["key_id"] as? String == shown.json()["key_id"] as? String, "\(fromURI.stderr)")
         // No module named anywhere: p11-kit's proxy, which loads SoftHSM2 through its p11-kit entry.
         let proxied = try token.signet(["key", "show", Self.uri, "--passphrase-file", token.pinFile, "--json"])
         #expect(try proxied.json()["key_id"] as? String == shown.json()["key_id"] as? String, "\(proxied.stderr)")
