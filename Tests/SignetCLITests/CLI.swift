@@ -104,3 +104,19 @@ while b"Passphrase for" not in out:
     out += chunk
 
 """
+
+/// ``ptyPrelude`` that then types stdin at the prompt, collects everything the terminal shows
+/// until the program ends, prints it on stdout and exits with the program's status.
+let ptyAnswer = ptyPrelude + """
+os.write(fd, sys.stdin.buffer.read())
+while True:
+    try:
+        chunk = os.read(fd, 1024)
+    except OSError:
+        break
+    if not chunk: break
+    out += chunk
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""

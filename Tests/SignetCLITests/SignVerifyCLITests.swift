@@ -151,19 +151,7 @@ struct SignVerifyCLITests {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 100)
         // python3's pty gives signet a real terminal on stdin; it answers the prompt.
-        let script = ptyPrelude + """
-        os.write(fd, sys.stdin.buffer.read())
-        while True:
-            try:
-                chunk = os.read(fd, 1024)
-            except OSError:
-                break
-            if not chunk: break
-            out += chunk
-        _, status = os.waitpid(pid, 0)
-        sys.stdout.buffer.write(out)
-        sys.exit(os.waitstatus_to_exitcode(status))
-        """
+        let script = ptyAnswer
         let result = try SignetTestSupport.run("python3", ["-c", script, CLI.binary, "sign", file, "--key", work.privatePEM],
                                                input: Data((work.passphrase + "\n").utf8), timeout: 60)
         #expect(result.status == 0, "\(result.stdoutText) \(result.stderr)")

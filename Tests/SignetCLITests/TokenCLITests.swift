@@ -129,19 +129,7 @@ struct TokenCLITests {
         let token = try SoftToken()
         let (pem, _) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "01")
         let file = try token.work.directory.write("f.txt", Data("prompted\n".utf8))
-        let script = ptyPrelude + """
-        os.write(fd, sys.stdin.buffer.read())
-        while True:
-            try:
-                chunk = os.read(fd, 1024)
-            except OSError:
-                break
-            if not chunk: break
-            out += chunk
-        _, status = os.waitpid(pid, 0)
-        sys.stdout.buffer.write(out)
-        sys.exit(os.waitstatus_to_exitcode(status))
-        """
+        let script = ptyAnswer
         let result = try SignetTestSupport.run("python3", ["-c", script, CLI.binary, "sign", file, "--key", Self.uri, "--pkcs11-module", token.module],
                                                input: Data((token.pin + "\n").utf8), environment: token.environment, timeout: 60)
         #expect(result.status == 0, "\(result.stdoutText) \(result.stderr)")
