@@ -113,6 +113,8 @@ struct PackageReport: Encodable {
         let mode: String
         let compression: String?
         let compressed_size: UInt64?
+        /// "json" or "plist" for a resource packed with --structured.
+        let structured: String?
     }
 
     let package: String
@@ -141,7 +143,8 @@ struct PackageReport: Encodable {
         key_id = manifest.keyID.hex
         files = manifest.files.map {
             File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
-                 compression: storage[$0.path]?.compression.rawValue, compressed_size: storage[$0.path]?.compressedSize)
+                 compression: storage[$0.path]?.compression.rawValue, compressed_size: storage[$0.path]?.compressedSize,
+                 structured: $0.structured?.rawValue)
         }
     }
 }

@@ -17,6 +17,11 @@ struct Pack: ParsableCommand {
         --max-ratio, with unpack's defaults) and refuses one that a default unpack would refuse; \
         give the same flags to pack and to the clients' unpack to go beyond them.
 
+        --structured marks JSON and property list (XML or binary) resources whose keys may \
+        legitimately change after installation (a serial number, a server URL): each is parsed \
+        now (a file that does not parse is exit 4) and recorded in the manifest, so that \
+        reverify --allow-key can accept changes to named keys and report every other one.
+
         Example:
           signet pack dist/ --key keys/private_key.pem --name app --version 1.4.2 \\
             --out app-1.4.2.zip
@@ -61,6 +66,9 @@ struct Pack: ParsableCommand {
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
     var followSymlinks = false
 
+    @Option(name: .long, help: ArgumentHelp("JSON or property list files (a glob on the path in the package, a file name or a folder) that reverify may compare key by key; repeatable.", valueName: "glob"))
+    var structured: [String] = []
+
     @OptionGroup var limits: LimitOptions
 
     @OptionGroup var output: OutputOptions
@@ -82,6 +90,7 @@ struct Pack: ParsableCommand {
         options.certificate = try cert.map { try certificateDER($0) }
         options.chain = try chain.map { try certificateDER($0) }
         options.limits = limits.limits
+        options.structured = structured
         options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
         let result = try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
         let manifest = result.manifest

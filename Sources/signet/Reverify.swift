@@ -15,11 +15,24 @@ struct Reverify: ParsableCommand {
         matches but the attribute was stripped, as cp, tar without --xattrs and many editors do). \
         --repair restores lost attributes from DIR/.signet/sigs/, after checking the content.
 
+        A file packed with --structured (JSON or a property list) whose bytes changed is compared \
+        key by key with the signed copy the tree keeps: if only keys allowed by --allow-key or \
+        the rules file differ, it is ok with a note (keys-changed: ...); otherwise it is \
+        modified and every changed, added and removed key path is listed. A KEYPATH joins keys \
+        with '.'; array elements are numbers or '*' (items.*.name); '\\' escapes a '.' in a key.
+
+        A rules file (--rules FILE) is JSON holding what a start-up check configures, combined \
+        with the options: {"exclude": ["*.log"], "only": ["bin"], "allow_keys": \
+        {"config/app.json": ["server.url"]}}. An unknown field, or a rule naming a file or key \
+        that the signed tree does not have, is exit 2.
+
         Exit 0 if everything is ok (or repaired), 1 if anything is not, 3 if the signer is not trusted.
 
         Examples:
           signet reverify /opt/app --pubkey keys/public_key.der --exclude '*.log'
           signet reverify /opt/app/bin/tool --pubkey keys/public_key.der
+          signet reverify /opt/app --pubkey keys/public_key.der --allow-key 'Info.plist:CFBundleVersion'
+          signet reverify /opt/app --pubkey keys/public_key.der --rules /etc/app/reverify.json
         """
     )
 
@@ -37,11 +50,35 @@ struct Reverify: ParsableCommand {
     @Flag(name: .long, help: "Restore lost signature attributes from DIR/.signet/sigs/ after checking the content.")
     var repair = false
 
+    @Option(name: .customLong("allow-key"), help: ArgumentHelp("A key of a structured file that may change (config.json:server.url; split at the first ':'); repeatable.", valueName: "file:keypath"))
+    var allowKey: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("A JSON rules file with exclude, only and allow_keys (combined with the options).", valueName: "file"))
+    var rules: String?
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if paths.isEmpty { throw ValidationError("name at least one installed file or directory") }
         if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
+        _ = try allowedKeys()
+    }
+
+    /// `--allow-key FILE:KEYPATH`, split at the first ':'.
+    func allowedKeys() throws -> [(String, KeyPath)] {
+        try allowKey.map { text in
+            guard let colon = text.firstIndex(of: ":"), colon != text.startIndex,
+                  let keyPath = KeyPath(String(text[text.index(after: colon)...])) else {
+                throw ValidationError("--allow-key takes FILE:KEYPATH, a file of the tree and a dotted key path (config.json:server.url), not '\(text)'")
+            }
+            return (String(text[..<colon]), keyPath)
+        }
+    }
+
+    struct KeyEntry: Encodable {
+        let path: String
+        let change: String
+        let allowed: Bool
     }
 
     struct FileEntry: Encodable {
@@ -50,6 +87,7 @@ struct Reverify: ParsableCommand {
         let detail: String
         let signature: String?
         let key_id: String?
+        let changed_keys: [KeyEntry]?
 
         init(_ report: FileReport) {
             path = report.path
@@ -57,6 +95,7 @@ struct Reverify: ParsableCommand {
             detail = report.detail
             signature = report.signatureSource?.rawValue
             key_id = report.signer?.hex
+            changed_keys = report.changedKeys.isEmpty ? nil : report.changedKeys.map { KeyEntry(path: $0.path.description, change: $0.kind.rawValue, allowed: $0.allowed) }
         }
     }
 
@@ -86,6 +125,8 @@ struct Reverify: ParsableCommand {
         options.exclude = exclude
         options.only = only
         options.repair = repair
+        for (file, keyPath) in try allowedKeys() { options.allow(keyPath, in: file) }
+        if let rules { options.merge(try ReverifyOptions(rulesFile: rules)) }
         var trees: [TreeReport] = []
         var files: [FileReport] = []
         for path in paths {
@@ -111,7 +152,7 @@ struct Reverify: ParsableCommand {
                     Output.line("FAILED \(tree.root): \(message)")
                     continue
                 }
-                for file in tree.files where file.verdict != .ok {
+                for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty {
                     Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
                 }
                 let summary = tree.counts.sorted { $0.key.name < $1.key.name }.map { "\($0.value) \($0.key.name)" }.joined(separator: ", ")

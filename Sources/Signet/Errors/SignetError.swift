@@ -78,6 +78,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let malformedArchive = Code("malformed-archive", exitStatus: .malformed)
         /// A download is larger than `--max-download-size`.
         public static let downloadTooLarge = Code("download-too-large", exitStatus: .malformed)
+        /// A resource packed with `--structured` that does not parse as JSON or a property list.
+        public static let malformedStructuredFile = Code("malformed-structured-file", exitStatus: .malformed)
         /// An input that should be data is not (empty, a directory, too large).
         public static let malformedInput = Code("malformed-input", exitStatus: .malformed)
 

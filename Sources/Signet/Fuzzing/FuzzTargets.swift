@@ -45,6 +45,14 @@ public enum _FuzzTargets {
         },
         // The trust seal document.
         "seal": { bytes in _ = TrustStoreSeal.parse(bytes) },
+        // Structured resources as reverify reads an edited one: JSON, XML and binary property
+        // lists, then the key comparison against itself; and rules-file key paths.
+        "structured": { bytes in
+            for format in StructuredFormat.allCases {
+                if let value = try? format.parse(bytes) { _ = StructuredValue.changes(from: value, to: .null, allowed: []) }
+            }
+            if let keyPath = KeyPath(String(decoding: bytes.prefix(256), as: UTF8.self)) { _ = KeyPath(keyPath.description) }
+        },
     ]
 
     /// The zip reader reads files: one scratch file per process in /dev/shm (memory), rewritten

@@ -174,11 +174,20 @@ public enum Installer {
             let fd = try staging.createFile(file.path)
             defer { close(fd) }
             let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
+            // A structured resource's signed copy under .signet/structured/, written from the
+            // same verified stream (re-verification compares the resource with it key by key).
+            let copyPath = file.structured != nil && checked != nil ? TreeLayout.structuredCopy(of: file.path) : nil
+            let copyFD = try copyPath.map { try staging.createFile($0) }
+            defer { if let copyFD { close(copyFD) } }
+            let copy = copyFD.map { StagedWriter(fd: $0, path: copyPath!, destination: destination) }
             let signature: [UInt8]
             let sha256: String
             let signer: PublicKey
             if let checked {
-                switch try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked, sink: { try writer.write($0) }) {
+                switch try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked, sink: { chunk in
+                    try writer.write(chunk)
+                    try copy?.write(chunk)
+                }) {
                 case .verified(let verified): signature = verified
                 case .rejected(let failure, let message, let entry): throw error(for: failure, message, package: package, entry: entry)
                 }
@@ -194,7 +203,9 @@ public enum Installer {
             let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: sha256, signer: signer, manifest: checked?.manifest, algorithm: algorithm)
             do {
                 _ = try systemCall("fchmod") { fchmod(fd, mode_t(file.mode.permissions)) }
+                if let copyFD { _ = try systemCall("fchmod") { fchmod(copyFD, 0o644) } }
                 writer.finish()   // made durable with the whole tree by Staging.finish()
+                copy?.finish()
             } catch {
                 throw SignetError.posix(error, "cannot finish the staged copy of '\(file.path)' beside", path: destination)
             }

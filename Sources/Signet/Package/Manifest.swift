@@ -21,19 +21,23 @@ public struct Manifest: Sendable, Equatable {
         }
         /// Permissions: executable files are 0755, others 0644.
         public var mode: FileMode
+        /// Set for a resource packed with `--structured`: it is compared key by key when its
+        /// bytes differ from the signed ones (FORMAT.md §2, "Structured resources").
+        public var structured: StructuredFormat?
         /// The SHA-256, held as its 32 bytes (a manifest of 50,000 files keeps 50,000 of these).
         var content: ContentHash
 
         /// Creates an entry.
-        public init(path: String, size: UInt64, sha256: String, mode: FileMode) {
-            self.init(path: path, size: size, content: ContentHash(sha256), mode: mode)
+        public init(path: String, size: UInt64, sha256: String, mode: FileMode, structured: StructuredFormat? = nil) {
+            self.init(path: path, size: size, content: ContentHash(sha256), mode: mode, structured: structured)
         }
 
-        init(path: String, size: UInt64, content: ContentHash, mode: FileMode) {
+        init(path: String, size: UInt64, content: ContentHash, mode: FileMode, structured: StructuredFormat? = nil) {
             self.path = path
             self.size = size
             self.content = content
             self.mode = mode
+            self.structured = structured
         }
     }
 
@@ -165,7 +169,10 @@ public struct Manifest: Sendable, Equatable {
                 writer.field("mode", indent: 3) { $0.string(file.mode.rawValue) }
                 writer.field("path", indent: 3) { $0.string(file.path) }
                 writer.field("sha256", indent: 3) { $0.string(file.sha256) }
-                writer.field("size", indent: 3, last: true) { $0.raw(String(file.size)) }
+                writer.field("size", indent: 3, last: file.structured == nil) { $0.raw(String(file.size)) }
+                if let structured = file.structured {
+                    writer.field("structured", indent: 3, last: true) { $0.string(structured.rawValue) }
+                }
                 writer.indent(2)
                 writer.raw("}")
             }
@@ -283,6 +290,7 @@ struct ManifestReader: StrictJSON.Handler {
         var sha256: StrictJSON.Scalar?
         var size: StrictJSON.Scalar?
         var mode: StrictJSON.Scalar?
+        var structured: StrictJSON.Scalar?
     }
 
     private func wrongType(_ what: String) -> Failure { Failure(reason: "the field \"\(what)\" has the wrong type") }
@@ -351,6 +359,7 @@ struct ManifestReader: StrictJSON.Handler {
             case "sha256": entry.sha256 = value
             case "size": entry.size = value
             case "mode": entry.mode = value
+            case "structured": entry.structured = value
             default: break
             }
         default: throw Failure(reason: "it is not a JSON object")
@@ -411,7 +420,17 @@ struct ManifestReader: StrictJSON.Handler {
             fileFailure = Failure(reason: "file \"\(path)\" has mode \"\(modeText)\"; only 0644 and 0755 are allowed")
             return
         }
-        files.append(Manifest.File(path: path, size: size, content: content, mode: mode))
+        var structured: StructuredFormat? = nil
+        if let value = entry.structured {
+            // An unknown format is refused, not read as "compare bytes": a newer writer's
+            // format must not silently lose the protection it was given.
+            guard let text = text(value), let format = StructuredFormat(rawValue: text) else {
+                fileFailure = Failure(reason: "file \"\(path)\" has structured format \(text(value).map { "\"\($0)\"" } ?? "of the wrong type"); this Signet knows \(StructuredFormat.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: " and "))")
+                return
+            }
+            structured = format
+        }
+        files.append(Manifest.File(path: path, size: size, content: content, mode: mode, structured: structured))
     }
 }
 

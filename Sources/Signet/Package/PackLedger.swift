@@ -33,8 +33,12 @@ final class PackLedger: @unchecked Sendable {
     /// (128 RSA-4096 signatures are 64 KiB).
     static let batchSize = 128
 
-    init(inputs: [PackInput], signer: Signer) {
+    /// The resources packed as structured, by index (read only after init).
+    let structured: [Int: StructuredResources.Checked]
+
+    init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:]) {
         self.inputs = inputs
+        self.structured = structured
         self.signer = signer
         algorithms = signer.algorithm.digest == .sha256 ? [.sha256] : [.sha256, signer.algorithm.digest]
         signatureSize = signer.key.key.signatureSize
@@ -93,7 +97,16 @@ final class PackLedger: @unchecked Sendable {
     func manifestFiles() throws -> [Manifest.File] {
         try inputs.indices.map { index in
             let input = inputs[index]
-            return Manifest.File(path: input.packagePath, size: input.size, sha256: try sha256Hex(at: index), mode: input.mode)
+            let sha256 = try sha256Hex(at: index)
+            var format: StructuredFormat? = nil
+            if let checked = structured[index] {
+                // What was packed must be what parsed.
+                guard checked.sha256 == sha256 else {
+                    throw SignetError(.io, "'\(input.diskPath)' changed while it was being packed; pack again when nothing writes to it", path: input.diskPath)
+                }
+                format = checked.format
+            }
+            return Manifest.File(path: input.packagePath, size: input.size, sha256: sha256, mode: input.mode, structured: format)
         }
     }
 

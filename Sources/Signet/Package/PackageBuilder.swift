@@ -42,6 +42,10 @@ public struct PackOptions: Sendable {
     /// Files the package must never replace, besides the resources (the key, certificates):
     /// an output that is one of them (by device and inode) is refused.
     public var protecting: [String] = []
+    /// Glob patterns (as `--exclude` reads them: a path inside the package, a file name or a
+    /// folder) of JSON and property list resources that are parsed now and recorded as
+    /// structured, so that re-verification can compare them key by key.
+    public var structured: [String] = []
 
     /// Creates options.
     public init(name: String, version: String, sequence: UInt64? = nil, expires: Timestamp? = nil, created: Timestamp? = nil,
@@ -149,7 +153,8 @@ public enum PackageBuilder {
         var committed = false
         defer { if !committed { unlink(temporary) } }
 
-        let ledger = PackLedger(inputs: inputs, signer: signer)
+        let ledger = PackLedger(inputs: inputs, signer: signer,
+                                structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks))
         let methods = try inputs.map { try CompressionPolicy.choose(for: $0, policy: options.compression) }
         // Deflate is the slow part and libzip runs it on one thread, so independent files are
         // compressed on every core first, each worker into its own temporary archive beside the

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The rules FORMAT.md §2 sets for resource paths inside a package, applied when packing and
 /// (to every entry name of an untrusted archive) when reading.
 public enum ResourcePath {
@@ -92,5 +94,23 @@ public enum ResourcePath {
     /// Orders paths by the bytes of their UTF-8 encoding (FORMAT.md's reproducible order).
     static func byteOrder(_ lhs: String, _ rhs: String) -> Bool {
         lhs.utf8.lexicographicallyPrecedes(rhs.utf8)
+    }
+}
+
+extension ResourcePath {
+    /// Whether the glob `pattern` (fnmatch) selects the resource `path`: it matches the whole
+    /// relative path, the file name, or a folder on the path (by its name or its relative path),
+    /// so that "*.log", "cache", "var/tmp/*" and "config.json" mean what they say. A trailing
+    /// `/` is ignored.
+    static func matches(pattern raw: String, _ path: String) -> Bool {
+        let pattern = raw.count > 1 && raw.hasSuffix("/") ? String(raw.dropLast()) : raw
+        let components = path.split(separator: "/").map(String.init)
+        if fnmatch(pattern, path, 0) == 0 || fnmatch(pattern, components.last ?? path, 0) == 0 { return true }
+        var prefix = ""
+        for component in components.dropLast() {
+            prefix += (prefix.isEmpty ? "" : "/") + component
+            if fnmatch(pattern, prefix, 0) == 0 || fnmatch(pattern, component, 0) == 0 { return true }
+        }
+        return false
     }
 }

@@ -58,9 +58,11 @@ enum StrictJSON {
 
     /// Parses `bytes` strictly (see the type's comment), reporting its structure to `handler`.
     /// Throws ``Refusal`` for a document that is not strict JSON, or what `handler` throws.
-    static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, into handler: inout H) throws {
+    /// `maximumDepth`: deepest nesting accepted (resources packed as structured may nest deeper
+    /// than Signet's own documents).
+    static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, maximumDepth: Int = StrictJSON.maximumDepth, into handler: inout H) throws {
         try bytes.withUnsafeBufferPointer { buffer in
-            var parser = Parser(bytes: buffer, integersOnly: integersOnly, handler: handler)
+            var parser = Parser(bytes: buffer, integersOnly: integersOnly, maximumDepth: maximumDepth, handler: handler)
             defer { handler = parser.handler }
             if buffer.count >= 3, buffer[0] == 0xEF, buffer[1] == 0xBB, buffer[2] == 0xBF {
                 throw Refusal(reason: "it starts with a byte order mark", offset: 0)
@@ -75,14 +77,16 @@ enum StrictJSON {
     private struct Parser<H: Handler> {
         let bytes: UnsafeBufferPointer<UInt8>
         let integersOnly: Bool
+        let maximumDepth: Int
         var handler: H
         var at = 0
         /// The keys of the objects being parsed, innermost last (one buffer for the document).
         var openKeys: [String] = []
 
-        init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool, handler: H) {
+        init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool, maximumDepth: Int, handler: H) {
             self.bytes = bytes
             self.integersOnly = integersOnly
+            self.maximumDepth = maximumDepth
             self.handler = handler
         }
 
@@ -107,7 +111,7 @@ enum StrictJSON {
         }
 
         mutating func value(depth: Int) throws {
-            guard depth <= StrictJSON.maximumDepth else { throw refusal("it is nested more than \(StrictJSON.maximumDepth) levels deep") }
+            guard depth <= maximumDepth else { throw refusal("it is nested more than \(maximumDepth) levels deep") }
             guard let byte = current else { throw refusal("the document ends too early") }
             switch byte {
             case UInt8(ascii: "{"): try object(depth: depth + 1)

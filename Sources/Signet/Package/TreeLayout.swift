@@ -13,6 +13,9 @@ enum TreeLayout {
     /// check compares each `user.signet.sig` with it instead of verifying every one, and
     /// `--repair` can restore a lost attribute (FORMAT.md §3).
     static let signatureRecord = ".signet/signatures"
+    /// The folder of an installed tree's copies of its structured resources as signed, which
+    /// re-verification compares key by key with the resources (FORMAT.md §3).
+    static let structuredCopies = ".signet/structured"
     /// The folder of certificates.
     static let certificates = ".signet/certs"
     /// The signer's certificate.
@@ -20,6 +23,9 @@ enum TreeLayout {
 
     /// Where the signature of resource `path` is: `.signet/sigs/PATH.sig`.
     static func signature(of path: String) -> String { signatures + "/" + path + ".sig" }
+
+    /// Where an installed tree keeps the signed copy of structured resource `path`.
+    static func structuredCopy(of path: String) -> String { structuredCopies + "/" + path }
 
     /// The resource a signature entry name belongs to, if `name` is `.signet/sigs/PATH.sig`.
     static func resource(ofSignature name: String) -> String? {

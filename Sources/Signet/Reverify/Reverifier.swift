@@ -64,6 +64,9 @@ public struct FileReport: Sendable {
     public let signatureSource: SignatureSource?
     /// The key that verified it.
     public let signer: KeyID?
+    /// For a structured resource whose bytes differ from the signed ones: every key path that
+    /// changed, was added or was removed, each marked allowed or not. Empty otherwise.
+    public internal(set) var changedKeys: [KeyChange] = []
 }
 
 /// A whole installed tree's re-verification.
@@ -100,9 +103,66 @@ public struct ReverifyOptions: Sendable {
     public var only: [String] = []
     /// Restore lost signature attributes from `.signet/sigs/`, after checking the content.
     public var repair = false
+    /// Key paths allowed to change, by the resource path of a structured file (a file packed
+    /// with `--structured`): where only these differ, the file is `ok` with a note. Every file
+    /// and key path named must exist in the signed tree (checked before anything else).
+    public var allowedKeys: [String: [KeyPath]] = [:]
 
     /// Everything, no repair.
     public init() {}
+
+    /// Allows `keyPath` of structured resource `file` to change.
+    public mutating func allow(_ keyPath: KeyPath, in file: String) {
+        allowedKeys[file, default: []].append(keyPath)
+    }
+
+    /// Adds `other`'s rules to these (exclusions, subtrees and allowed keys; repair if either asks).
+    public mutating func merge(_ other: ReverifyOptions) {
+        exclude += other.exclude
+        only += other.only
+        repair = repair || other.repair
+        for (file, keys) in other.allowedKeys { allowedKeys[file, default: []] += keys }
+    }
+
+    /// Reads a rules file (FORMAT.md §4, "Rules files"): a JSON object with any of
+    /// `exclude` (array of patterns), `only` (array of subtrees) and `allow_keys` (object from a
+    /// resource path to an array of key paths). Anything else in it, a wrong type or a key
+    /// path that does not parse is `.usage` (exit 2); a file that cannot be read is an I/O error.
+    public init(rulesFile path: String) throws {
+        let bytes = try readSmallFile(path, what: "rules file", limit: 1 << 20)
+        func wrong(_ reason: String) -> SignetError {
+            SignetError(.usage, "rules file '\(path)': \(reason); a rules file is a JSON object with \"exclude\", \"only\" and \"allow_keys\" (see signet help reverify)", path: path)
+        }
+        let value: StructuredValue
+        do { value = try StructuredValue.json(bytes) } catch {
+            throw wrong("\(error)")
+        }
+        guard case .dictionary(let fields) = value else { throw wrong("it is not a JSON object") }
+        func strings(_ name: String, _ value: StructuredValue) throws -> [String] {
+            guard case .array(let items) = value else { throw wrong("\"\(name)\" is not an array of strings") }
+            return try items.map { item in
+                guard case .string(let text) = item, !text.isEmpty else { throw wrong("\"\(name)\" holds something other than non-empty strings") }
+                return text
+            }
+        }
+        self.init()
+        for (key, field) in fields.sorted(by: { $0.key < $1.key }) {
+            switch key.text {
+            case "exclude": exclude = try strings("exclude", field)
+            case "only": only = try strings("only", field)
+            case "allow_keys":
+                guard case .dictionary(let files) = field else { throw wrong("\"allow_keys\" is not an object from file paths to arrays of key paths") }
+                for (file, keys) in files.sorted(by: { $0.key < $1.key }) {
+                    for text in try strings("allow_keys.\(file.text)", keys) {
+                        guard let keyPath = KeyPath(text) else { throw wrong("\"\(text)\" in allow_keys.\(file.text) is not a key path (dotted keys such as server.url or items.*.name)") }
+                        allow(keyPath, in: file.text)
+                    }
+                }
+            default:
+                throw wrong("it has the field \"\(key.text)\", which Signet does not know (a misspelt rule would silently check more or less than meant)")
+            }
+        }
+    }
 
     /// Refuses (`.usage`, exit 2) an `only` selector that is not a relative path inside the tree
     /// ("..", absolute, empty) or that selects nothing the manifest lists: a check that checks
@@ -129,22 +189,36 @@ public struct ReverifyOptions: Sendable {
         }
     }
 
+    /// Refuses (`.usage`, exit 2) an allowed key whose file the manifest does not list or did
+    /// not record as structured, or whose key path names nothing in the signed content: a rule
+    /// that allows nothing must not pass unnoticed. The signed content is the tree's copy under
+    /// `.signet/structured/`, used only when it matches the manifest (where it does not, the
+    /// file's own check reports that).
+    func checkAllowedKeys(against manifest: Manifest, rootFD: Int32, root: String) throws {
+        guard !allowedKeys.isEmpty else { return }
+        var listed: [String: Manifest.File] = [:]
+        let wanted = Set(allowedKeys.keys)
+        for file in manifest.files where wanted.contains(file.path) { listed[file.path] = file }
+        for (path, keys) in allowedKeys.sorted(by: { $0.key < $1.key }) {
+            guard let file = listed[path] else {
+                throw SignetError(.usage, "an allowed key names '\(path)', which is not in the signed manifest of '\(root)'; give the path relative to the tree (e.g. config/app.json:server.url)", path: root)
+            }
+            guard let format = file.structured else {
+                throw SignetError(.usage, "an allowed key names '\(path)', which was not packed as structured (pack --structured) and so is compared byte for byte; pack it with --structured to allow keys to change", path: root)
+            }
+            guard let signed = try? TreeChecker.signedContent(of: file, format: format, rootFD: rootFD, root: root).get() else { continue }
+            for key in keys where !key.exists(in: signed) {
+                throw SignetError(.usage, "the allowed key '\(key)' names nothing in the signed '\(path)' of '\(root)'; check the spelling (keys are joined by '.', array elements are numbers or '*')", path: root)
+            }
+        }
+    }
+
     func selects(_ path: String) -> Bool {
         if !only.isEmpty, !only.contains(where: { selector in
             let subtree = Self.subtree(selector)
             return path == subtree || path.hasPrefix(subtree + "/")
         }) { return false }
-        let components = path.split(separator: "/").map(String.init)
-        for raw in exclude {
-            let pattern = raw.hasSuffix("/") ? String(raw.dropLast()) : raw
-            if fnmatch(pattern, path, 0) == 0 || fnmatch(pattern, components.last ?? path, 0) == 0 { return false }
-            var prefix = ""
-            for component in components.dropLast() {
-                prefix += (prefix.isEmpty ? "" : "/") + component
-                if fnmatch(pattern, prefix, 0) == 0 || fnmatch(pattern, component, 0) == 0 { return false }
-            }
-        }
-        return true
+        return !exclude.contains { ResourcePath.matches(pattern: $0, path) }
     }
 }
 
@@ -349,12 +423,14 @@ public enum Reverifier {
                               files: [], attributesSupported: true, duration: elapsed())
         }
         try options.checkSelectors(against: manifest, root: root)
+        try options.checkAllowedKeys(against: manifest, rootFD: rootFD, root: root)
         // What unpack recorded of each file's signature: where the attribute is still that one,
         // the content check against the signed manifest is all that is needed (no RSA). An
         // index that is missing (older trees) or does not fit the manifest is not an error:
         // every signature is then verified.
         let record = SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count)
-        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record)
+        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
+                                  allowedKeys: options.allowedKeys)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
         var reports = parallelMap(listed, worker: { TreeChecker.Workspace() }) { workspace, position -> FileReport? in
             cancelled.isSet ? nil : checker.check(manifest.files[position], at: position, in: workspace)
@@ -476,10 +552,13 @@ final class TreeChecker: @unchecked Sendable {
     /// The tree's `.signet/signatures`, if it has one that fits the manifest.
     let record: SignatureRecord.Reader?
     let sawUnsupported = CancellationFlag()
+    /// Key paths allowed to change, by structured resource.
+    let allowedKeys: [String: [KeyPath]]
 
     init(root: String, descriptor: Int32, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
-         record: SignatureRecord.Reader? = nil) {
+         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:]) {
         self.record = record
+        self.allowedKeys = allowedKeys
         self.root = root
         self.rootDescriptor = dup(descriptor)
         self.manifest = manifest
@@ -520,7 +599,8 @@ final class TreeChecker: @unchecked Sendable {
             FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
         }
         func differs(_ size: UInt64) -> FileReport {
-            report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
+            if let format = file.structured { return compareKeys(fd, file, format: format, at: position, in: workspace) }
+            return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
         }
         let fd: Int32
         let onDisk: UInt64
@@ -556,9 +636,27 @@ final class TreeChecker: @unchecked Sendable {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
         }
         guard size == file.size, file.content.matches(digests[0]) else { return differs(size) }
+        return attributeCheck(fd, file, at: position, in: workspace, digest: digests.last!)
+    }
+
+    /// The verdict on the signature attributes of a file whose content is the signed one
+    /// (`digest`, in the signature's algorithm): the attribute unpack installed, another valid
+    /// signature, or lost (restored with --repair). `note` and `changes` describe a structured
+    /// file whose allowed keys changed.
+    private func attributeCheck(_ fd: Int32, _ file: Manifest.File, at position: Int, in workspace: Workspace, digest: Digest,
+                                note: String? = nil, changes: [KeyChange] = []) -> FileReport {
+        func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
+            var made = FileReport(path: file.path, verdict: verdict, detail: note.map { "\($0); \(detail)" } ?? detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
+            made.changedKeys = changes
+            return made
+        }
+        func annotated(_ made: FileReport) -> FileReport {
+            var made = FileReport(path: made.path, verdict: made.verdict, detail: note.map { "\($0); \(made.detail)" } ?? made.detail, signatureSource: made.signatureSource, signer: made.signer)
+            made.changedKeys = changes
+            return made
+        }
         // The key is the one the manifest verified with: a signature is valid when it is by that
         // key over this content (no policy to consult per file, no message to build).
-        let digest = digests.last!
         func verifies(_ signature: [UInt8]) -> Bool {
             signature.count == self.key.signatureLength && Verifier.check(signature, digest: digest, key: self.key, algorithm: self.algorithm)
         }
@@ -580,13 +678,13 @@ final class TreeChecker: @unchecked Sendable {
         case .success(let attribute?):
             // The signature unpack installed, over content that matches the signed manifest.
             if let record, record.matches(attribute, at: position, through: workspace.window) {
-                return report(.ok, "matches the signed manifest; user.signet.sig is the signature unpack installed", .xattr)
+                return report(.ok, note == nil ? "matches the signed manifest; user.signet.sig is the signature unpack installed" : "user.signet.sig is the signature unpack installed", .xattr)
             }
             if verifies(attribute) {
                 return report(.ok, "verified", .xattr)
             }
-            return restore(fd, file, sidecar: validSidecar,
-                           lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)")
+            return annotated(restore(fd, file, sidecar: validSidecar,
+                                     lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)"))
         case .success(nil):
             for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
                 if case .success(let bytes?) = ExtendedAttributes.get(name, on: fd), let ima = IMASignature(bytes: bytes),
@@ -594,7 +692,7 @@ final class TreeChecker: @unchecked Sendable {
                     return report(.ok, "verified from \(name)", .ima)
                 }
             }
-            return restore(fd, file, sidecar: validSidecar, lost: "its user.signet.sig attribute is gone")
+            return annotated(restore(fd, file, sidecar: validSidecar, lost: "its user.signet.sig attribute is gone"))
         case .failure(let failure) where failure.isUnsupported:
             sawUnsupported.set()
             switch validSidecar {
@@ -605,6 +703,88 @@ final class TreeChecker: @unchecked Sendable {
         case .failure(let failure):
             return report(.unreadable, failure.error("read", attribute: ExtendedAttributes.signature, path: file.path).reason)
         }
+    }
+
+    /// The signed content of a structured resource: the tree's copy under `.signet/structured/`,
+    /// parsed, once its size and SHA-256 are the manifest's; with the digests of the copy in
+    /// `algorithms` when asked. A failure is a sentence for the report.
+    static func signedContent(of file: Manifest.File, format: StructuredFormat, rootFD: Int32, root: String,
+                              digest algorithm: DigestAlgorithm = .sha256) -> Result<StructuredValue, StructuredFailure> {
+        signedCopy(of: file, format: format, rootFD: rootFD, root: root, digest: algorithm).map(\.value)
+    }
+
+    /// Why a structured comparison could not be made, for the report.
+    struct StructuredFailure: Error {
+        let reason: String
+    }
+
+    private static func signedCopy(of file: Manifest.File, format: StructuredFormat, rootFD: Int32, root: String,
+                                   digest algorithm: DigestAlgorithm) -> Result<(value: StructuredValue, digest: Digest), StructuredFailure> {
+        let relative = TreeLayout.structuredCopy(of: file.path)
+        let bytes: [UInt8]
+        do {
+            guard let read = try InputFile.readBeneath(rootFD, relative, rootPath: root, what: "signed copy", limit: StructuredFormat.maximumSize) else {
+                return .failure(.init(reason: "the tree has no signed copy (\(relative)) to compare its keys with; it was installed by a Signet without structured resources, or the copy was removed"))
+            }
+            bytes = read
+        } catch {
+            return .failure(.init(reason: "its signed copy \(relative) cannot be read: \((error as? SignetError)?.reason ?? "\(error)")"))
+        }
+        guard UInt64(bytes.count) == file.size, let sha256 = try? Digest.compute(bytes, algorithm: .sha256), file.content.matches(sha256) else {
+            return .failure(.init(reason: "its signed copy \(relative) does not match the signed manifest (it was altered), so its keys cannot be compared"))
+        }
+        guard let digest = algorithm == .sha256 ? sha256 : try? Digest.compute(bytes, algorithm: algorithm) else {
+            return .failure(.init(reason: "its signed copy \(relative) cannot be hashed"))
+        }
+        do {
+            return .success((try format.parse(bytes), digest))
+        } catch {
+            return .failure(.init(reason: "its signed copy does not parse as \(format.rawValue): \(error)"))
+        }
+    }
+
+    /// A structured resource whose bytes differ from the signed ones, compared key by key with
+    /// the tree's signed copy: `ok` (with a note) when only allowed keys differ, else `modified`
+    /// listing every changed, added and removed key path.
+    private func compareKeys(_ fd: Int32, _ file: Manifest.File, format: StructuredFormat, at position: Int, in workspace: Workspace) -> FileReport {
+        func modified(_ detail: String, _ changes: [KeyChange] = []) -> FileReport {
+            var made = FileReport(path: file.path, verdict: .modified, detail: "'\(file.path)' differs from the signed manifest; \(detail)", signatureSource: nil, signer: nil)
+            made.changedKeys = changes
+            return made
+        }
+        let signed: (value: StructuredValue, digest: Digest)
+        switch Self.signedCopy(of: file, format: format, rootFD: rootDescriptor, root: root, digest: algorithm.digest) {
+        case .success(let copy): signed = copy
+        case .failure(let failure): return modified(failure.reason)
+        }
+        // The file as it is now, through the descriptor that was checked (at most the limit).
+        var bytes: [UInt8] = []
+        do {
+            var offset: Int64 = 0
+            while true {
+                let read = try FileDescriptor(fd).read(fullyAt: offset, into: workspace.buffer)
+                if read == 0 { break }
+                guard bytes.count + read <= StructuredFormat.maximumSize else {
+                    return modified("it is now larger than the \(StructuredFormat.maximumSize) bytes a structured file is compared key by key up to")
+                }
+                bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: workspace.buffer[0..<read]))
+                offset += Int64(read)
+            }
+        } catch {
+            return FileReport(path: file.path, verdict: .unreadable, detail: SignetError.posix(error, "cannot read", path: root + "/" + file.path).reason, signatureSource: nil, signer: nil)
+        }
+        let current: StructuredValue
+        do { current = try format.parse(bytes) } catch {
+            return modified("it no longer parses as \(format.rawValue): \(error)")
+        }
+        let changes = StructuredValue.changes(from: signed.value, to: current, allowed: allowedKeys[file.path] ?? [])
+        let refused = changes.filter { !$0.allowed }
+        guard refused.isEmpty else {
+            return modified("keys changed: \(refused.map(\.description).joined(separator: ", "))", changes)
+        }
+        let note = changes.isEmpty ? "'\(file.path)' holds the same keys and values as signed, formatted otherwise"
+            : "keys-changed: \(changes.map(\.path.description).joined(separator: ", ")) (allowed); every other key of '\(file.path)' is as signed"
+        return attributeCheck(fd, file, at: position, in: workspace, digest: signed.digest, note: note, changes: changes)
     }
 
     /// The content is right but the attribute is not: repair it from a verified sidecar if asked.

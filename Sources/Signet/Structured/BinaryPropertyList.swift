@@ -1,0 +1,160 @@
+/// Reads a binary property list (`bplist00`) strictly into a ``StructuredValue``.
+///
+/// Every offset, length and reference is checked against the file before it is used (checked
+/// arithmetic throughout); an object that refers to itself, nesting deeper than
+/// ``StructuredFormat/maximumDepth``, more than ``StructuredFormat/maximumValues`` values in
+/// all (one object may be referred to many times), sets, UIDs, 128-bit integers, non-string
+/// or duplicate dictionary keys and invalid text are refused.
+enum BinaryPropertyList {
+    static func parse(_ bytes: [UInt8]) throws -> StructuredValue {
+        var reader = try Reader(bytes)
+        return try reader.value(reader.top, depth: 0)
+    }
+
+    private struct Reader {
+        let bytes: [UInt8]
+        let offsetSize: Int
+        let referenceSize: Int
+        let count: Int
+        let top: Int
+        let table: Int
+        var values = 0
+        /// Objects being read (from the top down to here): met again, they refer to themselves.
+        var open: Set<Int> = []
+
+        static func fail(_ reason: String) -> StructuredValue.ParseError {
+            StructuredValue.ParseError("it is not a binary property list as Signet reads it: \(reason)")
+        }
+
+        init(_ bytes: [UInt8]) throws {
+            guard bytes.count >= 8 + 32, bytes.starts(with: Array("bplist00".utf8)) else { throw Self.fail("no bplist00 header and trailer") }
+            self.bytes = bytes
+            let trailer = bytes.count - 32
+            offsetSize = Int(bytes[trailer + 6])
+            referenceSize = Int(bytes[trailer + 7])
+            guard [1, 2, 4, 8].contains(offsetSize), [1, 2, 4, 8].contains(referenceSize) else { throw Self.fail("the trailer's integer sizes are not 1, 2, 4 or 8") }
+            func word(_ at: Int) -> UInt64 { bytes[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
+            let objects = word(trailer + 8), topObject = word(trailer + 16), tableOffset = word(trailer + 24)
+            guard objects >= 1, topObject < objects, tableOffset >= 8, tableOffset < UInt64(trailer) else { throw Self.fail("the trailer points outside the file") }
+            let (tableSize, overflow) = objects.multipliedReportingOverflow(by: UInt64(offsetSize))
+            guard !overflow, tableSize <= UInt64(trailer) - tableOffset else { throw Self.fail("the offset table does not fit in the file") }
+            count = Int(objects)
+            top = Int(topObject)
+            table = Int(tableOffset)
+        }
+
+        /// A big-endian unsigned integer of `size` bytes at `at`, inside the object area.
+        func unsigned(at: Int, size: Int) throws -> UInt64 {
+            guard size <= 8, at >= 0, at <= table, size <= table - at else { throw Self.fail("a value runs past the objects") }
+            return bytes[at..<at + size].reduce(0) { $0 << 8 | UInt64($1) }
+        }
+
+        func offset(of object: Int) throws -> Int {
+            let at = table + object * offsetSize
+            let value = bytes[at..<at + offsetSize].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            guard value >= 8, value < UInt64(table) else { throw Self.fail("object \(object) lies outside the objects") }
+            return Int(value)
+        }
+
+        /// The length in an object's marker, or the integer after it for 0xF; and where the
+        /// content starts.
+        func length(marker: UInt8, at: Int) throws -> (Int, Int) {
+            let low = Int(marker & 0x0F)
+            guard low == 0x0F else { return (low, at + 1) }
+            let next = try unsigned(at: at + 1, size: 1)
+            guard next & 0xF0 == 0x10, next & 0x0F <= 3 else { throw Self.fail("a length is not an integer") }
+            let size = 1 << Int(next & 0x0F)
+            let value = try unsigned(at: at + 2, size: size)
+            guard value <= UInt64(table) else { throw Self.fail("a length runs past the objects") }
+            return (Int(value), at + 2 + size)
+        }
+
+        /// `count` items of `size` bytes at `at` fit inside the object area.
+        func fits(_ at: Int, _ count: Int, _ size: Int) throws {
+            let (total, overflow) = count.multipliedReportingOverflow(by: size)
+            guard !overflow, at <= table, total <= table - at else { throw Self.fail("an object runs past the objects") }
+        }
+
+        mutating func value(_ object: Int, depth: Int) throws -> StructuredValue {
+            guard object < count else { throw Self.fail("a reference to object \(object) of \(count)") }
+            guard depth <= StructuredFormat.maximumDepth else { throw Self.fail("it is nested more than \(StructuredFormat.maximumDepth) levels deep") }
+            values += 1
+            guard values <= StructuredFormat.maximumValues else { throw Self.fail("it expands to more than \(StructuredFormat.maximumValues) values") }
+            let at = try offset(of: object)
+            let marker = bytes[at]
+            switch marker >> 4 {
+            case 0x0:
+                switch marker {
+                case 0x08: return .bool(false)
+                case 0x09: return .bool(true)
+                default: throw Self.fail("marker 0x\(String(marker, radix: 16)) is not a property list value")
+                }
+            case 0x1:
+                let size = 1 << Int(marker & 0x0F)
+                guard size <= 8 else { throw Self.fail("an integer of \(size) bytes") }
+                let raw = try unsigned(at: at + 1, size: size)
+                // 1, 2 and 4 bytes are unsigned; 8 bytes are two's complement.
+                return .integer(size == 8 ? String(Int64(bitPattern: raw)) : String(raw))
+            case 0x2:
+                switch marker & 0x0F {
+                case 2: return .real(Double(Float(bitPattern: UInt32(try unsigned(at: at + 1, size: 4)))))
+                case 3: return .real(Double(bitPattern: try unsigned(at: at + 1, size: 8)))
+                default: throw Self.fail("a real that is not 4 or 8 bytes")
+                }
+            case 0x3:
+                guard marker == 0x33 else { throw Self.fail("a date that is not 8 bytes") }
+                return .date(Double(bitPattern: try unsigned(at: at + 1, size: 8)))
+            case 0x4:
+                let (length, start) = try length(marker: marker, at: at)
+                try fits(start, length, 1)
+                return .data(Array(bytes[start..<start + length]))
+            case 0x5:
+                let (length, start) = try length(marker: marker, at: at)
+                try fits(start, length, 1)
+                let slice = bytes[start..<start + length]
+                guard slice.allSatisfy({ $0 < 0x80 }) else { throw Self.fail("an ASCII string with a byte above 0x7F") }
+                return .string(String(decoding: slice, as: UTF8.self))
+            case 0x6:
+                let (length, start) = try length(marker: marker, at: at)
+                try fits(start, length, 2)
+                let units = (0..<length).map { UInt16(bytes[start + 2 * $0]) << 8 | UInt16(bytes[start + 2 * $0 + 1]) }
+                var text = ""
+                var iterator = units.makeIterator()
+                var decoder = UTF16()
+                loop: while true {
+                    switch decoder.decode(&iterator) {
+                    case .scalarValue(let scalar): text.unicodeScalars.append(scalar)
+                    case .emptyInput: break loop
+                    case .error: throw Self.fail("a UTF-16 string with a lone surrogate")
+                    }
+                }
+                return .string(text)
+            case 0xA, 0xD:
+                let (length, start) = try length(marker: marker, at: at)
+                let isDictionary = marker >> 4 == 0xD
+                try fits(start, isDictionary ? 2 * length : length, referenceSize)
+                guard open.insert(object).inserted else { throw Self.fail("object \(object) contains itself") }
+                defer { open.remove(object) }
+                func reference(_ index: Int) throws -> Int {
+                    let raw = try unsigned(at: start + index * referenceSize, size: referenceSize)
+                    guard raw < UInt64(count) else { throw Self.fail("a reference to object \(raw) of \(count)") }
+                    return Int(raw)
+                }
+                if !isDictionary {
+                    var items: [StructuredValue] = []
+                    for index in 0..<length { items.append(try value(try reference(index), depth: depth + 1)) }
+                    return .array(items)
+                }
+                var fields: [StructuredValue.Key: StructuredValue] = [:]
+                for index in 0..<length {
+                    guard case .string(let key) = try value(try reference(index), depth: depth + 1) else { throw Self.fail("a dictionary key that is not a string") }
+                    let item = try value(try reference(length + index), depth: depth + 1)
+                    guard fields.updateValue(item, forKey: .init(key)) == nil else { throw Self.fail("the key \"\(key)\" appears twice in one dictionary") }
+                }
+                return .dictionary(fields)
+            default:
+                throw Self.fail("marker 0x\(String(marker, radix: 16)) (sets, UIDs and other archiver types are not property list values here)")
+            }
+        }
+    }
+}

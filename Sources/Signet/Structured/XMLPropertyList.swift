@@ -1,0 +1,163 @@
+import Foundation
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+
+/// Reads an XML property list (`<plist version="1.0">`) strictly into a ``StructuredValue``:
+/// only the plist elements, one value, no duplicate keys in a dictionary, no entity
+/// declarations (so no expansion bombs), nothing but white space between elements, nesting at
+/// most ``StructuredFormat/maximumDepth`` deep.
+enum XMLPropertyList {
+    static func parse(_ bytes: [UInt8]) throws -> StructuredValue {
+        // libxml2 expands entities declared in the document itself without telling the
+        // delegate; property lists declare none, so a declaration anywhere is refused.
+        let declaration = Array("<!ENTITY".utf8)
+        if bytes.count >= declaration.count, (0...(bytes.count - declaration.count)).contains(where: { bytes[$0] == 0x3C && bytes[$0..<$0 + declaration.count].elementsEqual(declaration) }) {
+            throw StructuredValue.ParseError("it is not a property list as Signet reads it: it declares an entity (<!ENTITY); property lists have none")
+        }
+        let reader = Reader()
+        let parser = XMLParser(data: Data(bytes))
+        parser.shouldResolveExternalEntities = false
+        parser.shouldProcessNamespaces = false
+        parser.delegate = reader
+        let parsed = parser.parse()
+        if let refusal = reader.refusal { throw StructuredValue.ParseError("it is not a property list as Signet reads it: \(refusal) (line \(reader.line))") }
+        guard parsed else {
+            let reason = parser.parserError.map { ($0 as NSError).localizedDescription } ?? "the XML does not parse"
+            throw StructuredValue.ParseError("it is not well-formed XML: \(reason) (line \(parser.lineNumber))")
+        }
+        guard let value = reader.result else { throw StructuredValue.ParseError("it holds no <plist> value") }
+        return value
+    }
+
+    private final class Reader: NSObject, XMLParserDelegate {
+        enum Open {
+            case plist(StructuredValue?)
+            case array([StructuredValue])
+            case dictionary([StructuredValue.Key: StructuredValue], key: String?)
+            /// A leaf element collecting its text.
+            case text(String, String)
+            /// `<true/>`, `<false/>`.
+            case empty(Bool)
+        }
+        var stack: [Open] = []
+        var result: StructuredValue?
+        var refusal: String?
+        var line = 0
+
+        private func refuse(_ parser: XMLParser, _ reason: String) {
+            guard refusal == nil else { return }
+            refusal = reason
+            line = parser.lineNumber
+            parser.abortParsing()
+        }
+
+        func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
+            guard refusal == nil else { return }
+            guard stack.count < StructuredFormat.maximumDepth else { return refuse(parser, "it is nested more than \(StructuredFormat.maximumDepth) levels deep") }
+            if stack.isEmpty {
+                guard name == "plist", result == nil else { return refuse(parser, "the document element is <\(name)>, not <plist>") }
+                stack.append(.plist(nil))
+                return
+            }
+            switch stack.last! {
+            case .text, .empty: return refuse(parser, "<\(name)> inside a value that holds text")
+            case .dictionary(_, let key) where key == nil && name != "key":
+                return refuse(parser, "<\(name)> in a <dict> where a <key> must come")
+            case .dictionary(_, let key) where key != nil && name == "key":
+                return refuse(parser, "two <key>s in a row in a <dict>")
+            case .plist(let value) where value != nil:
+                return refuse(parser, "<plist> holds more than one value")
+            default: break
+            }
+            switch name {
+            case "dict": stack.append(.dictionary([:], key: nil))
+            case "array": stack.append(.array([]))
+            case "key", "string", "integer", "real", "date", "data": stack.append(.text(name, ""))
+            case "true": stack.append(.empty(true))
+            case "false": stack.append(.empty(false))
+            default: refuse(parser, "<\(name)> is not a property list element")
+            }
+        }
+
+        func parser(_ parser: XMLParser, foundCharacters string: String) {
+            guard refusal == nil else { return }
+            if case .text(let name, let text)? = stack.last {
+                stack[stack.count - 1] = .text(name, text + string)
+            } else if !string.allSatisfy({ $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n" }) {
+                refuse(parser, "text outside a value")
+            }
+        }
+
+        func parser(_ parser: XMLParser, foundCDATA block: Data) {
+            guard let text = String(data: block, encoding: .utf8) else { return refuse(parser, "a CDATA section that is not UTF-8") }
+            if case .text(let name, let held)? = stack.last {
+                stack[stack.count - 1] = .text(name, held + text)
+            } else {
+                refuse(parser, "text outside a value")
+            }
+        }
+
+        func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
+            guard refusal == nil, let top = stack.popLast() else { return }
+            let value: StructuredValue
+            switch top {
+            case .plist(let held):
+                guard let held else { return refuse(parser, "<plist> holds no value") }
+                result = held
+                return
+            case .array(let items): value = .array(items)
+            case .dictionary(let fields, let key):
+                guard key == nil else { return refuse(parser, "<key>\(key!)</key> has no value") }
+                value = .dictionary(fields)
+            case .empty(let flag): value = .bool(flag)
+            case .text("key", let text):
+                guard case .dictionary(let fields, nil)? = stack.last else { return refuse(parser, "<key> outside a <dict>") }
+                guard fields[.init(text)] == nil else { return refuse(parser, "the key \"\(text)\" appears twice in one <dict>") }
+                stack[stack.count - 1] = .dictionary(fields, key: text)
+                return
+            case .text("string", let text): value = .string(text)
+            case .text("integer", let text):
+                let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                guard let integer = StructuredValue.canonicalInteger(Substring(trimmed)) else { return refuse(parser, "<integer>\(trimmed)</integer> is not a whole number") }
+                value = .integer(integer)
+            case .text("real", let text):
+                let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                guard let real = Double(trimmed) else { return refuse(parser, "<real>\(trimmed)</real> is not a number") }
+                value = .real(real)
+            case .text("date", let text):
+                let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                guard let date = ISO8601DateFormatter().date(from: trimmed) else { return refuse(parser, "<date>\(trimmed)</date> is not an ISO 8601 UTC time") }
+                value = .date(date.timeIntervalSinceReferenceDate)
+            case .text(_, let text):   // data
+                let base64 = text.filter { !($0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n") }
+                guard let data = Data(base64Encoded: base64) else { return refuse(parser, "<data> is not base64") }
+                value = .data(Array(data))
+            }
+            switch stack.popLast() {
+            case .plist?: stack.append(.plist(value))
+            case .array(var items)?:
+                items.append(value)
+                stack.append(.array(items))
+            case .dictionary(var fields, let key?)?:
+                fields[.init(key)] = value
+                stack.append(.dictionary(fields, key: nil))
+            default:
+                refuse(parser, "a value outside <plist>")
+            }
+        }
+
+        func parser(_ parser: XMLParser, foundInternalEntityDeclarationWithName name: String, value: String?) {
+            refuse(parser, "it declares the entity \(name); property lists have none")
+        }
+
+        func parser(_ parser: XMLParser, foundExternalEntityDeclarationWithName name: String, publicID: String?, systemID: String?) {
+            refuse(parser, "it declares the entity \(name); property lists have none")
+        }
+
+        func parser(_ parser: XMLParser, resolveExternalEntityName name: String, systemID: String?) -> Data? {
+            refuse(parser, "it refers to the external entity \(name)")
+            return nil
+        }
+    }
+}
