@@ -1,3 +1,4 @@
+import Foundation
 import ArgumentParser
 import Signet
 
@@ -22,13 +23,13 @@ struct Keygen: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Directory to write the key files into.", valueName: "dir"))
     var out: String
 
-    @Option(name: .long, help: "RSA modulus size in bits (2048 to 16384).")
+    @Option(name: .long, parsing: .unconditional, help: "RSA modulus size in bits (2048 to 16384).")
     var bits = 3072
 
     @Option(name: .customLong("common-name"), help: "The certificate's subject common name.")
     var commonName = "Signet signing key"
 
-    @Option(name: .long, help: "Certificate validity in days.")
+    @Option(name: .long, parsing: .unconditional, help: "Certificate validity in days.")
     var days = 3650
 
     @OptionGroup var passphrase: PassphraseOptions
@@ -40,6 +41,10 @@ struct Keygen: ParsableCommand {
         }
         guard days > 0, days <= GeneratedKey.maximumValidityDays else {
             throw ValidationError("--days must be 1 to \(GeneratedKey.maximumValidityDays), not \(days)")
+        }
+        // X.509 allows a common name of 1 to 64 characters (RFC 5280's ub-common-name).
+        guard !commonName.trimmingCharacters(in: .whitespaces).isEmpty, commonName.count <= 64 else {
+            throw ValidationError("--common-name must be 1 to 64 characters (e.g. --common-name 'Example release signing'), not '\(commonName)'")
         }
     }
 

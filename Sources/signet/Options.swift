@@ -139,7 +139,7 @@ struct TrustOptions: ParsableArguments {
     @Option(name: .customLong("trust-seal-key"), help: ArgumentHelp("Require each --trust-dir to be sealed, with the seal signed by this key (kept outside the directory).", valueName: "pub"))
     var trustSealKey: [String] = []
 
-    @Option(name: .customLong("clock-skew"), help: ArgumentHelp("Seconds of clock difference tolerated for expiry.", valueName: "seconds"))
+    @Option(name: .customLong("clock-skew"), parsing: .unconditional, help: ArgumentHelp("Seconds of clock difference tolerated for expiry.", valueName: "seconds"))
     var clockSkew: Int64 = 300
 
     @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
@@ -149,7 +149,10 @@ struct TrustOptions: ParsableArguments {
         for id in pin where KeyID(id) == nil {
             throw ValidationError("--pin takes a key id (64 hex characters) or sha256//BASE64, not '\(id)'")
         }
-        if clockSkew < 0 { throw ValidationError("--clock-skew cannot be negative") }
+        if clockSkew < 0 { throw ValidationError("--clock-skew takes seconds from 0 up, not \(clockSkew)") }
+        if let expectSubject, !TrustPolicy.isValidSubject(expectSubject) {
+            throw ValidationError("--expect-subject takes comma-separated TYPE=VALUE pairs such as 'CN=Release signer, O=Example', not '\(expectSubject)'")
+        }
         if (allowExpiredCertificate || expectSubject != nil) && ca.isEmpty {
             throw ValidationError("--allow-expired-cert and --expect-subject apply to certificate chains: give --ca ROOT")
         }
@@ -212,19 +215,19 @@ struct TLSOptions: ParsableArguments {
     @Flag(name: .customLong("allow-http"), help: "Allow plain http:// (a warning; no TLS options with it). For test servers only.")
     var allowHTTP = false
 
-    @Option(name: .customLong("max-download-size"), help: ArgumentHelp("Most bytes a download may have (default 16 GiB).", valueName: "bytes"))
+    @Option(name: .customLong("max-download-size"), parsing: .unconditional, help: ArgumentHelp("Most bytes a download may have (default 16 GiB).", valueName: "bytes"))
     var maxDownloadSize: UInt64 = DownloadOptions().maxSize
 
-    @Option(name: .customLong("connect-timeout"), help: ArgumentHelp("Seconds to wait for a connection (default 30).", valueName: "seconds"))
+    @Option(name: .customLong("connect-timeout"), parsing: .unconditional, help: ArgumentHelp("Seconds to wait for a connection (default 30).", valueName: "seconds"))
     var connectTimeout: Int = DownloadOptions().connectTimeout
 
-    @Option(name: .customLong("low-speed-time"), help: ArgumentHelp("Give up after this many seconds below 1 KiB/s (default 60).", valueName: "seconds"))
+    @Option(name: .customLong("low-speed-time"), parsing: .unconditional, help: ArgumentHelp("Give up after this many seconds below 1 KiB/s (default 60).", valueName: "seconds"))
     var lowSpeedTime: Int = DownloadOptions().lowSpeedTime
 
-    @Option(name: .long, help: ArgumentHelp("Further attempts after a transient failure: reset, time-out, HTTP 5xx (default 3).", valueName: "n"))
+    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Further attempts after a transient failure: reset, time-out, HTTP 5xx (default 3).", valueName: "n"))
     var retries: Int = DownloadOptions().retries
 
-    @Option(name: .customLong("retry-delay"), help: ArgumentHelp("Seconds before the first retry, doubled for each next one (default 1).", valueName: "seconds"))
+    @Option(name: .customLong("retry-delay"), parsing: .unconditional, help: ArgumentHelp("Seconds before the first retry, doubled for each next one (default 1).", valueName: "seconds"))
     var retryDelay: Double = DownloadOptions().retryDelay
 
     func validate() throws {
@@ -234,11 +237,11 @@ struct TLSOptions: ParsableArguments {
         if allowHTTP && (!tlsCA.isEmpty || !tlsPin.isEmpty || !tlsCert.isEmpty) {
             throw ValidationError("--allow-http cannot be combined with --tls-ca, --tls-pin or --tls-cert: plain http has no certificate to check")
         }
-        if maxDownloadSize < 1 { throw ValidationError("--max-download-size must be at least 1") }
-        if !(1...3600).contains(connectTimeout) { throw ValidationError("--connect-timeout takes 1 to 3600 seconds") }
-        if !(1...3600).contains(lowSpeedTime) { throw ValidationError("--low-speed-time takes 1 to 3600 seconds") }
-        if !(0...100).contains(retries) { throw ValidationError("--retries takes 0 to 100") }
-        if !(0...60).contains(retryDelay) { throw ValidationError("--retry-delay takes 0 to 60 seconds") }
+        if maxDownloadSize < 1 { throw ValidationError("--max-download-size must be at least 1 byte, not \(maxDownloadSize)") }
+        if !(1...3600).contains(connectTimeout) { throw ValidationError("--connect-timeout takes 1 to 3600 seconds, not \(connectTimeout)") }
+        if !(1...3600).contains(lowSpeedTime) { throw ValidationError("--low-speed-time takes 1 to 3600 seconds, not \(lowSpeedTime)") }
+        if !(0...100).contains(retries) { throw ValidationError("--retries takes 0 to 100, not \(retries)") }
+        if !(0...60).contains(retryDelay) { throw ValidationError("--retry-delay takes 0 to 60 seconds, not \(retryDelay)") }
     }
 
     /// The download options, with the roots read (and sealed directories checked).
@@ -273,13 +276,13 @@ struct TLSOptions: ParsableArguments {
 /// The limits an untrusted package is held to. unpack and inspect refuse a package beyond them
 /// before reading it; pack refuses to make one, so that what pack makes, unpack installs.
 struct LimitOptions: ParsableArguments {
-    @Option(name: .customLong("max-files"), help: "Most files (and directory entries) a package may hold.")
+    @Option(name: .customLong("max-files"), parsing: .unconditional, help: "Most files (and directory entries) a package may hold.")
     var maxFiles = PackageLimits().maxFiles
 
-    @Option(name: .customLong("max-total-size"), help: ArgumentHelp("Most bytes all files may add up to.", valueName: "bytes"))
+    @Option(name: .customLong("max-total-size"), parsing: .unconditional, help: ArgumentHelp("Most bytes all files may add up to.", valueName: "bytes"))
     var maxTotalSize: UInt64 = PackageLimits().maxTotalSize
 
-    @Option(name: .customLong("max-ratio"), help: "Largest expansion ratio of one compressed entry (deflate bombs).")
+    @Option(name: .customLong("max-ratio"), parsing: .unconditional, help: "Largest expansion ratio of one compressed entry (deflate bombs).")
     var maxRatio: UInt64 = PackageLimits().maxRatio
 
     func validate() throws {

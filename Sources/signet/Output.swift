@@ -63,17 +63,24 @@ enum Output {
         return out
     }
 
-    /// The error document of FORMAT.md §4.
+    /// The exit status of a command that checked several things: the most severe of their
+    /// statuses, a verification failure (1) first, then untrusted (3), usage (2), malformed
+    /// input (4) and the environment (5); 0 when all are 0 (FORMAT.md §4).
+    static func mostSevere(_ statuses: [Int32]) -> Int32 {
+        [1, 3, 2, 4, 5].first { statuses.contains($0) } ?? 0
+    }
+
+    /// The error document of FORMAT.md §4: every field present, null when it does not apply.
     struct ErrorBody: Encodable {
         let code: String
         let exit: Int32
         let message: String
-        let file: String?
-        let entry: String?
-        let openssl: [String]?
+        @Null var file: String?
+        @Null var entry: String?
+        @Null var openssl: [String]?
         /// The system or library call that failed, and the errno it set.
-        let call: String?
-        let errno: Int32?
+        @Null var call: String?
+        @Null var errno: Int32?
     }
 
     struct ErrorDocument: Encodable {
@@ -94,11 +101,15 @@ enum Output {
         exit(error.code.exitStatus.rawValue)
     }
 
-    /// Reports a command-line error as ArgumentParser words it (with the usage line) and exits 2.
+    /// Reports a command-line error (exit 2) in the one error style: `signet: error: MESSAGE`,
+    /// then what ArgumentParser adds to its own first line (the option's help, the usage line).
     static func usageFailure(message: String, fullText: String, json wantsJSON: Bool) -> Never {
         let error = SignetError(.usage, message.isEmpty ? "invalid arguments" : message)
         if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
-        Output.standardError("signet: " + escaped(fullText, keepNewlines: true) + "\n")
+        var rest = fullText.split(separator: "\n", omittingEmptySubsequences: false)
+        if let first = rest.first, first.hasPrefix("Error: ") { rest.removeFirst() }
+        let more = rest.joined(separator: "\n").trimmingCharacters(in: .newlines)
+        Output.standardError("signet: error: \(escaped(error.reason))\n" + (more.isEmpty ? "" : escaped(more, keepNewlines: true) + "\n"))
         exit(error.code.exitStatus.rawValue)
     }
 }
@@ -111,10 +122,10 @@ struct PackageReport: Encodable {
         let size: UInt64
         let sha256: String
         let mode: String
-        let compression: String?
-        let compressed_size: UInt64?
+        @Null var compression: String?
+        @Null var compressed_size: UInt64?
         /// "json" or "plist" for a resource packed with --structured.
-        let structured: String?
+        @Null var structured: String?
     }
 
     let package: String
@@ -122,15 +133,15 @@ struct PackageReport: Encodable {
     let version: String
     let sequence: UInt64
     let created: String
-    let expires: String?
+    @Null var expires: String?
     let algorithm: String
     let key_id: String
     let files: [File]
-    var verdict: String? = nil
-    var verified: Bool? = nil
-    var signer: String? = nil
-    var channel: String? = nil
-    var error: Output.ErrorBody? = nil
+    @Null var verdict: String? = nil
+    @Null var verified: Bool? = nil
+    @Null var signer: String? = nil
+    @Null var channel: String? = nil
+    @Null var error: Output.ErrorBody? = nil
 
     init(package: String, manifest: Manifest, storage: [String: (compression: StorageMethod, compressedSize: UInt64?)]) {
         self.package = package
@@ -146,5 +157,19 @@ struct PackageReport: Encodable {
                  compression: storage[$0.path]?.compression.rawValue, compressed_size: storage[$0.path]?.compressedSize,
                  structured: $0.structured?.rawValue)
         }
+    }
+}
+
+/// An optional field of a JSON report that is written as `null` when absent, never left out
+/// (FORMAT.md §4: optional fields are present as null), so that readers see one shape.
+@propertyWrapper
+struct Null<Value: Encodable>: Encodable {
+    var wrappedValue: Value?
+
+    init(wrappedValue: Value?) { self.wrappedValue = wrappedValue }
+
+    func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        if let wrappedValue { try container.encode(wrappedValue) } else { try container.encodeNil() }
     }
 }

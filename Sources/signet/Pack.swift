@@ -39,7 +39,7 @@ struct Pack: ParsableCommand {
     @Option(name: .long, help: "Version string, for people.")
     var version: String
 
-    @Option(name: .long, help: "Release counter that only grows (default: SOURCE_DATE_EPOCH, else the current UNIX time).")
+    @Option(name: .long, parsing: .unconditional, help: "Release counter that only grows (default: SOURCE_DATE_EPOCH, else the current UNIX time).")
     var sequence: UInt64?
 
     @Option(name: .long, help: ArgumentHelp("Clients refuse the package after this UTC time (e.g. 2027-01-01T00:00:00Z).", valueName: "time"))
@@ -60,7 +60,7 @@ struct Pack: ParsableCommand {
     @Flag(name: .long, help: "Store every resource without compression.")
     var store = false
 
-    @Option(name: .customLong("compression-level"), help: "Deflate level, 1 (fast) to 9 (small).")
+    @Option(name: .customLong("compression-level"), parsing: .unconditional, help: "Deflate level, 1 (fast) to 9 (small).")
     var compressionLevel: Int = 6
 
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
@@ -92,7 +92,10 @@ struct Pack: ParsableCommand {
         options.limits = limits.limits
         options.structured = structured
         options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
-        let result = try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
+        let result = try ProgressLine.showing("packing " + out, output: output) { progress in
+            options.progress = progress
+            return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
+        }
         let manifest = result.manifest
         if output.json {
             Output.json(PackageReport(package: out, manifest: manifest,

@@ -18,7 +18,7 @@ final class ProgressLine: Sendable {
     }
 
     private let label: String
-    private let enabled: Bool
+    let enabled: Bool
     private let state = Mutex(State())
 
     /// `label` is escaped (it may be a URL or a file name).
@@ -51,6 +51,41 @@ final class ProgressLine: Sendable {
             return parts.joined(separator: " ")
         }
         if let text { Output.standardError("\r\u{1B}[K" + text) }
+    }
+
+    /// Shows `progress` of files and bytes: "packing: 1234 of 50000 files, 12.3 MiB of 1.1 GiB
+    /// (1%), 45.6 MiB/s, 0:12 left".
+    func update(_ progress: WorkProgress) {
+        guard enabled else { return }
+        let text: String? = state.withLock { state in
+            let now = DispatchTime.now().uptimeNanoseconds
+            guard progress.finished || now &- state.last >= 100_000_000 else { return nil }
+            state.last = now
+            state.shown = true
+            let seconds = Double(now &- state.start) / 1e9
+            var parts = ["\(label): \(progress.itemsDone) of \(progress.itemsTotal) file\(progress.itemsTotal == 1 ? "" : "s")"]
+            var bytes = Self.bytes(progress.bytesDone) + " of " + Self.bytes(progress.bytesTotal)
+            if progress.bytesTotal > 0 {
+                bytes += String(format: " (%.0f%%)", min(100, Double(progress.bytesDone) * 100 / Double(progress.bytesTotal)))
+            }
+            parts.append(bytes)
+            if seconds > 0.2, progress.bytesDone > 0 {
+                let rate = Double(progress.bytesDone) / seconds
+                parts.append(Self.bytes(UInt64(rate)) + "/s")
+                if progress.bytesTotal > progress.bytesDone { parts.append(Self.duration(Double(progress.bytesTotal - progress.bytesDone) / rate) + " left") }
+            }
+            return parts.joined(separator: ", ")
+        }
+        if let text { Output.standardError("\r\u{1B}[K" + text) }
+    }
+
+    /// Runs `work` with a progress line labelled `label` (a handler for the library's
+    /// `progress` option), and clears the line afterwards, whatever happens.
+    static func showing<R>(_ label: String, output: OutputOptions, _ work: (ProgressHandler?) throws -> R) rethrows -> R {
+        let line = ProgressLine(label, output: output)
+        guard line.enabled else { return try work(nil) }
+        defer { line.finish() }
+        return try work { line.update($0) }
     }
 
     /// Clears the line, so that what follows starts on a clean one.

@@ -85,11 +85,14 @@ struct Reverify: ParsableCommand {
         let path: String
         let verdict: String
         let detail: String
-        let signature: String?
-        let key_id: String?
-        let changed_keys: [KeyEntry]?
+        @Null var signature: String?
+        @Null var key_id: String?
+        @Null var changed_keys: [KeyEntry]?
+        /// For a file that could not be checked: the documented error object.
+        @Null var error: Output.ErrorBody?
 
         init(_ report: FileReport) {
+            error = report.error.map(Output.errorBody)
             path = report.path
             verdict = report.verdict.name
             detail = report.detail
@@ -102,14 +105,16 @@ struct Reverify: ParsableCommand {
     struct TreeEntry: Encodable {
         let root: String
         let ok: Bool
-        let name: String?
-        let version: String?
-        let sequence: UInt64?
-        let signer: String?
-        let error: String?
-        let attributes: String
+        @Null var name: String?
+        @Null var version: String?
+        @Null var sequence: UInt64?
+        @Null var signer: String?
+        /// Why the tree as a whole failed (its manifest, or an error checking it), as the
+        /// documented error object; null when it did not.
+        @Null var error: Output.ErrorBody?
+        @Null var attributes: String?
         let counts: [String: Int]
-        let duration_seconds: Double
+        @Null var duration_seconds: Double?
         let files: [FileEntry]
     }
 
@@ -127,43 +132,64 @@ struct Reverify: ParsableCommand {
         options.repair = repair
         for (file, keyPath) in try allowedKeys() { options.allow(keyPath, in: file) }
         if let rules { options.merge(try ReverifyOptions(rulesFile: rules)) }
-        var trees: [TreeReport] = []
+        var trees: [TreeEntry] = []
         var files: [FileReport] = []
+        var statuses: [Int32] = []
         for path in paths {
-            if Reverifier.isDirectory(atPath: path) {
-                trees.append(try Reverifier.verifyTree(at: path, policy: policy, options: options))
-            } else {
-                files.append(Reverifier.verifyFile(at: path, policy: policy))
+            guard Reverifier.isDirectory(atPath: path) else {
+                let report = Reverifier.verifyFile(at: path, policy: policy)
+                files.append(report)
+                statuses.append(report.verdict.isOK ? 0 : report.verdict == .untrusted ? 3 : report.error?.code.exitStatus.rawValue ?? (report.verdict == .unreadable ? 5 : 1))
+                continue
+            }
+            do {
+                let tree = try ProgressLine.showing("checking " + path, output: output) { progress in
+                    var options = options
+                    options.progress = progress
+                    return try Reverifier.verifyTree(at: path, policy: policy, options: options)
+                }
+                var failure: SignetError? = nil
+                if let reason = tree.manifestFailure {
+                    failure = SignetError(reason == .untrustedSigner ? .untrustedSigner : .badSignature, tree.manifestMessage ?? "\(reason)", path: tree.root)
+                }
+                statuses.append(failure?.code.exitStatus.rawValue ?? (tree.isOK ? 0 : 1))
+                trees.append(TreeEntry(root: tree.root, ok: tree.isOK, name: tree.manifest?.name, version: tree.manifest?.version, sequence: tree.manifest?.sequence,
+                                       signer: tree.signer?.keyID.hex, error: failure.map(Output.errorBody), attributes: tree.attributesSupported ? "xattr" : "sidecar",
+                                       counts: Dictionary(uniqueKeysWithValues: tree.counts.map { ($0.key.name, $0.value) }),
+                                       duration_seconds: tree.duration, files: tree.files.map(FileEntry.init)))
+                if !output.json { show(tree) }
+            } catch let error as SignetError where paths.count > 1 {
+                // One tree that cannot be checked does not hide the others' results.
+                statuses.append(error.code.exitStatus.rawValue)
+                trees.append(TreeEntry(root: path, ok: false, error: Output.errorBody(error), counts: [:], files: []))
+                if !output.json { Output.error(error.description) }
             }
         }
-        let untrusted = trees.contains { $0.manifestFailure == .untrustedSigner } || files.contains { $0.verdict == .untrusted }
-        let bad = trees.contains { $0.manifestFailure != nil && $0.manifestFailure != .untrustedSigner }
-            || trees.contains { $0.files.contains { !$0.verdict.isOK } } || files.contains { !$0.verdict.isOK && $0.verdict != .untrusted }
         if output.json {
-            Output.json(Report(ok: !bad && !untrusted, trees: trees.map { tree in
-                TreeEntry(root: tree.root, ok: tree.isOK, name: tree.manifest?.name, version: tree.manifest?.version, sequence: tree.manifest?.sequence,
-                          signer: tree.signer?.keyID.hex, error: tree.manifestMessage, attributes: tree.attributesSupported ? "xattr" : "sidecar",
-                          counts: Dictionary(uniqueKeysWithValues: tree.counts.map { ($0.key.name, $0.value) }),
-                          duration_seconds: tree.duration, files: tree.files.map(FileEntry.init))
-            }, files: files.map(FileEntry.init)))
+            Output.json(Report(ok: statuses.allSatisfy { $0 == 0 }, trees: trees, files: files.map(FileEntry.init)))
         } else {
-            for tree in trees {
-                if let message = tree.manifestMessage {
-                    Output.line("FAILED \(tree.root): \(message)")
+            for file in files {
+                if let error = file.error {
+                    Output.error(error.description)
                     continue
                 }
-                for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty {
-                    Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
-                }
-                let summary = tree.counts.sorted { $0.key.name < $1.key.name }.map { "\($0.value) \($0.key.name)" }.joined(separator: ", ")
-                let name = tree.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? ""
-                Output.line("\(tree.isOK ? "OK" : "FAILED") \(tree.root): \(name): \(summary) in \(String(format: "%.2f", tree.duration)) s\(tree.attributesSupported ? "" : " (signatures from .signet/sigs/: no user xattrs here)")")
-            }
-            for file in files {
                 Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
             }
         }
-        if bad { throw ExitCode(1) }
-        if untrusted { throw ExitCode(3) }
+        let status = Output.mostSevere(statuses)
+        if status != 0 { throw ExitCode(status) }
+    }
+
+    private func show(_ tree: TreeReport) {
+        if let message = tree.manifestMessage {
+            Output.line("FAILED \(tree.root): \(message)")
+            return
+        }
+        for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty {
+            Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
+        }
+        let summary = tree.counts.sorted { $0.key.name < $1.key.name }.map { "\($0.value) \($0.key.name)" }.joined(separator: ", ")
+        let name = tree.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? ""
+        Output.line("\(tree.isOK ? "OK" : "FAILED") \(tree.root): \(name): \(summary) in \(String(format: "%.2f", tree.duration)) s\(tree.attributesSupported ? "" : " (signatures from .signet/sigs/: no user xattrs here)")")
     }
 }

@@ -53,7 +53,7 @@ struct Sign: ParsableCommand {
     func run() throws {
         let privateKey = try key.load()
         let signer = Signer(key: privateKey, algorithm: algorithm)
-        let signatures = try signer.sign(filesAt: files)
+        let signatures = try ProgressLine.showing("signing", output: output) { try signer.sign(filesAt: files, progress: $0) }
         let targets = files.map { out ?? $0 + ".sig" }
         // The key, its passphrase file and the signed files are never replaced by a signature.
         try SignatureFiles.write(signatures, to: targets, protecting: files + key.files)

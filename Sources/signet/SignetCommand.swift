@@ -36,6 +36,20 @@ struct SignetCommand: ParsableCommand {
     func run() throws {
         print(SignetCommand.helpMessage())
     }
+
+    /// For `signet help TOPIC...`: the first topic that names no command (ArgumentParser would
+    /// print the overview and exit 0), with the commands that do exist there.
+    static func unknownHelpTopic(_ topics: [String]) -> (topic: String, known: [String])? {
+        var command: ParsableCommand.Type = SignetCommand.self
+        for topic in topics where !topic.hasPrefix("-") {
+            let subcommands = command.configuration.subcommands
+            guard let next = subcommands.first(where: { $0._commandName == topic }) else {
+                return (topic, subcommands.map { $0._commandName })
+            }
+            command = next
+        }
+        return nil
+    }
 }
 
 @main
@@ -47,6 +61,10 @@ enum Main {
         if CommandLine.arguments.dropFirst() == ["--version"] {
             print(SignetVersion.summary)
             exit(0)
+        }
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first == "help", let (topic, known) = SignetCommand.unknownHelpTopic(Array(arguments.dropFirst())) {
+            Output.usageFailure(message: "there is no command '\(topic)'", fullText: known.isEmpty ? "" : "the commands are: \(known.joined(separator: ", "))", json: wantsJSON)
         }
         do {
             var command = try SignetCommand.parseAsRoot()

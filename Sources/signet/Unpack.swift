@@ -66,7 +66,7 @@ struct Unpack: ParsableCommand {
 
     @OptionGroup var limits: LimitOptions
 
-    @Option(name: .long, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
+    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
     @OptionGroup var output: OutputOptions
@@ -79,16 +79,16 @@ struct Unpack: ParsableCommand {
     struct Report: Encodable {
         let destination: String
         let package: String
-        let name: String?
-        let version: String?
-        let sequence: UInt64?
-        let replaced_sequence: UInt64?
+        @Null var name: String?
+        @Null var version: String?
+        @Null var sequence: UInt64?
+        @Null var replaced_sequence: UInt64?
         let signer: String
-        let channel: String?
+        @Null var channel: String?
         let files: [String]
         let attributes: String
         let atomic_exchange: Bool
-        let leftover: String?
+        @Null var leftover: String?
     }
 
     func run() throws {
@@ -110,7 +110,11 @@ struct Unpack: ParsableCommand {
                 try await Installer.install(downloading: package, to: dest, policy: policy, options: options, download: $0)
             }
         } else {
-            report = try Installer.install(package, to: dest, policy: policy, options: options)
+            report = try ProgressLine.showing("installing " + dest, output: output) { progress in
+                var options = options
+                options.progress = progress
+                return try Installer.install(package, to: dest, policy: policy, options: options)
+            }
         }
         if let leftover = report.leftover {
             Output.warn("installed, but the replaced tree '\(leftover)' could not be removed; the next unpack to '\(dest)' removes it (or remove it yourself)")

@@ -39,10 +39,10 @@ struct Verify: ParsableCommand {
         let file: String
         let signature: String
         let algorithm: String
-        let key_id: String?
-        let key_source: String?
-        let channel: String?
-        let error: Output.ErrorBody?
+        @Null var key_id: String?
+        @Null var key_source: String?
+        @Null var channel: String?
+        @Null var error: Output.ErrorBody?
     }
 
     func run() throws {

@@ -68,7 +68,8 @@ struct BadInputCLITests {
             #expect(error["call"] as? String == "open", "\(error)")
             #expect(error["errno"] as? Int == 2, "\(error)")
         } else if test.exit != 5 {
-            #expect(error["call"] == nil, "only system failures name a call: \(error)")
+            #expect(error["call"] is NSNull, "only system failures name a call; the field is null otherwise: \(error)")
+            #expect(Set(error.keys) == ["code", "exit", "message", "file", "entry", "openssl", "call", "errno"], "every field present: \(error)")
         }
     }
 

@@ -5,18 +5,22 @@ import SignetTestSupport
 @Suite("Downloads over HTTPS against a real nginx: TLS policy, errors, resume, install", .serialized)
 struct DownloadCLITests {
     /// Starts `signet fetch` of a rate-limited `path` (nginx sends 200 KiB/s there), kills it
-    /// with SIGKILL after 1.5 s, and returns the size of the partial download it left.
+    /// with SIGKILL once its partial download holds at least 128 KiB (waiting for bytes, not for
+    /// a fixed time: a sanitizer build on a busy machine may take seconds to connect), and
+    /// returns the size of the partial download it left.
     static func killedMidway(_ server: HTTPSServer, _ path: String, out: String) throws -> Int {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CLI.binary)
         process.arguments = ["fetch", server.url(path), "--out", out, "--tls-ca", server.root]
         process.standardError = FileHandle.nullDevice
+        let partial = URL(fileURLWithPath: out).deletingLastPathComponent().appendingPathComponent("." + URL(fileURLWithPath: out).lastPathComponent + ".signet-download").path
+        func size() -> Int { (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0 }
         try process.run()
-        usleep(1_500_000)
+        let deadline = Date().addingTimeInterval(120)
+        while size() < 128 * 1024 && process.isRunning && Date() < deadline { usleep(20_000) }
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
-        let partial = URL(fileURLWithPath: out).deletingLastPathComponent().appendingPathComponent("." + URL(fileURLWithPath: out).lastPathComponent + ".signet-download").path
-        return (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0
+        return size()
     }
 
     @Test("TLS policy: system store, --tls-ca, pins anywhere in the chain, --tls-cert, host name")

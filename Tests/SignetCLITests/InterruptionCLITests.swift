@@ -219,7 +219,7 @@ struct InterruptionCLITests {
         while updater.poll() is None:
             r = subprocess.run(reverify, capture_output=True, text=True)
             results.append(r.returncode)
-            if r.returncode != 0: print(r.stdout, file=sys.stderr)
+            if r.returncode != 0: print(r.returncode, r.stdout, r.stderr, file=sys.stderr)
         print(" ".join(map(str, results)))
         """
         let separator = "\u{1f}"

@@ -69,14 +69,14 @@ struct ReverifyCLITests {
         // A file that cannot be opened is reported as such (not as "not installed"), and the
         // other files are still shown.
         let missing = try CLI.run(["status", work.directory.file("absent.png"), file, "--json"])
-        #expect(missing.status == 1)
+        #expect(missing.status == 5, "a missing file is an environment error")
         let shown = try #require(try missing.json()["files"] as? [[String: Any]])
         #expect(shown.map { $0["verdict"] as? String } == ["unreadable", "not-checked"])
         #expect((shown.first?["detail"] as? String)?.contains("no such file") == true)
         let link = work.directory.file("link.png")
         symlink(file, link)
         let linked = try CLI.run(["reverify", link, "--pubkey", work.publicDER, "--json"])
-        #expect(linked.status == 1)
+        #expect(linked.status == 4, "a link given as a file is malformed input: never followed")
         #expect((try linked.json()["files"] as? [[String: Any]])?.first?["verdict"] as? String == "unreadable")
     }
 

@@ -38,7 +38,7 @@ struct StructuredCLITests {
         let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
                                   "--version", "1", "--sequence", "1", "--out", package, "--structured", "*.plist", "--structured", "conf/*.json", "--json"])
         #expect(packed.status == 0, "\(packed.stderr)")
-        let formats = try #require(try packed.json()["files"] as? [[String: Any]]).map { "\($0["path"]!)=\($0["structured"] ?? "-")" }
+        let formats = try #require(try packed.json()["files"] as? [[String: Any]]).map { "\($0["path"]!)=\($0["structured"] as? String ?? "-")" }
         #expect(formats == ["Info.plist=plist", "Settings.plist=plist", "conf/app.json=json", "readme.txt=-"])
         let dest = work.directory.file("opt/app")
         let unpacked = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER])

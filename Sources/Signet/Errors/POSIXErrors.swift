@@ -43,8 +43,17 @@ extension SignetError {
             return SignetError(.fileNotFound, "\(action) '\(path)': no such file; check the path",
                                path: path, fileID: fileID, line: line)
         case EACCES, EPERM:
-            return SignetError(.permissionDenied,
-                               "\(action) '\(path)': permission denied; check its permissions or run as a user who may read it",
+            // Making, writing or replacing something needs write permission on its folder;
+            // anything else needs read permission on the file.
+            let writes = ["cannot create", "cannot write", "cannot install", "cannot make", "cannot replace", "cannot rename",
+                          "cannot open the lock", "cannot remove", "cannot restore", "cannot set", "cannot finish"].contains { action.hasPrefix($0) }
+            let folder = (path as NSString).deletingLastPathComponent
+            let hint = writes ? "check that you may write in '\(folder.isEmpty ? "." : folder)', or run as a user who may"
+                              : "check its permissions, or run as a user who may read it"
+            return SignetError(.permissionDenied, "\(action) '\(path)': permission denied; \(hint)",
+                               path: path, fileID: fileID, line: line)
+        case EROFS:
+            return SignetError(.io, "\(action) '\(path)': the filesystem is mounted read-only; choose a path on a writable filesystem (or remount it read-write)",
                                path: path, fileID: fileID, line: line)
         case EEXIST:
             return SignetError(.fileExists, "\(action) '\(path)': the file already exists; move it away or choose another path",

@@ -11,6 +11,8 @@ internal import SystemPackage
 public struct InstallOptions: Sendable {
     /// Replace a non-empty destination that Signet did not install.
     public var force = false
+    /// Told how many files and bytes have been verified and staged.
+    public var progress: ProgressHandler? = nil
     /// Install a lower `sequence` over an installed tree of the same name.
     public var allowDowngrade = false
     /// The older layout: resources with `<path>.sig` beside them, no manifest (FORMAT.md §2).
@@ -99,8 +101,11 @@ public enum Installer {
         var files: [String] = []
         // Every signature, in manifest order, in one file (not a sidecar file per resource).
         let record = try checked.map { SignatureRecord.Writer(fd: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength) }
-        for file in job.resources(checked) {
-            let staged = try job.stage(file, into: staging, checked: checked, signer: signer)
+        let resources = job.resources(checked)
+        let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
+        for file in resources {
+            let staged = try job.stage(file, into: staging, checked: checked, signer: signer, progress: progress)
+            progress?.add(items: 1)
             signer = signer ?? staged.signer
             attributesWritten = attributesWritten && staged.attributesWritten
             try record?.append(staged.signature)
@@ -116,6 +121,7 @@ public enum Installer {
         try staging.finish()
         let (exchanged, leftover) = try staging.install(at: destination, replacing: state)
         installed = true
+        progress?.finish()
         if let installState, let manifest = checked?.manifest {
             try installState.record(manifest.name, sequence: manifest.sequence)
         }
@@ -170,7 +176,8 @@ public enum Installer {
         /// Writes one resource into the staging directory while verifying it, then gives it its
         /// signature attributes, mode and fsync, and its sidecar signature. Returns the key that
         /// signed it and whether the filesystem took user attributes.
-        func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?) throws -> (signer: PublicKey, attributesWritten: Bool, signature: [UInt8]) {
+        func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?,
+                   progress: ProgressCounter? = nil) throws -> (signer: PublicKey, attributesWritten: Bool, signature: [UInt8]) {
             let fd = try staging.createFile(file.path)
             defer { close(fd) }
             let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
@@ -187,6 +194,7 @@ public enum Installer {
                 switch try PackageReader.checkResource(file, reader: reader, layout: layout, checked: checked, sink: { chunk in
                     try writer.write(chunk)
                     try copy?.write(chunk)
+                    progress?.add(bytes: chunk.count)
                 }) {
                 case .verified(let verified): signature = verified
                 case .rejected(let failure, let message, let entry): throw error(for: failure, message, package: package, entry: entry)
@@ -196,6 +204,7 @@ public enum Installer {
             } else {
                 let (digest, sig, key) = try bareResource(file.path, reader: reader, layout: layout, policy: policy, options: options, package: package) {
                     try writer.write($0)
+                    progress?.add(bytes: $0.count)
                 }
                 (sha256, signature, signer) = (digest, sig, known ?? key)
             }

@@ -433,11 +433,14 @@ enum Downloader {
             let shown = effectiveURL
             let host = URLComponents(string: effectiveURL)?.host ?? shown
             let pins = check.presentedPins.isEmpty ? "" : "; the server presented (leaf first): " + check.presentedPins.joined(separator: ", ")
-            switch code {
-            case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CONNECT_ERROR where check.refusal != nil || !check.presentedPins.isEmpty,
-                 CURLE_SSL_CACERT_BADFILE:
+            // A failed handshake is a TLS refusal when our policy or the chain refused it (a
+            // connect error with nothing of ours to say is a network failure, below).
+            let refusedByPolicy = code == CURLE_SSL_CONNECT_ERROR && (check.refusal != nil || !check.presentedPins.isEmpty)
+            if code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE || refusedByPolicy {
                 let reason = check.refusal ?? (message.isEmpty ? "the certificate chain did not verify" : message)
                 return SignetError(.tlsRefused, "TLS refused for '\(host)': \(reason)\(pins)")
+            }
+            switch code {
             case CURLE_UNSUPPORTED_PROTOCOL:
                 return SignetError(.tlsRefused, "'\(shown)' redirected to a URL that is not https:// (\(message)); refused")
             case CURLE_HTTP_RETURNED_ERROR:

@@ -36,9 +36,13 @@ final class PackLedger: @unchecked Sendable {
     /// The resources packed as structured, by index (read only after init).
     let structured: [Int: StructuredResources.Checked]
 
-    init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:]) {
+    /// Counts what was read, for a progress handler.
+    let progress: ProgressCounter?
+
+    init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:], progress: ProgressHandler? = nil) {
         self.inputs = inputs
         self.structured = structured
+        self.progress = ProgressCounter.make(progress, items: inputs.count, bytes: inputs.reduce(0) { $0 &+ $1.size })
         self.signer = signer
         algorithms = signer.algorithm.digest == .sha256 ? [.sha256] : [.sha256, signer.algorithm.digest]
         signatureSize = signer.key.key.signatureSize
@@ -161,9 +165,11 @@ final class ResourceSource: ZipEntrySource {
         if n == 0 {
             guard reading.count == input.size else { throw changed() }
             ledger.record(try reading.hashers.map { try $0.finalize() }, at: index)
+            ledger.progress?.add(items: 1)
             self.reading = nil   // close the file and free the digest contexts now
             return 0
         }
+        ledger.progress?.add(bytes: n)
         let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
         for hasher in reading.hashers { hasher.update(chunk) }
         return n

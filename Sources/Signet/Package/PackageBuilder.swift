@@ -46,6 +46,8 @@ public struct PackOptions: Sendable {
     /// folder) of JSON and property list resources that are parsed now and recorded as
     /// structured, so that re-verification can compare them key by key.
     public var structured: [String] = []
+    /// Told how many files and bytes have been read and packed, from pack's threads.
+    public var progress: ProgressHandler? = nil
 
     /// Creates options.
     public init(name: String, version: String, sequence: UInt64? = nil, expires: Timestamp? = nil, created: Timestamp? = nil,
@@ -154,7 +156,8 @@ public enum PackageBuilder {
         defer { if !committed { unlink(temporary) } }
 
         let ledger = PackLedger(inputs: inputs, signer: signer,
-                                structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks))
+                                structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
+                                progress: options.progress)
         let methods = try inputs.map { try CompressionPolicy.choose(for: $0, policy: options.compression) }
         // Deflate is the slow part and libzip runs it on one thread, so independent files are
         // compressed on every core first, each worker into its own temporary archive beside the
@@ -207,6 +210,7 @@ public enum PackageBuilder {
         }
         committed = true
         AtomicFile.syncDirectory(directory)
+        ledger.progress?.finish()
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
         return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store })
     }
@@ -284,13 +288,17 @@ public enum PackageBuilder {
             }
         }
         inputs.sort { ResourcePath.byteOrder($0.packagePath, $1.packagePath) }
-        var seen: [String: String] = [:]
+        // Swift compares Strings by canonical equivalence, so NFC/NFD twins meet here too.
+        var seen: [String: PackInput] = [:]
         for input in inputs {
             if let other = seen[input.packagePath] {
-                let same = other.utf8.elementsEqual(input.packagePath.utf8)
-                throw SignetError(.usage, "'\(other)' and '\(input.diskPath)' would both be '\(input.packagePath)' in the package\(same ? "" : " (they differ only in Unicode normalisation)"); rename one", path: input.diskPath)
+                if other.diskPath.utf8.elementsEqual(input.diskPath.utf8) {
+                    throw SignetError(.usage, "'\(input.diskPath)' is given twice (or inside a directory that is also given); give each file once", path: input.diskPath)
+                }
+                let same = other.packagePath.utf8.elementsEqual(input.packagePath.utf8)
+                throw SignetError(.usage, "'\(other.diskPath)' and '\(input.diskPath)' would both be '\(input.packagePath)' in the package\(same ? "" : " (the two names differ only in Unicode normalisation)"); rename one", path: input.diskPath)
             }
-            seen[input.packagePath] = input.diskPath
+            seen[input.packagePath] = input
         }
         return inputs
     }

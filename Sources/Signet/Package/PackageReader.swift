@@ -135,8 +135,9 @@ public enum PackageReader {
     /// Verifies a package against a trust policy: the manifest signature over the stored bytes
     /// first (before parsing them), then expiry, the exact set of resources, and each resource's
     /// size, SHA-256 and own signature, streaming every entry.
+    /// `progress` is told how many files and bytes have been checked.
     public static func verify(_ path: String, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
-                              now: Timestamp = .now) throws -> PackageVerification {
+                              now: Timestamp = .now, progress handler: ProgressHandler? = nil) throws -> PackageVerification {
         let reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
         let layout = try Layout(reader: reader, limits: limits)
         let checked: Checked
@@ -144,11 +145,16 @@ public enum PackageReader {
         case .rejected(let verdict): return verdict
         case .checked(let value): checked = value
         }
-        for file in checked.manifest.files {
-            if case .rejected(let failure, let message, let entry) = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: nil) {
+        let files = checked.manifest.files
+        let progress = ProgressCounter.make(handler, items: files.count, bytes: files.reduce(0) { $0 &+ $1.size })
+        let sink: ((UnsafeRawBufferPointer) throws -> Void)? = progress.map { counter in { counter.add(bytes: $0.count) } }
+        for file in files {
+            if case .rejected(let failure, let message, let entry) = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: sink) {
                 return checked.verdict(failure, message, entry: entry)
             }
+            progress?.add(items: 1)
         }
+        progress?.finish()
         return PackageVerification(contents: checked.contents, signer: checked.key, failure: nil, entry: nil,
                                    message: "\(checked.manifest.name) \(checked.manifest.version) (sequence \(checked.manifest.sequence)) verified: \(checked.manifest.files.count) files signed by key \(checked.key.keyID.short)")
     }

@@ -67,6 +67,9 @@ public struct FileReport: Sendable {
     /// For a structured resource whose bytes differ from the signed ones: every key path that
     /// changed, was added or was removed, each marked allowed or not. Empty otherwise.
     public internal(set) var changedKeys: [KeyChange] = []
+    /// For an `unreadable` file checked on its own: the error that made it so (its code tells a
+    /// missing file, exit 5, from a directory or link given as a file, exit 4).
+    public internal(set) var error: SignetError? = nil
 }
 
 /// A whole installed tree's re-verification.
@@ -107,6 +110,8 @@ public struct ReverifyOptions: Sendable {
     /// with `--structured`): where only these differ, the file is `ok` with a note. Every file
     /// and key path named must exist in the signed tree (checked before anything else).
     public var allowedKeys: [String: [KeyPath]] = [:]
+    /// Told how many files and bytes of a tree have been checked, from the checking threads.
+    public var progress: ProgressHandler? = nil
 
     /// Everything, no repair.
     public init() {}
@@ -233,18 +238,22 @@ public enum Reverifier {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
             FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
         }
+        func unreadable(_ error: Error) -> FileReport {
+            let failure = error as? SignetError ?? SignetError(.io, "cannot read '\(path)': \(error)", path: path)
+            var made = report(.unreadable, failure.reason)
+            made.error = failure
+            return made
+        }
         let file: InputFile
         do {
             file = try InputFile.open(path, what: "file", followSymlinks: false)
-        } catch let error as SignetError {
-            return report(.unreadable, error.reason)
         } catch {
-            return report(.unreadable, "\(error)")
+            return unreadable(error)
         }
         let meta = Metadata(file.descriptor.rawValue)
         let found: ([UInt8], SignatureAlgorithm, SignatureSource)?
         do { found = try signatureOf(file.descriptor.rawValue, path: path, meta: meta) } catch {
-            return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
+            return unreadable(error)
         }
         guard let (signature, algorithm, source) = found else {
             return report(.unsigned, "'\(path)' has no user.signet.sig or IMA attribute and no sidecar signature: it was not installed by Signet, or its attributes were stripped")
@@ -253,7 +262,7 @@ public enum Reverifier {
         do {
             digest = try Digest.compute(descriptorOf: file, algorithm: algorithm.digest)
         } catch {
-            return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
+            return unreadable(error)
         }
         let result = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm)
         if let key = result.signer {
@@ -372,11 +381,23 @@ public enum Reverifier {
                 throw SignetError.posix(error, "cannot open the installed tree", path: root)
             }
             defer { close(fd) }
-            let report = try verifyTree(fd, root: root, policy: policy, options: options, cancelled: cancelled)
-            // A failing stat here means DIR was swapped or removed meanwhile: check again.
-            var held = stat()
-            if fstat(fd, &held) == 0, let named = try? Paths.lstat(root), held.st_dev == named.st_dev, held.st_ino == named.st_ino { return report }
-            if attempt == 3 { return report }
+            // Whether DIR still names the directory this check read (a failing stat means it was
+            // swapped or removed meanwhile).
+            func stillNamed() -> Bool {
+                var held = stat()
+                guard fstat(fd, &held) == 0, let named = try? Paths.lstat(root) else { return false }
+                return held.st_dev == named.st_dev && held.st_ino == named.st_ino
+            }
+            let report: TreeReport
+            do {
+                report = try verifyTree(fd, root: root, policy: policy, options: options, cancelled: cancelled)
+            } catch let error as SignetError where attempt < 3 && !stillNamed() {
+                // The tree read was swapped out and is being removed (its files vanish under the
+                // check): what DIR names now is checked instead of reporting the removal.
+                _ = error
+                continue
+            }
+            if stillNamed() || attempt == 3 { return report }
         }
     }
 
@@ -432,9 +453,14 @@ public enum Reverifier {
         let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
                                   allowedKeys: options.allowedKeys)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
+        let progress = ProgressCounter.make(options.progress, items: listed.count, bytes: listed.reduce(0) { $0 &+ manifest.files[$1].size })
         var reports = parallelMap(listed, worker: { TreeChecker.Workspace() }) { workspace, position -> FileReport? in
-            cancelled.isSet ? nil : checker.check(manifest.files[position], at: position, in: workspace)
+            guard !cancelled.isSet else { return nil }
+            let report = checker.check(manifest.files[position], at: position, in: workspace)
+            progress?.add(bytes: Int(clamping: manifest.files[position].size), items: 1)
+            return report
         }.compactMap { $0 }
+        progress?.finish()
         if cancelled.isSet { throw CancellationError() }
         for path in try unlisted(walk.wait().get(), manifest) where options.selects(path) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))

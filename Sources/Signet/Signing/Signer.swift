@@ -76,9 +76,34 @@ public struct Signer: Sendable {
 
     /// Signs several files in parallel across cores. All or nothing: the first failure (in
     /// input order) is thrown and no signature is returned.
-    public func sign(filesAt paths: [String]) throws -> [Signature] {
-        let results = parallelMap(paths) { path in Result { try sign(fileAt: path) } }
-        return try results.map { try $0.get() }
+    /// `progress` is told how many files and bytes have been hashed and signed.
+    public func sign(filesAt paths: [String], progress handler: ProgressHandler? = nil) throws -> [Signature] {
+        guard let handler else {
+            let results = parallelMap(paths) { path in Result { try sign(fileAt: path) } }
+            return try results.map { try $0.get() }
+        }
+        // The total from the sizes the paths have now (a file that cannot be stat'ed counts 0
+        // and fails when it is opened).
+        let total = paths.reduce(UInt64(0)) { sum, path in
+            var info = stat()
+            return sum &+ (stat(path, &info) == 0 ? UInt64(max(0, info.st_size)) : 0)
+        }
+        let progress = ProgressCounter(handler, items: paths.count, bytes: total)
+        let results = parallelMap(paths) { path in
+            Result { () throws -> Signature in
+                let hasher = try Digest.Hasher(algorithm.digest)
+                try InputFile.open(path, what: "file").forEachChunk {
+                    hasher.update($0)
+                    progress.add(bytes: $0.count)
+                }
+                let signature = try sign(digest: try hasher.finalize())
+                progress.add(items: 1)
+                return signature
+            }
+        }
+        let signatures = try results.map { try $0.get() }
+        progress.finish()
+        return signatures
     }
 }
 

@@ -76,9 +76,15 @@ public struct Verifier: Sendable {
         let sized = policy.keys.filter { $0.signatureLength == signature.count }
         guard !sized.isEmpty else {
             let expected = Set(policy.keys.map(\.signatureLength)).sorted().map(String.init).joined(separator: " or ")
+            // A length some RSA key signs with (2048 bits and up, a whole number of 64-bit
+            // words) points at another key; any other length at a damaged file.
+            let otherKey = signature.count >= 256 && signature.count <= 2048 && signature.count % 8 == 0
+            let why = otherKey
+                ? "\(signature.count) bytes is what a \(signature.count * 8)-bit key signs, so another key than the trusted one\(policy.keys.count == 1 ? "" : "s") made it"
+                : "the signature file may be truncated, have trailing bytes, or not be a raw signature (base64 or PEM text is not)"
             let message = policy.keys.isEmpty
                 ? "no trusted key was given"
-                : "the signature is \(signature.count) bytes; a signature by the trusted key\(policy.keys.count == 1 ? "" : "s") is exactly \(expected) bytes (the file may be truncated or have trailing bytes)"
+                : "the signature is \(signature.count) bytes; a signature by the trusted key\(policy.keys.count == 1 ? "" : "s") is exactly \(expected) bytes; \(why)"
             return VerificationResult(algorithm: algorithm, signer: nil, failure: .wrongLength, message: message)
         }
         for key in sized where Self.check(signature, digest: digest, key: key, algorithm: algorithm) {

@@ -25,6 +25,19 @@ public struct TrustPolicy: Sendable {
     public var allowExpiredCertificates = false
     /// When set, the signer certificate's subject must contain these RDNs ("CN=Release signer").
     public var expectedSubject: String?
+
+    /// Whether `subject` is a list of RDNs `expectedSubject` can hold: comma-separated
+    /// `TYPE=VALUE` pairs, TYPE an attribute name or dotted OID (`CN`, `O`, `2.5.4.3`), VALUE not
+    /// empty ("CN=Release signer, O=Example").
+    public static func isValidSubject(_ subject: String) -> Bool {
+        let parts = subject.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        return !parts.isEmpty && parts.allSatisfy { part in
+            guard let equals = part.firstIndex(of: "=") else { return false }
+            let type = part[..<equals], value = part[part.index(after: equals)...]
+            return !type.isEmpty && !value.trimmingCharacters(in: .whitespaces).isEmpty
+                && type.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == ".") }
+        }
+    }
     /// Tolerance for `expires`, in seconds.
     public var clockSkew: Int64 = 300
 
