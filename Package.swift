@@ -39,10 +39,13 @@ let package = Package(
             providers: [.apt(["libp11-kit-dev"])]
         ),
         // C functions for what Swift cannot call: OpenSSL macros and variadics, libcurl's
-        // variadic setopt/getinfo, <sys/xattr.h> and GNU-only declarations such as renameat2.
+        // variadic setopt/getinfo, zlib's deflateInit2, <sys/xattr.h> and GNU-only declarations
+        // such as renameat2.
+        // zlib (which libzip is built on) only to judge whether a small file is worth deflating.
         .target(
             name: "CSignetShims",
-            dependencies: ["COpenSSL", "CCurl"]
+            dependencies: ["COpenSSL", "CCurl"],
+            linkerSettings: [.linkedLibrary("z")]
         ),
         .target(
             name: "Signet",

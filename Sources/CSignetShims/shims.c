@@ -133,3 +133,38 @@ CURLcode signet_curl_getinfo_string(CURL *handle, CURLINFO info, char **value) {
 }
 
 int signet_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY; }
+
+#include <string.h>
+#include <zlib.h>
+
+long signet_raw_deflate_size(const unsigned char *data, size_t size, int level) {
+    z_stream stream;
+    memset(&stream, 0, sizeof stream);
+    // libzip's own parameters: raw deflate (-MAX_WBITS), memLevel 9, default strategy.
+    if (deflateInit2(&stream, level, Z_DEFLATED, -MAX_WBITS, 9, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
+    unsigned char out[4096];
+    long total = 0;
+    stream.next_in = (unsigned char *)data;
+    stream.avail_in = (uInt)size;
+    int result;
+    do {
+        stream.next_out = out;
+        stream.avail_out = sizeof out;
+        result = deflate(&stream, Z_FINISH);
+        if (result == Z_STREAM_ERROR) {
+            deflateEnd(&stream);
+            return -1;
+        }
+        total += (long)(sizeof out - stream.avail_out);
+    } while (result != Z_STREAM_END);
+    deflateEnd(&stream);
+    return total;
+}
+
+#include <sys/vfs.h>
+
+long long signet_filesystem_type(const char *path) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    return (long long)info.f_type;
+}

@@ -25,9 +25,80 @@ struct Inspect: ParsableCommand {
 
     @OptionGroup(title: "Downloads") var tls: TLSOptions
 
+    @Flag(name: .long, help: "The package is the older bare layout (FILE + FILE.sig, no manifest), as unpack --bare takes.")
+    var bare = false
+
+    @Option(name: .long, help: "Signature algorithm of a --bare package.")
+    var algorithm: SignatureAlgorithm = .default
+
     @OptionGroup var limits: LimitOptions
 
     @OptionGroup var output: OutputOptions
+
+    struct BareReport: Encodable {
+        struct File: Encodable {
+            let path: String
+            let size: UInt64
+            let compressed_size: UInt64
+            let compression: String
+            let signed: Bool
+        }
+        let package: String
+        let bare = true
+        let algorithm: String
+        let files: [File]
+        let verdict: String
+        let verified: Bool
+        @Null var signer: String?
+        @Null var error: Output.ErrorBody?
+    }
+
+    /// `--bare`: the files and whether each has a signature; with keys, each signature checked.
+    private func inspectBare(_ file: String) throws {
+        let package = try BarePackage(contentsOf: file, limits: limits.limits)
+        var signer: PublicKey? = nil
+        var failure: SignetError? = nil
+        if trust.hasSources {
+            let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
+            do {
+                signer = try ProgressLine.showing("verifying " + file, output: output) {
+                    try package.verify(policy: policy, algorithm: algorithm, limits: limits.limits, progress: $0)
+                }
+            } catch let error as SignetError where [1, 3].contains(error.code.exitStatus.rawValue) {
+                failure = error
+            }
+        }
+        let verdict = !trust.hasSources ? "not-checked" : signer != nil ? "valid" : failure?.code == .untrustedSigner ? "untrusted" : "invalid"
+        if output.json {
+            Output.json(BareReport(package: self.package, algorithm: algorithm.id, files: package.files.map {
+                .init(path: $0.path, size: $0.size, compressed_size: $0.compressedSize, compression: $0.compression.rawValue, signed: $0.hasSignature)
+            }, verdict: verdict, verified: signer != nil, signer: signer?.keyID.hex, error: failure.map(Output.errorBody)))
+        } else {
+            Output.lines([
+                "package:   \(self.package) (bare: FILE + FILE.sig, no manifest; no completeness, rollback or expiry check)",
+                "algorithm: \(algorithm.id)",
+                "files:     \(package.files.count)",
+            ])
+            for entry in package.files {
+                Output.line("  \(String(entry.size).leftPadded(12))  \(String(entry.compressedSize).leftPadded(12))  \(entry.compression.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0))  \(entry.hasSignature ? "signed  " : "UNSIGNED")  \(entry.path)")
+            }
+            if let signer {
+                Output.line("verified:  yes — every file's signature verifies with key \(signer.keyID.short)")
+            } else if trust.hasSources {
+                Output.line("verified:  NO")
+            } else {
+                Output.line("verified:  not checked (pass --pubkey to verify each file's signature)")
+            }
+        }
+        if let failure {
+            Output.error(failure.reason)
+            throw ExitCode(failure.code.exitStatus.rawValue)
+        }
+        if !trust.hasSources, let unsigned = package.files.first(where: { !$0.hasSignature }) {
+            Output.error("'\(unsigned.path)' has no signature '\(unsigned.path).sig' in the bare package '\(self.package)'; unpack --bare would refuse it")
+            throw ExitCode(1)
+        }
+    }
 
     func run() throws {
         let verification: PackageVerification?
@@ -42,12 +113,15 @@ struct Inspect: ParsableCommand {
             }
         }
         defer { if file != package { unlink(file) } }
+        if bare { return try inspectBare(file) }
         if !trust.hasSources {
             verification = nil
             contents = try PackageReader.contents(of: file, limits: limits.limits)
         } else {
             let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
-            let result = try PackageReader.verify(file, policy: policy, limits: limits.limits)
+            let result = try ProgressLine.showing("verifying " + file, output: output) {
+                try PackageReader.verify(file, policy: policy, limits: limits.limits, progress: $0)
+            }
             channel = result.signer.flatMap { policy.channel(of: $0.keyID) }
             verification = result
             contents = result.contents

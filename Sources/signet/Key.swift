@@ -11,6 +11,7 @@ struct Key: ParsableCommand {
     struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Print a key's id, its sha256// pin and its size; --pubout writes the public key for --pubkey.",
+            usage: "signet key show <key> [--pubout <file>] [<options>]",
             discussion: """
             KEY is a private key file (PEM, DER PKCS#8, PKCS#12), a public key or certificate
             file, or a key on a token as a PKCS#11 URI. For a token, the private key never

@@ -5,6 +5,7 @@ import Signet
 struct Keygen: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Generate an RSA signing key, its certificate, and the files clients need.",
+        usage: "signet keygen --out <dir> [--bits <bits>] [--days <days>] [<options>]",
         discussion: """
         Writes into DIR (created if missing, never overwriting anything):
           private_key.pem   PKCS#8 PEM, encrypted with AES-256 when a passphrase is given (mode 0600)

@@ -4,6 +4,10 @@ import Signet
 struct Pack: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Pack resources, their signatures and a signed manifest into a package (zip).",
+        usage: """
+        signet pack <path> ... --key <key> --name <name> --version <version>
+                     --out <pkg.zip> [<options>]
+        """,
         discussion: """
         A FILE becomes a resource named after it; a DIRECTORY contributes its contents, named \
         relative to that directory. Only regular files are packed: symbolic links, devices and \

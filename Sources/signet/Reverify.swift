@@ -189,7 +189,7 @@ struct Reverify: ParsableCommand {
             Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
         }
         let summary = tree.counts.sorted { $0.key.name < $1.key.name }.map { "\($0.value) \($0.key.name)" }.joined(separator: ", ")
-        let name = tree.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? ""
+        let name = tree.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "installed from a bare package (no manifest: no completeness or rollback check)"
         Output.line("\(tree.isOK ? "OK" : "FAILED") \(tree.root): \(name): \(summary) in \(String(format: "%.2f", tree.duration)) s\(tree.attributesSupported ? "" : " (signatures from .signet/sigs/: no user xattrs here)")")
     }
 }

@@ -4,6 +4,7 @@ import Signet
 struct Sign: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Sign files, writing raw signatures as openssl dgst -sign does.",
+        usage: "signet sign <file> ... --key <key> [--out <sig>] [<options>]",
         discussion: """
         Writes FILE.sig beside each FILE (or the file named by --out, for one input). With the \
         default algorithm the signature is byte-identical to:

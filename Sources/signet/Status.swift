@@ -89,7 +89,8 @@ struct Status: ParsableCommand {
                 }
                 Output.lines([
                     "\(entry.path):",
-                    "  package:  \(entry.package ?? "?") \(entry.version ?? "") (sequence \(entry.sequence.map(String.init) ?? "?"))",
+                    entry.package == nil && entry.sequence == nil ? "  package:  a bare package (FILE + FILE.sig: no name, version or sequence)"
+                        : "  package:  \(entry.package ?? "?") \(entry.version ?? "") (sequence \(entry.sequence.map(String.init) ?? "?"))",
                     "  path:     \(entry.package_path ?? "?")",
                 ] + (entry.source.map { ["  from:     \($0)"] } ?? []) + [
                     "  key id:   \(entry.key_id ?? "?")\(entry.channel.map { " (channel \($0))" } ?? "")",

@@ -10,6 +10,7 @@ struct Trust: ParsableCommand {
     struct Seal: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Seal a trust directory: record the digest of every file in DIR/.signet-trust.",
+            usage: "signet trust seal <dir> [--salt-file <file> | --key <key>] [<options>]",
             discussion: """
             Clients given --trust-dir DIR refuse it (exit 3) once its files no longer match the \
             seal, so a key file replaced on a compromised device is caught. With --salt-file the \

@@ -61,6 +61,9 @@ struct Unpack: ParsableCommand {
     @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
     var force = false
 
+    @Flag(name: .customLong("case-insensitive-dest"), help: "DIR's filesystem ignores case: refuse a package with two paths that differ only in case (automatic on vfat, exFAT, NTFS and SMB).")
+    var caseInsensitiveDest = false
+
     @Flag(name: .customLong("allow-downgrade"), help: "Install a lower sequence over the same package.")
     var allowDowngrade = false
 
@@ -96,6 +99,7 @@ struct Unpack: ParsableCommand {
         options.force = force
         options.allowDowngrade = allowDowngrade
         options.bare = bare
+        options.caseInsensitiveDestination = caseInsensitiveDest
         options.bareAlgorithm = algorithm
         options.limits = limits.limits
         options.wait = wait

@@ -206,4 +206,14 @@ struct InstallTests {
         #expect(signetError { _ = try Installer.install(directory.file("tampered.zip"), to: directory.file("z"), policy: Self.policy, options: options) }?.code == .badSignature)
         #expect(!FileManager.default.fileExists(atPath: directory.file("y")) && !FileManager.default.fileExists(atPath: directory.file("z")))
     }
+
+    @Test("case-insensitive filesystems are known by their statfs type; this one is not one; collisions are found after NFC and folding")
+    func caseFolding() throws {
+        for type: Int64 in [0x4d44, 0x2011_BAB0, 0x5346_544E, 0xFF53_4D42] { #expect(CaseFolding.ignoresCase(filesystemType: type)) }
+        for type: Int64 in [0xEF53, 0x0102_1994, 0x858458F6, 0x9123683E] { #expect(!CaseFolding.ignoresCase(filesystemType: type)) }
+        #expect(!CaseFolding.ignoresCase(at: NSTemporaryDirectory()))
+        #expect(throws: SignetError.self) { try CaseFolding.refuseCollisions(["caf\u{e9}", "CAFE\u{301}"], package: "p") }
+        #expect(throws: SignetError.self) { try CaseFolding.refuseCollisions(["a/STRASSE", "A/strasse"], package: "p") }
+        try CaseFolding.refuseCollisions(["A/x", "a/y", "b", "B2"], package: "p")
+    }
 }

@@ -86,4 +86,13 @@ CURLcode signet_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
 CURLcode signet_curl_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value);
 CURLcode signet_curl_getinfo_string(CURL *handle, CURLINFO info, char **value);
 
+/// zlib's deflateInit2 is a macro (it passes the library version and the stream size): the
+/// size of `data` deflated raw (no zlib header, as zip stores it) at `level` with libzip's
+/// parameters, or -1 if zlib fails. For deciding whether a small file is worth deflating.
+long signet_raw_deflate_size(const unsigned char *data, size_t size, int level);
+
+/// <sys/vfs.h> is not part of Swift's Glibc module: statfs's f_type of the filesystem holding
+/// `path` (0x4d44 vfat, ...), or -1 with errno set.
+long long signet_filesystem_type(const char *path);
+
 #endif

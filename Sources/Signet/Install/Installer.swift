@@ -17,6 +17,11 @@ public struct InstallOptions: Sendable {
     public var allowDowngrade = false
     /// The older layout: resources with `<path>.sig` beside them, no manifest (FORMAT.md §2).
     public var bare = false
+    /// The destination's filesystem ignores case (vfat, exFAT, NTFS, SMB): two files whose
+    /// paths differ only in case (after Unicode normalisation) would be one file there, so such
+    /// a package is refused before anything is written. Also applied when the filesystem the
+    /// destination is made on is known to ignore case (``CaseFolding/ignoresCase(filesystemType:)``).
+    public var caseInsensitiveDestination = false
     /// The algorithm of a bare package's signatures.
     public var bareAlgorithm: SignatureAlgorithm = .default
     /// Limits for the untrusted archive.
@@ -91,6 +96,9 @@ public enum Installer {
 
         // Phase 1: the manifest and the rollback rules, before anything is written.
         let (checked, installState) = try job.checkManifest(replacing: state)
+        if options.caseInsensitiveDestination || CaseFolding.ignoresCase(at: AtomicFile.parentDirectory(of: destination)) {
+            try CaseFolding.refuseCollisions(job.resources(checked).map(\.path), package: package)
+        }
 
         // Phase 2: every resource, verified while it streams into the staging directory.
         let staging = try Staging(besides: destination)
@@ -115,6 +123,9 @@ public enum Installer {
         if let checked {
             try record?.finish()
             try job.stageRecord(checked, into: staging)
+        } else {
+            // A bare tree: marked, so that reverify and the next unpack know it as Signet's.
+            try staging.writeFile(TreeLayout.bareMarker, Array("signet-bare/1\n".utf8))
         }
 
         // Phase 3: the swap, then the record of what was installed.
@@ -409,6 +420,9 @@ enum DestinationState {
         if let bytes {
             let manifest = try? Manifest.parse(bytes)
             if manifest != nil || force { return .installed(manifest) }
+        } else if Reverifier.isBareTree(fd) {
+            // A tree unpack --bare installed: Signet's, with no manifest (no rollback check).
+            return .installed(nil)
         }
         guard force else {
             throw SignetError(.destinationRefused, "destination '\(destination)' is not empty and holds no tree Signet installed (no readable .signet/manifest.json); choose a new or empty directory, or pass --force to replace it", path: destination)

@@ -158,7 +158,9 @@ public enum PackageBuilder {
         let ledger = PackLedger(inputs: inputs, signer: signer,
                                 structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
                                 progress: options.progress)
-        let methods = try inputs.map { try CompressionPolicy.choose(for: $0, policy: options.compression) }
+        // Judging a file reads a little of it (all of a small one): on every core.
+        let compression = options.compression
+        let methods = try parallelMap(inputs) { input in Swift.Result { try CompressionPolicy.choose(for: input, policy: compression) } }.map { try $0.get() }
         // Deflate is the slow part and libzip runs it on one thread, so independent files are
         // compressed on every core first, each worker into its own temporary archive beside the
         // output; the package then copies those deflate streams as they are.
@@ -546,6 +548,13 @@ enum CompressionPolicy {
         // the byte entropy of a sample tells random or already-compressed data from the rest.
         if input.size >= 4096, try entropy(ofPrefixOf: input.diskPath) > incompressibleEntropy {
             return .store
+        }
+        // A small file is deflated here first, the way libzip would: deflate's own framing
+        // makes tiny files larger (a 30-byte text became 32 bytes), and those are stored.
+        if input.size < 4096 {
+            let bytes = try InputFile.open(input.diskPath, what: "resource").readAll(limit: 4096, what: "resource")
+            let deflated = bytes.withUnsafeBufferPointer { signet_raw_deflate_size($0.baseAddress, $0.count, Int32(level)) }
+            if deflated < 0 || deflated >= bytes.count { return .store }
         }
         return .deflate(level: UInt32(level))
     }

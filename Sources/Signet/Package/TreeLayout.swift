@@ -16,6 +16,9 @@ enum TreeLayout {
     /// The folder of an installed tree's copies of its structured resources as signed, which
     /// re-verification compares key by key with the resources (FORMAT.md §3).
     static let structuredCopies = ".signet/structured"
+    /// Marks a tree installed from a bare package (no manifest): its signatures are the
+    /// sidecars under `.signet/sigs/` (and the files' attributes). Written by unpack `--bare`.
+    static let bareMarker = ".signet/bare"
     /// The folder of certificates.
     static let certificates = ".signet/certs"
     /// The signer's certificate.

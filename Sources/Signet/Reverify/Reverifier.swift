@@ -250,9 +250,27 @@ public enum Reverifier {
         } catch {
             return unreadable(error)
         }
+        return verifyOpened(file, path: path, policy: policy) { descriptor, meta in
+            try signatureOf(descriptor, path: path, meta: meta)
+        }
+    }
+
+    /// The check of ``verifyFile(at:policy:)`` on a file already opened; `findSignature` gives
+    /// its signature, algorithm and source (nil: unsigned).
+    static func verifyOpened(_ file: InputFile, path: String, policy: TrustPolicy,
+                             findSignature: (Int32, Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)?) -> FileReport {
+        func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
+            FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
+        }
+        func unreadable(_ error: Error) -> FileReport {
+            let failure = error as? SignetError ?? SignetError(.io, "cannot read '\(path)': \(error)", path: path)
+            var made = report(.unreadable, failure.reason)
+            made.error = failure
+            return made
+        }
         let meta = Metadata(file.descriptor.rawValue)
         let found: ([UInt8], SignatureAlgorithm, SignatureSource)?
-        do { found = try signatureOf(file.descriptor.rawValue, path: path, meta: meta) } catch {
+        do { found = try findSignature(file.descriptor.rawValue, meta) } catch {
             return unreadable(error)
         }
         guard let (signature, algorithm, source) = found else {
@@ -326,9 +344,20 @@ public enum Reverifier {
         while components.count > 1 {
             relative.insert(components.removeLast(), at: 0)
             let root = "/" + components.joined(separator: "/")
-            if access(root + "/" + TreeLayout.manifest, F_OK) == 0 { return (root, relative.joined(separator: "/")) }
+            if access(root + "/" + TreeLayout.manifest, F_OK) == 0 || access(root + "/" + TreeLayout.bareMarker, F_OK) == 0 {
+                return (root, relative.joined(separator: "/"))
+            }
         }
         return nil
+    }
+
+    /// Whether the directory `rootFD` is a tree unpack `--bare` installed: it has
+    /// `.signet/bare` (or, from before that marker existed, `.signet/sigs/` and no manifest).
+    static func isBareTree(_ rootFD: Int32) -> Bool {
+        var info = stat()
+        if fstatat(rootFD, TreeLayout.bareMarker, &info, AT_SYMLINK_NOFOLLOW) == 0 { return info.st_mode & S_IFMT == S_IFREG }
+        guard fstatat(rootFD, TreeLayout.manifest, &info, AT_SYMLINK_NOFOLLOW) != 0 else { return false }
+        return fstatat(rootFD, TreeLayout.signatures, &info, AT_SYMLINK_NOFOLLOW) == 0 && info.st_mode & S_IFMT == S_IFDIR
     }
 
     /// `user.signet.meta`, informational only: it picks the algorithm to try and names the
@@ -414,6 +443,11 @@ public enum Reverifier {
         defer { _ = walk.wait() }
         guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
               let manifestSignature = try InputFile.readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
+            if isBareTree(rootFD) {
+                var onDisk = try walk.wait().get()
+                onDisk.removeAll { $0.utf8.elementsEqual(TreeLayout.bareMarker.utf8) }
+                return try verifyBareTree(rootFD, root: root, onDisk: onDisk, policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
+            }
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
         }
         let signerCertificate = try InputFile.readBeneath(rootFD, TreeLayout.signerCertificate, rootPath: root, what: "signer certificate", limit: 1 << 20)
@@ -468,6 +502,71 @@ public enum Reverifier {
         reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
         return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: nil, manifestMessage: nil,
                           files: reports, attributesSupported: !checker.sawUnsupported.isSet, duration: elapsed())
+    }
+
+    /// A tree unpack `--bare` installed: no manifest, so no completeness guarantee; each file
+    /// on disk is checked against its own signature (its attribute, else its sidecar), verified
+    /// with the trust policy, and a sidecar whose file is gone is `missing`.
+    private static func verifyBareTree(_ rootFD: Int32, root: String, onDisk: [String], policy: TrustPolicy, options: ReverifyOptions,
+                                       cancelled: CancellationFlag, elapsed: () -> Double) throws -> TreeReport {
+        guard options.allowedKeys.isEmpty else {
+            throw SignetError(.usage, "'\(root)' was installed from a bare package, which has no structured files; --allow-key and allow_keys need a package made by signet pack --structured", path: root)
+        }
+        // The files the sidecars name.
+        var signed: [String] = []
+        var pending = [TreeLayout.signatures]
+        while let folder = pending.popLast() {
+            let fd: Int32
+            switch Paths.open(folder, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
+            case .success(let opened): fd = opened
+            case .failure(let failure) where failure.code == ENOENT: continue
+            case .failure(let failure): throw SignetError.posix(failure, "cannot read the sidecar signatures in", path: root + "/" + folder)
+            }
+            defer { close(fd) }
+            do {
+                for entry in try DirectoryEntries.list(fd) {
+                    let relative = folder + "/" + entry.name
+                    if entry.isDirectory { pending.append(relative) } else if let resource = TreeLayout.resource(ofSignature: relative) { signed.append(resource) }
+                }
+            } catch let failure as SystemCallFailure {
+                throw SignetError.posix(failure, "cannot read the sidecar signatures in", path: root + "/" + folder)
+            }
+        }
+        let present = Set(onDisk.map { Array($0.utf8) })
+        let signedSet = Set(signed.map { Array($0.utf8) })
+        let paths = (onDisk + signed.filter { !present.contains(Array($0.utf8)) }).filter(options.selects)
+        for selector in options.only where !paths.contains(where: { $0 == selector || $0.hasPrefix(selector + "/") }) {
+            throw SignetError(.usage, "--only '\(selector)' matches no file of '\(root)'; check the spelling (paths are relative to the tree)", path: root)
+        }
+        let progress = ProgressCounter.make(options.progress, items: paths.count, bytes: 0)
+        var reports = parallelMap(paths) { relative -> FileReport? in
+            guard !cancelled.isSet else { return nil }
+            defer { progress?.add(items: 1) }
+            guard present.contains(Array(relative.utf8)) else {
+                return FileReport(path: relative, verdict: .missing, detail: "'\(relative)' has a signature in \(TreeLayout.signatures)/ but is gone", signatureSource: nil, signer: nil)
+            }
+            let file: InputFile
+            do {
+                let fd = try Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC).get()
+                file = try InputFile.adopt(fd, path: root + "/" + relative, what: "file")
+            } catch {
+                let failure = SignetError.posix(error, "cannot open", path: root + "/" + relative)
+                return FileReport(path: relative, verdict: .unreadable, detail: failure.reason, signatureSource: nil, signer: nil)
+            }
+            let report = verifyOpened(file, path: relative, policy: policy) { descriptor, meta in
+                try signatureOf(descriptor, path: root + "/" + relative, meta: meta)
+            }
+            // No signature anywhere: the file did not come from the package.
+            guard report.verdict == .unsigned, !signedSet.contains(Array(relative.utf8)) else { return report }
+            return FileReport(path: relative, verdict: .added, detail: "'\(relative)' was not installed from the bare package (it has no signature)", signatureSource: nil, signer: nil)
+        }.compactMap { $0 }
+        if cancelled.isSet { throw CancellationError() }
+        progress?.finish()
+        reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
+        let untrusted = !reports.isEmpty && reports.allSatisfy { $0.verdict == .untrusted }
+        return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: untrusted ? .untrustedSigner : nil,
+                          manifestMessage: untrusted ? "'\(root)' was installed from a bare package signed by a key the trust policy does not accept" : nil,
+                          files: reports, attributesSupported: !reports.contains { $0.signatureSource == .sidecar }, duration: elapsed())
     }
 
     /// The paths of `onDisk` (sorted by their bytes) that `manifest` does not list, compared
@@ -877,20 +976,22 @@ final class TreeChecker: @unchecked Sendable {
 public struct FileOrigin: Sendable {
     /// The file.
     public let path: String
-    /// True when the file carries `user.signet.sig` or `user.signet.meta`.
+    /// True when the file carries `user.signet.sig` or `user.signet.meta`, or the installed
+    /// tree around it keeps its signature (filesystems without user attributes, bare trees).
     public let isInstalled: Bool
     /// True when the installed tree around it holds a sidecar signature for it.
     public let hasSidecar: Bool
-    /// The package name, sequence, claimed key and path in the package, from `user.signet.meta`.
-    public let packageName: String?
+    /// The package name, sequence, claimed key and path in the package, from `user.signet.meta`
+    /// (or, without it, from the installed tree's manifest).
+    public private(set) var packageName: String?
     /// The package version, from the installed tree's manifest when the file is inside one.
     public let version: String?
     /// The package sequence.
-    public let sequence: UInt64?
+    public private(set) var sequence: UInt64?
     /// The key the metadata names.
-    public let keyID: KeyID?
+    public private(set) var keyID: KeyID?
     /// The file's path inside the package.
-    public let packagePath: String?
+    public private(set) var packagePath: String?
     /// The URL the package (or the file, for `fetch`) was downloaded from, when Signet
     /// downloaded it; informational, like the rest of `user.signet.meta`.
     public let source: String?
@@ -910,20 +1011,32 @@ public struct FileOrigin: Sendable {
         case .failure(let failure) where failure.isUnsupported: break
         case .failure(let failure): throw failure.error("read", attribute: ExtendedAttributes.signature, path: path)
         }
-        isInstalled = signature || meta != nil
         packageName = meta?.name
         sequence = meta?.sequence
         keyID = meta?.keyID
         packagePath = meta?.path
         source = meta?.source
-        if let (root, relative) = Reverifier.installedTree(containing: path) {
-            hasSidecar = ((try? Reverifier.treeCopy(root: root, relative: relative)) ?? nil) != nil
-            // Informational: a manifest that does not parse names no version; one that cannot be
-            // read is an error.
-            version = (try? Manifest.parse(try readSmallFile(root + "/" + TreeLayout.manifest, what: "installed manifest", limit: 64 << 20)))?.version
-        } else {
+        guard let (root, relative) = Reverifier.installedTree(containing: path) else {
+            isInstalled = signature || meta != nil
             hasSidecar = false
             version = nil
+            return
+        }
+        let sidecar = ((try? Reverifier.treeCopy(root: root, relative: relative)) ?? nil) != nil
+        hasSidecar = sidecar
+        // Informational: a manifest that does not parse names no version (a bare tree has none).
+        let manifest = (try? readSmallFile(root + "/" + TreeLayout.manifest, what: "installed manifest", limit: 64 << 20)).flatMap { try? Manifest.parse($0) }
+        version = manifest?.version
+        // On a filesystem without user attributes the tree's manifest and sidecar say where
+        // the file came from (as informational as the attribute would be).
+        if meta == nil, sidecar, let manifest, let entry = manifest.files.first(where: { $0.path == relative }) {
+            isInstalled = true
+            packageName = manifest.name
+            sequence = manifest.sequence
+            keyID = manifest.keyID
+            packagePath = entry.path
+        } else {
+            isInstalled = signature || meta != nil || sidecar
         }
     }
 }

@@ -1,0 +1,65 @@
+/// A bare package (FORMAT.md §2): the older layout `openssl dgst` and `zip` alone make, each
+/// file with `FILE.sig` beside it and no manifest. No completeness, rollback or expiry
+/// guarantee comes with it; each file's signature is all there is.
+/// It holds the open archive: not `Sendable`; use it on one thread at a time.
+public struct BarePackage {
+    /// One file of the package.
+    public struct File: Sendable, Equatable {
+        /// Its path.
+        public let path: String
+        /// Uncompressed size the archive claims.
+        public let size: UInt64
+        /// Compressed size.
+        public let compressedSize: UInt64
+        /// How the archive keeps it.
+        public let compression: StorageMethod
+        /// Whether `path.sig` is in the package.
+        public let hasSignature: Bool
+    }
+
+    /// The package file.
+    public let path: String
+    /// The files in archive order (their `.sig` entries are not listed as files).
+    public let files: [File]
+
+    private let reader: ZipReader
+    private let layout: PackageReader.Layout
+
+    /// Reads the archive's structure and entry names with the same checks unpack `--bare`
+    /// makes (limits, names, types, duplicates); reads no file content.
+    public init(contentsOf path: String, limits: PackageLimits = PackageLimits()) throws {
+        reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
+        layout = try PackageReader.Layout(reader: reader, limits: limits, bare: true)
+        self.path = path
+        files = layout.resourceOrder.map { [layout] name in
+            let entry = layout.resource(name)!
+            return File(path: name, size: entry.size, compressedSize: entry.compressedSize,
+                        compression: entry.method == ZipReader.methodStore ? .stored : .deflated,
+                        hasSignature: layout.signature(name) != nil)
+        }
+    }
+
+    /// Verifies every file against its signature, streaming each, exactly as unpack `--bare`
+    /// does before it writes anything, and returns the key that signed the first file.
+    ///
+    /// Throws ``SignetError``: `.missingSignature`, `.badSignature`, `.wrongSignatureLength`
+    /// (exit 1) or `.untrustedSigner` (exit 3) naming the file; archive errors (exit 4).
+    public func verify(policy: TrustPolicy, algorithm: SignatureAlgorithm = .default, limits: PackageLimits = PackageLimits(),
+                       progress handler: ProgressHandler? = nil) throws -> PublicKey {
+        var options = InstallOptions()
+        options.bareAlgorithm = algorithm
+        options.limits = limits
+        let progress = ProgressCounter.make(handler, items: files.count, bytes: files.reduce(0) { $0 &+ $1.size })
+        var signer: PublicKey?
+        for file in files {
+            let (_, _, key) = try Installer.bareResource(file.path, reader: reader, layout: layout, policy: policy, options: options, package: path) {
+                progress?.add(bytes: $0.count)
+            }
+            signer = signer ?? key
+            progress?.add(items: 1)
+        }
+        progress?.finish()
+        guard let signer else { throw SignetError(.malformedArchive, "'\(path)' holds no files", path: path) }
+        return signer
+    }
+}
