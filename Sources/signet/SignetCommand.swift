@@ -25,7 +25,7 @@ struct SignetCommand: ParsableCommand {
           5  environment: missing file, permission denied, I/O error, file exists
 
         Every subcommand takes --json: one JSON document on stdout (with an "error" object on failure).
-        'signet --version' shows the versions of Signet, OpenSSL and libzip.
+        The versions of Signet, OpenSSL and libzip: signet --version.
         """,
         // No `version:` and no root --version option: ArgumentParser would then claim --version in
         // every subcommand, and `signet pack --version 1.0` (FORMAT.md) would misparse.

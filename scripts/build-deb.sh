@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Builds the Debian package of signet: dist/signet_VERSION_ARCH.deb
+#
+#   scripts/build-deb.sh            then:  sudo apt-get install ./dist/signet_*.deb
+#
+# The binary is built with --static-swift-stdlib, so the package needs no Swift runtime: only
+# libc, libcrypto (libssl3), libzip, libcurl and libxml2 (Foundation's XML parser), as
+# dpkg-shlibdeps finds them. It carries the man pages (signet(1) and one page per command,
+# generated from the same help text by swift-argument-parser's generate-manual plugin) and
+# bash, zsh and fish completions. Run lintian on the result (CI does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=$(sed -n 's/.*static let signet = "\(.*\)".*/\1/p' Sources/Signet/Version.swift)
+arch=$(dpkg --print-architecture)
+out=${OUT_DIR:-dist}
+scratch=.build-deb
+package="signet_${version}_${arch}.deb"
+
+for tool in dpkg-deb dpkg-shlibdeps gzip strip; do
+  command -v "$tool" >/dev/null || { echo "build-deb.sh: $tool is missing (apt-get install dpkg-dev binutils)" >&2; exit 1; }
+done
+
+echo "== build signet $version (release, static Swift runtime)" >&2
+swift build -c release --product signet --static-swift-stdlib --scratch-path "$scratch" >&2
+binary="$scratch/release/signet"
+
+root=$(mktemp -d)
+work=$(mktemp -d)
+trap 'rm -rf "$root" "$work"' EXIT
+chmod 0755 "$root"
+
+install -d -m 0755 "$root/usr/bin" "$root/usr/share/man/man1" "$root/usr/share/doc/signet" \
+  "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" \
+  "$root/usr/share/fish/vendor_completions.d"
+install -m 0755 "$binary" "$root/usr/bin/signet"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/signet"
+
+echo "== man pages (generate-manual)" >&2
+# (its own scratch path: the plugin builds signet again, without --static-swift-stdlib)
+swift package --scratch-path "$scratch-man" plugin generate-manual --multi-page >&2
+manuals=$(find "$scratch-man/plugins" -path '*GenerateManual*' -name 'signet*.1' -newer "$binary" | head -n 1 | xargs -r dirname)
+[ -n "$manuals" ] || { echo "build-deb.sh: generate-manual made no pages" >&2; exit 1; }
+for page in "$manuals"/signet*.1; do
+  # mdoc wants .Pp between paragraphs, not blank lines (groff warns about each).
+  sed 's/^$/.Pp/' "$page" | gzip -9n > "$root/usr/share/man/man1/$(basename "$page").gz"
+done
+
+echo "== completions" >&2
+# bash-completion sources the file: no #! line.
+"$root/usr/bin/signet" --generate-completion-script bash | sed '1{/^#!/d}' > "$root/usr/share/bash-completion/completions/signet"
+"$root/usr/bin/signet" --generate-completion-script zsh > "$root/usr/share/zsh/vendor-completions/_signet"
+"$root/usr/bin/signet" --generate-completion-script fish > "$root/usr/share/fish/vendor_completions.d/signet.fish"
+
+# Documentation Debian policy asks for: the copyright file and the changelog.
+cat > "$root/usr/share/doc/signet/copyright" <<'EOF'
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: signet
+Comment: Signet, signed-resource packaging for Linux. The project has not chosen a
+ licence yet; until it does, this package is for the team's own devices and CI.
+
+Files: *
+Copyright: 2026 The Signet developers
+License: other
+ No licence has been granted yet. See the project's README.
+EOF
+{
+  echo "signet ($version) unstable; urgency=medium"
+  echo
+  echo "  * Release $version; see /usr/share/doc/signet/CHANGELOG.md.gz for the changes."
+  echo
+  echo " -- Signet developers <signet@example.org>  $(date -u -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")"
+} | gzip -9n > "$root/usr/share/doc/signet/changelog.gz"
+gzip -9n < CHANGELOG.md > "$root/usr/share/doc/signet/CHANGELOG.md.gz"
+gzip -9n < docs/FORMAT.md > "$root/usr/share/doc/signet/FORMAT.md.gz"
+find "$root/usr/share" -type f -exec chmod 0644 {} +
+
+echo "== dependencies (dpkg-shlibdeps)" >&2
+mkdir -p "$work/debian"
+printf 'Source: signet\n\nPackage: signet\nArchitecture: any\n' > "$work/debian/control"
+depends=$(cd "$work" && dpkg-shlibdeps -O "$root/usr/bin/signet" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+[ -n "$depends" ] || { echo "build-deb.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
+
+install -d -m 0755 "$root/DEBIAN"
+installed_size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+cat > "$root/DEBIAN/control" <<EOF
+Package: signet
+Version: $version
+Architecture: $arch
+Maintainer: Signet developers <signet@example.org>
+Installed-Size: $installed_size
+Depends: $depends
+Recommends: p11-kit-modules
+Suggests: softhsm2
+Section: admin
+Priority: optional
+Homepage: https://example.org/signet
+Description: sign, package, install and re-verify resources with RSA keys
+ Signet signs files with RSA keys byte-compatibly with openssl dgst, packs
+ them with a signed manifest into zip packages, and installs packages
+ atomically after verifying them, keeping each file's signature in an
+ extended attribute.
+ .
+ Installed trees can be re-verified later (modified, missing, added or unsigned
+ files, and changed keys of JSON and property list files). Keys come from PEM,
+ PKCS#12 or a PKCS#11 token; downloads over HTTPS are pinned.
+EOF
+
+mkdir -p "$out"
+dpkg-deb --root-owner-group -Zxz --build "$root" "$out/$package" >&2
+echo "$out/$package"
