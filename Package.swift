@@ -11,6 +11,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         // Descriptors, errno and paths: one POSIX layer with EINTR retries and typed errors.
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        // `swift package generate-documentation --target Signet`: the DocC catalog in
+        // Sources/Signet/Signet.docc (CI builds it with warnings as errors).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // System libraries. `providers` is only a hint for the error message; the module

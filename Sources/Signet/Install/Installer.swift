@@ -37,7 +37,7 @@ public struct InstallOptions: Sendable {
     /// How long to wait, in seconds, for another process that is updating the destination.
     public var wait: Double = 10
     /// Where the package came from (a URL), recorded as `source` in each file's
-    /// `user.signet.meta`; set by ``Installer/install(downloading:to:policy:options:download:)``.
+    /// `user.signet.meta`; set by `Installer.install(downloading:to:policy:options:download:)`.
     public var source: String? = nil
 
     /// The defaults: refuse to replace foreign directories and to roll back.

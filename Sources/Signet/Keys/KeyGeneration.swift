@@ -22,6 +22,7 @@ public struct GeneratedKey: Sendable {
     /// Generates a key of `bits` bits (2048 to 16384) and a certificate for it.
     ///
     /// - Parameters:
+    ///   - bits: the RSA modulus size.
     ///   - commonName: the certificate's subject and issuer CN.
     ///   - validityDays: how long the certificate is valid from now.
     public static func generate(bits: Int = 3072, commonName: String = "Signet signing key", validityDays: Int = 3650) throws -> GeneratedKey {

@@ -60,6 +60,7 @@ public struct PrivateKey: Sendable {
     ///     variable `SIGNET_PKCS11_MODULE`, then p11-kit's proxy module where installed.
     ///   - pin: where the user PIN comes from when the URI has no `pin-source=`; asked once.
     ///   - allowWeakKey: accept RSA keys below 2048 bits.
+    ///   - environment: the environment to read `SIGNET_PKCS11_MODULE` from (the process's).
     /// - Throws: ``SignetError``: `.usage` for a bad URI or no module to use, `.tokenModule`
     ///   (exit 5), `.tokenObjectNotFound`, `.wrongPassphrase`, `.passphraseRequired`,
     ///   `.unsupportedKeyType`, `.weakKey` (exit 4).

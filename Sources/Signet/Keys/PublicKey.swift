@@ -26,7 +26,9 @@ public struct PublicKey: Sendable, Hashable, CustomStringConvertible {
 
     /// Loads a public key or certificate file.
     ///
-    /// - Parameter allowWeakKey: accept RSA keys below 2048 bits (FORMAT.md §1 requires an opt-in).
+    /// - Parameters:
+    ///   - path: the file: DER or PEM SubjectPublicKeyInfo, PKCS#1 RSAPublicKey or an X.509 certificate.
+    ///   - allowWeakKey: accept RSA keys below 2048 bits (FORMAT.md §1 requires an opt-in).
     public init(contentsOf path: String, allowWeakKey: Bool = false) throws {
         let bytes = try readSmallFile(path, what: "public key", limit: KeyLimits.maximumFileSize)
         try self.init(bytes: bytes, name: path, allowWeakKey: allowWeakKey)

@@ -3,7 +3,7 @@ import Foundation
 /// `.signet/manifest.json`: what a package contains (FORMAT.md §2).
 ///
 /// It is written once, with sorted keys, and signed as bytes; a verifier checks the signature
-/// over the stored bytes and only then parses them with ``parse(_:)``.
+/// over the stored bytes and only then parses them with ``parse(_:source:)``.
 public struct Manifest: Sendable, Equatable {
     /// The format identifier this version of Signet writes and accepts.
     public static let format = "signet/1"
@@ -194,7 +194,7 @@ public struct Manifest: Sendable, Equatable {
     /// algorithm, valid paths without duplicates (also after Unicode normalisation), `expires`
     /// not before `created`. Throws ``SignetError/Code/malformedManifest``.
     ///
-    /// Built as the strict parser walks the bytes (``ManifestReader``), with each file checked and
+    /// Built as the strict parser walks the bytes (`ManifestReader`), with each file checked and
     /// kept compactly as it is met: no tree of the whole document is ever made, so a manifest of
     /// 50,000 files costs little more than its own bytes.
     public static func parse(_ bytes: [UInt8], source: String? = nil) throws -> Manifest {

@@ -68,7 +68,7 @@ public struct PackageContents: Sendable {
     public let path: String
     /// Resources in archive order.
     public let resources: [Resource]
-    /// The manifest, parsed. Not trustworthy until ``PackageReader/verify(_:policy:limits:now:)`` says so.
+    /// The manifest, parsed. Not trustworthy until ``PackageReader/verify(_:policy:limits:now:progress:)`` says so.
     public let manifest: Manifest
     /// Whether the package carries a signer certificate.
     public let hasSignerCertificate: Bool
