@@ -63,9 +63,11 @@ for count in args.counts:
     # pack reads the folders as given; .complete is a marker of this script, not packed.
     folders = sorted(f"{tree}/{name}" for name in os.listdir(tree) if name.startswith("d"))
     row = {}
-    row["pack"] = peak(["pack"] + folders + ["--key", key, "--name", "memory", "--version", "1", "--out", package])
-    row["inspect"] = peak(["inspect", package, "--pubkey", pub])
-    row["unpack"] = peak(["unpack", package, "--dest", dest, "--pubkey", pub])
+    # Beyond the default limits (50,000 files), pack and the client get the same --max-files.
+    limits = ["--max-files", str(max(count, 50_000))]
+    row["pack"] = peak(["pack"] + folders + ["--key", key, "--name", "memory", "--version", "1", "--out", package] + limits)
+    row["inspect"] = peak(["inspect", package, "--pubkey", pub] + limits)
+    row["unpack"] = peak(["unpack", package, "--dest", dest, "--pubkey", pub] + limits)
     row["reverify"] = peak(["reverify", dest, "--pubkey", pub])
     manifest = subprocess.run(["unzip", "-p", package, ".signet/manifest.json"], capture_output=True, check=True).stdout
     row["manifest_mib"] = len(manifest) / (1 << 20)

@@ -69,7 +69,17 @@ public struct FileReport: Sendable {
     public internal(set) var changedKeys: [KeyChange] = []
     /// For an `unreadable` file checked on its own: the error that made it so (its code tells a
     /// missing file, exit 5, from a directory or link given as a file, exit 4).
-    public internal(set) var error: SignetError? = nil
+    public internal(set) var error: SignetError? {
+        get { errorBox?.error }
+        set { errorBox = newValue.map(ErrorBox.init) }
+    }
+    /// The error kept behind one pointer: a report of 50,000 files holds 50,000 of these, and a
+    /// `SignetError` inline would make each one 150 bytes larger.
+    var errorBox: ErrorBox? = nil
+    final class ErrorBox: Sendable {
+        let error: SignetError
+        init(_ error: SignetError) { self.error = error }
+    }
 }
 
 /// A whole installed tree's re-verification.
@@ -235,24 +245,23 @@ public enum Reverifier {
     /// an IMA attribute, else the sidecar of the installed tree it is in) and its content are read
     /// through that descriptor. Never throws: every outcome is a verdict.
     public static func verifyFile(at path: String, policy: TrustPolicy) -> FileReport {
-        func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
-            FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
-        }
-        func unreadable(_ error: Error) -> FileReport {
-            let failure = error as? SignetError ?? SignetError(.io, "cannot read '\(path)': \(error)", path: path)
-            var made = report(.unreadable, failure.reason)
-            made.error = failure
-            return made
-        }
         let file: InputFile
         do {
             file = try InputFile.open(path, what: "file", followSymlinks: false)
         } catch {
-            return unreadable(error)
+            return unreadable(path, error)
         }
         return verifyOpened(file, path: path, policy: policy) { descriptor, meta in
             try signatureOf(descriptor, path: path, meta: meta)
         }
+    }
+
+    /// An `unreadable` verdict for `path`, carrying the error (its code decides the exit status).
+    static func unreadable(_ path: String, _ error: Error) -> FileReport {
+        let failure = error as? SignetError ?? SignetError(.io, "cannot read '\(path)': \(error)", path: path)
+        var made = FileReport(path: path, verdict: .unreadable, detail: failure.reason, signatureSource: nil, signer: nil)
+        made.error = failure
+        return made
     }
 
     /// The check of ``verifyFile(at:policy:)`` on a file already opened; `findSignature` gives
@@ -262,12 +271,7 @@ public enum Reverifier {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
             FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
         }
-        func unreadable(_ error: Error) -> FileReport {
-            let failure = error as? SignetError ?? SignetError(.io, "cannot read '\(path)': \(error)", path: path)
-            var made = report(.unreadable, failure.reason)
-            made.error = failure
-            return made
-        }
+        func unreadable(_ error: Error) -> FileReport { Reverifier.unreadable(path, error) }
         let meta = Metadata(file.descriptor.rawValue)
         let found: ([UInt8], SignatureAlgorithm, SignatureSource)?
         do { found = try findSignature(file.descriptor.rawValue, meta) } catch {
