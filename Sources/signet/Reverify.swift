@@ -153,11 +153,16 @@ struct Reverify: ParsableCommand {
                     failure = SignetError(reason == .untrustedSigner ? .untrustedSigner : .badSignature, tree.manifestMessage ?? "\(reason)", path: tree.root)
                 }
                 statuses.append(failure?.code.exitStatus.rawValue ?? (tree.isOK ? 0 : 1))
+                guard output.json else {
+                    show(tree)
+                    continue
+                }
+                // The JSON copy of the report exists only when JSON is asked for (for 50,000
+                // files it is as large as the report itself).
                 trees.append(TreeEntry(root: tree.root, ok: tree.isOK, name: tree.manifest?.name, version: tree.manifest?.version, sequence: tree.manifest?.sequence,
                                        signer: tree.signer?.keyID.hex, error: failure.map(Output.errorBody), attributes: tree.attributesSupported ? "xattr" : "sidecar",
                                        counts: Dictionary(uniqueKeysWithValues: tree.counts.map { ($0.key.name, $0.value) }),
                                        duration_seconds: tree.duration, files: tree.files.map(FileEntry.init)))
-                if !output.json { show(tree) }
             } catch let error as SignetError where paths.count > 1 {
                 // One tree that cannot be checked does not hide the others' results.
                 statuses.append(error.code.exitStatus.rawValue)
