@@ -97,6 +97,13 @@ struct StructuredTests {
         #expect(refusal("<integer>1.5</integer>").contains("not a whole number"))
         #expect(refusal("<date>yesterday</date>").contains("ISO 8601"))
         #expect(refusal("<dict><key>a</key><integer> 0042 </integer><key>b</key><real>2</real></dict>") == "parsed")
+        // Foundation's XMLParser traps on an element name that is not UTF-8 (the fuzzer's find):
+        // such bytes never reach it; another declared encoding is refused too.
+        var broken = Array("<?xml version=\"1.0\"?><plist><dict><key".utf8) + [0xFF, 0xFF, 0x03] + Array(">a</key><true/></dict></plist>".utf8)
+        #expect(throws: StructuredValue.ParseError.self) { _ = try StructuredFormat.plist.parse(broken) }
+        broken = Array("<?xml version=\"1.0\" encoding='ISO-8859-1'?><plist><string>x</string></plist>".utf8)
+        #expect((try? StructuredFormat.plist.parse(broken)) == nil)
+        #expect(XMLPropertyList.declaredEncoding(Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?><plist/>".utf8)) == "UTF-8")
         let deep = String(repeating: "<array>", count: 70) + String(repeating: "</array>", count: 70)
         #expect(refusal(deep).contains("nested"))
     }

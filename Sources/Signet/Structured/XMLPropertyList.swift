@@ -9,6 +9,15 @@ import FoundationXML
 /// most ``StructuredFormat/maximumDepth`` deep.
 enum XMLPropertyList {
     static func parse(_ bytes: [UInt8]) throws -> StructuredValue {
+        // Property lists are UTF-8. Foundation's XMLParser traps (a crash, found by the
+        // `structured` fuzz target) when libxml2 hands it an element name that is not valid
+        // UTF-8, so nothing that is not valid UTF-8, or declares another encoding, reaches it.
+        guard String(validating: bytes, as: UTF8.self) != nil else {
+            throw StructuredValue.ParseError("it is not a property list as Signet reads it: it is not valid UTF-8")
+        }
+        if let declaration = declaredEncoding(bytes), declaration.lowercased() != "utf-8" {
+            throw StructuredValue.ParseError("it is not a property list as Signet reads it: it declares the encoding \(declaration); property lists are UTF-8")
+        }
         // libxml2 expands entities declared in the document itself without telling the
         // delegate; property lists declare none, so a declaration anywhere is refused.
         let declaration = Array("<!ENTITY".utf8)
@@ -28,6 +37,17 @@ enum XMLPropertyList {
         }
         guard let value = reader.result else { throw StructuredValue.ParseError("it holds no <plist> value") }
         return value
+    }
+
+    /// The `encoding="…"` of an XML declaration at the start of `bytes`, if any.
+    static func declaredEncoding(_ bytes: [UInt8]) -> String? {
+        let head = String(decoding: bytes.prefix(256), as: UTF8.self)
+        guard head.hasPrefix("<?xml"), let end = head.range(of: "?>") else { return nil }
+        let declaration = head[..<end.lowerBound]
+        guard let key = declaration.range(of: "encoding") else { return nil }
+        let rest = declaration[key.upperBound...].drop { $0 == " " || $0 == "=" || $0 == "\t" }
+        guard let quote = rest.first, quote == "\"" || quote == "'" else { return nil }
+        return String(rest.dropFirst().prefix { $0 != quote })
     }
 
     private final class Reader: NSObject, XMLParserDelegate {
