@@ -165,7 +165,7 @@ struct TrustOptions: ParsableArguments {
 
     /// The salt and seal keys that sealed directories (--trust-dir, --tls-ca DIR) are checked with.
     func seal() throws -> (salt: [UInt8]?, keys: [PublicKey]) {
-        let salt = try trustSaltFile.map { try PassphraseSource.file($0, what: "salt file").passphrase(for: $0).bytesForSalt }
+        let salt = try trustSaltFile.map { try TrustStoreSeal.readSalt(from: $0, option: "--trust-salt-file") }
         let keys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
         return (salt, keys)
     }

@@ -26,7 +26,7 @@ struct Trust: ParsableCommand {
         @Argument(help: ArgumentHelp("The trust directory.", valueName: "dir"))
         var directory: String
 
-        @Option(name: .customLong("salt-file"), help: ArgumentHelp("Salt the digests with the first line of this file.", valueName: "file"))
+        @Option(name: .customLong("salt-file"), help: ArgumentHelp("Salt the digests with this file's bytes (a final newline aside).", valueName: "file"))
         var saltFile: String?
 
         @Option(name: .long, help: ArgumentHelp("Also sign the seal with this private key (a file or a pkcs11: URI).", valueName: "key"))
@@ -37,7 +37,7 @@ struct Trust: ParsableCommand {
         @OptionGroup var output: OutputOptions
 
         func run() throws {
-            let salt = try saltFile.map { try PassphraseSource.file($0, what: "salt file").passphrase(for: $0).bytesForSalt }
+            let salt = try saltFile.map { try TrustStoreSeal.readSalt(from: $0) }
             let signer = try key.map { path -> Signer in
                 let privateKey = try token.load(path, passphrase: passphrase)
                 privateKey.warnings.forEach(Output.warn)

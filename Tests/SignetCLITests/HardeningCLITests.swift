@@ -50,6 +50,44 @@ struct HardeningCLITests {
         #expect(try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", empty]).status == 4)
     }
 
+    /// README's device walk-through makes its salt with `head -c 32 /dev/urandom`: one time in
+    /// 256 that starts with a newline, and most such salts hold one. Every byte must count.
+    @Test("a binary salt is used whole: a leading or inner newline neither empties nor shortens it")
+    func binarySalt() throws {
+        let work = try Workspace()
+        let trust = work.directory.file("trust")
+        try FileManager.default.createDirectory(atPath: trust, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: work.publicDER, toPath: trust + "/release.der")
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        var random = [UInt8](repeating: 0, count: 32)
+        for i in random.indices { random[i] = UInt8.random(in: 0...255) }
+        let salt = [0x0A] + random.prefix(10) + [0x0D, 0x0A] + random.suffix(20)
+        let saltFile = try work.directory.write("salt", Data(salt), mode: 0o600)
+        let sealed = try CLI.run(["trust", "seal", trust, "--salt-file", saltFile])
+        #expect(sealed.status == 0, "a salt that starts with a newline is not empty: \(sealed.stderr)")
+        #expect(try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", saltFile]).status == 0)
+        // A salt that differs only after the first newline is another salt.
+        var other = salt
+        other[other.count - 1] ^= 0x01
+        let otherFile = try work.directory.write("other-salt", Data(other), mode: 0o600)
+        let wrong = try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", otherFile, "--json"])
+        #expect(wrong.status == 3, "\(wrong.stderr)")
+        #expect((try wrong.json()["error"] as? [String: Any])?["code"] as? String == "broken-trust-seal")
+        // A text salt salts the same with or without its final line ending.
+        let text = try work.directory.write("text-salt", Data("device secret\n".utf8), mode: 0o600)
+        let bare = try work.directory.write("bare-salt", Data("device secret".utf8), mode: 0o600)
+        let crlf = try work.directory.write("crlf-salt", Data("device secret\r\n".utf8), mode: 0o600)
+        #expect(try CLI.run(["trust", "seal", trust, "--salt-file", text]).status == 0)
+        for file in [text, bare, crlf] {
+            let result = try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", file])
+            #expect(result.status == 0, "\(file): \(result.stderr)")
+        }
+        let twoLines = try work.directory.write("two-lines", Data("device secret\nmore\n".utf8), mode: 0o600)
+        #expect(try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", twoLines]).status == 3,
+                "a second line is part of the salt")
+    }
+
     @Test("--only that selects nothing in the manifest, or leaves the tree, is a usage error (exit 2)")
     func onlySelectors() throws {
         let work = try Workspace()

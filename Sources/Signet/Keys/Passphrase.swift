@@ -101,9 +101,6 @@ func exposureWarning(mode: mode_t, path: String, what: String) -> String? {
 }
 
 extension Passphrase {
-    /// The bytes, for a salt read the same way as a passphrase (first line of a file).
-    public var bytesForSalt: [UInt8] { bytes }
-
     /// Compares two passphrases (for "repeat the passphrase" prompts).
     public func matches(_ other: Passphrase) -> Bool { bytes == other.bytes }
 }

@@ -25,12 +25,28 @@ public enum TrustStoreSeal {
         let salted: Bool
     }
 
+    /// Reads a salt file: every byte of it, so that a binary secret (`head -c 32 /dev/urandom`)
+    /// is used whole, less one final line ending (`\n` or `\r\n`), so that a text secret written
+    /// with `echo` salts the same as without it. An empty salt is refused (exit 4): it would
+    /// protect nothing. `option` names the flag in messages (`--salt-file`).
+    public static func readSalt(from path: String, option: String = "--salt-file") throws -> [UInt8] {
+        var bytes = try readSmallFile(path, what: "salt file", limit: 64 * 1024, allowPipes: true)
+        if bytes.last == UInt8(ascii: "\n") {
+            bytes.removeLast()
+            if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
+        }
+        guard !bytes.isEmpty else {
+            throw SignetError(.emptyPassphrase, "the salt file '\(path)' given with \(option) is empty; put a secret in it, e.g. head -c 32 /dev/urandom > '\(path)'", path: path)
+        }
+        return bytes
+    }
+
     /// Writes the seal for `directory` (replacing an older one). With `salt`, each digest is
     /// SHA-256(salt || content); with `signer`, the seal is signed into `.signet-trust.sig`.
     @discardableResult
     public static func seal(_ directory: String, salt: [UInt8]? = nil, signer: Signer? = nil) throws -> Int {
         if let salt, salt.isEmpty {
-            throw SignetError(.malformedInput, "the salt is empty; a salt must be a secret (the first line of --salt-file)")
+            throw SignetError(.malformedInput, "the salt is empty; a salt must be a secret (the contents of --salt-file)")
         }
         let bytes = try document(for: directory, salt: salt)
         try AtomicFile.write(bytes, to: directory + "/" + fileName, mode: 0o644, replace: true)
@@ -54,7 +70,7 @@ public enum TrustStoreSeal {
             SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal: \(reason); restore the trusted keys or seal the directory again with signet trust seal", path: directory)
         }
         if let salt, salt.isEmpty {
-            throw SignetError(.malformedInput, "the trust salt is empty; a salt must be a secret (the first line of --trust-salt-file)")
+            throw SignetError(.malformedInput, "the trust salt is empty; a salt must be a secret (the contents of --trust-salt-file)")
         }
         let sealPath = directory + "/" + fileName
         let stored: [UInt8]
