@@ -127,7 +127,7 @@ struct Inspect: ParsableCommand {
             contents = result.contents
         }
         let manifest = contents.manifest
-        let stored = Dictionary(contents.resources.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+        let stored = contents.resources
         let failure = verification.flatMap { result in
             result.failure.map { failure in
                 SignetError(SignetError.Code(failure), result.message, path: package, entry: result.entry)
@@ -136,7 +136,7 @@ struct Inspect: ParsableCommand {
         let verdict = verification.map { $0.isValid ? "valid" : ($0.failure == .untrustedSigner ? "untrusted" : "invalid") } ?? "not-checked"
         if output.json {
             var report = PackageReport(package: package, manifest: manifest,
-                                       storage: stored.mapValues { (compression: $0.compression, compressedSize: $0.compressedSize) })
+                                       storage: { stored.named($0).map { (compression: $0.compression, compressedSize: $0.compressedSize) } })
             report.verdict = verdict
             report.verified = verification?.isValid ?? false
             report.signer = verification?.signer?.keyID.hex
@@ -156,7 +156,7 @@ struct Inspect: ParsableCommand {
                 "files:     \(manifest.files.count)",
             ])
             for file in manifest.files {
-                let entry = stored[file.path]
+                let entry = stored.named(file.path)
                 Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \((entry?.compression.rawValue ?? "missing").padding(toLength: 8, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
             }
             if let verification {

@@ -143,7 +143,8 @@ struct PackageReport: Encodable {
     @Null var channel: String? = nil
     @Null var error: Output.ErrorBody? = nil
 
-    init(package: String, manifest: Manifest, storage: [String: (compression: StorageMethod, compressedSize: UInt64?)]) {
+    /// - Parameter storage: how the archive keeps the file at a path, if it holds it.
+    init(package: String, manifest: Manifest, storage: (String) -> (compression: StorageMethod, compressedSize: UInt64?)?) {
         self.package = package
         name = manifest.name
         version = manifest.version
@@ -153,9 +154,10 @@ struct PackageReport: Encodable {
         algorithm = manifest.algorithm.id
         key_id = manifest.keyID.hex
         files = manifest.files.map {
-            File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
-                 compression: storage[$0.path]?.compression.rawValue, compressed_size: storage[$0.path]?.compressedSize,
-                 structured: $0.structured?.rawValue)
+            let stored = storage($0.path)
+            return File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
+                        compression: stored?.compression.rawValue, compressed_size: stored?.compressedSize,
+                        structured: $0.structured?.rawValue)
         }
     }
 }

@@ -103,7 +103,7 @@ struct Pack: ParsableCommand {
         let manifest = result.manifest
         if output.json {
             Output.json(PackageReport(package: out, manifest: manifest,
-                                      storage: result.compression.mapValues { (compression: $0, compressedSize: nil) }))
+                                      storage: { [compression = result.compression] in compression[$0].map { (compression: $0, compressedSize: nil) } }))
             return
         }
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }

@@ -75,6 +75,62 @@ enum CentralDirectory {
         }
 
         fileprivate mutating func reserve(_ count: Int) { records.reserveCapacity(count) }
+
+        /// Which part of a name a lookup compares: `prefix` bytes are skipped at the front and
+        /// `suffix` bytes at the end (a signature entry `.signet/sigs/PATH.sig` is found by PATH).
+        struct NameKey: Sendable {
+            var prefix = 0
+            var suffix = 0
+        }
+
+        /// `positions` sorted by the bytes of their names' keys, for ``find(_:in:key:)``: an
+        /// index of four bytes per entry instead of a String and a hash-table slot each.
+        func sortedByName(_ positions: [Int32], key: NameKey = NameKey()) -> [Int32] {
+            names.withUnsafeBufferPointer { buffer in
+                positions.sorted { compareNames(buffer, $0, $1, key) < 0 }
+            }
+        }
+
+        /// The first two neighbours of `sorted` (see ``sortedByName(_:key:)``) whose keys are
+        /// the same bytes, if any.
+        func firstRepeat(in sorted: [Int32], key: NameKey = NameKey()) -> Int32? {
+            names.withUnsafeBufferPointer { buffer in
+                zip(sorted, sorted.dropFirst()).first { compareNames(buffer, $0.0, $0.1, key) == 0 }?.1
+            }
+        }
+
+        /// The position in `sorted` whose name's key is exactly the UTF-8 bytes of `path`.
+        func find(_ path: String, in sorted: [Int32], key: NameKey = NameKey()) -> Int32? {
+            var path = path
+            return path.withUTF8 { wanted in
+                names.withUnsafeBufferPointer { buffer in
+                    var low = 0, high = sorted.count
+                    while low < high {
+                        let middle = low + (high - low) / 2
+                        let order = compareBytes(nameKey(buffer, sorted[middle], key), wanted)
+                        if order == 0 { return sorted[middle] }
+                        if order < 0 { low = middle + 1 } else { high = middle }
+                    }
+                    return nil
+                }
+            }
+        }
+
+        /// The name's key at `position`, for messages and listings.
+        func keyString(at position: Int32, key: NameKey = NameKey()) -> String {
+            names.withUnsafeBufferPointer { String(decoding: nameKey($0, position, key), as: UTF8.self) }
+        }
+
+        private func nameKey(_ buffer: UnsafeBufferPointer<UInt8>, _ position: Int32, _ key: NameKey) -> UnsafeBufferPointer<UInt8> {
+            let record = records[Int(position)]
+            let start = Int(record.nameStart) + key.prefix
+            let count = Swift.max(0, Int(record.nameLength) - key.prefix - key.suffix)
+            return UnsafeBufferPointer(rebasing: buffer[start..<start + count])
+        }
+
+        private func compareNames(_ buffer: UnsafeBufferPointer<UInt8>, _ a: Int32, _ b: Int32, _ key: NameKey) -> Int {
+            compareBytes(nameKey(buffer, a, key), nameKey(buffer, b, key))
+        }
     }
 
     /// Every record, in directory order, after the whole layout was checked. Throws
@@ -366,4 +422,15 @@ enum CentralDirectory {
 }
 @inline(__always) private func u64<C: RandomAccessCollection>(_ b: C, _ at: Int) -> UInt64 where C.Element == UInt8, C.Index == Int {
     u32(b, at) | u32(b, at + 4) << 32
+}
+
+/// Byte-wise order of two byte strings (unsigned, as `memcmp`; a prefix comes first): the order
+/// of ``ResourcePath/byteOrder(_:_:)``.
+func compareBytes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+    let common = min(a.count, b.count)
+    if common > 0, let left = a.baseAddress, let right = b.baseAddress {
+        let order = memcmp(left, right, common)
+        if order != 0 { return Int(order) }
+    }
+    return a.count - b.count
 }

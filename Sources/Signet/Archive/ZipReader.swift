@@ -26,7 +26,7 @@ final class ZipReader {
     let archive: OpaquePointer
     let path: String
     /// The records as Signet read and cross-checked them, names in one buffer.
-    private let directory: CentralDirectory.Directory
+    let directory: CentralDirectory.Directory
 
     /// Opens `path`, refusing (before libzip spends memory on it) more than `maximumEntries`
     /// entries; `limitFlag` names the option that raises that limit. libzip's view of every

@@ -181,7 +181,7 @@ public enum Installer {
         /// The resources to install: the manifest's, or a bare package's in archive order.
         func resources(_ checked: PackageReader.Checked?) -> [Manifest.File] {
             if let checked { return checked.manifest.files }
-            return layout.resourceOrder.map { Manifest.File(path: $0, size: layout.resource($0)!.size, sha256: "", mode: .regular) }
+            return layout.resourcePaths.map { Manifest.File(path: $0, size: layout.resource($0)!.size, sha256: "", mode: .regular) }
         }
 
         /// Writes one resource into the staging directory while verifying it, then gives it its

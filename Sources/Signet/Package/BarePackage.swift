@@ -31,7 +31,7 @@ public struct BarePackage {
         reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
         layout = try PackageReader.Layout(reader: reader, limits: limits, bare: true)
         self.path = path
-        files = layout.resourceOrder.map { [layout] name in
+        files = layout.resourcePaths.map { [layout] name in
             let entry = layout.resource(name)!
             return File(path: name, size: entry.size, compressedSize: entry.compressedSize,
                         compression: entry.method == ZipReader.methodStore ? .stored : .deflated,

@@ -64,10 +64,37 @@ public struct PackageContents: Sendable {
         public let compression: StorageMethod
     }
 
+    /// The resource entries in archive order. Each is read from the archive's directory when
+    /// it is used, so a package of many files costs its directory, not a copy of every name.
+    public struct Resources: RandomAccessCollection, Sendable {
+        let directory: CentralDirectory.Directory
+        let positions: [Int32]
+        /// The positions sorted by name bytes, for ``named(_:)``.
+        let byName: [Int32]
+
+        /// The first index.
+        public var startIndex: Int { positions.startIndex }
+        /// One past the last index.
+        public var endIndex: Int { positions.endIndex }
+        /// The resource at `index` in archive order.
+        public subscript(index: Int) -> Resource { resource(at: positions[index]) }
+
+        /// The resource whose path is exactly `path` (byte for byte), if the archive holds it.
+        public func named(_ path: String) -> Resource? {
+            directory.find(path, in: byName).map(resource(at:))
+        }
+
+        private func resource(at position: Int32) -> Resource {
+            let record = directory[Int(position)]
+            return Resource(path: directory.keyString(at: position), size: record.size, compressedSize: record.compressedSize,
+                            compression: record.method == ZipReader.methodStore ? .stored : .deflated)
+        }
+    }
+
     /// The package file.
     public let path: String
     /// Resources in archive order.
-    public let resources: [Resource]
+    public let resources: Resources
     /// The manifest, parsed. Not trustworthy until ``PackageReader/verify(_:policy:limits:now:progress:)`` says so.
     public let manifest: Manifest
     /// Whether the package carries a signer certificate.
@@ -226,21 +253,33 @@ public enum PackageReader {
            !overflow, deadline < now.secondsSinceEpoch {
             return verdict(.expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release", entry: TreeLayout.manifest)
         }
-        let listed = Set(manifest.files.map(\.path))
-        for resource in layout.resourceNames.sorted(by: ResourcePath.byteOrder) where !listed.contains(resource) {
-            return verdict(.extra, "the archive holds '\(resource)', which the manifest does not list", entry: resource)
-        }
-        for signed in layout.signedNames.sorted(by: ResourcePath.byteOrder) where !listed.contains(signed) {
-            return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: TreeLayout.signature(of: signed))
-        }
+        // The archive must hold exactly the listed resources and a signature for each, by the
+        // bytes of their paths. Counting matches finds whether anything is left over; only then
+        // is the first extra entry (in byte order) looked for, to name it.
+        var matchedResources = 0, matchedSignatures = 0
+        var missing: ManifestCheck? = nil
         for file in manifest.files {
-            guard layout.resource(file.path) != nil else {
-                return verdict(.missing, "the manifest lists '\(file.path)', but the archive does not hold it", entry: file.path)
+            if layout.resource(file.path) != nil {
+                matchedResources += 1
+            } else if missing == nil {
+                missing = verdict(.missing, "the manifest lists '\(file.path)', but the archive does not hold it", entry: file.path)
             }
-            guard layout.signature(file.path) != nil else {
-                return verdict(.missing, "'\(file.path)' has no signature (\(TreeLayout.signature(of: file.path)))", entry: file.path)
+            if layout.signature(file.path) != nil {
+                matchedSignatures += 1
+            } else if missing == nil {
+                missing = verdict(.missing, "'\(file.path)' has no signature (\(TreeLayout.signature(of: file.path)))", entry: file.path)
             }
         }
+        if matchedResources < layout.resourceCount || matchedSignatures < layout.signatureCount {
+            let listed = Set(manifest.files.lazy.map { Array($0.path.utf8) })
+            for resource in layout.resourcePathsByName where !listed.contains(Array(resource.utf8)) {
+                return verdict(.extra, "the archive holds '\(resource)', which the manifest does not list", entry: resource)
+            }
+            for signed in layout.signedPathsByName where !listed.contains(Array(signed.utf8)) {
+                return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: TreeLayout.signature(of: signed))
+            }
+        }
+        if let missing { return missing }
         return .checked(Checked(manifest: manifest, manifestBytes: manifestBytes,
                                 manifestSignature: signature, key: key, algorithm: algorithm, contents: contents))
     }
@@ -283,13 +322,19 @@ public enum PackageReader {
 
     /// The entries of a package, sorted into resources and `.signet/` entries, after every check
     /// that needs no key: names, types, encryption, compression methods, duplicates, limits.
+    ///
+    /// Entries are kept as positions in the archive's directory (four bytes each), found by name
+    /// through indexes sorted by the names' bytes: no String or hash-table slot per entry, so a
+    /// package of 50,000 files costs its directory and little more.
     struct Layout {
-        /// Resources by name, and their position in the archive (for ``resource(_:)``).
-        private var resourcePositions: [String: Int32] = [:]
-        /// The resource names in archive order.
-        private(set) var resourceOrder: [String] = []
-        /// Signatures by the resource they sign.
-        private var signaturePositions: [String: Int32] = [:]
+        /// Resource entries' positions, in archive order.
+        private(set) var resourcePositions: [Int32] = []
+        /// The same, sorted by name bytes, for ``resource(_:)``.
+        private var resourcesByName: [Int32] = []
+        /// Signature entries' positions (sorted by the path they sign once `init` is done).
+        private var signaturesByName: [Int32] = []
+        /// The part of a signature entry's name that is the resource's path.
+        private let signatureKey: CentralDirectory.Directory.NameKey
         /// Set for every non-bare layout (its init refuses a package without them).
         var manifest: ZipReader.Entry?
         var manifestSignature: ZipReader.Entry?
@@ -299,49 +344,85 @@ public enum PackageReader {
         let path: String
         /// The archive the positions refer to.
         private let reader: ZipReader
+        private var directory: CentralDirectory.Directory { reader.directory }
 
         /// What the entries seen so far add up to, against the limits.
         private var directoryEntries = 0
         private var total: UInt64 = 0
 
-        /// The resource entry named `path`.
-        func resource(_ path: String) -> ZipReader.Entry? { resourcePositions[path].map { reader.entry(at: Int($0)) } }
+        /// The resource entry named exactly `path` (byte for byte, as the manifest lists it).
+        func resource(_ path: String) -> ZipReader.Entry? {
+            directory.find(path, in: resourcesByName).map { reader.entry(at: Int($0)) }
+        }
         /// The signature entry of the resource `path`.
-        func signature(_ path: String) -> ZipReader.Entry? { signaturePositions[path].map { reader.entry(at: Int($0)) } }
-        /// The resources' names (any order).
-        var resourceNames: Dictionary<String, Int32>.Keys { resourcePositions.keys }
-        /// The names of the resources that have a signature entry (any order).
-        var signedNames: Dictionary<String, Int32>.Keys { signaturePositions.keys }
+        func signature(_ path: String) -> ZipReader.Entry? {
+            directory.find(path, in: signaturesByName, key: signatureKey).map { reader.entry(at: Int($0)) }
+        }
+        /// The resources' paths, in archive order.
+        var resourcePaths: LazyMapSequence<[Int32], String> { resourcePositions.lazy.map { [directory] in directory.keyString(at: $0) } }
+        /// The resources' paths, in byte order.
+        var resourcePathsByName: LazyMapSequence<[Int32], String> { resourcesByName.lazy.map { [directory] in directory.keyString(at: $0) } }
+        /// The paths of the resources that have a signature entry, in byte order.
+        var signedPathsByName: LazyMapSequence<[Int32], String> {
+            signaturesByName.lazy.map { [directory, signatureKey] in directory.keyString(at: $0, key: signatureKey) }
+        }
         /// How many resources the archive holds.
-        var resourceCount: Int { resourceOrder.count }
+        var resourceCount: Int { resourcePositions.count }
+        /// How many resource signatures it holds.
+        var signatureCount: Int { signaturesByName.count }
 
         /// - Parameter bare: the older layout (FORMAT.md §2): resources and `<path>.sig` beside
         ///   each, no `.signet/` at all. Signatures land in ``signature(_:)``; ``manifest`` is unset.
         init(reader: ZipReader, limits: PackageLimits, bare: Bool = false) throws {
             path = reader.path
             self.reader = reader
-            // Names once checked, to find duplicates (Strings compare by canonical equivalence).
-            var seen = Set<String>()
-            seen.reserveCapacity(reader.count)
+            signatureKey = .init(prefix: bare ? 0 : TreeLayout.signatures.utf8.count + 1, suffix: 4)
+            // Every named entry, to find a name stored twice once they are sorted; names with
+            // non-ASCII characters also as Strings, which compare by canonical equivalence, so
+            // that NFC/NFD twins are found as well.
+            var named: [Int32] = []
+            named.reserveCapacity(reader.count)
+            var nonASCII = Set<String>()
             for position in 0..<reader.count {
                 let entry = reader.entry(at: position)
                 // A name ending in / is a directory record: installs nothing (FORMAT.md §2), but
                 // counts against --max-files like any entry.
                 guard let name = try checkedName(of: entry) else {
                     directoryEntries += 1
-                    guard resourceOrder.count + directoryEntries <= limits.maxFiles else {
+                    guard resourcePositions.count + directoryEntries <= limits.maxFiles else {
                         throw malformed("it holds more than \(limits.maxFiles) files and directory entries (--max-files)", entry: nil)
                     }
                     continue
                 }
-                try check(entry, name: name, limits: limits, seen: &seen)
+                try check(entry, name: name, limits: limits)
+                named.append(Int32(position))
+                if name.utf8.contains(where: { $0 >= 0x80 }), !nonASCII.insert(name).inserted {
+                    throw twins(name)
+                }
                 try place(entry, position: Int32(position), name: name, limits: limits, bare: bare)
             }
+            let directory = reader.directory
+            named = directory.sortedByName(named)
+            if let repeated = directory.firstRepeat(in: named) {
+                let name = directory.keyString(at: repeated)
+                throw malformed("the entry '\(name)' appears twice", entry: name)
+            }
+            // A non-ASCII name whose NFC form is another entry's name: U+212A KELVIN SIGN is "K".
+            for name in nonASCII {
+                let composed = name.precomposedStringWithCanonicalMapping
+                if !composed.utf8.elementsEqual(name.utf8), directory.find(composed, in: named) != nil { throw twins(name) }
+            }
+            resourcesByName = directory.sortedByName(resourcePositions)
+            signaturesByName = directory.sortedByName(signaturesByName, key: signatureKey)
             try requireSignedManifest(bare: bare)
         }
 
         private func malformed(_ reason: String, entry: String?) -> SignetError {
             SignetError(.malformedArchive, "package '\(path)' is malformed: \(reason)", path: path, entry: entry)
+        }
+
+        private func twins(_ name: String) -> SignetError {
+            malformed("the entry '\(name)' appears twice after Unicode normalisation (two spellings of one name)", entry: name)
         }
 
         /// The entry's name, checked as a package path (nil for a directory record).
@@ -362,9 +443,9 @@ public enum PackageReader {
             return shown
         }
 
-        /// What every entry must be: not encrypted, stored or deflated, a regular file, named
-        /// once, and within the expansion ratio.
-        private func check(_ entry: ZipReader.Entry, name: String, limits: PackageLimits, seen: inout Set<String>) throws {
+        /// What every entry must be: not encrypted, stored or deflated, a regular file, and
+        /// within the expansion ratio. (Names stored twice are found once all are read.)
+        private func check(_ entry: ZipReader.Entry, name: String, limits: PackageLimits) throws {
             guard !entry.encrypted else { throw malformed("the entry '\(name)' is encrypted", entry: name) }
             guard entry.method == ZipReader.methodStore || entry.method == ZipReader.methodDeflate else {
                 throw malformed("the entry '\(name)' uses compression method \(entry.method); only stored and deflated entries are allowed", entry: name)
@@ -372,10 +453,6 @@ public enum PackageReader {
             if let mode = entry.unixMode, mode & 0o170000 != 0, mode & 0o170000 != 0o100000 {
                 let kind = mode & 0o170000 == 0o120000 ? "a symbolic link" : "not a regular file"
                 throw malformed("the entry '\(name)' is \(kind)", entry: name)
-            }
-            // Swift compares Strings by canonical equivalence: NFC/NFD twins collide here.
-            guard seen.insert(name).inserted else {
-                throw malformed("the entry '\(name)' appears twice (or twice after Unicode normalisation)", entry: name)
             }
             if entry.compressedSize == 0 && entry.size > 0 {
                 throw malformed("the entry '\(name)' claims \(entry.size) bytes from no compressed data", entry: name)
@@ -392,8 +469,8 @@ public enum PackageReader {
                 guard !TreeLayout.isSignetEntry(name) else {
                     throw malformed("'\(name)' is a Signet package entry; install it without --bare", entry: name)
                 }
-                if name.hasSuffix(".sig") {
-                    signaturePositions[String(name.dropLast(4))] = position
+                if name.utf8.count > 4, name.utf8.suffix(4).elementsEqual(".sig".utf8) {
+                    signaturesByName.append(position)
                     return
                 }
             }
@@ -408,7 +485,7 @@ public enum PackageReader {
                     guard case .success = ResourcePath.validate(resource) else {
                         throw malformed("the signature entry '\(name)' does not name a valid resource path", entry: name)
                     }
-                    signaturePositions[resource] = position
+                    signaturesByName.append(position)
                 } else if TreeLayout.chainIndex(of: name) != nil, name.hasPrefix(TreeLayout.certificates + "/") {
                     certificates.append((name, entry))
                     guard certificates.count <= PackageLimits.maximumCertificates else {
@@ -417,11 +494,10 @@ public enum PackageReader {
                 } else if TreeLayout.isSignetEntry(name) {
                     throw malformed("unknown entry '\(name)' under .signet/", entry: name)
                 } else {
-                    resourcePositions[name] = position
-                    resourceOrder.append(name)
+                    resourcePositions.append(position)
                     let (sum, overflow) = total.addingReportingOverflow(entry.size)
                     total = sum
-                    guard resourceOrder.count + directoryEntries <= limits.maxFiles else {
+                    guard resourcePositions.count + directoryEntries <= limits.maxFiles else {
                         throw malformed("it holds more than \(limits.maxFiles) resources (--max-files)", entry: nil)
                     }
                     guard !overflow, total <= limits.maxTotalSize else {
@@ -434,7 +510,7 @@ public enum PackageReader {
         /// A bare package needs resources; any other needs a manifest and its signature.
         private func requireSignedManifest(bare: Bool) throws {
             if bare {
-                guard !resourceOrder.isEmpty else { throw malformed("it holds no files", entry: nil) }
+                guard !resourcePositions.isEmpty else { throw malformed("it holds no files", entry: nil) }
                 return
             }
             guard manifest != nil else {
@@ -446,11 +522,8 @@ public enum PackageReader {
         }
 
         func contents(manifest: Manifest) -> PackageContents {
-            PackageContents(path: path, resources: resourceOrder.map { name in
-                let entry = resource(name)!
-                return .init(path: name, size: entry.size, compressedSize: entry.compressedSize,
-                             compression: entry.method == ZipReader.methodStore ? .stored : .deflated)
-            }, manifest: manifest, hasSignerCertificate: signerCertificate != nil)
+            PackageContents(path: path, resources: .init(directory: directory, positions: resourcePositions, byName: resourcesByName),
+                            manifest: manifest, hasSignerCertificate: signerCertificate != nil)
         }
     }
 }

@@ -79,6 +79,16 @@ elif mutation == "duplicate-first":
 elif mutation == "nfc-twins":
     add_resource("caf\u00e9.txt", b"1")
     add_resource("cafe\u0301.txt", b"2")
+elif mutation == "kelvin-twin":
+    # U+212A KELVIN SIGN is canonically "K": one non-ASCII name, one ASCII.
+    add_resource("K.txt", b"1")
+    add_resource("\u212a.txt", b"2")
+elif mutation == "twins-neither-nfc":
+    # Two spellings of one name, neither in NFC (combining marks in either order).
+    add_resource("a\u0323\u0307.txt", b"1")
+    add_resource("a\u0307\u0323.txt", b"2")
+elif mutation == "duplicate-signature":
+    entries.append((".signet/sigs/" + first + ".sig", dict(entries)[".signet/sigs/" + first + ".sig"]))
 elif mutation == "directory-with-data":
     entries.insert(0, ("dir/", b"data in a directory entry"))
 elif mutation == "encrypted":
