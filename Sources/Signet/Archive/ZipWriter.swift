@@ -38,7 +38,9 @@ final class ZipWriter {
     /// The output Signet writes through, if it is not a file libzip opened.
     private var output: ArchiveOutput?
     /// The first Swift error a source reported, so a failed `zip_close` can say what really failed.
-    fileprivate var sourceFailure: Error?
+    /// The first error a source threw, shared with every source's box.
+    private let failures = SourceFailures()
+    private var sourceFailure: Error? { failures.first }
 
     /// Writes a new archive into `output` (see ``ArchiveOutput``) instead of a file libzip opens.
     init(writingTo output: ArchiveOutput) throws {
@@ -67,7 +69,7 @@ final class ZipWriter {
     /// Adds a regular-file entry. The DOS timestamp is fixed (1980-01-01 00:00) for reproducible archives.
     func add(_ name: String, source: ZipEntrySource, compression: ZipCompression, permissions: UInt32) throws {
         let archive = try open()
-        let box = SourceBox(source, writer: self)
+        let box = SourceBox(source, failures: failures)
         let context = Unmanaged.passRetained(box).toOpaque()
         guard let zipSource = zip_source_function(archive, zipSourceCallback, context) else {
             Unmanaged<SourceBox>.fromOpaque(context).release()
@@ -142,15 +144,22 @@ final class ZipWriter {
     }()
 }
 
+/// Where sources report the first Swift error, for the writer to throw. A box holds it
+/// strongly rather than the writer weakly: a weak reference costs every box (two per packed
+/// file) a side-table allocation.
+private final class SourceFailures {
+    var first: Error?
+}
+
 /// Carries a Swift source through libzip's `void *` user data.
 private final class SourceBox {
     let source: ZipEntrySource
-    weak var writer: ZipWriter?
+    let failures: SourceFailures
     var error = zip_error_t()
 
-    init(_ source: ZipEntrySource, writer: ZipWriter) {
+    init(_ source: ZipEntrySource, failures: SourceFailures) {
         self.source = source
-        self.writer = writer
+        self.failures = failures
         zip_error_init(&error)
     }
 
@@ -158,7 +167,7 @@ private final class SourceBox {
 
     /// Records a failure for libzip (as a read error) and for the writer (the Swift error itself).
     func fail(_ failure: Error) -> Int64 {
-        if let writer, writer.sourceFailure == nil { writer.sourceFailure = failure }
+        if failures.first == nil { failures.first = failure }
         zip_error_set(&error, ZIP_ER_READ, EIO)
         return -1
     }

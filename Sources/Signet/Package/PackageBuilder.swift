@@ -332,8 +332,9 @@ public enum PackageBuilder {
                 guard let name = String(validating: entry.rawName.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
                     throw SignetError(.usage, "a file name in '\(directory)' is not valid UTF-8; package paths must be UTF-8", path: directory)
                 }
-                let child = directory.hasSuffix("/") ? directory + name : directory + "/" + name
-                let packagePath = prefix.isEmpty ? name : prefix + "/" + name
+                // Exactly sized: `+` leaves growth room in each of 50,000 paths kept until the end.
+                let child = directory.hasSuffix("/") ? String(joining: directory, name) : String(joining: directory, "/", name)
+                let packagePath = prefix.isEmpty ? name : String(joining: prefix, "/", name)
                 var childInfo = stat()
                 do {
                     _ = try systemCall("fstatat") { fstatat(fd, name, &childInfo, AT_SYMLINK_NOFOLLOW) }
@@ -574,5 +575,19 @@ enum CompressionPolicy {
             entropy -= p * log2(p)
         }
         return entropy
+    }
+}
+
+extension String {
+    /// The parts one after another, in storage of exactly their size (`a + b` keeps room to grow).
+    init(joining parts: String...) {
+        let count = parts.reduce(0) { $0 + $1.utf8.count }
+        self.init(unsafeUninitializedCapacity: count) { buffer in
+            var at = 0
+            for part in parts {
+                for byte in part.utf8 { buffer[at] = byte; at += 1 }
+            }
+            return at
+        }
     }
 }
