@@ -106,6 +106,16 @@ struct StructuredTests {
         #expect(XMLPropertyList.declaredEncoding(Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?><plist/>".utf8)) == "UTF-8")
         let deep = String(repeating: "<array>", count: 70) + String(repeating: "</array>", count: 70)
         #expect(refusal(deep).contains("nested"))
+        // XMLParser crashes on a processing instruction without data (the fuzzer's second find):
+        // none reaches it, with or without data, wherever it is; the declaration itself is fine.
+        for pi in ["<?pi?>", "<?xm?>", "<?target data?>", "<?xml version=\"1.0\"?>"] {
+            #expect(refusal("<array>" + pi + "</array>").contains("processing instruction"), "\(pi)")
+            if !pi.hasPrefix("<?xml ") {
+                #expect((try? StructuredFormat.plist.parse(Array((pi + "<plist><true/></plist>").utf8))) == nil, "\(pi) first")
+            }
+        }
+        #expect((try? StructuredFormat.plist.parse(Array("<?xml\tversion=\"1.0\"?><plist><true/></plist>".utf8))) != nil)
+        #expect((try? StructuredFormat.plist.parse(Array("<plist><true/></plist>".utf8))) != nil)
     }
 
     @Test("key paths: escapes round-trip, wildcards match one component, bad paths are refused")

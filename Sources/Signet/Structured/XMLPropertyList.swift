@@ -20,9 +20,16 @@ enum XMLPropertyList {
         }
         // libxml2 expands entities declared in the document itself without telling the
         // delegate; property lists declare none, so a declaration anywhere is refused.
-        let declaration = Array("<!ENTITY".utf8)
-        if bytes.count >= declaration.count, (0...(bytes.count - declaration.count)).contains(where: { bytes[$0] == 0x3C && bytes[$0..<$0 + declaration.count].elementsEqual(declaration) }) {
+        if first(of: "<!ENTITY", in: bytes) != nil {
             throw StructuredValue.ParseError("it is not a property list as Signet reads it: it declares an entity (<!ENTITY); property lists have none")
+        }
+        // Nor processing instructions, other than the XML declaration at the very start:
+        // XMLParser crashes (a NULL strlen, found by the fuzz target) on one without data
+        // (`<?pi?>`), and a property list has none.
+        let start = bytes.starts(with: Array("<?xml".utf8)) && bytes.count > 5 && [0x20, 0x09, 0x0D, 0x0A].contains(bytes[5]) ? 2 : 0
+        if let at = first(of: "<?", in: bytes, from: start) {
+            let line = bytes[..<at].reduce(1) { $1 == 0x0A ? $0 + 1 : $0 }
+            throw StructuredValue.ParseError("it is not a property list as Signet reads it: it holds a processing instruction (<?…?>, line \(line)); property lists have only the XML declaration at the start")
         }
         let reader = Reader()
         let parser = XMLParser(data: Data(bytes))
@@ -37,6 +44,13 @@ enum XMLPropertyList {
         }
         guard let value = reader.result else { throw StructuredValue.ParseError("it holds no <plist> value") }
         return value
+    }
+
+    /// Where `needle` first occurs in `bytes` at or after `start`.
+    static func first(of needle: String, in bytes: [UInt8], from start: Int = 0) -> Int? {
+        let needle = Array(needle.utf8)
+        guard bytes.count >= needle.count, start <= bytes.count - needle.count else { return nil }
+        return (start...(bytes.count - needle.count)).first { bytes[$0] == needle[0] && bytes[$0..<$0 + needle.count].elementsEqual(needle) }
     }
 
     /// The `encoding="…"` of an XML declaration at the start of `bytes`, if any.
