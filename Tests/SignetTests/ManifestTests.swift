@@ -5,6 +5,20 @@ import SignetTestSupport
 
 @Suite("Resource paths, timestamps and the manifest format")
 struct ManifestTests {
+    @Test("byte order of paths (memcmp over the strings' storage) is the order of their UTF-8 bytes")
+    func byteOrder() throws {
+        let paths = ["", "a", "b", "a/b", "a/b/c", "a.b", "a0", "A", "é", "e\u{301}", "\u{212A}", "K", "z" + String(repeating: "x", count: 40),
+                     "z" + String(repeating: "x", count: 39), "日本/語.txt", "🙂", "a\u{7F}", "short", "a much longer path/with/several/components.txt"]
+        for a in paths {
+            for b in paths {
+                #expect(ResourcePath.byteOrder(a, b) == a.utf8.lexicographicallyPrecedes(b.utf8), "\(a.debugDescription) < \(b.debugDescription)")
+            }
+        }
+        // A String that is not stored as UTF-8 of its own (bridged from an NSString) still compares.
+        let bridged = NSString(string: "a/b/ü").substring(from: 0)
+        #expect(ResourcePath.byteOrder(bridged, "a/c") && !ResourcePath.byteOrder("a/c", bridged))
+    }
+
     @Test("resource paths FORMAT.md forbids are refused", arguments: [
         ("", "empty"), ("/etc/passwd", "absolute"), ("../x", "'..'"), ("a/../../b", "'..'"), ("a/./b", "'.'"),
         ("a//b", "empty path component"), ("a/", "empty path component"), ("a\\b", "backslash"), ("a\u{0}b", "NUL"),
