@@ -57,6 +57,10 @@ enum Main {
     static func main() {
         // First, before any thread exists: interruptions leave nothing behind.
         Signals.install()
+        // With TZ unset, glibc's mktime/localtime stat /etc/localtime on every call, and libzip
+        // converts every entry's DOS time when it opens or writes an archive: two system calls
+        // per file, a quarter of a 50,000-file inspect's time. The same zone, named once.
+        if getenv("TZ") == nil { setenv("TZ", ":/etc/localtime", 0) }
         let wantsJSON = CommandLine.arguments.dropFirst().contains("--json")
         if CommandLine.arguments.dropFirst() == ["--version"] {
             print(SignetVersion.summary)
