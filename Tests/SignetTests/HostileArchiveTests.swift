@@ -55,6 +55,8 @@ struct HostileArchiveTests {
         Case(mutation: "missing-manifest", expected: .error(.packageInvalid, "no .signet/manifest.json")),
         Case(mutation: "missing-manifest-signature", expected: .error(.packageInvalid, "not signed")),
         Case(mutation: "extra-resource", expected: .verdict(.extra, "smuggled.txt")),
+        // Names match byte for byte: another spelling of a listed path is not that path.
+        Case(mutation: "nfd-entry-nfc-manifest", expected: .verdict(.extra, "which the manifest does not list")),
         Case(mutation: "missing-resource", expected: .verdict(.missing, "does not hold it")),
         Case(mutation: "missing-signature", expected: .verdict(.missing, "has no signature")),
         Case(mutation: "modified-resource", expected: .verdict(.modified, "bytes")),

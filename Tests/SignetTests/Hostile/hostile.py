@@ -89,6 +89,12 @@ elif mutation == "twins-neither-nfc":
     add_resource("a\u0307\u0323.txt", b"2")
 elif mutation == "duplicate-signature":
     entries.append((".signet/sigs/" + first + ".sig", dict(entries)[".signet/sigs/" + first + ".sig"]))
+elif mutation == "nfd-entry-nfc-manifest":
+    # The manifest lists the NFC spelling; the archive holds the NFD one (and its signature).
+    add_resource("cafe\u0301.txt", b"coffee", listed=False)
+    m = manifest()
+    m["files"].append({"mode": "0644", "path": "caf\u00e9.txt", "sha256": hashlib.sha256(b"coffee").hexdigest(), "size": 6})
+    set_manifest(m)
 elif mutation == "directory-with-data":
     entries.insert(0, ("dir/", b"data in a directory entry"))
 elif mutation == "encrypted":
