@@ -123,8 +123,10 @@ enum CentralDirectory {
 
         private func nameKey(_ buffer: UnsafeBufferPointer<UInt8>, _ position: Int32, _ key: NameKey) -> UnsafeBufferPointer<UInt8> {
             let record = records[Int(position)]
-            let start = Int(record.nameStart) + key.prefix
-            let count = Swift.max(0, Int(record.nameLength) - key.prefix - key.suffix)
+            // Clamped to the name, whatever the key: never a range outside the buffer.
+            let prefix = Swift.min(key.prefix, Int(record.nameLength))
+            let start = Int(record.nameStart) + prefix
+            let count = Swift.max(0, Int(record.nameLength) - prefix - key.suffix)
             return UnsafeBufferPointer(rebasing: buffer[start..<start + count])
         }
 
