@@ -41,6 +41,8 @@ enum CentralDirectory {
         let size: UInt64
         /// Where the entry's local header starts.
         let localHeaderOffset: UInt64
+        /// Where this record starts, from the start of the central directory (at most 256 MiB).
+        let recordOffset: UInt32
         /// The UNIX file type and permissions, if made on a UNIX system.
         let unixMode: UInt32?
 
@@ -53,6 +55,14 @@ enum CentralDirectory {
         private(set) var records: [Record] = []
         /// Every record's name, one after another.
         private(set) var names: [UInt8] = []
+        /// Where the central directory starts in the file, and its size.
+        fileprivate(set) var offset: UInt64 = 0
+        fileprivate(set) var size: UInt64 = 0
+
+        /// Where the record at `position` starts in the file; `endIndex` gives the directory's end.
+        func fileOffset(ofRecord position: Int) -> UInt64 {
+            position == records.endIndex ? offset + size : offset + UInt64(records[position].recordOffset)
+        }
 
         var startIndex: Int { records.startIndex }
         var endIndex: Int { records.endIndex }
@@ -144,10 +154,14 @@ enum CentralDirectory {
             throw reader.malformed("it has \(end.count) entries, more than the \(maximumEntries) a package within the limits can have (\(limitFlag))")
         }
         var directory = Directory()
+        directory.offset = end.directoryOffset
+        directory.size = end.directorySize
         directory.reserve(Int(end.count))
         var stream = try reader.stream(from: end.directoryOffset, count: end.directorySize)
         for index in 0..<end.count {
-            let (record, name) = try reader.centralRecord(&stream, index: index, nameStart: directory.nextNameStart)
+            // The directory is at most 256 MiB (checked with the end record): fits UInt32.
+            let at = UInt32(end.directorySize - stream.remaining - UInt64(stream.buffer.count - stream.used))
+            let (record, name) = try reader.centralRecord(&stream, index: index, nameStart: directory.nextNameStart, recordOffset: at)
             directory.append(record, name: name)
         }
         guard stream.remaining == 0, stream.used == stream.buffer.count else { throw reader.malformed("its central directory holds more than its \(end.count) records") }
@@ -320,7 +334,7 @@ enum CentralDirectory {
         }
 
         /// The next record, its name to be stored at `nameStart`, and the name.
-        func centralRecord(_ stream: inout Stream, index: UInt64, nameStart: UInt32) throws -> (Record, name: ArraySlice<UInt8>) {
+        func centralRecord(_ stream: inout Stream, index: UInt64, nameStart: UInt32, recordOffset: UInt32) throws -> (Record, name: ArraySlice<UInt8>) {
             let fixed = Array(try take(&stream, 46))
             guard fixed[0] == 0x50, fixed[1] == 0x4b, fixed[2] == 1, fixed[3] == 2 else {
                 throw malformed("its central directory is damaged (record \(index) has no signature)")
@@ -340,7 +354,7 @@ enum CentralDirectory {
             guard disk == 0 else { throw malformed("'\(shown)' starts on another disk") }
             let madeBy = fixed[5]
             return (Record(nameStart: nameStart, nameLength: UInt16(name.count), flags: flags, method: UInt16(u16(fixed, 10)),
-                           crc: UInt32(u32(fixed, 16)), compressedSize: compressedSize, size: size, localHeaderOffset: offset!,
+                           crc: UInt32(u32(fixed, 16)), compressedSize: compressedSize, size: size, localHeaderOffset: offset!, recordOffset: recordOffset,
                            unixMode: madeBy == 3 ? UInt32(u32(fixed, 38) >> 16) : nil), name)
         }
 

@@ -5,11 +5,19 @@ import Musl
 #endif
 internal import CZip
 
-/// Owns a `zip_t` opened read-only (with libzip's consistency checks). Never writes.
+/// Reads a zip through libzip (read-only, with its consistency checks), a window of entries at a
+/// time. Never writes.
 ///
 /// The archive's structure is checked by ``CentralDirectory`` first, through one descriptor that
-/// libzip then reads too (`zip_fdopen` of a duplicate), so both read the same file: a path cannot
-/// be swapped between the check and the open. libzip's view of every entry must equal Signet's.
+/// libzip then reads too, so both read the same file: a path cannot be swapped between the check
+/// and the open. libzip's view of every entry must equal Signet's.
+///
+/// libzip keeps every entry of an archive it opens in memory (about 500 bytes each, 26 MiB for a
+/// 50,000-file package), so it is never shown the whole archive: it opens a view of the file that
+/// ends after ``windowSize`` central-directory records, followed by an end record for just those
+/// (``WindowSource``). Every window is opened and checked once when the reader opens; afterwards
+/// at most ``cachedWindows`` are open at a time, reopened as entries are read. Memory is bounded
+/// by the window, not by the number of entries.
 final class ZipReader {
     /// One central-directory record; nothing here is trusted yet. Its name is ``rawName(of:)``.
     struct Entry {
@@ -22,26 +30,90 @@ final class ZipReader {
         let unixMode: UInt32?
     }
 
-    /// The libzip handle, for `zip_source_zip` (which needs it open until the destination closes).
-    let archive: OpaquePointer
+    /// Entries libzip sees at once.
+    static let windowSize = 256
+    /// Windows kept open: a Signet package is read as two ascending streams (resources, then
+    /// their signatures further on), with the manifest beside them.
+    static let cachedWindows = 3
+
     let path: String
     /// The records as Signet read and cross-checked them, names in one buffer.
     let directory: CentralDirectory.Directory
+    private let file: InputFile
+    /// Open windows, the most recently used last.
+    private var windows: [Window] = []
 
     /// Opens `path`, refusing (before libzip spends memory on it) more than `maximumEntries`
     /// entries; `limitFlag` names the option that raises that limit. libzip's view of every
-    /// entry is then checked against Signet's.
+    /// entry is then checked against Signet's, one window at a time.
     init(path: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
         // Only regular files: a FIFO or device would block or never end.
         let file = try InputFile.open(path, what: "package")
         directory = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag)
-        let copy: Int32
-        do { copy = try systemCall("dup") { dup(file.descriptor.rawValue) } } catch {
-            throw SignetError.posix(error, "cannot read the package", path: path)
+        self.file = file
+        self.path = path
+        var first = 0
+        repeat {
+            remember(try openWindow(at: first))
+            first += Self.windowSize
+        } while first < directory.count
+    }
+
+    /// A libzip archive over records `first ..< first + count` (``WindowSource``).
+    private final class Window {
+        let first: Int
+        let count: Int
+        let archive: OpaquePointer
+
+        init(first: Int, count: Int, archive: OpaquePointer) {
+            self.first = first
+            self.count = count
+            self.archive = archive
         }
-        var code: Int32 = 0
-        guard let archive = zip_fdopen(copy, ZIP_CHECKCONS, &code) else {
-            close(copy)
+
+        deinit { zip_discard(archive) }
+
+        func holds(_ position: Int) -> Bool { position >= first && position - first < count }
+    }
+
+    /// The records of the open windows, most recently used last (for tests).
+    var openWindows: [Range<Int>] { windows.map { $0.first..<($0.first + $0.count) } }
+
+    private func remember(_ window: Window) {
+        if windows.count >= Self.cachedWindows { windows.removeFirst() }
+        windows.append(window)
+    }
+
+    /// The open window holding `position`, opened (and checked) if none does.
+    private func window(holding position: Int) throws -> Window {
+        if let at = windows.lastIndex(where: { $0.holds(position) }) {
+            let window = windows[at]
+            if at != windows.count - 1 { windows.remove(at: at); windows.append(window) }
+            return window
+        }
+        let window = try openWindow(at: position - position % Self.windowSize)
+        remember(window)
+        return window
+    }
+
+    /// Opens the window of records from `first` in libzip and checks that libzip sees them as
+    /// Signet does.
+    private func openWindow(at first: Int) throws -> Window {
+        let count = min(Self.windowSize, directory.count - first)
+        let source = WindowSource(file: file, directory: directory, first: first, count: count)
+        let context = Unmanaged.passRetained(source).toOpaque()
+        var error = zip_error_t()
+        zip_error_init(&error)
+        defer { zip_error_fini(&error) }
+        guard let zipSource = zip_source_function_create(windowSourceCallback, context, &error) else {
+            Unmanaged<WindowSource>.fromOpaque(context).release()
+            throw SignetError(.io, "cannot read the package '\(path)': \(String(cString: zip_error_strerror(&error)))", path: path)
+        }
+        guard let archive = zip_open_from_source(zipSource, ZIP_RDONLY | ZIP_CHECKCONS, &error) else {
+            // Not taken by libzip: still ours (freeing it releases the context).
+            zip_source_free(zipSource)
+            if let failure = source.failure { throw failure }
+            let code = zip_error_code_zip(&error)
             if code == ZIP_ER_OPEN || code == ZIP_ER_READ {
                 throw SignetError(.io, "cannot read the package '\(path)': \(ZipWriter.describe(code: code))", path: path)
             }
@@ -53,37 +125,36 @@ final class ZipReader {
             }
             throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: \(reason); it may be truncated, corrupt or crafted", path: path)
         }
-        self.archive = archive
-        self.path = path
-        try agreeWithLibzip()
+        let window = Window(first: first, count: count, archive: archive)
+        try agreeWithLibzip(window)
+        return window
     }
-
-    deinit { zip_discard(archive) }
 
     /// libzip must see the entries Signet checked: the same count, names, sizes, CRCs, methods
     /// and encryption.
-    private func agreeWithLibzip() throws {
-        let count = zip_get_num_entries(archive, 0)
-        guard count >= 0 else { throw failure("cannot list the entries") }
-        guard count == directory.count else {
-            throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip counts \(count) entries, its central directory \(directory.count)", path: path)
+    private func agreeWithLibzip(_ window: Window) throws {
+        let count = zip_get_num_entries(window.archive, 0)
+        guard count >= 0 else { throw failure(window, "cannot list the entries") }
+        guard count == window.count else {
+            throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip counts \(count) entries from entry \(window.first), its central directory \(window.count)", path: path)
         }
-        for (position, record) in directory.enumerated() {
-            let index = UInt64(position)
+        for offset in 0..<window.count {
+            let position = window.first + offset
+            let record = directory[position]
             var info = zip_stat_t()
-            guard zip_stat_index(archive, index, zip_flags_t(ZIP_FL_ENC_RAW), &info) == 0, let name = info.name else {
-                throw failure("entry \(index) is unreadable")
+            guard zip_stat_index(window.archive, UInt64(offset), zip_flags_t(ZIP_FL_ENC_RAW), &info) == 0, let name = info.name else {
+                throw failure(window, "entry \(position) is unreadable")
             }
             let libzipName = UnsafeRawBufferPointer(start: UnsafeRawPointer(name), count: strlen(name))
             // The same name, unless the stored one holds a NUL, which libzip 1.7 silently rewrites
             // (to a space); the policy then refuses the stored name.
             let stored = directory.name(of: record)
             guard stored.elementsEqual(libzipName) || stored.contains(0) else {
-                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: entry \(index) has two different names", path: path)
+                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: entry \(position) has two different names", path: path)
             }
             guard info.size == record.size, info.comp_size == record.compressedSize, info.crc == record.crc, info.comp_method == record.method,
                   (info.encryption_method != ZIP_EM_NONE) == record.isEncrypted else {
-                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip and Signet read different sizes, CRC, method or encryption for entry \(index)", path: path)
+                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip and Signet read different sizes, CRC, method or encryption for entry \(position)", path: path)
             }
         }
     }
@@ -114,28 +185,33 @@ final class ZipReader {
         guard entry.size <= limit else {
             throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' claims \(entry.size) bytes, more than the \(limit) allowed for it", path: path, entry: name)
         }
-        guard let file = zip_fopen_index(archive, entry.index, 0) else {
-            throw failure("cannot open the entry '\(name)'", entry: name)
-        }
-        defer { zip_fclose(file) }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: InputFile.chunkSize, alignment: 64)
-        defer { buffer.deallocate() }
-        // entry.size <= limit, so one more byte than the claim is at most limit + 1 (saturated).
-        let cap = entry.size == .max ? UInt64.max : entry.size + 1
-        var total: UInt64 = 0
-        while total < cap {
-            let wanted = min(UInt64(buffer.count), cap - total)
-            let n = zip_fread(file, buffer.baseAddress!, wanted)
-            if n < 0 {
-                let message = zip_file_strerror(file).map { String(cString: $0) } ?? "read error"
-                throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' is corrupt: \(message)", path: path, entry: name)
+        let window = try window(holding: Int(entry.index))
+        // The window must outlive the entry's handle (it owns the zip_t the handle reads).
+        let total = try withExtendedLifetime(window) { () throws -> UInt64 in
+            guard let file = zip_fopen_index(window.archive, entry.index - UInt64(window.first), 0) else {
+                throw failure(window, "cannot open the entry '\(name)'", entry: name)
             }
-            if n == 0 { break }
-            total += UInt64(n)
-            guard total <= entry.size else {
-                throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path, entry: name)
+            defer { zip_fclose(file) }
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: InputFile.chunkSize, alignment: 64)
+            defer { buffer.deallocate() }
+            // entry.size <= limit, so one more byte than the claim is at most limit + 1 (saturated).
+            let cap = entry.size == .max ? UInt64.max : entry.size + 1
+            var total: UInt64 = 0
+            while total < cap {
+                let wanted = min(UInt64(buffer.count), cap - total)
+                let n = zip_fread(file, buffer.baseAddress!, wanted)
+                if n < 0 {
+                    let message = zip_file_strerror(file).map { String(cString: $0) } ?? "read error"
+                    throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' is corrupt: \(message)", path: path, entry: name)
+                }
+                if n == 0 { break }
+                total += UInt64(n)
+                guard total <= entry.size else {
+                    throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path, entry: name)
+                }
+                try body(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(n)]))
             }
-            try body(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(n)]))
+            return total
         }
         guard total == entry.size else {
             throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
@@ -153,8 +229,8 @@ final class ZipReader {
         return bytes
     }
 
-    private func failure(_ what: String, entry: String? = nil) -> SignetError {
-        let message = zip_get_error(archive).flatMap { zip_error_strerror($0) }.map { String(cString: $0) } ?? "unknown libzip error"
+    private func failure(_ window: Window, _ what: String, entry: String? = nil) -> SignetError {
+        let message = zip_get_error(window.archive).flatMap { zip_error_strerror($0) }.map { String(cString: $0) } ?? "unknown libzip error"
         return SignetError(.malformedArchive, "\(what) in '\(path)': \(message)", path: path, entry: entry)
     }
 
