@@ -133,6 +133,35 @@ struct ReverifyTests {
         #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0s" + Data(value).base64EncodedString(), path]).status == 0)
     }
 
+    @Test("a listed file replaced by a FIFO (also where the signed file was empty) or a directory is modified, not a lost attribute")
+    func notRegularFiles() throws {
+        let directory = try TemporaryDirectory()
+        try FileManager.default.createDirectory(atPath: directory.file("tree"), withIntermediateDirectories: true)
+        for (name, content) in [("empty.txt", ""), ("data.txt", "data\n"), ("folder.txt", "folder\n"), ("same.txt", "same\n")] {
+            _ = try directory.write("tree/\(name)", Data(content.utf8))
+        }
+        let package = directory.file("p.zip")
+        _ = try PackageBuilder.pack([directory.file("tree")], to: package, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "fifo", version: "1"))
+        let app = directory.file("app")
+        _ = try Installer.install(package, to: app, policy: Self.policy, options: InstallOptions())
+        #expect(try Reverifier.verifyTree(at: app, policy: Self.policy).isOK)
+        for name in ["empty.txt", "data.txt"] {
+            unlink(app + "/" + name)
+            #expect(mkfifo(app + "/" + name, 0o644) == 0)
+        }
+        unlink(app + "/folder.txt")
+        #expect(mkdir(app + "/folder.txt", 0o755) == 0)
+        let report = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        let verdicts = Self.verdicts(report)
+        #expect(verdicts["empty.txt"] == "modified")
+        #expect(verdicts["data.txt"] == "modified")
+        #expect(verdicts["folder.txt"] == "modified")
+        #expect(verdicts["same.txt"] == "ok")
+        for file in report.files where file.path != "same.txt" {
+            #expect(file.detail.contains("no longer a regular file"), "\(file.path): \(file.detail)")
+        }
+    }
+
     @Test("repair does not bless modified content, and needs a valid sidecar")
     func repairChecksContent() throws {
         let directory = try TemporaryDirectory()

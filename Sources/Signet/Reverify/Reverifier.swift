@@ -503,7 +503,10 @@ public enum Reverifier {
         for path in try unlisted(walk.wait().get(), manifest) where options.selects(path) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
-        reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
+        // In manifest order, which pack writes sorted: then only added files need sorting in.
+        if !reports.indices.dropFirst().allSatisfy({ ResourcePath.byteOrder(reports[$0 - 1].path, reports[$0].path) }) {
+            reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
+        }
         return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: nil, manifestMessage: nil,
                           files: reports, attributesSupported: !checker.sawUnsupported.isSet, duration: elapsed())
     }
@@ -586,8 +589,13 @@ public enum Reverifier {
         var extra: [String] = []
         var listed = 0
         for path in onDisk {
-            while listed < files.count, ResourcePath.byteOrder(files[listed].path, path) { listed += 1 }
-            if listed < files.count, files[listed].path.utf8.elementsEqual(path.utf8) {
+            var order = 1
+            while listed < files.count {
+                order = ResourcePath.byteComparison(files[listed].path, path)
+                if order >= 0 { break }
+                listed += 1
+            }
+            if listed < files.count, order == 0 {
                 listed += 1
             } else {
                 extra.append(path)
@@ -727,44 +735,52 @@ final class TreeChecker: @unchecked Sendable {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
             FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
         }
-        func differs(_ size: UInt64) -> FileReport {
+        // Not fstat'ed on the way to a match: a read that stops short at exactly the signed size is
+        // a regular file's end, and a matching file then shows user.signet.sig, which only regular
+        // files and directories can carry (and a directory cannot be read). Every other outcome
+        // asks fstat what the file is before it is reported.
+        func differs() -> FileReport {
+            var info = stat()
+            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return report(.modified, Self.notRegular(file.path)) }
             if let format = file.structured { return compareKeys(fd, file, format: format, at: position, in: workspace) }
+            let size = UInt64(clamping: info.st_size)
             return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
         }
         let fd: Int32
-        let onDisk: UInt64
         switch openBeneath(file.path) {
-        case .success(let (descriptor, size)): (fd, onDisk) = (descriptor, size)
+        case .success(let descriptor): fd = descriptor
         case .failure(let refusal): return report(refusal.verdict, refusal.detail)
         }
         defer { close(fd) }
-        // Another size is another content: no need to read it.
-        guard onDisk == file.size else { return differs(onDisk) }
-        // The content against the signed manifest, through this descriptor.
+        // The content against the signed manifest, through this descriptor: at most one byte more
+        // than the signed size is read (a longer file differs; its length is for fstat to tell).
         let digests: [Digest]
         let size: UInt64
         do {
             let hashers = try workspace.hashers(for: algorithm.digest)
+            let limit = file.size == .max ? file.size : file.size + 1
             var count: UInt64 = 0
             let descriptor = FileDescriptor(fd)
-            while true {
-                let read = try descriptor.readChunk(into: workspace.buffer)
+            while count < limit {
+                let wanted = Int(min(UInt64(workspace.buffer.count), limit - count))
+                let read = try descriptor.readChunk(into: UnsafeMutableRawBufferPointer(rebasing: workspace.buffer[0..<wanted]))
                 if read == 0 { break }
                 count += UInt64(read)
-                let chunk = UnsafeRawBufferPointer(rebasing: workspace.buffer[0..<read])
-                hashers.forEach { $0.update(chunk) }
-                // A short read of a regular file is its end: the file was as long as fstat said
-                // and no longer, so the read that would return 0 is saved (one per file).
-                if read < workspace.buffer.count && count == onDisk { break }
+                if count > file.size { break }
+                hashers.forEach { $0.update(UnsafeRawBufferPointer(rebasing: workspace.buffer[0..<read])) }
+                // A short read of a regular file is its end: the read that would return 0 is
+                // saved (one per file). Anything else that stops short is caught below.
+                if read < wanted && count == file.size { break }
             }
             digests = try hashers.map { try $0.finalize() }
             size = count
         } catch let failure as SystemCallFailure {
+            if !Self.isRegularFile(fd) { return report(.modified, Self.notRegular(file.path)) }
             return report(.unreadable, SignetError.posix(failure, "cannot read", path: root + "/" + file.path).reason)
         } catch {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
         }
-        guard size == file.size, file.content.matches(digests[0]) else { return differs(size) }
+        guard size == file.size, file.content.matches(digests[0]) else { return differs() }
         return attributeCheck(fd, file, at: position, in: workspace, digest: digests.last!)
     }
 
@@ -803,7 +819,13 @@ final class TreeChecker: @unchecked Sendable {
                 return .failure(SignetError.posix(error, "cannot read the sidecar signature of", path: root + "/" + file.path))
             }
         }
-        switch ExtendedAttributes.get(ExtendedAttributes.signature, on: fd) {
+        let attribute = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd)
+        // Without the attribute, the file may not be a regular file at all (an empty FIFO or
+        // device reads as an empty file); the check above did not fstat it.
+        if case .success(.some) = attribute {} else if !Self.isRegularFile(fd) {
+            return report(.modified, Self.notRegular(file.path))
+        }
+        switch attribute {
         case .success(let attribute?):
             // The signature unpack installed, over content that matches the signed manifest.
             if let record, record.matches(attribute, at: position, through: workspace.window) {
@@ -952,7 +974,7 @@ final class TreeChecker: @unchecked Sendable {
     }
 
     /// The opened file and its size.
-    private func openBeneath(_ relative: String) -> Result<(Int32, UInt64), OpenRefusal> {
+    private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
         guard rootDescriptor >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)'")) }
         func refusal(_ err: Int32) -> OpenRefusal {
             switch err {
@@ -966,13 +988,15 @@ final class TreeChecker: @unchecked Sendable {
         case .success(let descriptor): fd = descriptor
         case .failure(let failure): return .failure(refusal(failure.code))
         }
-        var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
-            close(fd)
-            return .failure(OpenRefusal(.modified, "'\(relative)' is no longer a regular file"))
-        }
-        return .success((fd, UInt64(clamping: info.st_size)))
+        return .success(fd)
     }
+
+    private static func isRegularFile(_ fd: Int32) -> Bool {
+        var info = stat()
+        return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+    }
+
+    private static func notRegular(_ path: String) -> String { "'\(path)' is no longer a regular file" }
 }
 
 /// Where an installed file came from, from its attributes (informational: ``Reverifier``
