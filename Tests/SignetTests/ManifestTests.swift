@@ -169,6 +169,11 @@ struct ManifestTests {
         let digest = try Digest.compute(Array("abc".utf8), algorithm: .sha256)
         #expect(Manifest.File(path: "a", size: 3, sha256: digest.hex, mode: .regular).content.matches(digest))
         #expect(!Manifest.File(path: "a", size: 3, sha256: hex, mode: .regular).content.matches(digest))
+        // Written back digit by digit: the same text as OpenSSL's digest in hex, for any bytes.
+        for round in 0..<200 {
+            let random = try Digest.compute(Array("round \(round)".utf8), algorithm: .sha256)
+            #expect(Manifest.File(path: "a", size: 1, sha256: random.hex, mode: .regular).sha256 == random.hex)
+        }
     }
 
     @Test("user.signet.meta is written directly, byte for byte what JSONEncoder wrote", arguments: [

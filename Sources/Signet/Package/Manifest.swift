@@ -87,10 +87,17 @@ public struct Manifest: Sendable, Equatable {
             switch self {
             case .text(let text): return text
             case .bytes(let a, let b, let c, let d):
-                return [a, b, c, d].map { word in
-                    let digits = String(word, radix: 16)
-                    return String(repeating: "0", count: 16 - digits.count) + digits
-                }.joined()
+                // Written in place: one allocation (unpack writes one per file into its metadata).
+                return String(unsafeUninitializedCapacity: 64) { buffer in
+                    func put(_ word: UInt64, at start: Int) {
+                        for digit in 0..<16 {
+                            let nibble = UInt8(truncatingIfNeeded: word >> UInt64(60 - 4 * digit)) & 0xf
+                            buffer[start + digit] = nibble < 10 ? 0x30 + nibble : 0x57 + nibble
+                        }
+                    }
+                    put(a, at: 0); put(b, at: 16); put(c, at: 32); put(d, at: 48)
+                    return 64
+                }
             }
         }
 
