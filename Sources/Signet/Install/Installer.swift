@@ -111,14 +111,29 @@ public enum Installer {
         let record = try checked.map { SignatureRecord.Writer(fd: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength) }
         let resources = job.resources(checked)
         let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
-        for file in resources {
-            let staged = try job.stage(file, into: staging, checked: checked, signer: signer, progress: progress)
-            progress?.add(items: 1)
-            signer = signer ?? staged.signer
-            attributesWritten = attributesWritten && staged.attributesWritten
-            try record?.append(staged.signature)
-            files.append(file.path)
+        // Each resource's signature is verified on the second core while the next ones stage;
+        // all of them before anything is installed, and the first failure in manifest order is
+        // the one reported, as when each is checked in turn.
+        let signatures = checked.map { SignatureChecks(key: $0.key, algorithm: $0.algorithm) }
+        func firstBadSignature() -> SignetError? {
+            guard let signatures, let failure = signatures.finish(),
+                  case .rejected(let kind, let message, let entry) = signatures.rejection(failure) else { return nil }
+            return Self.error(for: kind, message, package: package, entry: entry)
         }
+        do {
+            for (index, file) in resources.enumerated() {
+                let staged = try job.stage(file, into: staging, checked: checked, signer: signer, progress: progress,
+                                           later: signatures.map { checks in { checks.submit(index: index, file: file, signature: $0, digest: $1) } })
+                progress?.add(items: 1)
+                signer = signer ?? staged.signer
+                attributesWritten = attributesWritten && staged.attributesWritten
+                try record?.append(staged.signature)
+                files.append(file.path)
+            }
+        } catch {
+            throw firstBadSignature() ?? error
+        }
+        if let failure = firstBadSignature() { throw failure }
         guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
         if let checked {
             try record?.finish()
@@ -188,7 +203,8 @@ public enum Installer {
         /// signature attributes, mode and fsync, and its sidecar signature. Returns the key that
         /// signed it and whether the filesystem took user attributes.
         func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?,
-                   progress: ProgressCounter? = nil) throws -> (signer: PublicKey, attributesWritten: Bool, signature: [UInt8]) {
+                   progress: ProgressCounter? = nil,
+                   later: ((_ signature: [UInt8], _ digest: Digest) -> Void)? = nil) throws -> (signer: PublicKey, attributesWritten: Bool, signature: [UInt8]) {
             let fd = try staging.createFile(file.path)
             defer { close(fd) }
             let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
@@ -206,7 +222,7 @@ public enum Installer {
                     try writer.write(chunk)
                     try copy?.write(chunk)
                     progress?.add(bytes: chunk.count)
-                }) {
+                }, later: later) {
                 case .verified(let verified): signature = verified
                 case .rejected(let failure, let message, let entry): throw error(for: failure, message, package: package, entry: entry)
                 }

@@ -175,12 +175,31 @@ public enum PackageReader {
         let files = checked.manifest.files
         let progress = ProgressCounter.make(handler, items: files.count, bytes: files.reduce(0) { $0 &+ $1.size })
         let sink: ((UnsafeRawBufferPointer) throws -> Void)? = progress.map { counter in { counter.add(bytes: $0.count) } }
-        for file in files {
-            if case .rejected(let failure, let message, let entry) = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: sink) {
-                return checked.verdict(failure, message, entry: entry)
+        // Signatures are verified on the second core while the next files are read; the first
+        // failure in manifest order wins, as when each file is checked in turn.
+        let signatures = SignatureChecks(key: checked.key, algorithm: checked.algorithm)
+        func firstBadSignature() -> PackageVerification? {
+            guard let failure = signatures.finish(),
+                  case .rejected(let kind, let message, let entry) = signatures.rejection(failure) else { return nil }
+            return checked.verdict(kind, message, entry: entry)
+        }
+        for (index, file) in files.enumerated() {
+            let result: ResourceCheck
+            do {
+                result = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: sink) { signature, digest in
+                    signatures.submit(index: index, file: file, signature: signature, digest: digest)
+                }
+            } catch {
+                // An earlier file's bad signature is what a check in turn would have reported.
+                if let verdict = firstBadSignature() { return verdict }
+                throw error
+            }
+            if case .rejected(let failure, let message, let entry) = result {
+                return firstBadSignature() ?? checked.verdict(failure, message, entry: entry)
             }
             progress?.add(items: 1)
         }
+        if let verdict = firstBadSignature() { return verdict }
         progress?.finish()
         return PackageVerification(contents: checked.contents, signer: checked.key, failure: nil, entry: nil,
                                    message: "\(checked.manifest.name) \(checked.manifest.version) (sequence \(checked.manifest.sequence)) verified: \(checked.manifest.files.count) files signed by key \(checked.key.keyID.short)")
@@ -291,9 +310,12 @@ public enum PackageReader {
     }
 
     /// Streams one resource (to `sink`, if given) while hashing it, reading at most its manifest
-    /// size + 1 bytes; checks size, SHA-256 and its signature.
+    /// size + 1 bytes; checks size, SHA-256 and its signature. With `later`, the signature is
+    /// handed to it (with the digest it must verify) instead of checked here, and the result is
+    /// `.verified` only as far as size and content go.
     static func checkResource(_ file: Manifest.File, reader: ZipReader, layout: Layout, checked: Checked,
-                              sink: ((UnsafeRawBufferPointer) throws -> Void)?) throws -> ResourceCheck {
+                              sink: ((UnsafeRawBufferPointer) throws -> Void)?,
+                              later: ((_ signature: [UInt8], _ digest: Digest) -> Void)? = nil) throws -> ResourceCheck {
         let entry = layout.resource(file.path)!
         let signatureEntry = layout.signature(file.path)!
         // The archive must first agree with itself: data that does not match its own headers is
@@ -313,13 +335,20 @@ public enum PackageReader {
             return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
         }
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
-        // One key, the manifest's: checked directly (no policy or message built per file); the
-        // full verifier only explains a signature that does not verify.
-        if signature.count == checked.key.signatureLength,
-           Verifier.check(signature, digest: digests[digests.count - 1], key: checked.key, algorithm: checked.algorithm) {
+        if let later {
+            later(signature, digests[digests.count - 1])
             return .verified(signature: signature)
         }
-        let result = Verifier(policy: TrustPolicy(keys: [checked.key])).verify(signature: signature, digest: digests[digests.count - 1], algorithm: checked.algorithm)
+        return signatureCheck(file, signature: signature, digest: digests[digests.count - 1], key: checked.key, algorithm: checked.algorithm)
+    }
+
+    /// A resource's signature against the manifest's key: checked directly (no policy or
+    /// message built per file); the full verifier only explains a signature that does not verify.
+    static func signatureCheck(_ file: Manifest.File, signature: [UInt8], digest: Digest, key: PublicKey, algorithm: SignatureAlgorithm) -> ResourceCheck {
+        if signature.count == key.signatureLength, Verifier.check(signature, digest: digest, key: key, algorithm: algorithm) {
+            return .verified(signature: signature)
+        }
+        let result = Verifier(policy: TrustPolicy(keys: [key])).verify(signature: signature, digest: digest, algorithm: algorithm)
         guard result.isValid else {
             return .rejected(.badSignature, message: "the signature of '\(file.path)' is invalid: \(result.message)", entry: TreeLayout.signature(of: file.path))
         }
