@@ -13,13 +13,13 @@ internal import SystemPackage
 /// into the descriptor Signet already holds (the temporary beside the package), through a
 /// 1 MiB buffer, and starts the kernel's writeback every 8 MiB, so that by the time the archive
 /// is complete most of it is on its way to disk and the final fsync has little left to wait for.
-final class ArchiveOutput {
+final class ArchiveOutput: ZipSourceContext {
     /// The file the archive becomes, named in messages.
     let path: String
     private(set) var descriptor: Int32
     /// The first error, with the path, for the message (libzip only keeps a code).
     fileprivate(set) var failure: SignetError?
-    fileprivate var zipError = zip_error_t()
+    var zipError = zip_error_t()
 
     private let buffer: UnsafeMutableRawBufferPointer
     private var bufferOffset: UInt64 = 0
@@ -103,11 +103,11 @@ final class ArchiveOutput {
     }
 }
 
-private let writableCommands: Int64 = [
+private let writableCommands = zipSourceCommands([
     ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
     ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS, ZIP_SOURCE_BEGIN_WRITE, ZIP_SOURCE_COMMIT_WRITE,
     ZIP_SOURCE_ROLLBACK_WRITE, ZIP_SOURCE_WRITE, ZIP_SOURCE_SEEK_WRITE, ZIP_SOURCE_TELL_WRITE, ZIP_SOURCE_REMOVE,
-].reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+])
 
 /// libzip's callback for an ``ArchiveOutput``. The archive is always new (created and
 /// truncated), so libzip never reads it back: the reading commands are refused.
@@ -153,16 +153,8 @@ let archiveOutputCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutab
         case ZIP_SOURCE_ROLLBACK_WRITE, ZIP_SOURCE_REMOVE:
             // The caller owns the temporary file and removes it when the pack fails.
             return 0
-        case ZIP_SOURCE_ERROR:
-            return zip_error_to_data(&output.zipError, data, length)
-        case ZIP_SOURCE_FREE:
-            Unmanaged<ArchiveOutput>.fromOpaque(context).release()
-            return 0
-        case ZIP_SOURCE_SUPPORTS:
-            return writableCommands
         default:
-            zip_error_set(&output.zipError, ZIP_ER_OPNOTSUPP, 0)
-            return -1
+            return answerCommonZipSourceCommand(command, of: ArchiveOutput.self, context: context, data: data, length: length, supported: writableCommands)
         }
     } catch {
         return -1

@@ -15,13 +15,13 @@ internal import CZip
 /// its consistency checks (`ZIP_CHECKCONS`) still compare each of the window's records with its
 /// local header, and the directory must end exactly where the synthesized end records start.
 /// Nothing is copied but the 98 bytes of end records.
-final class WindowSource {
+final class WindowSource: ZipSourceContext {
     let file: InputFile
     /// How many bytes of the file are shown before the end records.
     let shown: UInt64
     let tail: [UInt8]
     private(set) var position: UInt64 = 0
-    var error = zip_error_t()
+    var zipError = zip_error_t()
     /// Why the last read failed, if it was the file (not libzip) that failed.
     private(set) var failure: SignetError?
 
@@ -46,15 +46,15 @@ final class WindowSource {
         put(0x0605_4b50, 4); put(0, 2); put(0, 2); put(records, 2); put(records, 2)
         put(min(length, 0xffff_ffff), 4); put(min(start, 0xffff_ffff), 4); put(0, 2)
         self.tail = tail
-        zip_error_init(&error)
+        zip_error_init(&zipError)
     }
 
-    deinit { zip_error_fini(&error) }
+    deinit { zip_error_fini(&zipError) }
 
     func rewind() { position = 0 }
 
     func seek(_ data: UnsafeMutableRawPointer, _ length: UInt64) -> Int64 {
-        let next = zip_source_seek_compute_offset(position, size, data, length, &error)
+        let next = zip_source_seek_compute_offset(position, size, data, length, &zipError)
         guard next >= 0 else { return -1 }
         position = UInt64(next)
         return 0
@@ -70,12 +70,12 @@ final class WindowSource {
                 let got = try file.read(fullyAt: Int64(position), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]))
                 guard got == wanted else {
                     failure = SignetError(.malformedArchive, "'\(file.path)' became shorter while it was read", path: file.path)
-                    zip_error_set(&error, ZIP_ER_READ, EIO)
+                    zip_error_set(&zipError, ZIP_ER_READ, EIO)
                     return -1
                 }
             } catch let thrown {
                 failure = thrown as? SignetError
-                zip_error_set(&error, ZIP_ER_READ, EIO)
+                zip_error_set(&zipError, ZIP_ER_READ, EIO)
                 return -1
             }
             done = wanted
@@ -94,9 +94,8 @@ final class WindowSource {
     }
 }
 
-private let windowCommands: Int64 = [ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR,
-                                     ZIP_SOURCE_FREE, ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS]
-    .reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+private let windowCommands = zipSourceCommands([ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR,
+                                                 ZIP_SOURCE_FREE, ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS])
 
 /// libzip's callback for a ``WindowSource`` (the context is retained; `FREE` releases it).
 let windowSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = { context, data, length, command in
@@ -123,15 +122,7 @@ let windowSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutabl
         return source.seek(data, length)
     case ZIP_SOURCE_TELL:
         return Int64(source.position)
-    case ZIP_SOURCE_ERROR:
-        return zip_error_to_data(&source.error, data, length)
-    case ZIP_SOURCE_FREE:
-        Unmanaged<WindowSource>.fromOpaque(context).release()
-        return 0
-    case ZIP_SOURCE_SUPPORTS:
-        return windowCommands
     default:
-        zip_error_set(&source.error, ZIP_ER_OPNOTSUPP, 0)
-        return -1
+        return answerCommonZipSourceCommand(command, of: WindowSource.self, context: context, data: data, length: length, supported: windowCommands)
     }
 }

@@ -152,30 +152,29 @@ private final class SourceFailures {
 }
 
 /// Carries a Swift source through libzip's `void *` user data.
-private final class SourceBox {
+private final class SourceBox: ZipSourceContext {
     let source: ZipEntrySource
     let failures: SourceFailures
-    var error = zip_error_t()
+    var zipError = zip_error_t()
 
     init(_ source: ZipEntrySource, failures: SourceFailures) {
         self.source = source
         self.failures = failures
-        zip_error_init(&error)
+        zip_error_init(&zipError)
     }
 
-    deinit { zip_error_fini(&error) }
+    deinit { zip_error_fini(&zipError) }
 
     /// Records a failure for libzip (as a read error) and for the writer (the Swift error itself).
     func fail(_ failure: Error) -> Int64 {
         if failures.first == nil { failures.first = failure }
-        zip_error_set(&error, ZIP_ER_READ, EIO)
+        zip_error_set(&zipError, ZIP_ER_READ, EIO)
         return -1
     }
 }
 
-private let supportedCommands: Int64 = [ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
-                                        ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_SUPPORTS]
-    .reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+private let supportedCommands = zipSourceCommands([ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+                                                    ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_SUPPORTS])
 
 /// libzip's callback for every source Signet adds.
 private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = { context, data, length, command in
@@ -206,16 +205,8 @@ private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeM
                 stat.pointee.valid |= zip_uint64_t(ZIP_STAT_COMP_SIZE | ZIP_STAT_CRC | ZIP_STAT_COMP_METHOD)
             }
             return Int64(MemoryLayout<zip_stat_t>.size)
-        case ZIP_SOURCE_ERROR:
-            return zip_error_to_data(&box.error, data, length)
-        case ZIP_SOURCE_FREE:
-            Unmanaged<SourceBox>.fromOpaque(context).release()
-            return 0
-        case ZIP_SOURCE_SUPPORTS:
-            return supportedCommands
         default:
-            zip_error_set(&box.error, ZIP_ER_OPNOTSUPP, 0)
-            return -1
+            return answerCommonZipSourceCommand(command, of: SourceBox.self, context: context, data: data, length: length, supported: supportedCommands)
         }
     } catch {
         return box.fail(error)
