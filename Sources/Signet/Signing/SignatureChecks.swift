@@ -38,16 +38,27 @@ final class SignatureChecks: @unchecked Sendable {
     /// Queues the check of file number `index` (in manifest order); waits while ``window``
     /// checks are pending.
     func submit(index: Int, file: Manifest.File, signature: [UInt8], digest: Digest) {
+        // A signature of another length than the key's cannot verify: failed here, never queued,
+        // so what waits is at most `window` signatures of the key's length (a package may hold
+        // signature entries of up to 64 KiB).
+        guard signature.count == key.signatureLength else {
+            fail(Failure(index: index, file: file, signature: signature, digest: digest))
+            return
+        }
         slots.wait()
         queue.async { [self] in
             defer { slots.signal() }
-            guard !(signature.count == key.signatureLength && Verifier.check(signature, digest: digest, key: key, algorithm: algorithm)) else { return }
-            lock.lock()
-            defer { lock.unlock() }
-            if failure.map({ index < $0.index }) ?? true {
-                failure = Failure(index: index, file: file, signature: signature, digest: digest)
+            if !Verifier.check(signature, digest: digest, key: key, algorithm: algorithm) {
+                fail(Failure(index: index, file: file, signature: signature, digest: digest))
             }
         }
+    }
+
+    /// Keeps the failure of the lowest index.
+    private func fail(_ new: Failure) {
+        lock.lock()
+        defer { lock.unlock() }
+        if failure.map({ new.index < $0.index }) ?? true { failure = new }
     }
 
     /// Waits for every queued check; the first file (in manifest order) whose signature failed.
