@@ -116,9 +116,7 @@ public enum Installer {
         // the one reported, as when each is checked in turn.
         let signatures = checked.map { SignatureChecks(key: $0.key, algorithm: $0.algorithm) }
         func firstBadSignature() -> SignetError? {
-            guard let signatures, let failure = signatures.finish(),
-                  case .rejected(let kind, let message, let entry) = signatures.rejection(failure) else { return nil }
-            return Self.error(for: kind, message, package: package, entry: entry)
+            signatures?.firstRejection().map { Self.error(for: $0.failure, $0.message, package: package, entry: $0.entry) }
         }
         do {
             for (index, file) in resources.enumerated() {

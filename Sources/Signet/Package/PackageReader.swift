@@ -179,9 +179,7 @@ public enum PackageReader {
         // failure in manifest order wins, as when each file is checked in turn.
         let signatures = SignatureChecks(key: checked.key, algorithm: checked.algorithm)
         func firstBadSignature() -> PackageVerification? {
-            guard let failure = signatures.finish(),
-                  case .rejected(let kind, let message, let entry) = signatures.rejection(failure) else { return nil }
-            return checked.verdict(kind, message, entry: entry)
+            signatures.firstRejection().map { checked.verdict($0.failure, $0.message, entry: $0.entry) }
         }
         for (index, file) in files.enumerated() {
             let result: ResourceCheck

@@ -62,16 +62,19 @@ final class SignatureChecks: @unchecked Sendable {
     }
 
     /// Waits for every queued check; the first file (in manifest order) whose signature failed.
-    func finish() -> Failure? {
+    private func finish() -> Failure? {
         queue.sync {}
         lock.lock()
         defer { lock.unlock() }
         return failure
     }
 
-    /// The verdict on a failed file, explained by the full verifier (the message the one-by-one
-    /// check gives).
-    func rejection(_ failure: Failure) -> PackageReader.ResourceCheck {
-        PackageReader.signatureCheck(failure.file, signature: failure.signature, digest: failure.digest, key: key, algorithm: algorithm)
+    /// Waits for every queued check; the first failure in manifest order, explained by the full
+    /// verifier (the message the one-by-one check gives).
+    func firstRejection() -> (failure: PackageVerification.Failure, message: String, entry: String)? {
+        guard let failure = finish(),
+              case .rejected(let kind, let message, let entry) = PackageReader.signatureCheck(failure.file, signature: failure.signature, digest: failure.digest,
+                                                                                               key: key, algorithm: algorithm) else { return nil }
+        return (kind, message, entry)
     }
 }
