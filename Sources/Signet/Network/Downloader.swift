@@ -98,7 +98,8 @@ enum Downloader {
 
     /// Downloads `url` into `partial`, continuing what an earlier attempt left there when the
     /// server still has the same file. `body` sees every byte of the file in order (the bytes
-    /// already on disk first); `restart` is called when the server sends the file anew.
+    /// already on disk first); `restart` is called before each attempt (whose `body` then sees
+    /// the file from byte 0 again) and when the server sends the file anew.
     static func download(_ url: String, into partial: String, options: DownloadOptions,
                          cancelled: CancellationFlag? = nil, durable: Bool = true,
                          body: ((UnsafeRawBufferPointer) throws -> Void)? = nil,
@@ -199,6 +200,13 @@ enum Downloader {
             let size: UInt64
             do { size = UInt64(try FileDescriptor(fd).status().st_size) } catch {
                 throw fail(SignetError.posix(error, "cannot read the download", path: partial))
+            }
+            // Every attempt hashes from byte 0: the bytes kept from an earlier attempt go through
+            // `body` again below, so nothing of a failed attempt stays in the hash (a retry that
+            // starts over must not hash the first attempt's bytes, nor one that continues hash
+            // the kept bytes twice).
+            do { try restart() } catch {
+                throw fail(error as? SignetError ?? SignetError(.crypto, "cannot restart the hash of the download", path: partial))
             }
             var ifRange: String? = nil
             if size > 0, case .success(let stored?) = ExtendedAttributes.get(Downloader.partialAttribute, on: fd),

@@ -1,0 +1,117 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A small HTTP server on loopback (python3's http.server, plain http: the tests give
+/// `--allow-http`) whose answers follow a script, for the hostile and unlucky servers that
+/// nginx cannot play: a connection cut after K bytes, a retry answered with only the rest of
+/// the file, no validators. Each path has a list of answers, one per request, the last one
+/// repeated; every request is logged as `PATH RANGE-HEADER` in ``requests``.
+public final class ScriptedServer {
+    /// One answer.
+    public struct Answer: Codable, Sendable {
+        /// HTTP status.
+        public var status: Int
+        /// The bytes of the file to send: `from` up to `to` (exclusive; nil for the end).
+        public var from: Int
+        public var to: Int?
+        /// The Content-Length to announce (nil: the bytes sent).
+        public var length: Int?
+        /// Close the connection after this many body bytes (nil: send them all).
+        public var cutAfter: Int?
+        /// Extra headers.
+        public var headers: [String: String]
+
+        public init(status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:]) {
+            self.status = status
+            self.from = from
+            self.to = to
+            self.length = length
+            self.cutAfter = cutAfter
+            self.headers = headers
+        }
+    }
+
+    public let directory: TemporaryDirectory
+    public let port: Int
+    private let process: Process
+
+    /// Serves files of `directory` ("www/PATH"); `script` maps a path (without the leading
+    /// slash) to its answers. Paths not in the script are served whole with 200.
+    public init(script: [String: [Answer]]) throws {
+        directory = try TemporaryDirectory()
+        try FileManager.default.createDirectory(atPath: directory.file("www"), withIntermediateDirectories: true)
+        let plan = try JSONEncoder().encode(script)
+        let planPath = try directory.write("script.json", plan)
+        let server = #"""
+        import http.server, json, os, signal, socket, sys
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        root, plan_path, log_path = sys.argv[1], sys.argv[2], sys.argv[3]
+        plan = json.load(open(plan_path))
+        counts = {}
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def log_message(self, *args): pass
+            def do_GET(self):
+                path = self.path.lstrip("/")
+                with open(log_path, "a") as log:
+                    log.write("%s %s\n" % (path, self.headers.get("Range", "-")))
+                try:
+                    data = open(os.path.join(root, path), "rb").read()
+                except OSError:
+                    self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
+                answers = plan.get(path, [{"status": 200, "from": 0, "headers": {}}])
+                n = counts.get(path, 0); counts[path] = n + 1
+                a = answers[min(n, len(answers) - 1)]
+                body = data[a.get("from", 0):a.get("to") if a.get("to") is not None else len(data)]
+                self.send_response(a["status"])
+                self.send_header("Content-Length", str(a["length"] if a.get("length") is not None else len(body)))
+                for k, v in a.get("headers", {}).items(): self.send_header(k, v)
+                cut = a.get("cutAfter")
+                if cut is not None: self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(body if cut is None else body[:cut])
+                self.wfile.flush()
+                if cut is not None:
+                    self.close_connection = True
+                    try: self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError: pass
+        s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        print(s.server_address[1], flush=True)
+        s.serve_forever()
+        """#
+        let scriptPath = try directory.write("server.py", Data(server.utf8))
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: try which("python3"))
+        process.arguments = [scriptPath, directory.file("www"), planPath, directory.file("requests.log")]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // The first line is the port the kernel chose.
+        var line = Data()
+        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data([0x0A]) { line.append(byte) }
+        guard let port = Int(String(decoding: line, as: UTF8.self)) else {
+            kill(process.processIdentifier, SIGKILL)
+            throw SupportError("the scripted server did not start")
+        }
+        self.port = port
+    }
+
+    /// Where `path` is served from.
+    public func file(_ path: String) -> String { directory.file("www/" + path) }
+
+    public func url(_ path: String) -> String { "http://127.0.0.1:\(port)/\(path)" }
+
+    /// Each request so far: the path and its Range header ("-" for none).
+    public var requests: [String] {
+        ((try? String(contentsOfFile: directory.file("requests.log"), encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    deinit {
+        // SIGKILL: the test runner may ignore SIGTERM, and python3 inherits that.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
