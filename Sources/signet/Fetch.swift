@@ -75,7 +75,7 @@ struct Fetch: ParsableCommand {
                 var small = options
                 small.maxSize = 64 * 1024
                 let path = try Blocking.wait { [small] in try await Download.temporaryCopy(of: signature, options: small) }
-                defer { unlink(path) }
+                defer { Download.removeTemporaryCopy(path) }
                 signatureBytes = try SignatureFiles.read(path)
             } else {
                 signatureBytes = try SignatureFiles.read(signature)

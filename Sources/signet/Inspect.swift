@@ -112,7 +112,7 @@ struct Inspect: ParsableCommand {
                 try await Download.temporaryCopy(of: package, options: $0)
             }
         }
-        defer { if file != package { unlink(file) } }
+        defer { if file != package { Download.removeTemporaryCopy(file) } }
         if bare { return try inspectBare(file) }
         if !trust.hasSources {
             verification = nil

@@ -36,8 +36,9 @@ struct PassphraseOptions: ParsableArguments {
         if passphraseFile != nil && passphraseEnvironment != nil {
             throw ValidationError("give either --passphrase-file or --passphrase-env, not both")
         }
-        if let name = passphraseEnvironment, name.isEmpty || name.contains("=") {
-            throw ValidationError("--passphrase-env takes the NAME of an environment variable, e.g. --passphrase-env SIGNET_PASSPHRASE")
+        if let name = passphraseEnvironment, !PassphraseSource.isVariableName(name) {
+            // Never repeat the value: it may be the passphrase, given where its variable's name belongs.
+            throw ValidationError("--passphrase-env takes the NAME of an environment variable (letters, digits and _, e.g. --passphrase-env SIGNET_PASSPHRASE); the value given is not a valid variable name, and is not repeated here in case it is the secret itself")
         }
     }
 

@@ -56,6 +56,12 @@ struct Reverify: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A JSON rules file with exclude, only and allow_keys (combined with the options).", valueName: "file"))
     var rules: String?
 
+    @Option(name: .long, help: ArgumentHelp("unpack's --state file: each DIR must hold the package recorded for it there, at no lower sequence than recorded for its name.", valueName: "file"))
+    var state: String?
+
+    @Option(name: .customLong("expect-name"), help: ArgumentHelp("Each DIR must hold this package (another product, or a bare tree, fails).", valueName: "name"))
+    var expectName: String?
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -130,6 +136,8 @@ struct Reverify: ParsableCommand {
         options.exclude = exclude
         options.only = only
         options.repair = repair
+        options.stateFile = state
+        options.expectedName = expectName
         for (file, keyPath) in try allowedKeys() { options.allow(keyPath, in: file) }
         if let rules { options.merge(try ReverifyOptions(rulesFile: rules)) }
         var trees: [TreeEntry] = []
@@ -150,7 +158,14 @@ struct Reverify: ParsableCommand {
                 }
                 var failure: SignetError? = nil
                 if let reason = tree.manifestFailure {
-                    failure = SignetError(reason == .untrustedSigner ? .untrustedSigner : .badSignature, tree.manifestMessage ?? "\(reason)", path: tree.root)
+                    let code: SignetError.Code = switch reason {
+                    case .untrustedSigner: .untrustedSigner
+                    case .relabelled: .relabelledTree
+                    case .otherPackage: .otherPackage
+                    case .rollback: .rollback
+                    default: .badSignature
+                    }
+                    failure = SignetError(code, tree.manifestMessage ?? "\(reason)", path: tree.root)
                 }
                 statuses.append(failure?.code.exitStatus.rawValue ?? (tree.isOK ? 0 : 1))
                 guard output.json else {

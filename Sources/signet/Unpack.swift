@@ -13,7 +13,10 @@ struct Unpack: ParsableCommand {
         swapped for the new tree in one step: at every instant it holds the old or the new tree.
 
         DIR may be absent, empty, or a tree Signet installed; anything else needs --force. \
-        Installing a lower sequence of the same package name is refused (--allow-downgrade).
+        Installing a lower sequence of the same package name is refused (--allow-downgrade). \
+        A package of another name (another product signed by the same key) does not replace \
+        an installed tree, nor one that --state records for DIR, unless --change-package says \
+        DIR changes product; nor does a bare package replace a tree installed from a manifest.
 
         One update of DIR at a time: unpack locks .DIR.signet-lock beside DIR from the rollback \
         check to the swap; a second unpack waits (--wait) or fails with exit 5. Installed files \
@@ -67,6 +70,9 @@ struct Unpack: ParsableCommand {
     @Flag(name: .customLong("allow-downgrade"), help: "Install a lower sequence over the same package.")
     var allowDowngrade = false
 
+    @Flag(name: .customLong("change-package"), help: "DIR changes product: install a package of another name (or a bare one) over the installed tree or what --state records for DIR; the change is recorded in --state.")
+    var changePackage = false
+
     @OptionGroup var limits: LimitOptions
 
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
@@ -98,6 +104,7 @@ struct Unpack: ParsableCommand {
         var options = InstallOptions()
         options.force = force
         options.allowDowngrade = allowDowngrade
+        options.changePackage = changePackage
         options.bare = bare
         options.caseInsensitiveDestination = caseInsensitiveDest
         options.bareAlgorithm = algorithm

@@ -33,6 +33,13 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let packageInvalid = Code("package-invalid", exitStatus: .verificationFailed)
         /// A package would replace an installed tree of the same name with a lower sequence.
         public static let rollback = Code("rollback", exitStatus: .verificationFailed)
+        /// A package of another name (another product) would replace an installed tree, or a
+        /// destination the state file records for another package (`unpack --change-package`
+        /// allows it).
+        public static let otherPackage = Code("other-package", exitStatus: .verificationFailed)
+        /// An installed tree no longer is of the kind it was installed as: a tree installed from
+        /// a signed manifest is now marked bare (its manifest signature removed).
+        public static let relabelledTree = Code("relabelled-tree", exitStatus: .verificationFailed)
         /// A file has no signature.
         public static let missingSignature = Code("missing-signature", exitStatus: .verificationFailed)
         /// A signature does not verify with any of the given keys.

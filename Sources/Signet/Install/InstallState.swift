@@ -7,16 +7,41 @@ import Musl
 #endif
 
 /// `--state FILE`: the highest `sequence` installed per package `name`, across every destination
-/// that uses the file, so a package cannot be rolled back by installing it somewhere else.
+/// that uses the file, so a package cannot be rolled back by installing it somewhere else; and
+/// for each destination, the package and the kind of tree installed there, so that neither
+/// another product's package nor a relabelled (bare) tree can take its place (FORMAT.md §2).
 ///
 /// The file itself is locked (`flock`), from the rollback check until the new sequence is
 /// recorded; no second file is left beside it. An update replaces the file atomically (a new
 /// inode), so a process that was waiting for the lock checks, once it has it, that it holds the
 /// file the path names now, and otherwise locks the new one.
+///
+/// Format `signet-state/2`: `{"format": "signet-state/2", "packages": {NAME: SEQUENCE},
+/// "destinations": {ABSOLUTE-DIR: {"name": NAME|null, "kind": "manifest"|"bare", "sequence": N|null,
+/// "changed_from": NAME (only after --change-package)}}}`. The first format (an object of names
+/// and sequences) is read as `packages` and written in the new format on the next update.
 final class InstallState {
     let path: String
     private let lock: Int32
     private(set) var sequences: [String: UInt64]
+    private(set) var destinations: [String: Destination]
+
+    /// What was installed in one destination.
+    struct Destination: Codable, Equatable {
+        /// The package name (nil for a bare package).
+        var name: String?
+        /// "manifest" or "bare".
+        var kind: String
+        var sequence: UInt64?
+        /// The name this destination held before `--change-package` replaced it.
+        var changed_from: String?
+    }
+
+    private struct Document: Codable {
+        let format: String
+        let packages: [String: UInt64]
+        let destinations: [String: Destination]
+    }
 
     /// Opens (creating if needed) and locks the state; blocks while another install holds it.
     init(path: String) throws {
@@ -36,7 +61,14 @@ final class InstallState {
                 close(fd)
                 throw SignetError.posix(error, "cannot lock install state", path: path)
             }
-            if let named, held.st_dev == named.st_dev && held.st_ino == named.st_ino { break }
+            if let named, held.st_dev == named.st_dev && held.st_ino == named.st_ino {
+                // A state another user can write (or wrote) could lower every recorded sequence.
+                guard held.st_uid == geteuid(), held.st_mode & 0o022 == 0, held.st_mode & S_IFMT == S_IFREG else {
+                    close(fd)
+                    throw SignetError(.destinationRefused, "install state '\(path)' belongs to another user (uid \(held.st_uid)) or may be written by others (mode \(String(held.st_mode & 0o777, radix: 8))); a state others can change protects nothing. Keep it in a folder only this user writes, with mode 0644 or 0600", path: path)
+                }
+                break
+            }
             close(fd)   // replaced while we waited: lock the file the path names now
         }
         lock = fd
@@ -55,29 +87,70 @@ final class InstallState {
             close(fd)
             throw error
         }
-        if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x09 || $0 == 0x0D }) {
-            sequences = [:]
-            return
-        }
-        guard (try? StrictJSON.check(bytes, integersOnly: true)) != nil,
-              let decoded = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) else {
+        do {
+            (sequences, destinations) = try Self.parse(bytes, path: path)
+        } catch {
             close(fd)
-            throw SignetError(.malformedInput, "install state '\(path)' is not a JSON object of package names and sequences; restore it or remove it", path: path)
+            throw error
         }
-        sequences = decoded
     }
+
+    /// A state file's contents: strict JSON, `signet-state/2` or the first format.
+    static func parse(_ bytes: [UInt8], path: String) throws -> (sequences: [String: UInt64], destinations: [String: Destination]) {
+        if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x09 || $0 == 0x0D }) { return ([:], [:]) }
+        guard (try? StrictJSON.check(bytes, integersOnly: true)) != nil else {
+            throw SignetError(.malformedInput, "install state '\(path)' is not strict JSON; restore it or remove it", path: path)
+        }
+        if let document = try? JSONDecoder().decode(Document.self, from: Data(bytes)), document.format == "signet-state/2",
+           document.destinations.values.allSatisfy({ $0.kind == "manifest" || $0.kind == "bare" }) {
+            return (document.packages, document.destinations)
+        }
+        if let decoded = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) {
+            return (decoded, [:])   // the first format
+        }
+        throw SignetError(.malformedInput, "install state '\(path)' is not a signet-state/2 document (nor the older object of package names and sequences); restore it or remove it", path: path)
+    }
+
+    /// Reads a state file without locking or creating it (`reverify --state`): it must exist.
+    static func read(_ path: String) throws -> (sequences: [String: UInt64], destinations: [String: Destination]) {
+        let file = try InputFile.open(path, what: "install state", followSymlinks: false)
+        return try parse(try file.readAll(limit: 16 << 20, what: "install state"), path: path)
+    }
+
+    /// The key a destination is recorded under: its absolute path, with its parent's links
+    /// resolved (the destination itself is never a link).
+    static func key(for destination: String) -> String {
+        var destination = destination
+        while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
+        let parent = AtomicFile.parentDirectory(of: destination)
+        let name = destination.split(separator: "/").last.map(String.init) ?? destination
+        guard let resolved = realpath(parent, nil) else { return destination }
+        defer { free(resolved) }
+        let base = String(cString: resolved)
+        return (base == "/" ? "" : base) + "/" + name
+    }
+
+    /// What the state records for `destination`.
+    func destination(_ destination: String) -> Destination? { destinations[Self.key(for: destination)] }
 
     deinit {
         _ = flock(lock, LOCK_UN)
         close(lock)
     }
 
-    /// Records `sequence` for `name` if it is higher than what is recorded.
-    func record(_ name: String, sequence: UInt64) throws {
-        guard sequence > sequences[name] ?? 0 || sequences[name] == nil else { return }
-        sequences[name] = sequence
+    /// Records what was installed in `destination`: the package's sequence for its name if it
+    /// is higher than what is recorded, and the destination's package and kind.
+    func record(_ name: String?, sequence: UInt64?, destination: String, changedFrom: String? = nil) throws {
+        if let name, let sequence, sequence > sequences[name] ?? 0 || sequences[name] == nil {
+            sequences[name] = sequence
+        }
+        let key = Self.key(for: destination)
+        var entry = Destination(name: name, kind: name == nil ? "bare" : "manifest", sequence: sequence, changed_from: nil)
+        entry.changed_from = changedFrom ?? (destinations[key]?.name == name ? destinations[key]?.changed_from : nil)
+        destinations[key] = entry
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
-        try AtomicFile.write(Array(try encoder.encode(sequences)) + [UInt8(ascii: "\n")], to: path, mode: 0o644, replace: true)
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        let document = Document(format: "signet-state/2", packages: sequences, destinations: destinations)
+        try AtomicFile.write(Array(try encoder.encode(document)) + [UInt8(ascii: "\n")], to: path, mode: 0o644, replace: true)
     }
 }

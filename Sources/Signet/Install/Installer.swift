@@ -15,6 +15,12 @@ public struct InstallOptions: Sendable {
     public var progress: ProgressHandler? = nil
     /// Install a lower `sequence` over an installed tree of the same name.
     public var allowDowngrade = false
+    /// Let the destination change product: install a package whose name differs from the
+    /// installed tree's (or from what `stateFile` records for the destination), or a bare
+    /// package over a tree installed from a signed manifest. The change is recorded in
+    /// `stateFile` (`changed_from`). Off by default: a validly signed package of another
+    /// product never replaces an installed one unasked (`unpack --change-package`).
+    public var changePackage = false
     /// The older layout: resources with `<path>.sig` beside them, no manifest (FORMAT.md §2).
     public var bare = false
     /// The destination's filesystem ignores case (vfat, exFAT, NTFS, SMB): two files whose
@@ -79,13 +85,34 @@ public enum Installer {
     /// errors (exit 5). Whatever is thrown, `destination` is as it was.
     public static func install(_ package: String, to destination: String, policy: TrustPolicy,
                                options: InstallOptions = InstallOptions()) throws -> InstallReport {
-        // "dir/" would make lstat follow a symbolic link at dir: judge the name itself.
-        var destination = destination
-        while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
+        let destination = try normalizedDestination(destination)
         try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
         // One update of DIR at a time: the rollback check and the swap happen under this lock.
         let lock = try DestinationLock(destination, wait: options.wait)
         defer { lock.release() }
+        return try install(package, to: destination, policy: policy, options: options, holding: lock)
+    }
+
+    /// The destination as it is locked and swapped: without trailing slashes ("dir/" would
+    /// make lstat follow a symbolic link at dir: the name itself is judged), and, where its last
+    /// component is `.` or `..` (`--dest .` from inside the tree), its real path, since a tree
+    /// cannot be swapped through the name `.`.
+    static func normalizedDestination(_ destination: String) throws -> String {
+        var destination = destination
+        while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
+        let last = destination.split(separator: "/").last
+        guard destination.isEmpty || last == "." || last == ".." else { return destination }
+        guard let resolved = realpath(destination.isEmpty ? "." : destination, nil) else {
+            throw SignetError.posix(errno, "cannot use destination", path: destination, call: "realpath")
+        }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// ``install(_:to:policy:options:)`` with the destination's lock already held (a download
+    /// into DIR takes it before the download starts).
+    static func install(_ package: String, to destination: String, policy: TrustPolicy,
+                        options: InstallOptions, holding lock: DestinationLock) throws -> InstallReport {
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
@@ -146,8 +173,10 @@ public enum Installer {
         let (exchanged, leftover) = try staging.install(at: destination, replacing: state)
         installed = true
         progress?.finish()
-        if let installState, let manifest = checked?.manifest {
-            try installState.record(manifest.name, sequence: manifest.sequence)
+        if let installState {
+            let before = installState.destination(destination)?.name ?? state.installedName
+            let changedFrom = options.changePackage && before != nil && !Self.sameName(before, checked?.manifest.name) ? before : nil
+            try installState.record(checked?.manifest.name, sequence: checked?.manifest.sequence, destination: destination, changedFrom: changedFrom)
         }
         var replaced: UInt64? = nil
         if case .installed(let manifest?) = state { replaced = manifest.sequence }
@@ -169,26 +198,50 @@ public enum Installer {
         /// and the state file's); nil for a bare package. The state stays locked until the new
         /// sequence is recorded.
         func checkManifest(replacing state: DestinationState) throws -> (PackageReader.Checked?, InstallState?) {
-            guard !options.bare else { return (nil, nil) }
-            let checked: PackageReader.Checked
-            switch try PackageReader.checkManifest(reader: reader, layout: layout, policy: policy, limits: options.limits, now: options.now) {
-            case .rejected(let verdict): throw error(for: verdict.failure!, verdict.message, package: package, entry: verdict.entry)
-            case .checked(let value): checked = value
+            var checked: PackageReader.Checked? = nil
+            if !options.bare {
+                switch try PackageReader.checkManifest(reader: reader, layout: layout, policy: policy, limits: options.limits, now: options.now) {
+                case .rejected(let verdict): throw error(for: verdict.failure!, verdict.message, package: package, entry: verdict.entry)
+                case .checked(let value): checked = value
+                }
             }
-            let manifest = checked.manifest
+            let manifest = checked?.manifest
             var installState: InstallState? = nil
             if let stateFile = options.stateFile {
                 let recorded = try InstallState(path: stateFile)
                 installState = recorded
-                if let highest = recorded.sequences[manifest.name], manifest.sequence < highest, !options.allowDowngrade {
+                if let manifest, let highest = recorded.sequences[manifest.name], manifest.sequence < highest, !options.allowDowngrade {
                     throw SignetError(.rollback, "\(manifest.name) sequence \(highest) was installed before (recorded in '\(stateFile)'); the package has sequence \(manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: package)
                 }
+                // What the state says this destination holds, whatever DIR holds now (a tree
+                // deleted or emptied does not make room for another product).
+                if let previous = recorded.destination(destination) {
+                    try checkSameProduct(installed: previous.name, kind: previous.kind, manifest: manifest, where: "recorded in '\(stateFile)'")
+                }
             }
-            if case .installed(let installed?) = state, installed.name == manifest.name,
-               manifest.sequence < installed.sequence, !options.allowDowngrade {
-                throw SignetError(.rollback, "'\(destination)' holds \(installed.name) sequence \(installed.sequence); the package has sequence \(manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: destination)
+            switch state {
+            case .installed(let installed?):
+                try checkSameProduct(installed: installed.name, kind: "manifest", manifest: manifest, where: "installed")
+                if let manifest, Installer.sameName(installed.name, manifest.name), manifest.sequence < installed.sequence, !options.allowDowngrade {
+                    throw SignetError(.rollback, "'\(destination)' holds \(installed.name) sequence \(installed.sequence); the package has sequence \(manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: destination)
+                }
+            case .bare, .installed(nil), .absent, .empty, .foreign:
+                break
             }
             return (checked, installState)
+        }
+
+        /// Refuses (`.otherPackage`, exit 1) a package that would make DIR another product: a
+        /// manifest of another name (compared byte for byte), or a bare package, over a tree
+        /// installed from a signed manifest; unless `--change-package`.
+        func checkSameProduct(installed name: String?, kind: String, manifest: Manifest?, where origin: String) throws {
+            guard !options.changePackage, kind == "manifest", let name else { return }
+            guard let manifest else {
+                throw SignetError(.otherPackage, "'\(destination)' holds package '\(name)' (\(origin)), installed from a signed manifest; the bare package '\(package)' has no name, no rollback and no completeness check, and does not replace it. Pass --change-package if '\(destination)' is meant to change product", path: destination)
+            }
+            guard Installer.sameName(name, manifest.name) else {
+                throw SignetError(.otherPackage, "'\(destination)' holds package '\(name)' (\(origin)); '\(package)' is package '\(manifest.name)', another product. Refusing to replace one with the other; pass --change-package if '\(destination)' is meant to become '\(manifest.name)' (the change is recorded in --state)", path: destination)
+            }
         }
 
         /// The resources to install: the manifest's, or a bare package's in archive order.
@@ -288,6 +341,16 @@ public enum Installer {
             for (name, entry) in layout.certificates {
                 try staging.writeFile(name, try reader.readAll(entry, limit: 1 << 20, name: name))
             }
+        }
+    }
+
+    /// Package names are compared byte for byte: canonically equivalent spellings are different
+    /// products.
+    static func sameName(_ a: String?, _ b: String?) -> Bool {
+        switch (a, b) {
+        case (nil, nil): return true
+        case (let a?, let b?): return a.utf8.elementsEqual(b.utf8)
+        default: return false
         }
     }
 
@@ -395,8 +458,16 @@ enum DestinationState {
     case empty
     /// A tree Signet installed; its manifest (nil if it cannot be read, which --force must then confirm).
     case installed(Manifest?)
+    /// A tree unpack `--bare` installed (no manifest).
+    case bare
     /// Something else, replaced only with --force.
     case foreign
+
+    /// The package name of an installed tree, when it has a readable manifest.
+    var installedName: String? {
+        if case .installed(let manifest?) = self { return manifest.name }
+        return nil
+    }
 
     static func inspect(_ destination: String, force: Bool) throws -> DestinationState {
         let present: stat?
@@ -435,8 +506,13 @@ enum DestinationState {
             let manifest = try? Manifest.parse(bytes)
             if manifest != nil || force { return .installed(manifest) }
         } else if Reverifier.isBareTree(fd) {
-            // A tree unpack --bare installed: Signet's, with no manifest (no rollback check).
-            return .installed(nil)
+            // A tree unpack --bare installed: Signet's, with no manifest (no rollback check);
+            // unless its files say they came from a signed manifest (the manifest's signature
+            // removed and the bare marker added: that would skip every check the manifest gives).
+            if let origin = Reverifier.manifestOrigin(of: fd), !force {
+                throw SignetError(.relabelledTree, "'\(destination)' is marked as a bare tree, but its files were installed from the signed package '\(origin.name)' sequence \(origin.sequence) (their user.signet.meta says so): its manifest or manifest signature was removed. Reinstall it, or pass --force to replace it", path: destination)
+            }
+            return .bare
         }
         guard force else {
             throw SignetError(.destinationRefused, "destination '\(destination)' is not empty and holds no tree Signet installed (no readable .signet/manifest.json); choose a new or empty directory, or pass --force to replace it", path: destination)
@@ -448,41 +524,66 @@ enum DestinationState {
 /// The lock on one destination: `.DIR.signet-lock` beside DIR (not inside the tree that is
 /// swapped), held with `flock` from the rollback check to the swap, so two updates of DIR never
 /// interleave. It holds the holder's process id, for the message a waiting process shows.
+///
+/// The lock file is a ``PrivateFile`` (another user's file under that name is never read or
+/// locked), and it is removable: when DIR does not exist at release (a refused first install),
+/// the holder unlinks it while still holding it, and every locker checks after locking that the
+/// path still names the file it locked, else locks the new one.
 final class DestinationLock {
     private var descriptor: Int32
+    private let path: String
+    private let destination: String
 
     init(_ destination: String, wait: Double) throws {
         let (directory, prefix) = TemporaryFiles.prefix(besides: destination)
         let path = directory + "/" + prefix + "lock"
-        let fd: Int32
-        do { fd = try Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644) } catch {
-            throw SignetError.posix(error, "cannot open the lock of the destination at", path: path)
-        }
+        self.path = path
+        self.destination = destination
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, min(wait, 86_400)) * 1e9)
-        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+        while true {
+            let fd = try PrivateFile.open(path, mode: 0o644, what: "lock").descriptor
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+                guard PrivateFile.stillNamed(fd, path) else {
+                    close(fd)   // removed by its last holder while we waited: lock the new one
+                    continue
+                }
+                let text = Array("\(getpid())\n".utf8)
+                _ = ftruncate(fd, 0)
+                _ = pwrite(fd, text, text.count, 0)
+                descriptor = fd
+                return
+            }
             let err = errno
             guard err == EWOULDBLOCK || err == EINTR else {
                 close(fd)
                 throw SignetError.posix(err, "cannot lock the destination at", path: path, call: "flock")
             }
+            if TemporaryFiles.isInterrupted {
+                close(fd)
+                throw SignetError(.interrupted, "interrupted while waiting for another update of '\(destination)'; nothing was changed", path: destination)
+            }
             if DispatchTime.now().uptimeNanoseconds >= deadline {
                 var holder = [UInt8](repeating: 0, count: 32)
                 let n = (try? holder.withUnsafeMutableBytes { try FileDescriptor(fd).read(fullyAt: 0, into: $0) }) ?? 0   // only for the message
                 close(fd)
-                let pid = n > 0 ? String(decoding: holder.prefix(n).prefix { $0 != 0x0A }, as: UTF8.self) : "?"
+                let digits = holder.prefix(n).prefix { $0 != 0x0A }
+                let pid = !digits.isEmpty && digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) ? String(decoding: digits, as: UTF8.self) : "?"
                 throw SignetError(.destinationBusy, "'\(destination)' is being updated by process \(pid); try again when it has finished, or wait longer with --wait SECONDS", path: destination)
             }
             usleep(20_000)
         }
-        let text = Array("\(getpid())\n".utf8)
-        _ = ftruncate(fd, 0)
-        _ = pwrite(fd, text, text.count, 0)
-        descriptor = fd
     }
 
     func release() {
         guard descriptor >= 0 else { return }
         _ = ftruncate(descriptor, 0)
+        // Beside a DIR that was never made (or is gone) the lock file goes too, unlinked while
+        // it is still held.
+        let absent: Bool
+        do { absent = try Paths.lstatIfPresent(destination) == nil } catch { absent = false }
+        if absent, PrivateFile.stillNamed(descriptor, path) {
+            _ = try? Paths.withParent(of: path) { directory, name in unlinkat(directory, name, 0) }
+        }
         _ = flock(descriptor, LOCK_UN)
         close(descriptor)
         descriptor = -1

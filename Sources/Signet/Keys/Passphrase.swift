@@ -61,9 +61,17 @@ public struct PassphraseSource: Sendable {
     /// An empty first line is refused (`.emptyPassphrase`, exit 4): a source given explicitly
     /// but empty is a mistake (a failed `pass show`, an unset secret), and an empty passphrase
     /// would write an unprotected key. `what` names the file in messages.
+    ///
+    /// A file that does not exist is reported without its name: a secret given where its file's
+    /// name belongs (`--passphrase-file 'correct horse'`) must not reach a log.
     public static func file(_ path: String, what: String = "passphrase file") -> PassphraseSource {
         PassphraseSource(description: "the \(what) '\(path)'") { _ in
-            let bytes = try readSmallFile(path, what: what, limit: 64 * 1024, allowPipes: true)
+            let bytes: [UInt8]
+            do {
+                bytes = try readSmallFile(path, what: what, limit: 64 * 1024, allowPipes: true)
+            } catch let error as SignetError where error.code == .fileNotFound {
+                throw SignetError(.fileNotFound, "the \(what) does not exist (its name is not repeated here, in case it is the secret itself); give the path of a file whose first line is the secret")
+            }
             var line = bytes.prefix { $0 != UInt8(ascii: "\n") }
             if line.last == UInt8(ascii: "\r") { line.removeLast() }
             guard !line.isEmpty else {
@@ -73,9 +81,14 @@ public struct PassphraseSource: Sendable {
         }
     }
 
-    /// The value of an environment variable. Unset or empty is refused (exit 4).
+    /// The value of an environment variable. Unset or empty is refused (exit 4); a name that
+    /// cannot be a variable's (`[A-Za-z_][A-Za-z0-9_]*`) is refused (exit 2) without repeating
+    /// it, since it may be the secret itself given where its variable's name belongs.
     public static func environment(_ name: String) -> PassphraseSource {
-        PassphraseSource(description: "the environment variable \(name)") { _ in
+        guard isVariableName(name) else {
+            return PassphraseSource(description: "an environment variable") { _ in throw invalidVariableName(option: "--passphrase-env") }
+        }
+        return PassphraseSource(description: "the environment variable \(name)") { _ in
             guard let value = getenv(name) else {
                 throw SignetError(.passphraseRequired,
                                   "the environment variable \(name) named by --passphrase-env is not set; export it or use --passphrase-file")
@@ -85,6 +98,20 @@ public struct PassphraseSource: Sendable {
             }
             return Passphrase(bytes: Array(UnsafeBufferPointer(start: value, count: strlen(value)).map { UInt8(bitPattern: $0) }))
         }
+    }
+
+    /// Whether `name` can name an environment variable: a letter or `_`, then letters, digits
+    /// and `_` (at most 255 bytes).
+    public static func isVariableName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard let first = bytes.first, bytes.count <= 255 else { return false }
+        func letter(_ b: UInt8) -> Bool { (b | 0x20) >= UInt8(ascii: "a") && (b | 0x20) <= UInt8(ascii: "z") || b == UInt8(ascii: "_") }
+        return letter(first) && bytes.allSatisfy { letter($0) || ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) }
+    }
+
+    /// The refusal of a value that is not a variable name, which never repeats the value.
+    static func invalidVariableName(option: String) -> SignetError {
+        SignetError(.usage, "\(option) takes the NAME of an environment variable (letters, digits and _, e.g. SIGNET_PASSPHRASE); the value given is not a valid variable name, and is not repeated here in case it is the secret itself")
     }
 
     /// A passphrase already in memory.

@@ -23,6 +23,9 @@ public struct DownloadOptions: Sendable {
     public var retries: Int = 3
     /// Seconds before the first retry; doubled for each next one, at most 30 (`--retry-delay`).
     public var retryDelay: Double = 1
+    /// Seconds to wait for another process that is downloading into the same partial file
+    /// (`--wait`), before giving up with `.destinationBusy` (exit 5).
+    public var wait: Double = 10
     /// Redirects followed, each to https:// only and each under the same TLS policy.
     public static let maximumRedirects = 5
     /// Called on the downloading thread as bytes arrive (at most ten times a second, and once
@@ -106,13 +109,16 @@ enum Downloader {
                          restart: @escaping () throws -> Void = {}) throws -> DownloadResult {
         try checkScheme(url, policy: options.tls)
         guard globalInit else { throw SignetError(.crypto, "libcurl could not be initialised") }
-        let fd: Int32
-        do { fd = try Paths.open(partial, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) } catch {
-            throw SignetError.posix(error, "cannot create the download", path: partial)
-        }
+        let fd = try lockPartial(partial, options: options, cancelled: cancelled)
         defer { close(fd) }
-        do { _ = try systemCall("flock") { flock(fd, LOCK_EX | LOCK_NB) } } catch {
-            throw SignetError(.destinationBusy, "'\(partial)' is being downloaded by another process; try again when it has finished", path: partial)
+        // Nothing arrived (a TLS refusal, an HTTP error, a cut before the first byte): nothing
+        // to continue, so no empty partial is left behind. Removed while the lock is held.
+        var complete = false
+        defer {
+            var info = stat()
+            if !complete, fstat(fd, &info) == 0, info.st_size == 0, PrivateFile.stillNamed(fd, partial) {
+                _ = try? Paths.withParent(of: partial) { directory, name in unlinkat(directory, name, 0) }
+            }
         }
         let attempts = 1 + max(0, options.retries)
         var kept: UInt64? = nil
@@ -121,6 +127,10 @@ enum Downloader {
                                     body: body, restart: restart)
             do {
                 let result = try transfer.run()
+                complete = true
+                // The attribute is for partial downloads only (FORMAT.md §5): a complete file
+                // does not carry it.
+                _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: fd)
                 return DownloadResult(path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL)
             } catch let failure as Transfer.Failure {
                 kept = kept ?? failure.resumedFrom
@@ -132,6 +142,33 @@ enum Downloader {
             }
         }
         throw SignetError(.network, "cannot download '\(url)'")   // not reached: the last attempt throws
+    }
+
+    /// Opens the partial download as a private file (``PrivateFile``) and locks it, waiting up
+    /// to `options.wait` seconds for another process that downloads into it. After each wait
+    /// the lock is checked to be on the file the path still names (the holder removes an empty
+    /// partial when it gives up).
+    private static func lockPartial(_ partial: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> Int32 {
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, min(options.wait, 86_400)) * 1e9)
+        while true {
+            let fd = try PrivateFile.open(partial, mode: 0o600, what: "download").descriptor
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+                if PrivateFile.stillNamed(fd, partial) { return fd }
+                close(fd)
+                continue
+            }
+            let err = errno
+            close(fd)
+            guard err == EWOULDBLOCK || err == EINTR else {
+                throw SignetError.posix(err, "cannot lock the download", path: partial, call: "flock")
+            }
+            if cancelled?.isSet == true { throw CancellationError() }
+            if TemporaryFiles.isInterrupted { throw SignetError(.interrupted, "interrupted while waiting for another download of '\(partial)'", path: partial) }
+            if DispatchTime.now().uptimeNanoseconds >= deadline {
+                throw SignetError(.destinationBusy, "'\(partial)' is being downloaded by another process; try again when it has finished, or wait longer with --wait SECONDS", path: partial)
+            }
+            usleep(20_000)
+        }
     }
 
     /// Waits before a retry, in short steps, so that an interruption or a cancelled task does
@@ -513,11 +550,16 @@ extension Installer {
 
     static func install(downloading url: String, to destination: String, policy: TrustPolicy,
                         options: InstallOptions, download: DownloadOptions, cancelled: CancellationFlag?) throws -> InstallReport {
-        var destination = destination
-        while destination.count > 1 && destination.hasSuffix("/") { destination.removeLast() }
         try Downloader.checkScheme(url, policy: download.tls)
+        let destination = try normalizedDestination(destination)
         try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
+        // DIR's lock first, for the download too: a second update of DIR waits (--wait) and is
+        // told which process holds it, as for a local package.
+        let lock = try DestinationLock(destination, wait: options.wait)
+        defer { lock.release() }
         let partial = Downloader.partialPath(besides: destination)
+        var download = download
+        download.wait = min(download.wait, options.wait)
         // Not fsynced: the download is read at once and removed. After a power cut, what is on
         // disk of it may be incomplete; it is then continued or downloaded anew, and verified
         // before anything is installed, so the worst case is a second download.
@@ -525,7 +567,7 @@ extension Installer {
         defer { unlink(partial) }
         var options = options
         options.source = Download.recordedSource(url)
-        return try install(partial, to: destination, policy: policy, options: options)
+        return try install(partial, to: destination, policy: policy, options: options, holding: lock)
     }
 }
 
@@ -633,9 +675,10 @@ public enum Download {
         return DownloadResult(path: path, size: result.size, resumedFrom: result.resumedFrom, effectiveURL: result.effectiveURL)
     }
 
-    /// Downloads `url` into `$TMPDIR/signet-download-HASH` (HASH from the URL, so that a
-    /// download cut short continues on the next call) and returns its path. For reading a
-    /// package without installing it (`inspect URL`); the caller removes the file.
+    /// Downloads `url` into a new private folder (`mkdtemp`, mode 0700) under `$TMPDIR` and
+    /// returns the file's path. For reading a package without installing it (`inspect URL`);
+    /// the caller removes it with ``removeTemporaryCopy(_:)``. Nothing is shared with other
+    /// users or other runs: a download cut short is not continued.
     public static func temporaryCopy(of url: String, options: DownloadOptions = DownloadOptions()) throws -> String {
         try temporaryCopy(of: url, options: options, cancelled: nil)
     }
@@ -650,11 +693,30 @@ public enum Download {
         }
     }
 
+    /// Removes a file ``temporaryCopy(of:options:)`` returned, and its private folder.
+    public static func removeTemporaryCopy(_ path: String) {
+        unlink(path)
+        let folder = AtomicFile.parentDirectory(of: path)
+        if folder.split(separator: "/").last?.hasPrefix("signet-download-") == true { rmdir(folder) }
+    }
+
     static func temporaryCopy(of url: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> String {
-        let directory = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        let name = "signet-download-" + String(try Digest.compute(Array(url.utf8), algorithm: .sha256).hex.prefix(16))
-        let path = directory + "/" + name
-        _ = try Downloader.download(url, into: path, options: options, cancelled: cancelled, durable: false)   // read at once, then removed
+        try Downloader.checkScheme(url, policy: options.tls)
+        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array((base + "/signet-download-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else {
+            throw SignetError.posix(errno, "cannot create a private folder for the download in", path: base, call: "mkdtemp")
+        }
+        let folder = String(cString: made)
+        // Removed with its contents if the process is interrupted before the caller removes it.
+        _ = TemporaryFiles.register(folder, tree: true)
+        let path = folder + "/package"
+        do {
+            _ = try Downloader.download(url, into: path, options: options, cancelled: cancelled, durable: false)   // read at once, then removed
+        } catch {
+            removeTemporaryCopy(path)
+            throw error
+        }
         return path
     }
 

@@ -120,6 +120,13 @@ public struct PackageVerification: Sendable {
         public static let untrustedSigner = Failure("untrusted-signer", exitStatus: .untrusted)
         /// The manifest signature does not verify.
         public static let badManifestSignature = Failure("bad-manifest-signature", exitStatus: .verificationFailed)
+        /// An installed tree is marked bare but was installed from a signed manifest.
+        public static let relabelled = Failure("relabelled-tree", exitStatus: .verificationFailed)
+        /// An installed tree holds another package than the one expected (`reverify --state`,
+        /// `--expect-name`).
+        public static let otherPackage = Failure("other-package", exitStatus: .verificationFailed)
+        /// An installed tree holds an older sequence than the state file records for its name.
+        public static let rollback = Failure("rollback", exitStatus: .verificationFailed)
         /// The package is past its `expires` time.
         public static let expired = Failure("expired", exitStatus: .verificationFailed)
         /// A resource is in the manifest but not in the archive, or has no signature.

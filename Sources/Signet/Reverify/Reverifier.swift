@@ -116,6 +116,13 @@ public struct ReverifyOptions: Sendable {
     public var only: [String] = []
     /// Restore lost signature attributes from `.signet/sigs/`, after checking the content.
     public var repair = false
+    /// The package the tree must hold (`--expect-name`): another name, or a bare tree, fails
+    /// the whole tree (`other-package`).
+    public var expectedName: String? = nil
+    /// An install state file (`--state`, as unpack writes it): the tree must hold the package
+    /// and kind recorded for it there, and no lower sequence than the highest recorded for its
+    /// name (`other-package`, `relabelled-tree`, `rollback`).
+    public var stateFile: String? = nil
     /// Key paths allowed to change, by the resource path of a structured file (a file packed
     /// with `--structured`): where only these differ, the file is `ok` with a note. Every file
     /// and key path named must exist in the signed tree (checked before anything else).
@@ -211,11 +218,12 @@ public struct ReverifyOptions: Sendable {
     /// file's own check reports that).
     func checkAllowedKeys(against manifest: Manifest, rootFD: Int32, root: String) throws {
         guard !allowedKeys.isEmpty else { return }
-        var listed: [String: Manifest.File] = [:]
-        let wanted = Set(allowedKeys.keys)
-        for file in manifest.files where wanted.contains(file.path) { listed[file.path] = file }
-        for (path, keys) in allowedKeys.sorted(by: { $0.key < $1.key }) {
-            guard let file = listed[path] else {
+        // By bytes, as the tree check looks them up.
+        var listed: [[UInt8]: Manifest.File] = [:]
+        let wanted = Set(allowedKeys.keys.map { Array($0.utf8) })
+        for file in manifest.files where wanted.contains(Array(file.path.utf8)) { listed[Array(file.path.utf8)] = file }
+        for (path, keys) in allowedKeys.sorted(by: { ResourcePath.byteOrder($0.key, $1.key) }) {
+            guard let file = listed[Array(path.utf8)] else {
                 throw SignetError(.usage, "an allowed key names '\(path)', which is not in the signed manifest of '\(root)'; give the path relative to the tree (e.g. config/app.json:server.url)", path: root)
             }
             guard let format = file.structured else {
@@ -226,6 +234,29 @@ public struct ReverifyOptions: Sendable {
                 throw SignetError(.usage, "the allowed key '\(key)' names nothing in the signed '\(path)' of '\(root)'; check the spelling (keys are joined by '.', array elements are numbers or '*')", path: root)
             }
         }
+    }
+
+    /// Whether the tree holds the expected package (`expectedName`, `stateFile`): nil when it
+    /// does, else the failure and its message. `name` and `sequence` are nil for a bare tree.
+    func expectationFailure(name: String?, sequence: UInt64?, root: String) throws -> (PackageVerification.Failure, String)? {
+        let holds = name.map { "package '\($0)' sequence \(sequence ?? 0)" } ?? "a bare tree (no name)"
+        if let expectedName, !Installer.sameName(expectedName, name) {
+            return (.otherPackage, "'\(root)' holds \(holds), not package '\(expectedName)' (--expect-name)")
+        }
+        guard let stateFile else { return nil }
+        let state = try InstallState.read(stateFile)
+        if let recorded = state.destinations[InstallState.key(for: root)] {
+            if recorded.kind == "manifest", name == nil {
+                return (.relabelled, "'\(root)' was installed from the signed package '\(recorded.name ?? "?")' sequence \(recorded.sequence ?? 0) (recorded in '\(stateFile)'), but is now a bare tree: its manifest or manifest signature was removed. Reinstall the package")
+            }
+            if recorded.kind == "manifest", !Installer.sameName(recorded.name, name) {
+                return (.otherPackage, "'\(root)' holds \(holds), but '\(stateFile)' records package '\(recorded.name ?? "?")' there: the tree was replaced by another product")
+            }
+        }
+        if let name, let sequence, let highest = state.sequences[name], sequence < highest {
+            return (.rollback, "'\(root)' holds \(name) sequence \(sequence), but sequence \(highest) was installed before (recorded in '\(stateFile)'): the tree was rolled back to an older release")
+        }
+        return nil
     }
 
     func selects(_ path: String) -> Bool {
@@ -364,6 +395,25 @@ public enum Reverifier {
         return fstatat(rootFD, TreeLayout.signatures, &info, AT_SYMLINK_NOFOLLOW) == 0 && info.st_mode & S_IFMT == S_IFDIR
     }
 
+    /// Where a tree that is marked bare says it came from a signed manifest: a file whose
+    /// `user.signet.meta` names a package and sequence (a bare install records neither), or
+    /// `.signet/signatures`, which only a manifest install writes. Such a tree had its
+    /// manifest or manifest signature removed; treated as bare, it would lose the completeness,
+    /// rollback and product checks. Nil when nothing says so (the files are read until one does).
+    static func manifestOrigin(of rootFD: Int32) -> (name: String, sequence: UInt64)? {
+        var info = stat()
+        let recorded = fstatat(rootFD, TreeLayout.signatureRecord, &info, AT_SYMLINK_NOFOLLOW) == 0
+        for relative in (try? diskFiles(rootFD, root: "")) ?? [] {
+            guard case .success(let fd) = Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) else { continue }
+            defer { close(fd) }
+            guard case .success(let bytes?) = ExtendedAttributes.get(TreeLayout.metadataAttribute, on: fd),
+                  let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+                  let name = object["name"] as? String else { continue }
+            return (name, (object["sequence"] as? NSNumber)?.uint64Value ?? 0)
+        }
+        return recorded ? ("(unknown)", 0) : nil
+    }
+
     /// `user.signet.meta`, informational only: it picks the algorithm to try and names the
     /// claimed signer for the untrusted/modified distinction; it never makes a file "ok".
     struct Metadata {
@@ -448,6 +498,15 @@ public enum Reverifier {
         guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
               let manifestSignature = try InputFile.readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
             if isBareTree(rootFD) {
+                if let origin = manifestOrigin(of: rootFD) {
+                    return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: .relabelled,
+                                      manifestMessage: "'\(root)' is marked as a bare tree, but its files were installed from the signed package '\(origin.name)' sequence \(origin.sequence) (their user.signet.meta says so): its manifest or manifest signature was removed. Reinstall the package",
+                                      files: [], attributesSupported: true, duration: elapsed())
+                }
+                if let (failure, message) = try options.expectationFailure(name: nil, sequence: nil, root: root) {
+                    return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: failure, manifestMessage: message,
+                                      files: [], attributesSupported: true, duration: elapsed())
+                }
                 var onDisk = try walk.wait().get()
                 onDisk.removeAll { $0.utf8.elementsEqual(TreeLayout.bareMarker.utf8) }
                 return try verifyBareTree(rootFD, root: root, onDisk: onDisk, policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
@@ -479,6 +538,10 @@ public enum Reverifier {
             return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: refusal != nil ? .untrustedSigner : .badManifestSignature,
                               manifestMessage: refusal.map { "'\(root)' was installed from a package signed by key \(manifest.keyID.short), which the trust policy does not accept: \($0)" }
                                 ?? "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
+                              files: [], attributesSupported: true, duration: elapsed())
+        }
+        if let (failure, message) = try options.expectationFailure(name: manifest.name, sequence: manifest.sequence, root: root) {
+            return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: failure, manifestMessage: message,
                               files: [], attributesSupported: true, duration: elapsed())
         }
         try options.checkSelectors(against: manifest, root: root)
@@ -689,13 +752,14 @@ final class TreeChecker: @unchecked Sendable {
     /// The tree's `.signet/signatures`, if it has one that fits the manifest.
     let record: SignatureRecord.Reader?
     let sawUnsupported = CancellationFlag()
-    /// Key paths allowed to change, by structured resource.
-    let allowedKeys: [String: [KeyPath]]
+    /// Key paths allowed to change, by the bytes of the structured resource's path (a rule for
+    /// `Key.json` must not apply to its canonically equivalent twin `\u{212A}ey.json`).
+    let allowedKeys: [[UInt8]: [KeyPath]]
 
     init(root: String, descriptor: Int32, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
          record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:]) {
         self.record = record
-        self.allowedKeys = allowedKeys
+        self.allowedKeys = Dictionary(allowedKeys.map { (Array($0.key.utf8), $0.value) }, uniquingKeysWith: +)
         self.root = root
         self.rootDescriptor = dup(descriptor)
         self.manifest = manifest
@@ -928,7 +992,7 @@ final class TreeChecker: @unchecked Sendable {
         do { current = try format.parse(bytes) } catch {
             return modified("it no longer parses as \(format.rawValue): \(error)")
         }
-        let changes = StructuredValue.changes(from: signed.value, to: current, allowed: allowedKeys[file.path] ?? [])
+        let changes = StructuredValue.changes(from: signed.value, to: current, allowed: allowedKeys[Array(file.path.utf8)] ?? [])
         let refused = changes.filter { !$0.allowed }
         guard refused.isEmpty else {
             return modified("keys changed: \(refused.map(\.description).joined(separator: ", "))", changes)

@@ -37,7 +37,7 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
         func refuse(_ reason: String) -> SignetError {
             SignetError(.usage, "the PKCS#11 URI '\(PKCS11URI.redacted(text))' \(reason)")
         }
-        guard text.hasPrefix("pkcs11:") else { throw refuse("does not start with pkcs11:") }
+        guard text.hasPrefix("pkcs11:") else { throw SignetError(.usage, "a PKCS#11 URI starts with pkcs11: (the value given does not, and is not repeated here in case it holds a PIN)") }
         let rest = text.dropFirst("pkcs11:".count)
         let parts = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         let path = parts[0]
@@ -45,8 +45,12 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
         var seen = Set<String>()
         func attributes(_ part: Substring, separator: Character) throws -> [(name: String, value: String, bytes: [UInt8])] {
             try part.split(separator: separator, omittingEmptySubsequences: true).map { pair in
-                guard let equals = pair.firstIndex(of: "=") else { throw refuse("has '\(pair)' without '=' (attributes are name=value)") }
+                guard let equals = pair.firstIndex(of: "=") else { throw refuse("has an attribute without '=' (attributes are name=value)") }
                 let name = String(pair[..<equals]).lowercased()
+                // A PIN belongs in no part of the URI, also not in the path.
+                if name == "pin-value" {
+                    throw SignetError(.usage, "a PKCS#11 URI with pin-value= puts the PIN on the command line, where any user of this machine can read it; use pin-source=file:/path/to/pin, --passphrase-file FILE or --passphrase-env VAR")
+                }
                 guard seen.insert(name).inserted else { throw refuse("gives \(name)= twice") }
                 guard let value = PKCS11URI.percentDecoded(pair[pair.index(after: equals)...]) else {
                     throw refuse("has a bad percent-encoding in \(name)= (use %XX with two hex digits)")
@@ -74,14 +78,14 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
                 break   // Describe the module or slot; the module is chosen by path and the token matched below.
             case let vendor where vendor.hasPrefix("x-"):
                 break
+            case "pin-source":
+                throw refuse("has pin-source= in its path; it belongs in the query: pkcs11:token=…;object=…?pin-source=file:/path/to/pin")
             default:
                 throw refuse("has the attribute \(name)=, which Signet does not know (token, object, id, serial, manufacturer, model, slot-id, type)")
             }
         }
         for (name, value, _) in try attributes(query, separator: "&") {
             switch name {
-            case "pin-value":
-                throw SignetError(.usage, "a PKCS#11 URI with pin-value= puts the PIN on the command line, where any user of this machine can read it; use pin-source=file:/path/to/pin, --passphrase-file FILE or --passphrase-env VAR")
             case "pin-source":
                 pinSource = value.hasPrefix("file:") ? String(value.dropFirst("file:".count)).replacingPrefix("//", with: "") : value
                 guard pinSource?.hasPrefix("/") == true || pinSource?.isEmpty == false else { throw refuse("has an empty pin-source=") }
@@ -101,11 +105,26 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { PKCS11URI.redacted(text) }
 
-    /// The URI without anything after `?` but the names (never echo a query: it may hold a PIN).
+    /// The URI as messages show it: the query's values and the value of every path attribute
+    /// that is not a known, harmless one (token, object, id…) replaced by `…`, and a part without
+    /// `=` by `…` (never echo what may be a PIN, wherever it was put).
     static func redacted(_ text: String) -> String {
-        guard let question = text.firstIndex(of: "?") else { return text }
-        let names = text[text.index(after: question)...].split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
-        return String(text[..<question]) + "?" + names.map { "\($0)=…" }.joined(separator: "&")
+        guard text.hasPrefix("pkcs11:") else { return "pkcs11:…" }
+        let shown: Set<String> = ["token", "serial", "manufacturer", "model", "object", "id", "slot-id", "type",
+                                  "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer"]
+        let rest = text.dropFirst("pkcs11:".count)
+        let parts = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        let path = parts[0].split(separator: ";", omittingEmptySubsequences: false).map { pair -> String in
+            guard let equals = pair.firstIndex(of: "=") else { return pair.isEmpty ? "" : "…" }
+            let name = String(pair[..<equals])
+            return shown.contains(name.lowercased()) ? String(pair) : name + "=…"
+        }.joined(separator: ";")
+        guard parts.count > 1 else { return "pkcs11:" + path }
+        let names = parts[1].split(separator: "&").map { pair -> String in
+            guard let equals = pair.firstIndex(of: "=") else { return "…" }
+            return String(pair[..<equals]) + "=…"
+        }
+        return "pkcs11:" + path + "?" + names.joined(separator: "&")
     }
 
     /// Percent-decodes `text`: the bytes, and the string when they are UTF-8. Nil for a `%`

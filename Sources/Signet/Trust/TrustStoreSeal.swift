@@ -30,7 +30,13 @@ public enum TrustStoreSeal {
     /// with `echo` salts the same as without it. An empty salt is refused (exit 4): it would
     /// protect nothing. `option` names the flag in messages (`--salt-file`).
     public static func readSalt(from path: String, option: String = "--salt-file") throws -> [UInt8] {
-        var bytes = try readSmallFile(path, what: "salt file", limit: 64 * 1024, allowPipes: true)
+        var bytes: [UInt8]
+        do {
+            bytes = try readSmallFile(path, what: "salt file", limit: 64 * 1024, allowPipes: true)
+        } catch let error as SignetError where error.code == .fileNotFound {
+            // Not named: a secret given where its file's name belongs must not reach a log.
+            throw SignetError(.fileNotFound, "the salt file given with \(option) does not exist (its name is not repeated here, in case it is the secret itself); give the path of a file that holds the salt")
+        }
         if bytes.last == UInt8(ascii: "\n") {
             bytes.removeLast()
             if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
@@ -105,10 +111,19 @@ public enum TrustStoreSeal {
             throw broken("it was sealed with a salt; give the salt with --trust-salt-file")
         }
         let current = try JSONDecoder().decode(Document.self, from: Data(try document(for: directory, salt: sealed.salted ? salt : nil)))
-        let expected = Dictionary(sealed.files.map { ($0.path, $0.sha256) }, uniquingKeysWith: { first, _ in first })
-        let actual = Dictionary(current.files.map { ($0.path, $0.sha256) }, uniquingKeysWith: { first, _ in first })
-        for path in Set(expected.keys).union(actual.keys).sorted() where expected[path] != actual[path] {
-            throw broken(expected[path] == nil ? "'\(path)' was added" : actual[path] == nil ? "'\(path)' was removed" : "'\(path)' was changed")
+        // Names compared as bytes, as the filesystem compares them: Swift's String equality is
+        // canonical equivalence, under which `Key.der` and `\u{212A}ey.der` (KELVIN SIGN) are one
+        // key of a dictionary while the loader reads both files.
+        var expected: [[UInt8]: String] = [:]
+        for file in sealed.files where expected.updateValue(file.sha256, forKey: Array(file.path.utf8)) != nil {
+            throw broken("the seal lists '\(file.path)' twice")
+        }
+        var actual: [[UInt8]: String] = [:]
+        for file in current.files { actual[Array(file.path.utf8)] = file.sha256 }
+        let names = Set(expected.keys).union(actual.keys).sorted { $0.lexicographicallyPrecedes($1) }
+        for name in names where expected[name] != actual[name] {
+            let path = String(decoding: name, as: UTF8.self)
+            throw broken(expected[name] == nil ? "'\(path)' was added" : actual[name] == nil ? "'\(path)' was removed" : "'\(path)' was changed")
         }
     }
 
@@ -129,8 +144,13 @@ public enum TrustStoreSeal {
             do { entries = try DirectoryEntries.list(fd) } catch let failure as SystemCallFailure {
                 throw SignetError.posix(failure, "cannot read trust directory", path: path)
             }
-            let names = entries.map(\.name).filter { !(prefix.isEmpty && ($0 == fileName || $0 == signatureName)) }
-            for name in names.sorted() {
+            // A name that is not UTF-8 cannot be sealed (the seal is JSON) nor told apart from
+            // another after repair: refused, as pack refuses it.
+            if let bad = entries.first(where: { String(validatingCString: $0.rawName) == nil }) {
+                throw SignetError(.malformedInput, "'\(path)/\(bad.name)' in a trust directory has a name that is not UTF-8; rename it", path: path)
+            }
+            let names = entries.map(\.name).filter { !(prefix.isEmpty && ($0.utf8.elementsEqual(fileName.utf8) || $0.utf8.elementsEqual(signatureName.utf8))) }
+            for name in names.sorted(by: ResourcePath.byteOrder) {
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
                 var info = stat()
                 do { _ = try systemCall("fstatat") { fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) } } catch {
