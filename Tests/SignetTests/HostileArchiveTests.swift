@@ -68,6 +68,7 @@ struct HostileArchiveTests {
         Case(mutation: "expired", expected: .verdict(.expired, "expired at 2021-01-01T00:00:00Z")),
         // Every field a zip states twice must agree, and the data must agree with the headers.
         Case(mutation: "cd-size-lie", expected: .error(.malformedArchive, "holds more data than the 16 bytes its headers state")),
+        Case(mutation: "deflate-trailing", expected: .error(.malformedArchive, "bytes follow the end of its deflate stream")),
         Case(mutation: "cd-crc-only", expected: .error(.malformedArchive, "disagree on its CRC or sizes")),
         Case(mutation: "local-size", expected: .error(.malformedArchive, "disagree on its CRC or sizes")),
         Case(mutation: "local-method", expected: .error(.malformedArchive, "disagree on its compression method")),
@@ -130,6 +131,18 @@ struct HostileArchiveTests {
             #expect(result.message.contains(words), "\(test.mutation): \(result.message)")
             #expect(failure.exitStatus.rawValue == 1)
         }
+    }
+
+    @Test("unpack refuses bytes after a deflate stream inside an entry too, and writes nothing")
+    func deflateTrailingUnpack() throws {
+        let directory = try TemporaryDirectory()
+        let package = try Self.build("deflate-trailing", in: directory)
+        let destination = directory.file("installed")
+        let error = signetError { _ = try Installer.install(package, to: destination, policy: try Fixtures.trust("rsa2048-spki.der")) }
+        #expect(error?.code == .malformedArchive, "\(error?.description ?? "installed")")
+        #expect(error?.reason.contains("bytes follow the end of its deflate stream") == true, "\(error?.reason ?? "")")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".") }.isEmpty)
     }
 
     @Test("a package whose entries carry data descriptors that agree with everything verifies")

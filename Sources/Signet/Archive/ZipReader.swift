@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CZip
+internal import CSignetShims
 
 /// Reads a zip through libzip (read-only, with its consistency checks), a window of entries at a
 /// time. Never writes.
@@ -25,6 +26,8 @@ final class ZipReader {
         let size: UInt64
         let compressedSize: UInt64
         let method: UInt16
+        /// The CRC-32 its headers state.
+        let crc: UInt32
         let encrypted: Bool
         /// The UNIX file type and permissions, if the entry was made on a UNIX system.
         let unixMode: UInt32?
@@ -166,7 +169,7 @@ final class ZipReader {
     func entry(at position: Int) -> Entry {
         let record = directory[position]
         return Entry(index: UInt64(position), size: record.size, compressedSize: record.compressedSize,
-                     method: record.method, encrypted: record.isEncrypted, unixMode: record.unixMode)
+                     method: record.method, crc: record.crc, encrypted: record.isEncrypted, unixMode: record.unixMode)
     }
 
     /// Every entry, in archive order.
@@ -186,6 +189,9 @@ final class ZipReader {
             throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' claims \(entry.size) bytes, more than the \(limit) allowed for it", path: path, entry: name)
         }
         let window = try window(holding: Int(entry.index))
+        if entry.method == Self.methodDeflate {
+            return try withExtendedLifetime(window) { try inflate(entry, in: window, name: name, body) }
+        }
         // The window must outlive the entry's handle (it owns the zip_t the handle reads).
         let total = try withExtendedLifetime(window) { () throws -> UInt64 in
             guard let file = zip_fopen_index(window.archive, entry.index - UInt64(window.first), 0) else {
@@ -216,6 +222,67 @@ final class ZipReader {
         guard total == entry.size else {
             throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
         }
+        return total
+    }
+
+    /// A deflated entry: its compressed bytes read raw through libzip and inflated here, so that
+    /// the stream must end exactly at the entry's end (libzip's own inflate stops at the stream's
+    /// end and ignores whatever follows it inside the entry's compressed size: bytes no other
+    /// check sees). The inflated data must be exactly the stated size and match the stated CRC.
+    private func inflate(_ entry: Entry, in window: Window, name: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> UInt64 {
+        guard let file = zip_fopen_index(window.archive, entry.index - UInt64(window.first), zip_flags_t(ZIP_FL_COMPRESSED)) else {
+            throw failure(window, "cannot open the entry '\(name)'", entry: name)
+        }
+        defer { zip_fclose(file) }
+        guard let inflater = signet_inflater_new() else { throw SignetError(.crypto, "zlib could not start an inflate stream") }
+        defer { signet_inflater_free(inflater) }
+        func corrupt(_ reason: String) -> SignetError {
+            SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' is corrupt: \(reason)", path: path, entry: name)
+        }
+        let input = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 64)
+        defer { input.deallocate() }
+        let output = UnsafeMutableRawBufferPointer.allocate(byteCount: InputFile.chunkSize, alignment: 64)
+        defer { output.deallocate() }
+        var total: UInt64 = 0
+        var crc: UInt = 0
+        var ended = false
+        while true {
+            let n = zip_fread(file, input.baseAddress!, UInt64(input.count))
+            if n < 0 {
+                throw corrupt(zip_file_strerror(file).map { String(cString: $0) } ?? "read error")
+            }
+            if n == 0 { break }
+            guard !ended else { throw corrupt("bytes follow the end of its deflate stream inside the entry") }
+            var offset = 0
+            var full = false
+            while offset < Int(n) || full {
+                var consumed = 0, produced = 0
+                let result = signet_inflate(inflater, input.baseAddress!.assumingMemoryBound(to: UInt8.self) + offset, Int(n) - offset, &consumed,
+                                            output.baseAddress!.assumingMemoryBound(to: UInt8.self), output.count, &produced)
+                guard result >= 0 else { throw corrupt("its data is not a valid deflate stream") }
+                offset += consumed
+                full = produced == output.count
+                if produced > 0 {
+                    total += UInt64(produced)
+                    guard total <= entry.size else {
+                        throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path, entry: name)
+                    }
+                    crc = signet_crc32(crc, output.baseAddress!.assumingMemoryBound(to: UInt8.self), produced)
+                    try body(UnsafeRawBufferPointer(rebasing: output[0..<produced]))
+                }
+                if result == 1 {
+                    ended = true
+                    guard offset == Int(n) else { throw corrupt("bytes follow the end of its deflate stream inside the entry") }
+                    break
+                }
+                if consumed == 0 && produced == 0 { break }   // needs more input
+            }
+        }
+        guard ended else { throw corrupt("its deflate stream is cut short") }
+        guard total == entry.size else {
+            throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
+        }
+        guard UInt32(truncatingIfNeeded: crc) == entry.crc else { throw corrupt("CRC error (its data does not match the CRC-32 its headers state)") }
         return total
     }
 

@@ -146,6 +146,8 @@ elif mutation == "size-lie":
     infos["lie.bin"] = "lie"
 elif mutation == "cd-size-lie":
     compress[first] = zipfile.ZIP_DEFLATED
+elif mutation == "deflate-trailing":
+    compress[first] = zipfile.ZIP_DEFLATED
 elif mutation == "signed-huge-size":
     m = manifest(); m["files"][0]["size"] = 2**64 - 1; set_manifest(m)
 elif mutation == "signed-duplicate-key":
@@ -229,6 +231,23 @@ if mutation == "cd-size-lie":
     position, local = record_of(first)
     raw[position + 24:position + 28] = struct.pack("<I", 16)
     raw[local + 22:local + 26] = struct.pack("<I", 16)
+if mutation == "deflate-trailing":
+    # Bytes after the end of the deflate stream, inside the entry: both headers' compressed
+    # sizes count them, every later offset moves; the data still inflates to the signed content.
+    position, local = record_of(first)
+    name_length, extra_length = struct.unpack("<HH", raw[local + 26:local + 30])
+    compressed = struct.unpack("<I", raw[position + 20:position + 24])[0]
+    junk = b"\x00 hidden after the deflate stream"
+    raw[local + 30 + name_length + extra_length + compressed:local + 30 + name_length + extra_length + compressed] = junk
+    raw[local + 18:local + 22] = struct.pack("<I", compressed + len(junk))
+    end = end_record()
+    raw[end + 16:end + 20] = struct.pack("<I", struct.unpack("<I", raw[end + 16:end + 20])[0] + len(junk))
+    for record, name in list(central_records()):
+        offset = struct.unpack("<I", raw[record + 42:record + 46])[0]
+        if offset > local:
+            raw[record + 42:record + 46] = struct.pack("<I", offset + len(junk))
+        if name == first.encode():
+            raw[record + 20:record + 24] = struct.pack("<I", compressed + len(junk))
 if mutation == "cd-crc-only":
     position, local = record_of(first)
     raw[position + 16:position + 20] = struct.pack("<I", struct.unpack("<I", raw[position + 16:position + 20])[0] ^ 1)
