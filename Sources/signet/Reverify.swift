@@ -11,9 +11,15 @@ struct Reverify: ParsableCommand {
         tree's .signet/sigs/. Verdicts: ok, modified, unsigned, untrusted, unreadable.
 
         A DIR installed by unpack is checked as a whole: its signed manifest first, then every \
-        file: ok, modified, missing, added, unsigned, or attributes-lost (the content still \
-        matches but the attribute was stripped, as cp, tar without --xattrs and many editors do). \
-        --repair restores lost attributes from DIR/.signet/sigs/, after checking the content.
+        file: ok, modified, missing, added, unsigned, attributes-lost (the content still \
+        matches but the attribute was stripped, as cp, tar without --xattrs and many editors do), \
+        or mode-changed (a file or folder whose mode is not the signed one). New folders and \
+        files added under DIR/.signet/ are added. --repair restores lost attributes from the \
+        tree's record of its signatures, after checking the content, and restores modes.
+
+        --state FILE (unpack's state file) and --expect-name NAME check that DIR still holds \
+        the package it should: another product, an older release than the state records, or a \
+        tree relabelled as bare fails (exit 1).
 
         A file packed with --structured (JSON or a property list) whose bytes changed is compared \
         key by key with the signed copy the tree keeps: if only keys allowed by --allow-key or \

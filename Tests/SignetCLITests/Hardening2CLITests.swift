@@ -405,4 +405,40 @@ struct Hardening2CLITests {
         let missing = try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", secret, "--json"])
         #expect(missing.status == 5 && missing.stderr.contains("does not exist"), "\(missing.stderr)")
     }
+    // MARK: Point 12 (and 14): modes, new folders, files added under .signet/
+
+    @Test("reverify reports a changed mode (files and folders) as mode-changed, --repair restores it; new folders and .signet/ additions are added")
+    func modesAndAdditions() throws {
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try Self.pack(work, ["bin/tool": Data("#!/bin/sh\n".utf8), "etc/app.conf": Data("x = 1\n".utf8)], out: package)
+        let dest = work.directory.file("dest")
+        #expect(try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+        chmod(dest + "/bin/tool", 0o4777)
+        chmod(dest + "/etc/app.conf", 0o666)
+        chmod(dest + "/etc", 0o777)
+        try FileManager.default.createDirectory(atPath: dest + "/empty", withIntermediateDirectories: true)
+        try Data("planted\n".utf8).write(to: URL(fileURLWithPath: dest + "/.signet/extra.txt"))
+        let checked = try CLI.run(["reverify", dest, "--pubkey", work.publicDER, "--json"])
+        #expect(checked.status == 1, "\(checked.stdoutText)")
+        let files = ((try? checked.json()["trees"] as? [[String: Any]])?.first?["files"] as? [[String: Any]]) ?? []
+        func verdict(_ path: String) -> String? { files.first { $0["path"] as? String == path }?["verdict"] as? String }
+        #expect(verdict("bin/tool") == "mode-changed", "\(files)")
+        #expect(verdict("etc/app.conf") == "mode-changed")
+        #expect(verdict("etc/") == "mode-changed")
+        #expect(verdict("empty/") == "added")
+        #expect(verdict(".signet/extra.txt") == "added")
+        let human = try CLI.run(["reverify", dest, "--pubkey", work.publicDER])
+        #expect(human.stdoutText.contains("has mode 4777, not the signed manifest's 0644"), "\(human.stdoutText)")
+        let repaired = try CLI.run(["reverify", dest, "--pubkey", work.publicDER, "--repair", "--json"])
+        #expect(repaired.status == 1, "the additions remain: \(repaired.stdoutText)")
+        func mode(_ path: String) throws -> Int { (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1 }
+        #expect(try mode(dest + "/bin/tool") == 0o644, "the packed file was 0644")
+        #expect(try mode(dest + "/etc/app.conf") == 0o644)
+        #expect(try mode(dest + "/etc") == 0o755)
+        try FileManager.default.removeItem(atPath: dest + "/empty")
+        try FileManager.default.removeItem(atPath: dest + "/.signet/extra.txt")
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+    }
 }

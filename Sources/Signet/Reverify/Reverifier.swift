@@ -34,6 +34,9 @@ public struct FileVerdict: Hashable, Sendable, CustomStringConvertible {
     public static let added = FileVerdict("added")
     /// The content matches the signed manifest but its signature attribute is gone or wrong.
     public static let attributesLost = FileVerdict("attributes-lost")
+    /// The content is the signed one but the file's mode is not the manifest's (`chmod 4777`, a
+    /// config made writable by others), or a folder's is not 0755; `--repair` restores it.
+    public static let modeChanged = FileVerdict("mode-changed")
 
     /// True for `ok` and `repaired`.
     public var isOK: Bool { self == .ok || self == .repaired }
@@ -489,10 +492,10 @@ public enum Reverifier {
         func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
         // What is on disk, listed and sorted on another core while this one reads, verifies and
         // parses the manifest (joined before returning: it reads through rootFD).
-        let walk = OwnThreads.start { () throws -> [String] in
-            var found = try diskFiles(rootFD, root: root)
-            found.sort(by: ResourcePath.byteOrder)
-            return found
+        let walk = OwnThreads.start { () throws -> (files: [String], folders: [(path: String, mode: UInt32)], signet: [String]) in
+            var found = try diskTree(rootFD, root: root)
+            found.files.sort(by: ResourcePath.byteOrder)
+            return (found.files, found.folders, try signetFiles(rootFD, root: root))
         }
         defer { _ = walk.wait() }
         guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
@@ -507,7 +510,7 @@ public enum Reverifier {
                     return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: failure, manifestMessage: message,
                                       files: [], attributesSupported: true, duration: elapsed())
                 }
-                var onDisk = try walk.wait().get()
+                var onDisk = try walk.wait().get().files
                 onDisk.removeAll { $0.utf8.elementsEqual(TreeLayout.bareMarker.utf8) }
                 return try verifyBareTree(rootFD, root: root, onDisk: onDisk, policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
             }
@@ -563,9 +566,12 @@ public enum Reverifier {
         }.compactMap { $0 }
         progress?.finish()
         if cancelled.isSet { throw CancellationError() }
-        for path in try unlisted(walk.wait().get(), manifest) where options.selects(path) {
+        let disk = try walk.wait().get()
+        for path in unlisted(disk.files, manifest) where options.selects(path) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
+        reports += folderReports(disk.folders, manifest: manifest, rootFD: rootFD, options: options)
+        reports += signetReports(disk.signet, manifest: manifest, options: options)
         // In manifest order, which pack writes sorted: then only added files need sorting in.
         if !reports.indices.dropFirst().allSatisfy({ ResourcePath.byteOrder(reports[$0 - 1].path, reports[$0].path) }) {
             reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
@@ -671,7 +677,14 @@ public enum Reverifier {
     /// followed. One folder at a time, each opened below the tree's descriptor (never through a
     /// link), without recursion: neither depth nor path length is limited.
     static func diskFiles(_ rootFD: Int32, root: String) throws -> [String] {
+        try diskTree(rootFD, root: root).files
+    }
+
+    /// ``diskFiles(_:root:)``, and every folder below the tree (outside `.signet/`) with its
+    /// permission bits, as read through the descriptor the walk opened it with.
+    static func diskTree(_ rootFD: Int32, root: String) throws -> (files: [String], folders: [(path: String, mode: UInt32)]) {
         var found: [String] = []
+        var folders: [(path: String, mode: UInt32)] = []
         var pending: [String] = [""]
         while let prefix = pending.popLast() {
             let directory = prefix.isEmpty ? root : root + "/" + prefix
@@ -683,6 +696,8 @@ public enum Reverifier {
                 case .success(let opened): fd = opened
                 case .failure(let failure): throw SignetError.posix(failure, "cannot read directory", path: directory)
                 }
+                var info = stat()
+                if fstat(fd, &info) == 0 { folders.append((prefix, UInt32(info.st_mode) & 0o7777)) }
             }
             defer { if fd != rootFD { close(fd) } }
             do {
@@ -703,7 +718,69 @@ public enum Reverifier {
                 throw SignetError.posix(failure, "cannot read directory", path: directory)
             }
         }
-        return found
+        return (found, folders)
+    }
+
+    /// Folders on disk: one that holds no file of the manifest is `added` (an empty folder, or
+    /// one holding only added files); one whose mode is not 0755 is `mode-changed` (restored by
+    /// `--repair`, once the manifest has verified).
+    static func folderReports(_ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: Int32, options: ReverifyOptions) -> [FileReport] {
+        var signed = Set<[UInt8]>()
+        for file in manifest.files {
+            var path = Array(file.path.utf8)
+            while let slash = path.lastIndex(of: UInt8(ascii: "/")) {
+                path.removeSubrange(slash...)
+                guard signed.insert(path).inserted else { break }
+            }
+        }
+        var reports: [FileReport] = []
+        // A folder where the manifest lists a file is that file's report (`modified`); the set
+        // of file paths is made only when a folder holds no signed file (rare).
+        var listedFiles: Set<[UInt8]>? = nil
+        for (path, mode) in folders where options.selects(path) {
+            guard signed.contains(Array(path.utf8)) else {
+                if listedFiles == nil { listedFiles = Set(manifest.files.map { Array($0.path.utf8) }) }
+                if listedFiles!.contains(Array(path.utf8)) { continue }
+                reports.append(FileReport(path: path + "/", verdict: .added, detail: "'\(path)/' is a folder the signed manifest does not have", signatureSource: nil, signer: nil))
+                continue
+            }
+            guard mode != 0o755 else { continue }
+            let found = String(mode, radix: 8)
+            if options.repair, case .success(let fd) = Paths.open(path, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
+                defer { close(fd) }
+                if fchmod(fd, 0o755) == 0 {
+                    reports.append(FileReport(path: path + "/", verdict: .repaired, detail: "'\(path)/' had mode \(found); restored to 0755", signatureSource: nil, signer: nil))
+                    continue
+                }
+            }
+            reports.append(FileReport(path: path + "/", verdict: .modeChanged, detail: "'\(path)/' has mode \(found), not 0755 (every installed folder is 0755); --repair restores it", signatureSource: nil, signer: nil))
+        }
+        return reports
+    }
+
+    /// The files below `DIR/.signet/`, relative to DIR ("" when it has none).
+    static func signetFiles(_ rootFD: Int32, root: String) throws -> [String] {
+        let fd: Int32
+        switch Paths.open(TreeLayout.directory, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
+        case .success(let opened): fd = opened
+        case .failure: return []
+        }
+        defer { close(fd) }
+        return try diskTree(fd, root: root + "/" + TreeLayout.directory).files.map { TreeLayout.directory + "/" + $0 }
+    }
+
+    /// Files under `DIR/.signet/` that an install does not write: `added` (a tree check must not
+    /// have a folder where anything can be put unnoticed).
+    static func signetReports(_ files: [String], manifest: Manifest, options: ReverifyOptions) -> [FileReport] {
+        guard !files.isEmpty, options.only.isEmpty else { return [] }
+        var expected: Set<[UInt8]> = Set([TreeLayout.manifest, TreeLayout.manifestSignature, TreeLayout.signatureRecord, TreeLayout.signerCertificate].map { Array($0.utf8) })
+        for file in manifest.files {
+            expected.insert(Array(TreeLayout.signature(of: file.path).utf8))
+            if file.structured != nil { expected.insert(Array(TreeLayout.structuredCopy(of: file.path).utf8)) }
+        }
+        return files.filter { !expected.contains(Array($0.utf8)) && TreeLayout.chainIndex(of: $0) == nil }.map {
+            FileReport(path: $0, verdict: .added, detail: "'\($0)' is not a file an install writes under .signet/", signatureSource: nil, signer: nil)
+        }
     }
 
     /// Whether `path` is a directory itself (not a link to one), for choosing between
@@ -844,8 +921,33 @@ final class TreeChecker: @unchecked Sendable {
         } catch {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
         }
-        guard size == file.size, file.content.matches(digests[0]) else { return differs() }
-        return attributeCheck(fd, file, at: position, in: workspace, digest: digests.last!)
+        guard size == file.size, file.content.matches(digests[0]) else { return modeCheck(fd, file, differs()) }
+        return modeCheck(fd, file, attributeCheck(fd, file, at: position, in: workspace, digest: digests.last!))
+    }
+
+    /// A file whose content and signature are right must also have the manifest's mode (the
+    /// permission bits and no set-id or sticky bit): otherwise `mode-changed`, or with
+    /// `--repair` the recorded mode is restored (fchmod on the checked descriptor) and the file
+    /// is `repaired`. Other verdicts pass through.
+    private func modeCheck(_ fd: Int32, _ file: Manifest.File, _ made: FileReport) -> FileReport {
+        guard made.verdict.isOK else { return made }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return made }
+        let mode = UInt32(info.st_mode) & 0o7777
+        guard mode != file.mode.permissions else { return made }
+        let found = String(mode, radix: 8), wanted = file.mode.rawValue
+        func report(_ verdict: FileVerdict, _ detail: String) -> FileReport {
+            var changed = FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: made.signatureSource, signer: verdict.isOK ? key.keyID : nil)
+            changed.changedKeys = made.changedKeys
+            return changed
+        }
+        guard repair else {
+            return report(.modeChanged, "'\(file.path)' has mode \(found), not the signed manifest's \(wanted); --repair restores it")
+        }
+        guard fchmod(fd, mode_t(file.mode.permissions)) == 0 else {
+            return report(.modeChanged, "'\(file.path)' has mode \(found), not \(wanted), and cannot be restored: \(String(cString: strerror(errno)))")
+        }
+        return report(.repaired, "'\(file.path)' had mode \(found); restored to the signed manifest's \(wanted)")
     }
 
     /// The verdict on the signature attributes of a file whose content is the signed one
