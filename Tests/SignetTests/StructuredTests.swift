@@ -28,8 +28,8 @@ struct StructuredTests {
         #expect(fromXML == fromBinary)
         guard case .dictionary(let fields) = fromBinary else { Issue.record("not a dictionary"); return }
         #expect(fields[.init("u")] == .string("ü→€𝄞"))
-        #expect(fields[.init("max")] == .integer("9223372036854775807"))
-        #expect(fields[.init("i")] == .integer("-5"))
+        #expect(fields[.init("max")] == .number("9223372036854775807"))
+        #expect(fields[.init("i")] == .number("-5"))
         #expect(fields[.init("data")] == .data([0, 1, 0xff]))
         #expect(StructuredFormat.detect(xml) == .plist && StructuredFormat.detect(binary) == .plist)
         #expect(StructuredFormat.detect(Array(" {\"a\": 1}".utf8)) == .json)
@@ -144,6 +144,58 @@ struct StructuredTests {
         #expect(try changes(#"{"a": {"x": 1}}"#, #"{"a": {"x": 2, "y": 3}}"#, allowed: ["a"]) == ["a.x (changed, allowed)", "a.y (added, allowed)"])
         #expect(try changes(#"[1]"#, #"{"a.b": 1}"#) == ["(the whole document) (changed)"])
         #expect(try changes(#"{"a.b": 1}"#, #"{"a.b": 2}"#) == [#"a\.b (changed)"#])
+        // Numbers by their exact decimal value, never through Double (issue 25).
+        #expect(try changes(#"{"n": 9007199254740993}"#, #"{"n": 9007199254740992.0}"#) == ["n (changed)"])
+        #expect(try changes(#"{"n": 0.1}"#, #"{"n": 0.10000000000000001}"#) == ["n (changed)"])
+        #expect(try changes(#"{"n": 100, "m": 0.5, "z": 0}"#, #"{"n": 1e2, "m": 5E-1, "z": -0.0}"#) == [])
+        #expect(try changes(#"{"n": 12345678901234567890123}"#, #"{"n": 12345678901234567890124}"#) == ["n (changed)"])
+    }
+
+    @Test("exact decimals: canonical forms, and a binary plist's double equals a decimal only at its exact value")
+    func exactNumbers() throws {
+        #expect(StructuredValue.canonicalNumber("007") == "7")
+        #expect(StructuredValue.canonicalNumber("-1.50e1") == "-15")
+        #expect(StructuredValue.canonicalNumber("0.000") == "0")
+        #expect(StructuredValue.canonicalNumber("1.25") == "0.125e1")
+        #expect(StructuredValue.canonicalNumber("1e99999999999999999") == nil)
+        #expect(StructuredValue.canonicalNumber("1e") == nil && StructuredValue.canonicalNumber("abc") == nil)
+        #expect(StructuredValue.exactDecimal(0.5) == "0.5e0")
+        #expect(StructuredValue.exactDecimal(9007199254740992) == "9007199254740992")
+        #expect(StructuredValue.exactDecimal(0.1) == StructuredValue.canonicalNumber("0.1000000000000000055511151231257827021181583404541015625"))
+        #expect(StructuredValue.exactDecimal(-1e300).map { $0.hasPrefix("-1") } == true)
+        #expect(StructuredValue.exactDecimal(5e-324).map { $0.hasSuffix("e-323") } == true)
+        #expect(StructuredValue.real(1.5) == .number("0.15e1"))
+        #expect(StructuredValue.real(9007199254740992) != .number("9007199254740993"))
+        #expect(StructuredValue.real(0.1) != .number("0.1e0"), "0.1 is not exactly a double")
+    }
+
+    @Test("structured documents are bounded by what they expand to, and large ones parse in linear time")
+    func boundedAndLinear() throws {
+        // A binary plist whose array refers to one 64 KiB data object 1,100 times: 69 MiB expanded.
+        var objects: [[UInt8]] = []
+        let references = 1100
+        objects.append([0xAF, 0x11] + withUnsafeBytes(of: UInt16(references).bigEndian, Array.init) + [UInt8](repeating: 1, count: references))
+        objects.append([0x4F, 0x12] + withUnsafeBytes(of: UInt32(64 * 1024).bigEndian, Array.init) + [UInt8](repeating: 0x41, count: 64 * 1024))
+        // Offsets need more than one byte here: write the plist with 4-byte offsets.
+        var bytes = Array("bplist00".utf8)
+        var offsets: [UInt32] = []
+        for object in objects { offsets.append(UInt32(bytes.count)); bytes += object }
+        let table = bytes.count
+        for offset in offsets { bytes += withUnsafeBytes(of: offset.bigEndian, Array.init) }
+        bytes += [0, 0, 0, 0, 0, 0, 4, 1]
+        for value in [UInt64(objects.count), 0, UInt64(table)] { bytes += withUnsafeBytes(of: value.bigEndian, Array.init) }
+        let refused: String
+        do { _ = try StructuredFormat.plist.parse(bytes); refused = "parsed" } catch { refused = "\(error)" }
+        #expect(refused.contains("expands to more than"), "\(refused)")
+
+        // 200,000 array items in JSON and in XML: linear (the old builders copied the array on
+        // every append). Counted, not timed: the parse must finish and hold every item.
+        let json = "[" + (0..<200_000).map { "{\"k\": \($0)}" }.joined(separator: ",") + "]"
+        guard case .array(let items) = try StructuredFormat.json.parse(Array(json.utf8)) else { Issue.record("not an array"); return }
+        #expect(items.count == 200_000)
+        let xml = #"<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><array>"# + String(repeating: "<integer>7</integer>", count: 200_000) + "</array></plist>"
+        guard case .array(let plistItems) = try StructuredFormat.plist.parse(Array(xml.utf8)) else { Issue.record("not an array"); return }
+        #expect(plistItems.count == 200_000)
     }
 
     @Test("the library: verifyTree (async) takes the rules and reports each file's changed key paths")

@@ -19,6 +19,8 @@ enum BinaryPropertyList {
         let top: Int
         let table: Int
         var values = 0
+        /// Bytes of strings and data read so far (one object may be referred to many times).
+        var expanded = 0
         /// Objects being read (from the top down to here): met again, they refer to themselves.
         var open: Set<Int> = []
 
@@ -75,6 +77,15 @@ enum BinaryPropertyList {
             guard !overflow, at <= table, total <= table - at else { throw Self.fail("an object runs past the objects") }
         }
 
+        /// Counts `length` more bytes of strings, data or references against the bound on what
+        /// the document expands to, before they are copied.
+        mutating func expand(_ length: Int) throws {
+            expanded += length
+            guard expanded <= StructuredFormat.maximumExpandedBytes else {
+                throw Self.fail("it expands to more than \(StructuredFormat.maximumExpandedBytes >> 20) MiB of strings and data (an object referred to many times)")
+            }
+        }
+
         mutating func value(_ object: Int, depth: Int) throws -> StructuredValue {
             guard object < count else { throw Self.fail("a reference to object \(object) of \(count)") }
             guard depth <= StructuredFormat.maximumDepth else { throw Self.fail("it is nested more than \(StructuredFormat.maximumDepth) levels deep") }
@@ -94,7 +105,7 @@ enum BinaryPropertyList {
                 guard size <= 8 else { throw Self.fail("an integer of \(size) bytes") }
                 let raw = try unsigned(at: at + 1, size: size)
                 // 1, 2 and 4 bytes are unsigned; 8 bytes are two's complement.
-                return .integer(size == 8 ? String(Int64(bitPattern: raw)) : String(raw))
+                return .number(size == 8 ? String(Int64(bitPattern: raw)) : String(raw))
             case 0x2:
                 switch marker & 0x0F {
                 case 2: return .real(Double(Float(bitPattern: UInt32(try unsigned(at: at + 1, size: 4)))))
@@ -107,16 +118,19 @@ enum BinaryPropertyList {
             case 0x4:
                 let (length, start) = try length(marker: marker, at: at)
                 try fits(start, length, 1)
+                try expand(length)
                 return .data(Array(bytes[start..<start + length]))
             case 0x5:
                 let (length, start) = try length(marker: marker, at: at)
                 try fits(start, length, 1)
+                try expand(length)
                 let slice = bytes[start..<start + length]
                 guard slice.allSatisfy({ $0 < 0x80 }) else { throw Self.fail("an ASCII string with a byte above 0x7F") }
                 return .string(String(decoding: slice, as: UTF8.self))
             case 0x6:
                 let (length, start) = try length(marker: marker, at: at)
                 try fits(start, length, 2)
+                try expand(2 * length)
                 let units = (0..<length).map { UInt16(bytes[start + 2 * $0]) << 8 | UInt16(bytes[start + 2 * $0 + 1]) }
                 var text = ""
                 var iterator = units.makeIterator()
@@ -133,6 +147,7 @@ enum BinaryPropertyList {
                 let (length, start) = try length(marker: marker, at: at)
                 let isDictionary = marker >> 4 == 0xD
                 try fits(start, isDictionary ? 2 * length : length, referenceSize)
+                try expand(isDictionary ? 2 * length * 16 : length * 16)   // a value's own size in memory
                 guard open.insert(object).inserted else { throw Self.fail("object \(object) contains itself") }
                 defer { open.remove(object) }
                 func reference(_ index: Int) throws -> Int {
@@ -142,6 +157,7 @@ enum BinaryPropertyList {
                 }
                 if !isDictionary {
                     var items: [StructuredValue] = []
+                    items.reserveCapacity(length)
                     for index in 0..<length { items.append(try value(try reference(index), depth: depth + 1)) }
                     return .array(items)
                 }

@@ -17,6 +17,10 @@ public enum StructuredFormat: String, Sendable, Equatable, CaseIterable {
     /// Most values one document may expand to (a binary property list can refer to one object
     /// many times).
     static let maximumValues = 1 << 20
+    /// Most bytes of strings and data one document may expand to: a binary property list that
+    /// refers to one large data object many times is refused before it is copied (four times
+    /// the largest document; JSON and XML cannot expand beyond their own size).
+    static let maximumExpandedBytes = 4 * maximumSize
 
     /// The format of `bytes` judged by its first bytes: `bplist` or `<` (after white space) is a
     /// property list, anything else JSON.
@@ -44,8 +48,11 @@ public enum StructuredFormat: String, Sendable, Equatable, CaseIterable {
 indirect enum StructuredValue: Equatable {
     case null
     case bool(Bool)
-    /// A whole number, as canonical decimal text (no sign on zero, no leading zeros).
-    case integer(String)
+    /// A number written in decimal (JSON, XML property lists, binary integers), as canonical
+    /// text of its exact value (``canonicalNumber(_:)``): 1, 1.0 and 1e0 are one number, and
+    /// 9007199254740993 is not 9007199254740992.0, as they would be as `Double`s.
+    case number(String)
+    /// A binary property list's IEEE double (compared with a decimal by its exact value).
     case real(Double)
     case string(String)
     case data([UInt8])
@@ -74,10 +81,13 @@ indirect enum StructuredValue: Equatable {
         switch (a, b) {
         case (.null, .null): return true
         case (.bool(let x), .bool(let y)): return x == y
-        case (.integer(let x), .integer(let y)): return x == y
+        case (.number(let x), .number(let y)): return x == y
         case (.real(let x), .real(let y)): return x == y || (x.isNaN && y.isNaN)
-        // 1 and 1.0 are the same number to a reader of the document.
-        case (.integer(let x), .real(let y)), (.real(let y), .integer(let x)): return Double(x) == y
+        // The same number to a reader of the document when the double's exact value is the
+        // decimal's (checked cheaply first: the decimal must round to that double).
+        case (.number(let x), .real(let y)), (.real(let y), .number(let x)):
+            guard y.isFinite, Double(x) == y else { return false }
+            return exactDecimal(y) == x
         case (.string(let x), .string(let y)): return x.unicodeScalars.elementsEqual(y.unicodeScalars)
         case (.data(let x), .data(let y)): return x == y
         case (.date(let x), .date(let y)): return x == y
@@ -91,15 +101,117 @@ indirect enum StructuredValue: Equatable {
     /// sign), or nil.
     static func canonicalInteger(_ text: Substring) -> String? {
         var digits = text
-        var negative = false
-        if digits.first == "-" || digits.first == "+" {
-            negative = digits.first == "-"
-            digits = digits.dropFirst()
-        }
+        if digits.first == "-" || digits.first == "+" { digits = digits.dropFirst() }
         guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
-        let trimmed = digits.drop { $0 == "0" }
-        if trimmed.isEmpty { return "0" }
-        return (negative ? "-" : "") + trimmed
+        return canonicalNumber(text)
+    }
+
+    /// The canonical text of the exact value of a decimal number `[+-]DIGITS[.DIGITS][(e|E)[+-]DIGITS]`
+    /// (nil for anything else, or an exponent beyond ±10^15): "0"; a whole number as its digits
+    /// with a `-` if negative (up to 64 trailing zeros written out); any other as
+    /// `[-]0.DIGITSeEXP` (value 0.DIGITS × 10^EXP, no leading or trailing zero digit). Two texts
+    /// are the same number exactly when their canonical texts are equal.
+    static func canonicalNumber(_ text: Substring) -> String? {
+        // The common case, a whole number already canonical ("0", "-12", "345"), as it is.
+        let utf8 = text.utf8
+        if let first = utf8.first, utf8.count <= 64 {
+            let digits = first == UInt8(ascii: "-") ? utf8.dropFirst() : utf8[...]
+            if let lead = digits.first, lead != UInt8(ascii: "0") || digits.count == 1,
+               digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+               !(first == UInt8(ascii: "-") && lead == UInt8(ascii: "0")) {
+                return String(text)
+            }
+        }
+        var bytes = Array(text.utf8)[...]
+        var negative = false
+        if let first = bytes.first, first == UInt8(ascii: "-") || first == UInt8(ascii: "+") {
+            negative = first == UInt8(ascii: "-")
+            bytes = bytes.dropFirst()
+        }
+        func isDigit(_ b: UInt8) -> Bool { b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") }
+        let whole = bytes.prefix(while: isDigit)
+        bytes = bytes.dropFirst(whole.count)
+        var fraction: ArraySlice<UInt8> = []
+        if bytes.first == UInt8(ascii: ".") {
+            bytes = bytes.dropFirst()
+            fraction = bytes.prefix(while: isDigit)
+            bytes = bytes.dropFirst(fraction.count)
+        }
+        guard !whole.isEmpty || !fraction.isEmpty else { return nil }
+        var exponent = 0
+        if let e = bytes.first, e == UInt8(ascii: "e") || e == UInt8(ascii: "E") {
+            bytes = bytes.dropFirst()
+            var exponentNegative = false
+            if let sign = bytes.first, sign == UInt8(ascii: "-") || sign == UInt8(ascii: "+") {
+                exponentNegative = sign == UInt8(ascii: "-")
+                bytes = bytes.dropFirst()
+            }
+            let digits = bytes.prefix(while: isDigit).drop { $0 == UInt8(ascii: "0") }
+            guard !bytes.prefix(while: isDigit).isEmpty, digits.count <= 15 else { return nil }
+            bytes = bytes.dropFirst(bytes.prefix(while: isDigit).count)
+            exponent = digits.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
+            if exponentNegative { exponent = -exponent }
+        }
+        guard bytes.isEmpty else { return nil }
+        // value = 0.DIGITS × 10^point
+        var digits = Array(whole) + Array(fraction)
+        var point = whole.count + exponent
+        let leading = digits.prefix { $0 == UInt8(ascii: "0") }.count
+        digits.removeFirst(leading)
+        point -= leading
+        while digits.last == UInt8(ascii: "0") { digits.removeLast() }
+        if digits.isEmpty { return "0" }
+        let sign = negative ? "-" : ""
+        if point >= digits.count && point - digits.count <= 64 {
+            return sign + String(decoding: digits, as: UTF8.self) + String(repeating: "0", count: point - digits.count)
+        }
+        return sign + "0." + String(decoding: digits, as: UTF8.self) + "e" + String(point)
+    }
+
+    /// The canonical text (``canonicalNumber(_:)``) of a finite double's exact value: its
+    /// significand times a power of two, written out in decimal with a digit array.
+    static func exactDecimal(_ value: Double) -> String? {
+        guard value.isFinite else { return nil }
+        if value == 0 { return "0" }
+        let bits = value.bitPattern
+        let exponentBits = Int((bits >> 52) & 0x7FF)
+        var mantissa = bits & ((1 << 52) - 1)
+        var power = exponentBits == 0 ? -1074 : exponentBits - 1075
+        if exponentBits != 0 { mantissa |= 1 << 52 }
+        while mantissa & 1 == 0 && power < 0 {
+            mantissa >>= 1
+            power += 1
+        }
+        // Little-endian base-10^9 limbs of the integer mantissa × 2^power (power ≥ 0) or
+        // mantissa × 5^-power (power < 0, then divided by 10^-power through the exponent).
+        var limbs: [UInt64] = [mantissa % 1_000_000_000, mantissa / 1_000_000_000 % 1_000_000_000, mantissa / 1_000_000_000_000_000_000]
+        func multiply(by factor: UInt64) {
+            var carry: UInt64 = 0
+            for index in limbs.indices {
+                let product = limbs[index] * factor + carry
+                limbs[index] = product % 1_000_000_000
+                carry = product / 1_000_000_000
+            }
+            while carry > 0 {
+                limbs.append(carry % 1_000_000_000)
+                carry /= 1_000_000_000
+            }
+        }
+        var remaining = abs(power)
+        let (step, stepFactor): (Int, UInt64) = power >= 0 ? (29, 1 << 29) : (12, 244_140_625)   // 2^29, 5^12
+        while remaining >= step {
+            multiply(by: stepFactor)
+            remaining -= step
+        }
+        if remaining > 0 { multiply(by: power >= 0 ? 1 << UInt64(remaining) : (0..<remaining).reduce(UInt64(1)) { value, _ in value * 5 }) }
+        while limbs.count > 1 && limbs.last == 0 { limbs.removeLast() }
+        var text = String(limbs.last!)
+        for limb in limbs.dropLast().reversed() {
+            let part = String(limb)
+            text += String(repeating: "0", count: 9 - part.count) + part
+        }
+        let written = (value < 0 ? "-" : "") + text + (power < 0 ? "e-\(-power)" : "")
+        return canonicalNumber(Substring(written))
     }
 
     // MARK: JSON
@@ -117,29 +229,31 @@ indirect enum StructuredValue: Equatable {
         return value
     }
 
-    /// Builds the tree from ``StrictJSON``'s events.
+    /// Builds the tree from ``StrictJSON``'s events. Each open container is built in place on
+    /// the stack (appending to an array held in an enum payload copied it whole each time:
+    /// quadratic in the array's length).
     private struct Builder: StrictJSON.Handler {
-        enum Open {
-            case array([StructuredValue])
-            case object([Key: StructuredValue], key: String?)
+        struct Frame {
+            let isObject: Bool
+            var items: [StructuredValue] = []
+            var fields: [Key: StructuredValue] = [:]
+            var key: String?
         }
-        var stack: [Open] = []
+        var stack: [Frame] = []
         var result: StructuredValue?
 
         mutating func begin(isObject: Bool) throws {
-            stack.append(isObject ? .object([:], key: nil) : .array([]))
+            stack.append(Frame(isObject: isObject))
         }
 
         mutating func end() throws {
-            switch stack.removeLast() {
-            case .array(let items): add(.array(items))
-            case .object(let fields, _): add(.dictionary(fields))
-            }
+            let frame = stack.removeLast()
+            add(frame.isObject ? .dictionary(frame.fields) : .array(frame.items))
         }
 
         mutating func key(_ key: String) throws {
-            guard case .object(let fields, _) = stack.removeLast() else { return }
-            stack.append(.object(fields, key: key))
+            guard !stack.isEmpty else { return }
+            stack[stack.count - 1].key = key
         }
 
         mutating func scalar(_ value: StrictJSON.Scalar) throws {
@@ -148,27 +262,25 @@ indirect enum StructuredValue: Equatable {
             case .bool(let flag): add(.bool(flag))
             case .string(let text): add(.string(text))
             case .number(let text):
-                if let integer = canonicalInteger(Substring(text)) {
-                    add(.integer(integer))
-                } else {
-                    add(.real(Double(text) ?? .nan))
+                guard let number = canonicalNumber(Substring(text)) else {
+                    throw ParseError("it is not JSON as Signet reads it: the number \(text.prefix(40)) has an exponent beyond ±10^15")
                 }
+                add(.number(number))
             }
         }
 
         private mutating func add(_ value: StructuredValue) {
-            guard let top = stack.popLast() else {
+            guard !stack.isEmpty else {
                 result = value
                 return
             }
-            switch top {
-            case .array(var items):
-                items.append(value)
-                stack.append(.array(items))
-            case .object(var fields, let key):
+            let top = stack.count - 1
+            if stack[top].isObject {
                 // StrictJSON has refused duplicate keys already.
-                fields[Key(key ?? "")] = value
-                stack.append(.object(fields, key: nil))
+                stack[top].fields[Key(stack[top].key ?? "")] = value
+                stack[top].key = nil
+            } else {
+                stack[top].items.append(value)
             }
         }
     }

@@ -65,16 +65,26 @@ enum XMLPropertyList {
     }
 
     private final class Reader: NSObject, XMLParserDelegate {
-        enum Open {
-            case plist(StructuredValue?)
-            case array([StructuredValue])
-            case dictionary([StructuredValue.Key: StructuredValue], key: String?)
-            /// A leaf element collecting its text.
-            case text(String, String)
+        enum Kind: Equatable {
+            case plist
+            case array
+            case dictionary
+            /// A leaf element collecting its text (`key`, `string`, `integer`…).
+            case text(String)
             /// `<true/>`, `<false/>`.
             case empty(Bool)
         }
-        var stack: [Open] = []
+        /// One open element, built in place on the stack (an array kept in an enum payload was
+        /// copied whole on each append: quadratic in its length).
+        struct Frame {
+            let kind: Kind
+            var items: [StructuredValue] = []
+            var fields: [StructuredValue.Key: StructuredValue] = [:]
+            var key: String?
+            var text = ""
+            var value: StructuredValue?
+        }
+        var stack: [Frame] = []
         var result: StructuredValue?
         var refusal: String?
         var line = 0
@@ -89,35 +99,38 @@ enum XMLPropertyList {
         func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
             guard refusal == nil else { return }
             guard stack.count < StructuredFormat.maximumDepth else { return refuse(parser, "it is nested more than \(StructuredFormat.maximumDepth) levels deep") }
-            if stack.isEmpty {
+            guard !stack.isEmpty else {
                 guard name == "plist", result == nil else { return refuse(parser, "the document element is <\(name)>, not <plist>") }
-                stack.append(.plist(nil))
+                stack.append(Frame(kind: .plist))
                 return
             }
-            switch stack.last! {
+            // Read through the index, never a copy of the frame: a copy would share its array
+            // and make the next append copy it whole.
+            let top = stack.count - 1
+            switch stack[top].kind {
             case .text, .empty: return refuse(parser, "<\(name)> inside a value that holds text")
-            case .dictionary(_, let key) where key == nil && name != "key":
+            case .dictionary where stack[top].key == nil && name != "key":
                 return refuse(parser, "<\(name)> in a <dict> where a <key> must come")
-            case .dictionary(_, let key) where key != nil && name == "key":
+            case .dictionary where stack[top].key != nil && name == "key":
                 return refuse(parser, "two <key>s in a row in a <dict>")
-            case .plist(let value) where value != nil:
+            case .plist where stack[top].value != nil:
                 return refuse(parser, "<plist> holds more than one value")
             default: break
             }
             switch name {
-            case "dict": stack.append(.dictionary([:], key: nil))
-            case "array": stack.append(.array([]))
-            case "key", "string", "integer", "real", "date", "data": stack.append(.text(name, ""))
-            case "true": stack.append(.empty(true))
-            case "false": stack.append(.empty(false))
+            case "dict": stack.append(Frame(kind: .dictionary))
+            case "array": stack.append(Frame(kind: .array))
+            case "key", "string", "integer", "real", "date", "data": stack.append(Frame(kind: .text(name)))
+            case "true": stack.append(Frame(kind: .empty(true)))
+            case "false": stack.append(Frame(kind: .empty(false)))
             default: refuse(parser, "<\(name)> is not a property list element")
             }
         }
 
         func parser(_ parser: XMLParser, foundCharacters string: String) {
             guard refusal == nil else { return }
-            if case .text(let name, let text)? = stack.last {
-                stack[stack.count - 1] = .text(name, text + string)
+            if !stack.isEmpty, case .text = stack[stack.count - 1].kind {
+                stack[stack.count - 1].text.append(string)
             } else if !string.allSatisfy({ $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n" }) {
                 refuse(parser, "text outside a value")
             }
@@ -125,8 +138,8 @@ enum XMLPropertyList {
 
         func parser(_ parser: XMLParser, foundCDATA block: Data) {
             guard let text = String(data: block, encoding: .utf8) else { return refuse(parser, "a CDATA section that is not UTF-8") }
-            if case .text(let name, let held)? = stack.last {
-                stack[stack.count - 1] = .text(name, held + text)
+            if !stack.isEmpty, case .text = stack[stack.count - 1].kind {
+                stack[stack.count - 1].text.append(text)
             } else {
                 refuse(parser, "text outside a value")
             }
@@ -135,49 +148,56 @@ enum XMLPropertyList {
         func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
             guard refusal == nil, let top = stack.popLast() else { return }
             let value: StructuredValue
-            switch top {
-            case .plist(let held):
-                guard let held else { return refuse(parser, "<plist> holds no value") }
+            switch top.kind {
+            case .plist:
+                guard let held = top.value else { return refuse(parser, "<plist> holds no value") }
                 result = held
                 return
-            case .array(let items): value = .array(items)
-            case .dictionary(let fields, let key):
-                guard key == nil else { return refuse(parser, "<key>\(key!)</key> has no value") }
-                value = .dictionary(fields)
+            case .array: value = .array(top.items)
+            case .dictionary:
+                guard top.key == nil else { return refuse(parser, "<key>\(top.key!)</key> has no value") }
+                value = .dictionary(top.fields)
             case .empty(let flag): value = .bool(flag)
-            case .text("key", let text):
-                guard case .dictionary(let fields, nil)? = stack.last else { return refuse(parser, "<key> outside a <dict>") }
-                guard fields[.init(text)] == nil else { return refuse(parser, "the key \"\(text)\" appears twice in one <dict>") }
-                stack[stack.count - 1] = .dictionary(fields, key: text)
+            case .text("key"):
+                let parent = stack.count - 1
+                guard parent >= 0, stack[parent].kind == .dictionary, stack[parent].key == nil else { return refuse(parser, "<key> outside a <dict>") }
+                guard stack[parent].fields[.init(top.text)] == nil else { return refuse(parser, "the key \"\(top.text)\" appears twice in one <dict>") }
+                stack[parent].key = top.text
                 return
-            case .text("string", let text): value = .string(text)
-            case .text("integer", let text):
-                let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-                guard let integer = StructuredValue.canonicalInteger(Substring(trimmed)) else { return refuse(parser, "<integer>\(trimmed)</integer> is not a whole number") }
-                value = .integer(integer)
-            case .text("real", let text):
-                let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-                guard let real = Double(trimmed) else { return refuse(parser, "<real>\(trimmed)</real> is not a number") }
-                value = .real(real)
-            case .text("date", let text):
-                let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-                guard let date = ISO8601DateFormatter().date(from: trimmed) else { return refuse(parser, "<date>\(trimmed)</date> is not an ISO 8601 UTC time") }
+            case .text("string"): value = .string(top.text)
+            case .text("integer"):
+                let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
+                guard let integer = StructuredValue.canonicalInteger(Substring(trimmed)) else { return refuse(parser, "<integer>\(trimmed.prefix(40))</integer> is not a whole number") }
+                value = .number(integer)
+            case .text("real"):
+                let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
+                // Decimal text is kept exactly; nan and inf, which have no decimal form, as doubles.
+                if let number = StructuredValue.canonicalNumber(Substring(trimmed)) {
+                    value = .number(number)
+                } else if let real = Double(trimmed), !real.isFinite {
+                    value = .real(real)
+                } else {
+                    return refuse(parser, "<real>\(trimmed.prefix(40))</real> is not a number")
+                }
+            case .text("date"):
+                let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
+                guard let date = ISO8601DateFormatter().date(from: trimmed) else { return refuse(parser, "<date>\(trimmed.prefix(40))</date> is not an ISO 8601 UTC time") }
                 value = .date(date.timeIntervalSinceReferenceDate)
-            case .text(_, let text):   // data
-                let base64 = text.filter { !($0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n") }
+            case .text:   // data
+                let base64 = top.text.filter { !($0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n") }
                 guard let data = Data(base64Encoded: base64) else { return refuse(parser, "<data> is not base64") }
                 value = .data(Array(data))
             }
-            switch stack.popLast() {
-            case .plist?: stack.append(.plist(value))
-            case .array(var items)?:
-                items.append(value)
-                stack.append(.array(items))
-            case .dictionary(var fields, let key?)?:
-                fields[.init(key)] = value
-                stack.append(.dictionary(fields, key: nil))
-            default:
-                refuse(parser, "a value outside <plist>")
+            guard !stack.isEmpty else { return refuse(parser, "a value outside <plist>") }
+            let index = stack.count - 1
+            switch stack[index].kind {
+            case .plist: stack[index].value = value
+            case .array: stack[index].items.append(value)
+            case .dictionary where stack[index].key != nil:
+                let key = stack[index].key!
+                stack[index].key = nil
+                stack[index].fields[.init(key)] = value
+            default: refuse(parser, "a value outside <plist>")
             }
         }
 
