@@ -12,6 +12,7 @@
 #include <openssl/evp.h>
 #include <openssl/rsa.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include "CSignetShims.h"
 
 long signet_BIO_get_mem_data(BIO *bio, char **data) {
@@ -213,4 +214,16 @@ long long signet_filesystem_type(const char *path) {
     struct statfs info;
     if (statfs(path, &info) != 0) return -1;
     return (long long)info.f_type;
+}
+
+int signet_x509_san_names(X509 *certificate) {
+    GENERAL_NAMES *names = X509_get_ext_d2i(certificate, NID_subject_alt_name, NULL, NULL);
+    if (!names) return -1;
+    int count = 0;
+    for (int i = 0; i < sk_GENERAL_NAME_num(names); i++) {
+        const GENERAL_NAME *name = sk_GENERAL_NAME_value(names, i);
+        if (name->type == GEN_DNS || name->type == GEN_IPADD) count++;
+    }
+    GENERAL_NAMES_free(names);
+    return count;
 }

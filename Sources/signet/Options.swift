@@ -225,6 +225,9 @@ struct TLSOptions: ParsableArguments {
     @Option(name: .customLong("low-speed-time"), parsing: .unconditional, help: ArgumentHelp("Give up after this many seconds below 1 KiB/s (default 60).", valueName: "seconds"))
     var lowSpeedTime: Int = DownloadOptions().lowSpeedTime
 
+    @Option(name: .customLong("max-time"), parsing: .unconditional, help: ArgumentHelp("Seconds the whole download may take, retries included (default 86400); what arrived is kept.", valueName: "seconds"))
+    var maxTime: Double = DownloadOptions().maxTime
+
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Further attempts after a transient failure: reset, time-out, HTTP 5xx (default 3).", valueName: "n"))
     var retries: Int = DownloadOptions().retries
 
@@ -241,6 +244,7 @@ struct TLSOptions: ParsableArguments {
         if maxDownloadSize < 1 { throw ValidationError("--max-download-size must be at least 1 byte, not \(maxDownloadSize)") }
         if !(1...3600).contains(connectTimeout) { throw ValidationError("--connect-timeout takes 1 to 3600 seconds, not \(connectTimeout)") }
         if !(1...3600).contains(lowSpeedTime) { throw ValidationError("--low-speed-time takes 1 to 3600 seconds, not \(lowSpeedTime)") }
+        if !(1...2_592_000).contains(maxTime) { throw ValidationError("--max-time takes 1 to 2592000 seconds (30 days), not \(maxTime)") }
         if !(0...100).contains(retries) { throw ValidationError("--retries takes 0 to 100, not \(retries)") }
         if !(0...60).contains(retryDelay) { throw ValidationError("--retry-delay takes 0 to 60 seconds, not \(retryDelay)") }
     }
@@ -258,6 +262,7 @@ struct TLSOptions: ParsableArguments {
         options.maxSize = maxDownloadSize
         options.connectTimeout = connectTimeout
         options.lowSpeedTime = lowSpeedTime
+        options.maxTime = maxTime
         options.retries = retries
         options.retryDelay = retryDelay
         return options

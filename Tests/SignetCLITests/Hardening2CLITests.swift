@@ -441,4 +441,90 @@ struct Hardening2CLITests {
         try FileManager.default.removeItem(atPath: dest + "/.signet/extra.txt")
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
+    // MARK: Point 14: the signature record is believed only once its publisher signature verifies
+
+    @Test("garbage written to both a file's user.signet.sig and its slot in .signet/signatures no longer passes the tree check")
+    func recordBound() throws {
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try Self.pack(work, ["a.txt": Data("alpha\n".utf8), "b.txt": Data("beta\n".utf8)], out: package)
+        let zipped = try run("unzip", ["-l", package]).stdoutText
+        #expect(zipped.contains(".signet/signatures.sig"), "pack signs the record: \(zipped)")
+        let dest = work.directory.file("dest")
+        #expect(try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+        #expect(FileManager.default.fileExists(atPath: dest + "/.signet/signatures.sig"))
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+        // The same garbage in a.txt's attribute and in its slot of the record (the first file).
+        let record = try contents(dest + "/.signet/signatures")
+        let header = record.firstIndex(of: 0x0A)! + 1
+        let length = (record.count - header) / 2
+        let garbage = Data((0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 1) })
+        var rewritten = record
+        rewritten.replaceSubrange(header..<(header + length), with: garbage)
+        try rewritten.write(to: URL(fileURLWithPath: dest + "/.signet/signatures"))
+        let hex = "0x" + garbage.map { String(format: "%02x", $0) }.joined()
+        #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", hex, dest + "/a.txt"]).status == 0)
+        let checked = try CLI.run(["reverify", dest, "--pubkey", work.publicDER, "--json"])
+        #expect(checked.status == 1, "\(checked.stdoutText)")
+        let files = ((try? checked.json()["trees"] as? [[String: Any]])?.first?["files"] as? [[String: Any]]) ?? []
+        let a = files.first { $0["path"] as? String == "a.txt" }
+        #expect(a?["verdict"] as? String != "ok", "\(files)")
+        #expect(files.first { $0["path"] as? String == "b.txt" }?["verdict"] as? String == "ok", "b.txt is untouched")
+
+        // One file: a damaged attribute on genuine content says so (the record is restored first).
+        try record.write(to: URL(fileURLWithPath: dest + "/.signet/signatures"))
+        let single = try CLI.run(["reverify", dest + "/a.txt", "--pubkey", work.publicDER, "--json"])
+        #expect(single.status == 1)
+        let entry = (try? single.json()["files"] as? [[String: Any]])?.first
+        #expect(entry?["verdict"] as? String == "attributes-lost", "\(single.stdoutText)")
+        #expect((entry?["detail"] as? String)?.contains("is the signed content") == true, "\(single.stdoutText)")
+        // Changed content is still modified.
+        try Data("alpha, changed\n".utf8).write(to: URL(fileURLWithPath: dest + "/b.txt"))
+        let changed = try CLI.run(["reverify", dest + "/b.txt", "--pubkey", work.publicDER, "--json"])
+        #expect((try? changed.json()["files"] as? [[String: Any]])?.first?["verdict"] as? String == "modified", "\(changed.stdoutText)")
+    }
+    // MARK: Point 14: TLS names and anchors, huge headers, an overall deadline
+
+    @Test("TLS: a leaf without subjectAltName (CN=localhost only) is refused; --tls-ca takes CA certificates only; a 200 KB header and --max-time are explained")
+    func tlsAndLimits() throws {
+        let nginx = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        let d = nginx.directory.path
+        // A leaf for localhost with the name only in its CN, issued by the test intermediate.
+        let made = try run("bash", ["-c", """
+            set -e; cd '\(d)'
+            openssl req -newkey rsa:2048 -nodes -keyout cn.key -out cn.csr -subj "/CN=localhost" 2>/dev/null
+            printf "extendedKeyUsage=serverAuth\\n" > cn.ext
+            openssl x509 -req -in cn.csr -CA int.pem -CAkey int.key -CAcreateserial -out cn.pem -days 30 -extfile cn.ext 2>/dev/null
+            cat cn.pem int.pem > cn-chain.pem
+            """])
+        #expect(made.status == 0, "\(made.stderr)")
+        let cnOnly = try ScriptedServer(script: [:], tls: (nginx.directory.file("cn-chain.pem"), nginx.directory.file("cn.key")))
+        try Data("x".utf8).write(to: URL(fileURLWithPath: cnOnly.file("f.txt")))
+        let refused = try CLI.run(["fetch", cnOnly.url("f.txt"), "--out", work.file("f.txt"), "--tls-ca", nginx.root])
+        #expect(refused.status == 3 && refused.stderr.contains("subjectAltName"), "\(refused.status) \(refused.stderr)")
+        // The same chain with a SAN is accepted (the refusal is about the name, not the chain).
+        try Data("y".utf8).write(to: URL(fileURLWithPath: nginx.www + "/f.txt"))
+        #expect(try CLI.run(["fetch", nginx.url("f.txt"), "--out", work.file("g.txt"), "--tls-ca", nginx.root]).status == 0)
+
+        // A server certificate given as a trust anchor: refused, pointing at --tls-cert.
+        let leafAsCA = try CLI.run(["fetch", nginx.url("f.txt"), "--out", work.file("h.txt"), "--tls-ca", nginx.leaf])
+        #expect(leafAsCA.status == 4 && leafAsCA.stderr.contains("--tls-cert"), "\(leafAsCA.status) \(leafAsCA.stderr)")
+        #expect(try CLI.run(["fetch", nginx.url("f.txt"), "--out", work.file("i.txt"), "--tls-ca", nginx.intermediate]).status == 0,
+                "an intermediate CA may anchor the chain (documented)")
+
+        // A response header of 200 KB.
+        let big = try ScriptedServer(script: ["f.txt": [.init(headers: ["X-Big": String(repeating: "a", count: 200_000)])]])
+        try Data("z".utf8).write(to: URL(fileURLWithPath: big.file("f.txt")))
+        let header = try CLI.run(["fetch", big.url("f.txt"), "--out", work.file("j.txt"), "--allow-http", "--retries", "0"])
+        #expect(header.status == 5 && header.stderr.contains("larger than libcurl accepts"), "\(header.status) \(header.stderr)")
+
+        // An overall deadline: nginx sends /slow/ at 200 KiB/s, 3 MB would take 15 s.
+        _ = try nginx.directory.writeRandom("www/slow/big.bin", count: 3_000_000)
+        let started = Date()
+        let slow = try CLI.run(["fetch", nginx.url("slow/big.bin"), "--out", work.file("big.bin"), "--tls-ca", nginx.root, "--max-time", "2"])
+        #expect(slow.status == 5 && slow.stderr.contains("--max-time 2"), "\(slow.status) \(slow.stderr)")
+        #expect(Date().timeIntervalSince(started) < 12)
+        #expect(FileManager.default.fileExists(atPath: work.file(".big.bin.signet-download")), "what arrived is kept")
+    }
 }

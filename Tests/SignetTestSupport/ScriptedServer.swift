@@ -39,7 +39,12 @@ public final class ScriptedServer {
 
     /// Serves files of `directory` ("www/PATH"); `script` maps a path (without the leading
     /// slash) to its answers. Paths not in the script are served whole with 200.
-    public init(script: [String: [Answer]]) throws {
+    /// With `tls` (a PEM chain and its key), the server speaks HTTPS and ``url(_:)`` names
+    /// `https://localhost`.
+    public let tls: (chain: String, key: String)?
+
+    public init(script: [String: [Answer]], tls: (chain: String, key: String)? = nil) throws {
+        self.tls = tls
         directory = try TemporaryDirectory()
         try FileManager.default.createDirectory(atPath: directory.file("www"), withIntermediateDirectories: true)
         let plan = try JSONEncoder().encode(script)
@@ -78,13 +83,18 @@ public final class ScriptedServer {
                     try: self.connection.shutdown(socket.SHUT_RDWR)
                     except OSError: pass
         s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if len(sys.argv) > 5:
+            import ssl
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(sys.argv[4], sys.argv[5])
+            s.socket = context.wrap_socket(s.socket, server_side=True)
         print(s.server_address[1], flush=True)
         s.serve_forever()
         """#
         let scriptPath = try directory.write("server.py", Data(server.utf8))
         process = Process()
         process.executableURL = URL(fileURLWithPath: try which("python3"))
-        process.arguments = [scriptPath, directory.file("www"), planPath, directory.file("requests.log")]
+        process.arguments = [scriptPath, directory.file("www"), planPath, directory.file("requests.log")] + (tls.map { [$0.chain, $0.key] } ?? [])
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
@@ -102,7 +112,7 @@ public final class ScriptedServer {
     /// Where `path` is served from.
     public func file(_ path: String) -> String { directory.file("www/" + path) }
 
-    public func url(_ path: String) -> String { "http://127.0.0.1:\(port)/\(path)" }
+    public func url(_ path: String) -> String { tls == nil ? "http://127.0.0.1:\(port)/\(path)" : "https://localhost:\(port)/\(path)" }
 
     /// Each request so far: the path and its Range header ("-" for none).
     public var requests: [String] {

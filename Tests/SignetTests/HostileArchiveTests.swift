@@ -64,6 +64,7 @@ struct HostileArchiveTests {
         Case(mutation: "modified-manifest", expected: .verdict(.badManifestSignature, "does not verify")),
         Case(mutation: "long-signature", expected: .verdict(.badSignature, "258 bytes")),
         Case(mutation: "short-signature", expected: .verdict(.badSignature, "255 bytes")),
+        Case(mutation: "record-signature", expected: .verdict(.badSignature, ".signet/signatures.sig")),
         Case(mutation: "swapped-signature", expected: .verdict(.badSignature, "does not verify")),
         Case(mutation: "expired", expected: .verdict(.expired, "expired at 2021-01-01T00:00:00Z")),
         // Every field a zip states twice must agree, and the data must agree with the headers.
@@ -143,6 +144,17 @@ struct HostileArchiveTests {
         #expect(error?.reason.contains("bytes follow the end of its deflate stream") == true, "\(error?.reason ?? "")")
         #expect(!FileManager.default.fileExists(atPath: destination))
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".") }.isEmpty)
+    }
+
+    @Test("unpack refuses a package whose record signature (.signet/signatures.sig) does not verify, and writes nothing")
+    func recordSignatureUnpack() throws {
+        let directory = try TemporaryDirectory()
+        let package = try Self.build("record-signature", in: directory)
+        let destination = directory.file("installed")
+        let error = signetError { _ = try Installer.install(package, to: destination, policy: try Fixtures.trust("rsa2048-spki.der")) }
+        #expect(error?.code == .badSignature, "\(error?.description ?? "installed")")
+        #expect(error?.reason.contains(".signet/signatures.sig") == true)
+        #expect(!FileManager.default.fileExists(atPath: destination))
     }
 
     @Test("a package whose entries carry data descriptors that agree with everything verifies")

@@ -16,6 +16,9 @@ long signet_BIO_get_mem_data(BIO *bio, char **data);
 /// OPENSSL_free is a macro that passes __FILE__ and __LINE__ to CRYPTO_free.
 void signet_OPENSSL_free(void *pointer);
 
+/// The DNS and IP entries of a certificate's subjectAltName (sk_GENERAL_NAME_* are macros):
+/// their number, or -1 when it has no subjectAltName extension.
+int signet_x509_san_names(X509 *certificate);
 /// sk_X509_* are type-safe macros over OPENSSL_sk_*.
 int signet_sk_X509_num(const STACK_OF(X509) *stack);
 /// sk_X509_value is a macro over OPENSSL_sk_value.

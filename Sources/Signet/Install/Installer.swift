@@ -135,7 +135,7 @@ public enum Installer {
         var attributesWritten = true
         var files: [String] = []
         // Every signature, in manifest order, in one file (not a sidecar file per resource).
-        let record = try checked.map { SignatureRecord.Writer(fd: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength) }
+        let record = try checked.map { try SignatureRecord.Writer(fd: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
         let resources = job.resources(checked)
         let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
         // Each resource's signature is verified on the second core while the next ones stage;
@@ -162,6 +162,7 @@ public enum Installer {
         guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
         if let checked {
             try record?.finish()
+            try job.checkRecordSignature(checked, digest: record?.digest, into: staging)
             try job.stageRecord(checked, into: staging)
         } else {
             // A bare tree: marked, so that reverify and the next unpack know it as Signet's.
@@ -332,6 +333,20 @@ public enum Installer {
                 throw failure.error("set", attribute: imaAttribute, path: path)
             }
             return written
+        }
+
+        /// `.signet/signatures.sig`, when the package has one: it must be the manifest key's
+        /// signature over the record just written (the package's per-file signatures in
+        /// manifest order), else the package is refused; it is kept in the tree, where it lets a
+        /// tree check believe the record.
+        func checkRecordSignature(_ checked: PackageReader.Checked, digest: Digest?, into staging: Staging) throws {
+            guard let entry = layout.recordSignature, let digest else { return }
+            let signature = try reader.readAll(entry, limit: 64 * 1024, name: TreeLayout.signatureRecordSignature)
+            guard signature.count == checked.key.signatureLength,
+                  Verifier.check(signature, digest: digest, key: checked.key, algorithm: checked.algorithm) else {
+                throw SignetError(.badSignature, "'\(package)' does not verify: \(TreeLayout.signatureRecordSignature), the signature over its per-file signatures, does not verify with the manifest's key (a signature entry was replaced, or the package was altered); nothing was installed", path: package, entry: TreeLayout.signatureRecordSignature)
+            }
+            try staging.writeFile(TreeLayout.signatureRecordSignature, signature)
         }
 
         /// The tree's own record: the manifest, its signature and the certificates.

@@ -13,9 +13,11 @@ internal import SystemPackage
 /// It serves two purposes with one sequential file instead of a sidecar file per resource:
 /// a tree check compares each file's `user.signet.sig` with it and verifies the signature (RSA)
 /// only where they differ, and `--repair` restores a lost attribute from it (after verifying
-/// it). The record is not signed and need not be: a file's content is checked against the
-/// signed manifest whatever the record says, and a signature taken from it is verified before
-/// it is believed or restored.
+/// it). The record is signed by the publisher (`.signet/signatures.sig`, made by pack, since
+/// issue 25): a tree check compares attributes with it only once that signature verified over
+/// the whole record; a record without it (older packages) or whose signature fails is used
+/// only as a source of signatures to verify. A file's content is always checked against the
+/// signed manifest, and a signature taken from the record is verified before it is restored.
 enum SignatureRecord {
     /// The longest signature a record holds (RSA-16384).
     static let maximumLength = 2048
@@ -28,15 +30,24 @@ enum SignatureRecord {
         private let path: String
         let length: Int
         private var buffer: [UInt8] = []
+        /// The record's bytes hashed as they are written, for `.signet/signatures.sig`.
+        private let hasher: Digest.Hasher
 
-        /// Takes ownership of `fd`, a new empty file.
-        init(fd: Int32, path: String, length: Int) {
+        /// Takes ownership of `fd`, a new empty file; hashes the record with `digest`.
+        init(fd: Int32, path: String, length: Int, digest: DigestAlgorithm) throws {
             self.fd = fd
             self.path = path
             self.length = length
+            do { hasher = try Digest.Hasher(digest) } catch {
+                close(fd)
+                throw error
+            }
             buffer.reserveCapacity(64 << 10)
             buffer += SignatureRecord.header(length: length)
         }
+
+        /// The digest of everything written, once ``finish()`` has run.
+        private(set) var digest: Digest?
 
         deinit { close(fd) }
 
@@ -53,12 +64,14 @@ enum SignatureRecord {
         /// Writes what is buffered and gives the file its mode (durable with the tree).
         func finish() throws {
             try flush()
+            digest = try hasher.finalize()
             do { _ = try systemCall("fchmod") { fchmod(fd, 0o644) } } catch {
                 throw SignetError.posix(error, "cannot write", path: path)
             }
         }
 
         private func flush() throws {
+            buffer.withUnsafeBytes { hasher.update($0) }
             try buffer.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: TreeLayout.signatureRecord, destination: path) }
             buffer.removeAll(keepingCapacity: true)
         }
@@ -71,10 +84,17 @@ enum SignatureRecord {
         let count: Int
         private let start: Int
 
+        /// Whether the record is the one the publisher signed (`.signet/signatures.sig` verifies
+        /// over the whole record with the manifest's key). Only then does a tree check take a
+        /// `user.signet.sig` equal to its entry as the signature unpack installed; otherwise
+        /// every signature is verified (garbage written to both must not pass).
+        private(set) var authenticated = false
+
         /// The record below `root`, if there is one with the header and one signature for
         /// each of `files` files; nil otherwise (trees installed before it existed, or a
-        /// record that does not fit the manifest: every signature is then verified).
-        init?(beneath root: Int32, files: Int) {
+        /// record that does not fit the manifest: every signature is then verified). With
+        /// `key`, the record is read once whole, hashed and checked against its signature.
+        init?(beneath root: Int32, files: Int, key: PublicKey? = nil, algorithm: SignatureAlgorithm = .default) {
             guard case .success(let fd) = Paths.open(TreeLayout.signatureRecord, beneath: root) else { return nil }
             var info = stat()
             var head = [UInt8](repeating: 0, count: 40)
@@ -92,6 +112,31 @@ enum SignatureRecord {
             self.length = length
             self.count = files
             self.start = newline + 1
+            if let key { authenticated = Self.verify(fd, beneath: root, key: key, algorithm: algorithm) }
+        }
+
+        /// Whether `.signet/signatures.sig` below `root` is `key`'s signature over the record
+        /// open at `fd` (read sequentially, 64 KiB at a time).
+        private static func verify(_ fd: Int32, beneath root: Int32, key: PublicKey, algorithm: SignatureAlgorithm) -> Bool {
+            guard case .success(let signatureFD) = Paths.open(TreeLayout.signatureRecordSignature, beneath: root) else { return false }
+            defer { close(signatureFD) }
+            var signature = [UInt8](repeating: 0, count: key.signatureLength + 1)
+            let read = signature.withUnsafeMutableBytes { (try? FileDescriptor(signatureFD).read(fullyAt: 0, into: $0)) ?? -1 }
+            guard read == key.signatureLength, let hasher = try? Digest.Hasher(algorithm.digest) else { return false }
+            signature.removeLast()
+            var offset: Int64 = 0
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
+            defer { buffer.deallocate() }
+            while true {
+                let n = pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
+                if n < 0 && errno == EINTR { continue }
+                guard n >= 0 else { return false }
+                if n == 0 { break }
+                hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                offset += Int64(n)
+            }
+            guard let digest = try? hasher.finalize() else { return false }
+            return Verifier.check(signature, digest: digest, key: key, algorithm: algorithm)
         }
 
         deinit { close(fd) }
@@ -118,7 +163,7 @@ enum SignatureRecord {
         /// Whether `candidate` is the signature recorded for file number `index`, read through
         /// `window` (one pread per `Window.signatures` neighbouring files, not one per file).
         func matches(_ candidate: [UInt8], at index: Int, through window: Window) -> Bool {
-            guard candidate.count == length, index >= 0, index < count else { return false }
+            guard authenticated, candidate.count == length, index >= 0, index < count else { return false }
             if !(window.first..<window.first + window.filled).contains(index) {
                 window.first = index
                 let wanted = min(Window.signatures, count - index) * length

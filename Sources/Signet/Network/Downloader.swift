@@ -18,6 +18,10 @@ public struct DownloadOptions: Sendable {
     public var connectTimeout: Int = 30
     /// A transfer slower than 1 KiB/s for this many seconds is given up (`--low-speed-time`).
     public var lowSpeedTime: Int = 60
+    /// Seconds a whole download may take, every attempt and pause included (`--max-time`,
+    /// default one day): a trickle just above the low-speed limit does not run for months.
+    /// What arrived is kept and continued by the next call.
+    public var maxTime: Double = 86_400
     /// Further attempts after a transient failure (connection reset or refused, time-out, a
     /// body cut short, HTTP 5xx); never after HTTP 4xx or a TLS refusal (`--retries`).
     public var retries: Int = 3
@@ -122,9 +126,10 @@ enum Downloader {
         }
         let attempts = 1 + max(0, options.retries)
         var kept: UInt64? = nil
+        let deadline = DispatchTime.now().uptimeNanoseconds &+ UInt64(max(1, min(options.maxTime, 30 * 86_400)) * 1e9)
         for attempt in 1...attempts {
             let transfer = Transfer(url: url, fd: fd, partial: partial, options: options, cancelled: cancelled, durable: durable,
-                                    body: body, restart: restart)
+                                    body: body, restart: restart, deadline: deadline)
             do {
                 let result = try transfer.run()
                 complete = true
@@ -134,8 +139,12 @@ enum Downloader {
                 return DownloadResult(path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL)
             } catch let failure as Transfer.Failure {
                 kept = kept ?? failure.resumedFrom
-                guard failure.transient, attempt < attempts else { throw failure.error }
+                let left = Double(Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds)) / 1e9
                 let delay = min(30, max(0, options.retryDelay) * pow(2, Double(attempt - 1)))
+                if failure.transient, attempt < attempts, left <= delay {
+                    throw SignetError(.network, "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s (\(failure.error.reason)); what arrived is kept in '\(partial)' and continues next time", path: partial)
+                }
+                guard failure.transient, attempt < attempts else { throw failure.error }
                 options.progress?(DownloadProgress(url: url, received: failure.received, expected: failure.expected, resumedFrom: kept ?? 0,
                                                    retry: .init(attempt: attempt + 1, attempts: attempts, delay: delay, reason: failure.error.reason)))
                 try pause(delay, cancelled: cancelled, partial: partial)
@@ -203,6 +212,8 @@ enum Downloader {
         let body: ((UnsafeRawBufferPointer) throws -> Void)?
         let restart: () throws -> Void
         let check: TLSCheck
+        /// When the whole download must end (uptime in ns, `--max-time`).
+        let deadline: UInt64
 
         private var offset: UInt64 = 0
         private var resumedFrom: UInt64 = 0
@@ -216,7 +227,8 @@ enum Downloader {
         private var lastReport: UInt64 = 0   // uptime in ns of the last progress report
 
         init(url: String, fd: Int32, partial: String, options: DownloadOptions, cancelled: CancellationFlag?, durable: Bool,
-             body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void) {
+             body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void, deadline: UInt64) {
+            self.deadline = deadline
             self.durable = durable
             self.url = url
             self.fd = fd
@@ -297,6 +309,12 @@ enum Downloader {
             set(signet_curl_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, max(1, options.connectTimeout)))
             set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_LIMIT, 1024))
             set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_TIME, max(1, options.lowSpeedTime)))
+            // What is left of --max-time for this attempt.
+            let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
+            guard left > 0 else {
+                throw fail(SignetError(.network, "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial))
+            }
+            set(signet_curl_setopt_long(curl, CURLOPT_TIMEOUT_MS, Int(left)))
             // Larger reads than the 16 KiB default: fewer callbacks and writes (curl(1) uses 100 KiB).
             set(signet_curl_setopt_long(curl, CURLOPT_BUFFERSIZE, 512 * 1024))
             set(signet_curl_setopt_string(curl, CURLOPT_USERAGENT, "signet/\(SignetVersion.signet)"))
@@ -492,6 +510,11 @@ enum Downloader {
                 return SignetError(.network, "cannot download '\(shown)': the server answered HTTP \(status)")
             case CURLE_ABORTED_BY_CALLBACK:
                 return SignetError(.interrupted, "interrupted; the partial download '\(partial)' is kept and continues next time", path: partial)
+            case CURLE_OPERATION_TIMEDOUT where DispatchTime.now().uptimeNanoseconds >= deadline:
+                return SignetError(.network, "cannot download '\(shown)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial)
+            case CURLE_OUT_OF_MEMORY:
+                // libcurl's answer to a response header over its 100 KiB limit, as to a failed allocation.
+                return SignetError(.network, "cannot download '\(shown)': the server's response headers are larger than libcurl accepts (100 KiB), or memory ran out (\(message.isEmpty ? "out of memory" : message))")
             default:
                 let text = message.isEmpty ? String(cString: curl_easy_strerror(code)) : message
                 return SignetError(.network, "cannot download '\(shown)': \(text)")

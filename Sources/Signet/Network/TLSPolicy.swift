@@ -28,17 +28,32 @@ public struct TLSPolicy: Sendable {
     /// Trusts the root CAs in `path`: a PEM or DER certificate file, or a directory of them.
     /// A directory sealed with `signet trust seal` is checked against its seal first (with
     /// `salt` or `sealKeys`, a seal is required).
+    ///
+    /// Every certificate must be a CA certificate (basicConstraints CA:TRUE): a root, or an
+    /// intermediate, which then acts as a trust anchor too (the chain may end there). A server
+    /// (leaf) certificate is refused with exit 4: accepting one server's certificate exactly is
+    /// ``addCertificate(from:)`` (`--tls-cert`).
     public mutating func addRoots(from path: String, salt: [UInt8]? = nil, sealKeys: [PublicKey] = []) throws {
+        var found: [(file: String, der: [UInt8])] = []
         if Reverifier.isDirectory(atPath: path) {
             try TrustStoreSeal.check(path, salt: salt, sealKeys: sealKeys)
             let files = try TrustStoreSeal.files(in: path)
             guard !files.isEmpty else {
                 throw SignetError(.malformedInput, "--tls-ca directory '\(path)' holds no certificate files", path: path)
             }
-            for (file, _) in files { roots += try Self.certificates(inFile: path + "/" + file) }
+            for (file, _) in files { found += try Self.certificates(inFile: path + "/" + file).map { (path + "/" + file, $0) } }
         } else {
-            roots += try Self.certificates(inFile: path)
+            found = try Self.certificates(inFile: path).map { (path, $0) }
         }
+        for (file, der) in found {
+            guard let (certificate, _) = parseDER(der, { d2i_X509(nil, $0, $1) }) else { continue }
+            let isCA = X509_check_ca(certificate) != 0
+            X509_free(certificate)
+            guard isCA else {
+                throw SignetError(.malformedKey, "'\(file)' given with --tls-ca holds a certificate that is not a CA certificate (no basicConstraints CA:TRUE); --tls-ca takes root or intermediate CAs. To accept one server's certificate exactly, give it with --tls-cert", path: file)
+            }
+        }
+        roots += found.map(\.der)
     }
 
     /// Accepts a server whose leaf certificate is the one in `path` (PEM or DER).
@@ -144,6 +159,14 @@ final class TLSCheck: @unchecked Sendable {
             for index in 0..<signet_sk_X509_num(verified) {
                 if let certificate = signet_sk_X509_value(verified, index) { chain.append(certificate) }
             }
+        }
+        // The host name is matched by libcurl, which falls back to the subject's CN when the
+        // certificate names no DNS or IP in a subjectAltName; that fallback is refused here
+        // (RFC 6125 and browsers since 2017): a name must be in the subjectAltName.
+        if let leaf = chain.first, signet_x509_san_names(leaf) <= 0 {
+            refusal = "the server's certificate names no host in a subjectAltName extension (a name only in its subject CN is not accepted)"
+            X509_STORE_CTX_set_error(storeContext, X509_V_ERR_APPLICATION_VERIFICATION)
+            return 0
         }
         let chainPins = chain.map { Self.pin(of: $0) }
         for pin in chainPins.compactMap({ $0 }) where !presentedPins.contains(pin) { presentedPins.append(pin) }

@@ -28,6 +28,10 @@ final class PackLedger: @unchecked Sendable {
     private let complete: UnsafeMutableBufferPointer<Bool>
     private var batchStart = 0
     private var batch: [[UInt8]] = []
+    /// The installed tree's signature record (FORMAT.md §3) hashed as the signature entries are
+    /// written, in manifest order, for `.signet/signatures.sig`.
+    private var recordHasher: Digest.Hasher?
+    private var recordHashed = 0
 
     /// Signatures made per batch: enough to keep every core busy, few enough to stay small
     /// (128 RSA-4096 signatures are 64 KiB).
@@ -86,6 +90,35 @@ final class PackLedger: @unchecked Sendable {
     /// `.signet/sigs/` entries follow the resources), so the batch from `index` on is made now,
     /// on every core, and the previous batch is let go.
     func signature(at index: Int) throws -> [UInt8] {
+        let signature = try makeSignature(at: index)
+        if index == recordHashed {
+            if recordHasher == nil {
+                recordHasher = try Digest.Hasher(signer.algorithm.digest)
+                SignatureRecord.header(length: signatureSize).withUnsafeBytes { recordHasher!.update($0) }
+            }
+            signature.withUnsafeBytes { recordHasher!.update($0) }
+            recordHashed += 1
+        }
+        return signature
+    }
+
+    /// The signature over the signature record an install of this package writes (its header,
+    /// then every resource's signature in manifest order): `.signet/signatures.sig`, which lets
+    /// a tree check believe the record without verifying each signature (FORMAT.md §2, §3).
+    /// Asked for once every signature entry has been written.
+    func recordSignature() throws -> [UInt8] {
+        guard recordHashed == inputs.count else {
+            throw SignetError(.io, "the signature record was asked for before every signature was written (\(recordHashed) of \(inputs.count))")
+        }
+        let hasher = try recordHasher ?? {
+            let made = try Digest.Hasher(signer.algorithm.digest)
+            SignatureRecord.header(length: signatureSize).withUnsafeBytes { made.update($0) }
+            return made
+        }()
+        return try signer.sign(digest: try hasher.finalize()).bytes
+    }
+
+    private func makeSignature(at index: Int) throws -> [UInt8] {
         if index >= batchStart, index < batchStart + batch.count { return batch[index - batchStart] }
         batch = []
         let indices = Array(index..<min(inputs.count, index + Self.batchSize))

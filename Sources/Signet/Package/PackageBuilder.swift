@@ -192,6 +192,8 @@ public enum PackageBuilder {
         for (index, input) in inputs.enumerated() {
             try writer.add(TreeLayout.signature(of: input.packagePath), source: SignatureEntrySource(ledger, index: index), compression: .store, permissions: 0o644)
         }
+        // Made once every signature entry above was written (libzip reads sources in order).
+        try writer.add(TreeLayout.signatureRecordSignature, source: DeferredBytesSource { try ledger.recordSignature() }, compression: .store, permissions: 0o644)
         if let certificate = options.certificate ?? signer.key.certificateDER {
             try writer.add(TreeLayout.signerCertificate, source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
         }

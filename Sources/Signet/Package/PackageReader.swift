@@ -26,7 +26,7 @@ public struct PackageLimits: Sendable {
     /// manifest, its signature and the certificates. Checked before anything per entry is read.
     var maximumEntries: Int {
         let doubled = maxFiles.multipliedReportingOverflow(by: 2)
-        let total = doubled.partialValue.addingReportingOverflow(2 + Self.maximumCertificates)
+        let total = doubled.partialValue.addingReportingOverflow(3 + Self.maximumCertificates)
         return doubled.overflow || total.overflow ? Int.max : total.partialValue
     }
 }
@@ -188,10 +188,14 @@ public enum PackageReader {
         func firstBadSignature() -> PackageVerification? {
             signatures.firstRejection().map { checked.verdict($0.failure, $0.message, entry: $0.entry) }
         }
+        // The record an install would write, hashed for `.signet/signatures.sig` (as unpack checks it).
+        let record = layout.recordSignature == nil ? nil : try Digest.Hasher(checked.algorithm.digest)
+        SignatureRecord.header(length: checked.key.signatureLength).withUnsafeBytes { record?.update($0) }
         for (index, file) in files.enumerated() {
             let result: ResourceCheck
             do {
                 result = try checkResource(file, reader: reader, layout: layout, checked: checked, sink: sink) { signature, digest in
+                    signature.withUnsafeBytes { record?.update($0) }
                     signatures.submit(index: index, file: file, signature: signature, digest: digest)
                 }
             } catch {
@@ -205,6 +209,13 @@ public enum PackageReader {
             progress?.add(items: 1)
         }
         if let verdict = firstBadSignature() { return verdict }
+        if let record, let entry = layout.recordSignature {
+            let signature = try reader.readAll(entry, limit: 64 * 1024, name: TreeLayout.signatureRecordSignature)
+            guard signature.count == checked.key.signatureLength,
+                  Verifier.check(signature, digest: try record.finalize(), key: checked.key, algorithm: checked.algorithm) else {
+                return checked.verdict(.badSignature, "\(TreeLayout.signatureRecordSignature), the signature over the per-file signatures, does not verify with the manifest's key: a signature entry was replaced, or the package was altered", entry: TreeLayout.signatureRecordSignature)
+            }
+        }
         progress?.finish()
         return PackageVerification(contents: checked.contents, signer: checked.key, failure: nil, entry: nil,
                                    message: "\(checked.manifest.name) \(checked.manifest.version) (sequence \(checked.manifest.sequence)) verified: \(checked.manifest.files.count) files signed by key \(checked.key.keyID.short)")
@@ -379,6 +390,9 @@ public enum PackageReader {
         var manifest: ZipReader.Entry?
         var manifestSignature: ZipReader.Entry?
         var signerCertificate: ZipReader.Entry?
+        /// `.signet/signatures.sig`: the publisher's signature over the installed tree's
+        /// signature record (packages made before it existed have none).
+        var recordSignature: ZipReader.Entry?
         /// `.signet/certs/*` entries by name, kept with an installed tree.
         var certificates: [(name: String, entry: ZipReader.Entry)] = []
         let path: String
@@ -517,6 +531,7 @@ public enum PackageReader {
             switch name {
             case TreeLayout.manifest: manifest = entry
             case TreeLayout.manifestSignature: manifestSignature = entry
+            case TreeLayout.signatureRecordSignature: recordSignature = entry
             case TreeLayout.signerCertificate:
                 signerCertificate = entry
                 certificates.append((name, entry))

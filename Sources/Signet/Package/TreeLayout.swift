@@ -13,6 +13,9 @@ enum TreeLayout {
     /// check compares each `user.signet.sig` with it instead of verifying every one, and
     /// `--repair` can restore a lost attribute (FORMAT.md §3).
     static let signatureRecord = ".signet/signatures"
+    /// The publisher's signature over that record, made by pack (so a tree check can believe
+    /// the record after one verification, not one per file); copied into the installed tree.
+    static let signatureRecordSignature = ".signet/signatures.sig"
     /// The folder of an installed tree's copies of its structured resources as signed, which
     /// re-verification compares key by key with the resources (FORMAT.md §3).
     static let structuredCopies = ".signet/structured"

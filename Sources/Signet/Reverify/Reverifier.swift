@@ -285,9 +285,26 @@ public enum Reverifier {
         } catch {
             return unreadable(path, error)
         }
-        return verifyOpened(file, path: path, policy: policy) { descriptor, meta in
+        let report = verifyOpened(file, path: path, policy: policy) { descriptor, meta in
             try signatureOf(descriptor, path: path, meta: meta)
         }
+        return damagedAttribute(report, file: file, path: path, policy: policy) ?? report
+    }
+
+    /// A file whose attribute does not verify may still be the signed content with a damaged
+    /// attribute: when the installed tree's own copy of its signature verifies over the
+    /// content, the verdict is `attributes-lost` (saying so), not `modified`. Nil otherwise.
+    private static func damagedAttribute(_ report: FileReport, file: InputFile, path: String, policy: TrustPolicy) -> FileReport? {
+        guard report.verdict == .modified, report.signatureSource == .xattr || report.signatureSource == .ima,
+              let (root, relative) = installedTree(containing: path),
+              let copy = try? treeCopy(root: root, relative: relative) else { return nil }
+        let algorithm = Metadata(file.descriptor.rawValue)?.algorithm ?? .default
+        guard lseek(file.descriptor.rawValue, 0, SEEK_SET) == 0,
+              let digest = try? Digest.compute(descriptorOf: file, algorithm: algorithm.digest),
+              let key = Verifier(policy: policy).verify(signature: copy, digest: digest, algorithm: algorithm).signer else { return nil }
+        return FileReport(path: path, verdict: .attributesLost,
+                          detail: "'\(path)' is the signed content (the installed tree's copy of its signature verifies with key \(key.keyID.short)), but its \(report.signatureSource == .ima ? "IMA attribute" : "user.signet.sig") is damaged or replaced; reverify '\(root)' --repair restores it",
+                          signatureSource: .sidecar, signer: nil)
     }
 
     /// An `unreadable` verdict for `path`, carrying the error (its code decides the exit status).
@@ -553,7 +570,7 @@ public enum Reverifier {
         // the content check against the signed manifest is all that is needed (no RSA). An
         // index that is missing (older trees) or does not fit the manifest is not an error:
         // every signature is then verified.
-        let record = SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count)
+        let record = SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count, key: key, algorithm: algorithm)
         let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
                                   allowedKeys: options.allowedKeys)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
@@ -773,7 +790,7 @@ public enum Reverifier {
     /// have a folder where anything can be put unnoticed).
     static func signetReports(_ files: [String], manifest: Manifest, options: ReverifyOptions) -> [FileReport] {
         guard !files.isEmpty, options.only.isEmpty else { return [] }
-        var expected: Set<[UInt8]> = Set([TreeLayout.manifest, TreeLayout.manifestSignature, TreeLayout.signatureRecord, TreeLayout.signerCertificate].map { Array($0.utf8) })
+        var expected: Set<[UInt8]> = Set([TreeLayout.manifest, TreeLayout.manifestSignature, TreeLayout.signatureRecord, TreeLayout.signatureRecordSignature, TreeLayout.signerCertificate].map { Array($0.utf8) })
         for file in manifest.files {
             expected.insert(Array(TreeLayout.signature(of: file.path).utf8))
             if file.structured != nil { expected.insert(Array(TreeLayout.structuredCopy(of: file.path).utf8)) }

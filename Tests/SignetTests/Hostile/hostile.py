@@ -148,6 +148,9 @@ elif mutation == "cd-size-lie":
     compress[first] = zipfile.ZIP_DEFLATED
 elif mutation == "deflate-trailing":
     compress[first] = zipfile.ZIP_DEFLATED
+elif mutation == "record-signature":
+    # A valid signature by the key, but over other bytes than the package's signature record.
+    replace(".signet/signatures.sig", sign(b"not the record"))
 elif mutation == "signed-huge-size":
     m = manifest(); m["files"][0]["size"] = 2**64 - 1; set_manifest(m)
 elif mutation == "signed-duplicate-key":
