@@ -134,27 +134,24 @@ struct HostileArchiveTests {
         }
     }
 
-    @Test("unpack refuses bytes after a deflate stream inside an entry too, and writes nothing")
-    func deflateTrailingUnpack() throws {
-        let directory = try TemporaryDirectory()
-        let package = try Self.build("deflate-trailing", in: directory)
-        let destination = directory.file("installed")
-        let error = signetError { _ = try Installer.install(package, to: destination, policy: try Fixtures.trust("rsa2048-spki.der")) }
-        #expect(error?.code == .malformedArchive, "\(error?.description ?? "installed")")
-        #expect(error?.reason.contains("bytes follow the end of its deflate stream") == true, "\(error?.reason ?? "")")
-        #expect(!FileManager.default.fileExists(atPath: destination))
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".") }.isEmpty)
-    }
+    /// Refusals that unpack must make as inspect does (its own reading of the data and of the
+    /// record signature), with nothing written.
+    static let unpackCases: [Case] = [
+        Case(mutation: "deflate-trailing", expected: .error(.malformedArchive, "bytes follow the end of its deflate stream")),
+        Case(mutation: "record-signature", expected: .error(.badSignature, ".signet/signatures.sig")),
+    ]
 
-    @Test("unpack refuses a package whose record signature (.signet/signatures.sig) does not verify, and writes nothing")
-    func recordSignatureUnpack() throws {
+    @Test("unpack refuses bytes after a deflate stream and a record signature that does not verify, and writes nothing", arguments: unpackCases)
+    func unpackRefused(_ test: Case) throws {
+        guard case .error(let code, let words) = test.expected else { return }
         let directory = try TemporaryDirectory()
-        let package = try Self.build("record-signature", in: directory)
+        let package = try Self.build(test.mutation, in: directory)
         let destination = directory.file("installed")
         let error = signetError { _ = try Installer.install(package, to: destination, policy: try Fixtures.trust("rsa2048-spki.der")) }
-        #expect(error?.code == .badSignature, "\(error?.description ?? "installed")")
-        #expect(error?.reason.contains(".signet/signatures.sig") == true)
+        #expect(error?.code == code, "\(test.mutation): \(error?.description ?? "installed")")
+        #expect(error?.reason.contains(words) == true, "\(test.mutation): \(error?.reason ?? "")")
         #expect(!FileManager.default.fileExists(atPath: destination))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".") }.isEmpty, "nothing left beside it")
     }
 
     @Test("a package whose entries carry data descriptors that agree with everything verifies")
