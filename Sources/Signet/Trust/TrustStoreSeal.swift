@@ -146,7 +146,7 @@ public enum TrustStoreSeal {
             }
             // A name that is not UTF-8 cannot be sealed (the seal is JSON) nor told apart from
             // another after repair: refused, as pack refuses it.
-            if let bad = entries.first(where: { String(validatingCString: $0.rawName) == nil }) {
+            if let bad = entries.first(where: { String(validating: $0.rawName.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) == nil }) {
                 throw SignetError(.malformedInput, "'\(path)/\(bad.name)' in a trust directory has a name that is not UTF-8; rename it", path: path)
             }
             let names = entries.map(\.name).filter { !(prefix.isEmpty && ($0.utf8.elementsEqual(fileName.utf8) || $0.utf8.elementsEqual(signatureName.utf8))) }
