@@ -147,7 +147,7 @@ enum CentralDirectory {
 
     /// Every record, in directory order, after the whole layout was checked. Throws
     /// `.malformedArchive` for any disagreement, and for more than `maximumEntries` entries.
-    static func records(of file: InputFile, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws -> Directory {
+    static func records(of file: any ArchiveInput, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws -> Directory {
         var reader = Reader(file: file, archive: archive)
         let end = try reader.endOfCentralDirectory()
         guard end.count <= UInt64(maximumEntries) else {
@@ -178,11 +178,11 @@ enum CentralDirectory {
 
     /// Little-endian field reads with bounds and overflow checks; every failure is `.malformedArchive`.
     struct Reader {
-        let file: InputFile
+        let file: any ArchiveInput
         let archive: String
         let size: UInt64
 
-        init(file: InputFile, archive: String) {
+        init(file: any ArchiveInput, archive: String) {
             self.file = file
             self.archive = archive
             self.size = UInt64(max(0, file.size))

@@ -16,7 +16,7 @@ internal import CZip
 /// local header, and the directory must end exactly where the synthesized end records start.
 /// Nothing is copied but the 98 bytes of end records.
 final class WindowSource: ZipSourceContext {
-    let file: InputFile
+    let file: any ArchiveInput
     /// How many bytes of the file are shown before the end records.
     let shown: UInt64
     let tail: [UInt8]
@@ -27,7 +27,7 @@ final class WindowSource: ZipSourceContext {
 
     var size: UInt64 { shown + UInt64(tail.count) }
 
-    init(file: InputFile, directory: CentralDirectory.Directory, first: Int, count: Int) {
+    init(file: any ArchiveInput, directory: CentralDirectory.Directory, first: Int, count: Int) {
         self.file = file
         let start = directory.fileOffset(ofRecord: first)
         shown = directory.fileOffset(ofRecord: first + count)

@@ -42,16 +42,22 @@ final class ZipReader {
     let path: String
     /// The records as Signet read and cross-checked them, names in one buffer.
     let directory: CentralDirectory.Directory
-    private let file: InputFile
+    private let file: any ArchiveInput
     /// Open windows, the most recently used last.
     private var windows: [Window] = []
 
     /// Opens `path`, refusing (before libzip spends memory on it) more than `maximumEntries`
     /// entries; `limitFlag` names the option that raises that limit. libzip's view of every
     /// entry is then checked against Signet's, one window at a time.
-    init(path: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
+    convenience init(path: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
         // Only regular files: a FIFO or device would block or never end.
-        let file = try InputFile.open(path, what: "package")
+        try self.init(input: try InputFile.open(path, what: "package"), maximumEntries: maximumEntries, limitFlag: limitFlag)
+    }
+
+    /// Opens the package `input` holds (a file, or any other ``ArchiveInput``), with the same
+    /// checks.
+    init(input file: any ArchiveInput, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
+        let path = file.path
         directory = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag)
         self.file = file
         self.path = path

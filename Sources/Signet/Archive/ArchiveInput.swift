@@ -1,0 +1,15 @@
+/// Where the archive layer reads a package from: random access by offset, of a known size.
+/// ``InputFile`` (a package on disk) is one; a package read over HTTP range requests (issue 26)
+/// will be another, so that ``CentralDirectory``, ``WindowSource`` and ``ZipReader`` read a
+/// remote package exactly as a local one, with the same checks.
+protocol ArchiveInput: AnyObject {
+    /// The package's name in messages (a path or a URL).
+    var path: String { get }
+    /// Its size in bytes.
+    var size: Int64 { get }
+    /// Reads from `offset` until `buffer` is full or the input ends; returns the count read.
+    /// Failures are thrown as ``SignetError``.
+    func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+}
+
+extension InputFile: ArchiveInput {}
