@@ -420,10 +420,10 @@ public enum Reverifier {
     /// `.signet/signatures`, which only a manifest install writes. Such a tree had its
     /// manifest or manifest signature removed; treated as bare, it would lose the completeness,
     /// rollback and product checks. Nil when nothing says so (the files are read until one does).
-    static func manifestOrigin(of rootFD: Int32) -> (name: String, sequence: UInt64)? {
+    static func manifestOrigin(of rootFD: Int32, files walked: [String]? = nil) -> (name: String, sequence: UInt64)? {
         var info = stat()
         let recorded = fstatat(rootFD, TreeLayout.signatureRecord, &info, AT_SYMLINK_NOFOLLOW) == 0
-        for relative in (try? diskFiles(rootFD, root: "")) ?? [] {
+        for relative in walked ?? (try? diskFiles(rootFD, root: "")) ?? [] {
             guard case .success(let fd) = Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) else { continue }
             defer { close(fd) }
             guard case .success(let bytes?) = ExtendedAttributes.get(TreeLayout.metadataAttribute, on: fd),
@@ -518,7 +518,10 @@ public enum Reverifier {
         guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
               let manifestSignature = try InputFile.readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
             if isBareTree(rootFD) {
-                if let origin = manifestOrigin(of: rootFD) {
+                // After the walk: it reads the same directory descriptor (whose offset a second
+                // reader would share).
+                let walked = try walk.wait().get().files
+                if let origin = manifestOrigin(of: rootFD, files: walked) {
                     return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: .relabelled,
                                       manifestMessage: "'\(root)' is marked as a bare tree, but its files were installed from the signed package '\(origin.name)' sequence \(origin.sequence) (their user.signet.meta says so): its manifest or manifest signature was removed. Reinstall the package",
                                       files: [], attributesSupported: true, duration: elapsed())
@@ -527,7 +530,7 @@ public enum Reverifier {
                     return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: failure, manifestMessage: message,
                                       files: [], attributesSupported: true, duration: elapsed())
                 }
-                var onDisk = try walk.wait().get().files
+                var onDisk = walked
                 onDisk.removeAll { $0.utf8.elementsEqual(TreeLayout.bareMarker.utf8) }
                 return try verifyBareTree(rootFD, root: root, onDisk: onDisk, policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
             }
