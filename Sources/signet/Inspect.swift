@@ -10,6 +10,11 @@ struct Inspect: ParsableCommand {
         check unpack makes is made, streaming each entry: manifest signature, expiry, the exact \
         set of files, and each file's size, SHA-256 and signature.
 
+        An https:// URL is read with HTTP range requests over one connection (each pinned to \
+        the first answer with If-Range): the package is never stored on the device. A server \
+        that does not answer ranges, or --full-download, gets the whole package downloaded \
+        into a private temporary folder, removed afterwards.
+
         Exit 0 if the package verifies (or, without keys, is well-formed), 1 if it fails \
         verification, 3 if its signer is not trusted, 4 if it is malformed.
 
@@ -18,8 +23,11 @@ struct Inspect: ParsableCommand {
         """
     )
 
-    @Argument(help: ArgumentHelp("The package: a file, or an https:// URL (downloaded to $TMPDIR first, then removed).", valueName: "pkg.zip|url"))
+    @Argument(help: ArgumentHelp("The package: a file, or an https:// URL (read with range requests, or downloaded to a private temporary folder and removed).", valueName: "pkg.zip|url"))
     var package: String
+
+    @Flag(name: .customLong("full-download"), help: "For a URL: download the whole package first instead of reading it with range requests.")
+    var fullDownload = false
 
     @OptionGroup var trust: TrustOptions
 
@@ -105,8 +113,12 @@ struct Inspect: ParsableCommand {
         let contents: PackageContents
         var channel: String? = nil
         var file = package
-        if Download.isURL(package) {
+        let remote = Download.isURL(package)
+        if remote {
             tls.warnIfInsecure(package)
+        }
+        // Ranges where they can be used: a bare package is read from a copy.
+        if remote && (bare || fullDownload) {
             let package = package
             file = try ProgressLine.downloading(package, options: try tls.options(trust: trust), output: output) {
                 try await Download.temporaryCopy(of: package, options: $0)
@@ -114,13 +126,17 @@ struct Inspect: ParsableCommand {
         }
         defer { if file != package { Download.removeTemporaryCopy(file) } }
         if bare { return try inspectBare(file) }
+        let ranged = remote && file == package
+        let download = ranged ? try tls.options(trust: trust) : DownloadOptions()
         if !trust.hasSources {
             verification = nil
-            contents = try PackageReader.contents(of: file, limits: limits.limits)
+            contents = ranged ? try PackageReader.contents(downloading: file, download: download, limits: limits.limits)
+                : try PackageReader.contents(of: file, limits: limits.limits)
         } else {
             let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
-            let result = try ProgressLine.showing("verifying " + file, output: output) {
-                try PackageReader.verify(file, policy: policy, limits: limits.limits, progress: $0)
+            let result = try ProgressLine.showing("verifying " + file, output: output) { progress in
+                ranged ? try PackageReader.verify(downloading: file, policy: policy, download: download, limits: limits.limits, progress: progress)
+                    : try PackageReader.verify(file, policy: policy, limits: limits.limits, progress: progress)
             }
             channel = result.signer.flatMap { policy.channel(of: $0.keyID) }
             verification = result

@@ -22,14 +22,23 @@ public final class ScriptedServer {
         public var cutAfter: Int?
         /// Extra headers.
         public var headers: [String: String]
+        /// Answer a Range header as a server should (206, Content-Range), a full 200 without one.
+        public var honourRange: Bool
+        /// Lies in a range answer: Content-Range shifted by this many bytes; bytes added after the range.
+        public var shiftRange: Int
+        public var extraBytes: Int
 
-        public init(status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:]) {
+        public init(status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:],
+                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0) {
             self.status = status
             self.from = from
             self.to = to
             self.length = length
             self.cutAfter = cutAfter
             self.headers = headers
+            self.honourRange = honourRange
+            self.shiftRange = shiftRange
+            self.extraBytes = extraBytes
         }
     }
 
@@ -69,6 +78,22 @@ public final class ScriptedServer {
                 answers = plan.get(path, [{"status": 200, "from": 0, "headers": {}}])
                 n = counts.get(path, 0); counts[path] = n + 1
                 a = answers[min(n, len(answers) - 1)]
+                wanted = self.headers.get("Range")
+                if a.get("honourRange") and wanted and wanted.startswith("bytes="):
+                    first, last = wanted[6:].split("-")
+                    if first == "":
+                        start, end = max(0, len(data) - int(last)), len(data) - 1
+                    else:
+                        start, end = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
+                    shift = a.get("shiftRange", 0)
+                    body = data[start:end + 1] + b"X" * a.get("extraBytes", 0)
+                    self.send_response(206)
+                    self.send_header("Content-Range", "bytes %d-%d/%d" % (start + shift, end + shift, len(data)))
+                    self.send_header("Content-Length", str(len(body)))
+                    for k, v in a.get("headers", {}).items(): self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 body = data[a.get("from", 0):a.get("to") if a.get("to") is not None else len(data)]
                 self.send_response(a["status"])
                 self.send_header("Content-Length", str(a["length"] if a.get("length") is not None else len(body)))

@@ -13,3 +13,19 @@ protocol ArchiveInput: AnyObject {
 }
 
 extension InputFile: ArchiveInput {}
+
+/// Another input under another name in messages (a downloaded copy named by its URL).
+final class RenamedInput: ArchiveInput {
+    private let input: any ArchiveInput
+    let path: String
+    var size: Int64 { input.size }
+
+    init(_ input: any ArchiveInput, path: String) {
+        self.input = input
+        self.path = path
+    }
+
+    func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        try input.read(fullyAt: offset, into: buffer)
+    }
+}

@@ -87,6 +87,8 @@ enum Downloader {
     static let partialAttribute = "user.signet.download"
 
     private static let globalInit: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+    /// Whether libcurl is initialised (once per process).
+    static var ready: Bool { globalInit }
 
     /// Refuses a URL the policy does not allow: only https://, or http:// with `allowHTTP`.
     static func checkScheme(_ url: String, policy: TLSPolicy) throws {
@@ -177,6 +179,70 @@ enum Downloader {
                 throw SignetError(.destinationBusy, "'\(partial)' is being downloaded by another process; try again when it has finished, or wait longer with --wait SECONDS", path: partial)
             }
             usleep(20_000)
+        }
+    }
+
+    /// The settings every request shares (FORMAT.md §5): the URL; https only (http with
+    /// `allowHTTP`), also for redirects (at most ``DownloadOptions/maximumRedirects``); TLS 1.2
+    /// or later with peer and host checked and Signet's policy (`check`) installed on each
+    /// handshake's SSL_CTX; connect and low-speed time-outs; HTTP errors as errors; curl's
+    /// message into `errorBuffer`. False when libcurl refused a setting.
+    static func configure(_ curl: UnsafeMutableRawPointer, url: String, options: DownloadOptions, check: TLSCheck,
+                          errorBuffer: UnsafeMutablePointer<CChar>) -> Bool {
+        let protocols = options.tls.allowHTTP ? "http,https" : "https"
+        var ok = true
+        func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
+        set(signet_curl_setopt_string(curl, CURLOPT_URL, url))
+        set(signet_curl_setopt_string(curl, CURLOPT_PROTOCOLS_STR, protocols))
+        set(signet_curl_setopt_string(curl, CURLOPT_REDIR_PROTOCOLS_STR, protocols))
+        set(signet_curl_setopt_long(curl, CURLOPT_FOLLOWLOCATION, 1))
+        set(signet_curl_setopt_long(curl, CURLOPT_MAXREDIRS, Int(DownloadOptions.maximumRedirects)))
+        set(signet_curl_setopt_long(curl, CURLOPT_FAILONERROR, 1))
+        set(signet_curl_setopt_long(curl, CURLOPT_NOSIGNAL, 1))
+        set(signet_curl_setopt_long(curl, CURLOPT_SSLVERSION, Int(CURL_SSLVERSION_TLSv1_2)))
+        set(signet_curl_setopt_long(curl, CURLOPT_SSL_VERIFYPEER, 1))
+        set(signet_curl_setopt_long(curl, CURLOPT_SSL_VERIFYHOST, 2))
+        set(signet_curl_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, max(1, options.connectTimeout)))
+        set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_LIMIT, 1024))
+        set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_TIME, max(1, options.lowSpeedTime)))
+        // Larger reads than the 16 KiB default: fewer callbacks and writes (curl(1) uses 100 KiB).
+        set(signet_curl_setopt_long(curl, CURLOPT_BUFFERSIZE, 512 * 1024))
+        set(signet_curl_setopt_string(curl, CURLOPT_USERAGENT, "signet/\(SignetVersion.signet)"))
+        set(signet_curl_setopt_pointer(curl, CURLOPT_ERRORBUFFER, errorBuffer))
+        set(signet_curl_setopt_pointer(curl, CURLOPT_SSL_CTX_DATA, Unmanaged.passUnretained(check).toOpaque()))
+        set(signet_curl_setopt_ssl_ctx_callback(curl) { _, context, argument in
+            guard let context, let argument else { return CURLE_SSL_CERTPROBLEM }
+            let check = Unmanaged<TLSCheck>.fromOpaque(argument).takeUnretainedValue()
+            return check.install(on: OpaquePointer(context)) ? CURLE_OK : CURLE_SSL_CERTPROBLEM
+        })
+        return ok
+    }
+
+    /// curl's outcome as Signet's error: a TLS refusal (exit 3) naming the host, the check and
+    /// the pins the server presented; a redirect away from https; an HTTP status; a header over
+    /// libcurl's limit; else a network failure (exit 5).
+    static func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String, check: TLSCheck) -> SignetError {
+        let shown = effectiveURL
+        let host = URLComponents(string: effectiveURL)?.host ?? shown
+        let pins = check.presentedPins.isEmpty ? "" : "; the server presented (leaf first): " + check.presentedPins.joined(separator: ", ")
+        // A failed handshake is a TLS refusal when our policy or the chain refused it (a
+        // connect error with nothing of ours to say is a network failure, below).
+        let refusedByPolicy = code == CURLE_SSL_CONNECT_ERROR && (check.refusal != nil || !check.presentedPins.isEmpty)
+        if code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE || refusedByPolicy {
+            let reason = check.refusal ?? (message.isEmpty ? "the certificate chain did not verify" : message)
+            return SignetError(.tlsRefused, "TLS refused for '\(host)': \(reason)\(pins)")
+        }
+        switch code {
+        case CURLE_UNSUPPORTED_PROTOCOL:
+            return SignetError(.tlsRefused, "'\(shown)' redirected to a URL that is not https:// (\(message)); refused")
+        case CURLE_HTTP_RETURNED_ERROR:
+            return SignetError(.network, "cannot download '\(shown)': the server answered HTTP \(status)")
+        case CURLE_OUT_OF_MEMORY:
+            // libcurl's answer to a response header over its 100 KiB limit, as to a failed allocation.
+            return SignetError(.network, "cannot download '\(shown)': the server's response headers are larger than libcurl accepts (100 KiB), or memory ran out (\(message.isEmpty ? "out of memory" : message))")
+        default:
+            let text = message.isEmpty ? String(cString: curl_easy_strerror(code)) : message
+            return SignetError(.network, "cannot download '\(shown)': \(text)")
         }
     }
 
@@ -292,39 +358,15 @@ enum Downloader {
             guard let curl = curl_easy_init() else { throw fail(SignetError(.crypto, "libcurl could not start a transfer")) }
             handle = curl
             defer { curl_easy_cleanup(curl) }
-            let protocols = options.tls.allowHTTP ? "http,https" : "https"
             let me = Unmanaged.passUnretained(self).toOpaque()
-            var ok = true
+            var ok = Downloader.configure(curl, url: url, options: options, check: check, errorBuffer: errorBuffer)
             func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
-            set(signet_curl_setopt_string(curl, CURLOPT_URL, url))
-            set(signet_curl_setopt_string(curl, CURLOPT_PROTOCOLS_STR, protocols))
-            set(signet_curl_setopt_string(curl, CURLOPT_REDIR_PROTOCOLS_STR, protocols))
-            set(signet_curl_setopt_long(curl, CURLOPT_FOLLOWLOCATION, 1))
-            set(signet_curl_setopt_long(curl, CURLOPT_MAXREDIRS, Int(DownloadOptions.maximumRedirects)))
-            set(signet_curl_setopt_long(curl, CURLOPT_FAILONERROR, 1))
-            set(signet_curl_setopt_long(curl, CURLOPT_NOSIGNAL, 1))
-            set(signet_curl_setopt_long(curl, CURLOPT_SSLVERSION, Int(CURL_SSLVERSION_TLSv1_2)))
-            set(signet_curl_setopt_long(curl, CURLOPT_SSL_VERIFYPEER, 1))
-            set(signet_curl_setopt_long(curl, CURLOPT_SSL_VERIFYHOST, 2))
-            set(signet_curl_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, max(1, options.connectTimeout)))
-            set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_LIMIT, 1024))
-            set(signet_curl_setopt_long(curl, CURLOPT_LOW_SPEED_TIME, max(1, options.lowSpeedTime)))
             // What is left of --max-time for this attempt.
             let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
             guard left > 0 else {
                 throw fail(SignetError(.network, "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial))
             }
             set(signet_curl_setopt_long(curl, CURLOPT_TIMEOUT_MS, Int(left)))
-            // Larger reads than the 16 KiB default: fewer callbacks and writes (curl(1) uses 100 KiB).
-            set(signet_curl_setopt_long(curl, CURLOPT_BUFFERSIZE, 512 * 1024))
-            set(signet_curl_setopt_string(curl, CURLOPT_USERAGENT, "signet/\(SignetVersion.signet)"))
-            set(signet_curl_setopt_pointer(curl, CURLOPT_ERRORBUFFER, errorBuffer))
-            set(signet_curl_setopt_pointer(curl, CURLOPT_SSL_CTX_DATA, me))
-            set(signet_curl_setopt_ssl_ctx_callback(curl) { _, context, argument in
-                guard let context, let argument else { return CURLE_SSL_CERTPROBLEM }
-                let transfer = Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue()
-                return transfer.check.install(on: OpaquePointer(context)) ? CURLE_OK : CURLE_SSL_CERTPROBLEM
-            })
             set(signet_curl_setopt_pointer(curl, CURLOPT_HEADERDATA, me))
             set(signet_curl_setopt_data_callback(curl, CURLOPT_HEADERFUNCTION) { data, size, count, argument in
                 guard let data, let argument else { return 0 }
@@ -493,31 +535,13 @@ enum Downloader {
         }
 
         private func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String) -> SignetError {
-            let shown = effectiveURL
-            let host = URLComponents(string: effectiveURL)?.host ?? shown
-            let pins = check.presentedPins.isEmpty ? "" : "; the server presented (leaf first): " + check.presentedPins.joined(separator: ", ")
-            // A failed handshake is a TLS refusal when our policy or the chain refused it (a
-            // connect error with nothing of ours to say is a network failure, below).
-            let refusedByPolicy = code == CURLE_SSL_CONNECT_ERROR && (check.refusal != nil || !check.presentedPins.isEmpty)
-            if code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE || refusedByPolicy {
-                let reason = check.refusal ?? (message.isEmpty ? "the certificate chain did not verify" : message)
-                return SignetError(.tlsRefused, "TLS refused for '\(host)': \(reason)\(pins)")
-            }
             switch code {
-            case CURLE_UNSUPPORTED_PROTOCOL:
-                return SignetError(.tlsRefused, "'\(shown)' redirected to a URL that is not https:// (\(message)); refused")
-            case CURLE_HTTP_RETURNED_ERROR:
-                return SignetError(.network, "cannot download '\(shown)': the server answered HTTP \(status)")
             case CURLE_ABORTED_BY_CALLBACK:
                 return SignetError(.interrupted, "interrupted; the partial download '\(partial)' is kept and continues next time", path: partial)
             case CURLE_OPERATION_TIMEDOUT where DispatchTime.now().uptimeNanoseconds >= deadline:
-                return SignetError(.network, "cannot download '\(shown)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial)
-            case CURLE_OUT_OF_MEMORY:
-                // libcurl's answer to a response header over its 100 KiB limit, as to a failed allocation.
-                return SignetError(.network, "cannot download '\(shown)': the server's response headers are larger than libcurl accepts (100 KiB), or memory ran out (\(message.isEmpty ? "out of memory" : message))")
+                return SignetError(.network, "cannot download '\(effectiveURL)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial)
             default:
-                let text = message.isEmpty ? String(cString: curl_easy_strerror(code)) : message
-                return SignetError(.network, "cannot download '\(shown)': \(text)")
+                return Downloader.error(code, status: status, message: message, effectiveURL: effectiveURL, check: check)
             }
         }
 

@@ -160,7 +160,44 @@ public enum PackageReader {
     /// trusting it). Throws ``SignetError`` with `.malformedArchive` or `.malformedManifest`
     /// (exit 4) for anything a valid package cannot contain.
     public static func contents(of path: String, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
-        let reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
+        try contents(of: try ZipReader(path: path, maximumEntries: limits.maximumEntries), limits: limits)
+    }
+
+    /// ``contents(of:limits:)`` for a package on an HTTPS server: read with range requests
+    /// (only the end of the zip, its directory and the manifest), or downloaded into a private
+    /// temporary folder and removed when the server does not answer ranges.
+    public static func contents(downloading url: String, download: DownloadOptions = DownloadOptions(),
+                                limits: PackageLimits = PackageLimits()) throws -> PackageContents {
+        try remote(url, download: download) { try contents(of: try ZipReader(input: $0, maximumEntries: limits.maximumEntries), limits: limits) }
+    }
+
+    /// ``verify(_:policy:limits:now:progress:)`` for a package on an HTTPS server, read with
+    /// range requests over one connection (each pinned to the first answer's validator with
+    /// `If-Range`), never stored on the device; a server that does not answer ranges gets the
+    /// whole package downloaded into a private temporary folder, removed afterwards.
+    public static func verify(downloading url: String, policy: TrustPolicy, download: DownloadOptions = DownloadOptions(),
+                              limits: PackageLimits = PackageLimits(), now: Timestamp = .now,
+                              progress handler: ProgressHandler? = nil) throws -> PackageVerification {
+        try remote(url, download: download) {
+            try verify(reader: try ZipReader(input: $0, maximumEntries: limits.maximumEntries), policy: policy, limits: limits, now: now, progress: handler)
+        }
+    }
+
+    /// Runs `body` on the package at `url` read through ranges, else on a downloaded copy.
+    private static func remote<R>(_ url: String, download: DownloadOptions, _ body: (any ArchiveInput) throws -> R) throws -> R {
+        let input: RangedInput
+        do {
+            input = try RangedInput(url: url, options: download)
+        } catch is RangeClient.Unsupported {
+            let copy = try Download.temporaryCopy(of: url, options: download)
+            defer { Download.removeTemporaryCopy(copy) }
+            let file = try InputFile.open(copy, what: "package")
+            return try body(RenamedInput(file, path: Download.redacted(url)))
+        }
+        return try body(input)
+    }
+
+    static func contents(of reader: ZipReader, limits: PackageLimits) throws -> PackageContents {
         let layout = try Layout(reader: reader, limits: limits)
         let manifest = try Manifest.parse(try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: TreeLayout.manifest))
         return layout.contents(manifest: manifest)
@@ -172,7 +209,11 @@ public enum PackageReader {
     /// `progress` is told how many files and bytes have been checked.
     public static func verify(_ path: String, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
                               now: Timestamp = .now, progress handler: ProgressHandler? = nil) throws -> PackageVerification {
-        let reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
+        try verify(reader: try ZipReader(path: path, maximumEntries: limits.maximumEntries), policy: policy, limits: limits, now: now, progress: handler)
+    }
+
+    static func verify(reader: ZipReader, policy: TrustPolicy, limits: PackageLimits, now: Timestamp,
+                       progress handler: ProgressHandler?) throws -> PackageVerification {
         let layout = try Layout(reader: reader, limits: limits)
         let checked: Checked
         switch try checkManifest(reader: reader, layout: layout, policy: policy, limits: limits, now: now) {
