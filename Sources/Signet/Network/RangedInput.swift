@@ -160,8 +160,7 @@ final class RangeClient {
             TemporaryFiles.isInterrupted ? 1 : 0
         })
         guard ok else {
-            curl_easy_cleanup(curl)
-            errorBuffer.deallocate()
+            // Every property is set: deinit runs and frees the handle and the buffer.
             throw SignetError(.crypto, "libcurl refused Signet's transfer settings (libcurl \(SignetVersion.curl))")
         }
     }
