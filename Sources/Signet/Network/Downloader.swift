@@ -740,7 +740,7 @@ public enum Download {
         }
     }
 
-    /// Removes a file ``temporaryCopy(of:options:)`` returned, and its private folder.
+    /// Removes a file `temporaryCopy(of:options:)` returned, and its private folder.
     public static func removeTemporaryCopy(_ path: String) {
         unlink(path)
         let folder = AtomicFile.parentDirectory(of: path)
