@@ -183,13 +183,17 @@ struct Hardening2CLITests {
             // Another user makes the lock file, writes a process id into it and holds it.
             let holder = Process()
             holder.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            holder.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c",
-                                "import fcntl, os, time; f = open('\(lock)', 'w'); f.write('4242\\n'); f.flush(); fcntl.flock(f, fcntl.LOCK_EX); time.sleep(30)"]
+            // sh and flock(1), not python3: a python3 under /root (pyenv) cannot run as nobody.
+            holder.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                                "exec 9> '\(lock)' && printf '4242\\n' >&9 && flock --exclusive 9 && exec sleep 30"]
             try holder.run()
             defer { holder.terminate(); kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
             let deadline = Date().addingTimeInterval(10)
             while !FileManager.default.fileExists(atPath: lock) && Date() < deadline { usleep(20_000) }
             usleep(200_000)
+            // The other user really holds it: a non-blocking flock from here is refused.
+            let held = try run("flock", ["--exclusive", "--nonblock", lock, "true"])
+            try #require(held.status != 0, "the planted lock must be held by the other user: \(held.stderr)")
             let installed = try CLI.run(["unpack", package, "--dest", work.directory.file("dest"), "--pubkey", work.publicDER, "--wait", "0"])
             #expect(installed.status == 0, "the planted lock is not Signet's: \(installed.stderr)")
             #expect(!installed.stderr.contains("4242"))

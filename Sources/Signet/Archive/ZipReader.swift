@@ -118,7 +118,7 @@ final class ZipReader {
             Unmanaged<WindowSource>.fromOpaque(context).release()
             throw SignetError(.io, "cannot read the package '\(path)': \(String(cString: zip_error_strerror(&error)))", path: path)
         }
-        guard let archive = zip_open_from_source(zipSource, ZIP_RDONLY | ZIP_CHECKCONS, &error) else {
+        guard let archive = openZipArchive(zipSource, ZIP_RDONLY | ZIP_CHECKCONS, &error) else {
             // Not taken by libzip: still ours (freeing it releases the context).
             zip_source_free(zipSource)
             if let failure = source.failure { throw failure }

@@ -31,3 +31,32 @@ func answerCommonZipSourceCommand<Context: ZipSourceContext>(_ command: zip_sour
 func zipSourceCommands(_ commands: [zip_source_cmd_t]) -> Int64 {
     commands.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
 }
+
+/// `zip_open_from_source`, after libzip's lazily filled statics are known to be set.
+///
+/// libzip 1.7 (Debian 12's) computes the command bitmaps `zip_open_from_source` requires into
+/// two function-level statics on its first call, one after the other and without a lock. A
+/// second thread that opens an archive at that moment can see the first set and the second still
+/// -1, and then takes any writable source for read-only: `pack`'s deflate workers, which open
+/// their temporary archives at once, failed with "Read-only archive" that way (once, in CI).
+/// The first call is made here once, under the runtime's once-only initialisation, before any
+/// real one.
+func openZipArchive(_ source: OpaquePointer, _ flags: Int32, _ error: UnsafeMutablePointer<zip_error_t>) -> OpaquePointer? {
+    _ = libzipStaticsPrepared
+    return zip_open_from_source(source, flags, error)
+}
+
+/// Runs one `zip_open_from_source` that libzip refuses right after filling its statics
+/// (read-only and truncate together), on an empty buffer source it never reads.
+private let libzipStaticsPrepared: Bool = {
+    var error = zip_error_t()
+    zip_error_init(&error)
+    defer { zip_error_fini(&error) }
+    guard let source = zip_source_buffer_create(nil, 0, 0, &error) else { return false }
+    defer { zip_source_free(source) }
+    if let archive = zip_open_from_source(source, ZIP_RDONLY | ZIP_TRUNCATE, &error) {
+        zip_source_keep(source)
+        zip_discard(archive)
+    }
+    return true
+}()

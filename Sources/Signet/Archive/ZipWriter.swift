@@ -53,7 +53,7 @@ final class ZipWriter {
             throw SignetError(.io, "cannot create the archive '\(output.path)': \(String(cString: zip_error_strerror(&error)))", path: output.path)
         }
         // From here the source owns the reference: freeing it (here, or with the archive) releases it.
-        guard let archive = zip_open_from_source(source, ZIP_CREATE | ZIP_TRUNCATE, &error) else {
+        guard let archive = openZipArchive(source, ZIP_CREATE | ZIP_TRUNCATE, &error) else {
             zip_source_free(source)
             throw SignetError(.io, "cannot create the archive '\(output.path)': \(String(cString: zip_error_strerror(&error)))", path: output.path)
         }
