@@ -24,9 +24,14 @@ struct Unpack: ParsableCommand {
         interrupted unpack removes its staging directory; after a kill -9, the next unpack to \
         DIR removes what is left.
 
-        An https:// URL is downloaded into .DIR.signet-download beside DIR (never into memory) \
-        under the TLS options below, then verified and installed the same way; a download cut \
-        short is continued by the next run (HTTP Range with If-Range).
+        An https:// URL is read with HTTP range requests over one connection, under the TLS \
+        options below: the end of the zip, its directory and the manifest first, which must \
+        verify before any resource is asked for; then each file whose path, size and SHA-256 \
+        equal a file DIR holds is copied from DIR (and hashed as it is copied; a modified one \
+        is fetched), and only the others are fetched, streamed into the staging directory. \
+        Nothing of the package is stored on the device. A server that does not answer ranges, \
+        or --full-download, gets the package downloaded whole into .DIR.signet-download beside \
+        DIR first (continued by the next run if cut short).
 
         Examples:
           signet unpack app-1.4.2.zip --dest /opt/app --pubkey keys/public_key.der
@@ -35,7 +40,7 @@ struct Unpack: ParsableCommand {
         """
     )
 
-    @Argument(help: ArgumentHelp("The package: a file, or an https:// URL (downloaded beside DIR, resumed if cut short).", valueName: "pkg.zip|url"))
+    @Argument(help: ArgumentHelp("The package: a file, or an https:// URL (read with range requests, only what DIR lacks).", valueName: "pkg.zip|url"))
     var package: String
 
     @Option(name: .long, help: ArgumentHelp("The directory to install into.", valueName: "dir"))
@@ -44,6 +49,9 @@ struct Unpack: ParsableCommand {
     @OptionGroup var trust: TrustOptions
 
     @OptionGroup(title: "Downloads") var tls: TLSOptions
+
+    @Flag(name: .customLong("full-download"), help: "For a URL: download the whole package beside DIR first instead of reading only what DIR lacks with range requests.")
+    var fullDownload = false
 
     @Flag(name: .long, help: "The older layout: FILE and FILE.sig pairs, no manifest (no completeness, rollback or expiry guarantee).")
     var bare = false
@@ -98,6 +106,30 @@ struct Unpack: ParsableCommand {
         let attributes: String
         let atomic_exchange: Bool
         @Null var leftover: String?
+        @Null var transfer: Transfer?
+    }
+
+    /// How a URL's package was transferred.
+    struct Transfer: Encodable {
+        let mode: String
+        let bytes_downloaded: UInt64
+        let requests: Int
+        let files_fetched: Int
+        let files_reused: Int
+        let bytes_fetched: UInt64
+        let bytes_total: UInt64
+        let package_size: UInt64
+
+        init(_ report: TransferReport) {
+            mode = report.mode.rawValue
+            bytes_downloaded = report.bytesDownloaded
+            requests = report.requests
+            files_fetched = report.filesFetched
+            files_reused = report.filesReused
+            bytes_fetched = report.bytesFetched
+            bytes_total = report.bytesTotal
+            package_size = report.packageSize
+        }
     }
 
     func run() throws {
@@ -117,7 +149,9 @@ struct Unpack: ParsableCommand {
         if Download.isURL(package) {
             tls.warnIfInsecure(package)
             let (package, dest, options) = (package, dest, options)
-            report = try ProgressLine.downloading(package, options: try tls.options(trust: trust), output: output) {
+            var download = try tls.options(trust: trust)
+            download.ranges = !fullDownload
+            report = try ProgressLine.downloading(package, options: download, output: output) {
                 try await Installer.install(downloading: package, to: dest, policy: policy, options: options, download: $0)
             }
         } else {
@@ -138,11 +172,37 @@ struct Unpack: ParsableCommand {
                                sequence: report.manifest?.sequence, replaced_sequence: report.replacedSequence,
                                signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
                                attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
-                               leftover: report.leftover))
+                               leftover: report.leftover, transfer: report.transfer.map(Transfer.init)))
             return
         }
         let what = report.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "bare package"
         let replaced = report.replacedSequence.map { ", replacing sequence \($0)" } ?? ""
         Output.line("installed \(what) into \(dest): \(report.files.count) file\(report.files.count == 1 ? "" : "s") verified, signed by key \(report.signer.keyID.short)\(replaced)")
+        if let transfer = report.transfer {
+            Output.line("  " + Self.describe(transfer))
+        }
+    }
+
+    /// "fetched 20 of 2,000 files (1.2 MiB of 64 MiB), reused 1,980 from DIR; 1.3 MiB in 5 requests".
+    static func describe(_ transfer: TransferReport) -> String {
+        let all = transfer.filesFetched + transfer.filesReused
+        var text = "fetched \(count(transfer.filesFetched)) of \(count(all)) file\(all == 1 ? "" : "s") (\(ProgressLine.bytes(transfer.bytesFetched)) of \(ProgressLine.bytes(transfer.bytesTotal)))"
+        if transfer.mode == .ranges {
+            text += ", reused \(count(transfer.filesReused)) from the installed tree; \(ProgressLine.bytes(transfer.bytesDownloaded)) downloaded in \(count(transfer.requests)) range request\(transfer.requests == 1 ? "" : "s")"
+        } else {
+            text += "; the whole package downloaded (\(ProgressLine.bytes(transfer.packageSize)))"
+        }
+        return text
+    }
+
+    /// 1,980
+    private static func count(_ value: Int) -> String {
+        let digits = Array(String(value))
+        var out = ""
+        for (index, digit) in digits.enumerated() {
+            if index > 0, (digits.count - index) % 3 == 0 { out.append(",") }
+            out.append(digit)
+        }
+        return out
     }
 }

@@ -55,6 +55,12 @@ struct LibzipThreadsCLITests {
 
     @Test("two deflate workers opening their first archives at the same moment both write (libzip's lazily filled statics)")
     func deflateWorkersOpenAtOnce() throws {
+        // Under AddressSanitizer its runtime must be the first library loaded, and a preload
+        // shim would come before it: the race is proven by the plain run.
+        guard !CLI.underAddressSanitizer else {
+            print("skipped: a preload library and AddressSanitizer do not mix")
+            return
+        }
         guard ProcessInfo.processInfo.activeProcessorCount >= 2 else {
             print("skipped: pack deflates on one thread on a machine with one core")
             return
@@ -74,10 +80,8 @@ struct LibzipThreadsCLITests {
             try Data(String(repeating: "line of \(name) text\n", count: 2_000).utf8).write(to: URL(fileURLWithPath: root + "/" + name))
         }
         let package = work.directory.file("app.zip")
-        // Under AddressSanitizer its runtime must come first; the shim is loaded ahead of it.
-        let asan = ProcessInfo.processInfo.environment["ASAN_OPTIONS"].map { $0 + ":" } ?? ""
         let log = work.directory.file("widen-race.log")
-        let environment: [String: String?] = ["LD_PRELOAD": library, "WIDEN_RACE_LOG": log, "ASAN_OPTIONS": asan + "verify_asan_link_order=0"]
+        let environment: [String: String?] = ["LD_PRELOAD": library, "WIDEN_RACE_LOG": log]
         let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
                                   "--version", "1", "--out", package, "--json"], environment: environment)
         #expect(packed.status == 0, "\(packed.stderr)")

@@ -40,6 +40,28 @@ public final class HTTPSServer {
         }
     }
 
+    /// For GET requests of `/path` logged from byte `offset` of the access log on: each
+    /// answer's status and body bytes sent.
+    public func answers(of path: String, from offset: Int = 0) throws -> [(status: Int, bytes: Int)] {
+        let size = (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0
+        guard size > offset else { return [] }
+        let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: accessLog))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64(offset))
+        let log = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+        return log.split(separator: "\n").compactMap { line in
+            guard let request = line.range(of: "\"GET /\(path) ") else { return nil }
+            let rest = line[request.upperBound...]
+            guard let close = rest.firstIndex(of: "\"") else { return nil }
+            let fields = rest[rest.index(after: close)...].split(separator: " ")
+            guard fields.count >= 2, let status = Int(fields[0]), let bytes = Int(fields[1]) else { return nil }
+            return (status, bytes)
+        }
+    }
+
+    /// The access log's size now (an offset for ``answers(of:from:)``).
+    public var accessLogSize: Int { (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0 }
+
     public init() throws {
         directory = try TemporaryDirectory()
         let d = directory.path
@@ -57,7 +79,7 @@ public final class HTTPSServer {
         cat leaf.pem int.pem > chain.pem
         openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out expired.pem -days -1 -extfile leaf.ext
         cat expired.pem int.pem > expired-chain.pem
-        mkdir -p www/slow www/norange www/limited tmp
+        mkdir -p www/slow www/norange www/whole www/limited tmp
         """
         let made = try run("bash", ["-c", script])
         guard made.status == 0 else { throw SupportError("making the test CA failed: \(made.stderr)") }
@@ -96,6 +118,7 @@ public final class HTTPSServer {
             root \(d)/www;
             location /slow/ { limit_rate 200k; }
             location /norange/ { limit_rate 200k; max_ranges 0; }
+            location /whole/ { max_ranges 0; }
             location /limited/ { limit_req zone=onceper2s; limit_req_status 500; }
             location = /to-http { return 302 http://localhost:\(port)/app.zip; }
             location = /to-https { return 302 https://localhost:\(port)/app.zip; }

@@ -134,6 +134,25 @@ struct HostileArchiveTests {
         }
     }
 
+    @Test("read as over range requests (each local header checked when its entry is read), every hostile archive is refused the same way", arguments: cases)
+    func refusedDeferred(_ test: Case) throws {
+        let directory = try TemporaryDirectory()
+        let package = try Self.build(test.mutation, in: directory)
+        let policy = try Fixtures.trust("rsa2048-spki.der")
+        let limits = PackageLimits()
+        func verify() throws -> PackageVerification {
+            let reader = try ZipReader(input: try InputFile.open(package, what: "package"), maximumEntries: limits.maximumEntries, localHeaders: .deferred)
+            return try PackageReader.verify(reader: reader, policy: policy, limits: limits, now: .now, progress: nil)
+        }
+        switch test.expected {
+        case .error(let code, _):
+            let error = signetError { _ = try verify() }
+            #expect(error?.code == code, "\(test.mutation): \(error?.description ?? "accepted")")
+        case .verdict(let failure, _):
+            #expect(try verify().failure == failure, "\(test.mutation)")
+        }
+    }
+
     /// Refusals that unpack must make as inspect does (its own reading of the data and of the
     /// record signature), with nothing written.
     static let unpackCases: [Case] = [

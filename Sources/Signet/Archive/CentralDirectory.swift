@@ -58,6 +58,18 @@ enum CentralDirectory {
         /// Where the central directory starts in the file, and its size.
         fileprivate(set) var offset: UInt64 = 0
         fileprivate(set) var size: UInt64 = 0
+        /// With local headers checked as entries are read (``LocalHeaders/deferred``): where each
+        /// record's entry must end, which is where the next entry in the file starts (or the
+        /// central directory). Empty when every header was checked up front.
+        fileprivate(set) var ends: [UInt64] = []
+
+        /// The bytes of the file entry `position` occupies, local header, data and descriptor:
+        /// known exactly only when the entries are laid end to end, which the up-front check
+        /// proves and the deferred one bounds (a later read checks the rest).
+        func span(ofRecord position: Int) -> Range<UInt64>? {
+            guard position < ends.count else { return nil }
+            return records[position].localHeaderOffset..<ends[position]
+        }
 
         /// Where the record at `position` starts in the file; `endIndex` gives the directory's end.
         func fileOffset(ofRecord position: Int) -> UInt64 {
@@ -147,7 +159,19 @@ enum CentralDirectory {
 
     /// Every record, in directory order, after the whole layout was checked. Throws
     /// `.malformedArchive` for any disagreement, and for more than `maximumEntries` entries.
-    static func records(of file: any ArchiveInput, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws -> Directory {
+    /// When local headers are checked against their central records.
+    enum LocalHeaders {
+        /// All of them, before the directory is returned (a file on disk: each is a small read).
+        case upFront
+        /// Each when its entry is first read (``ZipReader`` calls ``checkLocalHeader(of:in:file:archive:)``):
+        /// for a package read with range requests, where reading every header would fetch the
+        /// whole file. The entries' offsets must still rise from byte 0 to the directory, each
+        /// span large enough for its header and data, so entries cannot overlap.
+        case deferred
+    }
+
+    static func records(of file: any ArchiveInput, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
+                        localHeaders: LocalHeaders = .upFront) throws -> Directory {
         var reader = Reader(file: file, archive: archive)
         let end = try reader.endOfCentralDirectory()
         guard end.count <= UInt64(maximumEntries) else {
@@ -165,8 +189,25 @@ enum CentralDirectory {
             directory.append(record, name: name)
         }
         guard stream.remaining == 0, stream.used == stream.buffer.count else { throw reader.malformed("its central directory holds more than its \(end.count) records") }
-        try reader.checkLocalHeaders(directory, directoryOffset: end.directoryOffset)
+        switch localHeaders {
+        case .upFront: try reader.checkLocalHeaders(directory, directoryOffset: end.directoryOffset)
+        case .deferred: directory.ends = try reader.spanEnds(directory, directoryOffset: end.directoryOffset)
+        }
         return directory
+    }
+
+    /// Checks the local header (and data descriptor) of the record at `position` of a directory
+    /// read with ``LocalHeaders/deferred``: as the up-front check does, and the entry must end
+    /// exactly where the next one starts.
+    static func checkLocalHeader(of position: Int, in directory: Directory, file: any ArchiveInput, archive: String) throws {
+        guard let span = directory.span(ofRecord: position) else { return }
+        let reader = Reader(file: file, archive: archive)
+        let end = try reader.checkLocalHeader(directory[position], in: directory, limit: span.upperBound)
+        guard end == span.upperBound else {
+            let shown = directory.shownName(of: directory[position])
+            throw reader.malformed(end < span.upperBound ? "there are \(span.upperBound - end) bytes after the entry '\(shown)' that belong to no entry"
+                                                          : "the entry '\(shown)' runs into the one after it")
+        }
     }
 
     /// The end of central directory, resolved through ZIP64 where used.
@@ -358,6 +399,32 @@ enum CentralDirectory {
                            unixMode: madeBy == 3 ? UInt32(u32(fixed, 38) >> 16) : nil), name)
         }
 
+        /// For ``LocalHeaders/deferred``: the entries sorted by offset must start at byte 0 and
+        /// rise, each leaving room for at least its header, name and data before the next (or
+        /// the directory); returns where each must end, by record.
+        func spanEnds(_ records: Directory, directoryOffset: UInt64) throws -> [UInt64] {
+            let inOrder = zip(records.records, records.records.dropFirst()).allSatisfy { $0.localHeaderOffset < $1.localHeaderOffset }
+            let order = inOrder ? Array(records.indices) : records.indices.sorted { records[$0].localHeaderOffset < records[$1].localHeaderOffset }
+            var ends = [UInt64](repeating: 0, count: records.count)
+            var expected: UInt64 = 0
+            for (rank, index) in order.enumerated() {
+                let record = records[index]
+                let shown = records.shownName(of: record)
+                if rank == 0, record.localHeaderOffset != 0 {
+                    throw malformed("there are \(record.localHeaderOffset) bytes before the entry '\(shown)' that belong to no entry")
+                }
+                guard record.localHeaderOffset >= expected else { throw malformed("the entry '\(shown)' overlaps the one before it") }
+                let next = rank + 1 < order.count ? records[order[rank + 1]].localHeaderOffset : directoryOffset
+                let least = try sum(try sum(record.localHeaderOffset, UInt64(30 + Int(record.nameLength))), record.compressedSize)
+                guard least <= next else {
+                    throw malformed(rank + 1 < order.count ? "the entry '\(shown)' overlaps the one after it" : "the last entry runs into the central directory")
+                }
+                ends[index] = next
+                expected = least
+            }
+            return ends
+        }
+
         /// Each local header against its central record, each data descriptor too, and the
         /// entries laid end to end from byte 0 up to the central directory.
         func checkLocalHeaders(_ records: Directory, directoryOffset: UInt64) throws {
@@ -372,60 +439,68 @@ enum CentralDirectory {
                     throw malformed(record.localHeaderOffset < expected ? "the entry '\(shown)' overlaps the one before it"
                                                                         : "there are \(record.localHeaderOffset - expected) bytes before the entry '\(shown)' that belong to no entry")
                 }
-                let header = try read(record.localHeaderOffset, 30)
-                guard header[0] == 0x50, header[1] == 0x4b, header[2] == 3, header[3] == 4 else {
-                    throw malformed("the local header of '\(shown)' is missing")
-                }
-                let nameLength = Int(u16(header, 26)), extraLength = Int(u16(header, 28))
-                let variable = try read(record.localHeaderOffset + 30, nameLength + extraLength)
-                guard variable.prefix(nameLength).elementsEqual(records.name(of: record)) else {
-                    throw malformed("the local header of '\(shown)' names another file")
-                }
-                guard UInt16(u16(header, 6)) == record.flags else { throw malformed("the local header and the central directory of '\(shown)' disagree on its flags") }
-                guard UInt16(u16(header, 8)) == record.method else { throw malformed("the local header and the central directory of '\(shown)' disagree on its compression method") }
-                let localZip64 = try extraFields(Array(variable.dropFirst(nameLength)), entry: shown)
-                var size = u32(header, 22), compressedSize = u32(header, 18)
-                var noOffset: UInt64? = nil
-                try resolveZip64(localZip64, size: &size, compressedSize: &compressedSize, offset: &noOffset, entry: shown)
-                let descriptor = record.flags & 0x8 != 0
-                if descriptor {
-                    // Sizes and CRC follow the data; the header may leave them zero, or state them.
-                    guard (u32(header, 14) == 0 || UInt32(u32(header, 14)) == record.crc),
-                          (size == 0 || size == record.size), (compressedSize == 0 || compressedSize == record.compressedSize) else {
-                        throw malformed("the local header and the central directory of '\(shown)' disagree on its CRC or sizes")
-                    }
-                } else {
-                    guard UInt32(u32(header, 14)) == record.crc, size == record.size, compressedSize == record.compressedSize else {
-                        throw malformed("the local header and the central directory of '\(shown)' disagree on its CRC or sizes")
-                    }
-                }
-                if record.method == 0 {
-                    guard record.compressedSize == record.size else {
-                        throw malformed("the stored entry '\(shown)' has \(record.compressedSize) bytes of data but claims \(record.size)")
-                    }
-                }
-                var end = try sum(try sum(record.localHeaderOffset, UInt64(30 + nameLength + extraLength)), record.compressedSize)
-                if descriptor {
-                    // Optional signature, CRC, then both sizes in 8 bytes with ZIP64, else 4.
-                    let wide = localZip64 != nil
-                    let plain = wide ? 20 : 12
-                    let probe = try read(end, min(plain + 4, Int(min(UInt64(plain + 4), directoryOffset > end ? directoryOffset - end : 0))))
-                    let signed = probe.count >= 4 && probe[0] == 0x50 && probe[1] == 0x4b && probe[2] == 7 && probe[3] == 8
-                    let body = signed ? 4 : 0
-                    guard probe.count >= body + plain else { throw malformed("the data descriptor of '\(shown)' is missing") }
-                    let crc = UInt32(u32(probe, body))
-                    let described = wide ? (u64(probe, body + 4), u64(probe, body + 12)) : (u32(probe, body + 4), u32(probe, body + 8))
-                    guard crc == record.crc, described.0 == record.compressedSize, described.1 == record.size else {
-                        throw malformed("the data descriptor and the central directory of '\(shown)' disagree on its CRC or sizes")
-                    }
-                    end = try sum(end, UInt64(body + plain))
-                }
-                expected = end
+                expected = try checkLocalHeader(record, in: records, limit: directoryOffset)
             }
             guard expected == directoryOffset else {
                 throw malformed(expected < directoryOffset ? "there are \(directoryOffset - expected) bytes before the central directory that belong to no entry"
                                                            : "the last entry runs into the central directory")
             }
+        }
+
+        /// One entry's local header against its central record, and its data descriptor;
+        /// returns where the entry ends. Nothing is read at or past `limit` but a descriptor's
+        /// probe up to it.
+        func checkLocalHeader(_ record: Record, in records: Directory, limit: UInt64) throws -> UInt64 {
+            let shown = records.shownName(of: record)
+            let header = try read(record.localHeaderOffset, 30)
+            guard header[0] == 0x50, header[1] == 0x4b, header[2] == 3, header[3] == 4 else {
+                throw malformed("the local header of '\(shown)' is missing")
+            }
+            let nameLength = Int(u16(header, 26)), extraLength = Int(u16(header, 28))
+            let variable = try read(record.localHeaderOffset + 30, nameLength + extraLength)
+            guard variable.prefix(nameLength).elementsEqual(records.name(of: record)) else {
+                throw malformed("the local header of '\(shown)' names another file")
+            }
+            guard UInt16(u16(header, 6)) == record.flags else { throw malformed("the local header and the central directory of '\(shown)' disagree on its flags") }
+            guard UInt16(u16(header, 8)) == record.method else { throw malformed("the local header and the central directory of '\(shown)' disagree on its compression method") }
+            let localZip64 = try extraFields(Array(variable.dropFirst(nameLength)), entry: shown)
+            var size = u32(header, 22), compressedSize = u32(header, 18)
+            var noOffset: UInt64? = nil
+            try resolveZip64(localZip64, size: &size, compressedSize: &compressedSize, offset: &noOffset, entry: shown)
+            let descriptor = record.flags & 0x8 != 0
+            if descriptor {
+                // Sizes and CRC follow the data; the header may leave them zero, or state them.
+                guard (u32(header, 14) == 0 || UInt32(u32(header, 14)) == record.crc),
+                      (size == 0 || size == record.size), (compressedSize == 0 || compressedSize == record.compressedSize) else {
+                    throw malformed("the local header and the central directory of '\(shown)' disagree on its CRC or sizes")
+                }
+            } else {
+                guard UInt32(u32(header, 14)) == record.crc, size == record.size, compressedSize == record.compressedSize else {
+                    throw malformed("the local header and the central directory of '\(shown)' disagree on its CRC or sizes")
+                }
+            }
+            if record.method == 0 {
+                guard record.compressedSize == record.size else {
+                    throw malformed("the stored entry '\(shown)' has \(record.compressedSize) bytes of data but claims \(record.size)")
+                }
+            }
+            var end = try sum(try sum(record.localHeaderOffset, UInt64(30 + nameLength + extraLength)), record.compressedSize)
+            if descriptor {
+                // Optional signature, CRC, then both sizes in 8 bytes with ZIP64, else 4.
+                let wide = localZip64 != nil
+                let plain = wide ? 20 : 12
+                let probe = try read(end, min(plain + 4, Int(min(UInt64(plain + 4), limit > end ? limit - end : 0))))
+                let signed = probe.count >= 4 && probe[0] == 0x50 && probe[1] == 0x4b && probe[2] == 7 && probe[3] == 8
+                let body = signed ? 4 : 0
+                guard probe.count >= body + plain else { throw malformed("the data descriptor of '\(shown)' is missing") }
+                let crc = UInt32(u32(probe, body))
+                let described = wide ? (u64(probe, body + 4), u64(probe, body + 12)) : (u32(probe, body + 4), u32(probe, body + 8))
+                guard crc == record.crc, described.0 == record.compressedSize, described.1 == record.size else {
+                    throw malformed("the data descriptor and the central directory of '\(shown)' disagree on its CRC or sizes")
+                }
+                end = try sum(end, UInt64(body + plain))
+            }
+            return end
         }
     }
 }

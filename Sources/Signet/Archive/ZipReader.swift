@@ -45,6 +45,11 @@ final class ZipReader {
     private let file: any ArchiveInput
     /// Open windows, the most recently used last.
     private var windows: [Window] = []
+    /// With deferred local headers: which entries' headers were checked (empty: all were, up front).
+    private var headersChecked: [Bool] = []
+
+    /// The file bytes of entry `position` (for a ranged read's plan); nil when unknown.
+    func span(of entry: Entry) -> Range<UInt64>? { directory.span(ofRecord: Int(entry.index)) }
 
     /// Opens `path`, refusing (before libzip spends memory on it) more than `maximumEntries`
     /// entries; `limitFlag` names the option that raises that limit. libzip's view of every
@@ -56,11 +61,21 @@ final class ZipReader {
 
     /// Opens the package `input` holds (a file, or any other ``ArchiveInput``), with the same
     /// checks.
-    init(input file: any ArchiveInput, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
+    ///
+    /// With `localHeaders` ``CentralDirectory/LocalHeaders/deferred`` (a package read with range
+    /// requests), each entry's local header is checked when the entry is first read, and libzip
+    /// opens windows without its own pass over every local header: only the entries read are
+    /// fetched.
+    init(input file: any ArchiveInput, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
+         localHeaders: CentralDirectory.LocalHeaders = .upFront) throws {
         let path = file.path
-        directory = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag)
+        directory = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag, localHeaders: localHeaders)
         self.file = file
         self.path = path
+        if case .deferred = localHeaders {
+            headersChecked = [Bool](repeating: false, count: directory.count)
+        }
+        file.directoryRead(directory)
         var first = 0
         repeat {
             remember(try openWindow(at: first))
@@ -118,7 +133,10 @@ final class ZipReader {
             Unmanaged<WindowSource>.fromOpaque(context).release()
             throw SignetError(.io, "cannot read the package '\(path)': \(String(cString: zip_error_strerror(&error)))", path: path)
         }
-        guard let archive = openZipArchive(zipSource, ZIP_RDONLY | ZIP_CHECKCONS, &error) else {
+        // libzip's ZIP_CHECKCONS reads every local header of the window: with deferred
+        // headers, Signet checks each as its entry is read instead.
+        let flags = headersChecked.isEmpty ? ZIP_RDONLY | ZIP_CHECKCONS : ZIP_RDONLY
+        guard let archive = openZipArchive(zipSource, flags, &error) else {
             // Not taken by libzip: still ours (freeing it releases the context).
             zip_source_free(zipSource)
             if let failure = source.failure { throw failure }
@@ -194,7 +212,12 @@ final class ZipReader {
         guard entry.size <= limit else {
             throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' claims \(entry.size) bytes, more than the \(limit) allowed for it", path: path, entry: name)
         }
-        let window = try window(holding: Int(entry.index))
+        let position = Int(entry.index)
+        if position < headersChecked.count, !headersChecked[position] {
+            try CentralDirectory.checkLocalHeader(of: position, in: directory, file: file, archive: path)
+            headersChecked[position] = true
+        }
+        let window = try window(holding: position)
         if entry.method == Self.methodDeflate {
             return try withExtendedLifetime(window) { try inflate(entry, in: window, name: name, body) }
         }

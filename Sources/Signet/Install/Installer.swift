@@ -71,6 +71,8 @@ public struct InstallReport: Sendable {
     /// that may not be changed). The install itself succeeded; the next unpack to the same
     /// destination removes it.
     public let leftover: String?
+    /// How a package read from a URL was transferred (nil for a package file).
+    public internal(set) var transfer: TransferReport? = nil
 }
 
 /// Installs packages (FORMAT.md §2 "Installing"): everything is verified before DIR changes; the
@@ -117,6 +119,14 @@ public enum Installer {
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
+        return try install(reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,
+                           options: options, ranged: nil)
+    }
+
+    /// The installation proper, from an open reader: a local package, or one read with range
+    /// requests (`ranged`), whose unchanged files are copied from the installed tree.
+    static func install(reader: ZipReader, package: String, to destination: String, state: DestinationState, stale: [String],
+                        policy: TrustPolicy, options: InstallOptions, ranged: RangedUpdate?) throws -> InstallReport {
         let job = Job(package: package, destination: destination, reader: reader,
                       layout: try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare),
                       policy: policy, options: options)
@@ -137,6 +147,8 @@ public enum Installer {
         // Every signature, in manifest order, in one file (not a sidecar file per resource).
         let record = try checked.map { try SignatureRecord.Writer(fd: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
         let resources = job.resources(checked)
+        // Over ranges: which files the installed tree already holds (copied, not fetched).
+        let reused = try ranged?.prepare(resources, job: job, state: state) ?? []
         let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
         // Each resource's signature is verified on the second core while the next ones stage;
         // all of them before anything is installed, and the first failure in manifest order is
@@ -147,8 +159,13 @@ public enum Installer {
         }
         do {
             for (index, file) in resources.enumerated() {
-                let staged = try job.stage(file, into: staging, checked: checked, signer: signer, progress: progress,
-                                           later: signatures.map { checks in { checks.submit(index: index, file: file, signature: $0, digest: $1) } })
+                let later = signatures.map { checks in { checks.submit(index: index, file: file, signature: $0, digest: $1) } }
+                var copied: Job.Staged? = nil
+                if let ranged, let checked, index < reused.count, reused[index] {
+                    copied = try ranged.copy(file, job: job, into: staging, checked: checked, later: later)
+                }
+                let staged = try copied ?? job.stage(file, into: staging, checked: checked, signer: signer, progress: progress, later: later)
+                if copied == nil { ranged?.countFetched(file) }
                 progress?.add(items: 1)
                 signer = signer ?? staged.signer
                 attributesWritten = attributesWritten && staged.attributesWritten
@@ -183,11 +200,15 @@ public enum Installer {
         if case .installed(let manifest?) = state { replaced = manifest.sequence }
         return InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer,
                              replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged,
-                             leftover: leftover ?? stale.first)
+                             leftover: leftover ?? stale.first, transfer: ranged?.report)
     }
 
     /// One installation: the package as read, where it goes and the rules it is held to.
-    private struct Job {
+    struct Job {
+        /// What staging one resource gave: the key that signed it, whether the filesystem took
+        /// user attributes, and its signature.
+        typealias Staged = (signer: PublicKey, attributesWritten: Bool, signature: [UInt8])
+
         let package: String
         let destination: String
         let reader: ZipReader
@@ -307,7 +328,7 @@ public enum Installer {
 
         /// `user.signet.sig`, `user.signet.meta` and, if asked, the IMA attribute. False when
         /// the filesystem has no user attributes (the sidecar then carries the signature).
-        private func setAttributes(_ fd: Int32, _ path: String, signature: [UInt8], sha256: String, signer: PublicKey,
+        func setAttributes(_ fd: Int32, _ path: String, signature: [UInt8], sha256: String, signer: PublicKey,
                                    manifest: Manifest?, algorithm: SignatureAlgorithm) throws -> Bool {
             var written = true
             switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
@@ -725,6 +746,12 @@ final class Staging {
             error.entry = relative
             throw error
         }
+    }
+
+    /// Removes a staged file (a copy that turned out not to be the signed content).
+    func removeFile(_ relative: String) {
+        guard let (directory, name) = try? directory(for: relative) else { return }
+        _ = unlinkat(directory, name, 0)
     }
 
     /// Writes a small file (signatures, manifest) with mode 0644.

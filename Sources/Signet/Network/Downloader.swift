@@ -30,6 +30,11 @@ public struct DownloadOptions: Sendable {
     /// Seconds to wait for another process that is downloading into the same partial file
     /// (`--wait`), before giving up with `.destinationBusy` (exit 5).
     public var wait: Double = 10
+    /// Read packages with HTTP range requests where the server answers them (`inspect` and
+    /// `unpack` of a URL: only what is needed is fetched, nothing of the package is stored);
+    /// false downloads the whole package first (`--full-download`). Single files (`fetch`)
+    /// are always downloaded whole.
+    public var ranges: Bool = true
     /// Redirects followed, each to https:// only and each under the same TLS policy.
     public static let maximumRedirects = 5
     /// Called on the downloading thread as bytes arrive (at most ten times a second, and once
@@ -604,17 +609,57 @@ extension Installer {
         // told which process holds it, as for a local package.
         let lock = try DestinationLock(destination, wait: options.wait)
         defer { lock.release() }
+        var options = options
+        options.source = Download.recordedSource(url)
+        if download.ranges, !options.bare {
+            // Read in place with range requests: only what the installed tree lacks is fetched.
+            do {
+                return try installRanged(url, to: destination, policy: policy, options: options, download: download, cancelled: cancelled)
+            } catch is RangeClient.Unsupported {
+                // The server does not answer ranges: the whole package, as below.
+            }
+        }
         let partial = Downloader.partialPath(besides: destination)
         var download = download
         download.wait = min(download.wait, options.wait)
         // Not fsynced: the download is read at once and removed. After a power cut, what is on
         // disk of it may be incomplete; it is then continued or downloaded anew, and verified
         // before anything is installed, so the worst case is a second download.
-        _ = try Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false)
+        let result = try Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false)
         defer { unlink(partial) }
-        var options = options
-        options.source = Download.recordedSource(url)
-        return try install(partial, to: destination, policy: policy, options: options, holding: lock)
+        var report = try install(partial, to: destination, policy: policy, options: options, holding: lock)
+        let files = report.manifest?.files ?? []
+        let bytes = files.reduce(0) { $0 &+ $1.size }
+        report.transfer = TransferReport(mode: .full, bytesDownloaded: result.size - result.resumedFrom, requests: 1, filesFetched: report.files.count,
+                                         filesReused: 0, bytesFetched: bytes, bytesTotal: bytes, packageSize: result.size)
+        return report
+    }
+
+    /// ``install(downloading:to:policy:options:download:)`` over range requests (DIR locked).
+    /// Throws ``RangeClient/Unsupported`` before anything is fetched but the end of the package
+    /// when the server does not answer ranges.
+    private static func installRanged(_ url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
+                                      download: DownloadOptions, cancelled: CancellationFlag?) throws -> InstallReport {
+        let input = try RangedInput(url: url, options: download, cancelled: cancelled)
+        let stale = TemporaryFiles.removeStale(besides: destination)
+        let state = try DestinationState.inspect(destination, force: options.force)
+        let reader = try ZipReader(input: input, maximumEntries: options.limits.maximumEntries, localHeaders: .deferred)
+        let update = RangedUpdate(input: input, destination: destination)
+        if let progress = download.progress {
+            // The bytes of the planned requests: what the progress line counts to.
+            let started = DispatchTime.now().uptimeNanoseconds
+            var last: UInt64 = 0
+            var received: UInt64 = 0
+            input.received = { count in
+                received &+= UInt64(count)
+                let now = DispatchTime.now().uptimeNanoseconds
+                guard now &- last >= 100_000_000 || now &- started < 1 else { return }
+                last = now
+                progress(DownloadProgress(url: url, received: received, expected: update.plannedBytes.map { max($0, received) }, resumedFrom: 0, retry: nil))
+            }
+        }
+        return try install(reader: reader, package: input.path, to: destination, state: state, stale: stale, policy: policy,
+                           options: options, ranged: update)
     }
 }
 

@@ -15,15 +15,31 @@ internal import CSignetShims
 /// of the first answer (a strong ETag, else Last-Modified), so a package replaced on the server
 /// while it is read is never mixed with the old one: the server then answers 200, which is
 /// refused. Each answer must be 206 for exactly the range asked, of a file of the same size,
-/// with exactly that many bytes. Reads are served from a few cached blocks; sequential reads
-/// fetch ahead (up to ``maximumRun`` blocks a request), so memory stays bounded
-/// (``cacheLimit``) and small reads of the zip's headers do not each cost a request.
+/// with exactly that many bytes.
+///
+/// What is fetched: first the last ``probeSize`` bytes (the end records); then the central
+/// directory, which is kept (with the 64 KiB before it, which libzip reads when it opens a
+/// window of entries) while it is at most ``pinLimit``. Below the first `.signet/` entry (the
+/// resources of a Signet package) nothing is fetched but the byte ranges a caller planned
+/// (``plan(_:)``), each group of entries closer than ``gapLimit`` in one request of at most
+/// ``planRequest`` bytes, read as they are needed. Elsewhere (the package's own entries)
+/// sequential reads fetch ahead, from the byte asked for, never before it. Memory is bounded:
+/// the kept directory plus at most ``cacheLimit`` of fetched ranges.
 final class RangedInput: ArchiveInput {
-    /// Bytes fetched at least per request.
-    static let blockSize: Int64 = 1 << 20
-    /// Most blocks one request fetches when reads go on sequentially.
-    static let maximumRun: Int64 = 8
-    /// Most bytes kept.
+    /// The first request: the end records (22 bytes and a comment of up to 65,535) and, for
+    /// most packages, the central directory.
+    static let probeSize: Int64 = 22 + 65_535
+    /// Bytes fetched at least per request outside planned ranges.
+    static let blockSize: Int64 = 256 << 10
+    /// Most blocks one such request fetches when reads go on sequentially.
+    static let maximumRun: Int64 = 16
+    /// Planned entries closer than this are fetched in one request, the gap read through.
+    static let gapLimit: Int64 = 64 << 10
+    /// Most bytes one request for planned ranges asks for.
+    static let planRequest: Int64 = 4 << 20
+    /// Largest central directory kept whole.
+    static let pinLimit: Int64 = 32 << 20
+    /// Most fetched bytes kept besides the directory.
     static let cacheLimit = 16 << 20
 
     let path: String
@@ -32,59 +48,136 @@ final class RangedInput: ArchiveInput {
     /// Fetched ranges, the most recently used last.
     private var cached: [(start: Int64, bytes: [UInt8])] = []
     private var cachedBytes = 0
+    /// The central directory and what comes after it (and the 64 KiB before), kept.
+    private var pinned: (start: Int64, bytes: [UInt8])?
+    /// Below this offset only planned ranges are fetched (the first `.signet/` entry).
+    private var floor: Int64 = 0
+    /// Planned ranges, merged and sorted.
+    private var groups: [Range<Int64>] = []
     private var run: Int64 = 1
     private var lastEnd: Int64 = -1
 
     /// Requests made and bytes received, for reports.
     var requests: Int { client.requests }
     var bytesReceived: UInt64 { client.bytesReceived }
+    /// Called with the bytes of each answer as they arrive (progress displays).
+    var received: ((Int) -> Void)? = nil
 
-    /// Opens `url`: one request for the last block, which tells the size and the validator.
-    /// Throws ``RangeClient/Unsupported`` when the server does not answer range requests
-    /// (or gives no validator to pin them to one file): the caller downloads the whole package.
-    init(url: String, options: DownloadOptions) throws {
-        client = try RangeClient(url: url, options: options)
+    /// Opens `url`: one request for the last ``probeSize`` bytes, which tells the size and the
+    /// validator. Throws ``RangeClient/Unsupported`` when the server does not answer range
+    /// requests (or gives no validator to pin them to one file): the caller downloads the
+    /// whole package.
+    init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil) throws {
+        client = try RangeClient(url: url, options: options, cancelled: cancelled)
         path = Download.redacted(url)
         var tail: [UInt8] = []
-        let (start, total) = try client.probe(suffix: Self.blockSize) { tail.append(contentsOf: $0) }
+        let (start, total) = try client.probe(suffix: Self.probeSize) { tail.append(contentsOf: $0) }
         size = total
         remember(start, tail)
         lastEnd = start + Int64(tail.count)
     }
+
+    /// Keeps the directory's bytes, and learns where the package's own entries start.
+    func directoryRead(_ directory: CentralDirectory.Directory) {
+        let signet = Array((TreeLayout.directory + "/").utf8)
+        var firstOwn = Int64(directory.offset), lastResourceEnd: Int64 = 0
+        for record in directory {
+            let offset = Int64(record.localHeaderOffset)
+            if directory.name(of: record).starts(with: signet) {
+                firstOwn = min(firstOwn, offset)
+            } else {
+                lastResourceEnd = max(lastResourceEnd, offset + 1)
+            }
+        }
+        // A package laid out otherwise (a bare one, or another tool's) has no such line: then
+        // only the directory is above it.
+        floor = lastResourceEnd <= firstOwn ? firstOwn : Int64(directory.offset)
+        let start = max(0, Int64(directory.offset) - 65_557)
+        guard size - start <= Self.pinLimit else { return }
+        var bytes = [UInt8](repeating: 0, count: Int(size - start))
+        let done = try? bytes.withUnsafeMutableBytes { try read(fullyAt: start, into: $0) }
+        guard done == bytes.count else { return }
+        pinned = (start, bytes)
+        // What the cache held of it is now kept twice: drop it.
+        cached.removeAll { $0.start >= start }
+        cachedBytes = cached.reduce(0) { $0 + $1.bytes.count }
+    }
+
+    /// Ranges that will be read: entries to fetch, merged with neighbours closer than
+    /// ``gapLimit``. Added to those planned before.
+    func plan(_ ranges: [Range<Int64>]) {
+        var all = (groups + ranges.filter { !$0.isEmpty }).sorted { $0.lowerBound < $1.lowerBound }
+        var merged: [Range<Int64>] = []
+        for range in all {
+            if let last = merged.last, range.lowerBound <= last.upperBound + Self.gapLimit {
+                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                merged.append(range)
+            }
+        }
+        all.removeAll()
+        groups = merged
+    }
+
+    /// The planned groups (for reports and tests): requests they need, bytes they hold.
+    var plannedBytes: Int64 { groups.reduce(0) { $0 + Int64($1.count) } }
 
     func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard offset >= 0 else { return 0 }
         var done = 0
         while done < buffer.count, offset + Int64(done) < size {
             let position = offset + Int64(done)
-            let (start, bytes) = try block(containing: position)
-            let from = Int(position - start)
-            let count = min(bytes.count - from, buffer.count - done)
-            bytes.withUnsafeBytes { source in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[done..<(done + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: source[from..<(from + count)]))
+            let count = try withRange(containing: position, wanted: Int64(buffer.count - done)) { start, bytes in
+                let from = Int(position - start)
+                let count = min(bytes.count - from, buffer.count - done)
+                UnsafeMutableRawBufferPointer(rebasing: buffer[done..<(done + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[from..<(from + count)]))
+                return count
             }
             done += count
         }
         return done
     }
 
-    /// The cached range holding `position`, fetched if none does.
-    private func block(containing position: Int64) throws -> (Int64, [UInt8]) {
+    /// Runs `body` on kept or fetched bytes starting at or before `position` and holding it.
+    private func withRange<R>(containing position: Int64, wanted: Int64, _ body: (Int64, UnsafeRawBufferPointer) -> R) throws -> R {
+        if let pinned, position >= pinned.start, position - pinned.start < Int64(pinned.bytes.count) {
+            return pinned.bytes.withUnsafeBytes { body(pinned.start, $0) }
+        }
         if let index = cached.lastIndex(where: { position >= $0.start && position - $0.start < Int64($0.bytes.count) }) {
             let hit = cached[index]
             if index != cached.count - 1 { cached.remove(at: index); cached.append(hit) }
-            return hit
+            return hit.bytes.withUnsafeBytes { body(hit.start, $0) }
         }
-        let start = position - position % Self.blockSize
-        // Reading on from where the last request ended: fetch further ahead each time.
-        run = start == lastEnd || (lastEnd > start && lastEnd - start < Self.blockSize) ? min(run * 2, Self.maximumRun) : 1
-        let end = min(size, start + run * Self.blockSize)
+        let end: Int64
+        if let group = groups.first(where: { $0.contains(position) }) {
+            end = min(group.upperBound, position + Self.planRequest)
+        } else if position >= floor {
+            // Reading on from where the last request ended: fetch further ahead each time.
+            run = position == lastEnd ? min(run * 2, Self.maximumRun) : 1
+            end = min(size, position + max(wanted, run * Self.blockSize), nextHeld(after: position))
+        } else {
+            // Unplanned bytes below the package's own entries: only what was asked.
+            end = min(size, floor, position + max(wanted, 1))
+        }
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(Int(end - start))
-        try client.fetch(start, end - 1) { bytes.append(contentsOf: $0) }
+        bytes.reserveCapacity(Int(end - position))
+        let report = received
+        try client.fetch(position, end - 1) { chunk in
+            bytes.append(contentsOf: chunk)
+            report?(chunk.count)
+        }
         lastEnd = end
-        remember(start, bytes)
-        return (start, bytes)
+        remember(position, bytes)
+        return bytes.withUnsafeBytes { body(position, $0) }
+    }
+
+    /// Where the next kept or cached bytes after `position` start (the end of the file if
+    /// none): a fetch stops there rather than fetch them again.
+    private func nextHeld(after position: Int64) -> Int64 {
+        var next = size
+        if let pinned, pinned.start > position { next = pinned.start }
+        for range in cached where range.start > position { next = min(next, range.start) }
+        return next
     }
 
     private func remember(_ start: Int64, _ bytes: [UInt8]) {
@@ -127,7 +220,11 @@ final class RangeClient {
     private var sink: ((UnsafeRawBufferPointer) throws -> Void)?
     private var stop: (any Error)?
 
-    init(url: String, options: DownloadOptions) throws {
+    /// Set when the caller's task was cancelled: the request in flight stops.
+    private let cancelled: CancellationFlag?
+
+    init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil) throws {
+        self.cancelled = cancelled
         try Downloader.checkScheme(url, policy: options.tls)
         guard Downloader.ready else { throw SignetError(.crypto, "libcurl could not be initialised") }
         guard let curl = curl_easy_init() else { throw SignetError(.crypto, "libcurl could not start a transfer") }
@@ -157,7 +254,8 @@ final class RangeClient {
         set(signet_curl_setopt_long(curl, CURLOPT_NOPROGRESS, 0))
         set(signet_curl_setopt_pointer(curl, CURLOPT_XFERINFODATA, me))
         set(signet_curl_setopt_progress_callback(curl) { argument, _, _, _, _ in
-            TemporaryFiles.isInterrupted ? 1 : 0
+            guard !TemporaryFiles.isInterrupted, let argument else { return 1 }
+            return Unmanaged<RangeClient>.fromOpaque(argument).takeUnretainedValue().cancelled?.isSet == true ? 1 : 0
         })
         guard ok else {
             // Every property is set: deinit runs and frees the handle and the buffer.
@@ -232,6 +330,7 @@ final class RangeClient {
         if code == CURLE_ABORTED_BY_CALLBACK, TemporaryFiles.isInterrupted {
             throw SignetError(.interrupted, "interrupted; nothing was installed")
         }
+        if code == CURLE_ABORTED_BY_CALLBACK, cancelled?.isSet == true { throw CancellationError() }
         guard code == CURLE_OK else {
             var effective: UnsafeMutablePointer<CChar>? = nil
             _ = signet_curl_getinfo_string(curl, CURLINFO_EFFECTIVE_URL, &effective)

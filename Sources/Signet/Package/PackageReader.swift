@@ -168,7 +168,9 @@ public enum PackageReader {
     /// temporary folder and removed when the server does not answer ranges.
     public static func contents(downloading url: String, download: DownloadOptions = DownloadOptions(),
                                 limits: PackageLimits = PackageLimits()) throws -> PackageContents {
-        try remote(url, download: download) { try contents(of: try ZipReader(input: $0, maximumEntries: limits.maximumEntries), limits: limits) }
+        try remote(url, download: download) { input, headers in
+            try contents(of: try ZipReader(input: input, maximumEntries: limits.maximumEntries, localHeaders: headers), limits: limits)
+        }
     }
 
     /// ``verify(_:policy:limits:now:progress:)`` for a package on an HTTPS server, read with
@@ -178,13 +180,19 @@ public enum PackageReader {
     public static func verify(downloading url: String, policy: TrustPolicy, download: DownloadOptions = DownloadOptions(),
                               limits: PackageLimits = PackageLimits(), now: Timestamp = .now,
                               progress handler: ProgressHandler? = nil) throws -> PackageVerification {
-        try remote(url, download: download) {
-            try verify(reader: try ZipReader(input: $0, maximumEntries: limits.maximumEntries), policy: policy, limits: limits, now: now, progress: handler)
+        try remote(url, download: download) { input, headers in
+            let reader = try ZipReader(input: input, maximumEntries: limits.maximumEntries, localHeaders: headers)
+            // Every resource is read, in order: in requests of a few MiB, not one per read.
+            (input as? RangedInput)?.plan([0..<input.size])
+            return try verify(reader: reader, policy: policy, limits: limits, now: now, progress: handler)
         }
     }
 
     /// Runs `body` on the package at `url` read through ranges, else on a downloaded copy.
-    private static func remote<R>(_ url: String, download: DownloadOptions, _ body: (any ArchiveInput) throws -> R) throws -> R {
+    /// Local headers are checked as their entries are read when the package is read through
+    /// ranges (reading all of them would fetch the whole file), up front on a downloaded copy.
+    private static func remote<R>(_ url: String, download: DownloadOptions,
+                                  _ body: (any ArchiveInput, CentralDirectory.LocalHeaders) throws -> R) throws -> R {
         let input: RangedInput
         do {
             input = try RangedInput(url: url, options: download)
@@ -192,9 +200,9 @@ public enum PackageReader {
             let copy = try Download.temporaryCopy(of: url, options: download)
             defer { Download.removeTemporaryCopy(copy) }
             let file = try InputFile.open(copy, what: "package")
-            return try body(RenamedInput(file, path: Download.redacted(url)))
+            return try body(RenamedInput(file, path: Download.redacted(url)), .upFront)
         }
-        return try body(input)
+        return try body(input, .deferred)
     }
 
     static func contents(of reader: ZipReader, limits: PackageLimits) throws -> PackageContents {

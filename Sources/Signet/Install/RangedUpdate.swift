@@ -1,0 +1,193 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import SystemPackage
+
+/// How `unpack URL` moved the package (``InstallReport/transfer``; `--json`'s `transfer`).
+public struct TransferReport: Sendable, Equatable {
+    /// How the package was read.
+    public enum Mode: String, Sendable {
+        /// With HTTP range requests: the end of the zip, its directory, the package's own
+        /// entries, then only the resources the installed tree did not hold.
+        case ranges
+        /// Downloaded whole beside the destination first (a server without ranges, or
+        /// `--full-download`).
+        case full
+    }
+
+    /// How the package was read.
+    public let mode: Mode
+    /// Body bytes received from the server, every request included.
+    public let bytesDownloaded: UInt64
+    /// HTTP requests made (a full download's retries included).
+    public let requests: Int
+    /// Resources read from the package.
+    public let filesFetched: Int
+    /// Resources copied from the installed tree instead (each hashed against the manifest).
+    public let filesReused: Int
+    /// Bytes of the resources read from the package.
+    public let bytesFetched: UInt64
+    /// Bytes of all the resources.
+    public let bytesTotal: UInt64
+    /// The package's size on the server.
+    public let packageSize: UInt64
+}
+
+/// An update of an installed tree from a package read with range requests (FORMAT.md §5,
+/// "Updates over range requests"). Once the manifest verified, every resource whose path, size
+/// and SHA-256 equal a file of the installed tree's manifest is copied from that tree into the
+/// staging directory and hashed as it is copied; only the others are fetched, their entries
+/// planned as a few large requests. A copy that does not hash to the manifest (the installed
+/// file was modified) is discarded and the entry fetched: a local change never propagates.
+final class RangedUpdate {
+    let input: RangedInput
+    let destination: String
+    private var installed: [String: (size: UInt64, sha256: String)] = [:]
+    private var root: Int32 = -1
+    private var fetched = 0
+    private var reusedCount = 0
+    private var bytesFetched: UInt64 = 0
+    private var bytesTotal: UInt64 = 0
+    /// Bytes expected in all once the plan is made (what was read before it included).
+    private var planned: UInt64? = nil
+    var plannedBytes: UInt64? { planned }
+
+    init(input: RangedInput, destination: String) {
+        self.input = input
+        self.destination = destination
+    }
+
+    deinit { if root >= 0 { close(root) } }
+
+    var report: TransferReport {
+        TransferReport(mode: .ranges, bytesDownloaded: input.bytesReceived, requests: input.requests, filesFetched: fetched,
+                       filesReused: reusedCount, bytesFetched: bytesFetched, bytesTotal: bytesTotal, packageSize: UInt64(input.size))
+    }
+
+    /// Called once the manifest verified: decides, per resource in manifest order, whether the
+    /// installed tree may hold it, and plans the requests for every other one.
+    func prepare(_ resources: [Manifest.File], job: Installer.Job, state: DestinationState) throws -> [Bool] {
+        bytesTotal = resources.reduce(0) { $0 &+ $1.size }
+        if case .installed(let manifest?) = state {
+            installed.reserveCapacity(manifest.files.count)
+            for file in manifest.files { installed[file.path] = (file.size, file.sha256) }
+            root = (try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) ?? -1
+        }
+        var reuse = [Bool](repeating: false, count: resources.count)
+        var spans: [Range<Int64>] = []
+        for (index, file) in resources.enumerated() {
+            if root >= 0, let old = installed[file.path], old.size == file.size, old.sha256 == file.sha256, !file.sha256.isEmpty {
+                reuse[index] = true
+            } else if let span = span(of: file, job: job) {
+                spans.append(span)
+            }
+        }
+        installed.removeAll()
+        input.plan(spans)
+        planned = spans.reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
+        return reuse
+    }
+
+    /// The file bytes of `file`'s entry.
+    private func span(of file: Manifest.File, job: Installer.Job) -> Range<Int64>? {
+        guard let entry = job.layout.resource(file.path), let span = job.reader.span(of: entry) else { return nil }
+        return Int64(span.lowerBound)..<Int64(span.upperBound)
+    }
+
+    /// Copies `file` from the installed tree into the staging directory, hashing it as it is
+    /// copied. Nil when the installed copy is missing or is not the signed content: the caller
+    /// then fetches the entry (planned here).
+    func copy(_ file: Manifest.File, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
+              later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Installer.Job.Staged? {
+        if let staged = try job.stageCopy(file, from: root, into: staging, checked: checked, later: later) {
+            reusedCount += 1
+            return staged
+        }
+        fetchInstead(file, job: job)
+        return nil
+    }
+
+    /// Counts a resource read from the package, planning its entry if it was not.
+    func fetchInstead(_ file: Manifest.File, job: Installer.Job) {
+        if let span = span(of: file, job: job) {
+            input.plan([span])
+            planned = planned.map { $0 &+ UInt64(span.count) }
+        }
+    }
+
+    /// Counts what was fetched (called as each fetched resource is staged).
+    func countFetched(_ file: Manifest.File) {
+        fetched += 1
+        bytesFetched &+= file.size
+    }
+}
+
+extension Installer.Job {
+    /// Stages `file` from the installed tree below `root` (a file, never through a link, never
+    /// out of the tree): copied and hashed in one pass, with the structured copy where the
+    /// manifest asks for one. Nil, with nothing staged, when the installed file is absent, not
+    /// a regular file, unreadable, or not exactly the signed content.
+    func stageCopy(_ file: Manifest.File, from root: Int32, into staging: Staging, checked: PackageReader.Checked,
+                   later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
+        guard root >= 0, case .success(let sourceFD) = Paths.open(file.path, beneath: root),
+              let source = try? InputFile.adopt(sourceFD, path: destination + "/" + file.path, what: "installed file"),
+              source.size == Int64(file.size) else { return nil }
+        let fd = try staging.createFile(file.path)
+        let copyPath = file.structured != nil ? TreeLayout.structuredCopy(of: file.path) : nil
+        var kept = false
+        defer {
+            close(fd)
+            if !kept {
+                staging.removeFile(file.path)
+                if let copyPath { staging.removeFile(copyPath) }
+            }
+        }
+        let copyFD = try copyPath.map { try staging.createFile($0) }
+        defer { if let copyFD { close(copyFD) } }
+        let writer = Installer.StagedWriter(fd: fd, path: file.path, destination: destination)
+        let copy = copyFD.map { Installer.StagedWriter(fd: $0, path: copyPath!, destination: destination) }
+        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+        /// The installed file grew while it was read: not the signed content.
+        struct Longer: Error {}
+        var total: UInt64 = 0
+        do {
+            try source.forEachChunk { chunk in
+                total += UInt64(chunk.count)
+                guard total <= file.size else { throw Longer() }
+                hashers.forEach { $0.update(chunk) }
+                try writer.write(chunk)
+                try copy?.write(chunk)
+            }
+        } catch is Longer {
+            return nil
+        } catch let error as SignetError where error.path == source.path {
+            return nil   // unreadable where it is installed: fetched instead
+        }
+        let digests = try hashers.map { try $0.finalize() }
+        guard total == file.size, file.content.matches(digests[0]) else { return nil }
+        let signature = try reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
+        if let later {
+            later(signature, digests[digests.count - 1])
+        } else if case .rejected(let failure, let message, let entry) = PackageReader.signatureCheck(file, signature: signature, digest: digests[digests.count - 1],
+                                                                                                    key: checked.key, algorithm: checked.algorithm) {
+            throw Installer.error(for: failure, message, package: package, entry: entry)
+        }
+        let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: file.sha256, signer: checked.key,
+                                                  manifest: checked.manifest, algorithm: checked.algorithm)
+        do {
+            _ = try systemCall("fchmod") { fchmod(fd, mode_t(file.mode.permissions)) }
+            if let copyFD { _ = try systemCall("fchmod") { fchmod(copyFD, 0o644) } }
+            writer.finish()
+            copy?.finish()
+        } catch {
+            throw SignetError.posix(error, "cannot finish the staged copy of '\(file.path)' beside", path: destination)
+        }
+        if !attributesWritten {
+            try staging.writeFile(TreeLayout.signature(of: file.path), signature)
+        }
+        kept = true
+        return (checked.key, attributesWritten, signature)
+    }
+}
