@@ -276,6 +276,41 @@ def download_row(kind, target):
         peer=lambda r: f"curl -sS --fail --cacert {ca()} -o {out}/p{r}.bin {start_nginx()['url']}/random.bin && sync {out}/p{r}.bin")
 
 
+# ---- updates over range requests (issue 26) ---------------------------------------------------
+# v1 of a 10,000-file, 256 MiB package installed; v2 changes 1% of the files. Signet reads v2 in
+# place and fetches only those; the peer is the same update with --full-download.
+delta_count = max(100, int(10_000 * args.scale))
+
+
+def delta_url(name):
+    return f"{start_nginx()['url']}/{name}"
+
+
+def delta_unpack(r, side, extra=""):
+    return (f"{S} unpack {delta_url('delta-v2.zip')} --dest {out}/{side}{r} --pubkey {pub_der} "
+            f"--tls-ca {start_nginx()['root']} --quiet {extra}")
+
+
+def delta_transfer():
+    """One more update, untimed, with --json: what it moved (bytes, requests, files)."""
+    target = f"{work}/delta/check"
+    shutil.rmtree(target, ignore_errors=True)
+    sh(f"cp -a {work}/delta/v1-tree {target}")
+    command = [S, "unpack", delta_url("delta-v2.zip"), "--dest", target, "--pubkey", pub_der, "--tls-ca", start_nginx()["root"], "--json"]
+    report = json.loads(subprocess.run(command, capture_output=True, text=True).stdout or "{}")
+    shutil.rmtree(target, ignore_errors=True)
+    transfer = report.get("transfer") or {}
+    size = os.path.getsize(f"{work}/www/delta-v2.zip")
+    transfer["bytes_budget"] = size // 50 + (1 << 20)
+    return transfer
+
+
+rows["update-10k-1pct-vs-full-download"] = dict(target=0.15, prepare="delta",
+    setup=lambda r: f"cp -a {work}/delta/v1-tree {out}/s{r} && cp -a {work}/delta/v1-tree {out}/p{r}",
+    signet=lambda r: delta_unpack(r, "s"),
+    peer=lambda r: delta_unpack(r, "p", "--full-download"),
+    report=delta_transfer)
+
 rows["unpack-https-256m-vs-curl+unpack"] = download_row("curl+unpack", 0.8)
 rows["unpack-https-256m-vs-curl"] = download_row("curl", 1.3)
 rows["fetch-1g-vs-curl+sync"] = download_row("fetch", 1.3)
@@ -290,6 +325,23 @@ def prepare(kind):
         if not os.path.exists(f"{work}/www/dl.zip"):
             sh(f"{S} pack {work}/download.bin {K} --name dl --version 1 --store --out {work}/www/dl.zip > /dev/null")
         return [f"{work}/www/dl.zip"]
+    if kind == "delta":
+        start_nginx()
+        d = f"{work}/delta"
+        if not os.path.exists(f"{work}/www/delta-v2.zip"):
+            size = int(256 * (1 << 20) * args.scale) // delta_count
+            for i in range(delta_count):
+                os.makedirs(f"{d}/src/d{i % 100:02d}", exist_ok=True)
+                with open(f"{d}/src/d{i % 100:02d}/f{i:05d}.bin", "wb") as f:
+                    f.write(os.urandom(size))
+            sh(f"{S} pack {d}/src {K} --name delta --version 1 --sequence 1 --out {work}/www/delta-v1.zip > /dev/null")
+            shutil.rmtree(f"{d}/v1-tree", ignore_errors=True)
+            sh(f"{S} unpack {work}/www/delta-v1.zip --dest {d}/v1-tree --pubkey {pub_der} > /dev/null")
+            for i in range(0, delta_count, 100):
+                with open(f"{d}/src/d{i % 100:02d}/f{i:05d}.bin", "wb") as f:
+                    f.write(os.urandom(size))
+            sh(f"{S} pack {d}/src {K} --name delta --version 2 --sequence 2 --out {work}/www/delta-v2.zip > /dev/null")
+        return [f"{work}/www/delta-v2.zip", f"{d}/v1-tree"]
     if kind == "many":
         make_many()
         return [many]
@@ -354,6 +406,8 @@ for name in selected:
     for r in range(args.reps):
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
+        if "setup" in row:
+            sh(row["setup"](r))   # untimed: what both sides start from
         order = ["signet", "peer"] if r % 2 == 0 else ["peer", "signet"]
         sample = {}
         for side in order:
@@ -372,6 +426,9 @@ for name in selected:
                         ratio=round(ratio, 3), target=row["target"], met=ratio <= row["target"],
                         signet_peak_rss_mib=round(max(p["signet"][1] for p in pairs), 1),
                         samples=[dict(signet_s=p["signet"][0], peer_s=p["peer"][0], signet_rss_mib=p["signet"][1]) for p in pairs]))
+    if "report" in row:
+        results[-1]["report"] = row["report"]()
+        print(f"  {name}: {results[-1]['report']}", flush=True)
 
 cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
 machine = dict(cpu=cpu, cores=os.cpu_count(), kernel=platform.release(), scale=args.scale, reps=args.reps,

@@ -6,6 +6,8 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 #include <linux/openat2.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -86,6 +88,10 @@ int signet_start_writeback(int fd, long long offset, long long length) {
 
 int signet_syncfs(int fd) {
     return syncfs(fd);
+}
+
+int signet_clone_file(int destination, int source) {
+    return ioctl(destination, FICLONE, source);
 }
 
 unsigned int signet_RENAME_NOREPLACE(void) { return RENAME_NOREPLACE; }

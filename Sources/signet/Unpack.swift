@@ -116,6 +116,7 @@ struct Unpack: ParsableCommand {
         let requests: Int
         let files_fetched: Int
         let files_reused: Int
+        let files_resumed: Int
         let bytes_fetched: UInt64
         let bytes_total: UInt64
         let package_size: UInt64
@@ -126,6 +127,7 @@ struct Unpack: ParsableCommand {
             requests = report.requests
             files_fetched = report.filesFetched
             files_reused = report.filesReused
+            files_resumed = report.filesResumed
             bytes_fetched = report.bytesFetched
             bytes_total = report.bytesTotal
             package_size = report.packageSize
@@ -185,10 +187,12 @@ struct Unpack: ParsableCommand {
 
     /// "fetched 20 of 2,000 files (1.2 MiB of 64 MiB), reused 1,980 from DIR; 1.3 MiB in 5 requests".
     static func describe(_ transfer: TransferReport) -> String {
-        let all = transfer.filesFetched + transfer.filesReused
+        let all = transfer.filesFetched + transfer.filesReused + transfer.filesResumed
         var text = "fetched \(count(transfer.filesFetched)) of \(count(all)) file\(all == 1 ? "" : "s") (\(ProgressLine.bytes(transfer.bytesFetched)) of \(ProgressLine.bytes(transfer.bytesTotal)))"
         if transfer.mode == .ranges {
-            text += ", reused \(count(transfer.filesReused)) from the installed tree; \(ProgressLine.bytes(transfer.bytesDownloaded)) downloaded in \(count(transfer.requests)) range request\(transfer.requests == 1 ? "" : "s")"
+            text += ", reused \(count(transfer.filesReused)) from the installed tree"
+            if transfer.filesResumed > 0 { text += ", \(count(transfer.filesResumed)) staged by an interrupted run" }
+            text += "; \(ProgressLine.bytes(transfer.bytesDownloaded)) downloaded in \(count(transfer.requests)) range request\(transfer.requests == 1 ? "" : "s")"
         } else {
             text += "; the whole package downloaded (\(ProgressLine.bytes(transfer.packageSize)))"
         }

@@ -162,6 +162,207 @@ struct RangedUpdateCLITests {
     }
 }
 
+extension RangedUpdateCLITests {
+    /// Files below the staging directories beside `dest`.
+    static func staged(besides dest: String) -> Int {
+        let parent = (dest as NSString).deletingLastPathComponent
+        let name = (dest as NSString).lastPathComponent
+        let trees = ((try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? []).filter { $0.hasPrefix(".\(name).signet-") && $0.contains("-staging-") }
+        return trees.reduce(0) { count, tree in
+            count + (FileManager.default.enumerator(atPath: parent + "/" + tree)?.allObjects.compactMap { $0 as? String }.filter { $0.hasSuffix(".bin") }.count ?? 0)
+        }
+    }
+
+    @Test("an update killed (kill -9) or cut off (--max-time) mid-way leaves DIR as it was; the next run takes over what was staged and fetches only the rest")
+    func interruptedUpdate() throws {
+        let server = try Self.shared.get()
+        let work = try Workspace()
+        let (tree, paths) = try Self.tree(200, size: 16 * 1024)
+        let v1 = try TemporaryDirectory()
+        for path in paths {
+            try FileManager.default.createDirectory(atPath: (v1.file(path) as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: tree.file(path), toPath: v1.file(path))
+        }
+        try FileManager.default.createDirectory(atPath: server.www + "/resume", withIntermediateDirectories: true)
+        try Self.pack(work, tree, sequence: 1, out: server.www + "/resume/app.zip")
+        let dest = work.directory.file("app")
+        #expect(try Self.unpack(server, "resume/app.zip", work, dest: dest).status == 0)
+
+        // v2: 100 files changed (1.6 MiB to fetch), served fast and slowly (200 KiB/s).
+        let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
+        defer { try? random.close() }
+        let changed = stride(from: 0, to: 200, by: 2).map { paths[$0] }
+        for path in changed { try random.readData(ofLength: 16 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
+        try Self.pack(work, tree, sequence: 2, out: server.www + "/resume/app.zip")
+        try FileManager.default.copyItem(atPath: server.www + "/resume/app.zip", toPath: server.www + "/slow/resume.zip")
+
+        // kill -9 once some files are staged.
+        let first = Process()
+        first.executableURL = URL(fileURLWithPath: CLI.binary)
+        first.arguments = ["unpack", server.url("slow/resume.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root]
+        first.standardOutput = FileHandle.nullDevice
+        first.standardError = FileHandle.nullDevice
+        try first.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Self.staged(besides: dest) < 10 && first.isRunning && Date() < deadline { usleep(20_000) }
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        let killedAt = Self.staged(besides: dest)
+        #expect(killedAt >= 10, "files staged when killed: \(killedAt)")
+        try Self.expectSame(dest, v1, paths)
+
+        // A second run whose link is cut (--max-time): exit 5, DIR still v1, what it staged kept.
+        let cut = try Self.unpack(server, "slow/resume.zip", work, dest: dest, ["--max-time", "3"])
+        #expect(cut.status == 5, "\(cut.stderr)")
+        #expect(cut.stderr.contains("kept beside"), "\(cut.stderr)")
+        try Self.expectSame(dest, v1, paths)
+
+        // The third run fetches only what neither left.
+        let done = try Self.unpack(server, "resume/app.zip", work, dest: dest)
+        #expect(done.status == 0, "\(done.stderr)")
+        let transfer = try Self.transfer(done)
+        let resumed = transfer["files_resumed"] as? Int ?? 0, fetched = transfer["files_fetched"] as? Int ?? 0
+        #expect(resumed >= killedAt - 1 && resumed + fetched == 100 && transfer["files_reused"] as? Int == 100, "\(transfer)")
+        try Self.expectSame(dest, tree, paths)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+        let left = try Self.leftovers(besides: dest)
+        #expect(left.isEmpty, "\(left)")
+    }
+}
+
+extension RangedUpdateCLITests {
+    @Test("unpack URL: wrong range answers are refused with DIR unchanged; a package replaced once is read again from the start, twice is package-changed (exit 5)")
+    func wrongAnswers() throws {
+        let work = try Workspace()
+        let staging = try TemporaryDirectory()
+        let (tree, paths) = try Self.tree(400, size: 8 * 1024)
+        let v1 = try TemporaryDirectory()
+        for path in paths {
+            try FileManager.default.createDirectory(atPath: (v1.file(path) as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: tree.file(path), toPath: v1.file(path))
+        }
+        try Self.pack(work, tree, sequence: 1, out: staging.file("v1.zip"))
+        let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
+        defer { try? random.close() }
+        for path in paths.prefix(10) { try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
+        try Self.pack(work, tree, sequence: 2, out: staging.file("v2.zip"))
+
+        let one = ["ETag": "\"v1\""], two = ["ETag": "\"v2\""]
+        let cases: [(String, [ScriptedServer.Answer], Int32, String)] = [
+            ("shifted", [.init(headers: one, honourRange: true), .init(headers: one, honourRange: true, shiftRange: 1)], 5, "Content-Range"),
+            ("longer", [.init(headers: one, honourRange: true), .init(headers: one, honourRange: true, extraBytes: 10)], 5, "more bytes"),
+            ("replaced twice", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true), .init(headers: one)], 5, "changed on the server"),
+            ("replaced once", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true)], 0, ""),
+        ]
+        for (name, answers, status, words) in cases {
+            let dest = work.directory.file("app-" + name.replacingOccurrences(of: " ", with: "-"))
+            #expect(try CLI.run(["unpack", staging.file("v1.zip"), "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+            let server = try ScriptedServer(script: ["app.zip": answers])
+            try FileManager.default.copyItem(atPath: staging.file("v2.zip"), toPath: server.file("app.zip"))
+            let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"])
+            #expect(result.status == status, "\(name): \(result.status) \(result.stderr) \(server.requests)")
+            if !words.isEmpty { #expect(result.stderr.contains(words), "\(name): \(result.stderr)") }
+            if status == 0 {
+                try Self.expectSame(dest, tree, paths)
+                #expect((try Self.transfer(result))["mode"] as? String == "ranges", "\(name)")
+            } else {
+                try Self.expectSame(dest, v1, paths)
+            }
+            if name == "replaced twice" {
+                #expect((try? result.json()["error"] as? [String: Any])?["code"] as? String == "package-changed", "\(result.stdoutText)")
+            }
+        }
+    }
+
+    @Test("the package replaced on the server (nginx) during an update: DIR ends wholly as the new package, never a mix")
+    func swappedMidway() throws {
+        let server = try Self.shared.get()
+        let work = try Workspace()
+        let (tree, paths) = try Self.tree(200, size: 16 * 1024)
+        try FileManager.default.createDirectory(atPath: server.www + "/swap", withIntermediateDirectories: true)
+        try Self.pack(work, tree, sequence: 1, out: server.www + "/swap/app.zip")
+        let dest = work.directory.file("app")
+        #expect(try Self.unpack(server, "swap/app.zip", work, dest: dest).status == 0)
+        let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
+        defer { try? random.close() }
+        // v2 (30 files changed) is served slowly; v3 (30 others changed) replaces it mid-way.
+        for path in paths.prefix(30) { try random.readData(ofLength: 16 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
+        try Self.pack(work, tree, sequence: 2, out: server.www + "/slow/swap.zip")
+        for path in paths.suffix(30) { try random.readData(ofLength: 16 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
+        let v3 = work.directory.file("v3.zip")
+        try Self.pack(work, tree, sequence: 3, out: v3)
+        let update = Process()
+        update.executableURL = URL(fileURLWithPath: CLI.binary)
+        update.arguments = ["unpack", server.url("slow/swap.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"]
+        let out = Pipe()
+        update.standardOutput = out
+        update.standardError = FileHandle.nullDevice
+        try update.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Self.staged(besides: dest) < 5 && update.isRunning && Date() < deadline { usleep(20_000) }
+        #expect(update.isRunning, "still fetching v2 when it is replaced")
+        #expect(rename(v3, server.www + "/slow/swap.zip") == 0)
+        let report = out.fileHandleForReading.readDataToEndOfFile()
+        update.waitUntilExit()
+        #expect(update.terminationStatus == 0, "\(String(decoding: report, as: UTF8.self))")
+        let json = try JSONSerialization.jsonObject(with: report) as? [String: Any]
+        #expect(json?["sequence"] as? Int == 3, "the new package, read again from the start")
+        try Self.expectSame(dest, tree, paths)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+        let left = try Self.leftovers(besides: dest)
+        #expect(left.isEmpty, "\(left)")
+    }
+}
+
+extension RangedUpdateCLITests {
+    /// The physical extents `filefrag -v` lists for `path` (where the data is on the device).
+    static func extents(_ path: String) throws -> [String] {
+        let listed = try run("filefrag", ["-v", path])
+        return listed.stdoutText.split(separator: "\n").filter { $0.range(of: #"^\s*\d+:"#, options: .regularExpression) != nil }
+            .map { $0.split(separator: ":").dropFirst(2).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? "" }
+    }
+
+    @Test("on a filesystem with reflinks (XFS on a loop device), an unchanged file is cloned: its data stays where it was on the disk")
+    func reflinks() throws {
+        guard geteuid() == 0 else { print("skipped: needs root to mount a loop device"); return }
+        let server = try Self.shared.get()
+        let disk = try TemporaryDirectory()
+        let image = disk.file("xfs.img"), mount = disk.file("mnt")
+        try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
+        #expect(try run("truncate", ["-s", "600M", image]).status == 0)
+        let made = try run("mkfs.xfs", ["-q", "-m", "reflink=1", image])
+        try #require(made.status == 0, "mkfs.xfs (xfsprogs, which scripts/install-deps.sh installs): \(made.stderr)")
+        let mounted = try run("mount", ["-o", "loop", image, mount])
+        guard mounted.status == 0 else {
+            print("skipped: this machine cannot mount a loop device: \(mounted.stderr)")
+            return
+        }
+        defer { _ = try? run("umount", ["-l", mount]) }
+
+        let work = try Workspace()
+        let (tree, paths) = try Self.tree(40, size: 1 << 20)
+        try FileManager.default.createDirectory(atPath: server.www + "/reflink", withIntermediateDirectories: true)
+        try Self.pack(work, tree, sequence: 1, out: server.www + "/reflink/app.zip")
+        let dest = mount + "/app"
+        #expect(try Self.unpack(server, "reflink/app.zip", work, dest: dest).status == 0)
+        #expect(try run("sync", []).status == 0)
+        let unchanged = paths[5]
+        let before = try Self.extents(dest + "/" + unchanged)
+        try #require(!before.isEmpty, "filefrag lists the extents")
+        let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
+        defer { try? random.close() }
+        try random.readData(ofLength: 1 << 20).write(to: URL(fileURLWithPath: tree.file(paths[0])))
+        try Self.pack(work, tree, sequence: 2, out: server.www + "/reflink/app.zip")
+        let update = try Self.unpack(server, "reflink/app.zip", work, dest: dest)
+        #expect(update.status == 0, "\(update.stderr)")
+        #expect(try Self.transfer(update)["files_reused"] as? Int == 39)
+        #expect(try run("sync", []).status == 0)
+        #expect(try Self.extents(dest + "/" + unchanged) == before, "the installed copy shares the old one's blocks")
+        try Self.expectSame(dest, tree, paths)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+    }
+}
+
 /// Polls a directory's names every few milliseconds on a thread of its own until stopped.
 final class Watch: @unchecked Sendable {
     private let lock = NSLock()

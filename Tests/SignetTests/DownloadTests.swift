@@ -96,4 +96,56 @@ struct DownloadTests {
         _ = try Installer.install(package, to: local, policy: InstallTests.policy)
         #expect(try FileOrigin(path: local + "/" + report.files[0]).source == nil)
     }
+
+    /// A package of `count` random files of `size` bytes, sequence `sequence`, at `path`.
+    static func rangedPackage(_ files: [String: Data], sequence: UInt64, at path: String) throws {
+        let tree = try TemporaryDirectory()
+        for (name, data) in files { try data.write(to: URL(fileURLWithPath: tree.file(name))) }
+        _ = try PackageBuilder.pack([tree.path], to: path, signer: Signer(key: Fixtures.signingKey()),
+                                    options: PackOptions(name: "ranged", version: "\(sequence)", sequence: sequence))
+    }
+
+    @Test("install(downloading:) over ranges: progress counts only the planned bytes; cancelling stops the transfer and DIR stays as it was")
+    func rangedProgressAndCancel() async throws {
+        let server = try HTTPSServer()
+        let directory = try TemporaryDirectory()
+        func random(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255) }) }
+        let v1 = ["a.bin": random(300_000), "b.bin": random(300_000), "same.bin": random(100_000)]
+        try Self.rangedPackage(v1, sequence: 1, at: server.www + "/slow/r.zip")
+        let policy = try Fixtures.trust("rsa2048-spki.der")
+        let dest = directory.file("app")
+        let seen = Mutex<[DownloadProgress]>([])
+        var options = try Self.options(server)
+        options.progress = { progress in seen.withLock { $0.append(progress) } }
+        let report = try await Installer.install(downloading: server.url("slow/r.zip"), to: dest, policy: policy, download: options)
+        #expect(report.transfer?.mode == .ranges && report.transfer?.filesFetched == 3, "\(String(describing: report.transfer))")
+        let reports = seen.withLock { $0 }
+        #expect(reports.count >= 3, "several progress reports: \(reports.count)")
+        #expect(zip(reports, reports.dropFirst()).allSatisfy { $0.received <= $1.received }, "never backwards")
+        let expected = try #require(reports.last?.expected)
+        #expect(expected >= 700_000 && expected < 900_000, "the planned bytes, not the package's: \(expected)")
+
+        // v2 changes a.bin and b.bin; the update is cancelled once 100 KB arrived.
+        let v2 = ["a.bin": random(300_000), "b.bin": random(300_000), "same.bin": v1["same.bin"]!]
+        try Self.rangedPackage(v2, sequence: 2, at: server.www + "/slow/r.zip")
+        let handle = Mutex<Task<InstallReport, Error>?>(nil)
+        let cancelledAt = Mutex<UInt64?>(nil)
+        options.progress = { progress in
+            guard progress.received >= 100_000 else { return }
+            cancelledAt.withLock { at in
+                if at == nil, let task = handle.withLock({ $0 }) {
+                    at = progress.received
+                    task.cancel()
+                }
+            }
+        }
+        let task = Task { [options] in try await Installer.install(downloading: server.url("slow/r.zip"), to: dest, policy: policy, download: options) }
+        handle.withLock { $0 = task }
+        let outcome = await task.result
+        #expect(cancelledAt.withLock { $0 } != nil, "cancelled part-way")
+        #expect(throws: CancellationError.self) { try outcome.get() }
+        for (name, data) in v1 { #expect(try contents(dest + "/" + name) == data, "\(name) as installed before") }
+        let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+        #expect(beside.isEmpty, "nothing left beside DIR: \(beside)")
+    }
 }

@@ -57,6 +57,10 @@ int signet_start_writeback(int fd, long long offset, long long length);
 /// including writeback errors since `fd` was opened (Linux 5.8 and later).
 int signet_syncfs(int fd);
 
+/// ioctl(FICLONE): makes `destination` share `source`'s data extents (a reflink, on btrfs, XFS
+/// with reflink, bcachefs...). -1 with errno (EOPNOTSUPP, EXDEV, EINVAL) where it cannot.
+int signet_clone_file(int destination, int source);
+
 /// openat2(2) has no glibc wrapper. Opens `path` below `dirfd` in one call, refusing symbolic
 /// links anywhere on the path (ELOOP) and any escape from `dirfd` (RESOLVE_BENEATH).
 /// -1 with errno ENOSYS where the kernel (or a seccomp filter) does not offer openat2.

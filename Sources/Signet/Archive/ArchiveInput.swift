@@ -13,7 +13,7 @@ protocol ArchiveInput: AnyObject {
     /// Told the central directory once it is read and checked: where the entries are (a
     /// remote input keeps the directory's bytes and never reads below the entries it is asked
     /// for).
-    func directoryRead(_ directory: CentralDirectory.Directory)
+    func directoryRead(_ directory: CentralDirectory.Directory) throws
 }
 
 extension ArchiveInput {

@@ -75,7 +75,7 @@ final class ZipReader {
         if case .deferred = localHeaders {
             headersChecked = [Bool](repeating: false, count: directory.count)
         }
-        file.directoryRead(directory)
+        try file.directoryRead(directory)
         var first = 0
         repeat {
             remember(try openWindow(at: first))

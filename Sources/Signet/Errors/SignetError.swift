@@ -106,6 +106,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let interrupted = Code("interrupted", exitStatus: .environment)
         /// A download failed on the network: DNS, connection, time-out, HTTP 4xx/5xx, a body cut short.
         public static let network = Code("network-error", exitStatus: .environment)
+        /// The package on the server changed while it was read with range requests (twice in
+        /// one update): nothing was installed; run again.
+        public static let packageChanged = Code("package-changed", exitStatus: .environment)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

@@ -109,6 +109,30 @@ enum TemporaryFiles {
         return directory + "/" + prefix + "\(getpid())-\(tag)-" + String(random, radix: 36)
     }
 
+    /// Staging trees processes that no longer run left beside `target` (`tags`: their kind),
+    /// the most recently changed first: directories of this user's, writable by no one else,
+    /// so that what is in them was made by Signet.
+    static func staleTrees(besides target: String, tags: [String]) -> [(directory: String, name: String)] {
+        let (directory, prefix) = prefix(besides: target)
+        guard let fd = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
+        defer { close(fd) }
+        var found: [(name: String, changed: Int)] = []
+        try? DirectoryEntries.forEach(in: fd) { entry in
+            let name = entry.name
+            guard name.hasPrefix(prefix) else { return }
+            let rest = name.dropFirst(prefix.count)
+            let digits = rest.prefix { $0.isASCII && $0.isNumber }
+            guard let pid = pid_t(digits), pid > 0, pid != getpid(),
+                  tags.contains(where: { rest.dropFirst(digits.count).hasPrefix("-\($0)-") }),
+                  kill(pid, 0) != 0 && errno == ESRCH else { return }
+            var info = stat()
+            guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFDIR,
+                  info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else { return }
+            found.append((name, info.st_mtim.tv_sec))
+        }
+        return found.sorted { $0.changed > $1.changed }.map { (directory, $0.name) }
+    }
+
     /// Removes what processes that no longer run left beside `target` (a `kill -9`, a power
     /// cut): Signet's temporary names carry their maker's process id. Returns what it could
     /// not remove. Best effort; call it where no other live Signet process can be using them

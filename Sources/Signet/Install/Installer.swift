@@ -140,7 +140,10 @@ public enum Installer {
         // Phase 2: every resource, verified while it streams into the staging directory.
         let staging = try Staging(besides: destination)
         var installed = false
-        defer { if !installed { _ = staging.remove() } }
+        // Over ranges, a transfer that failed (the link dropped, --max-time) leaves what it staged
+        // for the next run to take over (FORMAT.md §5); anything else removes it.
+        var keepForNextRun = false
+        defer { if !installed && !keepForNextRun { _ = staging.remove() } }
         var signer = checked?.key
         var attributesWritten = true
         var files: [String] = []
@@ -162,7 +165,7 @@ public enum Installer {
                 let later = signatures.map { checks in { checks.submit(index: index, file: file, signature: $0, digest: $1) } }
                 var copied: Job.Staged? = nil
                 if let ranged, let checked, index < reused.count, reused[index] {
-                    copied = try ranged.copy(file, job: job, into: staging, checked: checked, later: later)
+                    copied = try ranged.copy(file, index: index, job: job, into: staging, checked: checked, later: later)
                 }
                 let staged = try copied ?? job.stage(file, into: staging, checked: checked, signer: signer, progress: progress, later: later)
                 if copied == nil { ranged?.countFetched(file) }
@@ -173,7 +176,13 @@ public enum Installer {
                 files.append(file.path)
             }
         } catch {
-            throw firstBadSignature() ?? error
+            if let bad = firstBadSignature() { throw bad }
+            if ranged != nil, var failure = error as? SignetError, failure.code == .network {
+                keepForNextRun = true
+                failure.reason += "; what was fetched is kept beside '\(destination)' for the next run, which fetches only the rest"
+                throw failure
+            }
+            throw error
         }
         if let failure = firstBadSignature() { throw failure }
         guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
@@ -734,10 +743,11 @@ final class Staging {
         return (fd, name)
     }
 
-    /// Creates a new file (never an existing one, never through a link) and returns its descriptor.
+    /// Creates a new file (never an existing one, never through a link) and returns its
+    /// descriptor, open for reading too (a reflinked copy is hashed through it).
     func createFile(_ relative: String) throws -> Int32 {
         let (directory, name) = try directory(for: relative)
-        switch try TemporaryFiles.guardedCall("openat", { openat(directory, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }) {
+        switch try TemporaryFiles.guardedCall("openat", { openat(directory, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }) {
         case .success(let fd): return fd
         case .failure(let failure) where failure.code == EEXIST || failure.code == EISDIR:
             throw SignetError(.malformedArchive, "cannot install '\(relative)': it is both a file and a directory in this package", path: path, entry: relative)

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+internal import CSignetShims
 internal import SystemPackage
 
 /// How `unpack URL` moved the package (``InstallReport/transfer``; `--json`'s `transfer`).
@@ -27,12 +28,65 @@ public struct TransferReport: Sendable, Equatable {
     public let filesFetched: Int
     /// Resources copied from the installed tree instead (each hashed against the manifest).
     public let filesReused: Int
+    /// Resources an earlier, interrupted run of the same update had staged, copied from what it
+    /// left (each hashed against the manifest) instead of fetched again.
+    public let filesResumed: Int
     /// Bytes of the resources read from the package.
     public let bytesFetched: UInt64
     /// Bytes of all the resources.
     public let bytesTotal: UInt64
     /// The package's size on the server.
     public let packageSize: UInt64
+}
+
+/// Staging trees that earlier runs of an update left beside DIR (killed, or their link
+/// dropped), taken over: moved aside under this process's name, their files copied (and hashed
+/// against the manifest) rather than fetched again. Removed at the end of the update, unless its
+/// link drops too: then they stay for the next run.
+final class StagedLeftovers {
+    let destination: String
+    private(set) var trees: [(root: Int32, path: String, token: Int)] = []
+    /// Most trees taken over: older ones are removed.
+    static let maximum = 4
+
+    init(destination: String) { self.destination = destination }
+
+    deinit { for tree in trees { close(tree.root) } }
+
+    /// Takes over the staging trees dead processes left beside DIR, newest first (DIR's lock is
+    /// held: no live process is using them). Call before stale temporaries are removed.
+    func adopt() {
+        for (directory, name) in TemporaryFiles.staleTrees(besides: destination, tags: ["staging", "salvage"]).prefix(Self.maximum) {
+            let aside = TemporaryFiles.name(besides: destination, tag: "salvage")
+            let token = TemporaryFiles.register(aside, tree: true)
+            guard (try? TemporaryFiles.guarded({ rename(directory + "/" + name, aside) == 0 })) == true,
+                  let fd = try? Paths.open(aside, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
+                TemporaryFiles.unregister(token)
+                continue
+            }
+            trees.append((fd, aside, token))
+        }
+    }
+
+    /// Removes the trees (the update ended).
+    func remove() {
+        for tree in trees {
+            close(tree.root)
+            _ = TreeRemover.remove(tree.path)
+            TemporaryFiles.unregister(tree.token)
+        }
+        trees.removeAll()
+    }
+
+    /// Leaves the trees beside DIR for the next run (still named as this process's, which the
+    /// next run takes for a dead one's).
+    func keep() {
+        for tree in trees {
+            close(tree.root)
+            TemporaryFiles.unregister(tree.token)
+        }
+        trees.removeAll()
+    }
 }
 
 /// An update of an installed tree from a package read with range requests (FORMAT.md §5,
@@ -54,16 +108,24 @@ final class RangedUpdate {
     private var planned: UInt64? = nil
     var plannedBytes: UInt64? { planned }
 
-    init(input: RangedInput, destination: String) {
+    /// What earlier runs left staged, taken over for this update.
+    let leftovers: StagedLeftovers
+    private var resumed = 0
+    /// Per resource in manifest order, the salvaged tree that may hold it.
+    private var salvaged: [Int32?] = []
+
+    init(input: RangedInput, destination: String, leftovers: StagedLeftovers) {
         self.input = input
         self.destination = destination
+        self.leftovers = leftovers
     }
 
     deinit { if root >= 0 { close(root) } }
 
     var report: TransferReport {
         TransferReport(mode: .ranges, bytesDownloaded: input.bytesReceived, requests: input.requests, filesFetched: fetched,
-                       filesReused: reusedCount, bytesFetched: bytesFetched, bytesTotal: bytesTotal, packageSize: UInt64(input.size))
+                       filesReused: reusedCount, filesResumed: resumed, bytesFetched: bytesFetched, bytesTotal: bytesTotal,
+                       packageSize: UInt64(input.size))
     }
 
     /// Called once the manifest verified: decides, per resource in manifest order, whether the
@@ -76,10 +138,15 @@ final class RangedUpdate {
             root = (try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) ?? -1
         }
         var reuse = [Bool](repeating: false, count: resources.count)
+        salvaged = [Int32?](repeating: nil, count: resources.count)
         var spans: [Range<Int64>] = []
         for (index, file) in resources.enumerated() {
             if root >= 0, let old = installed[file.path], old.size == file.size, old.sha256 == file.sha256, !file.sha256.isEmpty {
                 reuse[index] = true
+            } else if let salvage = leftovers.trees.first(where: { Self.holds($0.root, file) }) {
+                // Staged by an earlier run, of the right size: copied and hashed when its turn comes.
+                reuse[index] = true
+                salvaged[index] = salvage.root
             } else if let span = span(of: file, job: job) {
                 spans.append(span)
             }
@@ -88,6 +155,14 @@ final class RangedUpdate {
         input.plan(spans)
         planned = spans.reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
         return reuse
+    }
+
+    /// Whether `root` has a regular file at `file.path` of `file.size` bytes (not through a link).
+    private static func holds(_ root: Int32, _ file: Manifest.File) -> Bool {
+        guard case .success(let fd) = Paths.open(file.path, beneath: root) else { return false }
+        defer { close(fd) }
+        var info = stat()
+        return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && UInt64(info.st_size) == file.size
     }
 
     /// The file bytes of `file`'s entry.
@@ -99,10 +174,11 @@ final class RangedUpdate {
     /// Copies `file` from the installed tree into the staging directory, hashing it as it is
     /// copied. Nil when the installed copy is missing or is not the signed content: the caller
     /// then fetches the entry (planned here).
-    func copy(_ file: Manifest.File, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
+    func copy(_ file: Manifest.File, index: Int, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
               later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Installer.Job.Staged? {
-        if let staged = try job.stageCopy(file, from: root, into: staging, checked: checked, later: later) {
-            reusedCount += 1
+        let salvage = index < salvaged.count ? salvaged[index] : nil
+        if let staged = try job.stageCopy(file, from: salvage ?? root, into: staging, checked: checked, later: later) {
+            if salvage != nil { resumed += 1 } else { reusedCount += 1 }
             return staged
         }
         fetchInstead(file, job: job)
@@ -152,12 +228,16 @@ extension Installer.Job {
         /// The installed file grew while it was read: not the signed content.
         struct Longer: Error {}
         var total: UInt64 = 0
+        // A reflink where the filesystem has them: the staged file shares the installed one's
+        // data, and is hashed through its own descriptor, so what is hashed is what is installed.
+        let cloned = signet_clone_file(fd, source.descriptor.rawValue) == 0
         do {
-            try source.forEachChunk { chunk in
+            let reader = cloned ? try InputFile.adopt(try systemCall("dup") { dup(fd) }, path: staging.path + "/" + file.path, what: "staged copy") : source
+            try reader.forEachChunk { chunk in
                 total += UInt64(chunk.count)
                 guard total <= file.size else { throw Longer() }
                 hashers.forEach { $0.update(chunk) }
-                try writer.write(chunk)
+                if !cloned { try writer.write(chunk) }
                 try copy?.write(chunk)
             }
         } catch is Longer {

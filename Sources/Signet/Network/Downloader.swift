@@ -571,22 +571,35 @@ enum Downloader {
 }
 
 extension Installer {
-    /// Downloads the package at `url` (https://) into `.DIR.signet-download` beside
-    /// `destination` (the same filesystem; a download cut short continues from there on the next
-    /// call), then verifies and installs it exactly as ``install(_:to:policy:options:)``. A
-    /// complete download is removed whether the package installed or was refused; an incomplete
-    /// one is kept for the next call. Each installed file's `user.signet.meta` records `url` as
-    /// its `source` (without query or fragment).
+    /// Installs the package at `url` (https://) at `destination`, verified exactly as
+    /// ``install(_:to:policy:options:)``.
+    ///
+    /// Where the server answers range requests (and `download.ranges` is on), the package is
+    /// read in place (FORMAT.md §5, "Updates over range requests"): its directory and manifest
+    /// first, which must verify before any resource is asked for; every file whose path, size
+    /// and SHA-256 equal a file of the installed tree is copied from it and hashed as it is
+    /// copied; only the others are fetched, streamed into the staging directory. Nothing of the
+    /// package is stored. What an interrupted run staged is taken over by the next one, and a
+    /// package replaced on the server mid-way is read again from the start, once
+    /// (`.packageChanged` the second time). ``InstallReport/transfer`` says what moved; the
+    /// progress handler counts the planned bytes.
+    ///
+    /// Otherwise the package is downloaded into `.DIR.signet-download` beside `destination`
+    /// (the same filesystem; a download cut short continues from there on the next call) and
+    /// installed from it; a complete download is removed whether the package installed or was
+    /// refused. Each installed file's `user.signet.meta` records `url` as its `source` (without
+    /// query or fragment).
     public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
                                options: InstallOptions = InstallOptions(),
                                download: DownloadOptions = DownloadOptions()) throws -> InstallReport {
         try install(downloading: url, to: destination, policy: policy, options: options, download: download, cancelled: nil)
     }
 
-    /// ``install(downloading:to:policy:options:download:)`` on a thread of its own; cancelling
-    /// the task stops the download (what arrived is kept for the next call) and throws
-    /// `CancellationError`. Once the download is complete, the installation itself runs to its
-    /// end, so that DIR is never left between the old tree and the new one.
+    /// `install(downloading:to:policy:options:download:)` on a thread of its own; cancelling
+    /// the task stops the transfer (a full download's partial file is kept for the next call)
+    /// and throws `CancellationError`, with the destination as it was. Once everything is
+    /// fetched and verified, the installation itself runs to its end, so that DIR is never
+    /// left between the old tree and the new one.
     public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
                                options: InstallOptions = InstallOptions(),
                                download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
@@ -631,7 +644,7 @@ extension Installer {
         let files = report.manifest?.files ?? []
         let bytes = files.reduce(0) { $0 &+ $1.size }
         report.transfer = TransferReport(mode: .full, bytesDownloaded: result.size - result.resumedFrom, requests: 1, filesFetched: report.files.count,
-                                         filesReused: 0, bytesFetched: bytes, bytesTotal: bytes, packageSize: result.size)
+                                         filesReused: 0, filesResumed: 0, bytesFetched: bytes, bytesTotal: bytes, packageSize: result.size)
         return report
     }
 
@@ -640,11 +653,44 @@ extension Installer {
     /// when the server does not answer ranges.
     private static func installRanged(_ url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
                                       download: DownloadOptions, cancelled: CancellationFlag?) throws -> InstallReport {
-        let input = try RangedInput(url: url, options: download, cancelled: cancelled)
+        // What earlier runs left staged (killed, or their link dropped) is taken for its files;
+        // removed at the end, unless this run's link drops too.
+        let leftovers = StagedLeftovers(destination: destination)
+        var adopted = false
+        do {
+            // A package replaced on the server while it is read is refused by the server's
+            // answer (If-Range); the update then starts once more from the start, on the new one.
+            for attempt in 1...2 {
+                let input = try RangedInput(url: url, options: download, cancelled: cancelled)
+                if !adopted {
+                    leftovers.adopt()
+                    adopted = true
+                }
+                let update = RangedUpdate(input: input, destination: destination, leftovers: leftovers)
+                do {
+                    let report = try installRanged(input, update: update, to: destination, policy: policy, options: options, download: download)
+                    leftovers.remove()
+                    return report
+                } catch let failure as SignetError where failure.code == .packageChanged && attempt == 1 {
+                    continue
+                }
+            }
+            throw SignetError(.packageChanged, "not reached")
+        } catch let failure as SignetError where failure.code == .network {
+            leftovers.keep()
+            throw failure
+        } catch {
+            leftovers.remove()
+            throw error
+        }
+    }
+
+    private static func installRanged(_ input: RangedInput, update: RangedUpdate, to destination: String, policy: TrustPolicy,
+                                      options: InstallOptions, download: DownloadOptions) throws -> InstallReport {
+        let url = input.url
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(input: input, maximumEntries: options.limits.maximumEntries, localHeaders: .deferred)
-        let update = RangedUpdate(input: input, destination: destination)
         if let progress = download.progress {
             // The bytes of the planned requests: what the progress line counts to.
             let started = DispatchTime.now().uptimeNanoseconds
@@ -664,6 +710,21 @@ extension Installer {
 }
 
 extension Downloader {
+    /// Whether a failed request is worth another attempt (connection refused or reset,
+    /// time-out, a body cut short, HTTP 5xx).
+    static func isTransient(_ code: CURLcode, status: Int) -> Bool { Transfer.isTransient(code, status: status) }
+
+    /// Waits `seconds` before another attempt, in short steps, stopping for an interruption or
+    /// a cancelled task.
+    static func pauseBeforeRetry(_ seconds: Double, cancelled: CancellationFlag?) throws {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if cancelled?.isSet == true { throw CancellationError() }
+            if TemporaryFiles.isInterrupted { throw SignetError(.interrupted, "interrupted; nothing was installed") }
+            usleep(useconds_t(min(0.05, max(0, end.timeIntervalSinceNow)) * 1_000_000))
+        }
+    }
+
     /// Where a download for `target` is kept until it is complete: `.NAME.signet-download`
     /// beside it (FORMAT.md §5).
     static func partialPath(besides target: String) -> String {

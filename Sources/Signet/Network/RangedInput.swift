@@ -44,6 +44,8 @@ final class RangedInput: ArchiveInput {
 
     let path: String
     let size: Int64
+    /// The URL as given (``path`` is it without a password, for messages).
+    var url: String { client.url }
     private let client: RangeClient
     /// Fetched ranges, the most recently used last.
     private var cached: [(start: Int64, bytes: [UInt8])] = []
@@ -71,14 +73,14 @@ final class RangedInput: ArchiveInput {
         client = try RangeClient(url: url, options: options, cancelled: cancelled)
         path = Download.redacted(url)
         var tail: [UInt8] = []
-        let (start, total) = try client.probe(suffix: Self.probeSize) { tail.append(contentsOf: $0) }
+        let (start, total) = try client.probe(suffix: Self.probeSize, restart: { tail.removeAll() }) { tail.append(contentsOf: $0) }
         size = total
         remember(start, tail)
         lastEnd = start + Int64(tail.count)
     }
 
     /// Keeps the directory's bytes, and learns where the package's own entries start.
-    func directoryRead(_ directory: CentralDirectory.Directory) {
+    func directoryRead(_ directory: CentralDirectory.Directory) throws {
         let signet = Array((TreeLayout.directory + "/").utf8)
         var firstOwn = Int64(directory.offset), lastResourceEnd: Int64 = 0
         for record in directory {
@@ -95,7 +97,7 @@ final class RangedInput: ArchiveInput {
         let start = max(0, Int64(directory.offset) - 65_557)
         guard size - start <= Self.pinLimit else { return }
         var bytes = [UInt8](repeating: 0, count: Int(size - start))
-        let done = try? bytes.withUnsafeMutableBytes { try read(fullyAt: start, into: $0) }
+        let done = try bytes.withUnsafeMutableBytes { try read(fullyAt: start, into: $0) }
         guard done == bytes.count else { return }
         pinned = (start, bytes)
         // What the cache held of it is now kept twice: drop it.
@@ -162,7 +164,7 @@ final class RangedInput: ArchiveInput {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Int(end - position))
         let report = received
-        try client.fetch(position, end - 1) { chunk in
+        try client.fetch(position, end - 1, restart: { bytes.removeAll(keepingCapacity: true) }) { chunk in
             bytes.append(contentsOf: chunk)
             report?(chunk.count)
         }
@@ -270,8 +272,8 @@ final class RangeClient {
     }
 
     /// The last `length` bytes (all of a smaller file): where they start and the file's size.
-    func probe(suffix length: Int64, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> (start: Int64, total: Int64) {
-        try perform(range: "-\(length)", wanted: nil, body)
+    func probe(suffix length: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> (start: Int64, total: Int64) {
+        try retrying(restart: restart) { try perform(range: "-\(length)", wanted: nil, body) }
         guard status == 206, let range = contentRange else {
             throw Unsupported(reason: "the server answered a range request with HTTP \(status)")
         }
@@ -286,8 +288,35 @@ final class RangeClient {
         return (range.start, range.total)
     }
 
-    /// Bytes `start...end` of the same file, to `body`.
-    func fetch(_ start: Int64, _ end: Int64, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
+    /// A failure another attempt may not have (``Downloader/isTransient(_:status:)``).
+    private struct Transient: Error {
+        let error: SignetError
+    }
+
+    /// Bytes `start...end` of the same file, to `body`. A transient failure (connection reset,
+    /// time-out, a body cut short, HTTP 5xx) is tried again up to `--retries` times after
+    /// `--retry-delay` seconds, doubled each time; `restart` is called first, and `body` then
+    /// sees the range from its start again.
+    func fetch(_ start: Int64, _ end: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
+        try retrying(restart: restart) { try fetchOnce(start, end, body) }
+    }
+
+    /// Runs `request`, again after a transient failure, up to `--retries` more times.
+    private func retrying<R>(restart: () -> Void, _ request: () throws -> R) throws -> R {
+        let attempts = 1 + max(0, options.retries)
+        for attempt in 1...attempts {
+            do {
+                return try request()
+            } catch let failure as Transient {
+                guard attempt < attempts else { throw failure.error }
+                try Downloader.pauseBeforeRetry(min(30, max(0, options.retryDelay) * pow(2, Double(attempt - 1))), cancelled: cancelled)
+                restart()
+            }
+        }
+        throw SignetError(.network, "cannot read '\(Download.redacted(url))'")   // not reached: the last attempt throws
+    }
+
+    private func fetchOnce(_ start: Int64, _ end: Int64, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
         guard let validator, start >= 0, start <= end, end < total else {
             throw SignetError(.io, "an internal range request \(start)-\(end) outside the package of \(total) bytes")
         }
@@ -300,6 +329,12 @@ final class RangeClient {
         guard received == end - start + 1 else {
             throw refused("sent \(received) bytes for the range \(start)-\(end), not \(end - start + 1)")
         }
+    }
+
+    /// The whole file instead of the range: `If-Range` did not match (the package was replaced
+    /// on the server), or the server stopped answering ranges.
+    private func changed(_ status: Int) -> SignetError {
+        SignetError(.packageChanged, "'\(Download.redacted(url))' answered a range request with HTTP \(status): the package changed on the server during the update (or the server stopped answering ranges). Nothing was installed; run again")
     }
 
     private func refused(_ what: String) -> SignetError {
@@ -334,13 +369,15 @@ final class RangeClient {
         guard code == CURLE_OK else {
             var effective: UnsafeMutablePointer<CChar>? = nil
             _ = signet_curl_getinfo_string(curl, CURLINFO_EFFECTIVE_URL, &effective)
-            throw Downloader.error(code, status: status, message: String(cString: errorBuffer), effectiveURL: effective.map { String(cString: $0) } ?? url, check: check)
+            let error = Downloader.error(code, status: status, message: String(cString: errorBuffer), effectiveURL: effective.map { String(cString: $0) } ?? url, check: check)
+            if Downloader.isTransient(code, status: status) { throw Transient(error: error) }
+            throw error
         }
         var final = 0
         _ = signet_curl_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &final)
         status = final
         if wanted != nil, status != 206 {
-            throw refused("answered a range request with HTTP \(status)")
+            throw status == 200 ? changed(status) : refused("answered a range request with HTTP \(status)")
         }
     }
 
@@ -384,7 +421,7 @@ final class RangeClient {
                 if current != 206 {
                     // The whole file (ranges ignored, or If-Range failed: the file changed).
                     throw wanted == nil ? Unsupported(reason: "the server answered a range request with HTTP \(current)")
-                        : refused("answered a range request with HTTP \(current): the package changed on the server during the update, or the server stopped honouring ranges")
+                        : changed(current)
                 }
                 if let wanted {
                     guard let range = contentRange, range.start == wanted.start, range.end == wanted.end, range.total == total else {
