@@ -696,14 +696,16 @@ extension Installer {
             let started = DispatchTime.now().uptimeNanoseconds
             var last: UInt64 = 0
             var received: UInt64 = 0
-            input.received = { count in
+            // Weakly: the input holds this closure, and the update holds the input.
+            input.received = { [weak update] count in
                 received &+= UInt64(count)
                 let now = DispatchTime.now().uptimeNanoseconds
                 guard now &- last >= 100_000_000 || now &- started < 1 else { return }
                 last = now
-                progress(DownloadProgress(url: url, received: received, expected: update.plannedBytes.map { max($0, received) }, resumedFrom: 0, retry: nil))
+                progress(DownloadProgress(url: url, received: received, expected: update?.plannedBytes.map { max($0, received) }, resumedFrom: 0, retry: nil))
             }
         }
+        defer { input.received = nil }
         return try install(reader: reader, package: input.path, to: destination, state: state, stale: stale, policy: policy,
                            options: options, ranged: update)
     }
