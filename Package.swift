@@ -14,6 +14,9 @@ let package = Package(
         // `swift package generate-documentation --target Signet`: the DocC catalog in
         // Sources/Signet/Signet.docc (CI builds it with warnings as errors).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // `signet update --config FILE`: TOML (`key = value`), parsed by toml++ through TOMLKit,
+        // never by hand. The CLI's concern only: the library takes its options in code.
+        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
     ],
     targets: [
         // System libraries. `providers` is only a hint for the error message; the module
@@ -62,6 +65,7 @@ let package = Package(
             dependencies: [
                 "Signet",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
             ]
         ),
         // Fuzz targets for every parser of untrusted bytes (Fuzz/SignetFuzz/main.swift,

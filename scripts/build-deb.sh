@@ -7,7 +7,8 @@
 # libc, libcrypto (libssl3), libzip, libcurl and libxml2 (Foundation's XML parser), as
 # dpkg-shlibdeps finds them. It carries the man pages (signet(1) and one page per command,
 # generated from the same help text by swift-argument-parser's generate-manual plugin) and
-# bash, zsh and fish completions. Run lintian on the result (CI does).
+# bash, zsh and fish completions, and the signet-update@.service/.timer units (systemd
+# templates: one instance per /etc/signet/update.d/NAME.conf). Run lintian on the result (CI does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,6 +72,11 @@ EOF
   echo
   echo " -- Signet developers <signet@example.org>  $(date -u -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")"
 } | gzip -9n > "$root/usr/share/doc/signet/changelog.gz"
+# The update service and its timer (instance = a config in /etc/signet/update.d/), and the
+# example config.
+install -d -m 0755 "$root/lib/systemd/system" "$root/usr/share/doc/signet/examples"
+install -m 0644 packaging/systemd/signet-update@.service packaging/systemd/signet-update@.timer "$root/lib/systemd/system/"
+install -m 0644 examples/update/app.conf "$root/usr/share/doc/signet/examples/update-app.conf"
 gzip -9n < CHANGELOG.md > "$root/usr/share/doc/signet/CHANGELOG.md.gz"
 gzip -9n < docs/FORMAT.md > "$root/usr/share/doc/signet/FORMAT.md.gz"
 find "$root/usr/share" -type f -exec chmod 0644 {} +

@@ -17,7 +17,7 @@ pkg-config --exists p11-kit-1 2>/dev/null || need+=(libp11-kit-dev)
 # /usr/share/p11-kit/modules entry).
 compgen -G "/usr/lib/*/p11-kit-proxy.so" >/dev/null || [ -e /usr/lib64/p11-kit-proxy.so ] || need+=(p11-kit-modules)
 # The peers the tests run Signet against.
-for pair in gcc:gcc mkfs.xfs:xfsprogs filefrag:e2fsprogs openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils curl:curl strace:strace script:bsdutils; do
+for pair in gcc:gcc mkfs.xfs:xfsprogs filefrag:e2fsprogs systemd-analyze:systemd openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils curl:curl strace:strace script:bsdutils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 # nginx, a real HTTPS server the download tests start on loopback (not as a service).

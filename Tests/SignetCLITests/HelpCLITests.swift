@@ -7,7 +7,7 @@ import SignetTestSupport
 @Suite("Help text and shell completions, run as a binary")
 struct HelpCLITests {
     static let commands = ["", "keygen", "key", "key show", "sign", "verify", "pack", "inspect", "unpack", "fetch",
-                           "reverify", "status", "trust", "trust seal"]
+                           "reverify", "status", "trust", "trust seal", "channel", "channel sign", "update"]
 
     @Test("every help page fits 80 columns, and no option's description is cut off", arguments: commands)
     func eightyColumns(_ command: String) throws {
@@ -26,7 +26,8 @@ struct HelpCLITests {
         let result = try CLI.run(["--generate-completion-script", shell])
         #expect(result.status == 0, "\(result.stderr)")
         // (fish names long options without their dashes)
-        for word in ["keygen", "pack", "unpack", "reverify", "status", "allow-key", "structured", "case-insensitive-dest", "pubkey"] {
+        for word in ["keygen", "pack", "unpack", "reverify", "status", "allow-key", "structured", "case-insensitive-dest", "pubkey",
+                     "channel", "update", "expires-in", "full-download"] {
             #expect(result.stdoutText.contains(word), "\(shell) completion lacks \(word)")
         }
         if shell == "bash" {

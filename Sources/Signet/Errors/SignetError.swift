@@ -106,6 +106,15 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let interrupted = Code("interrupted", exitStatus: .environment)
         /// A download failed on the network: DNS, connection, time-out, HTTP 4xx/5xx, a body cut short.
         public static let network = Code("network-error", exitStatus: .environment)
+        /// A channel index expired: the server may be holding back updates (a freeze attack),
+        /// or the publisher stopped re-signing it.
+        public static let staleIndex = Code("stale-index", exitStatus: .verificationFailed)
+        /// A channel index of another channel than the one configured.
+        public static let wrongChannel = Code("wrong-channel", exitStatus: .verificationFailed)
+        /// A package that is not the one its channel index binds (manifest, size or SHA-256).
+        public static let indexMismatch = Code("index-mismatch", exitStatus: .verificationFailed)
+        /// A channel index that is not a well-formed signed index (garbage, truncated, too large).
+        public static let malformedIndex = Code("malformed-index", exitStatus: .malformed)
         /// The package on the server changed while it was read with range requests (twice in
         /// one update): nothing was installed; run again.
         public static let packageChanged = Code("package-changed", exitStatus: .environment)

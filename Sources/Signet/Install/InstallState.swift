@@ -18,13 +18,16 @@ import Musl
 ///
 /// Format `signet-state/2`: `{"format": "signet-state/2", "packages": {NAME: SEQUENCE},
 /// "destinations": {ABSOLUTE-DIR: {"name": NAME|null, "kind": "manifest"|"bare", "sequence": N|null,
-/// "changed_from": NAME (only after --change-package)}}}`. The first format (an object of names
+/// "changed_from": NAME (only after --change-package)}}, "channels": {CHANNEL: {"serial": N,
+/// "expires": TIME}} (only after `signet update`)}`. The first format (an object of names
 /// and sequences) is read as `packages` and written in the new format on the next update.
 final class InstallState {
     let path: String
     private let lock: Int32
     private(set) var sequences: [String: UInt64]
     private(set) var destinations: [String: Destination]
+    /// The highest channel index serial seen per channel (`signet update`).
+    private(set) var channels: [String: Channel]
 
     /// What was installed in one destination.
     struct Destination: Codable, Equatable {
@@ -37,10 +40,27 @@ final class InstallState {
         var changed_from: String?
     }
 
+    /// What `signet update` saw of one channel.
+    struct Channel: Codable, Equatable {
+        /// The highest index serial seen: a lower one is a replay (`rollback`).
+        var serial: UInt64
+        /// When that index expires.
+        var expires: String?
+    }
+
+    /// The document. `channels` is optional: an older Signet reads the rest and ignores it.
     private struct Document: Codable {
         let format: String
         let packages: [String: UInt64]
         let destinations: [String: Destination]
+        let channels: [String: Channel]?
+    }
+
+    /// A state file's contents.
+    struct Contents {
+        var sequences: [String: UInt64] = [:]
+        var destinations: [String: Destination] = [:]
+        var channels: [String: Channel] = [:]
     }
 
     /// Opens (creating if needed) and locks the state; blocks while another install holds it.
@@ -88,7 +108,8 @@ final class InstallState {
             throw error
         }
         do {
-            (sequences, destinations) = try Self.parse(bytes, path: path)
+            let contents = try Self.parse(bytes, path: path)
+            (sequences, destinations, channels) = (contents.sequences, contents.destinations, contents.channels)
         } catch {
             close(fd)
             throw error
@@ -96,23 +117,23 @@ final class InstallState {
     }
 
     /// A state file's contents: strict JSON, `signet-state/2` or the first format.
-    static func parse(_ bytes: [UInt8], path: String) throws -> (sequences: [String: UInt64], destinations: [String: Destination]) {
-        if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x09 || $0 == 0x0D }) { return ([:], [:]) }
+    static func parse(_ bytes: [UInt8], path: String) throws -> Contents {
+        if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x09 || $0 == 0x0D }) { return Contents() }
         guard (try? StrictJSON.check(bytes, integersOnly: true)) != nil else {
             throw SignetError(.malformedInput, "install state '\(path)' is not strict JSON; restore it or remove it", path: path)
         }
         if let document = try? JSONDecoder().decode(Document.self, from: Data(bytes)), document.format == "signet-state/2",
            document.destinations.values.allSatisfy({ $0.kind == "manifest" || $0.kind == "bare" }) {
-            return (document.packages, document.destinations)
+            return Contents(sequences: document.packages, destinations: document.destinations, channels: document.channels ?? [:])
         }
         if let decoded = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) {
-            return (decoded, [:])   // the first format
+            return Contents(sequences: decoded)   // the first format
         }
         throw SignetError(.malformedInput, "install state '\(path)' is not a signet-state/2 document (nor the older object of package names and sequences); restore it or remove it", path: path)
     }
 
     /// Reads a state file without locking or creating it (`reverify --state`): it must exist.
-    static func read(_ path: String) throws -> (sequences: [String: UInt64], destinations: [String: Destination]) {
+    static func read(_ path: String) throws -> Contents {
         let file = try InputFile.open(path, what: "install state", followSymlinks: false)
         return try parse(try file.readAll(limit: 16 << 20, what: "install state"), path: path)
     }
@@ -148,9 +169,20 @@ final class InstallState {
         var entry = Destination(name: name, kind: name == nil ? "bare" : "manifest", sequence: sequence, changed_from: nil)
         entry.changed_from = changedFrom ?? (destinations[key]?.name == name ? destinations[key]?.changed_from : nil)
         destinations[key] = entry
+        try write()
+    }
+
+    /// Records the serial of a channel index that verified, if it is the highest seen.
+    func record(channel: String, serial: UInt64, expires: Timestamp) throws {
+        guard serial >= channels[channel]?.serial ?? 0 else { return }
+        channels[channel] = Channel(serial: serial, expires: expires.rfc3339)
+        try write()
+    }
+
+    private func write() throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        let document = Document(format: "signet-state/2", packages: sequences, destinations: destinations)
+        let document = Document(format: "signet-state/2", packages: sequences, destinations: destinations, channels: channels.isEmpty ? nil : channels)
         try AtomicFile.write(Array(try encoder.encode(document)) + [UInt8(ascii: "\n")], to: path, mode: 0o644, replace: true)
     }
 }

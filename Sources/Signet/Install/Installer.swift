@@ -42,6 +42,11 @@ public struct InstallOptions: Sendable {
     public var imaAttribute: String? = nil
     /// How long to wait, in seconds, for another process that is updating the destination.
     public var wait: Double = 10
+    /// The package a channel index names (`signet update`): once the manifest verified, and
+    /// before any resource is read or fetched, its SHA-256, name and sequence must be these
+    /// (`.indexMismatch`, exit 1, otherwise); a package downloaded whole must also have this
+    /// size and SHA-256.
+    public var expectedPackage: ChannelIndex.Package? = nil
     /// Where the package came from (a URL), recorded as `source` in each file's
     /// `user.signet.meta`; set by `Installer.install(downloading:to:policy:options:download:)`.
     public var source: String? = nil
@@ -133,6 +138,7 @@ public enum Installer {
 
         // Phase 1: the manifest and the rollback rules, before anything is written.
         let (checked, installState) = try job.checkManifest(replacing: state)
+        if let expected = options.expectedPackage { try Self.checkBinding(expected, checked: checked, package: package) }
         if options.caseInsensitiveDestination || CaseFolding.ignoresCase(at: AtomicFile.parentDirectory(of: destination)) {
             try CaseFolding.refuseCollisions(job.resources(checked).map(\.path), package: package)
         }
@@ -386,6 +392,18 @@ public enum Installer {
             for (name, entry) in layout.certificates {
                 try staging.writeFile(name, try reader.readAll(entry, limit: 1 << 20, name: name))
             }
+        }
+    }
+
+    /// The package must be the one a channel index binds: the same signed manifest (SHA-256 of
+    /// its bytes), name and sequence.
+    static func checkBinding(_ expected: ChannelIndex.Package, checked: PackageReader.Checked?, package: String) throws {
+        guard let checked else {
+            throw SignetError(.indexMismatch, "'\(package)' is a bare package; the channel index names \(expected.name) sequence \(expected.sequence). Nothing was installed", path: package)
+        }
+        let digest = try Digest.compute(checked.manifestBytes, algorithm: .sha256)
+        guard digest.matches(hex: expected.manifestSHA256), sameName(checked.manifest.name, expected.name), checked.manifest.sequence == expected.sequence else {
+            throw SignetError(.indexMismatch, "'\(package)' is \(checked.manifest.name) sequence \(checked.manifest.sequence) with manifest SHA-256 \(digest.hex); the channel index binds \(expected.name) sequence \(expected.sequence) with manifest SHA-256 \(expected.manifestSHA256). The package on the server is not the one the index was signed for. Nothing was installed", path: package)
         }
     }
 

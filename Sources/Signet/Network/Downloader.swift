@@ -638,8 +638,20 @@ extension Installer {
         // Not fsynced: the download is read at once and removed. After a power cut, what is on
         // disk of it may be incomplete; it is then continued or downloaded anew, and verified
         // before anything is installed, so the worst case is a second download.
-        let result = try Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false)
+        // A package a channel index names is hashed as it arrives: its size and SHA-256 must be
+        // the index's before it is opened.
+        var hashing = try options.expectedPackage.map { _ in try Digest.Hasher(.sha256) }
+        let binds = hashing != nil
+        let result = try Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false,
+                                             body: binds ? { hashing?.update($0) } : nil,
+                                             restart: { if binds { hashing = try Digest.Hasher(.sha256) } })
         defer { unlink(partial) }
+        if let expected = options.expectedPackage, let hashing {
+            let digest = try hashing.finalize()
+            guard result.size == expected.size, digest.matches(hex: expected.sha256) else {
+                throw SignetError(.indexMismatch, "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); the channel index binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed", path: url)
+            }
+        }
         var report = try install(partial, to: destination, policy: policy, options: options, holding: lock)
         let files = report.manifest?.files ?? []
         let bytes = files.reduce(0) { $0 &+ $1.size }

@@ -1,0 +1,238 @@
+import ArgumentParser
+import Foundation
+import Signet
+import TOMLKit
+
+/// `signet update`: keep DIR on what its channel's signed index names (FORMAT.md §6).
+struct Update: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Keep DIR on its channel: verify the signed index, install the release it names when newer.",
+        discussion: """
+        Fetches the channel index at INDEX_URL under the TLS options and verifies it with the \
+        trust options: signed by a trusted key (a key in another channel's folder of a trust \
+        directory is refused, exit 3), for --channel (exit 1 otherwise), not expired (exit 1, \
+        code stale-index: a server that keeps serving an old index is found out), and with a \
+        serial no lower than the highest --state saw for the channel (exit 1, code rollback: an \
+        old index served again). When it names a newer release than DIR holds, installs it from \
+        the URL it gives, as unpack URL does (range requests: only what DIR lacks), after checking \
+        that the package's signed manifest is the one the index binds, before any file is \
+        fetched (exit 1, code index-mismatch). Otherwise says "up to date". DIR is unchanged on \
+        any failure. --check only reports.
+
+        Every option can come from a config file (--config FILE, TOML): one `option = value` \
+        per line, named as the long options below (index for INDEX_URL); lists for repeatable \
+        options. Options on the command line override the file's. Unknown keys are an error \
+        (exit 2). Secrets never go in it (update needs none).
+
+        Examples:
+          signet update https://updates.example.com/stable.json --channel stable \\
+            --dest /opt/app --trust-dir /etc/app/trust --tls-ca /etc/app/roots --state /var/lib/app/state.json
+          signet update --config /etc/signet/update.d/app.conf
+          signet update --config /etc/signet/update.d/app.conf --check --json
+        """
+    )
+
+    @Argument(help: ArgumentHelp("The channel index (https://…/CHANNEL.json).", valueName: "index-url"))
+    var index: String?
+
+    @Option(name: .long, help: ArgumentHelp("The directory the channel's package is installed in.", valueName: "dir"))
+    var dest: String?
+
+    @Option(name: .long, help: ArgumentHelp("A TOML file of options (the long option names; command-line options override it).", valueName: "file"))
+    var config: String?
+
+    @Flag(name: .long, help: "Only report whether an update is available; change nothing.")
+    var check = false
+
+    @Option(name: .long, help: ArgumentHelp("The install state: highest sequence per package and highest index serial per channel (locked, updated atomically).", valueName: "file"))
+    var state: String?
+
+    @OptionGroup var trust: TrustOptions
+
+    @OptionGroup(title: "Downloads") var tls: TLSOptions
+
+    @Flag(name: .customLong("full-download"), help: "Download the whole package beside DIR first instead of reading only what DIR lacks.")
+    var fullDownload = false
+
+    @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
+    var force = false
+
+    @OptionGroup var limits: LimitOptions
+
+    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
+    var wait: Double = 10
+
+    @OptionGroup var output: OutputOptions
+
+    /// The config keys: every long option of this command but --config, --check, --json, --quiet.
+    static let configKeys: [String: Bool] = [
+        // key: takes a value (false: a flag)
+        "index": true, "dest": true, "state": true, "channel": true,
+        "pubkey": true, "trust-dir": true, "pin": true, "revoked": true, "ca": true, "allow-expired-cert": false,
+        "expect-subject": true, "trust-salt-file": true, "trust-seal-key": true, "clock-skew": true, "allow-weak-key": false,
+        "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
+        "low-speed-time": true, "max-time": true, "retries": true, "retry-delay": true,
+        "full-download": false, "force": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
+    ]
+
+    mutating func validate() throws {
+        if let config {
+            // The file's options first, then the command line's (which override them), parsed
+            // again: the result is validated as if all of it had been typed.
+            var rest = Self.commandLine()
+            if let at = rest.firstIndex(of: "--config") {
+                rest.removeSubrange(at..<min(rest.count, at + 2))
+            }
+            rest.removeAll { $0.hasPrefix("--config=") }
+            self = try Update.parse(try Self.arguments(fromConfig: config, overriddenBy: rest) + rest)
+            return
+        }
+        if index == nil { throw ValidationError("give the channel index URL (or index = \"…\" in --config FILE)") }
+        if dest == nil { throw ValidationError("give --dest DIR (or dest = \"…\" in --config FILE)") }
+        if trust.channel == nil { throw ValidationError("give --channel NAME: the channel this device follows (or channel = \"…\" in --config FILE)") }
+        if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
+        if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
+    }
+
+    /// The arguments after `update` on this process's command line.
+    static func commandLine() -> [String] {
+        let all = Array(CommandLine.arguments.dropFirst())
+        guard let at = all.firstIndex(of: "update") else { return all }
+        return Array(all[(at + 1)...])
+    }
+
+    /// The config file as command-line arguments, leaving out every option `given` sets.
+    static func arguments(fromConfig path: String, overriddenBy given: [String]) throws -> [String] {
+        let bytes: [UInt8]
+        do {
+            bytes = try Config.read(path)
+        } catch let error as SignetError {
+            throw ValidationError(error.reason)
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
+        let table: TOMLTable
+        do {
+            table = try TOMLTable(string: text)
+        } catch let error as TOMLParseError {
+            throw ValidationError("\(path):\(error.source.begin.line): \(error.description)")
+        }
+        var arguments: [String] = []
+        for (key, value) in table {
+            let line = Config.line(of: key, in: text).map { ":\($0)" } ?? ""
+            guard let takesValue = configKeys[key] else {
+                throw ValidationError("\(path)\(line): unknown key '\(key)'; the keys are the long options of signet update (index for the URL): \(configKeys.keys.sorted().joined(separator: ", "))")
+            }
+            let option = key == "index" ? nil : "--" + key
+            if let option, given.contains(where: { $0 == option || $0.hasPrefix(option + "=") }) { continue }
+            if key == "index", given.contains(where: { !$0.hasPrefix("-") && Download.isURL($0) }) { continue }
+            let values: [TOMLValueConvertible]
+            if let array = value.array { values = Array(array) } else { values = [value] }
+            for element in values {
+                let item = element.tomlValue
+                if !takesValue {
+                    guard let flag = item.bool else { throw ValidationError("\(path)\(line): '\(key)' takes true or false") }
+                    if flag, let option { arguments.append(option) }
+                    continue
+                }
+                let text: String
+                if let string = item.string { text = string }
+                else if let int = item.int { text = String(int) }
+                else if let double = item.double { text = String(double) }
+                else { throw ValidationError("\(path)\(line): '\(key)' takes a string or a number") }
+                if let option { arguments.append(option) }
+                arguments.append(text)
+            }
+        }
+        return arguments
+    }
+
+    struct Report: Encodable {
+        let channel: String
+        let serial: UInt64
+        let expires: String
+        @Null var installed: Release?
+        let available: Release
+        let update_available: Bool
+        let updated: Bool
+        let package_url: String
+        @Null var transfer: Unpack.Transfer?
+
+        struct Release: Encodable {
+            let name: String
+            let version: String
+            let sequence: UInt64
+        }
+    }
+
+    func run() throws {
+        guard let index, let dest, let channel = trust.channel else { throw ValidationError("give the index URL, --dest and --channel") }
+        if Download.isURL(index) { tls.warnIfInsecure(index) }
+        var trustOptions = trust
+        // --channel names the channel followed; keys at a trust directory's top level sign any
+        // channel, keys in a channel's folder only that channel's index and packages.
+        trustOptions.channel = nil
+        let policy = try trustOptions.policy(sealedElsewhere: tls.sealsDirectories)
+        var options = UpdateOptions(channel: channel)
+        options.checkOnly = check
+        options.install.force = force
+        options.install.limits = limits.limits
+        options.install.wait = wait
+        options.install.stateFile = state
+        var download = try tls.options(trust: trust)
+        download.ranges = !fullDownload
+        let chosen = options
+        let report = try ProgressLine.downloading(index, options: download, output: output) { download in
+            var options = chosen
+            options.download = download
+            return try await Updater.update(index: index, to: dest, policy: policy, options: options)
+        }
+        let available = Report.Release(name: report.index.package.name, version: report.index.package.version, sequence: report.index.package.sequence)
+        if output.json {
+            Output.json(Report(channel: report.index.channel, serial: report.index.serial, expires: report.index.expires.rfc3339,
+                               installed: report.installed.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) },
+                               available: available, update_available: report.updateAvailable, updated: report.install != nil,
+                               package_url: report.packageURL, transfer: report.install?.transfer.map(Unpack.Transfer.init)))
+            return
+        }
+        let expires = "index serial \(report.index.serial), expires \(report.index.expires.rfc3339)"
+        if let install = report.install {
+            Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(expires)")
+            if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
+        } else if report.updateAvailable {
+            Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(report.installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(expires)")
+        } else {
+            Output.line("up to date: \(dest) holds \(report.installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), channel \(channel) names sequence \(available.sequence); \(expires)")
+        }
+    }
+}
+
+/// Reading `--config` files.
+enum Config {
+    /// The file, at most 1 MiB, never through a FIFO.
+    static func read(_ path: String) throws -> [UInt8] {
+        let url = URL(fileURLWithPath: path)
+        let values = try? url.resourceValues(forKeys: [.isRegularFileKey, .fileSizeKey])
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw SignetError(.fileNotFound, "config file '\(path)' does not exist", path: path)
+        }
+        guard values?.isRegularFile == true, (values?.fileSize ?? 0) <= 1 << 20 else {
+            throw SignetError(.malformedInput, "config file '\(path)' is not a regular file of at most 1 MiB", path: path)
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw SignetError(.permissionDenied, "cannot read config file '\(path)'", path: path)
+        }
+        return Array(data)
+    }
+
+    /// The line (from 1) where `key` is set in a TOML text, for messages (TOMLKit keeps no
+    /// positions of keys): the first line that starts with the key, bare or quoted, and `=`.
+    static func line(of key: String, in text: String) -> Int? {
+        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let trimmed = line.drop { $0 == " " || $0 == "\t" }
+            for form in [key, "\"\(key)\"", "'\(key)'"] where trimmed.hasPrefix(form) {
+                if trimmed.dropFirst(form.count).drop(while: { $0 == " " || $0 == "\t" }).first == "=" { return number + 1 }
+            }
+        }
+        return nil
+    }
+}
