@@ -22,7 +22,7 @@ public struct TransferReport: Sendable, Equatable {
     public let mode: Mode
     /// Body bytes received from the server, every request included.
     public let bytesDownloaded: UInt64
-    /// HTTP requests made (a full download's retries included).
+    /// HTTP range requests made (retries included); 1 for a full download.
     public let requests: Int
     /// Resources read from the package.
     public let filesFetched: Int

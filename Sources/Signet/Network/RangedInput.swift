@@ -108,7 +108,7 @@ final class RangedInput: ArchiveInput {
     /// Ranges that will be read: entries to fetch, merged with neighbours closer than
     /// ``gapLimit``. Added to those planned before.
     func plan(_ ranges: [Range<Int64>]) {
-        var all = (groups + ranges.filter { !$0.isEmpty }).sorted { $0.lowerBound < $1.lowerBound }
+        let all = (groups + ranges.filter { !$0.isEmpty }).sorted { $0.lowerBound < $1.lowerBound }
         var merged: [Range<Int64>] = []
         for range in all {
             if let last = merged.last, range.lowerBound <= last.upperBound + Self.gapLimit {
@@ -117,12 +117,8 @@ final class RangedInput: ArchiveInput {
                 merged.append(range)
             }
         }
-        all.removeAll()
         groups = merged
     }
-
-    /// The planned groups (for reports and tests): requests they need, bytes they hold.
-    var plannedBytes: Int64 { groups.reduce(0) { $0 + Int64($1.count) } }
 
     func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard offset >= 0 else { return 0 }
