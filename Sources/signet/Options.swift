@@ -198,6 +198,37 @@ struct TrustOptions: ParsableArguments {
     }
 }
 
+/// `--reseal` of unpack and update: DIR is a sealed directory that the package replaces.
+enum Reseal {
+    static let help = ArgumentHelp(
+        "DIR is a sealed --trust-dir or --tls-ca folder that this package replaces (key rotation through a channel): seal the new tree with --trust-salt-file's salt before it is put in place, once it verified and still trusts a key for the channel.")
+
+    /// The renewal of `destination`'s seal, with what the trust and TLS options use it as.
+    static func renewal(of destination: String, trust: TrustOptions, tls: TLSOptions, channel: String?) throws -> SealRenewal {
+        guard let saltFile = trust.trustSaltFile else {
+            throw SignetError(.usage, "--reseal seals the new tree with this device's salt: give --trust-salt-file FILE (the salt '\(destination)' is sealed with)")
+        }
+        guard trust.trustSealKey.isEmpty else {
+            throw SignetError(.usage, "--reseal cannot renew a seal signed with --trust-seal-key (the device does not hold that key): seal the new tree with signet trust seal DIR --key KEY before packing it, and install it without --reseal")
+        }
+        let salt = try TrustStoreSeal.readSalt(from: saltFile, option: "--trust-salt-file")
+        func identity(_ path: String) -> [UInt64]? {
+            var info = stat()
+            return stat(path, &info) == 0 ? [UInt64(info.st_dev), UInt64(info.st_ino)] : nil
+        }
+        let destinationIdentity = identity(destination)
+        func isDestination(_ path: String) -> Bool { destinationIdentity != nil && identity(path) == destinationIdentity }
+        var renewal = SealRenewal(salt: salt)
+        if trust.trustDirectory.contains(where: isDestination) {
+            renewal.use = .trustDirectory(channel: channel)
+        } else if tls.tlsCA.contains(where: isDestination) {
+            renewal.use = .tlsRoots
+        }
+        renewal.allowWeakKeys = trust.allowWeakKey
+        return renewal
+    }
+}
+
 /// The TLS policy and network behaviour of every command that downloads (FORMAT.md §5).
 struct TLSOptions: ParsableArguments {
     @Option(name: .customLong("tls-ca"), help: ArgumentHelp(

@@ -54,6 +54,9 @@ struct Update: ParsableCommand {
     @Flag(name: .customLong("full-download"), help: "Download the whole package beside DIR first instead of reading only what DIR lacks.")
     var fullDownload = false
 
+    @Flag(name: .long, help: Reseal.help)
+    var reseal = false
+
     @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
     var force = false
 
@@ -72,7 +75,7 @@ struct Update: ParsableCommand {
         "expect-subject": true, "trust-salt-file": true, "trust-seal-key": true, "clock-skew": true, "allow-weak-key": false,
         "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
         "low-speed-time": true, "max-time": true, "retries": true, "retry-delay": true,
-        "full-download": false, "force": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
+        "full-download": false, "reseal": false, "force": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
     ]
 
     mutating func validate() throws {
@@ -171,8 +174,10 @@ struct Update: ParsableCommand {
         // --channel names the channel followed; keys at a trust directory's top level sign any
         // channel, keys in a channel's folder only that channel's index and packages.
         trustOptions.channel = nil
-        let policy = try trustOptions.policy(sealedElsewhere: tls.sealsDirectories)
         var options = UpdateOptions(channel: channel)
+        // --reseal's own mistakes first (usage), then the policy (which checks the seal).
+        if reseal { options.install.reseal = try Reseal.renewal(of: dest, trust: trust, tls: tls, channel: channel) }
+        let policy = try trustOptions.policy(sealedElsewhere: tls.sealsDirectories || reseal)
         options.checkOnly = check
         options.install.force = force
         options.install.limits = limits.limits

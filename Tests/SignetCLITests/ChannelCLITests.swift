@@ -228,12 +228,129 @@ struct ChannelCLITests {
         #expect(timer.contains("RandomizedDelaySec=") && timer.contains("Persistent=true"))
     }
 
-    @Test("README's update-channel walk-through runs as written: check, install, up to date")
+    @Test("--reseal: adopts the device's sealed directory, refuses a tree that trusts no key for the channel (trust-lockout) or holds a non-key, a package with its own seal, a missing salt or a seal key; without it a sealed DIR is never left unsealed; a publisher-sealed tree installs with --trust-seal-key")
+    func resealGuards() throws {
+        let p = try Publisher("reseal")
+        let w = p.work
+        let salt = w.directory.file("salt")
+        try Data("device secret\n".utf8).write(to: URL(fileURLWithPath: salt))
+        let next = w.directory.file("next")
+        #expect(try CLI.run(["keygen", "--out", next, "--bits", "2048", "--passphrase-file", w.passFile]).status == 0)
+        // The device's trust directory, made by hand and sealed with its salt.
+        let trust = w.directory.file("trust")
+        try FileManager.default.createDirectory(atPath: trust, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: w.publicDER, toPath: trust + "/release.der")
+        #expect(try CLI.run(["trust", "seal", trust, "--salt-file", salt]).status == 0)
+        /// Packs `files` (path: source file) as trust package `sequence`, signed with the publisher's key.
+        func trustPackage(_ sequence: Int, _ files: [String: String], key: String? = nil) throws -> String {
+            let tree = try TemporaryDirectory()
+            for (path, source) in files {
+                try FileManager.default.createDirectory(atPath: (tree.file(path) as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try FileManager.default.copyItem(atPath: source, toPath: tree.file(path))
+            }
+            let out = p.folder + "/trust-\(sequence).zip"
+            let packed = try CLI.run(["pack", tree.path, "--key", key ?? w.privatePEM, "--passphrase-file", w.passFile, "--name", "app-trust",
+                                      "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out])
+            guard packed.status == 0 else { throw SupportError("pack: \(packed.stderr)") }
+            return out
+        }
+        func unpack(_ package: String, _ extra: [String]) throws -> ProcessResult {
+            try CLI.run(["unpack", package, "--dest", trust, "--trust-dir", trust, "--state", p.state, "--json"] + extra)
+        }
+        func listing() throws -> [String] {
+            try FileManager.default.subpathsOfDirectory(atPath: trust).filter { !$0.hasPrefix(".signet/") && $0 != ".signet" }.sorted()
+        }
+
+        // Adopted: the hand-made directory matches its seal with this salt; replaced, resealed.
+        let first = try trustPackage(1, ["a.der": w.publicDER, "beta/b.der": next + "/public_key.der"])
+        let adopted = try unpack(first, ["--trust-salt-file", salt, "--reseal"])
+        #expect(adopted.status == 0, "\(adopted.stderr)")
+        #expect(try listing() == [".signet-trust", "a.der", "beta", "beta/b.der"])
+        #expect(try CLI.run(["reverify", trust, "--trust-dir", trust, "--trust-salt-file", salt]).status == 0)
+        let before = try listing()
+
+        // Without --reseal, the sealed directory would be left unsealed: exit 5, unchanged.
+        let second = try trustPackage(2, ["a.der": w.publicDER])
+        let unsealed = try unpack(second, ["--trust-salt-file", salt])
+        #expect(unsealed.status == 5 && Self.code(unsealed) == "destination-refused", "\(unsealed.stderr)")
+        #expect(unsealed.stderr.contains("--reseal"), "\(unsealed.stderr)")
+        #expect(try listing() == before)
+        // --reseal needs the salt, and cannot renew a seal signed with a key: exit 2.
+        let noSalt = try unpack(second, ["--reseal"])
+        #expect(noSalt.status == 2 && noSalt.stderr.contains("--trust-salt-file"), "\(noSalt.stderr)")
+        let sealKey = try unpack(second, ["--reseal", "--trust-salt-file", salt, "--trust-seal-key", w.publicDER])
+        #expect(sealKey.status == 2 && sealKey.stderr.contains("--trust-seal-key"), "\(sealKey.stderr)")
+
+        // Lock-out: over the trust channel, a tree whose only key sits in the beta folder.
+        let lockout = try trustPackage(3, ["beta/b.der": next + "/public_key.der"])
+        let index = try CLI.run(["channel", "sign", "--channel", "trust", "--package", lockout, "--url", "trust-3.zip", "--key", w.privatePEM,
+                                 "--passphrase-file", w.passFile, "--out", p.folder + "/trust.json"])
+        #expect(index.status == 0, "\(index.stderr)")
+        let locked = try CLI.run(["update", p.server.url("reseal/trust.json"), "--channel", "trust", "--dest", trust, "--trust-dir", trust,
+                                  "--trust-salt-file", salt, "--reseal", "--tls-ca", p.server.root, "--state", p.state, "--json"])
+        #expect(locked.status == 1 && Self.code(locked) == "trust-lockout", "\(locked.stderr)")
+        #expect(try listing() == before)
+        // examples/update/trust.conf drives the same run (--check: reports, changes nothing).
+        let example = try String(contentsOfFile: Self.repository + "/examples/update/trust.conf", encoding: .utf8)
+            .replacingOccurrences(of: "https://updates.example.com/app/trust.json", with: p.server.url("reseal/trust.json"))
+            .replacingOccurrences(of: "/etc/app/trust", with: trust)
+            .replacingOccurrences(of: "/etc/app/seal-salt", with: salt)
+            .replacingOccurrences(of: "/etc/app/tls-roots.pem", with: p.server.root)
+            .replacingOccurrences(of: "/var/lib/signet/app-state.json", with: p.state)
+        let config = w.directory.file("trust.conf")
+        try Data(example.utf8).write(to: URL(fileURLWithPath: config))
+        let checked = try CLI.run(["update", "--config", config, "--check", "--json"])
+        #expect(checked.status == 0, "\(checked.stderr)")
+        #expect(try checked.json()["update_available"] as? Bool == true)
+        let viaConfig = try CLI.run(["update", "--config", config, "--json"])
+        #expect(viaConfig.status == 1 && Self.code(viaConfig) == "trust-lockout", "\(viaConfig.stderr)")
+        #expect(try listing() == before)
+        // A file in the new tree that is not a key: exit 4, unchanged.
+        let notes = w.directory.file("notes.txt")
+        try Data("not a key\n".utf8).write(to: URL(fileURLWithPath: notes))
+        let garbage = try unpack(try trustPackage(4, ["a.der": w.publicDER, "notes.txt": notes]), ["--trust-salt-file", salt, "--reseal"])
+        #expect(garbage.status == 4, "\(garbage.stderr)")
+        #expect(try listing() == before)
+        // A package bringing its own seal is not resealed over: exit 2.
+        let ownSeal = try unpack(try trustPackage(5, ["a.der": w.publicDER, ".signet-trust": notes]), ["--trust-salt-file", salt, "--reseal"])
+        #expect(ownSeal.status == 2 && ownSeal.stderr.contains("own trust seal"), "\(ownSeal.stderr)")
+        #expect(try listing() == before)
+        // Still good: rotated onto the next key alone.
+        let rotated = try unpack(try trustPackage(6, ["next.der": next + "/public_key.der"]), ["--trust-salt-file", salt, "--reseal"])
+        #expect(rotated.status == 0, "\(rotated.stderr)")
+        #expect(try listing() == [".signet-trust", "next.der"])
+
+        // Seal keys: the publisher seals the new tree with the seal key; installed without --reseal.
+        let sealed = w.directory.file("sealed")
+        try FileManager.default.createDirectory(atPath: sealed, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: w.publicDER, toPath: sealed + "/release.der")
+        let sealing = ["trust", "seal", sealed, "--key", next + "/private_key.pem", "--passphrase-file", w.passFile]
+        #expect(try CLI.run(sealing).status == 0)
+        let published = try TemporaryDirectory()
+        try FileManager.default.copyItem(atPath: next + "/public_key.der", toPath: published.file("next.der"))
+        try FileManager.default.copyItem(atPath: w.publicDER, toPath: published.file("release.der"))
+        #expect(try CLI.run(["trust", "seal", published.path, "--key", next + "/private_key.pem", "--passphrase-file", w.passFile]).status == 0)
+        let sealedPackage = w.directory.file("sealed-trust.zip")
+        #expect(try CLI.run(["pack", published.path, "--key", w.privatePEM, "--passphrase-file", w.passFile, "--name", "sealed-trust", "--version", "1",
+                             "--sequence", "1", "--out", sealedPackage]).status == 0)
+        let bySealKey = try CLI.run(["unpack", sealedPackage, "--dest", sealed, "--trust-dir", sealed, "--trust-seal-key", next + "/public_key.der", "--force", "--json"])
+        #expect(bySealKey.status == 0, "\(bySealKey.stderr)")
+        let check = try CLI.run(["reverify", sealed, "--trust-dir", sealed, "--trust-seal-key", next + "/public_key.der"])
+        #expect(check.status == 0, "\(check.stderr)\(check.stdoutText)")
+        #expect(FileManager.default.fileExists(atPath: sealed + "/.signet-trust.sig") && FileManager.default.fileExists(atPath: sealed + "/next.der"))
+    }
+
+    /// The shell block after `<!-- NAME -->` in README.md.
+    static func readmeBlock(_ name: String) throws -> String {
+        let text = try String(contentsOfFile: Self.repository + "/README.md", encoding: .utf8)
+        let marker = try #require(text.range(of: "<!-- \(name) -->\n```sh\n"))
+        let end = try #require(text.range(of: "\n```", range: marker.upperBound..<text.endIndex))
+        return String(text[marker.upperBound..<end.lowerBound])
+    }
+
+    @Test("README's update-channel walk-through runs as written: check, install, up to date; then its key rotation through the trust channel")
     func readmeChannel() throws {
         let server = try Self.shared.get()
-        let text = try String(contentsOfFile: Self.repository + "/README.md", encoding: .utf8)
-        let marker = try #require(text.range(of: "<!-- channel-update -->\n```sh\n"))
-        let end = try #require(text.range(of: "\n```", range: marker.upperBound..<text.endIndex))
         let work = try TemporaryDirectory()
         let d = work.path
         let environment: [String: String?] = [
@@ -249,19 +366,54 @@ struct ChannelCLITests {
         """
         #expect(try run("bash", ["-c", setup], environment: environment, directory: d).status == 0)
         let www = server.www + "/readme-channel"
-        let script = String(text[marker.upperBound..<end.lowerBound])
-            .replacingOccurrences(of: "https://updates.example.com/app/", with: server.url("readme-channel/"))
-            .replacingOccurrences(of: "/srv/www/app/", with: www + "/")
-            .replacingOccurrences(of: "/etc/", with: d + "/etc/")
-            .replacingOccurrences(of: "/opt/", with: d + "/opt/")
-            .replacingOccurrences(of: "/var/lib/", with: d + "/var/lib/")
+        func moved(_ block: String) -> String {
+            block.replacingOccurrences(of: "https://updates.example.com/app/", with: server.url("readme-channel/"))
+                .replacingOccurrences(of: "/srv/www/app/", with: www + "/")
+                .replacingOccurrences(of: "/etc/", with: d + "/etc/")
+                .replacingOccurrences(of: "/opt/", with: d + "/opt/")
+                .replacingOccurrences(of: "/var/lib/", with: d + "/var/lib/")
+        }
         try FileManager.default.createDirectory(atPath: www, withIntermediateDirectories: true)
-        let ran = try run("bash", ["-euo", "pipefail", "-c", script], environment: environment, directory: d)
+        let ran = try run("bash", ["-euo", "pipefail", "-c", moved(try Self.readmeBlock("channel-update"))], environment: environment, directory: d)
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         let lines = ran.stdoutText.split(separator: "\n").map(String.init)
         #expect(lines.contains { $0.hasPrefix("update available") } && lines.contains { $0.hasPrefix("updated") } && lines.contains { $0.hasPrefix("up to date") },
                 "\(ran.stdoutText)")
         #expect(try String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8) == "app 1.4.2\n")
+
+        // Issue 27 point 5: the signing key rotates through the trust channel.
+        let rotated = try run("bash", ["-euo", "pipefail", "-c", moved(try Self.readmeBlock("trust-rotation"))], environment: environment, directory: d)
+        #expect(rotated.status == 0, "\(rotated.stderr)\n\(rotated.stdoutText)")
+        let trust = d + "/etc/app/trust"
+        let keys = try FileManager.default.contentsOfDirectory(atPath: trust).sorted()
+        #expect(keys == [".signet", ".signet-trust", "2026.der"], "\(keys)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: trust + "/2026.der")) == (try Data(contentsOf: URL(fileURLWithPath: d + "/keys-2026/public_key.der"))))
+        let seal = try String(contentsOfFile: trust + "/.signet-trust", encoding: .utf8)
+        #expect(seal.contains("\"salted\" : true") && seal.contains("2026.der") && !seal.contains(".signet/"), "\(seal)")
+        #expect(try String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8) == "app 1.4.2\n", "dist did not change; 1.5.0 holds the same file")
+        let state = try String(contentsOfFile: d + "/var/lib/signet/app-state.json", encoding: .utf8)
+        #expect(state.contains("\"app-trust\"") && state.contains("\"trust\""), "\(state)")
+        // The installed trust tree checks out, its device seal not reported as an added file.
+        let tree = try CLI.run(["reverify", trust, "--pubkey", d + "/keys-2026/public_key.der", "--json"])
+        #expect(tree.status == 0, "\(tree.stdoutText)")
+        // The next trust run: up to date, and the directory still matches its seal.
+        let again = try CLI.run(["update", "--config", d + "/etc/signet/update.d/trust.conf", "--json"])
+        let againUpdated = try again.json()["updated"] as? Bool
+        #expect(again.status == 0 && againUpdated == false, "\(again.stderr)")
+
+        // The retired key signs a release and the stable index: refused (exit 3), DIR unchanged.
+        let oldRelease = "signet pack dist --key keys/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version 1.6.0 --sequence 160 --out \(www)/app-1.6.0.zip && signet channel sign --channel stable --package \(www)/app-1.6.0.zip --url app-1.6.0.zip --key keys/private_key.pem --passphrase-env SIGNET_PASSPHRASE --out \(www)/stable.json"
+        #expect(try run("bash", ["-euo", "pipefail", "-c", oldRelease], environment: environment, directory: d).status == 0)
+        let refused = try CLI.run(["update", "--config", d + "/etc/signet/update.d/app.conf", "--json"])
+        #expect(refused.status == 3 && Self.code(refused) == "untrusted-signer", "\(refused.stderr)")
+        // A key file swapped on the device (the old key put back): the seal catches it (exit 3).
+        try FileManager.default.removeItem(atPath: trust + "/2026.der")
+        try FileManager.default.copyItem(atPath: d + "/keys/public_key.der", toPath: trust + "/2026.der")
+        let swapped = try CLI.run(["update", "--config", d + "/etc/signet/update.d/app.conf", "--json"])
+        #expect(swapped.status == 3 && Self.code(swapped) == "broken-trust-seal", "\(swapped.stderr)")
+        #expect(try String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8) == "app 1.4.2\n")
+        let meta = try run("getfattr", ["--only-values", "-n", "user.signet.meta", d + "/opt/app/version.txt"])
+        #expect(meta.stdoutText.contains("\"sequence\":150"), "\(meta.stdoutText)")
     }
 
     /// The repository (for examples/).

@@ -189,6 +189,11 @@ extension ChannelIndex {
             if last == nil || last?.failure != .untrusted { last = result }
         }
         guard let signer else {
+            // The index names its signer: one the policy does not accept (not trusted, revoked,
+            // unpinned) is an untrusted signer (exit 3), as for a package's manifest.
+            if let refusal = policy.refusal(for: index.keyID) {
+                throw SignetError(.untrustedSigner, "the channel index '\(source)' is signed by key \(index.keyID.short), which this device does not accept: \(refusal). Nothing was installed", path: source)
+            }
             var error = (last ?? VerificationResult(algorithm: index.algorithm, signer: nil, failure: .badSignature, message: "no signature verifies")).error(path: source)!
             error.reason = "the channel index '\(source)' does not verify: \(error.reason)"
             throw error

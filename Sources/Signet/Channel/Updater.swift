@@ -87,7 +87,7 @@ public enum Updater {
            let seen = try InstallState.read(stateFile).channels[index.channel], index.serial < seen.serial {
             throw SignetError(.rollback, "the channel index '\(source)' has serial \(index.serial), lower than serial \(seen.serial) seen before (recorded in '\(stateFile)'): an older index served again (a replay). Nothing was installed", path: source)
         }
-        let installed = try Self.installed(destination, force: options.install.force)
+        let installed = try Self.installed(destination, force: options.install.replacesForeign(destination))
         let newer = installed.map { !Installer.sameName($0.name, index.package.name) || index.package.sequence > $0.sequence } ?? true
         let packageURL = try resolve(index.package.url, against: indexURL)
         if options.checkOnly {

@@ -118,6 +118,10 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The package on the server changed while it was read with range requests (twice in
         /// one update): nothing was installed; run again.
         public static let packageChanged = Code("package-changed", exitStatus: .environment)
+        /// A trust directory (or folder of TLS roots) that an update would replace with one the
+        /// device could not verify its next update with (`--reseal`): no usable key, or none for
+        /// the channel. Nothing was installed.
+        public static let trustLockout = Code("trust-lockout", exitStatus: .verificationFailed)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

@@ -50,9 +50,23 @@ public struct InstallOptions: Sendable {
     /// Where the package came from (a URL), recorded as `source` in each file's
     /// `user.signet.meta`; set by `Installer.install(downloading:to:policy:options:download:)`.
     public var source: String? = nil
+    /// The destination is a sealed directory (a trust directory, a folder of TLS roots) that
+    /// this install replaces: seal the new tree with the device's salt before the swap, after
+    /// checking that it can be used as the old one was (``SealRenewal``). A sealed destination
+    /// that Signet did not install, and that matches its seal with this salt, may then be
+    /// replaced without `force`. Without it, a sealed destination is replaced only by a package
+    /// that brings its own seal (`.destinationRefused`, exit 5, otherwise): an install never
+    /// leaves a directory unsealed that was sealed.
+    public var reseal: SealRenewal? = nil
 
     /// The defaults: refuse to replace foreign directories and to roll back.
     public init() {}
+
+    /// Whether a destination Signet did not install may be replaced: `force`, or a sealed
+    /// directory that `reseal` adopts.
+    func replacesForeign(_ destination: String) -> Bool {
+        force || reseal?.adopts(destination) == true
+    }
 }
 
 /// What an installation did.
@@ -122,7 +136,7 @@ public enum Installer {
                         options: InstallOptions, holding lock: DestinationLock) throws -> InstallReport {
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)
-        let state = try DestinationState.inspect(destination, force: options.force)
+        let state = try DestinationState.inspect(destination, force: options.replacesForeign(destination))
         let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
         return try install(reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,
                            options: options, ranged: nil)
@@ -139,6 +153,7 @@ public enum Installer {
         // Phase 1: the manifest and the rollback rules, before anything is written.
         let (checked, installState) = try job.checkManifest(replacing: state)
         if let expected = options.expectedPackage { try Self.checkBinding(expected, checked: checked, package: package) }
+        try Self.checkSeal(of: destination, replacedBy: job.resources(checked).map(\.path), options: options, package: package)
         if options.caseInsensitiveDestination || CaseFolding.ignoresCase(at: AtomicFile.parentDirectory(of: destination)) {
             try CaseFolding.refuseCollisions(job.resources(checked).map(\.path), package: package)
         }
@@ -200,6 +215,8 @@ public enum Installer {
             // A bare tree: marked, so that reverify and the next unpack know it as Signet's.
             try staging.writeFile(TreeLayout.bareMarker, Array("signet-bare/1\n".utf8))
         }
+
+        try options.reseal?.renew(staged: staging.path, destination: destination, package: package)
 
         // Phase 3: the swap, then the record of what was installed.
         try staging.finish()
@@ -397,6 +414,14 @@ public enum Installer {
 
     /// The package must be the one a channel index binds: the same signed manifest (SHA-256 of
     /// its bytes), name and sequence.
+    /// A sealed destination (`.signet-trust`) is replaced only by a tree that is sealed too:
+    /// resealed with the device's salt (`reseal`), or bringing the publisher's seal.
+    static func checkSeal(of destination: String, replacedBy paths: [String], options: InstallOptions, package: String) throws {
+        if let reseal = options.reseal { return try reseal.refuseOwnSeal(paths, package: package) }
+        guard TrustStoreSeal.isSealed(destination), !paths.contains(where: { $0.utf8.elementsEqual(TrustStoreSeal.fileName.utf8) }) else { return }
+        throw SignetError(.destinationRefused, "'\(destination)' is a sealed directory (it has \(TrustStoreSeal.fileName)) and '\(package)' brings no seal: installed as it is, the directory would be left unsealed. Pass --reseal with --trust-salt-file to seal the new tree with this device's salt, or remove \(TrustStoreSeal.fileName) first if it should no longer be sealed", path: destination)
+    }
+
     static func checkBinding(_ expected: ChannelIndex.Package, checked: PackageReader.Checked?, package: String) throws {
         guard let checked else {
             throw SignetError(.indexMismatch, "'\(package)' is a bare package; the channel index names \(expected.name) sequence \(expected.sequence). Nothing was installed", path: package)

@@ -701,7 +701,7 @@ extension Installer {
                                       options: InstallOptions, download: DownloadOptions) throws -> InstallReport {
         let url = input.url
         let stale = TemporaryFiles.removeStale(besides: destination)
-        let state = try DestinationState.inspect(destination, force: options.force)
+        let state = try DestinationState.inspect(destination, force: options.replacesForeign(destination))
         let reader = try ZipReader(input: input, maximumEntries: options.limits.maximumEntries, localHeaders: .deferred)
         if let progress = download.progress {
             // The bytes of the planned requests: what the progress line counts to.

@@ -587,7 +587,7 @@ public enum Reverifier {
         progress?.finish()
         if cancelled.isSet { throw CancellationError() }
         let disk = try walk.wait().get()
-        for path in unlisted(disk.files, manifest) where options.selects(path) {
+        for path in unlisted(disk.files, manifest) where options.selects(path) && !isDeviceSeal(path, rootFD: rootFD, root: root) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
         reports += folderReports(disk.folders, manifest: manifest, rootFD: rootFD, options: options)
@@ -668,6 +668,15 @@ public enum Reverifier {
     /// The paths of `onDisk` (sorted by their bytes) that `manifest` does not list, compared
     /// byte for byte (what the filesystem compares): one merge when the manifest is in byte
     /// order too (as pack writes it), else a set of the manifest's paths.
+    /// Whether `path` is the seal an install with `--reseal` wrote at the top of the tree
+    /// (FORMAT.md §6): a regular `.signet-trust` holding a signet-trust/1 document. It is the
+    /// device's, not the package's, and not reported as added.
+    static func isDeviceSeal(_ path: String, rootFD: Int32, root: String) -> Bool {
+        guard path.utf8.elementsEqual(TrustStoreSeal.fileName.utf8),
+              let bytes = try? InputFile.readBeneath(rootFD, path, rootPath: root, what: "trust seal", limit: 16 << 20) else { return false }
+        return TrustStoreSeal.parse(bytes) != nil
+    }
+
     static func unlisted(_ onDisk: [String], _ manifest: Manifest) -> [String] {
         let files = manifest.files
         let sorted = files.indices.dropFirst().allSatisfy { ResourcePath.byteOrder(files[$0 - 1].path, files[$0].path) }

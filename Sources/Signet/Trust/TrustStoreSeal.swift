@@ -136,6 +136,8 @@ public enum TrustStoreSeal {
 
     /// The key and certificate files of a trust directory, relative, sorted, with their channel
     /// (the first directory on the path, nil at the top). Links and other non-files are refused.
+    /// The seal's own files and a top-level `.signet/` (the record of a directory installed
+    /// from a package, FORMAT.md §6) are not among them.
     static func files(in directory: String) throws -> [(String, String?)] {
         var found: [(String, String?)] = []
         // Through descriptors (openat, fstatat), so neither depth nor path length limits it.
@@ -149,7 +151,12 @@ public enum TrustStoreSeal {
             if let bad = entries.first(where: { String(validating: $0.rawName.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) == nil }) {
                 throw SignetError(.malformedInput, "'\(path)/\(bad.name)' in a trust directory has a name that is not UTF-8; rename it", path: path)
             }
-            let names = entries.map(\.name).filter { !(prefix.isEmpty && ($0.utf8.elementsEqual(fileName.utf8) || $0.utf8.elementsEqual(signatureName.utf8))) }
+            // At the top: the seal itself, and `.signet/` where Signet installed the directory
+            // from a package (its manifest and signatures: not keys, and not the seal's business).
+            let names = entries.map(\.name).filter {
+                !(prefix.isEmpty && ($0.utf8.elementsEqual(fileName.utf8) || $0.utf8.elementsEqual(signatureName.utf8)
+                                     || $0.utf8.elementsEqual(TreeLayout.directory.utf8)))
+            }
             for name in names.sorted(by: ResourcePath.byteOrder) {
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
                 var info = stat()
