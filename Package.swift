@@ -31,11 +31,12 @@ let package = Package(
             pkgConfig: "libzip",
             providers: [.apt(["libzip-dev"])]
         ),
-        // libcurl (built on the same OpenSSL) for downloads; TLS policy is Signet's own.
+        // libcurl (built on the same OpenSSL) for downloads; TLS policy is Signet's own. Its
+        // header only: the library is loaded with dlopen on first use (CSignetShims), so that
+        // the commands that download nothing start without it. No pkgConfig, which would link
+        // it (-lcurl); the header is libcurl4-openssl-dev's (scripts/install-deps.sh).
         .systemLibrary(
-            name: "CCurl",
-            pkgConfig: "libcurl",
-            providers: [.apt(["libcurl4-openssl-dev"])]
+            name: "CCurl"
         ),
         // PKCS#11 types (p11-kit's pkcs11.h) for keys on tokens; the token's own module is
         // loaded with dlopen at run time, so nothing is linked.

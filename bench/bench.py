@@ -87,6 +87,7 @@ medium = f"{work}/medium"
 def common_data():
     """The inputs most rows share (3 GiB and 10,000 files): made only when a selected row needs them."""
     make_random(f"{work}/random.bin", size)
+    make_random(f"{work}/one-kib.txt", 1024)
     make_text(f"{work}/text.txt", size)
     if not os.path.isdir(small) or len(os.listdir(small)) != min(small_count, 100):
         shutil.rmtree(small, ignore_errors=True)
@@ -120,6 +121,11 @@ rows = {
     "sign-1g": dict(target=1.05, inputs=[f"{work}/random.bin"],
         signet=lambda r: f"{S} sign {work}/random.bin {K} --out {out}/s{r}.sig",
         peer=lambda r: f"openssl dgst -sha256 -sign {key} -out {out}/p{r}.sig {work}/random.bin"),
+    # Issue 28: the fixed cost of one run. 50 signatures of a 1 KiB file, one process each (the
+    # way pipelines call openssl dgst), the peer doing the same with openssl.
+    "sign-small-x50": dict(target=4.0, inputs=[f"{work}/one-kib.txt"],
+        signet=lambda r: f"for i in $(seq 50); do {S} sign {work}/one-kib.txt {K} --out {out}/s{r}-$i.sig > /dev/null || exit 1; done",
+        peer=lambda r: f"for i in $(seq 50); do openssl dgst -sha256 -sign {key} -out {out}/p{r}-$i.sig {work}/one-kib.txt || exit 1; done"),
     "pack-1g-stored": dict(target=0.4, inputs=[f"{work}/random.bin"],
         signet=lambda r: f"{S} pack {work}/random.bin {K} --name b --version 1 --store --out {out}/s{r}.zip",
         peer=lambda r: f"cd {work} && openssl dgst -sha256 -sign {key} -out random.bin.sig random.bin && zip -0 -q {out}/p{r}.zip random.bin random.bin.sig"),

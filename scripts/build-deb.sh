@@ -86,6 +86,11 @@ mkdir -p "$work/debian"
 printf 'Source: signet\n\nPackage: signet\nArchitecture: any\n' > "$work/debian/control"
 depends=$(cd "$work" && dpkg-shlibdeps -O "$root/usr/bin/signet" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 [ -n "$depends" ] || { echo "build-deb.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
+# libcurl is loaded with dlopen on first download (not linked, so dpkg-shlibdeps cannot see
+# it): named here, the version its header was built against at least.
+curl_version=$(sed -n 's/^#define LIBCURL_VERSION "\([0-9.]*\).*/\1/p' /usr/include/*/curl/curlver.h /usr/include/curl/curlver.h 2>/dev/null | head -n 1)
+[ -n "$curl_version" ] || { echo "build-deb.sh: cannot read libcurl's version from curl/curlver.h" >&2; exit 1; }
+depends="$depends, libcurl4 (>= $curl_version)"
 
 install -d -m 0755 "$root/DEBIAN"
 installed_size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)

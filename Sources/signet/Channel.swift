@@ -5,12 +5,14 @@ import Signet
 /// `signet channel`: signed channel indexes that devices poll (FORMAT.md §6).
 struct Channel: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "channel",
         abstract: "Publish channel indexes: what a channel's devices should run, signed and expiring.",
         subcommands: [Sign.self]
     )
 
     struct Sign: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "sign",
             abstract: "Sign a channel index naming a package; run again (cron) to renew its expiry.",
             usage: """
             signet channel sign --channel <name> --package <pkg.zip> --url <url>

@@ -4,6 +4,7 @@ import Signet
 
 struct Fetch: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "fetch",
         abstract: "Download one file over HTTPS, with the server's certificate pinned, resumable.",
         discussion: """
         The file is downloaded into .FILE.signet-download beside FILE (never into memory) and \

@@ -4,6 +4,7 @@ import Signet
 
 struct Inspect: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "inspect",
         abstract: "Show what a package holds and, with --pubkey, whether it verifies. Extracts nothing.",
         discussion: """
         Without --pubkey the manifest is shown as stored, NOT verified. With --pubkey every \

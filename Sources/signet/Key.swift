@@ -4,12 +4,14 @@ import Signet
 /// `signet key show`: what a key is, from a file or a token, and its public half for devices.
 struct Key: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "key",
         abstract: "Show a signing key (a file or a key on a PKCS#11 token) and export its public half.",
         subcommands: [Show.self]
     )
 
     struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "show",
             abstract: "Print a key's id, its sha256// pin and its size; --pubout writes the public key for --pubkey.",
             usage: "signet key show <key> [--pubout <file>] [<options>]",
             discussion: """

@@ -4,6 +4,7 @@ import Signet
 
 struct Keygen: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "keygen",
         abstract: "Generate an RSA signing key, its certificate, and the files clients need.",
         usage: "signet keygen --out <dir> [--bits <bits>] [--days <days>] [<options>]",
         discussion: """

@@ -3,6 +3,7 @@ import Signet
 
 struct Pack: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "pack",
         abstract: "Pack resources, their signatures and a signed manifest into a package (zip).",
         usage: """
         signet pack <path> ... --key <key> --name <name> --version <version>

@@ -4,6 +4,7 @@ import Signet
 
 struct Reverify: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "reverify",
         abstract: "Re-verify installed files, or whole installed trees, from their signature attributes.",
         discussion: """
         A FILE is opened once (never through a symbolic link) and checked against its \

@@ -3,6 +3,7 @@ import Signet
 
 struct Sign: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "sign",
         abstract: "Sign files, writing raw signatures as openssl dgst -sign does.",
         usage: "signet sign <file> ... --key <key> [--out <sig>] [<options>]",
         discussion: """

@@ -6,6 +6,11 @@ import Glibc
 #endif
 
 /// The `signet` command.
+///
+/// Every command names itself (`commandName:`) rather than letting ArgumentParser derive the
+/// name from the type: the derivation is `String(describing:)` of the type, a scan of every
+/// protocol conformance in the process per command, a fifth of a small `sign` run's time
+/// (issue 28; bench/README.md).
 struct SignetCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "signet",

@@ -3,6 +3,7 @@ import Signet
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "status",
         abstract: "Tell where installed files came from (package, version, sequence, signer), and whether they verify now.",
         discussion: """
         Reads user.signet.meta (informational: package, path in it, signer, and the URL it was \

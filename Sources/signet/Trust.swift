@@ -3,12 +3,14 @@ import Signet
 
 struct Trust: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "trust",
         abstract: "Manage trust directories.",
         subcommands: [Seal.self]
     )
 
     struct Seal: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "seal",
             abstract: "Seal a trust directory: record the digest of every file in DIR/.signet-trust.",
             usage: "signet trust seal <dir> [--salt-file <file> | --key <key>] [<options>]",
             discussion: """

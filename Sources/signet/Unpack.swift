@@ -3,6 +3,7 @@ import Signet
 
 struct Unpack: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "unpack",
         abstract: "Verify a package and install it into a directory, atomically.",
         discussion: """
         Nothing is written to DIR until the package is verified: its structure and every entry \

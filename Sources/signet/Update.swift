@@ -6,6 +6,7 @@ import TOMLKit
 /// `signet update`: keep DIR on what its channel's signed index names (FORMAT.md §6).
 struct Update: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "update",
         abstract: "Keep DIR on its channel: verify the signed index, install the release it names when newer.",
         discussion: """
         Fetches the channel index at INDEX_URL under the TLS options and verifies it with the \

@@ -6,6 +6,7 @@ import Glibc
 
 struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "verify",
         abstract: "Verify a raw signature over a file with trusted public keys.",
         discussion: """
         Exit 0 when the signature verifies with one of the --pubkey keys, 1 when it does not. \

@@ -168,6 +168,46 @@ struct DamagedKeyTests {
         #expect(error?.reason.contains("damaged") == true)
     }
 
+    /// The offsets of the integers of a DER RSAPrivateKey: version, n, e, d, p, q, dP, dQ, qInv.
+    static func integers(of der: [UInt8]) -> [Range<Int>] {
+        func length(at index: inout Int) -> Int {
+            let first = Int(der[index]); index += 1
+            guard first & 0x80 != 0 else { return first }
+            var value = 0
+            for _ in 0..<(first & 0x7f) { value = value << 8 | Int(der[index]); index += 1 }
+            return value
+        }
+        var index = 1
+        _ = length(at: &index)   // the SEQUENCE
+        var found: [Range<Int>] = []
+        while index < der.count, der[index] == 0x02 {
+            index += 1
+            let count = length(at: &index)
+            found.append(index..<index + count)
+            index += count
+        }
+        return found
+    }
+
+    @Test("a bit flipped in any number of the key (n, e, d, p, q, dP, dQ, qInv) is refused on load with the reason, as openssl pkey -check refuses it",
+          arguments: ["n", "e", "d", "p", "q", "dP", "dQ", "qInv"])
+    func everyNumberChecked(_ field: String) throws {
+        let directory = try TemporaryDirectory()
+        var der = [UInt8](try contents(Fixtures.key("rsa2048-pkcs1.der")))
+        let fields = Self.integers(of: der)
+        #expect(fields.count == 9, "version and eight numbers")
+        let range = fields[["n", "e", "d", "p", "q", "dP", "dQ", "qInv"].firstIndex(of: field)! + 1]
+        // The low bit of a byte in the middle: the encoding stays valid, the number changes.
+        der[range.lowerBound + range.count / 2] ^= 0x01
+        let damaged = try directory.write("damaged.der", Data(der), mode: 0o600)
+        let check = try run("openssl", ["pkey", "-inform", "DER", "-in", damaged, "-check", "-noout"])
+        #expect(check.status != 0, "the peer refuses it too")
+        let error = signetError { _ = try PrivateKey(contentsOf: damaged) }
+        #expect(error?.code == .malformedKey && error?.reason.contains("damaged") == true, "\(error?.description ?? "loaded")")
+        // The intact key loads (the check does not refuse healthy keys).
+        #expect(throws: Never.self) { _ = try PrivateKey(contentsOf: Fixtures.key("rsa2048-pkcs1.der")) }
+    }
+
     @Test("every signature made is verified with the public half before it is returned")
     func signaturesAreVerified() throws {
         // The healthy key signs, and its signatures verify: the guard does not get in the way.

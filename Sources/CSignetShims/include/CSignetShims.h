@@ -77,6 +77,20 @@ int signet_O_PATH(void);
 // libcurl: curl_easy_setopt and curl_easy_getinfo are variadic, which Swift cannot call.
 #include <curl/curl.h>
 
+/// libcurl is loaded on first use (dlopen of libcurl.so.4, then curl_global_init), not linked.
+/// 1 when it is ready; otherwise signet_curl_load_error says why (NULL once loaded).
+int signet_curl_load(void);
+const char *signet_curl_load_error(void);
+/// The libcurl functions Signet calls, through the loaded library (NULL / CURLE_FAILED_INIT
+/// when it could not be loaded).
+CURL *signet_curl_easy_init(void);
+CURLcode signet_curl_easy_perform(CURL *handle);
+void signet_curl_easy_cleanup(CURL *handle);
+const char *signet_curl_easy_strerror(CURLcode code);
+struct curl_slist *signet_curl_slist_append(struct curl_slist *list, const char *text);
+void signet_curl_slist_free_all(struct curl_slist *list);
+const char *signet_curl_version(void);
+
 /// curl_easy_setopt for a long, a curl_off_t, a string or other pointer, and the callbacks Signet sets.
 CURLcode signet_curl_setopt_long(CURL *handle, CURLoption option, long value);
 CURLcode signet_curl_setopt_off(CURL *handle, CURLoption option, curl_off_t value);

@@ -111,17 +111,84 @@ public struct PrivateKey: Sendable {
 
 extension PrivateKey {
     /// Refuses a damaged key: a bit flipped in the modulus or a prime still loads and signs, but
-    /// no key verifies what it signs. OpenSSL's pairwise check (n = p·q, d and the CRT values fit
-    /// e) costs far less than one signature; `openssl pkey -check` refuses the same files.
+    /// no key verifies what it signs (and a faulty CRT signature can leak the key).
+    ///
+    /// The check is the arithmetic that signing relies on, with OpenSSL's big numbers, in
+    /// microseconds: n = p·q; d mod (p−1) and d mod (q−1) are the CRT exponents; e times each
+    /// CRT exponent is 1 modulo p−1 and q−1 (so e·d ≡ 1 mod λ(n), and both the CRT and the
+    /// plain computation invert the public operation); and the CRT coefficient is q⁻¹ mod p.
+    /// A bit flipped in any of n, e, d, p, q or the CRT values breaks one of these (the tests
+    /// flip each). OpenSSL's full validation (`EVP_PKEY_pairwise_check`, `openssl pkey
+    /// -check`) also proves p and q prime, which costs tens of milliseconds per load and
+    /// protects against nothing a damaged file does: it is kept only for the keys this
+    /// arithmetic does not cover (more than two primes, or no CRT values). Every signature
+    /// is also verified with the public half before it is used (``Signer``).
     static func requireConsistent(_ key: EVPKey, name: String) throws {
         OpenSSLErrorQueue.clear()
+        let damaged = { OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' is damaged: its numbers do not fit together (openssl pkey -check refuses it too); restore it from a backup", path: name) }
+        switch RSAArithmetic.check(key) {
+        case .consistent: return
+        case .inconsistent: throw damaged()
+        case .notCovered: break
+        }
         guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else {
             throw OpenSSLErrorQueue.error(.crypto, "could not check private key '\(name)'")
         }
         defer { EVP_PKEY_CTX_free(context) }
-        guard EVP_PKEY_pairwise_check(context) == 1 else {
-            throw OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' is damaged: its numbers do not fit together (openssl pkey -check refuses it too); restore it from a backup", path: name)
+        guard EVP_PKEY_pairwise_check(context) == 1 else { throw damaged() }
+    }
+}
+
+/// The consistency of an RSA private key's numbers (``PrivateKey/requireConsistent(_:name:)``).
+enum RSAArithmetic {
+    enum Outcome { case consistent, inconsistent, notCovered }
+
+    /// One big number read from the key; secret ones are cleared when freed.
+    final class Number {
+        let pointer: OpaquePointer
+        init?(_ key: EVPKey, _ parameter: String) {
+            var bn: OpaquePointer? = nil
+            guard EVP_PKEY_get_bn_param(key.pointer, parameter, &bn) == 1, let bn else { return nil }
+            pointer = bn
         }
+        init?(copying other: Number) {
+            guard let bn = BN_dup(other.pointer) else { return nil }
+            pointer = bn
+        }
+        init?() {
+            guard let bn = BN_new() else { return nil }
+            pointer = bn
+        }
+        deinit { BN_clear_free(pointer) }
+    }
+
+    static func check(_ key: EVPKey) -> Outcome {
+        // A third prime: a multi-prime key, which the two-prime arithmetic below does not describe.
+        if Number(key, "rsa-factor3") != nil { return .notCovered }
+        guard let n = Number(key, "n"), let e = Number(key, "e"), let d = Number(key, "d"),
+              let p = Number(key, "rsa-factor1"), let q = Number(key, "rsa-factor2"),
+              let dP = Number(key, "rsa-exponent1"), let dQ = Number(key, "rsa-exponent2"),
+              let qInv = Number(key, "rsa-coefficient1") else { return .notCovered }
+        guard let context = BN_CTX_new() else { return .notCovered }
+        defer { BN_CTX_free(context) }
+        guard let t = Number(), let pMinus1 = Number(copying: p), let qMinus1 = Number(copying: q) else { return .notCovered }
+        // p, q > 1, so that p − 1 and q − 1 are moduli.
+        guard BN_cmp(p.pointer, BN_value_one()) > 0, BN_cmp(q.pointer, BN_value_one()) > 0,
+              BN_sub_word(pMinus1.pointer, 1) == 1, BN_sub_word(qMinus1.pointer, 1) == 1 else { return .inconsistent }
+        // n = p·q
+        guard BN_mul(t.pointer, p.pointer, q.pointer, context) == 1 else { return .notCovered }
+        guard BN_cmp(t.pointer, n.pointer) == 0 else { return .inconsistent }
+        // dP = d mod (p − 1), dQ = d mod (q − 1)
+        for (exponent, modulus) in [(dP, pMinus1), (dQ, qMinus1)] {
+            guard BN_div(nil, t.pointer, d.pointer, modulus.pointer, context) == 1 else { return .notCovered }
+            guard BN_cmp(t.pointer, exponent.pointer) == 0 else { return .inconsistent }
+            // e·dP ≡ 1 mod (p − 1), e·dQ ≡ 1 mod (q − 1)
+            guard BN_mod_mul(t.pointer, e.pointer, exponent.pointer, modulus.pointer, context) == 1 else { return .notCovered }
+            guard BN_is_one(t.pointer) == 1 else { return .inconsistent }
+        }
+        // qInv·q ≡ 1 mod p
+        guard BN_mod_mul(t.pointer, qInv.pointer, q.pointer, p.pointer, context) == 1 else { return .notCovered }
+        return BN_is_one(t.pointer) == 1 ? .consistent : .inconsistent
     }
 }
 

@@ -91,9 +91,14 @@ enum Downloader {
     /// validator (a strong ETag or Last-Modified) a resumed request sends as `If-Range`.
     static let partialAttribute = "user.signet.download"
 
-    private static let globalInit: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
-    /// Whether libcurl is initialised (once per process).
-    static var ready: Bool { globalInit }
+    /// Loads libcurl (once per process; it is not linked, so that commands that download
+    /// nothing do not pay for loading it) or says why it cannot be used.
+    static func requireCurl() throws {
+        guard signet_curl_load() == 1 else {
+            let reason = signet_curl_load_error().map { String(cString: $0) } ?? "unknown"
+            throw SignetError(.io, "downloads need libcurl, which could not be loaded (\(reason)); install it: apt-get install libcurl4")
+        }
+    }
 
     /// Refuses a URL the policy does not allow: only https://, or http:// with `allowHTTP`.
     static func checkScheme(_ url: String, policy: TLSPolicy) throws {
@@ -119,7 +124,7 @@ enum Downloader {
                          body: ((UnsafeRawBufferPointer) throws -> Void)? = nil,
                          restart: @escaping () throws -> Void = {}) throws -> DownloadResult {
         try checkScheme(url, policy: options.tls)
-        guard globalInit else { throw SignetError(.crypto, "libcurl could not be initialised") }
+        try requireCurl()
         let fd = try lockPartial(partial, options: options, cancelled: cancelled)
         defer { close(fd) }
         // Nothing arrived (a TLS refusal, an HTTP error, a cut before the first byte): nothing
@@ -246,7 +251,7 @@ enum Downloader {
             // libcurl's answer to a response header over its 100 KiB limit, as to a failed allocation.
             return SignetError(.network, "cannot download '\(shown)': the server's response headers are larger than libcurl accepts (100 KiB), or memory ran out (\(message.isEmpty ? "out of memory" : message))")
         default:
-            let text = message.isEmpty ? String(cString: curl_easy_strerror(code)) : message
+            let text = message.isEmpty ? String(cString: signet_curl_easy_strerror(code)) : message
             return SignetError(.network, "cannot download '\(shown)': \(text)")
         }
     }
@@ -359,10 +364,10 @@ enum Downloader {
             errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
             defer { errorBuffer.deallocate() }
             var headers: UnsafeMutablePointer<curl_slist>? = nil
-            defer { curl_slist_free_all(headers) }
-            guard let curl = curl_easy_init() else { throw fail(SignetError(.crypto, "libcurl could not start a transfer")) }
+            defer { signet_curl_slist_free_all(headers) }
+            guard let curl = signet_curl_easy_init() else { throw fail(SignetError(.crypto, "libcurl could not start a transfer")) }
             handle = curl
-            defer { curl_easy_cleanup(curl) }
+            defer { signet_curl_easy_cleanup(curl) }
             let me = Unmanaged.passUnretained(self).toOpaque()
             var ok = Downloader.configure(curl, url: url, options: options, check: check, errorBuffer: errorBuffer)
             func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
@@ -393,12 +398,12 @@ enum Downloader {
             })
             if let ifRange, requestedFrom > 0 {
                 set(signet_curl_setopt_string(curl, CURLOPT_RANGE, "\(requestedFrom)-"))
-                headers = curl_slist_append(headers, "If-Range: " + ifRange)
+                headers = signet_curl_slist_append(headers, "If-Range: " + ifRange)
                 set(signet_curl_setopt_pointer(curl, CURLOPT_HTTPHEADER, headers))
             }
             guard ok else { throw fail(SignetError(.crypto, "libcurl refused Signet's transfer settings (libcurl \(SignetVersion.curl))")) }
 
-            let code = curl_easy_perform(curl)
+            let code = signet_curl_easy_perform(curl)
             let message = String(cString: errorBuffer)
             var status = 0
             _ = signet_curl_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &status)

@@ -224,8 +224,8 @@ final class RangeClient {
     init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil) throws {
         self.cancelled = cancelled
         try Downloader.checkScheme(url, policy: options.tls)
-        guard Downloader.ready else { throw SignetError(.crypto, "libcurl could not be initialised") }
-        guard let curl = curl_easy_init() else { throw SignetError(.crypto, "libcurl could not start a transfer") }
+        try Downloader.requireCurl()
+        guard let curl = signet_curl_easy_init() else { throw SignetError(.crypto, "libcurl could not start a transfer") }
         self.curl = curl
         self.url = url
         self.options = options
@@ -262,8 +262,8 @@ final class RangeClient {
     }
 
     deinit {
-        curl_easy_cleanup(curl)
-        curl_slist_free_all(requestHeaders)
+        signet_curl_easy_cleanup(curl)
+        signet_curl_slist_free_all(requestHeaders)
         errorBuffer.deallocate()
     }
 
@@ -316,8 +316,8 @@ final class RangeClient {
         guard let validator, start >= 0, start <= end, end < total else {
             throw SignetError(.io, "an internal range request \(start)-\(end) outside the package of \(total) bytes")
         }
-        curl_slist_free_all(requestHeaders)
-        requestHeaders = curl_slist_append(nil, "If-Range: " + validator)
+        signet_curl_slist_free_all(requestHeaders)
+        requestHeaders = signet_curl_slist_append(nil, "If-Range: " + validator)
         guard signet_curl_setopt_pointer(curl, CURLOPT_HTTPHEADER, requestHeaders) == CURLE_OK else {
             throw SignetError(.crypto, "libcurl refused the If-Range header")
         }
@@ -356,7 +356,7 @@ final class RangeClient {
             throw SignetError(.crypto, "libcurl refused a range request")
         }
         requests += 1
-        let code = curl_easy_perform(curl)
+        let code = signet_curl_easy_perform(curl)
         if let stop { throw stop }
         if code == CURLE_ABORTED_BY_CALLBACK, TemporaryFiles.isInterrupted {
             throw SignetError(.interrupted, "interrupted; nothing was installed")
