@@ -190,7 +190,9 @@ enum CentralDirectory {
         }
         guard stream.remaining == 0, stream.used == stream.buffer.count else { throw reader.malformed("its central directory holds more than its \(end.count) records") }
         switch localHeaders {
-        case .upFront: try reader.checkLocalHeaders(directory, directoryOffset: end.directoryOffset)
+        case .upFront:
+            // Every header in offset order, each a small read: through one read-ahead block.
+            try Reader(file: ReadAheadInput.over(file), archive: archive).checkLocalHeaders(directory, directoryOffset: end.directoryOffset)
         case .deferred: directory.ends = try reader.spanEnds(directory, directoryOffset: end.directoryOffset)
         }
         return directory

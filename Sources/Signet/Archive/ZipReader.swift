@@ -124,7 +124,7 @@ final class ZipReader {
     /// Signet does.
     private func openWindow(at first: Int) throws -> Window {
         let count = min(Self.windowSize, directory.count - first)
-        let source = WindowSource(file: file, directory: directory, first: first, count: count)
+        let source = WindowSource(file: ReadAheadInput.over(file), directory: directory, first: first, count: count)
         let context = Unmanaged.passRetained(source).toOpaque()
         var error = zip_error_t()
         zip_error_init(&error)

@@ -310,13 +310,13 @@ public enum Installer {
         func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?,
                    progress: ProgressCounter? = nil,
                    later: ((_ signature: [UInt8], _ digest: Digest) -> Void)? = nil) throws -> (signer: PublicKey, attributesWritten: Bool, signature: [UInt8]) {
-            let fd = try staging.createFile(file.path)
+            let fd = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
             defer { close(fd) }
             let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
             // A structured resource's signed copy under .signet/structured/, written from the
             // same verified stream (re-verification compares the resource with it key by key).
             let copyPath = file.structured != nil && checked != nil ? TreeLayout.structuredCopy(of: file.path) : nil
-            let copyFD = try copyPath.map { try staging.createFile($0) }
+            let copyFD = try copyPath.map { try staging.createFile($0, mode: 0o644) }
             defer { if let copyFD { close(copyFD) } }
             let copy = copyFD.map { StagedWriter(fd: $0, path: copyPath!, destination: destination) }
             let signature: [UInt8]
@@ -343,8 +343,8 @@ public enum Installer {
             let algorithm = checked?.algorithm ?? options.bareAlgorithm
             let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: sha256, signer: signer, manifest: checked?.manifest, algorithm: algorithm)
             do {
-                _ = try systemCall("fchmod") { fchmod(fd, mode_t(file.mode.permissions)) }
-                if let copyFD { _ = try systemCall("fchmod") { fchmod(copyFD, 0o644) } }
+                try staging.ensureMode(fd, mode_t(file.mode.permissions))
+                if let copyFD { try staging.ensureMode(copyFD, 0o644) }
                 writer.finish()   // made durable with the whole tree by Staging.finish()
                 copy?.finish()
             } catch {
@@ -692,6 +692,26 @@ final class Staging {
     private var token: Int
     private var asideToken: Int? = nil
     private var directories: [String: Int32] = [:]
+    /// The process's umask as this install started (nil if unknown): a file created with a
+    /// mode the umask keeps needs no `fchmod` (issue 28: one system call less per file).
+    private let umask: mode_t? = Staging.currentUmask()
+
+    /// The umask, from /proc/self/status (reading it with umask(2) would change it meanwhile
+    /// for every other thread).
+    static func currentUmask() -> mode_t? {
+        guard let status = try? readSmallFile("/proc/self/status", what: "process status", limit: 64 * 1024) else { return nil }
+        for line in String(decoding: status, as: UTF8.self).split(separator: "\n") where line.hasPrefix("Umask:") {
+            return mode_t(line.dropFirst(6).trimmingCharacters(in: .whitespaces), radix: 8)
+        }
+        return nil
+    }
+
+    /// Gives `fd`, created by ``createFile(_:mode:)`` with `mode`, exactly that mode: a no-op
+    /// where the umask left it so.
+    func ensureMode(_ fd: Int32, _ mode: mode_t) throws {
+        if let umask, mode & umask == 0 { return }
+        _ = try systemCall("fchmod") { fchmod(fd, mode) }
+    }
 
     init(besides destination: String) throws {
         let parentPath = AtomicFile.parentDirectory(of: destination)
@@ -788,9 +808,11 @@ final class Staging {
 
     /// Creates a new file (never an existing one, never through a link) and returns its
     /// descriptor, open for reading too (a reflinked copy is hashed through it).
-    func createFile(_ relative: String) throws -> Int32 {
+    /// The staging tree is private (0700) until ``finish()``, so a file may be created with the
+    /// mode it will have (then ``ensureMode(_:_:)``).
+    func createFile(_ relative: String, mode: mode_t = 0o600) throws -> Int32 {
         let (directory, name) = try directory(for: relative)
-        switch try TemporaryFiles.guardedCall("openat", { openat(directory, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }) {
+        switch try TemporaryFiles.guardedCall("openat", { openat(directory, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }) {
         case .success(let fd): return fd
         case .failure(let failure) where failure.code == EEXIST || failure.code == EISDIR:
             throw SignetError(.malformedArchive, "cannot install '\(relative)': it is both a file and a directory in this package", path: path, entry: relative)

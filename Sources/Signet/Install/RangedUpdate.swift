@@ -210,7 +210,7 @@ extension Installer.Job {
         guard root >= 0, case .success(let sourceFD) = Paths.open(file.path, beneath: root),
               let source = try? InputFile.adopt(sourceFD, path: destination + "/" + file.path, what: "installed file"),
               source.size == Int64(file.size) else { return nil }
-        let fd = try staging.createFile(file.path)
+        let fd = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
         let copyPath = file.structured != nil ? TreeLayout.structuredCopy(of: file.path) : nil
         var kept = false
         defer {
@@ -220,7 +220,7 @@ extension Installer.Job {
                 if let copyPath { staging.removeFile(copyPath) }
             }
         }
-        let copyFD = try copyPath.map { try staging.createFile($0) }
+        let copyFD = try copyPath.map { try staging.createFile($0, mode: 0o644) }
         defer { if let copyFD { close(copyFD) } }
         let writer = Installer.StagedWriter(fd: fd, path: file.path, destination: destination)
         let copy = copyFD.map { Installer.StagedWriter(fd: $0, path: copyPath!, destination: destination) }
@@ -257,8 +257,8 @@ extension Installer.Job {
         let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: file.sha256, signer: checked.key,
                                                   manifest: checked.manifest, algorithm: checked.algorithm)
         do {
-            _ = try systemCall("fchmod") { fchmod(fd, mode_t(file.mode.permissions)) }
-            if let copyFD { _ = try systemCall("fchmod") { fchmod(copyFD, 0o644) } }
+            try staging.ensureMode(fd, mode_t(file.mode.permissions))
+            if let copyFD { try staging.ensureMode(copyFD, 0o644) }
             writer.finish()
             copy?.finish()
         } catch {

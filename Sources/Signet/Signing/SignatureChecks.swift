@@ -23,12 +23,18 @@ final class SignatureChecks: @unchecked Sendable {
         let digest: Digest
     }
 
+    /// Checks handed to the second core at once: one wake-up (a `futex` pair) per batch, not
+    /// per file (issue 28).
+    static let batch = 32
+
     private let key: PublicKey
     private let algorithm: SignatureAlgorithm
     private let queue = DispatchQueue(label: "signet.signature-checks")
-    private let slots = DispatchSemaphore(value: SignatureChecks.window)
+    private let slots = DispatchSemaphore(value: SignatureChecks.window / SignatureChecks.batch)
     private let lock = NSLock()
     private var failure: Failure?
+    /// Checks not yet handed over; touched only by the thread that submits.
+    private var pending: [Failure] = []
 
     init(key: PublicKey, algorithm: SignatureAlgorithm) {
         self.key = key
@@ -45,11 +51,21 @@ final class SignatureChecks: @unchecked Sendable {
             fail(Failure(index: index, file: file, signature: signature, digest: digest))
             return
         }
+        if pending.isEmpty { pending.reserveCapacity(Self.batch) }
+        pending.append(Failure(index: index, file: file, signature: signature, digest: digest))
+        if pending.count >= Self.batch { handOver() }
+    }
+
+    /// Queues the pending checks as one batch; waits while ``window`` checks are queued.
+    private func handOver() {
+        guard !pending.isEmpty else { return }
+        let checks = pending
+        pending = []
         slots.wait()
         queue.async { [self] in
             defer { slots.signal() }
-            if !Verifier.check(signature, digest: digest, key: key, algorithm: algorithm) {
-                fail(Failure(index: index, file: file, signature: signature, digest: digest))
+            for check in checks where !Verifier.check(check.signature, digest: check.digest, key: key, algorithm: algorithm) {
+                fail(check)
             }
         }
     }
@@ -63,6 +79,7 @@ final class SignatureChecks: @unchecked Sendable {
 
     /// Waits for every queued check; the first file (in manifest order) whose signature failed.
     private func finish() -> Failure? {
+        handOver()
         queue.sync {}
         lock.lock()
         defer { lock.unlock() }

@@ -1,0 +1,59 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+/// Issue 28: system calls per file, counted by `strace -f -c` (deterministic enough to assert:
+/// the counts that vary, futex and memory management, are a small share once per-file work is
+/// batched). Timing stays in bench/run.sh.
+@Suite("System calls per file: unpack and inspect of 1,000 small files")
+struct SystemCallCLITests {
+    static let files = 1_000
+
+    /// Runs signet under `strace -f -c` and returns the total calls and the calls by name.
+    static func count(_ arguments: [String], directory: String) throws -> (total: Int, byName: [String: Int]) {
+        let summary = directory + "/strace-\(UUID().uuidString).txt"
+        let traced = try run("strace", ["-f", "-c", "-o", summary, CLI.binary] + arguments, directory: directory)
+        guard traced.status == 0 else { throw SupportError("signet \(arguments) under strace: \(traced.stderr)") }
+        var byName: [String: Int] = [:]
+        var total = 0
+        for line in try String(contentsOfFile: summary, encoding: .utf8).split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            // "% time seconds usecs/call calls [errors] syscall", and the "total" line.
+            guard fields.count >= 5, Double(fields[0]) != nil, let name = fields.last else { continue }
+            guard let calls = Int(fields[3]) else { continue }
+            if name == "total" { total = calls } else { byName[String(name)] = calls }
+        }
+        return (total, byName)
+    }
+
+    @Test("unpack makes at most 10 system calls per installed file, inspect at most 2 per entry (issue 28; 24.7 before)")
+    func perFile() throws {
+        guard !CLI.underAddressSanitizer, ProcessInfo.processInfo.environment["SIGNET_BINARY"] == nil else {
+            return   // an instrumented binary makes calls of its own (shadow memory, its threads)
+        }
+        let work = try Workspace()
+        let tree = work.directory.file("tree")
+        for index in 0..<Self.files {
+            let folder = tree + "/d\(index % 20)"
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            try Data(repeating: UInt8(index % 251), count: 3_000 + index).write(to: URL(fileURLWithPath: folder + "/f\(index).dat"))
+        }
+        let package = work.directory.file("app.zip")
+        let packed = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package])
+        #expect(packed.status == 0, "\(packed.stderr)")
+
+        let unpack = try Self.count(["unpack", package, "--dest", work.directory.file("out"), "--pubkey", work.publicDER], directory: work.path)
+        let perFile = Double(unpack.total) / Double(Self.files)
+        #expect(perFile <= 10, "unpack: \(unpack.total) calls for \(Self.files) files: \(unpack.byName.sorted { $0.value > $1.value }.prefix(8))")
+        // What each file needs: create, write, two attributes, close. Reads come in blocks, and
+        // signatures go to the second core in batches.
+        #expect((unpack.byName["pread64"] ?? 0) < Self.files / 4, "\(unpack.byName)")
+        #expect((unpack.byName["futex"] ?? 0) < Self.files / 4, "\(unpack.byName)")
+        #expect((unpack.byName["fsetxattr"] ?? 0) == 2 * Self.files, "\(unpack.byName)")
+
+        let inspect = try Self.count(["inspect", package, "--pubkey", work.publicDER], directory: work.path)
+        #expect(Double(inspect.total) / Double(Self.files) <= 2, "inspect: \(inspect.total) calls: \(inspect.byName.sorted { $0.value > $1.value }.prefix(8))")
+        // The tree installed is the one packed: the counts were not bought by skipping work.
+        #expect(try CLI.run(["reverify", work.directory.file("out"), "--pubkey", work.publicDER]).status == 0)
+    }
+}
