@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
 /// Where the archive layer reads a package from: random access by offset, of a known size.
 /// ``InputFile`` (a package on disk) is one; a package read over HTTP range requests
 /// (``RangedInput``) is another, so that ``CentralDirectory``, ``WindowSource`` and ``ZipReader`` read a
@@ -66,10 +72,24 @@ final class ReadAheadInput: ArchiveInput {
     private init(_ input: any ArchiveInput) {
         self.input = input
         size = input.size
-        block = .allocate(byteCount: Self.blockSize, alignment: 16)
+        // Mapped, not malloc'd: a 128 KiB allocation freed and made again for every window
+        // opened moves glibc's dynamic mmap threshold and then grows the heap by fragments
+        // (peak RSS +8 MiB at 50,000 files, measured).
+        let mapped = mmap(nil, Self.blockSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if let mapped, mapped != MAP_FAILED {
+            block = UnsafeMutableRawBufferPointer(start: mapped, count: Self.blockSize)
+            mappedBlock = true
+        } else {
+            block = .allocate(byteCount: Self.blockSize, alignment: 16)
+            mappedBlock = false
+        }
     }
 
-    deinit { block.deallocate() }
+    private let mappedBlock: Bool
+
+    deinit {
+        if mappedBlock { munmap(block.baseAddress, Self.blockSize) } else { block.deallocate() }
+    }
 
     func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard buffer.count > 0 else { return 0 }
