@@ -328,6 +328,15 @@ rows["update-10k-1pct-100mbit-vs-full-download"] = dict(rows["update-10k-1pct-vs
     signet=lambda r: delta_unpack(r, "s", path="link100m/delta-v2.zip"),
     peer=lambda r: delta_unpack(r, "p", "--full-download", path="link100m/delta-v2.zip"))
 
+# Issue 28 point 6: the tools device makers compare Signet with. minisign (Ed25519 over a
+# BLAKE2b prehash, key without a password); rauc extract of a plain bundle (CMS signature over
+# the squashfs, then unsquashfs), with a sync as Signet's unpack makes its tree durable.
+rows["sign-1g-vs-minisign"] = dict(target=0.8, prepare="minisign", inputs=[f"{work}/random.bin"],
+    signet=lambda r: f"{S} sign {work}/random.bin {K} --out {out}/s{r}.sig",
+    peer=lambda r: f"minisign -S -s {work}/minisign.key -m {work}/random.bin -x {out}/p{r}.minisig > /dev/null")
+rows["unpack-1g-vs-rauc-extract+sync"] = dict(target=0.7, prepare="rauc",
+    signet=lambda r: f"{S} unpack {work}/rauc/signet.zip --dest {out}/s{r} --pubkey {pub_der}",
+    peer=lambda r: f"rauc --keyring {work}/rauc/cert.pem extract {work}/rauc/bench.raucb {out}/p{r} > /dev/null 2>&1 && sync")
 rows["unpack-https-256m-vs-curl+unpack"] = download_row("curl+unpack", 0.8)
 rows["unpack-https-256m-vs-curl"] = download_row("curl", 1.3)
 rows["fetch-1g-vs-curl+sync"] = download_row("fetch", 1.3)
@@ -359,6 +368,26 @@ def prepare(kind):
                     f.write(os.urandom(size))
             sh(f"{S} pack {d}/src {K} --name delta --version 2 --sequence 2 --out {work}/www/delta-v2.zip > /dev/null")
         return [f"{work}/www/delta-v2.zip", f"{d}/v1-tree"]
+    if kind == "minisign":
+        if not os.path.exists(f"{work}/minisign.key"):
+            sh(f"minisign -G -W -p {work}/minisign.pub -s {work}/minisign.key > /dev/null")
+        return []
+    if kind == "rauc":
+        # random.bin as one rauc image (a plain bundle: squashfs + CMS signature) and as a
+        # stored Signet package, remade when random.bin's size changes (--scale).
+        d = f"{work}/rauc"
+        tag = f"{d}/made-for-{os.path.getsize(work + '/random.bin')}"
+        if not os.path.exists(tag):
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(f"{d}/content")
+            sh(f"openssl req -x509 -newkey rsa:2048 -nodes -keyout {d}/key.pem -out {d}/cert.pem -days 3650 -subj '/CN=rauc bench' 2>/dev/null")
+            os.link(f"{work}/random.bin", f"{d}/content/random.bin")
+            with open(f"{d}/content/manifest.raucm", "w") as f:
+                f.write("[update]\ncompatible=bench\nversion=1\n\n[bundle]\nformat=plain\n\n[image.rootfs]\nfilename=random.bin\n")
+            sh(f"rauc --cert {d}/cert.pem --key {d}/key.pem bundle {d}/content {d}/bench.raucb > /dev/null 2>&1")
+            sh(f"{S} pack {work}/random.bin {K} --name b --version 1 --store --out {d}/signet.zip > /dev/null")
+            open(tag, "w").close()
+        return [f"{d}/bench.raucb", f"{d}/signet.zip"]
     if kind == "many":
         make_many()
         return [many]

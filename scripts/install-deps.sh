@@ -20,6 +20,11 @@ compgen -G "/usr/lib/*/p11-kit-proxy.so" >/dev/null || [ -e /usr/lib64/p11-kit-p
 for pair in gcc:gcc mkfs.xfs:xfsprogs filefrag:e2fsprogs systemd-analyze:systemd openssl:openssl unzip:unzip zip:zip getfattr:attr setfattr:attr python3:python3 bash:bash evmctl:ima-evm-utils curl:curl strace:strace script:bsdutils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
+# The peers bench/run.sh compares Signet with (issue 28): minisign, and rauc (which builds its
+# bundles with mksquashfs).
+for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
 # nginx, a real HTTPS server the download tests start on loopback (not as a service).
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 

@@ -390,12 +390,24 @@ public enum PackageReader {
             try reader.read(entry, limit: entry.size, name: file.path) { _ in }
             return .rejected(.modified, message: "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", entry: file.path)
         }
-        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
-        try reader.read(entry, limit: file.size, name: file.path) { chunk in
-            hashers.forEach { $0.update(chunk) }
-            if UInt64(chunk.count) > 0, let sink { try sink(chunk) }
+        let algorithms = checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]
+        let digests: [Digest]
+        if file.size >= PipelinedHasher.threshold {
+            // Large: hashed on the second core while this one reads, checks the CRC and writes.
+            let hasher = try PipelinedHasher(algorithms)
+            try reader.read(entry, limit: file.size, name: file.path) { chunk in
+                hasher.update(chunk)
+                if chunk.count > 0, let sink { try sink(chunk) }
+            }
+            digests = try hasher.finalize()
+        } else {
+            let hashers = try algorithms.map { try Digest.Hasher($0) }
+            try reader.read(entry, limit: file.size, name: file.path) { chunk in
+                hashers.forEach { $0.update(chunk) }
+                if UInt64(chunk.count) > 0, let sink { try sink(chunk) }
+            }
+            digests = try hashers.map { try $0.finalize() }
         }
-        let digests = try hashers.map { try $0.finalize() }
         guard file.content.matches(digests[0]) else {
             return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
         }
