@@ -28,48 +28,130 @@ public struct SupportError: Error, CustomStringConvertible {
 /// prompt; `environment` entries are added to (or, with nil values, removed from) this process's.
 /// A program still running after `timeout` seconds is killed, and the call throws: a hang is a
 /// test failure, never a stuck CI run.
+///
+/// Started with posix_spawn, not Foundation's `Process`: Process.run (Swift 6.3.1) finds the
+/// highest open descriptor by copying each /proc/self/fd entry as a fixed 256-byte block, which
+/// reads past glibc's dirent buffer and crashes the test process when that buffer ends at an
+/// unmapped page (it did, once, in a full run; .ci/asan-suppressions.txt has the ASan view).
 @discardableResult
 public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
                 environment: [String: String?] = [:], directory: String? = nil,
                 timeout: Double = 300) throws -> ProcessResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : try which(executable))
-    process.arguments = arguments
+    let path = executable.hasPrefix("/") ? executable : try which(executable)
     var env = ProcessInfo.processInfo.environment
     for (key, value) in environment { env[key] = value }
-    process.environment = env
-    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    let stdoutPipe = Pipe(), stderrPipe = Pipe()
-    process.standardOutput = stdoutPipe
-    process.standardError = stderrPipe
-    let stdinPipe = Pipe()
-    if input != nil { process.standardInput = stdinPipe } else { process.standardInput = FileHandle.nullDevice }
-    try process.run()
-    let watchdog = DispatchWorkItem { [process] in
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+
+    func makePipe() throws -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [-1, -1]
+        // Atomically close-on-exec: a test spawning at the same moment must not inherit it
+        // (its copy of the write end would keep this pipe from ever ending).
+        guard makePipe2(&fds, O_CLOEXEC) == 0 else { throw SupportError("pipe2 failed: errno \(errno)") }
+        return (fds[0], fds[1])
     }
+    let out = try makePipe(), err = try makePipe()
+    let stdinPipe = try input.map { _ in try makePipe() }
+
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    if let stdinPipe {
+        posix_spawn_file_actions_adddup2(&actions, stdinPipe.read, 0)
+    } else {
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    }
+    posix_spawn_file_actions_adddup2(&actions, out.write, 1)
+    posix_spawn_file_actions_adddup2(&actions, err.write, 2)
+    if let directory { _ = spawnAddChdir(&actions, directory) }
+    // The child starts as from a shell: no blocked signals, every signal's default action.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var none = sigset_t(), all = sigset_t()
+    sigemptyset(&none)
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setsigdefault(&attributes, &all)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+    let argv = ([path] + arguments).map { strdup($0) } + [nil]
+    let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        for pointer in argv { free(pointer) }
+        for pointer in envp { free(pointer) }
+    }
+    var pid: pid_t = 0
+    let spawned = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
+    close(out.write)
+    close(err.write)
+    if let stdinPipe { close(stdinPipe.read) }
+    guard spawned == 0 else {
+        close(out.read)
+        close(err.read)
+        if let stdinPipe { close(stdinPipe.write) }
+        throw SupportError("cannot start \(path): errno \(spawned)")
+    }
+    let child = pid
+    let watchdog = DispatchWorkItem { kill(child, SIGKILL) }
     DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
-    defer { watchdog.cancel() }
-    if let input {
-        stdinPipe.fileHandleForWriting.write(input)
-        try stdinPipe.fileHandleForWriting.close()
+    if let input, let stdinPipe {
+        // Written from another thread, so that a child that writes before it reads cannot block us.
+        let writer = stdinPipe.write
+        DispatchQueue.global().async {
+            input.withUnsafeBytes { bytes in
+                var offset = 0
+                while offset < bytes.count {
+                    let done = write(writer, bytes.baseAddress! + offset, bytes.count - offset)
+                    if done < 0 && errno == EINTR { continue }
+                    if done <= 0 { break }
+                    offset += done
+                }
+            }
+            close(writer)
+        }
     }
-    // Read both pipes concurrently so neither fills up and blocks the child.
-    let group = DispatchGroup()
-    nonisolated(unsafe) var errData = Data()
-    group.enter()
-    DispatchQueue.global().async {
-        errData = stderrPipe.fileHandleForReading.readDataToEndOfFile()
-        group.leave()
+    // Both pipes read together until both end, so neither fills up and blocks the child.
+    var outData = Data(), errData = Data()
+    var open: [(fd: Int32, isOut: Bool)] = [(out.read, true), (err.read, false)]
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while !open.isEmpty {
+        var polled = open.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+        let ready = poll(&polled, nfds_t(polled.count), -1)
+        if ready < 0 {
+            if errno == EINTR { continue }
+            break
+        }
+        var finished: [Int32] = []
+        for (index, entry) in polled.enumerated() where entry.revents != 0 {
+            let count = buffer.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
+            if count > 0 {
+                if open[index].isOut { outData.append(contentsOf: buffer[0..<count]) } else { errData.append(contentsOf: buffer[0..<count]) }
+            } else if count == 0 || errno != EINTR {
+                finished.append(entry.fd)
+            }
+        }
+        for fd in finished {
+            close(fd)
+            open.removeAll { $0.fd == fd }
+        }
     }
-    let outData = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
-    process.waitUntilExit()
-    if process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL {
-        throw SupportError("\(executable) \(arguments) did not finish within \(Int(timeout)) s and was killed")
+    var status: Int32 = 0
+    while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+    watchdog.cancel()
+    let signal = status & 0x7f
+    if signal != 0 {
+        if signal == SIGKILL {
+            throw SupportError("\(executable) \(arguments) did not finish within \(Int(timeout)) s and was killed")
+        }
+        return ProcessResult(status: signal, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
     }
-    return ProcessResult(status: process.terminationStatus, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
+    return ProcessResult(status: (status >> 8) & 0xff, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
 }
+
+@_silgen_name("pipe2")
+private func makePipe2(_ fds: UnsafeMutablePointer<Int32>, _ flags: Int32) -> Int32
+
+@_silgen_name("posix_spawn_file_actions_addchdir_np")
+private func spawnAddChdir(_ actions: UnsafeMutablePointer<posix_spawn_file_actions_t>, _ path: UnsafePointer<CChar>) -> Int32
 
 /// Finds a program on PATH.
 public func which(_ name: String) throws -> String {

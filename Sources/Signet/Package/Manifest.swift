@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `.signet/manifest.json`: what a package contains (FORMAT.md §2).
 ///
@@ -204,6 +207,31 @@ public struct Manifest: Sendable, Equatable {
     /// Built as the strict parser walks the bytes (`ManifestReader`), with each file checked and
     /// kept compactly as it is met: no tree of the whole document is ever made, so a manifest of
     /// 50,000 files costs little more than its own bytes.
+    /// How many times `"sha256"` occurs in `bytes`, at most one per 100 bytes: an upper bound
+    /// of the entries a manifest of these bytes can hold.
+    static func estimatedEntries(_ bytes: [UInt8]) -> Int {
+        let key = Array("\"sha256\"".utf8)
+        var count = 0
+        bytes.withUnsafeBufferPointer { all in
+            guard let base = all.baseAddress else { return }
+            var at = 0
+            // memchr to each quote, then the key's other bytes compared.
+            while at + key.count <= all.count, let found = memchr(base + at, 0x22, all.count - at) {
+                let index = UnsafeRawPointer(found) - UnsafeRawPointer(base)
+                guard index + key.count <= all.count else { break }
+                if memcmp(base + index, key, key.count) == 0 {
+                    count += 1
+                    at = index + key.count
+                } else {
+                    at = index + 1
+                }
+            }
+        }
+        // An entry takes at least 100 bytes ({"mode":"0644","path":"a","sha256":"<64 hex>",
+        // "size":0}): never more than that many, whatever the bytes hold.
+        return min(count, bytes.count / 100)
+    }
+
     public static func parse(_ bytes: [UInt8], source: String? = nil) throws -> Manifest {
         let source = source ?? TreeLayout.manifest
         func malformed(_ reason: String) -> SignetError {
@@ -211,6 +239,10 @@ public struct Manifest: Sendable, Equatable {
         }
         // Duplicate keys, fractions and other constructs parsers read differently are refused.
         var reader = ManifestReader()
+        // Sized once from a count of the entries' "sha256" keys (an upper bound: the key may
+        // also occur inside a path), instead of doubling: growth holds the old and the new
+        // buffer at once, 7.8 MiB instead of 4 at 50,000 files (issue 28).
+        reader.files.reserveCapacity(Self.estimatedEntries(bytes))
         do {
             try StrictJSON.parse(bytes, integersOnly: true, into: &reader)
         } catch let refusal as StrictJSON.Refusal {
@@ -339,7 +371,6 @@ struct ManifestReader: StrictJSON.Handler {
         case 2:
             depth = 1
             inFiles = false
-            files.reserveCapacity(files.count)   // no slack kept from growth
         default:
             depth -= 1
         }

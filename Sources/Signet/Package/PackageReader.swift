@@ -291,7 +291,8 @@ public enum PackageReader {
     /// What the manifest check established.
     struct Checked {
         let manifest: Manifest
-        let manifestBytes: [UInt8]
+        /// The manifest as signed (emptied by an install once it is staged).
+        var manifestBytes: [UInt8]
         let manifestSignature: [UInt8]
         let key: PublicKey
         let algorithm: SignatureAlgorithm
