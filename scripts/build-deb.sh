@@ -88,7 +88,12 @@ depends=$(cd "$work" && dpkg-shlibdeps -O "$root/usr/bin/signet" 2>/dev/null | s
 [ -n "$depends" ] || { echo "build-deb.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
 # libcurl is loaded with dlopen on first download (not linked, so dpkg-shlibdeps cannot see
 # it): named here, the version its header was built against at least.
-curl_version=$(sed -n 's/^#define LIBCURL_VERSION "\([0-9.]*\).*/\1/p' /usr/include/*/curl/curlver.h /usr/include/curl/curlver.h 2>/dev/null | head -n 1)
+curl_version=""
+for header in /usr/include/*/curl/curlver.h /usr/include/curl/curlver.h; do
+  [ -f "$header" ] || continue
+  curl_version=$(sed -n 's/^#define LIBCURL_VERSION "\([0-9.]*\).*/\1/p' "$header")
+  [ -z "$curl_version" ] || break
+done
 [ -n "$curl_version" ] || { echo "build-deb.sh: cannot read libcurl's version from curl/curlver.h" >&2; exit 1; }
 depends="$depends, libcurl4 (>= $curl_version)"
 
