@@ -127,6 +127,43 @@ struct ReverifyTests {
         #expect(Self.verdicts(try Reverifier.verifyTree(at: app, policy: Self.policy)) == withoutRecord)
     }
 
+    @Test("a folder on disk is added unless the manifest lists a file below it (or it is a listed file, reported as that file), found by binary search in a sorted manifest and by a set otherwise", arguments: [
+        (["a", "b/c", "b-x/d", "e/f/g"], ["b", "b-x", "e", "e/f", "z", "a"], ["z/"]),
+        (["e/f/g", "b-x/d", "a", "b/c"], ["b", "b-x", "e", "e/f", "z", "a"], ["z/"]),
+        (["b.txt", "b0/c", "c/d"], ["b", "c"], ["b/"]),
+        (["c/d", "b0/c", "b.txt"], ["b", "c"], ["b/"]),
+        ([String](), ["x"], ["x/"]),
+    ])
+    func addedFolders(_ listed: [String], _ folders: [String], _ expected: [String]) throws {
+        var manifest = try ManifestTests.sample()
+        manifest.files = listed.map { .init(path: $0, size: 1, sha256: String(repeating: "00", count: 32), mode: .regular) }
+        let reports = Reverifier.folderReports(folders.map { ($0, UInt32(0o755)) }, manifest: manifest, rootFD: -1, options: ReverifyOptions())
+        #expect(reports.allSatisfy { $0.verdict == .added })
+        #expect(reports.map(\.path).sorted() == expected.sorted())
+    }
+
+    @Test("a record authenticated by the key but not fitting the manifest (one signature more) is not used: every signature is verified")
+    func recordOfAnotherLength() throws {
+        let directory = try TemporaryDirectory()
+        let app = try Self.installed(directory)
+        let record = RecordedSignatures(app)
+        let (length, _) = try record.layout()
+        var longer = try contents(record.path)
+        longer.append(Data(repeating: 7, count: length))
+        try longer.write(to: URL(fileURLWithPath: record.path))
+        // Signed as the publisher would sign it, so only the count can refuse it.
+        let signature = try run("openssl", ["dgst", "-sha256", "-sign", Fixtures.key("rsa2048-pkcs8.pem"), record.path]).stdout
+        try Data(signature).write(to: URL(fileURLWithPath: app + "/.signet/signatures.sig"))
+        let report = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(report.isOK && report.files.allSatisfy { $0.detail == "verified" }, "\(report.files.map(\.detail))")
+        // Back to its own length, the same signed record is used again.
+        try longer.prefix(longer.count - length).write(to: URL(fileURLWithPath: record.path))
+        let resigned = try run("openssl", ["dgst", "-sha256", "-sign", Fixtures.key("rsa2048-pkcs8.pem"), record.path]).stdout
+        try Data(resigned).write(to: URL(fileURLWithPath: app + "/.signet/signatures.sig"))
+        let fast = try Reverifier.verifyTree(at: app, policy: Self.policy)
+        #expect(fast.isOK && fast.files.allSatisfy { $0.detail.contains("the signature unpack installed") }, "\(fast.files.map(\.detail))")
+    }
+
     /// Sets user.signet.sig with the real setfattr (base64 value, "0s" prefix).
     func setAttribute(_ path: String, _ value: [UInt8]) throws {
         #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0s" + Data(value).base64EncodedString(), path]).status == 0)

@@ -91,10 +91,12 @@ enum SignatureRecord {
         private(set) var authenticated = false
 
         /// The record below `root`, if there is one with the header and one signature for
-        /// each of `files` files; nil otherwise (trees installed before it existed, or a
-        /// record that does not fit the manifest: every signature is then verified). With
-        /// `key`, the record is read once whole, hashed and checked against its signature.
-        init?(beneath root: Int32, files: Int, key: PublicKey? = nil, algorithm: SignatureAlgorithm = .default) {
+        /// each of `files` files (with `files` nil, as many as its size holds: the caller then
+        /// checks ``count`` against the manifest); nil otherwise (trees installed before it
+        /// existed, or a record that does not fit the manifest: every signature is then
+        /// verified). With `key`, the record is read once whole, hashed and checked against its
+        /// signature.
+        init?(beneath root: Int32, files: Int?, key: PublicKey? = nil, algorithm: SignatureAlgorithm = .default) {
             guard case .success(let fd) = Paths.open(TreeLayout.signatureRecord, beneath: root) else { return nil }
             var info = stat()
             var head = [UInt8](repeating: 0, count: 40)
@@ -102,6 +104,7 @@ enum SignatureRecord {
             guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, read > 0,
                   let newline = head.prefix(read).firstIndex(of: 0x0A),
                   let length = Self.length(in: head[..<newline]),
+                  let files = files ?? Self.fitting(Int64(info.st_size) - Int64(newline + 1), length),
                   case let (signatures, overflow1) = length.multipliedReportingOverflow(by: files), !overflow1,
                   case let (total, overflow2) = signatures.addingReportingOverflow(newline + 1), !overflow2,
                   Int64(total) == Int64(info.st_size) else {
@@ -140,6 +143,12 @@ enum SignatureRecord {
         }
 
         deinit { close(fd) }
+
+        /// How many signatures of `length` bytes make exactly `bytes`; nil if none does.
+        private static func fitting(_ bytes: Int64, _ length: Int) -> Int? {
+            guard bytes >= 0, bytes % Int64(length) == 0 else { return nil }
+            return Int(exactly: bytes / Int64(length))
+        }
 
         /// LENGTH from `signet-signatures/2 LENGTH`.
         private static func length(in line: ArraySlice<UInt8>) -> Int? {

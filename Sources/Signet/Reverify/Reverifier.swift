@@ -555,6 +555,16 @@ public enum Reverifier {
         }
         let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
         let signer = try PackageReader.manifestSigner(manifestBytes, signature: manifestSignature, policy: resolved)
+        // What unpack recorded of each file's signature, read and checked against its signature
+        // on another core while this one parses the manifest (joined before returning: it opens
+        // through rootFD). Where a file's attribute is still the recorded one, the content check
+        // against the signed manifest is all that is needed (no RSA). A record that is missing
+        // (older trees) or does not fit the manifest is not an error: every signature is then
+        // verified.
+        let recordRead = signer.map { key, algorithm in
+            OwnThreads.start { SignatureRecord.Reader(beneath: rootFD, files: nil, key: key, algorithm: algorithm) }
+        }
+        defer { _ = recordRead?.wait() }
         let manifest = try Manifest.parse(manifestBytes, source: root + "/" + TreeLayout.manifest)
         guard let (key, algorithm) = signer, key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
             let refusal = resolved.key(withID: manifest.keyID) == nil ? (certificateRefusal ?? policy.refusal(for: manifest.keyID)) : nil
@@ -569,11 +579,7 @@ public enum Reverifier {
         }
         try options.checkSelectors(against: manifest, root: root)
         try options.checkAllowedKeys(against: manifest, rootFD: rootFD, root: root)
-        // What unpack recorded of each file's signature: where the attribute is still that one,
-        // the content check against the signed manifest is all that is needed (no RSA). An
-        // index that is missing (older trees) or does not fit the manifest is not an error:
-        // every signature is then verified.
-        let record = SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count, key: key, algorithm: algorithm)
+        let record = (try? recordRead?.wait().get())?.flatMap { $0.count == manifest.files.count ? $0 : nil }
         let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
                                   allowedKeys: options.allowedKeys)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
@@ -754,20 +760,37 @@ public enum Reverifier {
     /// one holding only added files); one whose mode is not 0755 is `mode-changed` (restored by
     /// `--repair`, once the manifest has verified).
     static func folderReports(_ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: Int32, options: ReverifyOptions) -> [FileReport] {
+        let files = manifest.files
+        // Whether the manifest lists a file below `folder`: in a manifest in byte order (what
+        // pack writes) the paths starting with "folder/" are one run, found by binary search
+        // (no set of 50,000 paths per check); otherwise a set of every signed folder.
+        let inOrder = files.indices.dropFirst().allSatisfy { ResourcePath.byteOrder(files[$0 - 1].path, files[$0].path) }
         var signed = Set<[UInt8]>()
-        for file in manifest.files {
-            var path = Array(file.path.utf8)
-            while let slash = path.lastIndex(of: UInt8(ascii: "/")) {
-                path.removeSubrange(slash...)
-                guard signed.insert(path).inserted else { break }
+        if !inOrder {
+            for file in files {
+                var path = Array(file.path.utf8)
+                while let slash = path.lastIndex(of: UInt8(ascii: "/")) {
+                    path.removeSubrange(slash...)
+                    guard signed.insert(path).inserted else { break }
+                }
             }
+        }
+        func holdsSignedFile(_ folder: String) -> Bool {
+            guard inOrder else { return signed.contains(Array(folder.utf8)) }
+            let prefix = folder + "/"
+            var low = 0, high = files.count
+            while low < high {
+                let middle = low + (high - low) / 2
+                if ResourcePath.byteComparison(files[middle].path, prefix) < 0 { low = middle + 1 } else { high = middle }
+            }
+            return low < files.count && files[low].path.utf8.starts(with: prefix.utf8)
         }
         var reports: [FileReport] = []
         // A folder where the manifest lists a file is that file's report (`modified`); the set
         // of file paths is made only when a folder holds no signed file (rare).
         var listedFiles: Set<[UInt8]>? = nil
         for (path, mode) in folders where options.selects(path) {
-            guard signed.contains(Array(path.utf8)) else {
+            guard holdsSignedFile(path) else {
                 if listedFiles == nil { listedFiles = Set(manifest.files.map { Array($0.path.utf8) }) }
                 if listedFiles!.contains(Array(path.utf8)) { continue }
                 reports.append(FileReport(path: path + "/", verdict: .added, detail: "'\(path)/' is a folder the signed manifest does not have", signatureSource: nil, signer: nil))
@@ -802,12 +825,17 @@ public enum Reverifier {
     /// have a folder where anything can be put unnoticed).
     static func signetReports(_ files: [String], manifest: Manifest, options: ReverifyOptions) -> [FileReport] {
         guard !files.isEmpty, options.only.isEmpty else { return [] }
-        var expected: Set<[UInt8]> = Set([TreeLayout.manifest, TreeLayout.manifestSignature, TreeLayout.signatureRecord, TreeLayout.signatureRecordSignature, TreeLayout.signerCertificate].map { Array($0.utf8) })
+        let fixed: Set<[UInt8]> = Set([TreeLayout.manifest, TreeLayout.manifestSignature, TreeLayout.signatureRecord, TreeLayout.signatureRecordSignature, TreeLayout.signerCertificate].map { Array($0.utf8) })
+        let others = files.filter { !fixed.contains(Array($0.utf8)) && TreeLayout.chainIndex(of: $0) == nil }
+        // Sidecars and structured copies are looked up only when there are any (an xattr tree
+        // has none): no set of every manifest path per check.
+        guard !others.isEmpty else { return [] }
+        var expected = Set<[UInt8]>()
         for file in manifest.files {
             expected.insert(Array(TreeLayout.signature(of: file.path).utf8))
             if file.structured != nil { expected.insert(Array(TreeLayout.structuredCopy(of: file.path).utf8)) }
         }
-        return files.filter { !expected.contains(Array($0.utf8)) && TreeLayout.chainIndex(of: $0) == nil }.map {
+        return others.filter { !expected.contains(Array($0.utf8)) }.map {
             FileReport(path: $0, verdict: .added, detail: "'\($0)' is not a file an install writes under .signet/", signatureSource: nil, signer: nil)
         }
     }
