@@ -54,7 +54,7 @@ struct Reverify: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Check only this subtree of a DIR (relative); repeatable.", valueName: "subdir"))
     var only: [String] = []
 
-    @Flag(name: .long, help: "Restore lost signature attributes from DIR/.signet/sigs/ after checking the content.")
+    @Flag(name: .long, help: "Restore what a tree check finds lost: a file's user.signet.sig from the tree's copy of its signature (DIR/.signet/signatures, or DIR/.signet/sigs/PATH.sig where the filesystem has no user xattrs) once its content matches the signed manifest and the copy verifies, and the signed mode of files and folders.")
     var repair = false
 
     @Option(name: .customLong("allow-key"), help: ArgumentHelp("A key of a structured file that may change (config.json:server.url; split at the first ':'); repeatable.", valueName: "file:keypath"))

@@ -30,6 +30,12 @@ struct ReverifyCLITests {
         #expect(bad.status == 1)
         let tree = try #require((try bad.json()["trees"] as? [[String: Any]])?.first)
         #expect(tree["counts"] as? [String: Int] == ["modified": 1, "attributes-lost": 1])
+        // One name for where the lost signature is restored from (issue 29): the tree's record.
+        let lost = try #require((tree["files"] as? [[String: Any]])?.first { $0["verdict"] as? String == "attributes-lost" })
+        #expect(lost["signature"] as? String == "record")
+        #expect((lost["detail"] as? String)?.contains("--repair restores it from .signet/signatures") == true, "\(lost)")
+        let help = try CLI.run(["help", "reverify"])
+        #expect(help.stdoutText.contains("DIR/.signet/signatures") && !help.stdoutText.contains(".signet/sigs/ after"), "\(help.stdoutText)")
         let human = try CLI.run(["reverify", app, "--pubkey", work.publicDER])
         #expect(human.stdoutText.contains("modified        app.conf"))
         #expect(human.stdoutText.contains("attributes-lost img/logo.png"))
@@ -37,6 +43,7 @@ struct ReverifyCLITests {
         let repaired = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--repair", "--exclude", "*.conf"])
         #expect(repaired.status == 0, "\(repaired.stdoutText)")
         #expect(repaired.stdoutText.contains("repaired"))
+        #expect(repaired.stdoutText.contains("restored from .signet/signatures"), "\(repaired.stdoutText)")
         #expect(try SignetTestSupport.run("getfattr", ["-n", "user.signet.sig", app + "/img/logo.png"]).status == 0)
 
         let other = try Workspace()

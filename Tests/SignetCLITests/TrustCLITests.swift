@@ -185,6 +185,13 @@ struct TrustCLITests {
         let noSalt = try CLI.run(["inspect", release, "--trust-dir", trust])
         #expect(noSalt.status == 3)
         #expect(noSalt.stderr.contains("--trust-salt-file"))
+        // The wrong salt file (issue 29): every digest differs, and the message says the salt is
+        // the likely cause rather than pointing at one key as if it had been swapped.
+        let otherSalt = try work.directory.write("other-salt", Data("another secret\n".utf8), mode: 0o600)
+        let wrongSalt = try CLI.run(["inspect", release, "--trust-dir", trust, "--trust-salt-file", otherSalt])
+        #expect(wrongSalt.status == 3)
+        #expect(wrongSalt.stderr.contains("does not match its seal with this salt") && wrongSalt.stderr.contains("--trust-salt-file is not the salt"), "\(wrongSalt.stderr)")
+        #expect(!wrongSalt.stderr.contains("was changed ("), "\(wrongSalt.stderr)")
         // An attacker swaps the beta key for their own.
         let attacker = try Workspace()
         try FileManager.default.removeItem(atPath: trust + "/beta/beta.der")
@@ -192,7 +199,7 @@ struct TrustCLITests {
         let broken = try CLI.run(["inspect", release, "--trust-dir", trust, "--trust-salt-file", salt, "--json"])
         #expect(broken.status == 3)
         #expect((try broken.json()["error"] as? [String: Any])?["code"] as? String == "broken-trust-seal")
-        #expect(broken.stderr.contains("'beta/beta.der' was changed"))
+        #expect(broken.stderr.contains("'beta/beta.der' was changed (the other files match with this salt, so the salt is right)"), "\(broken.stderr)")
 
         // A signed seal, checked against a key kept outside the directory.
         let sealer = try Workspace()

@@ -350,7 +350,7 @@ struct ReverifyTests {
         #expect(error?.reason.contains("need root") == true)
     }
 
-    @Test("ENOTSUP: on a filesystem without user xattrs (ramfs), signatures live in .signet/sigs/ and reverify uses them")
+    @Test("ENOTSUP: on a filesystem without user xattrs (ramfs), signatures live in .signet/sigs/ (and the record) and reverify uses them, naming which")
     func sidecarOnRamfs() throws {
         let directory = try TemporaryDirectory()
         guard let mount = try ScratchMount.mount("ramfs", options: "size=16m", at: directory.file("ramfs"), untested: "the ENOTSUP path") else { return }
@@ -365,7 +365,14 @@ struct ReverifyTests {
         let tree = try Reverifier.verifyTree(at: mountPoint + "/app", policy: Self.policy)
         #expect(tree.isOK, "\(Self.verdicts(tree))")
         #expect(!tree.attributesSupported)
-        #expect(tree.files.allSatisfy { $0.signatureSource == .sidecar })
+        // The report names the copy that vouched: the tree's record (read first, one file for
+        // all), else each file's sidecar.
+        #expect(tree.files.allSatisfy { $0.signatureSource == .record })
+        let record = try contents(mountPoint + "/app/.signet/signatures")
+        unlink(mountPoint + "/app/.signet/signatures")
+        let fromSidecars = try Reverifier.verifyTree(at: mountPoint + "/app", policy: Self.policy)
+        #expect(fromSidecars.isOK && fromSidecars.files.allSatisfy { $0.signatureSource == .sidecar })
+        try record.write(to: URL(fileURLWithPath: mountPoint + "/app/.signet/signatures"))
         try Data("changed".utf8).write(to: URL(fileURLWithPath: mountPoint + "/app/readme.txt"))
         #expect(Self.verdicts(try Reverifier.verifyTree(at: mountPoint + "/app", policy: Self.policy))["readme.txt"] == "modified")
         #expect(Reverifier.verifyFile(at: mountPoint + "/app/run.sh", policy: try Self.policy).signatureSource == .sidecar)

@@ -50,8 +50,11 @@ public enum SignatureSource: String, Sendable, CustomStringConvertible {
     case ima
     /// The tree's sidecar, `.signet/sigs/PATH.sig`.
     case sidecar
+    /// The tree's record of the signatures unpack installed, `.signet/signatures` (what
+    /// `--repair` restores a lost attribute from in a tree with user xattrs).
+    case record
 
-    /// The name printed in reports ("xattr", "ima", "sidecar").
+    /// The name printed in reports ("xattr", "ima", "sidecar", "record").
     public var description: String { rawValue }
 }
 
@@ -1031,11 +1034,11 @@ final class TreeChecker: @unchecked Sendable {
         // The tree's own copy of the signature (the record, else a sidecar file) is read only
         // when the attribute cannot vouch for the file: nil when it is absent, not a file or not
         // a signature of this content; a read error is an error, never taken for an absent sidecar.
-        var validSidecar: Result<[UInt8]?, SignetError> {
-            if let recorded = record?.signature(at: position), verifies(recorded) { return .success(recorded) }
+        var validSidecar: Result<(bytes: [UInt8], source: SignatureSource)?, SignetError> {
+            if let recorded = record?.signature(at: position), verifies(recorded) { return .success((recorded, .record)) }
             do {
                 guard let bytes = try InputFile.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024) else { return .success(nil) }
-                return .success(verifies(bytes) ? bytes : nil)
+                return .success(verifies(bytes) ? (bytes, .sidecar) : nil)
             } catch let error as SignetError where error.code == .malformedInput {
                 return .success(nil)
             } catch {
@@ -1070,7 +1073,7 @@ final class TreeChecker: @unchecked Sendable {
         case .failure(let failure) where failure.isUnsupported:
             sawUnsupported.set()
             switch validSidecar {
-            case .success(.some): return report(.ok, "verified from the sidecar (no user xattrs on this filesystem)", .sidecar)
+            case .success(let found?): return report(.ok, "verified from \(found.source == .record ? "the tree's record .signet/signatures" : "the sidecar") (no user xattrs on this filesystem)", found.source)
             case .success(nil): return report(.unsigned, "no user xattrs on this filesystem and no valid sidecar \(TreeLayout.signature(of: file.path))")
             case .failure(let error): return report(.unreadable, error.reason)
             }
@@ -1162,28 +1165,30 @@ final class TreeChecker: @unchecked Sendable {
     }
 
     /// The content is right but the attribute is not: repair it from a verified sidecar if asked.
-    private func restore(_ fd: Int32, _ file: Manifest.File, sidecar read: Result<[UInt8]?, SignetError>, lost: String) -> FileReport {
-        let sidecar: [UInt8]?
+    private func restore(_ fd: Int32, _ file: Manifest.File, sidecar read: Result<(bytes: [UInt8], source: SignatureSource)?, SignetError>, lost: String) -> FileReport {
+        let found: (bytes: [UInt8], source: SignatureSource)?
         switch read {
-        case .success(let bytes): sidecar = bytes
+        case .success(let copy): found = copy
         case .failure(let error):
             return FileReport(path: file.path, verdict: .unreadable, detail: "'\(file.path)': \(lost), and \(error.reason)", signatureSource: nil, signer: nil)
         }
-        guard let sidecar else {
-            return FileReport(path: file.path, verdict: .unsigned, detail: "'\(file.path)': \(lost), and there is no valid sidecar to restore it from", signatureSource: nil, signer: nil)
+        guard let found else {
+            return FileReport(path: file.path, verdict: .unsigned, detail: "'\(file.path)': \(lost), and the tree has no valid copy of its signature (.signet/signatures or \(TreeLayout.signature(of: file.path))) to restore it from", signatureSource: nil, signer: nil)
         }
+        let sidecar = found.bytes
+        let copy = found.source == .record ? TreeLayout.signatureRecord : TreeLayout.signature(of: file.path)
         guard repair else {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it", signatureSource: .sidecar, signer: nil)
+            return FileReport(path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it from \(copy)", signatureSource: found.source, signer: nil)
         }
         let meta: [UInt8]
         do { meta = try Installer.metadata(path: file.path, sha256: file.sha256, signer: key, manifest: manifest, algorithm: algorithm) } catch {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: (error as? SignetError)?.reason ?? "\(error)", signatureSource: .sidecar, signer: nil)
+            return FileReport(path: file.path, verdict: .attributesLost, detail: (error as? SignetError)?.reason ?? "\(error)", signatureSource: found.source, signer: nil)
         }
         if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.signature, sidecar, on: fd) {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason, signatureSource: .sidecar, signer: nil)
+            return FileReport(path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason, signatureSource: found.source, signer: nil)
         }
         _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
-        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from the tree's copy of its signature after checking the content", signatureSource: .sidecar, signer: key.keyID)
+        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from \(copy) after checking the content", signatureSource: found.source, signer: key.keyID)
     }
 
     /// Why a listed file could not be opened, as a verdict.

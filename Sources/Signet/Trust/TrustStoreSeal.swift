@@ -121,9 +121,16 @@ public enum TrustStoreSeal {
         var actual: [[UInt8]: String] = [:]
         for file in current.files { actual[Array(file.path.utf8)] = file.sha256 }
         let names = Set(expected.keys).union(actual.keys).sorted { $0.lexicographicallyPrecedes($1) }
+        // With a salt, a wrong salt file changes every digest: when the same files are there and
+        // none matches, say so instead of pointing at one file as if it had been attacked.
+        let changed = names.filter { expected[$0] != nil && actual[$0] != nil && expected[$0] != actual[$0] }
+        if sealed.salted, !changed.isEmpty, changed.count == names.count {
+            let only = changed.count == 1 ? "its only file '\(String(decoding: changed[0], as: UTF8.self))'" : "none of its \(changed.count) files"
+            throw SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal with this salt: \(only) matches its sealed digest. Most likely --trust-salt-file is not the salt the directory was sealed with; otherwise \(changed.count == 1 ? "that file was" : "every file was") changed. Check the salt file, then restore the trusted keys or seal the directory again with signet trust seal", path: directory)
+        }
         for name in names where expected[name] != actual[name] {
             let path = String(decoding: name, as: UTF8.self)
-            throw broken(expected[name] == nil ? "'\(path)' was added" : actual[name] == nil ? "'\(path)' was removed" : "'\(path)' was changed")
+            throw broken(expected[name] == nil ? "'\(path)' was added" : actual[name] == nil ? "'\(path)' was removed" : "'\(path)' was changed\(sealed.salted ? " (the other files match with this salt, so the salt is right)" : "")")
         }
     }
 
