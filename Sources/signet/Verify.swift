@@ -10,19 +10,22 @@ struct Verify: ParsableCommand {
         abstract: "Verify a raw signature over a file with trusted public keys.",
         discussion: """
         Exit 0 when the signature verifies with one of the --pubkey keys, 1 when it does not. \
+        The signature is FILE.sig (what signet sign writes) unless --signature names another. \
         A signature must be exactly the key's modulus length: unlike openssl dgst -verify, \
-        trailing bytes make it invalid.
+        trailing bytes make it invalid. A package (.zip made by signet pack) is checked with \
+        signet inspect or installed with signet unpack, not with verify.
 
-        Example:
-          signet verify app.tar --signature app.tar.sig --pubkey keys/public_key.der
+        Examples:
+          signet verify app.tar --pubkey keys/public_key.der
+          signet verify app.tar --signature release/app.tar.sig --pubkey keys/public_key.der
         """
     )
 
     @Argument(help: ArgumentHelp("The signed file.", valueName: "file"))
     var file: String
 
-    @Option(name: .long, help: ArgumentHelp("The signature file (raw bytes, as openssl dgst -sign writes).", valueName: "sig"))
-    var signature: String
+    @Option(name: .long, help: ArgumentHelp("The signature file (raw bytes, as openssl dgst -sign writes); default: FILE.sig.", valueName: "sig"))
+    var signature: String?
 
     @OptionGroup var trust: TrustOptions
 
@@ -33,6 +36,22 @@ struct Verify: ParsableCommand {
 
     func validate() throws {
         if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
+    }
+
+    /// Whether anything is at `path` (a dangling link counts: reading it then says why).
+    static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+
+    /// Whether `path` starts as a zip archive does (a local file header or an empty archive).
+    static func isZip(_ path: String) -> Bool {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var magic = [UInt8](repeating: 0, count: 4)
+        guard read(fd, &magic, 4) == 4 else { return false }
+        return magic == [0x50, 0x4B, 0x03, 0x04] || magic == [0x50, 0x4B, 0x05, 0x06]
     }
 
     struct Report: Encodable {
@@ -49,6 +68,14 @@ struct Verify: ParsableCommand {
     func run() throws {
         let policy = try trust.policy()
         let verifier = Verifier(policy: policy)
+        let signature = self.signature ?? file + ".sig"
+        if self.signature == nil, !Self.exists(signature) {
+            // A package has its signatures inside: say which command checks it.
+            if Self.isZip(file) {
+                throw SignetError(.usage, "'\(file)' is a zip archive with no '\(signature)' beside it; a package made by signet pack is checked with: signet inspect '\(file)' --pubkey KEY (or installed with signet unpack). verify checks a raw signature over one file", path: file)
+            }
+            throw SignetError(.fileNotFound, "no signature for '\(file)': '\(signature)' (the default, what signet sign writes) does not exist; give the signature file with --signature SIG", path: signature)
+        }
         let signatureBytes = try SignatureFiles.read(signature)
         let result = try verifier.verify(signature: signatureBytes, fileAt: file, algorithm: algorithm)
         let failure = result.error(path: file)
