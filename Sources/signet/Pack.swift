@@ -71,7 +71,7 @@ struct Pack: ParsableCommand {
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
     var followSymlinks = false
 
-    @Option(name: .long, help: ArgumentHelp("JSON or property list files (a glob on the path in the package, a file name or a folder) that reverify may compare key by key; repeatable.", valueName: "glob"))
+    @Option(name: .long, help: ArgumentHelp("JSON or property list files that reverify may compare key by key; a glob with .gitignore's rules ('*.json' a name anywhere, 'config/*.json' only directly in config/, 'config/**/*.json' at any depth); repeatable.", valueName: "glob"))
     var structured: [String] = []
 
     @OptionGroup var limits: LimitOptions

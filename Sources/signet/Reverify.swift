@@ -48,7 +48,7 @@ struct Reverify: ParsableCommand {
 
     @OptionGroup var trust: TrustOptions
 
-    @Option(name: .long, help: ArgumentHelp("Skip files allowed to change (glob on the relative path, a name, a directory or '*.ext'); repeatable.", valueName: "pattern"))
+    @Option(name: .long, help: ArgumentHelp("Skip files allowed to change; a glob with .gitignore's rules ('*.log' or 'cache' a name anywhere, 'var/tmp/*' anchored at the tree's root, '**' across folders, a folder selects what it holds); repeatable.", valueName: "pattern"))
     var exclude: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("Check only this subtree of a DIR (relative); repeatable.", valueName: "subdir"))

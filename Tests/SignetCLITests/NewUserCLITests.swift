@@ -29,4 +29,35 @@ struct NewUserCLITests {
         #expect(zip.status == 2, "\(zip.stderr)")
         #expect(zip.stderr.contains("signet inspect"), "\(zip.stderr)")
     }
+
+    @Test("--structured 'config/*.json' stays in config/ ('*' does not cross '/'); 'config/**/*.json' goes down; --exclude alike")
+    func gitignorePatterns() throws {
+        let work = try Workspace()
+        let root = work.directory.file("src")
+        try FileManager.default.createDirectory(atPath: root + "/config/mod0", withIntermediateDirectories: true)
+        try Data(#"{"a": 1}"#.utf8).write(to: URL(fileURLWithPath: root + "/config/app.json"))
+        try Data(#"{"b": 2}"#.utf8).write(to: URL(fileURLWithPath: root + "/config/mod0/cfg0.json"))
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1"]
+        func structured(_ pattern: String) throws -> [String] {
+            let package = work.directory.file("p-\(UUID().uuidString).zip")
+            let packed = try CLI.run(["pack", root] + key + ["--structured", pattern, "--out", package, "--json"])
+            #expect(packed.status == 0, "\(packed.stderr)")
+            return try #require(try packed.json()["files"] as? [[String: Any]]).filter { $0["structured"] is String }.compactMap { $0["path"] as? String }
+        }
+        #expect(try structured("config/*.json") == ["config/app.json"])
+        #expect(try structured("config/**/*.json") == ["config/app.json", "config/mod0/cfg0.json"])
+        #expect(try structured("*.json") == ["config/app.json", "config/mod0/cfg0.json"])
+        #expect(try structured("mod0") == ["config/mod0/cfg0.json"])
+
+        // reverify --exclude: a changed file in config/mod0 is still found with 'config/*.json'.
+        let package = work.directory.file("app.zip")
+        #expect(try CLI.run(["pack", root] + key + ["--out", package]).status == 0)
+        let app = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
+        try Data(#"{"b": 3}"#.utf8).write(to: URL(fileURLWithPath: app + "/config/mod0/cfg0.json"))
+        #expect(try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--exclude", "config/*.json"]).status == 1)
+        #expect(try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--exclude", "config/**/cfg*.json"]).status == 0)
+        let help = try CLI.run(["help", "pack"])
+        #expect(help.stdoutText.contains(".gitignore"), "\(help.stdoutText)")
+    }
 }

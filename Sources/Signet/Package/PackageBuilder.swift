@@ -42,8 +42,8 @@ public struct PackOptions: Sendable {
     /// Files the package must never replace, besides the resources (the key, certificates):
     /// an output that is one of them (by device and inode) is refused.
     public var protecting: [String] = []
-    /// Glob patterns (as `--exclude` reads them: a path inside the package, a file name or a
-    /// folder) of JSON and property list resources that are parsed now and recorded as
+    /// Glob patterns (`.gitignore`'s rules, as `reverify --exclude` reads them: FORMAT.md §4,
+    /// "Patterns") of JSON and property list resources that are parsed now and recorded as
     /// structured, so that re-verification can compare them key by key.
     public var structured: [String] = []
     /// Told how many files and bytes have been read and packed, from pack's threads.

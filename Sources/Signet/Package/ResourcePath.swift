@@ -109,19 +109,53 @@ public enum ResourcePath {
 }
 
 extension ResourcePath {
-    /// Whether the glob `pattern` (fnmatch) selects the resource `path`: it matches the whole
-    /// relative path, the file name, or a folder on the path (by its name or its relative path),
-    /// so that "*.log", "cache", "var/tmp/*" and "config.json" mean what they say. A trailing
-    /// `/` is ignored.
+    /// Whether the glob `pattern` selects the resource `path`, with the rules people know from
+    /// `.gitignore` (FORMAT.md §4, "Patterns"):
+    /// - `*`, `?` and `[...]` match within one path component: `*` never crosses a `/`;
+    /// - `**` as a whole component matches any number of folders (`a/**/b`, `**/x`, `a/**`);
+    /// - a pattern without a `/` (other than a trailing one) matches a file or folder name at
+    ///   any depth ("*.log", "cache");
+    /// - a pattern with a `/` is anchored at the root of the tree ("config/*.json" matches
+    ///   `config/app.json`, not `config/mod/app.json`); a leading `/` only anchors;
+    /// - a pattern that matches a folder selects everything below it; a trailing `/` is
+    ///   ignored.
     static func matches(pattern raw: String, _ path: String) -> Bool {
-        let pattern = raw.count > 1 && raw.hasSuffix("/") ? String(raw.dropLast()) : raw
+        var pattern = Substring(raw)
+        while pattern.count > 1, pattern.hasSuffix("/") { pattern = pattern.dropLast() }
+        let anchored = pattern.dropFirst().contains("/") || pattern.hasPrefix("/")
+        if pattern.hasPrefix("/") { pattern = pattern.drop { $0 == "/" } }
+        let parts = pattern.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         let components = path.split(separator: "/").map(String.init)
-        if fnmatch(pattern, path, 0) == 0 || fnmatch(pattern, components.last ?? path, 0) == 0 { return true }
-        var prefix = ""
-        for component in components.dropLast() {
-            prefix += (prefix.isEmpty ? "" : "/") + component
-            if fnmatch(pattern, prefix, 0) == 0 || fnmatch(pattern, component, 0) == 0 { return true }
+        guard !parts.isEmpty else { return false }
+        if !anchored {
+            // A name: the file's or any folder's on the path.
+            return components.contains { fnmatch(parts[0], $0, 0) == 0 }
         }
-        return false
+        // The whole path, or a folder on it (which selects what is below).
+        return matchesPrefix(parts, components)
+    }
+
+    /// Whether the pattern components match the first k ≥ 1 path components, for some k, `**`
+    /// matching zero or more of them. A table of (pattern, path) positions filled from the end:
+    /// at most parts × components `fnmatch` calls, whatever the number of `**` (recursion over
+    /// them is exponential on a deep tree).
+    private static func matchesPrefix(_ parts: [String], _ components: [String]) -> Bool {
+        let m = parts.count, n = components.count
+        guard n > 0 else { return false }
+        // next[j]: parts[i+1...] matches a prefix of components[j...] that ends at or after the
+        // first component (j ≥ 1 means at least one component was consumed before).
+        var next = (0...n).map { $0 >= 1 }
+        for i in stride(from: m - 1, through: 0, by: -1) {
+            var current = [Bool](repeating: false, count: n + 1)
+            for j in stride(from: n, through: 0, by: -1) {
+                if parts[i] == "**" {
+                    current[j] = next[j] || (j < n && current[j + 1])
+                } else {
+                    current[j] = j < n && next[j + 1] && fnmatch(parts[i], components[j], 0) == 0
+                }
+            }
+            next = current
+        }
+        return next[0]
     }
 }

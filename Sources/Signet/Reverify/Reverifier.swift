@@ -115,8 +115,9 @@ public struct TreeReport: Sendable {
 
 /// Which files of a tree are checked.
 public struct ReverifyOptions: Sendable {
-    /// Glob patterns (fnmatch) for files allowed to change: matched against the relative path,
-    /// the file name, and every directory on the path ("*.log", "cache", "var/tmp/*").
+    /// Glob patterns for files allowed to change, with `.gitignore`'s rules (FORMAT.md §4,
+    /// "Patterns"): "*.log" and "cache" match a name at any depth, "var/tmp/*" is anchored at
+    /// the tree's root and `*` stays within one folder, `**` crosses folders.
     public var exclude: [String] = []
     /// Only these subtrees (relative paths); empty for all.
     public var only: [String] = []
