@@ -196,9 +196,12 @@ struct Reverify: ParsableCommand {
             Output.json(Report(ok: statuses.allSatisfy { $0 == 0 }, trees: trees, files: files.map(FileEntry.init)))
         } else {
             for file in files {
+                // A file that could not be read has its verdict like any other, and its error on
+                // standard error (the exit status is the error's); a path that does not exist
+                // is only an error.
                 if let error = file.error {
                     Output.error(error.description)
-                    continue
+                    if error.code == .fileNotFound { continue }
                 }
                 Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
             }

@@ -60,4 +60,42 @@ struct NewUserCLITests {
         let help = try CLI.run(["help", "pack"])
         #expect(help.stdoutText.contains(".gitignore"), "\(help.stdoutText)")
     }
+
+    @Test("reverify TREE with an unreadable folder: the folder and its listed files are unreadable, everything else is checked; reverify FILE of an unreadable file gives its verdict")
+    func unreadableFolders() throws {
+        guard getuid() == 0 else {
+            print("skipped: needs root to act as nobody with setpriv")
+            return
+        }
+        let work = try Workspace()
+        let root = work.directory.file("src")
+        for (path, text) in [("a/x.txt", "x"), ("a/deep/y.txt", "y"), ("b/z.txt", "z"), ("top.txt", "t")] {
+            try FileManager.default.createDirectory(atPath: (root + "/" + path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try Data(text.utf8).write(to: URL(fileURLWithPath: root + "/" + path))
+        }
+        let package = work.directory.file("app.zip")
+        #expect(try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package]).status == 0)
+        let app = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
+        chmod(work.path, 0o755)
+        chmod(work.keys, 0o755)
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", CLI.binary, "reverify"]
+        #expect(try SignetTestSupport.run("setpriv", asNobody + [app, "--pubkey", work.publicDER]).status == 0, "all readable: ok")
+
+        chmod(app + "/a", 0o000)
+        try Data("changed".utf8).write(to: URL(fileURLWithPath: app + "/b/z.txt"))
+        let result = try SignetTestSupport.run("setpriv", asNobody + [app, "--pubkey", work.publicDER, "--json"])
+        chmod(app + "/a", 0o755)
+        #expect(result.status == 1, "\(result.status) \(result.stderr)")
+        let tree = try #require((try result.json()["trees"] as? [[String: Any]])?.first, "\(result.stdoutText)")
+        let verdicts = Dictionary(uniqueKeysWithValues: try #require(tree["files"] as? [[String: Any]]).map { ($0["path"] as! String, $0["verdict"] as! String) })
+        #expect(verdicts["a/"] == "unreadable" && verdicts["a/x.txt"] == "unreadable" && verdicts["a/deep/y.txt"] == "unreadable", "\(verdicts)")
+        #expect(verdicts["b/z.txt"] == "modified" && verdicts["top.txt"] == "ok", "the rest is still checked: \(verdicts)")
+
+        chmod(app + "/top.txt", 0o000)
+        let file = try SignetTestSupport.run("setpriv", asNobody + [app + "/top.txt", "--pubkey", work.publicDER])
+        chmod(app + "/top.txt", 0o644)
+        #expect(file.status == 5, "\(file.status) \(file.stderr)")
+        #expect(file.stdoutText.contains("unreadable") && file.stdoutText.contains("top.txt") && file.stdoutText.contains("permission denied"), "\(file.stdoutText) \(file.stderr)")
+    }
 }

@@ -513,10 +513,10 @@ public enum Reverifier {
         func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
         // What is on disk, listed and sorted on another core while this one reads, verifies and
         // parses the manifest (joined before returning: it reads through rootFD).
-        let walk = OwnThreads.start { () throws -> (files: [String], folders: [(path: String, mode: UInt32)], signet: [String]) in
+        let walk = OwnThreads.start { () throws -> (files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)], signet: [String]) in
             var found = try diskTree(rootFD, root: root)
             found.files.sort(by: ResourcePath.byteOrder)
-            return (found.files, found.folders, try signetFiles(rootFD, root: root))
+            return (found.files, found.folders, found.unreadable, try signetFiles(rootFD, root: root))
         }
         defer { _ = walk.wait() }
         guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
@@ -536,7 +536,8 @@ public enum Reverifier {
                 }
                 var onDisk = walked
                 onDisk.removeAll { $0.utf8.elementsEqual(TreeLayout.bareMarker.utf8) }
-                return try verifyBareTree(rootFD, root: root, onDisk: onDisk, policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
+                return try verifyBareTree(rootFD, root: root, onDisk: onDisk, unreadable: try walk.wait().get().unreadable,
+                                          policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
             }
             throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
         }
@@ -600,6 +601,9 @@ public enum Reverifier {
         for path in unlisted(disk.files, manifest) where options.selects(path) && !isDeviceSeal(path, rootFD: rootFD, root: root) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
+        for (path, reason) in disk.unreadable where options.selects(path) {
+            reports.append(FileReport(path: path + "/", verdict: .unreadable, detail: "\(reason); files added there cannot be seen, and each file the manifest lists there is reported on its own", signatureSource: nil, signer: nil))
+        }
         reports += folderReports(disk.folders, manifest: manifest, rootFD: rootFD, options: options)
         reports += signetReports(disk.signet, manifest: manifest, options: options)
         // In manifest order, which pack writes sorted: then only added files need sorting in.
@@ -613,7 +617,7 @@ public enum Reverifier {
     /// A tree unpack `--bare` installed: no manifest, so no completeness guarantee; each file
     /// on disk is checked against its own signature (its attribute, else its sidecar), verified
     /// with the trust policy, and a sidecar whose file is gone is `missing`.
-    private static func verifyBareTree(_ rootFD: Int32, root: String, onDisk: [String], policy: TrustPolicy, options: ReverifyOptions,
+    private static func verifyBareTree(_ rootFD: Int32, root: String, onDisk: [String], unreadable: [(path: String, reason: String)], policy: TrustPolicy, options: ReverifyOptions,
                                        cancelled: CancellationFlag, elapsed: () -> Double) throws -> TreeReport {
         guard options.allowedKeys.isEmpty else {
             throw SignetError(.usage, "'\(root)' was installed from a bare package, which has no structured files; --allow-key and allow_keys need a package made by signet pack --structured", path: root)
@@ -668,6 +672,9 @@ public enum Reverifier {
         }.compactMap { $0 }
         if cancelled.isSet { throw CancellationError() }
         progress?.finish()
+        for (path, reason) in unreadable where options.selects(path) {
+            reports.append(FileReport(path: path + "/", verdict: .unreadable, detail: "\(reason); the files there cannot be checked", signatureSource: nil, signer: nil))
+        }
         reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
         let untrusted = !reports.isEmpty && reports.allSatisfy { $0.verdict == .untrusted }
         return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: untrusted ? .untrustedSigner : nil,
@@ -719,11 +726,15 @@ public enum Reverifier {
         try diskTree(rootFD, root: root).files
     }
 
-    /// ``diskFiles(_:root:)``, and every folder below the tree (outside `.signet/`) with its
-    /// permission bits, as read through the descriptor the walk opened it with.
-    static func diskTree(_ rootFD: Int32, root: String) throws -> (files: [String], folders: [(path: String, mode: UInt32)]) {
+    /// ``diskFiles(_:root:)``, every folder below the tree (outside `.signet/`) with its
+    /// permission bits, as read through the descriptor the walk opened it with, and the folders
+    /// below the root that could not be opened or listed (with why): the walk goes on without
+    /// them, and the tree check reports each as `unreadable` (the files the manifest lists there
+    /// get their own `unreadable` verdict). Only the root itself failing is an error.
+    static func diskTree(_ rootFD: Int32, root: String) throws -> (files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)]) {
         var found: [String] = []
         var folders: [(path: String, mode: UInt32)] = []
+        var unreadable: [(path: String, reason: String)] = []
         var pending: [String] = [""]
         while let prefix = pending.popLast() {
             let directory = prefix.isEmpty ? root : root + "/" + prefix
@@ -733,7 +744,11 @@ public enum Reverifier {
             } else {
                 switch Paths.open(prefix, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
                 case .success(let opened): fd = opened
-                case .failure(let failure): throw SignetError.posix(failure, "cannot read directory", path: directory)
+                case .failure(let failure) where failure.code == ENOENT:
+                    continue   // removed since it was listed: its files are missing, nothing to walk
+                case .failure(let failure):
+                    unreadable.append((prefix, SignetError.posix(failure, "cannot read directory", path: directory).reason))
+                    continue
                 }
                 var info = stat()
                 if fstat(fd, &info) == 0 { folders.append((prefix, UInt32(info.st_mode) & 0o7777)) }
@@ -754,10 +769,11 @@ public enum Reverifier {
                     if isDirectory { pending.append(relative) } else { found.append(relative) }
                 }
             } catch let failure as SystemCallFailure {
-                throw SignetError.posix(failure, "cannot read directory", path: directory)
+                guard !prefix.isEmpty else { throw SignetError.posix(failure, "cannot read directory", path: directory) }
+                unreadable.append((prefix, SignetError.posix(failure, "cannot read directory", path: directory).reason))
             }
         }
-        return (found, folders)
+        return (found, folders, unreadable)
     }
 
     /// Folders on disk: one that holds no file of the manifest is `added` (an empty folder, or
