@@ -39,6 +39,9 @@ struct Fetch: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Where to put it.", valueName: "file"))
     var out: String
 
+    @Flag(name: .long, help: "Replace --out if it exists (without it, an existing file is refused before anything is downloaded).")
+    var force = false
+
     @Option(name: .long, help: ArgumentHelp("Its detached signature: a file or an https:// URL (at most 64 KiB).", valueName: "file|url"))
     var signature: String?
 
@@ -68,6 +71,9 @@ struct Fetch: ParsableCommand {
     func run() throws {
         tls.warnIfInsecure(url)
         let options = try tls.options(trust: trust)
+        // After the trust sources loaded (a broken seal is the first thing to hear about), before
+        // anything is downloaded.
+        if !force { try OutputRule.refuseExisting(out, what: "the download's output") }
         var signatureBytes: [UInt8]? = nil
         var policy: TrustPolicy? = nil
         if let signature {
@@ -82,9 +88,9 @@ struct Fetch: ParsableCommand {
                 signatureBytes = try SignatureFiles.read(signature)
             }
         }
-        let (url, out, algorithm) = (url, out, algorithm)
+        let (url, out, algorithm, force) = (url, out, algorithm, force)
         let result = try ProgressLine.downloading(url, options: options, output: output) { [signatureBytes, policy] in
-            try await Download.file(url, to: out, options: $0, signature: signatureBytes, algorithm: algorithm, policy: policy)
+            try await Download.file(url, to: out, options: $0, signature: signatureBytes, algorithm: algorithm, policy: policy, replace: force)
         }
         if output.json {
             Output.json(Report(url: url, file: out, size: result.size, resumed_from: result.resumedFrom, verified: signatureBytes != nil))

@@ -34,6 +34,9 @@ struct Keygen: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: "Certificate validity in days.")
     var days = 3650
 
+    @Flag(name: .long, help: "Replace key files that already exist in --out (the old private key is lost; without it, they are refused and nothing is written).")
+    var force = false
+
     @OptionGroup var passphrase: PassphraseOptions
     @OptionGroup var output: OutputOptions
 
@@ -61,9 +64,11 @@ struct Keygen: ParsableCommand {
     }
 
     func run() throws {
+        // Before a passphrase is asked for or a key made.
+        if !force { try GeneratedKey.refuseExisting(in: out) }
         let secret = try newPassphrase()
         let generated = try GeneratedKey.generate(bits: bits, commonName: commonName, validityDays: days)
-        let written = try generated.write(to: out, passphrase: secret)
+        let written = try generated.write(to: out, passphrase: secret, replace: force)
         let id = generated.privateKey.keyID
         if !written.encrypted {
             Output.warn("the private key files in '\(out)' are not encrypted; use --passphrase-file or --passphrase-env to protect them")

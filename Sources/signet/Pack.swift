@@ -71,6 +71,9 @@ struct Pack: ParsableCommand {
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
     var followSymlinks = false
 
+    @Flag(name: .long, help: "Replace --out if it exists (without it, an existing package is refused and nothing is written).")
+    var force = false
+
     @Option(name: .long, help: ArgumentHelp("JSON or property list files that reverify may compare key by key; a glob with .gitignore's rules ('*.json' a name anywhere, 'config/*.json' only directly in config/, 'config/**/*.json' at any depth); repeatable.", valueName: "glob"))
     var structured: [String] = []
 
@@ -89,6 +92,8 @@ struct Pack: ParsableCommand {
 
     func run() throws {
         let privateKey = try key.load()
+        // Refused once the key is known to be usable, before any file is read.
+        if !force { try OutputRule.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain) }
         let options0 = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap { Timestamp(rfc3339: $0) },
                                   compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
         var options = options0
@@ -97,6 +102,7 @@ struct Pack: ParsableCommand {
         options.limits = limits.limits
         options.structured = structured
         options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
+        options.replace = force
         let result = try ProgressLine.showing("packing " + out, output: output) { progress in
             options.progress = progress
             return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)

@@ -30,6 +30,9 @@ struct Sign: ParsableCommand {
     @Option(name: .long, help: "Signature algorithm.")
     var algorithm: SignatureAlgorithm = .default
 
+    @Flag(name: .long, help: "Replace signature files that already exist (without it, an existing one is refused and nothing is written).")
+    var force = false
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -54,11 +57,15 @@ struct Sign: ParsableCommand {
 
     func run() throws {
         let privateKey = try key.load()
+        // Refused once the key is known to be usable, before any file is read.
+        if !force {
+            for target in files.map({ out ?? $0 + ".sig" }) { try OutputRule.refuseExisting(target, what: "the signature file", inputs: files + key.files) }
+        }
         let signer = Signer(key: privateKey, algorithm: algorithm)
         let signatures = try ProgressLine.showing("signing", output: output) { try signer.sign(filesAt: files, progress: $0) }
         let targets = files.map { out ?? $0 + ".sig" }
         // The key, its passphrase file and the signed files are never replaced by a signature.
-        try SignatureFiles.write(signatures, to: targets, protecting: files + key.files)
+        try SignatureFiles.write(signatures, to: targets, protecting: files + key.files, replace: force)
         let entries = zip(files, targets).map { file, target in
             Entry(path: file, signature: target, algorithm: algorithm.id, key_id: privateKey.keyID.hex)
         }

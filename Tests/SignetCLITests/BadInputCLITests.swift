@@ -191,7 +191,7 @@ struct BadInputCLITests {
         #expect(quiet.status == 0)
         #expect(!quiet.stderr.contains("warning"), "\(quiet.stderr)")
         chmod(work.privatePEM, 0o644)
-        let warned = try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        let warned = try CLI.run(["sign", file, "--force", "--key", work.privatePEM, "--passphrase-file", work.passFile])
         #expect(warned.status == 0)
         #expect(warned.stderr.contains("warning: private key '\(work.privatePEM)' can be read by group or others"))
         #expect(warned.stderr.contains("chmod 600"))

@@ -30,7 +30,7 @@ struct DownloadCLITests {
         let body = try contents(try server.directory.writeRandom("www/file.bin", count: 100_000))
         let out = work.file("file.bin")
         func fetch(_ extra: [String], host: String = "localhost") throws -> ProcessResult {
-            try CLI.run(["fetch", server.url("file.bin", host: host), "--out", out, "--retries", "0"] + extra)
+            try CLI.run(["fetch", server.url("file.bin", host: host), "--out", out, "--retries", "0", "--force"] + extra)
         }
         // The system store does not know the private root.
         let system = try fetch([])
@@ -61,12 +61,12 @@ struct DownloadCLITests {
         #expect(try fetch(["--tls-ca", server.root, "--tls-cert", server.intermediate]).status == 3)
         // The leaf names localhost only: the same server as 127.0.0.1 is the wrong host (3),
         // whatever the pins say.
-        let wrongHost = try CLI.run(["fetch", "https://127.0.0.1:\(server.port)/file.bin", "--out", out, "--retries", "0",
+        let wrongHost = try CLI.run(["fetch", "https://127.0.0.1:\(server.port)/file.bin", "--out", out, "--retries", "0", "--force",
                                      "--tls-ca", server.root, "--tls-pin", try server.pin(server.root)])
         #expect(wrongHost.status == 3, "\(wrongHost.stderr)")
         #expect(wrongHost.stderr.contains("127.0.0.1"), "names the host: \(wrongHost.stderr)")
         // The same chain with an expired leaf: 3, and the message says so.
-        let expired = try CLI.run(["fetch", "https://localhost:\(server.expiredPort)/file.bin", "--out", out, "--retries", "0",
+        let expired = try CLI.run(["fetch", "https://localhost:\(server.expiredPort)/file.bin", "--out", out, "--retries", "0", "--force",
                                    "--tls-ca", server.root])
         #expect(expired.status == 3, "\(expired.stderr)")
         #expect(expired.stderr.contains("expired"), "says which check failed: \(expired.stderr)")

@@ -148,7 +148,12 @@ struct HardeningCLITests {
         let packDist = ["pack", work.directory.file("dist"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
                         "--name", "a", "--version", "1", "--out", work.directory.file("dist/app.zip")]
         #expect(try CLI.run(packDist).status == 0)
-        #expect(try CLI.run(packDist).status == 2, "the second run would pack the first package and replace it")
+        // The second run: the package exists (exit 5 without --force); with --force the old
+        // package is not packed into the new one (skipped as zip and tar skip their archive).
+        #expect(try CLI.run(packDist).status == 5)
+        let again = try CLI.run(packDist + ["--force", "--json"])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect((try again.json()["files"] as? [[String: Any]])?.compactMap { $0["path"] as? String } == ["a.txt"])
     }
 
     @Test("a passphrase source that is given but empty is exit 4, and nothing is written")

@@ -162,7 +162,7 @@ struct InterruptionCLITests {
                     let left = try Self.leftovers(setup.work.directory.file("out"), "pkg.zip")
                     #expect(left.isEmpty, "signal \(signal) after \(delay) s (exit \(status)) left \(left)")
                 }
-                #expect(try run(CLI.binary, Array(pack.dropFirst())).status == 0)
+                #expect(try run(CLI.binary, Array(pack.dropFirst()) + ["--force"]).status == 0)
                 #expect(try Self.leftovers(setup.work.directory.file("out"), "pkg.zip").isEmpty, "after the next pack")
                 try FileManager.default.removeItem(atPath: out)
             }

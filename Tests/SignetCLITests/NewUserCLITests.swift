@@ -98,4 +98,54 @@ struct NewUserCLITests {
         #expect(file.status == 5, "\(file.status) \(file.stderr)")
         #expect(file.stdoutText.contains("unreadable") && file.stdoutText.contains("top.txt") && file.stdoutText.contains("permission denied"), "\(file.stdoutText) \(file.stderr)")
     }
+
+    @Test("one overwrite rule: sign, pack, fetch, keygen and key show refuse an existing output (exit 5, nothing written) unless --force; pack skips its own output inside a packed folder")
+    func overwriteRule() throws {
+        let work = try Workspace()
+        let file = try work.directory.write("app.tar", Data("release\n".utf8))
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile]
+        #expect(try CLI.run(["sign", file] + key).status == 0)
+        let signature = try contents(file + ".sig")
+        // An existing output: refused before any work, the old file untouched.
+        try Data("changed\n".utf8).write(to: URL(fileURLWithPath: file))
+        let again = try CLI.run(["sign", file] + key)
+        #expect(again.status == 5 && again.stderr.contains("already exists") && again.stderr.contains("--force"), "\(again.stderr)")
+        #expect(try contents(file + ".sig") == signature)
+        let out = work.directory.file("other.sig")
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: out))
+        #expect(try CLI.run(["sign", file, "--out", out] + key).status == 5)
+        #expect(try contents(out) == Data("keep".utf8))
+        #expect(try CLI.run(["sign", file, "--force"] + key).status == 0)
+        #expect(try contents(file + ".sig") != signature)
+        #expect(try CLI.run(["verify", file, "--pubkey", work.publicDER]).status == 0)
+
+        // pack, run twice from inside the folder it packs: the second run needs --force, and the
+        // package is not packed into itself.
+        let src = work.directory.file("src")
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try Data("a\n".utf8).write(to: URL(fileURLWithPath: src + "/a.txt"))
+        let pack = ["pack", ".", "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", "r.zip", "--json"]
+        #expect(try CLI.run(pack, directory: src).status == 0)
+        let refused = try CLI.run(pack, directory: src)
+        #expect(refused.status == 5 && refused.stderr.contains("'r.zip' already exists"), "\(refused.stderr)")
+        let forced = try CLI.run(pack + ["--force"], directory: src)
+        #expect(forced.status == 0, "\(forced.stderr)")
+        #expect((try forced.json()["files"] as? [[String: Any]])?.compactMap { $0["path"] as? String } == ["a.txt"], "\(forced.stdoutText)")
+
+        // key show --pubout and keygen follow the same rule.
+        let pubout = try CLI.run(["key", "show", work.privatePEM, "--passphrase-file", work.passFile, "--pubout", work.publicDER])
+        #expect(pubout.status == 5 && pubout.stderr.contains("--force"), "\(pubout.stderr)")
+        let keygen = try CLI.run(["keygen", "--out", work.keys, "--bits", "2048", "--passphrase-file", work.passFile])
+        #expect(keygen.status == 5 && keygen.stderr.contains("--force"), "\(keygen.stderr)")
+        let before = try contents(work.privatePEM)
+        #expect(try CLI.run(["keygen", "--out", work.keys, "--bits", "2048", "--passphrase-file", work.passFile, "--force"]).status == 0)
+        #expect(try contents(work.privatePEM) != before)
+
+        // fetch refuses before downloading anything (no server is needed to prove it).
+        let fetched = work.directory.file("fetched.bin")
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: fetched))
+        let fetch = try CLI.run(["fetch", "https://127.0.0.1:9/nothing", "--out", fetched])
+        #expect(fetch.status == 5 && fetch.stderr.contains("already exists"), "\(fetch.stderr)")
+        #expect(try contents(fetched) == Data("mine".utf8))
+    }
 }

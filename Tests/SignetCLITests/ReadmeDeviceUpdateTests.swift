@@ -55,6 +55,7 @@ struct ReadmeDeviceUpdateTests {
         // The same device with only the backup pin (the server's chain has no such key): refused
         // before anything is written, and the message lists the pins the server presented.
         try FileManager.default.removeItem(atPath: d + "/opt/app")
+        try FileManager.default.removeItem(atPath: d + "/app-1.4.2.zip")   // a fresh CI job packs again
         let backupOnly = script.replacingOccurrences(of: "--tls-pin $PIN_NOW ", with: "")
         let refused = try run("bash", ["-euo", "pipefail", "-c", backupOnly], environment: environment, directory: d)
         #expect(refused.status == 3, "\(refused.stderr)")

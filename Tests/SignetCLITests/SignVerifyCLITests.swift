@@ -134,8 +134,9 @@ struct SignVerifyCLITests {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 10)
         #expect(try CLI.run(["sign", file, "--key", work.privateP12, "--passphrase-file", work.passFile]).status == 0)
-        #expect(try CLI.run(["sign", file, "--key", work.privateP12, "--passphrase-env", "P"], environment: ["P": work.passphrase]).status == 0)
-        let piped = try SignetTestSupport.run("bash", ["-c", "\"$0\" sign \"$1\" --key \"$2\" --passphrase-file <(printf '%s\\n' \"$3\")",
+        // Signed again each time: --force replaces the signature the run before wrote.
+        #expect(try CLI.run(["sign", file, "--force", "--key", work.privateP12, "--passphrase-env", "P"], environment: ["P": work.passphrase]).status == 0)
+        let piped = try SignetTestSupport.run("bash", ["-c", "\"$0\" sign --force \"$1\" --key \"$2\" --passphrase-file <(printf '%s\\n' \"$3\")",
                                                       CLI.binary, file, work.privatePEM, work.passphrase])
         #expect(piped.status == 0, "\(piped.stderr)")
         let unset = try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-env", "SIGNET_UNSET_VAR"], environment: ["SIGNET_UNSET_VAR": nil])

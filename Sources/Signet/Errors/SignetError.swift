@@ -197,3 +197,11 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         return reason + " (OpenSSL: " + openSSLErrors.joined(separator: "; ") + ")"
     }
 }
+
+extension SignetError {
+    /// The refusal of Signet's one rule for outputs (issue 29): `what` at `path` already exists
+    /// and is replaced only with `--force` (``Code/fileExists``, exit 5).
+    public static func existingOutput(_ path: String, what: String) -> SignetError {
+        SignetError(.fileExists, "\(what) '\(path)' already exists; an existing output is replaced only with --force. Nothing was written", path: path)
+    }
+}

@@ -28,7 +28,7 @@ enum AtomicFile {
             if replace {
                 guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path, call: "rename") }
             } else {
-                try renameNoReplace(temporary, path)
+                try renameNoReplace(temporary, path, what: "the file")
             }
         }
         committed = true
@@ -67,15 +67,32 @@ enum AtomicFile {
         for directory in Set(paths.map(parentDirectory(of:))) { syncDirectory(directory) }
     }
 
+    /// Refuses (``SignetError/Code/fileExists``, exit 5) when anything is at `path` (a dangling
+    /// link too): Signet's one rule for outputs is that an existing one is replaced only with
+    /// `--force` (issue 29). Checked before any work, so nothing is written; the final rename
+    /// is ``renameNoReplace(_:_:)``, so a file that appears meanwhile is not replaced either.
+    static func refuseExisting(_ path: String, what: String) throws {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        throw existing(path, what: what)
+    }
+
+    static func existing(_ path: String, what: String) -> SignetError { SignetError.existingOutput(path, what: what) }
+
     /// Moves `from` to `to` only if `to` does not exist.
-    static func renameNoReplace(_ from: String, _ to: String) throws {
+    static func renameNoReplace(_ from: String, _ to: String, what: String? = nil) throws {
         if signet_renameat2(AT_FDCWD, from, AT_FDCWD, to, signet_RENAME_NOREPLACE()) == 0 { return }
         let err = errno
+        if err == EEXIST, let what { throw existing(to, what: what) }
         guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
             throw SignetError.posix(err, "cannot write", path: to, call: "renameat2")
         }
         // The filesystem has no RENAME_NOREPLACE: link(2) also refuses an existing target.
-        guard link(from, to) == 0 else { throw SignetError.posix(errno, "cannot write", path: to, call: "link") }
+        guard link(from, to) == 0 else {
+            let err = errno
+            if err == EEXIST, let what { throw existing(to, what: what) }
+            throw SignetError.posix(err, "cannot write", path: to, call: "link")
+        }
         unlink(from)
     }
 

@@ -87,13 +87,24 @@ public struct GeneratedKey: Sendable {
         public let encrypted: Bool
     }
 
+    /// Refuses (``SignetError/Code/fileExists``) when any of the key files is already in
+    /// `directory`: what `write(to:passphrase:replace:)` does without `replace`, for a caller
+    /// that wants to know before generating a key or asking for a passphrase.
+    public static func refuseExisting(in directory: String) throws {
+        let existing = fileNames.map { directory + "/" + $0 }.filter { access($0, F_OK) == 0 }
+        guard existing.isEmpty else {
+            throw SignetError(.fileExists, "refusing to overwrite \(existing.map { "'\($0)'" }.joined(separator: ", ")); choose an empty --out directory, move the old keys away first, or give --force to replace them (the old private key is then lost)", path: existing[0])
+        }
+    }
+
     /// Writes `private_key.pem`, `private_key.p12` (mode 0600), `public_key.der` and
     /// `certificate.der` (0644) into `directory`, creating it if needed (mode 0700).
     ///
     /// A passphrase that is given but empty is refused (`.emptyPassphrase`, exit 4).
-    /// Never replaces a file: if any of them exists nothing is written; if writing fails half-way,
-    /// the files this call created are removed again.
-    public func write(to directory: String, passphrase: Passphrase?) throws -> WrittenFiles {
+    /// Without `replace`, never replaces a file: if any of them exists nothing is written; if
+    /// writing fails half-way, the files this call created are removed again. With `replace`
+    /// (the CLI's `--force`), existing key files are replaced.
+    public func write(to directory: String, passphrase: Passphrase?, replace: Bool = false) throws -> WrittenFiles {
         if let passphrase, passphrase.isEmpty {
             // An empty passphrase would silently write an unencrypted key: nil says "none" explicitly.
             throw SignetError(.emptyPassphrase, "the passphrase is empty; give a non-empty passphrase, or none to write an unencrypted key (not recommended)")
@@ -101,10 +112,7 @@ public struct GeneratedKey: Sendable {
         // Missing parents are made like `mkdir -p`, the new ones private to the owner.
         try Paths.createDirectories(directory, mode: 0o700, what: "output directory")
         let paths = Self.fileNames.map { directory + "/" + $0 }
-        let existing = paths.filter { access($0, F_OK) == 0 }
-        guard existing.isEmpty else {
-            throw SignetError(.fileExists, "refusing to overwrite \(existing.map { "'\($0)'" }.joined(separator: ", ")); choose an empty --out directory or move the old keys away first", path: existing[0])
-        }
+        if !replace { try Self.refuseExisting(in: directory) }
         let contents: [([UInt8], mode_t)] = [
             (try pkcs8PEM(passphrase: passphrase), 0o600),
             (try pkcs12(passphrase: passphrase), 0o600),
@@ -114,11 +122,12 @@ public struct GeneratedKey: Sendable {
         var written: [String] = []
         do {
             for (path, (bytes, mode)) in zip(paths, contents) {
-                try AtomicFile.write(bytes, to: path, mode: mode, replace: false)
+                try AtomicFile.write(bytes, to: path, mode: mode, replace: replace)
                 written.append(path)
             }
         } catch {
-            for path in written { unlink(path) }
+            // Only files that did not exist are removed: with replace, what was written stands.
+            if !replace { for path in written { unlink(path) } }
             throw error
         }
         return WrittenFiles(directory: directory, paths: paths, encrypted: !(passphrase?.isEmpty ?? true))

@@ -61,6 +61,7 @@ public struct PublicKey: Sendable, Hashable, CustomStringConvertible {
     /// one of `inputs` (the key file it was read from, a passphrase file: exit 2).
     public func writeDER(to path: String, replace: Bool = false, protecting inputs: [String] = []) throws {
         try FileIdentity.refuseOverwriting(targets: [path], inputs: inputs.map { ($0, "input") }, what: "--pubout")
+        if !replace { try AtomicFile.refuseExisting(path, what: "the public key file") }
         try AtomicFile.write(subjectPublicKeyInfo, to: path, mode: 0o644, replace: replace)
     }
 

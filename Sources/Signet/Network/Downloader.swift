@@ -786,8 +786,8 @@ public enum Download {
     /// `user.signet.meta` records `url` as its `source`.
     public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
                             signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
-                            policy: TrustPolicy? = nil) throws -> DownloadResult {
-        try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, cancelled: nil)
+                            policy: TrustPolicy? = nil, replace: Bool = true) throws -> DownloadResult {
+        try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, replace: replace, cancelled: nil)
     }
 
     /// ``file(_:to:options:signature:algorithm:policy:)`` on a thread of its own (not Swift
@@ -796,11 +796,11 @@ public enum Download {
     /// Progress goes to ``DownloadOptions/progress``.
     public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
                             signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
-                            policy: TrustPolicy? = nil) async throws -> DownloadResult {
+                            policy: TrustPolicy? = nil, replace: Bool = true) async throws -> DownloadResult {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async {
-                try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, cancelled: cancelled)
+                try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, replace: replace, cancelled: cancelled)
             }
         } onCancel: {
             cancelled.set()
@@ -808,10 +808,12 @@ public enum Download {
     }
 
     static func file(_ url: String, to path: String, options: DownloadOptions, signature: [UInt8]?,
-                     algorithm: SignatureAlgorithm, policy: TrustPolicy?, cancelled: CancellationFlag?) throws -> DownloadResult {
+                     algorithm: SignatureAlgorithm, policy: TrustPolicy?, replace: Bool = true, cancelled: CancellationFlag?) throws -> DownloadResult {
         guard (signature == nil) == (policy == nil) else {
             throw SignetError(.usage, "a signature needs a trust policy to verify it with, and a trust policy a signature")
         }
+        // Before a byte is fetched: an existing output is replaced only when asked.
+        if !replace { try AtomicFile.refuseExisting(path, what: "the download's output") }
         let partial = Downloader.partialPath(besides: path)
         let state = HasherBox(try Digest.Hasher(algorithm.digest))
         // Hashed as it arrives only when there is a signature to check.
@@ -839,7 +841,11 @@ public enum Download {
             }
         }
         do {
-            _ = try TemporaryFiles.guardedCall("rename") { rename(partial, path) }.get()
+            if replace {
+                _ = try TemporaryFiles.guardedCall("rename") { rename(partial, path) }.get()
+            } else {
+                try TemporaryFiles.guarded { try AtomicFile.renameNoReplace(partial, path, what: "the download's output") }
+            }
         } catch let failure as SystemCallFailure {
             throw SignetError.posix(failure, "cannot write", path: path)
         }

@@ -42,6 +42,9 @@ public struct PackOptions: Sendable {
     /// Files the package must never replace, besides the resources (the key, certificates):
     /// an output that is one of them (by device and inode) is refused.
     public var protecting: [String] = []
+    /// Whether an existing file at the output is replaced (the CLI's `--force`); when false it
+    /// is refused before anything is read (``SignetError/Code/fileExists``).
+    public var replace = true
     /// Glob patterns (`.gitignore`'s rules, as `reverify --exclude` reads them: FORMAT.md §4,
     /// "Patterns") of JSON and property list resources that are parsed now and recorded as
     /// structured, so that re-verification can compare them key by key.
@@ -127,10 +130,12 @@ public enum PackageBuilder {
     static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions, workers: Int) throws -> Result {
         try validate(options, signer: signer)
         try PackOptions.checkSourceDateEpoch()
-        let inputs = try collect(paths, followSymlinks: options.followSymlinks)
+        var inputs = try collect(paths, followSymlinks: options.followSymlinks)
+        inputs = withoutOwnOutput(inputs, output: output, named: paths)
         try checkLimits(inputs, options: options)
         try FileIdentity.refuseOverwriting(targets: [output], inputs: inputs.map { ($0.diskPath, "resource being packed") } + options.protecting.map { ($0, "input") },
                                            what: "the package")
+        if !options.replace { try AtomicFile.refuseExisting(output, what: "the package") }
         let created = options.created ?? PackOptions.sourceDateEpoch ?? .now
         if let expires = options.expires, expires <= created {
             throw SignetError(.usage, "--expires \(expires) is not after the package's creation time \(created)")
@@ -208,7 +213,11 @@ public enum PackageBuilder {
         // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
         try archive.sync()
         do {
-            _ = try TemporaryFiles.guardedCall("rename") { rename(temporary, output) }.get()
+            if options.replace {
+                _ = try TemporaryFiles.guardedCall("rename") { rename(temporary, output) }.get()
+            } else {
+                try TemporaryFiles.guarded { try AtomicFile.renameNoReplace(temporary, output, what: "the package") }
+            }
         } catch let failure as SystemCallFailure {
             throw SignetError.posix(failure, "cannot write the package", path: output)
         }
@@ -270,6 +279,18 @@ public enum PackageBuilder {
         }
         if case .automatic(let level) = options.compression, !(1...9).contains(level) {
             throw SignetError(.usage, "--compression-level must be 1 to 9, not \(level)")
+        }
+    }
+
+    /// The inputs without the package's own output where a walked directory holds it (`cd src &&
+    /// signet pack . --out r.zip`, run twice): skipped, as zip and tar skip their own archive.
+    /// Named on the command line itself, it stays, and is refused as an input to overwrite.
+    static func withoutOwnOutput(_ inputs: [PackInput], output: String, named: [String]) -> [PackInput] {
+        guard let own = FileIdentity.of(output, followLinks: false) else { return inputs }
+        if named.contains(where: { FileIdentity.of($0) == own }) { return inputs }
+        let name = output.split(separator: "/").last.map(String.init) ?? output
+        return inputs.filter { input in
+            !(input.diskPath.hasSuffix(name) && FileIdentity.of(input.diskPath, followLinks: false) == own)
         }
     }
 

@@ -19,11 +19,15 @@ public enum SignatureFiles {
     /// flushed to a temporary file beside its target; only when all of them are on disk are
     /// they renamed into place, and if one rename fails the ones already renamed are undone
     /// (older signatures restored), so a failure leaves every target as it was.
-    public static func write(_ signatures: [Signature], to paths: [String], protecting inputs: [String] = []) throws {
+    ///
+    /// With `replace` false, an existing signature file is refused before anything is written
+    /// (``SignetError/Code/fileExists``), and one that appears meanwhile is not replaced either.
+    public static func write(_ signatures: [Signature], to paths: [String], protecting inputs: [String] = [], replace: Bool = true) throws {
         guard signatures.count == paths.count else {
             throw SignetError(.usage, "one path per signature: \(signatures.count) signatures, \(paths.count) paths")
         }
         try FileIdentity.refuseOverwriting(targets: paths, inputs: inputs.map { ($0, "input") }, what: "the signature file")
+        if !replace { try paths.forEach { try AtomicFile.refuseExisting($0, what: "the signature file") } }
         for path in paths {
             var info = stat()
             if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG, info.st_mode & S_IFMT != S_IFLNK {
@@ -54,13 +58,21 @@ public enum SignatureFiles {
                 if let backup = entry.backup { rename(backup, entry.target) } else { unlink(entry.target) }
             }
         }
-        try TemporaryFiles.guarded { try commit(staged, &committed, rollBack) }
+        try TemporaryFiles.guarded { try commit(staged, replace: replace, &committed, rollBack) }
         for entry in committed { if let backup = entry.backup { unlink(backup) } }
         AtomicFile.syncDirectories(of: paths)
     }
 
-    private static func commit(_ staged: [(temporary: String, target: String)], _ committed: inout [(target: String, backup: String?)], _ rollBack: () -> Void) throws {
+    private static func commit(_ staged: [(temporary: String, target: String)], replace: Bool, _ committed: inout [(target: String, backup: String?)], _ rollBack: () -> Void) throws {
         for entry in staged {
+            if !replace {
+                do { try AtomicFile.renameNoReplace(entry.temporary, entry.target, what: "the signature file") } catch {
+                    rollBack()
+                    throw error
+                }
+                committed.append((entry.target, nil))
+                continue
+            }
             var backup: String? = entry.temporary + ".old"
             if link(entry.target, backup!) != 0 {
                 let err = errno
