@@ -40,6 +40,16 @@ struct Key: ParsableCommand {
         @OptionGroup var token: TokenOptions
         @OptionGroup var output: OutputOptions
 
+        struct Report: Encodable {
+            let key_id: String
+            let pin: String
+            let bits: Int
+            let format: String
+            let source: String
+            /// The file --pubout wrote; null without --pubout.
+            @Null var pubout: String?
+        }
+
         func run() throws {
             let publicKey: PublicKey
             let format: String
@@ -55,8 +65,8 @@ struct Key: ParsableCommand {
                 try publicKey.writeDER(to: pubout, replace: force, protecting: SigningKeyOptions.files(key: key, passphrase: passphrase))
             }
             if output.json {
-                Output.json(["key_id": publicKey.keyID.hex, "pin": publicKey.keyID.pin, "bits": String(publicKey.bits),
-                             "format": format, "source": publicKey.source, "pubout": pubout ?? ""])
+                Output.json(Report(key_id: publicKey.keyID.hex, pin: publicKey.keyID.pin, bits: publicKey.bits,
+                                   format: format, source: publicKey.source, pubout: pubout))
             } else {
                 Output.line("key id  \(publicKey.keyID.hex)")
                 Output.line("pin     \(publicKey.keyID.pin)")

@@ -110,7 +110,8 @@ struct Pack: ParsableCommand {
         let manifest = result.manifest
         if output.json {
             Output.json(PackageReport(package: out, manifest: manifest,
-                                      storage: { [compression = result.compression] in compression[$0].map { (compression: $0, compressedSize: nil) } }))
+                                      storage: { [compression = result.compression, sizes = result.compressedSizes] path in
+                                          compression[path].map { (compression: $0, compressedSize: sizes[path]) } }))
             return
         }
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }

@@ -68,8 +68,15 @@ enum Main {
         // per file, a quarter of a 50,000-file inspect's time. The same zone, named once.
         if getenv("TZ") == nil { setenv("TZ", ":/etc/localtime", 0) }
         let wantsJSON = CommandLine.arguments.dropFirst().contains("--json")
-        if CommandLine.arguments.dropFirst() == ["--version"] {
+        let flags = Set(CommandLine.arguments.dropFirst())
+        if flags == ["--version"] {
             print(SignetVersion.summary)
+            exit(0)
+        }
+        if flags == ["--version", "--json"] {
+            // libcurl is not loaded for this (it is loaded on a first download): its version is
+            // not part of the document.
+            Output.json(VersionReport(signet: SignetVersion.signet, openssl: SignetVersion.openSSL, libzip: SignetVersion.libzip))
             exit(0)
         }
         let arguments = Array(CommandLine.arguments.dropFirst())
@@ -99,4 +106,11 @@ enum Main {
                                 fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
         }
     }
+}
+
+/// `signet --version --json`.
+struct VersionReport: Encodable {
+    let signet: String
+    let openssl: String
+    let libzip: String
 }

@@ -38,6 +38,13 @@ struct Trust: ParsableCommand {
         @OptionGroup var token: TokenOptions
         @OptionGroup var output: OutputOptions
 
+        struct Report: Encodable {
+            let directory: String
+            let files: Int
+            let salted: Bool
+            let signed: Bool
+        }
+
         func run() throws {
             let salt = try saltFile.map { try TrustStoreSeal.readSalt(from: $0) }
             let signer = try key.map { path -> Signer in
@@ -47,7 +54,7 @@ struct Trust: ParsableCommand {
             }
             let count = try TrustStoreSeal.seal(directory, salt: salt, signer: signer)
             if output.json {
-                Output.json(["directory": directory, "files": String(count), "salted": String(salt != nil), "signed": String(signer != nil)])
+                Output.json(Report(directory: directory, files: count, salted: salt != nil, signed: signer != nil))
             } else {
                 Output.line("sealed \(count) file\(count == 1 ? "" : "s") in \(directory)\(salt != nil ? " (salted)" : "")\(signer != nil ? ", signed" : "")")
             }

@@ -102,11 +102,15 @@ public enum PackageBuilder {
         public let path: String
         /// Whether each resource was deflated, in manifest order.
         private let deflated: [Bool]
+        /// Each resource's size in the archive, by resource path, as the written central
+        /// directory records it (what `inspect` reports).
+        public let compressedSizes: [String: UInt64]
 
-        init(manifest: Manifest, path: String, deflated: [Bool]) {
+        init(manifest: Manifest, path: String, deflated: [Bool], compressedSizes: [String: UInt64] = [:]) {
             self.manifest = manifest
             self.path = path
             self.deflated = deflated
+            self.compressedSizes = compressedSizes
         }
 
         /// How each resource was stored, by resource path.
@@ -209,7 +213,7 @@ public enum PackageBuilder {
 
         // What a client's unpack checks before it trusts anything, checked here on the bytes
         // written: the archive's structure and each entry's expansion ratio.
-        try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
+        let compressedSizes = try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
         // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
         try archive.sync()
         do {
@@ -225,7 +229,7 @@ public enum PackageBuilder {
         AtomicFile.syncDirectory(directory)
         ledger.progress?.finish()
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
-        return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store })
+        return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store }, compressedSizes: compressedSizes)
     }
 
     /// The limits that can be judged before anything is written: file count, total size, path
@@ -250,13 +254,22 @@ public enum PackageBuilder {
 
     /// Reads back the central directory of the package just written, as unpack will, and holds
     /// every entry to the expansion-ratio limit.
-    static func checkWritten(_ temporary: String, output: String, limits: PackageLimits, inputs: [PackInput]) throws {
+    /// Returns each resource's compressed size, by its path in the package.
+    @discardableResult
+    static func checkWritten(_ temporary: String, output: String, limits: PackageLimits, inputs: [PackInput]) throws -> [String: UInt64] {
         let file = try InputFile.open(temporary, what: "package")
         let directory = try CentralDirectory.records(of: file, archive: output, maximumEntries: limits.maximumEntries)
+        var sizes: [String: UInt64] = [:]
+        sizes.reserveCapacity(inputs.count)
+        // Resources come first, in the inputs' order (the entries under .signet/ follow).
+        for (record, input) in zip(directory, inputs) where directory.shownName(of: record) == input.packagePath {
+            sizes[input.packagePath] = record.compressedSize
+        }
         for record in directory where record.compressedSize > 0 && record.size / record.compressedSize > limits.maxRatio {
             let name = directory.shownName(of: record)
             throw SignetError(.usage, "'\(name)' compresses \(record.size / record.compressedSize) times, more than the \(limits.maxRatio) unpack accepts (it would take it for a deflate bomb); pack it with --store, or give pack and the clients' unpack the same --max-ratio", path: inputs.first { $0.packagePath == name }?.diskPath)
         }
+        return sizes
     }
 
     static func validate(_ options: PackOptions, signer: Signer) throws {

@@ -1,0 +1,103 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+/// Issue 29: every command's `--json` output has the types docs/json-schema.json documents
+/// (numbers are numbers, booleans booleans, a field that does not apply is null), checked by
+/// Tests/SignetCLITests/json_types.py over documents from real runs, failures included.
+@Suite("--json of every command against docs/json-schema.json, run as a binary")
+struct JSONSchemaCLITests {
+    static let here = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+
+    @Test("every command's --json document (and error document) matches the documented types")
+    func everyCommand() throws {
+        let server = try HTTPSServer()
+        let work = try Workspace()
+        var documents: [(command: String, stdout: Data)] = []
+        func record(_ command: String, _ arguments: [String], status expected: Int32? = 0) throws {
+            let result = try CLI.run(arguments + ["--json"])
+            if let expected { #expect(result.status == expected, "\(arguments): \(result.stderr)") }
+            documents.append((command, result.stdout))
+        }
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile]
+        try record("--version", ["--version"])
+        try record("keygen", ["keygen", "--out", work.directory.file("more-keys"), "--bits", "2048"])
+        try record("key show", ["key", "show", work.publicDER])
+        try record("key show", ["key", "show", work.privatePEM, "--passphrase-file", work.passFile, "--pubout", work.directory.file("pub.der")])
+
+        let file = try work.directory.write("fw.bin", Data("firmware\n".utf8))
+        try record("sign", ["sign", file] + key)
+        try record("verify", ["verify", file, "--pubkey", work.publicDER])
+        try Data("firmware, changed\n".utf8).write(to: URL(fileURLWithPath: work.directory.file("changed.bin")))
+        try record("verify", ["verify", work.directory.file("changed.bin"), "--signature", file + ".sig", "--pubkey", work.publicDER], status: 1)
+        try record("verify", ["verify", work.directory.file("nothing.bin"), "--pubkey", work.publicDER], status: 5)
+
+        // A package with a structured file, on the server too.
+        let src = work.directory.file("src")
+        try FileManager.default.createDirectory(atPath: src + "/conf", withIntermediateDirectories: true)
+        try Data(#"{"serial": 1, "server": {"url": "https://a.example"}}"#.utf8).write(to: URL(fileURLWithPath: src + "/conf/app.json"))
+        try Data("hello\n".utf8).write(to: URL(fileURLWithPath: src + "/hello.txt"))
+        let package = server.www + "/app.zip"
+        try record("pack", ["pack", src] + key + ["--name", "app", "--version", "1.0", "--sequence", "10", "--structured", "conf/*.json", "--out", package])
+        try record("inspect", ["inspect", package])
+        try record("inspect", ["inspect", package, "--pubkey", work.publicDER])
+        try record("pack", ["pack", src, "--key", work.directory.file("missing.pem"), "--name", "a", "--version", "1", "--out", work.directory.file("x.zip")], status: 5)
+        try record("pack", ["pack", src] + key, status: 2)   // ArgumentParser's refusal, as an error document
+
+        // A bare package (zip + openssl), inspected with --bare.
+        let bare = work.directory.file("bare")
+        try FileManager.default.createDirectory(atPath: bare, withIntermediateDirectories: true)
+        try Data("x\n".utf8).write(to: URL(fileURLWithPath: bare + "/x.txt"))
+        #expect(try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", bare + "/x.txt.sig", bare + "/x.txt"]).status == 0)
+        #expect(try SignetTestSupport.run("zip", ["-q", "-r", "../bare.zip", "."], directory: bare).status == 0)
+        try record("inspect --bare", ["inspect", work.directory.file("bare.zip"), "--bare", "--pubkey", work.publicDER])
+
+        // Installs: a local package, then the same over HTTPS (with its transfer report).
+        let app = work.directory.file("app")
+        try record("unpack", ["unpack", package, "--dest", app, "--pubkey", work.publicDER])
+        let viaURL = work.directory.file("app2")
+        try record("unpack", ["unpack", server.url("app.zip"), "--dest", viaURL, "--pubkey", work.publicDER, "--tls-ca", server.root])
+        try record("unpack", ["unpack", package, "--dest", work.directory.file("app3"), "--pubkey", work.directory.file("more-keys/public_key.der")], status: 3)
+
+        // Checks: clean, then a changed structured key (changed_keys), a file, status.
+        try record("reverify", ["reverify", app, "--pubkey", work.publicDER])
+        try Data(#"{"serial": 2, "server": {"url": "https://a.example"}}"#.utf8).write(to: URL(fileURLWithPath: app + "/conf/app.json"))
+        try record("reverify", ["reverify", app, "--pubkey", work.publicDER, "--allow-key", "conf/app.json:serial"])
+        try record("reverify", ["reverify", app, "--pubkey", work.publicDER], status: 1)
+        try record("reverify", ["reverify", app + "/hello.txt", viaURL, "--pubkey", work.publicDER])
+        try record("status", ["status", app + "/hello.txt"])
+        try record("status", ["status", app + "/hello.txt", file, "--pubkey", work.publicDER], status: 1)
+
+        let trust = work.directory.file("trust")
+        try FileManager.default.createDirectory(atPath: trust, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: work.publicDER, toPath: trust + "/release.der")
+        try record("trust seal", ["trust", "seal", trust])
+
+        // Downloads and channels.
+        try FileManager.default.copyItem(atPath: file, toPath: server.www + "/fw.bin")
+        try FileManager.default.copyItem(atPath: file + ".sig", toPath: server.www + "/fw.bin.sig")
+        try record("fetch", ["fetch", server.url("fw.bin"), "--out", work.directory.file("fetched.bin"), "--tls-ca", server.root,
+                             "--signature", server.url("fw.bin.sig"), "--pubkey", work.publicDER])
+        try record("fetch", ["fetch", server.url("none.bin"), "--out", work.directory.file("none.bin"), "--tls-ca", server.root, "--retries", "0"], status: nil)
+        try record("channel sign", ["channel", "sign", "--channel", "stable", "--package", package, "--url", "app.zip"] + key
+                   + ["--out", server.www + "/stable.json"])
+        let updated = work.directory.file("updated")
+        let update = ["update", server.url("stable.json"), "--channel", "stable", "--dest", updated, "--pubkey", work.publicDER, "--tls-ca", server.root]
+        try record("update", update)
+        try record("update", update)   // up to date: "installed" is a release now
+        try record("update", update + ["--channel", "beta"], status: nil)
+
+        let collected = try JSONSerialization.data(withJSONObject: try documents.map { entry -> [String: Any] in
+            guard let object = try? JSONSerialization.jsonObject(with: entry.stdout) else {
+                throw SupportError("\(entry.command): stdout is not one JSON document: \(String(decoding: entry.stdout, as: UTF8.self))")
+            }
+            return ["command": entry.command, "document": object]
+        })
+        let path = work.directory.file("documents.json")
+        try collected.write(to: URL(fileURLWithPath: path))
+        let schema = Self.here.appendingPathComponent("../../docs/json-schema.json").path
+        let checked = try SignetTestSupport.run("python3", [Self.here.appendingPathComponent("json_types.py").path, schema, path])
+        #expect(checked.status == 0, "\(checked.stdoutText)\(checked.stderr)")
+        #expect(checked.stdoutText.contains("\(documents.count) documents, 0 problems"), "\(checked.stdoutText)")
+    }
+}
