@@ -114,7 +114,7 @@ struct TrustOptions: ParsableArguments {
         valueName: "dir"))
     var trustDirectory: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Accept only pinned keys: a hex key id or sha256//BASE64; repeatable.", valueName: "id"))
+    @Option(name: .long, help: ArgumentHelp("Accept only pinned keys: a key id (64 hex characters), sha256//BASE64, or a public key or certificate file; repeatable.", valueName: "id|file"))
     var pin: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("A file of revoked key ids, one a line (# comments).", valueName: "file"))
@@ -147,9 +147,7 @@ struct TrustOptions: ParsableArguments {
     var allowWeakKey = false
 
     func validate() throws {
-        for id in pin where KeyID(id) == nil {
-            throw ValidationError("--pin takes a key id (64 hex characters) or sha256//BASE64, not '\(id)'")
-        }
+        for id in pin { _ = try PinArgument.parse(id, option: "--pin") }
         if clockSkew < 0 { throw ValidationError("--clock-skew takes seconds from 0 up, not \(clockSkew)") }
         if let expectSubject, !TrustPolicy.isValidSubject(expectSubject) {
             throw ValidationError("--expect-subject takes comma-separated TYPE=VALUE pairs such as 'CN=Release signer, O=Example', not '\(expectSubject)'")
@@ -181,7 +179,7 @@ struct TrustOptions: ParsableArguments {
         for directory in trustDirectory {
             try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt, sealKeys: sealKeys)
         }
-        policy.pins = Set(pin.compactMap { KeyID($0) })
+        policy.pins = Set(try pin.map { try PinArgument.parse($0, option: "--pin") })
         if let revoked { try policy.addRevocations(from: revoked) }
         policy.requiredChannel = channel
         policy.certificateAuthorities = try ca.map { path in
@@ -237,8 +235,8 @@ struct TLSOptions: ParsableArguments {
     var tlsCA: [String] = []
 
     @Option(name: .customLong("tls-pin"), help: ArgumentHelp(
-        "Require a certificate in the server's verified chain (leaf, intermediate or root) with this public key hash; repeat it for backup pins.",
-        valueName: "sha256//BASE64"))
+        "Require a certificate in the server's verified chain (leaf, intermediate or root) with this public key hash: sha256//BASE64, 64 hex characters, or a certificate or public key file (as curl's --pinnedpubkey); repeat it for backup pins.",
+        valueName: "pin|file"))
     var tlsPin: [String] = []
 
     @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Require the server's certificate to be this one, byte for byte; repeatable.", valueName: "file"))
@@ -266,9 +264,7 @@ struct TLSOptions: ParsableArguments {
     var retryDelay: Double = DownloadOptions().retryDelay
 
     func validate() throws {
-        for pin in tlsPin where KeyID(pin) == nil || !pin.hasPrefix("sha256//") {
-            throw ValidationError("--tls-pin takes sha256//BASE64 (the SubjectPublicKeyInfo hash), not '\(pin)'")
-        }
+        for pin in tlsPin { _ = try PinArgument.parse(pin, option: "--tls-pin") }
         if allowHTTP && (!tlsCA.isEmpty || !tlsPin.isEmpty || !tlsCert.isEmpty) {
             throw ValidationError("--allow-http cannot be combined with --tls-ca, --tls-pin or --tls-cert: plain http has no certificate to check")
         }
@@ -287,7 +283,7 @@ struct TLSOptions: ParsableArguments {
         let (salt, keys) = try trust.seal()
         for path in tlsCA { try tls.addRoots(from: path, salt: salt, sealKeys: keys) }
         for path in tlsCert { try tls.addCertificate(from: path) }
-        tls.pins = tlsPin.compactMap { KeyID($0) }
+        tls.pins = try tlsPin.map { try PinArgument.parse($0, option: "--tls-pin") }
         tls.allowHTTP = allowHTTP
         options.tls = tls
         options.maxSize = maxDownloadSize
@@ -353,5 +349,24 @@ enum OutputRule {
         let target = Set([identity(path, follow: false), identity(path, follow: true)].compactMap { $0 })
         if inputs.contains(where: { identity($0, follow: true).map(target.contains) ?? false }) { return }
         throw SignetError.existingOutput(path, what: what)
+    }
+}
+
+/// A pin as the user may write it (FORMAT.md §1): the 64-hex key id (either case),
+/// `sha256//BASE64`, or a public key or certificate file whose key is meant (as curl's
+/// `--pinnedpubkey` takes a file). A short id, the 16 hex characters outputs show, is refused
+/// with how to print the full one.
+enum PinArgument {
+    static func parse(_ text: String, option: String) throws -> KeyID {
+        if let id = KeyID(text) { return id }
+        let hex = text.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("a"..."f").contains($0) || ("A"..."F").contains($0) }
+        var info = stat()
+        if !text.isEmpty, lstat(text, &info) == 0 {
+            return try PublicKey(contentsOf: text, allowWeakKey: true).keyID
+        }
+        if hex, !text.isEmpty, text.count < 64 {
+            throw ValidationError("\(option) '\(text)' is \(text.count == 16 ? "the short key id outputs show" : "too short"); a pin needs the full key id (64 hex characters) or sha256//BASE64: signet key show KEY prints both (its 'key id' and 'pin' lines), or give the key or certificate file itself")
+        }
+        throw ValidationError("\(option) takes a key id (64 hex characters), sha256//BASE64 (the SubjectPublicKeyInfo's SHA-256), or a public key or certificate file; '\(text)' is none of them")
     }
 }

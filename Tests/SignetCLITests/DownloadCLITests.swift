@@ -56,6 +56,22 @@ struct DownloadCLITests {
             #expect(refused.stderr.contains(pin), "lists every pin of the chain: \(refused.stderr)")
         }
         #expect(try fetch(["--tls-ca", server.root, "--tls-pin", unknown, "--tls-pin", try server.pin(server.intermediate)]).status == 0)
+        // Each presented certificate by subject beside its pin; the root that came from the local
+        // roots (--tls-ca) is said apart from what the server sent (issue 29).
+        #expect(refused.stderr.contains("CN=localhost \(try server.pin(server.leaf))"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("CN=Signet Test Intermediate \(try server.pin(server.intermediate))"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("completed from the local roots with: CN=Signet Test Root \(try server.pin(server.root))"), "\(refused.stderr)")
+        // A pin may also be 64 hex characters (either case) or the certificate file itself.
+        let hexPin = try SignetTestSupport.run("bash", ["-c", "openssl x509 -in \"$0\" -pubkey -noout | openssl pkey -pubin -outform DER | openssl dgst -sha256 -r | cut -c1-64", server.intermediate])
+            .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(hexPin.count == 64)
+        #expect(try fetch(["--tls-ca", server.root, "--tls-pin", hexPin]).status == 0)
+        #expect(try fetch(["--tls-ca", server.root, "--tls-pin", hexPin.uppercased()]).status == 0)
+        #expect(try fetch(["--tls-ca", server.root, "--tls-pin", server.intermediate]).status == 0)
+        #expect(try fetch(["--tls-ca", server.root, "--tls-pin", server.otherRoot]).status == 3, "a file pins its own key")
+        // The 16-hex short id is not a pin: exit 2 with how to print the full one.
+        let short = try fetch(["--tls-ca", server.root, "--tls-pin", String(hexPin.prefix(16))])
+        #expect(short.status == 2 && short.stderr.contains("full key id") && short.stderr.contains("signet key show"), "\(short.stderr)")
         // The exact certificate.
         #expect(try fetch(["--tls-ca", server.root, "--tls-cert", server.leaf]).status == 0)
         #expect(try fetch(["--tls-ca", server.root, "--tls-cert", server.intermediate]).status == 3)

@@ -148,4 +148,21 @@ struct NewUserCLITests {
         #expect(fetch.status == 5 && fetch.stderr.contains("already exists"), "\(fetch.stderr)")
         #expect(try contents(fetched) == Data("mine".utf8))
     }
+
+    @Test("--pin takes the full key id, sha256//BASE64 or a key file; the 16-hex short id gets a pointer to the full one")
+    func pins() throws {
+        let work = try Workspace()
+        let file = try work.directory.write("fw.bin", Data("fw\n".utf8))
+        #expect(try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        let verify = ["verify", file, "--pubkey", work.publicDER, "--pin"]
+        #expect(try CLI.run(verify + [work.keyID]).status == 0)
+        #expect(try CLI.run(verify + [work.keyID.uppercased()]).status == 0)
+        #expect(try CLI.run(verify + [work.certificate]).status == 0, "a certificate file pins its key")
+        let other = try Workspace()
+        #expect(try CLI.run(verify + [other.publicDER]).status == 3, "another key's file: not pinned")
+        let short = try CLI.run(verify + [String(work.keyID.prefix(16))])
+        #expect(short.status == 2, "\(short.stderr)")
+        #expect(short.stderr.contains("short key id") && short.stderr.contains("signet key show"), "\(short.stderr)")
+        #expect(!short.stderr.contains("Error:"), "Signet's style: \(short.stderr)")
+    }
 }

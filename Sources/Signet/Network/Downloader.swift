@@ -234,7 +234,7 @@ enum Downloader {
     static func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String, check: TLSCheck) -> SignetError {
         let shown = effectiveURL
         let host = URLComponents(string: effectiveURL)?.host ?? shown
-        let pins = check.presentedPins.isEmpty ? "" : "; the server presented (leaf first): " + check.presentedPins.joined(separator: ", ")
+        let pins = check.shownDescription
         // A failed handshake is a TLS refusal when our policy or the chain refused it (a
         // connect error with nothing of ours to say is a network failure, below).
         let refusedByPolicy = code == CURLE_SSL_CONNECT_ERROR && (check.refusal != nil || !check.presentedPins.isEmpty)

@@ -107,9 +107,29 @@ public struct TLSPolicy: Sendable {
 final class TLSCheck: @unchecked Sendable {
     // Written during a handshake on the downloading thread, read after curl returns on it.
     let policy: TLSPolicy
-    /// The `sha256//` pins of the certificates the server presented (leaf first) and, when the
-    /// chain verified, of the verified chain.
-    private(set) var presentedPins: [String] = []
+    /// A certificate named in a refusal: its subject and `sha256//` pin, and whether the server
+    /// sent it or it came from the local roots (`--tls-ca` or the system store) when the chain
+    /// was built.
+    struct Shown {
+        let subject: String
+        let pin: String
+        let local: Bool
+        var description: String { "\(subject.isEmpty ? "(no subject)" : subject) \(pin)" }
+    }
+
+    /// The certificates the server presented (leaf first) and, when the chain verified, those
+    /// of the verified chain it did not send (the local root).
+    private(set) var shown: [Shown] = []
+    var presentedPins: [String] { shown.map(\.pin) }
+
+    /// The refusal's list: what the server sent, then what the local store added, said apart.
+    var shownDescription: String {
+        let sent = shown.filter { !$0.local }.map(\.description)
+        let local = shown.filter(\.local).map(\.description)
+        var text = sent.isEmpty ? "" : "; the server presented (leaf first): " + sent.joined(separator: ", ")
+        if !local.isEmpty { text += "; the chain was completed from the local roots with: " + local.joined(separator: ", ") }
+        return text
+    }
     /// Why Signet's own check (pins, pinned certificate) refused the server, if it did.
     private(set) var refusal: String?
 
@@ -145,7 +165,7 @@ final class TLSCheck: @unchecked Sendable {
                 if let certificate = signet_sk_X509_value(untrusted, index), !presented.contains(certificate) { presented.append(certificate) }
             }
         }
-        presentedPins = presented.map { Self.pin(of: $0) ?? "?" }
+        shown = presented.map { Shown(subject: CertificateChain.subjectComponents($0).joined(separator: ","), pin: Self.pin(of: $0) ?? "?", local: false) }
         guard X509_verify_cert(storeContext) == 1 else {
             // OpenSSL's reason (no allowed root, expired, not yet valid, …) and where in the chain.
             let code = X509_STORE_CTX_get_error(storeContext)
@@ -169,7 +189,10 @@ final class TLSCheck: @unchecked Sendable {
             return 0
         }
         let chainPins = chain.map { Self.pin(of: $0) }
-        for pin in chainPins.compactMap({ $0 }) where !presentedPins.contains(pin) { presentedPins.append(pin) }
+        for (certificate, pin) in zip(chain, chainPins) {
+            guard let pin, !presentedPins.contains(pin) else { continue }
+            shown.append(Shown(subject: CertificateChain.subjectComponents(certificate).joined(separator: ","), pin: pin, local: true))
+        }
         if !policy.pins.isEmpty {
             let wanted = Set(policy.pins.map(\.pin))
             guard chainPins.contains(where: { $0.map(wanted.contains) ?? false }) else {
