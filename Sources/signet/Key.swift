@@ -18,9 +18,12 @@ struct Key: ParsableCommand {
             KEY is a private key file (PEM, DER PKCS#8, PKCS#12), a public key or certificate
             file, or a key on a token as a PKCS#11 URI. For a token, the private key never
             leaves it: only the modulus and exponent are read (after logging in with the PIN).
+            A URI that names a token but no key (no object= or id=) lists the token's private
+            keys, each with the URI that names it for --key.
 
             Examples:
               signet key show keys/private_key.pem
+              signet key show 'pkcs11:token=release' --passphrase-file pin.txt
               signet key show 'pkcs11:token=release;object=signing-2026' \\
                   --pkcs11-module /usr/lib/softhsm/libsofthsm2.so --passphrase-file pin.txt \\
                   --pubout release.der
@@ -50,7 +53,46 @@ struct Key: ParsableCommand {
             @Null var pubout: String?
         }
 
+        struct TokenReport: Encodable {
+            struct Entry: Encodable {
+                let uri: String
+                let label: String
+                let id: String
+                let type: String
+                @Null var bits: Int?
+                @Null var key_id: String?
+                @Null var pin: String?
+            }
+            let token: String
+            let keys: [Entry]
+        }
+
+        /// `key show 'pkcs11:token=…'` without object= or id=: the token's keys.
+        private func listToken(_ uri: PKCS11URI) throws {
+            if pubout != nil {
+                throw SignetError(.usage, "--pubout needs one key; \(uri) names a token, not a key: add object= or id= (run without --pubout to list them)")
+            }
+            let (description, keys) = try PrivateKey.tokenKeys(pkcs11: key, module: token.module, pin: passphrase.source)
+            if output.json {
+                Output.json(TokenReport(token: description, keys: keys.map {
+                    .init(uri: $0.uri, label: $0.label, id: $0.id.map { String(format: "%02x", $0) }.joined(), type: $0.type,
+                          bits: $0.bits, key_id: $0.keyID?.hex, pin: $0.keyID?.pin)
+                }))
+                return
+            }
+            Output.line("\(description): \(keys.count) private key\(keys.count == 1 ? "" : "s")\(keys.isEmpty ? " (create one with pkcs11-tool --keypairgen or softhsm2-util --import)" : "")")
+            for entry in keys {
+                let size = entry.bits.map { "\($0)-bit \(entry.type)" } ?? entry.type
+                Output.line("  \(entry.uri)")
+                Output.line("      \(size)\(entry.keyID.map { ", key id \($0.hex)" } ?? "")")
+            }
+        }
+
         func run() throws {
+            if PrivateKey.isTokenURI(key), let uri = try? PKCS11URI(key, requiringKey: false), uri.object == nil, uri.id == nil {
+                try listToken(uri)
+                return
+            }
             let publicKey: PublicKey
             let format: String
             if !PrivateKey.isTokenURI(key), let loaded = try? PublicKey(contentsOf: key, allowWeakKey: true) {

@@ -87,13 +87,20 @@ struct JSONSchemaCLITests {
         try record("update", update)   // up to date: "installed" is a release now
         try record("update", update + ["--channel", "beta"], status: nil)
 
+        try Self.check(documents)
+    }
+
+    /// Checks `documents` (a command's name in docs/json-schema.json, and what it printed)
+    /// against the schema with json_types.py; every mismatch is a failed expectation.
+    static func check(_ documents: [(command: String, stdout: Data)]) throws {
+        let work = try TemporaryDirectory()
         let collected = try JSONSerialization.data(withJSONObject: try documents.map { entry -> [String: Any] in
             guard let object = try? JSONSerialization.jsonObject(with: entry.stdout) else {
                 throw SupportError("\(entry.command): stdout is not one JSON document: \(String(decoding: entry.stdout, as: UTF8.self))")
             }
             return ["command": entry.command, "document": object]
         })
-        let path = work.directory.file("documents.json")
+        let path = work.file("documents.json")
         try collected.write(to: URL(fileURLWithPath: path))
         let schema = Self.here.appendingPathComponent("../../docs/json-schema.json").path
         let checked = try SignetTestSupport.run("python3", [Self.here.appendingPathComponent("json_types.py").path, schema, path])

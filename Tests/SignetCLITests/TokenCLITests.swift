@@ -151,7 +151,7 @@ struct TokenCLITests {
         #expect(try contents(out) == contents(der))
         let fromFile = try token.signet(["key", "show", der, "--json"])
         #expect(try shown.json()["key_id"] as? String == fromFile.json()["key_id"] as? String)
-        #expect(try shown.json()["bits"] as? String == "3072")
+        #expect(try shown.json()["bits"] as? Int == 3072)
         #expect((try shown.json()["pin"] as? String)?.hasPrefix("sha256//") == true)
         // Refuses to replace the file without --force.
         let again = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile, "--pubout", out])
@@ -177,6 +177,33 @@ struct TokenCLITests {
         let bySerial = try token.signet(["key", "show", "pkcs11:serial=\(serial);object=signing-2026", "--pkcs11-module", token.module,
                                          "--passphrase-file", token.pinFile, "--json"])
         #expect(try bySerial.json()["key_id"] as? String == shown.json()["key_id"] as? String, "\(bySerial.stderr)")
+
+        // A URI naming only the token lists its keys (issue 29), each with the URI for --key.
+        let (_, backupDER) = try token.makeKey("backup", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "backup key", id: "02")
+        let listed = try token.signet(["key", "show", "pkcs11:token=release", "--pkcs11-module", token.module, "--passphrase-file", token.pinFile, "--json"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let keys = try #require(try listed.json()["keys"] as? [[String: Any]], "\(listed.stdoutText)")
+        try JSONSchemaCLITests.check([("key show (token)", listed.stdout), ("key show", shown.stdout)])
+        #expect(keys.map { $0["label"] as? String } == ["backup key", "signing-2026"])
+        #expect(keys.map { $0["bits"] as? Int } == [2048, 3072])
+        #expect(keys.last?["key_id"] as? String == (try shown.json()["key_id"] as? String))
+        let backupID = try token.signet(["key", "show", backupDER, "--json"]).json()["key_id"] as? String
+        #expect(keys.first?["key_id"] as? String == backupID)
+        for key in keys {
+            let uri = try #require(key["uri"] as? String)
+            let one = try token.signet(["key", "show", uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile, "--json"])
+            #expect(try one.json()["key_id"] as? String == key["key_id"] as? String, "the listed URI names that key: \(uri) \(one.stderr)")
+        }
+        #expect(keys.first?["uri"] as? String == "pkcs11:token=release;object=backup%20key;id=%02")
+        let human = try token.signet(["key", "show", "pkcs11:token=release", "--pkcs11-module", token.module, "--passphrase-file", token.pinFile])
+        #expect(human.status == 0 && human.stdoutText.contains("2 private keys") && human.stdoutText.contains("3072-bit RSA"), "\(human.stdoutText)")
+        let withPubout = try token.signet(["key", "show", "pkcs11:token=release", "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
+                                           "--pubout", token.work.directory.file("x.der")])
+        #expect(withPubout.status == 2, "\(withPubout.stderr)")
+        // Signing with a URI that names no key points at the listing.
+        let file = try token.work.directory.write("f.bin", Data("f".utf8))
+        let noKey = try token.signet(["sign", file, "--key", "pkcs11:token=release", "--pkcs11-module", token.module, "--passphrase-file", token.pinFile])
+        #expect(noKey.status == 2 && noKey.stderr.contains("signet key show 'pkcs11:token=release' lists the token's keys"), "\(noKey.stderr)")
     }
 
     @Test("errors: no token or key (4, listing what exists), wrong PIN (4, tried once: the right PIN still works), no PIN (4), module missing (5), pin-value (2), not RSA or weak (4)")

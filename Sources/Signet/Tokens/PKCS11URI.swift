@@ -32,7 +32,10 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
     ///
     /// - Throws: ``SignetError`` `.usage` naming what is wrong: not a `pkcs11:` URI, an unknown or
     ///   repeated attribute, bad percent-encoding, `pin-value=`, `type=` other than `private`.
-    public init(_ text: String) throws {
+    ///
+    /// With `requiringKey` false, a URI naming only a token (`pkcs11:token=release`) is
+    /// accepted: what `signet key show` takes to list the token's keys.
+    public init(_ text: String, requiringKey: Bool = true) throws {
         self.text = text
         func refuse(_ reason: String) -> SignetError {
             SignetError(.usage, "the PKCS#11 URI '\(PKCS11URI.redacted(text))' \(reason)")
@@ -98,12 +101,28 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
                 throw refuse("has the query attribute \(name)=, which Signet does not know (pin-source, module-path)")
             }
         }
-        guard object != nil || id != nil else {
-            throw refuse("names no key: add object=LABEL or id=%XX%XX (signet key show lists what a token holds)")
+        guard object != nil || id != nil || !requiringKey else {
+            throw refuse("names no key: add object=LABEL or id=%XX%XX (signet key show '\(PKCS11URI.redacted(text))' lists the token's keys)")
         }
     }
 
     public var description: String { PKCS11URI.redacted(text) }
+
+    /// `text` as a path attribute's value: every byte but letters, digits and `-._~`
+    /// percent-encoded (RFC 7512 §2.3).
+    static func percentEncoded(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                out += String(format: "%%%02X", byte)
+            }
+        }
+        return out
+    }
 
     /// The URI as messages show it: the query's values and the value of every path attribute
     /// that is not a known, harmless one (token, object, id…) replaced by `…`, and a part without

@@ -32,60 +32,12 @@ final class TokenKey: @unchecked Sendable {
     init(uri: PKCS11URI, modulePath: String, pin: PassphraseSource?, allowWeakKey: Bool) throws {
         module = try PKCS11Module.load(modulePath)
         let functions = module.functions.pointee
-        // The token.
-        var count: CK_ULONG = 0
-        try Self.check(functions.C_GetSlotList(CK_BBOOL(CK_TRUE), nil, &count), "C_GetSlotList", module: modulePath)
-        var slots = [CK_SLOT_ID](repeating: 0, count: Int(count))
-        try Self.check(functions.C_GetSlotList(CK_BBOOL(CK_TRUE), &slots, &count), "C_GetSlotList", module: modulePath)
-        var candidates: [(CK_SLOT_ID, label: String, serial: String, manufacturer: String, model: String, flags: CK_FLAGS)] = []
-        for slot in slots.prefix(Int(count)) {
-            var info = CK_TOKEN_INFO()
-            // An uninitialised token (SoftHSM always offers one) holds no key: not a candidate.
-            guard functions.C_GetTokenInfo(slot, &info) == CKR_OK, info.flags & CK_FLAGS(CKF_TOKEN_INITIALIZED) != 0 else { continue }
-            candidates.append((slot, Self.text(info.label), Self.text(info.serialNumber), Self.text(info.manufacturerID), Self.text(info.model), info.flags))
-        }
-        let matching = candidates.filter { candidate in
-            (uri.token.map { $0 == candidate.label } ?? true) && (uri.serial.map { $0 == candidate.serial } ?? true)
-                && (uri.manufacturer.map { $0 == candidate.manufacturer } ?? true) && (uri.model.map { $0 == candidate.model } ?? true)
-                && (uri.slotID.map { CK_SLOT_ID($0) == candidate.0 } ?? true)
-        }
-        let present = candidates.isEmpty ? "the module '\(modulePath)' has no token at all (for SoftHSM2: softhsm2-util --init-token)"
-            : "tokens there: " + candidates.map { "'\($0.label)' (serial \($0.serial), slot \($0.0))" }.joined(separator: ", ")
-        guard let token = matching.first else {
-            throw SignetError(.tokenObjectNotFound, "no token matches \(uri); \(present)")
-        }
-        guard matching.count == 1 else {
-            throw SignetError(.tokenObjectNotFound, "\(matching.count) tokens match \(uri); add token= or serial= to choose one: \(present)")
-        }
-        slot = token.0
-        tokenDescription = "token '\(token.label)' (serial \(token.serial))"
-
-        // The first session, and the login it carries for every later one.
-        var session: CK_SESSION_HANDLE = 0
-        try Self.check(functions.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &session), "C_OpenSession on \(tokenDescription)", module: modulePath)
+        let opened = try Self.openToken(uri, module: module, pin: pin)
+        slot = opened.slot
+        tokenDescription = opened.description
+        let session = opened.session
         var keep = false
         defer { if !keep { _ = functions.C_CloseSession(session) } }
-        if token.flags & CK_FLAGS(CKF_LOGIN_REQUIRED) != 0 {
-            let source: PassphraseSource? = uri.pinSource.map { PassphraseSource.file($0, what: "PIN file") } ?? pin
-            guard let source else {
-                throw SignetError(.passphraseRequired, "\(tokenDescription) needs its user PIN: give --passphrase-file FILE, --passphrase-env VAR, or pin-source=file:/path in the URI (a PIN is never taken from the command line)")
-            }
-            let secret = try source.passphrase(for: tokenDescription)
-            let rv = secret.withCString { pointer, length in
-                pointer.withMemoryRebound(to: CK_UTF8CHAR.self, capacity: Int(length)) {
-                    functions.C_Login(session, CK_USER_TYPE(CKU_USER), UnsafeMutablePointer(mutating: $0), CK_ULONG(length))
-                }
-            }
-            switch rv {
-            case CK_RV(CKR_OK), CK_RV(CKR_USER_ALREADY_LOGGED_IN): break
-            case CK_RV(CKR_PIN_INCORRECT), CK_RV(CKR_PIN_LEN_RANGE):
-                throw SignetError(.wrongPassphrase, "the PIN from \(source.description) is wrong for \(tokenDescription); Signet tried it once and will not retry (tokens lock after a few wrong PINs)")
-            case CK_RV(CKR_PIN_LOCKED):
-                throw SignetError(.wrongPassphrase, "the user PIN of \(tokenDescription) is locked; the security officer must unlock it")
-            default:
-                throw SignetError(.crypto, "logging in to \(tokenDescription) failed (\(PKCS11Module.name(of: rv)))")
-            }
-        }
 
         // The key.
         let found = try Self.find(functions, session, class: CKO_PRIVATE_KEY, label: uri.object, id: uri.id)
@@ -122,6 +74,68 @@ final class TokenKey: @unchecked Sendable {
         }
         idle = Mutex([session])
         keep = true
+    }
+
+    /// The token `uri` names, with a session on it, logged in (with the PIN from `uri`'s
+    /// pin-source, else `pin`) when the token requires it. The caller closes the session.
+    static func openToken(_ uri: PKCS11URI, module: PKCS11Module, pin: PassphraseSource?) throws -> (slot: CK_SLOT_ID, description: String, session: CK_SESSION_HANDLE) {
+        let functions = module.functions.pointee
+        // The token.
+        var count: CK_ULONG = 0
+        try Self.check(functions.C_GetSlotList(CK_BBOOL(CK_TRUE), nil, &count), "C_GetSlotList", module: module.path)
+        var slots = [CK_SLOT_ID](repeating: 0, count: Int(count))
+        try Self.check(functions.C_GetSlotList(CK_BBOOL(CK_TRUE), &slots, &count), "C_GetSlotList", module: module.path)
+        var candidates: [(CK_SLOT_ID, label: String, serial: String, manufacturer: String, model: String, flags: CK_FLAGS)] = []
+        for slot in slots.prefix(Int(count)) {
+            var info = CK_TOKEN_INFO()
+            // An uninitialised token (SoftHSM always offers one) holds no key: not a candidate.
+            guard functions.C_GetTokenInfo(slot, &info) == CKR_OK, info.flags & CK_FLAGS(CKF_TOKEN_INITIALIZED) != 0 else { continue }
+            candidates.append((slot, Self.text(info.label), Self.text(info.serialNumber), Self.text(info.manufacturerID), Self.text(info.model), info.flags))
+        }
+        let matching = candidates.filter { candidate in
+            (uri.token.map { $0 == candidate.label } ?? true) && (uri.serial.map { $0 == candidate.serial } ?? true)
+                && (uri.manufacturer.map { $0 == candidate.manufacturer } ?? true) && (uri.model.map { $0 == candidate.model } ?? true)
+                && (uri.slotID.map { CK_SLOT_ID($0) == candidate.0 } ?? true)
+        }
+        let present = candidates.isEmpty ? "the module '\(module.path)' has no token at all (for SoftHSM2: softhsm2-util --init-token)"
+            : "tokens there: " + candidates.map { "'\($0.label)' (serial \($0.serial), slot \($0.0))" }.joined(separator: ", ")
+        guard let token = matching.first else {
+            throw SignetError(.tokenObjectNotFound, "no token matches \(uri); \(present)")
+        }
+        guard matching.count == 1 else {
+            throw SignetError(.tokenObjectNotFound, "\(matching.count) tokens match \(uri); add token= or serial= to choose one: \(present)")
+        }
+        let slot = token.0
+        let tokenDescription = "token '\(token.label)' (serial \(token.serial))"
+
+        // The first session, and the login it carries for every later one.
+        var session: CK_SESSION_HANDLE = 0
+        try Self.check(functions.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &session), "C_OpenSession on \(tokenDescription)", module: module.path)
+        var opened = false
+        defer { if !opened { _ = functions.C_CloseSession(session) } }
+        if token.flags & CK_FLAGS(CKF_LOGIN_REQUIRED) != 0 {
+            let source: PassphraseSource? = uri.pinSource.map { PassphraseSource.file($0, what: "PIN file") } ?? pin
+            guard let source else {
+                throw SignetError(.passphraseRequired, "\(tokenDescription) needs its user PIN: give --passphrase-file FILE, --passphrase-env VAR, or pin-source=file:/path in the URI (a PIN is never taken from the command line)")
+            }
+            let secret = try source.passphrase(for: tokenDescription)
+            let rv = secret.withCString { pointer, length in
+                pointer.withMemoryRebound(to: CK_UTF8CHAR.self, capacity: Int(length)) {
+                    functions.C_Login(session, CK_USER_TYPE(CKU_USER), UnsafeMutablePointer(mutating: $0), CK_ULONG(length))
+                }
+            }
+            switch rv {
+            case CK_RV(CKR_OK), CK_RV(CKR_USER_ALREADY_LOGGED_IN): break
+            case CK_RV(CKR_PIN_INCORRECT), CK_RV(CKR_PIN_LEN_RANGE):
+                throw SignetError(.wrongPassphrase, "the PIN from \(source.description) is wrong for \(tokenDescription); Signet tried it once and will not retry (tokens lock after a few wrong PINs)")
+            case CK_RV(CKR_PIN_LOCKED):
+                throw SignetError(.wrongPassphrase, "the user PIN of \(tokenDescription) is locked; the security officer must unlock it")
+            default:
+                throw SignetError(.crypto, "logging in to \(tokenDescription) failed (\(PKCS11Module.name(of: rv)))")
+            }
+        }
+        opened = true
+        return (slot, tokenDescription, session)
     }
 
     deinit {
@@ -176,7 +190,7 @@ final class TokenKey: @unchecked Sendable {
     // MARK: Helpers
 
     /// A fixed-width, space-padded token text field.
-    private static func text<T>(_ field: T) -> String {
+    static func text<T>(_ field: T) -> String {
         withUnsafeBytes(of: field) { bytes in
             var text = String(decoding: bytes, as: UTF8.self)
             while text.last == " " || text.last == "\0" { text.removeLast() }
@@ -184,19 +198,19 @@ final class TokenKey: @unchecked Sendable {
         }
     }
 
-    private static func check(_ rv: CK_RV, _ call: String, module: String) throws {
+    static func check(_ rv: CK_RV, _ call: String, module: String) throws {
         guard rv == CKR_OK else {
             throw SignetError(.tokenModule, "\(call) failed in the PKCS#11 module '\(module)' (\(PKCS11Module.name(of: rv)))", path: module)
         }
     }
 
-    private static func number(_ bytes: [UInt8]) -> CK_ULONG? {
+    static func number(_ bytes: [UInt8]) -> CK_ULONG? {
         guard bytes.count == MemoryLayout<CK_ULONG>.size else { return nil }
         return bytes.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
     }
 
     /// An attribute's value; nil when the object does not have it or keeps it secret.
-    private static func attribute(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE, _ type: CK_ATTRIBUTE_TYPE) throws -> [UInt8]? {
+    static func attribute(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE, _ type: CK_ATTRIBUTE_TYPE) throws -> [UInt8]? {
         var template = CK_ATTRIBUTE(type: type, pValue: nil, ulValueLen: 0)
         guard functions.C_GetAttributeValue(session, object, &template, 1) == CKR_OK, template.ulValueLen != CK_ULONG.max,
               template.ulValueLen <= 1 << 16 else { return nil }
@@ -210,7 +224,7 @@ final class TokenKey: @unchecked Sendable {
     }
 
     /// Objects of `class` with the label and id given (either may be left out).
-    private static func find(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, class objectClass: some BinaryInteger,
+    static func find(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, class objectClass: some BinaryInteger,
                              label: String?, id: [UInt8]?) throws -> [CK_OBJECT_HANDLE] {
         var classValue = CK_OBJECT_CLASS(objectClass)
         var labelBytes = Array((label ?? "").utf8)
@@ -274,7 +288,7 @@ final class TokenKey: @unchecked Sendable {
     }
 
     /// An OpenSSL RSA public key from its modulus and exponent (big-endian bytes).
-    private static func rsaPublicKey(modulus: [UInt8], exponent: [UInt8]) throws -> EVPKey {
+    static func rsaPublicKey(modulus: [UInt8], exponent: [UInt8]) throws -> EVPKey {
         OpenSSLErrorQueue.clear()
         guard let builder = OSSL_PARAM_BLD_new() else { throw OpenSSLErrorQueue.error(.crypto, "out of memory") }
         defer { OSSL_PARAM_BLD_free(builder) }
