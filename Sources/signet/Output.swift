@@ -104,7 +104,7 @@ enum Output {
     /// Reports a command-line error (exit 2) in the one error style: `signet: error: MESSAGE`,
     /// then what ArgumentParser adds to its own first line (the option's help, the usage line).
     static func usageFailure(message: String, fullText: String, json wantsJSON: Bool) -> Never {
-        let error = SignetError(.usage, message.isEmpty ? "invalid arguments" : message)
+        let error = SignetError(.usage, message.isEmpty ? "invalid arguments" : ArgumentErrors.restyle(message))
         if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
         var rest = fullText.split(separator: "\n", omittingEmptySubsequences: false)
         if let first = rest.first, first.hasPrefix("Error: ") { rest.removeFirst() }

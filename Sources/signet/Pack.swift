@@ -47,7 +47,7 @@ struct Pack: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: "Release counter that only grows (default: SOURCE_DATE_EPOCH, else the current UNIX time).")
     var sequence: UInt64?
 
-    @Option(name: .long, help: ArgumentHelp("Clients refuse the package after this UTC time (e.g. 2027-01-01T00:00:00Z).", valueName: "time"))
+    @Option(name: .long, help: ArgumentHelp("Clients refuse the package after this UTC time (e.g. 2027-01-01T00:00:00Z; a date alone, 2027-01-01, is its midnight UTC).", valueName: "time"))
     var expires: String?
 
     @Option(name: .long, help: ArgumentHelp("Where to write the package.", valueName: "pkg.zip"))
@@ -83,8 +83,8 @@ struct Pack: ParsableCommand {
 
     func validate() throws {
         if paths.isEmpty { throw ValidationError("name at least one file or directory to pack") }
-        if let expires, Timestamp(rfc3339: expires) == nil {
-            throw ValidationError("--expires takes a UTC time like 2027-01-01T00:00:00Z, not '\(expires)'")
+        if let expires, Self.time(expires) == nil {
+            throw ValidationError("--expires takes a UTC time like 2027-01-01T00:00:00Z, or a date like 2027-01-01 (midnight UTC), not '\(expires)'")
         }
         if !(1...9).contains(compressionLevel) { throw ValidationError("--compression-level must be 1 to 9") }
         if store && compressionLevel != 6 { throw ValidationError("--store and --compression-level contradict each other") }
@@ -94,7 +94,7 @@ struct Pack: ParsableCommand {
         let privateKey = try key.load()
         // Refused once the key is known to be usable, before any file is read.
         if !force { try OutputRule.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain) }
-        let options0 = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap { Timestamp(rfc3339: $0) },
+        let options0 = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap(Self.time),
                                   compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
         var options = options0
         options.certificate = try cert.map { try certificateDER($0) }
@@ -117,6 +117,13 @@ struct Pack: ParsableCommand {
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }
         Output.line("packed \(manifest.files.count) file\(manifest.files.count == 1 ? "" : "s") (\(total) bytes) into \(out)")
         Output.line("  \(manifest.name) \(manifest.version), sequence \(manifest.sequence), \(manifest.algorithm.id), key \(manifest.keyID.short)")
+    }
+
+    /// An RFC 3339 UTC time, or a date alone (`2027-01-01`), which means its midnight UTC.
+    static func time(_ text: String) -> Timestamp? {
+        if let time = Timestamp(rfc3339: text) { return time }
+        guard text.utf8.count == 10, text.range(of: #"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"#, options: .regularExpression) != nil else { return nil }
+        return Timestamp(rfc3339: text + "T00:00:00Z")
     }
 
     private func certificateDER(_ path: String) throws -> [UInt8] {

@@ -20,8 +20,15 @@ struct ErrorStyleCLITests {
         (["status", "NOSUCH"], 5, "no such file"),
         (["status", "DIR"], 4, "it is a directory"),
         (["sign", "NOSUCH", "--key", "KEY"], 5, "no such file"),
-        (["sign"], 2, "Missing expected argument '--key <key>'"),
-        (["status", "DIR", "--no-such-flag"], 2, "Unknown option '--no-such-flag'"),
+        (["sign"], 2, "signet: error: missing --key <key>"),
+        (["status", "DIR", "--no-such-flag"], 2, "signet: error: unknown option '--no-such-flag'"),
+        // Issue 29: ArgumentParser's refusals in Signet's words.
+        (["verify", "F", "--sig", "S", "--pubkey", "PUB"], 2, "signet: error: unknown option '--sig'; did you mean --signature?"),
+        (["sign", "F", "--key", "KEY", "--passphrase", "pass.txt"], 2, "did you mean --passphrase-file FILE or --passphrase-env VAR"),
+        (["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out", "O", "--sequence", "-1"], 2, "signet: error: --sequence '-1' is out of range"),
+        (["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out", "O", "--sequence", "x1"], 2, "signet: error: --sequence 'x1' is not a whole number"),
+        (["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out"], 2, "signet: error: --out <pkg.zip> needs a value"),
+        (["reverify", "DIR", "--pubkey", "PUB", "--exlude", "x"], 2, "did you mean --exclude?"),
     ])
     func exitCodes(_ arguments: [String], _ exit: Int32, _ said: String) throws {
         let work = try Workspace()
@@ -35,6 +42,9 @@ struct ErrorStyleCLITests {
             case "PUB": return work.publicDER
             case "KEY": return work.privatePEM
             case "DIR": return dir
+            case "F": return work.directory.file("f.bin")
+            case "S": return work.directory.file("f.bin.sig")
+            case "O": return work.directory.file("o.zip")
             case "NOSUCH" where arguments.first != "help": return work.directory.file("NOSUCH")
             default: return argument
             }

@@ -165,4 +165,21 @@ struct NewUserCLITests {
         #expect(short.stderr.contains("short key id") && short.stderr.contains("signet key show"), "\(short.stderr)")
         #expect(!short.stderr.contains("Error:"), "Signet's style: \(short.stderr)")
     }
+
+    @Test("--expires takes a date alone as its midnight UTC; --version --json is a document")
+    func datesAndVersion() throws {
+        let work = try Workspace()
+        let src = work.directory.file("src")
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try Data("a".utf8).write(to: URL(fileURLWithPath: src + "/a.txt"))
+        let packed = try CLI.run(["pack", src, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "a", "--version", "1",
+                                  "--expires", "2099-01-01", "--out", work.directory.file("a.zip"), "--json"])
+        #expect(packed.status == 0, "\(packed.stderr)")
+        #expect(try packed.json()["expires"] as? String == "2099-01-01T00:00:00Z")
+        let bad = try CLI.run(["pack", src, "--key", work.privatePEM, "--name", "a", "--version", "1", "--expires", "2099-13-01", "--out", work.directory.file("b.zip")])
+        #expect(bad.status == 2 && bad.stderr.contains("a date like 2027-01-01"), "\(bad.stderr)")
+        let version = try CLI.run(["--version", "--json"])
+        #expect(version.status == 0)
+        #expect((try version.json()["signet"] as? String)?.isEmpty == false)
+    }
 }

@@ -1,0 +1,81 @@
+import ArgumentParser
+
+/// ArgumentParser's messages in Signet's style (issue 29): lower case like every other error,
+/// "out of range" for a number that does not fit, a "did you mean" that prefers the option the
+/// typed one begins (`--sig` → `--signature`), and the secret-safe options for `--passphrase`.
+enum ArgumentErrors {
+    static func restyle(_ message: String, arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> String {
+        var text = message
+        if let range = text.range(of: #"^Missing expected argument '([^']*)'"#, options: .regularExpression) {
+            let name = String(text[range]).dropFirst("Missing expected argument '".count).dropLast()
+            text = "missing \(name)" + text[range.upperBound...]
+        } else if let range = text.range(of: #"^Missing value for '([^']*)'"#, options: .regularExpression) {
+            let name = String(text[range]).dropFirst("Missing value for '".count).dropLast()
+            text = "\(name) needs a value" + text[range.upperBound...]
+        } else if let range = text.range(of: #"^The value '[^']*' is invalid for '[^']*'"#, options: .regularExpression) {
+            let parts = text[range].split(separator: "'", omittingEmptySubsequences: false)
+            if parts.count >= 4 {
+                let value = parts[1], option = parts[3].split(separator: " ").first ?? parts[3]
+                let negative = value.hasPrefix("-") && value.dropFirst().allSatisfy(\.isNumber)
+                let number = value.allSatisfy(\.isNumber)
+                text = "\(option) '\(value)' is \(negative || number ? "out of range" : "not a whole number")" + text[range.upperBound...]
+            }
+        } else if let range = text.range(of: #"^Unknown option '([^']*)'(\. Did you mean '[^']*'\?)?"#, options: .regularExpression) {
+            let typed = String(text[range].split(separator: "'")[1])
+            text = "unknown option '\(typed)'" + (suggestion(for: typed, arguments: arguments).map { "; did you mean \($0)?" } ?? "") + text[range.upperBound...]
+        } else if let first = text.first, first.isUppercase, !text.hasPrefix("TLS") {
+            text = first.lowercased() + text.dropFirst()
+        }
+        return text
+    }
+
+    /// The option `typed` most likely meant, among the options of the command being run.
+    static func suggestion(for typed: String, arguments: [String]) -> String? {
+        if typed == "--passphrase" || typed == "--pin-value" || typed == "--password" {
+            return "--passphrase-file FILE or --passphrase-env VAR (a secret is never taken from the command line)"
+        }
+        let options = Self.options(of: command(for: arguments))
+        let bare = typed.drop { $0 == "-" }
+        if let prefixed = options.filter({ $0.dropFirst(2).hasPrefix(bare) }).min(by: { $0.count < $1.count }) { return prefixed }
+        let close = options.map { ($0, distance(String($0.dropFirst(2)), String(bare))) }.filter { $0.1 <= 2 }
+        return close.min { $0.1 < $1.1 }?.0
+    }
+
+    /// The subcommand the arguments name (the root command when none).
+    static func command(for arguments: [String]) -> ParsableCommand.Type {
+        var command: ParsableCommand.Type = SignetCommand.self
+        for word in arguments where !word.hasPrefix("-") {
+            guard let next = command.configuration.subcommands.first(where: { $0._commandName == word }) else { break }
+            command = next
+        }
+        return command
+    }
+
+    /// Every `--option` the command's help shows.
+    static func options(of command: ParsableCommand.Type) -> [String] {
+        let help = SignetCommand.helpMessage(for: command)
+        var found: [String] = []
+        var rest = Substring(help)
+        while let range = rest.range(of: #"--[a-z0-9][a-z0-9-]*"#, options: .regularExpression) {
+            let option = String(rest[range])
+            if !found.contains(option) { found.append(option) }
+            rest = rest[range.upperBound...]
+        }
+        return found
+    }
+
+    /// Levenshtein distance.
+    static func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        guard !a.isEmpty else { return b.count }
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in stride(from: 1, through: b.count, by: 1) {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+}
