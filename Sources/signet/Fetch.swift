@@ -69,6 +69,7 @@ struct Fetch: ParsableCommand {
     }
 
     func run() throws {
+        Signals.onInterrupt("nothing was written to '\(out)'; what arrived is kept beside it: run the same command again to resume")
         tls.warnIfInsecure(url)
         let options = try tls.options(trust: trust)
         // After the trust sources loaded (a broken seal is the first thing to hear about), before

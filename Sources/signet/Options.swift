@@ -18,7 +18,7 @@ struct OutputOptions: ParsableArguments {
     @Flag(name: .long, help: "Print one JSON document on stdout instead of text (errors included).")
     var json = false
 
-    @Flag(name: .long, help: "No progress line on the terminal (errors and warnings are still printed).")
+    @Flag(name: .long, help: "Print nothing on success: no progress line and no result (a failure still prints what failed; errors and warnings always).")
     var quiet = false
 }
 

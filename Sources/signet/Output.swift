@@ -1,5 +1,6 @@
 import Foundation
 import Signet
+import Synchronization
 
 /// Everything the CLI prints goes through here: JSON on stdout, text on stdout/stderr.
 enum Output {
@@ -24,7 +25,22 @@ enum Output {
     /// One line on stdout. Control characters are escaped (`\n`, `\x1b`, `\u{202e}`), so a file
     /// named with ESC, CR or a newline cannot rewrite what the terminal shows.
     static func line(_ text: String) {
+        if quiet {
+            held.withLock { $0.append(escaped(text)) }
+            return
+        }
         print(escaped(text))
+    }
+
+    /// `--quiet`: the lines a command prints are held, and shown only if it fails (issue 29:
+    /// nothing on success; a failure still says what failed).
+    nonisolated(unsafe) static var quiet = false
+    private static let held = Mutex<[String]>([])
+
+    /// Prints what `--quiet` held back (the command failed).
+    static func releaseHeld() {
+        let lines = held.withLock { lines in defer { lines = [] }; return lines }
+        for line in lines { print(line) }
     }
 
     /// Several lines on stdout, each escaped as ``line(_:)`` does.
@@ -96,6 +112,7 @@ enum Output {
 
     /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
     static func fail(_ error: SignetError, json wantsJSON: Bool) -> Never {
+        releaseHeld()
         if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
         Output.error(error.description)
         exit(error.code.exitStatus.rawValue)

@@ -91,6 +91,7 @@ struct Pack: ParsableCommand {
     }
 
     func run() throws {
+        Signals.onInterrupt("no package was written: '\(out)' is as it was (the temporary file is removed)")
         let privateKey = try key.load()
         // Refused once the key is known to be usable, before any file is read.
         if !force { try OutputRule.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain) }

@@ -48,6 +48,9 @@ struct Reverify: ParsableCommand {
 
     @OptionGroup var trust: TrustOptions
 
+    @Flag(name: .long, help: "For a DIR, print a count per verdict and the first few paths of each instead of one line per file (a tree copied without its attributes has thousands of attributes-lost lines).")
+    var summary = false
+
     @Option(name: .long, help: ArgumentHelp("Skip files allowed to change; a glob with .gitignore's rules ('*.log' or 'cache' a name anywhere, 'var/tmp/*' anchored at the tree's root, '**' across folders, a folder selects what it holds); repeatable.", valueName: "pattern"))
     var exclude: [String] = []
 
@@ -215,8 +218,18 @@ struct Reverify: ParsableCommand {
             Output.line("FAILED \(tree.root): \(message)")
             return
         }
-        for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty {
-            Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
+        if summary {
+            // Verdicts in the order of the counts line; at most five paths each.
+            var byVerdict: [String: [String]] = [:]
+            for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty { byVerdict[file.verdict.name, default: []].append(file.path) }
+            for (verdict, paths) in byVerdict.sorted(by: { $0.key < $1.key }) {
+                let shown = paths.prefix(5).joined(separator: ", ")
+                Output.line("\(verdict.padding(toLength: 15, withPad: " ", startingAt: 0)) \(paths.count): \(shown)\(paths.count > 5 ? ", and \(paths.count - 5) more" : "")")
+            }
+        } else {
+            for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty {
+                Output.line("\(file.verdict.name.padding(toLength: 15, withPad: " ", startingAt: 0)) \(file.path)  — \(file.detail)")
+            }
         }
         let summary = tree.counts.sorted { $0.key.name < $1.key.name }.map { "\($0.value) \($0.key.name)" }.joined(separator: ", ")
         let name = tree.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "installed from a bare package (no manifest: no completeness or rollback check)"

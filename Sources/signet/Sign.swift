@@ -56,6 +56,7 @@ struct Sign: ParsableCommand {
     }
 
     func run() throws {
+        Signals.onInterrupt("no signature was written: existing signature files are as they were")
         let privateKey = try key.load()
         // Refused once the key is known to be usable, before any file is read.
         if !force {

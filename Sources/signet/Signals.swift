@@ -1,5 +1,6 @@
 import Foundation
 import Signet
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,6 +12,13 @@ import Glibc
 /// directory in progress, and end the process as the signal would have (so shells see 130/143).
 enum Signals {
     static let handled: [Int32] = [SIGINT, SIGTERM, SIGHUP]
+
+    /// What an interruption leaves, said on stderr when one comes (issue 29: exit 130 used to
+    /// print nothing). Each command that writes sets its own.
+    static let state = Mutex("temporary files are removed; nothing else was changed")
+
+    /// Sets what an interruption of the running command leaves.
+    static func onInterrupt(_ text: String) { state.withLock { $0 = text } }
 
     static func install() {
         var set = sigset_t()
@@ -29,6 +37,8 @@ enum Signals {
             while sigwait(&waitSet, &received) != 0 {}
             Terminal.restoreAfterInterrupt()
             Interruption.removeTemporaryFiles()
+            let name = received == SIGINT ? "SIGINT" : received == SIGTERM ? "SIGTERM" : received == SIGHUP ? "SIGHUP" : "signal \(received)"
+            Output.standardError("signet: interrupted (\(name)); \(Output.escaped(Signals.state.withLock { $0 }))\n")
             // Die of the signal itself.
             signal(received, SIG_DFL)
             var only = sigset_t()

@@ -80,6 +80,7 @@ enum Main {
             exit(0)
         }
         let arguments = Array(CommandLine.arguments.dropFirst())
+        Output.quiet = arguments.contains("--quiet") && !wantsJSON
         if arguments.first == "help", let (topic, known) = SignetCommand.unknownHelpTopic(Array(arguments.dropFirst())) {
             Output.usageFailure(message: "there is no command '\(topic)'", fullText: known.isEmpty ? "" : "the commands are: \(known.joined(separator: ", "))", json: wantsJSON)
         }
@@ -89,6 +90,7 @@ enum Main {
         } catch let error as SignetError {
             Output.fail(error, json: wantsJSON)
         } catch let exitCode as ExitCode {
+            if exitCode.rawValue != 0 { Output.releaseHeld() }
             exit(exitCode.rawValue)
         } catch let error as NSError where error.domain == NSCocoaErrorDomain || error.domain == NSPOSIXErrorDomain {
             // A Foundation error that escaped the library: Signet's own words and exit 5, never

@@ -139,6 +139,8 @@ struct Unpack: ParsableCommand {
     }
 
     func run() throws {
+        Signals.onInterrupt("'\(dest)' holds the tree it held before, or the whole new one if the swap had already happened (an install is all or nothing); the staged files are removed"
+                            + (Download.isURL(package) ? "; run the same command again to resume the download" : ""))
         var options = InstallOptions()
         options.force = force
         options.allowDowngrade = allowDowngrade

@@ -169,6 +169,7 @@ struct Update: ParsableCommand {
     }
 
     func run() throws {
+        Signals.onInterrupt("the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); the staged files are removed; the next run resumes")
         guard let index, let dest, let channel = trust.channel else { throw ValidationError("give the index URL, --dest and --channel") }
         if Download.isURL(index) { tls.warnIfInsecure(index) }
         var trustOptions = trust

@@ -126,6 +126,7 @@ struct DownloadCLITests {
         let missing = try CLI.run(["fetch", server.url("absent"), "--out", out, "--tls-ca", server.root, "--json"])
         #expect(missing.status == 5)
         #expect((try missing.json()["error"] as? [String: Any])?["code"] as? String == "network-error")
+        #expect((try missing.json()["error"] as? [String: Any])?["file"] as? String == server.url("absent"), "the URL in the error (issue 29): \(missing.stdoutText)")
         #expect(missing.stderr.contains("404"))
         #expect(try CLI.run(["fetch", server.url("to-https"), "--out", out, "--tls-ca", server.root]).status == 0, "https redirects are followed")
         let downgraded = try CLI.run(["fetch", server.url("to-http"), "--out", work.file("y"), "--tls-ca", server.root, "--retries", "0"])
@@ -257,6 +258,24 @@ struct DownloadCLITests {
         #expect(!FileManager.default.fileExists(atPath: work.directory.file(".installed.signet-download")), "a complete bad download is removed")
         // inspect URL verifies the same way.
         #expect(try CLI.run(["inspect", server.url("app.zip"), "--pubkey", work.publicDER, "--tls-ca", server.root]).status != 0)
+        // An older release downloaded whole is refused as a rollback naming the URL the user
+        // gave, not the download kept beside DIR (issue 29).
+        #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "0",
+                             "--sequence", "1", "--out", server.www + "/old.zip"]).status == 0)
+        let state = work.directory.file("state.json")
+        // The release on the server (tampered above) is packed again, installed with --state.
+        #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "2",
+                             "--sequence", "2", "--out", package, "--force"]).status == 0)
+        let recorded = try CLI.run(["unpack", server.url("app.zip"), "--dest", work.directory.file("first"), "--pubkey", work.publicDER,
+                                    "--tls-ca", server.root, "--state", state])
+        #expect(recorded.status == 0, "\(recorded.stderr)")
+        let rollback = try CLI.run(["unpack", server.url("old.zip"), "--dest", work.directory.file("fresh"), "--pubkey", work.publicDER, "--tls-ca", server.root,
+                                    "--full-download", "--state", state, "--json"])
+        #expect(rollback.status == 1, "\(rollback.stderr)")
+        #expect(rollback.stderr.contains("older release") && !rollback.stderr.contains("signet-download"), "\(rollback.stderr)")
+        let rollbackError = try rollback.json()["error"] as? [String: Any]
+        #expect(rollbackError?["code"] as? String == "rollback")
+        #expect(rollbackError?["file"] as? String == server.url("old.zip"), "\(rollback.stdoutText)")
     }
 
     @Test("a download killed mid-way continues on the next run (206 in nginx's log) and is byte-identical")

@@ -182,4 +182,69 @@ struct NewUserCLITests {
         #expect(version.status == 0)
         #expect((try version.json()["signet"] as? String)?.isEmpty == false)
     }
+
+    @Test("an interrupted command says what state things are in (exit 130 used to print nothing)", arguments: ["sign", "pack", "fetch"])
+    func interruptedSaysSo(_ command: String) throws {
+        let work = try Workspace()
+        let file = try work.directory.write("f.bin", Data("f".utf8))
+        // The passphrase comes from a FIFO nobody writes: the command waits there, reliably.
+        let fifo = work.directory.file("pass.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let arguments: [String] = switch command {
+        case "sign": ["sign", file, "--key", work.privatePEM, "--passphrase-file", fifo]
+        case "pack": ["pack", file, "--key", work.privatePEM, "--passphrase-file", fifo, "--name", "a", "--version", "1", "--out", work.directory.file("a.zip")]
+        default: ["fetch", "https://127.0.0.1:9/x", "--out", work.directory.file("x.bin"), "--signature", file, "--trust-dir", work.directory.file("t"),
+                  "--trust-salt-file", fifo]
+        }
+        let script = """
+        import signal, subprocess, sys, time
+        def reset():
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        import os
+        writer = os.open(sys.argv[1], os.O_RDWR)   # a writer that never writes: the reader waits
+        p = subprocess.Popen(sys.argv[2:], preexec_fn=reset, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate()
+        print(p.returncode)
+        sys.stdout.write(err.decode())
+        """
+        let result = try SignetTestSupport.run("python3", ["-c", script, fifo, CLI.binary] + arguments)
+        let lines = result.stdoutText.split(separator: "\n", maxSplits: 1).map(String.init)
+        #expect(lines.first == "-2", "died of SIGINT: \(result.stdoutText) \(result.stderr)")
+        let said = lines.count > 1 ? lines[1] : ""
+        #expect(said.contains("signet: interrupted (SIGINT); "), "\(said)")
+        let expected = ["sign": "no signature was written", "pack": "no package was written", "fetch": "run the same command again to resume"][command]!
+        #expect(said.contains(expected), "\(said)")
+    }
+
+    @Test("--quiet prints nothing on success and what failed on failure; reverify --summary counts a copied tree's verdicts in a few lines")
+    func quietAndSummary() throws {
+        let work = try Workspace()
+        let src = work.directory.file("src")
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        for index in 0..<12 { try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: src + "/f\(index).txt")) }
+        let package = work.directory.file("app.zip")
+        let packed = try CLI.run(["pack", src, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package, "--quiet"])
+        #expect(packed.status == 0 && packed.stdout.isEmpty && packed.stderr.isEmpty, "\(packed.stdoutText) \(packed.stderr)")
+        let app = work.directory.file("app")
+        let unpacked = try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--quiet"])
+        #expect(unpacked.status == 0 && unpacked.stdout.isEmpty, "\(unpacked.stdoutText)")
+        let clean = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--quiet"])
+        #expect(clean.status == 0 && clean.stdout.isEmpty, "\(clean.stdoutText)")
+        try Data("changed\n".utf8).write(to: URL(fileURLWithPath: app + "/f3.txt"))
+        let failed = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--quiet"])
+        #expect(failed.status == 1 && failed.stdoutText.contains("modified        f3.txt"), "a failure still says what failed: \(failed.stdoutText)")
+
+        // A tree copied with cp -r: the attributes are gone (and with them the record's use).
+        let copy = work.directory.file("copy")
+        #expect(try SignetTestSupport.run("cp", ["-r", app, copy]).status == 0)
+        let summary = try CLI.run(["reverify", copy, "--pubkey", work.publicDER, "--summary"])
+        #expect(summary.status == 1)
+        let lines = summary.stdoutText.split(separator: "\n")
+        #expect(lines.count == 3, "one line per verdict and the result: \(summary.stdoutText)")
+        #expect(summary.stdoutText.contains("attributes-lost 11: f0.txt, f1.txt, f10.txt, f11.txt, f2.txt, and 6 more"), "\(summary.stdoutText)")
+        #expect(summary.stdoutText.contains("modified        1: f3.txt"), "\(summary.stdoutText)")
+    }
 }

@@ -231,7 +231,14 @@ enum Downloader {
     /// curl's outcome as Signet's error: a TLS refusal (exit 3) naming the host, the check and
     /// the pins the server presented; a redirect away from https; an HTTP status; a header over
     /// libcurl's limit; else a network failure (exit 5).
+    /// The error names the URL as its `path` (the JSON error's `file`), without query or fragment.
     static func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String, check: TLSCheck) -> SignetError {
+        var error = curlError(code, status: status, message: message, effectiveURL: effectiveURL, check: check)
+        if error.path == nil { error.path = Download.recordedSource(effectiveURL) }
+        return error
+    }
+
+    private static func curlError(_ code: CURLcode, status: Int, message: String, effectiveURL: String, check: TLSCheck) -> SignetError {
         let shown = effectiveURL
         let host = URLComponents(string: effectiveURL)?.host ?? shown
         let pins = check.shownDescription
@@ -657,7 +664,16 @@ extension Installer {
                 throw SignetError(.indexMismatch, "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); the channel index binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed", path: url)
             }
         }
-        var report = try install(partial, to: destination, policy: policy, options: options, holding: lock)
+        var report: InstallReport
+        do {
+            report = try install(partial, to: destination, policy: policy, options: options, holding: lock)
+        } catch var error as SignetError {
+            // The user gave a URL: a refusal names it, not the download kept beside DIR.
+            let shown = Download.redacted(url)
+            if error.path == partial { error.path = shown }
+            error.reason = error.reason.replacingOccurrences(of: partial, with: shown)
+            throw error
+        }
         let files = report.manifest?.files ?? []
         let bytes = files.reduce(0) { $0 &+ $1.size }
         report.transfer = TransferReport(mode: .full, bytesDownloaded: result.size - result.resumedFrom, requests: 1, filesFetched: report.files.count,
