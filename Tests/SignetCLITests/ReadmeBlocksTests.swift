@@ -23,6 +23,7 @@ struct ReadmeBlocksTests {
         "systemd": "ReadmeBlocksTests.systemd",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
+        "test-pki": "ReadmeBlocksTests.testPKI",
     ]
 
     /// The README's shell blocks with the marker line before each (nil where there is none).
@@ -201,5 +202,28 @@ struct ReadmeBlocksTests {
         let changed = try run("bash", ["-c", "f=opt/myapp/resources/config/device.json; e=$(sed 's/production/debug/' $f); printf '%s\\n' \"$e\" > $f; signet reverify opt/myapp/resources --pubkey usr/share/myapp/public_key.der --rules usr/share/myapp/reverify-rules.json"],
                               environment: Self.environment(), directory: d)
         #expect(changed.status == 1 && changed.stdoutText.contains("mode"), "\(changed.stdoutText) \(changed.stderr)")
+    }
+
+    @Test("the test PKI script: root, intermediate (CA, pathlen 0), a server certificate with the host in subjectAltName; a pin by file")
+    func testPKI() throws {
+        let work = try TemporaryDirectory()
+        let d = work.path
+        let text = try Self.block("test-pki").replacingOccurrences(of: "examples/pki/", with: Self.repository + "/examples/pki/")
+        let ran = try Self.runBlock(text, in: d, environment: Self.environment())
+        #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
+        #expect(ran.stdoutText.contains("pki/server.pem: OK"), "\(ran.stdoutText)")
+        let described = try run("openssl", ["x509", "-in", d + "/pki/server.pem", "-noout", "-ext", "subjectAltName"])
+        #expect(described.stdoutText.contains("DNS:updates.example.com"), "\(described.stdoutText)")
+        let intermediate = try run("openssl", ["x509", "-in", d + "/pki/intermediate.pem", "-noout", "-ext", "basicConstraints"])
+        #expect(intermediate.stdoutText.contains("CA:TRUE") && intermediate.stdoutText.contains("pathlen:0"), "\(intermediate.stdoutText)")
+        let chain = try String(contentsOfFile: d + "/pki/chain.pem", encoding: .utf8)
+        #expect(chain.components(separatedBy: "BEGIN CERTIFICATE").count == 3, "leaf and intermediate")
+        // What README's $PIN_NOW is, given as the file itself.
+        let shown = try CLI.run(["key", "show", d + "/pki/intermediate.pem", "--json"])
+        let pin = try shown.json()["pin"] as? String
+        #expect(shown.status == 0 && pin?.hasPrefix("sha256//") == true, "\(shown.stderr)")
+        // README: evmctl takes the certificate (not public_key.der).
+        let readme = try String(contentsOfFile: Self.repository + "/README.md", encoding: .utf8)
+        #expect(readme.contains("`evmctl ima_verify --key` takes the signer's X.509 certificate (keygen's `certificate.der`)"))
     }
 }
