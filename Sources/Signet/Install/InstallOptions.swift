@@ -1,0 +1,70 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import CSignetShims
+internal import SystemPackage
+
+/// Options for ``Installer/install(_:to:policy:options:)``.
+public struct InstallOptions: Sendable {
+    /// Replace a non-empty destination that Signet did not install.
+    public var force = false
+    /// Told how many files and bytes have been verified and staged.
+    public var progress: ProgressHandler? = nil
+    /// Install a lower `sequence` over an installed tree of the same name.
+    public var allowDowngrade = false
+    /// Let the destination change product: install a package whose name differs from the
+    /// installed tree's (or from what `stateFile` records for the destination), or a bare
+    /// package over a tree installed from a signed manifest. The change is recorded in
+    /// `stateFile` (`changed_from`). Off by default: a validly signed package of another
+    /// product never replaces an installed one unasked (`unpack --change-package`).
+    public var changePackage = false
+    /// The older layout: resources with `<path>.sig` beside them, no manifest (FORMAT.md §2).
+    public var bare = false
+    /// The destination's filesystem ignores case (vfat, exFAT, NTFS, SMB): two files whose
+    /// paths differ only in case (after Unicode normalisation) would be one file there, so such
+    /// a package is refused before anything is written. Also applied when the filesystem the
+    /// destination is made on is known to ignore case (``CaseFolding/ignoresCase(filesystemType:)``).
+    public var caseInsensitiveDestination = false
+    /// The algorithm of a bare package's signatures.
+    public var bareAlgorithm: SignatureAlgorithm = .default
+    /// Limits for the untrusted archive.
+    public var limits = PackageLimits()
+    /// The time expiry is judged against.
+    public var now: Timestamp = .now
+    /// A state file recording the highest sequence installed per package name, across
+    /// destinations; a lower sequence is a rollback (unless `allowDowngrade`).
+    public var stateFile: String? = nil
+    /// Also write an IMA v2 signature to this attribute (`user.ima`, or `security.ima`, which
+    /// needs root), so `evmctl ima_verify` and IMA appraisal accept the files. Nil for none.
+    public var imaAttribute: String? = nil
+    /// How long to wait, in seconds, for another process that is updating the destination.
+    public var wait: Double = 10
+    /// The package a channel index names (`signet update`): once the manifest verified, and
+    /// before any resource is read or fetched, its SHA-256, name and sequence must be these
+    /// (`.indexMismatch`, exit 1, otherwise); a package downloaded whole must also have this
+    /// size and SHA-256.
+    public var expectedPackage: ChannelIndex.Package? = nil
+    /// Where the package came from (a URL), recorded as `source` in each file's
+    /// `user.signet.meta`; set by `Installer.install(downloading:to:policy:options:download:)`.
+    public var source: String? = nil
+    /// The destination is a sealed directory (a trust directory, a folder of TLS roots) that
+    /// this install replaces: seal the new tree with the device's salt before the swap, after
+    /// checking that it can be used as the old one was (``SealRenewal``). A sealed destination
+    /// that Signet did not install, and that matches its seal with this salt, may then be
+    /// replaced without `force`. Without it, a sealed destination is replaced only by a package
+    /// that brings its own seal (`.destinationRefused`, exit 5, otherwise): an install never
+    /// leaves a directory unsealed that was sealed.
+    public var reseal: SealRenewal? = nil
+
+    /// The defaults: refuse to replace foreign directories and to roll back.
+    public init() {}
+
+    /// Whether a destination Signet did not install may be replaced: `force`, or a sealed
+    /// directory that `reseal` adopts.
+    func replacesForeign(_ destination: String) -> Bool {
+        force || reseal?.adopts(destination) == true
+    }
+}

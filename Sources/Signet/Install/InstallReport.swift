@@ -1,0 +1,33 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import CSignetShims
+internal import SystemPackage
+
+/// What an installation did.
+public struct InstallReport: Sendable {
+    /// The installed tree.
+    public let destination: String
+    /// The package's manifest (nil for a bare package).
+    public let manifest: Manifest?
+    /// The installed resource paths.
+    public let files: [String]
+    /// The trusted key that signed it.
+    public let signer: PublicKey
+    /// The `sequence` of the tree it replaced, if it replaced an installed one.
+    public let replacedSequence: UInt64?
+    /// False when the filesystem has no user extended attributes: the signatures are then only in
+    /// `DIR/.signet/sigs/` (the sidecar FORMAT.md §3 describes).
+    public let attributesWritten: Bool
+    /// True when an existing directory was swapped for the new tree in one `renameat2(RENAME_EXCHANGE)`.
+    public let exchanged: Bool
+    /// The replaced tree, when it could not be removed after the swap (an I/O error, a folder
+    /// that may not be changed). The install itself succeeded; the next unpack to the same
+    /// destination removes it.
+    public let leftover: String?
+    /// How a package read from a URL was transferred (nil for a package file).
+    public internal(set) var transfer: TransferReport? = nil
+}

@@ -1,0 +1,283 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import CSignetShims
+internal import SystemPackage
+
+/// The staging directory: a sibling of the destination (so on its filesystem), private (0700)
+/// while it is built, named after this process and registered for removal on interruption,
+/// written only through descriptors opened with O_NOFOLLOW below it. Every call names the
+/// parent through one descriptor, so the destination's path may be of any length.
+final class Staging {
+    let path: String
+    private let name: String
+    private let parent: Int32
+    private let root: Int32
+    private var token: Int
+    private var asideToken: Int? = nil
+    private var directories: [String: Int32] = [:]
+    /// The process's umask as this install started (nil if unknown): a file created with a
+    /// mode the umask keeps needs no `fchmod` (issue 28: one system call less per file).
+    private let umask: mode_t? = Staging.currentUmask()
+
+    /// The umask, from /proc/self/status (reading it with umask(2) would change it meanwhile
+    /// for every other thread).
+    static func currentUmask() -> mode_t? {
+        guard let status = try? readSmallFile("/proc/self/status", what: "process status", limit: 64 * 1024) else { return nil }
+        for line in String(decoding: status, as: UTF8.self).split(separator: "\n") where line.hasPrefix("Umask:") {
+            return mode_t(line.dropFirst(6).trimmingCharacters(in: .whitespaces), radix: 8)
+        }
+        return nil
+    }
+
+    /// Gives `fd`, created by ``createFile(_:mode:)`` with `mode`, exactly that mode: a no-op
+    /// where the umask left it so.
+    func ensureMode(_ fd: Int32, _ mode: mode_t) throws {
+        if let umask, mode & umask == 0 { return }
+        _ = try systemCall("fchmod") { fchmod(fd, mode) }
+    }
+
+    init(besides destination: String) throws {
+        let parentPath = AtomicFile.parentDirectory(of: destination)
+        let parent: Int32
+        do { parent = try Paths.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+            throw SignetError.posix(error, "cannot open the directory of", path: destination)
+        }
+        var made: (path: String, name: String, token: Int)? = nil
+        for _ in 0..<8 {
+            let candidate = TemporaryFiles.name(besides: destination, tag: "staging")
+            let token = TemporaryFiles.register(candidate, tree: true)
+            let name = String(candidate.split(separator: "/").last!)
+            let attempt: Result<Int32, SystemCallFailure>
+            do {
+                attempt = try TemporaryFiles.guardedCall("mkdirat") { mkdirat(parent, name, 0o700) }
+            } catch {
+                TemporaryFiles.unregister(token)
+                close(parent)
+                throw error
+            }
+            if case .success = attempt {
+                made = (candidate, name, token)
+                break
+            }
+            TemporaryFiles.unregister(token)
+            if case .failure(let failure) = attempt, failure.code != EEXIST {
+                close(parent)
+                throw SignetError.posix(failure, "cannot create a staging directory beside", path: destination)
+            }
+        }
+        guard let made else {
+            close(parent)
+            throw SignetError(.io, "cannot create a staging directory beside '\(destination)'", path: destination)
+        }
+        let root = openat(parent, made.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard root >= 0 else {
+            let err = errno
+            unlinkat(parent, made.name, AT_REMOVEDIR)
+            TemporaryFiles.unregister(made.token)
+            close(parent)
+            throw SignetError.posix(err, "cannot open the staging directory", path: made.path, call: "openat")
+        }
+        self.path = made.path
+        self.name = made.name
+        self.token = made.token
+        self.parent = parent
+        self.root = root
+    }
+
+    deinit {
+        for fd in directories.values { close(fd) }
+        close(root)
+        close(parent)
+        TemporaryFiles.unregister(token)
+        if let asideToken { TemporaryFiles.unregister(asideToken) }
+    }
+
+    /// The directory holding `relative` (created as needed, 0755 whatever the umask), as a descriptor.
+    private func directory(for relative: String) throws -> (Int32, String) {
+        var components = relative.split(separator: "/").map(String.init)
+        let name = components.removeLast()
+        var fd = root
+        var walked = ""
+        for component in components {
+            walked += (walked.isEmpty ? "" : "/") + component
+            if let known = directories[walked] {
+                fd = known
+                continue
+            }
+            let made = try TemporaryFiles.guardedCall("mkdirat") { mkdirat(fd, component, 0o755) }
+            var created = false
+            switch made {
+            case .success: created = true
+            case .failure(let failure) where failure.code == EEXIST: break
+            case .failure(let failure):
+                throw SignetError.posix(failure, "cannot create directory '\(walked)' in the staging directory", path: path)
+            }
+            let next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard next >= 0 else {
+                let reason = errno == ENOTDIR ? "'\(walked)' is both a file and a directory in this package" : String(cString: strerror(errno))
+                throw SignetError(.malformedArchive, "cannot install: \(reason)", path: path, entry: relative)
+            }
+            // mkdir applies the umask; installed folders are 0755 regardless (FORMAT.md §2).
+            if created { _ = fchmod(next, 0o755) }
+            if directories.count > 256 {
+                for old in directories.values { close(old) }
+                directories.removeAll()
+            }
+            directories[walked] = next
+            fd = next
+        }
+        return (fd, name)
+    }
+
+    /// Creates a new file (never an existing one, never through a link) and returns its
+    /// descriptor, open for reading too (a reflinked copy is hashed through it).
+    /// The staging tree is private (0700) until ``finish()``, so a file may be created with the
+    /// mode it will have (then ``ensureMode(_:_:)``).
+    func createFile(_ relative: String, mode: mode_t = 0o600) throws -> Int32 {
+        let (directory, name) = try directory(for: relative)
+        switch try TemporaryFiles.guardedCall("openat", { openat(directory, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }) {
+        case .success(let fd): return fd
+        case .failure(let failure) where failure.code == EEXIST || failure.code == EISDIR:
+            throw SignetError(.malformedArchive, "cannot install '\(relative)': it is both a file and a directory in this package", path: path, entry: relative)
+        case .failure(let failure):
+            var error = SignetError.posix(failure, "cannot install '\(relative)' in the staging directory", path: path)
+            error.entry = relative
+            throw error
+        }
+    }
+
+    /// Removes a staged file (a copy that turned out not to be the signed content).
+    func removeFile(_ relative: String) {
+        guard let (directory, name) = try? directory(for: relative) else { return }
+        _ = unlinkat(directory, name, 0)
+    }
+
+    /// Writes a small file (signatures, manifest) with mode 0644.
+    func writeFile(_ relative: String, _ bytes: [UInt8]) throws {
+        let fd = try createFile(relative)
+        defer { close(fd) }
+        try bytes.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: relative, destination: path) }
+        do {
+            _ = try systemCall("fchmod") { fchmod(fd, 0o644) }   // durable with the tree (finish())
+        } catch {
+            throw SignetError.posix(error, "cannot write '\(relative)' in the staging directory", path: path)
+        }
+    }
+
+    /// Opens the tree to readers (0755) and makes all of it durable in one step, before it is
+    /// renamed into place: every staged file's data, its attributes and mode, and every
+    /// directory entry.
+    ///
+    /// One `syncfs` of the staging filesystem instead of an fsync per file (each of which
+    /// commits ext4's journal): large files' writeback was started as they were written, small
+    /// ones are written together here, and the disk is waited for once. It is as safe as the fsyncs were: syncfs writes back every dirty
+    /// inode and page of the filesystem and waits for them and for the journal commit, and
+    /// since Linux 5.8 it reports a writeback error that happened after `root` was opened
+    /// (before the first file was written). It also writes other processes' dirty data on the
+    /// same filesystem, which a busy device pays in time, never in safety. Measurements in
+    /// bench/README.md.
+    func finish() throws {
+        do {
+            _ = try systemCall("fchmod") { fchmod(root, 0o755) }
+            _ = try systemCall("syncfs") { signet_syncfs(root) }
+        } catch let failure as SystemCallFailure where failure.code == ENOSYS {
+            // Only a seccomp filter hides syncfs (Linux has had it since 2.6.39): fall back
+            // to one fsync per directory and file, reopened below the staging root.
+            try fsyncTree()
+        } catch {
+            throw SignetError.posix(error, "cannot make the staged tree durable", path: path)
+        }
+    }
+
+    /// The fallback of ``finish()``: fsync of every file and directory of the staged tree.
+    private func fsyncTree() throws {
+        func walk(_ fd: Int32) throws {
+            try DirectoryEntries.forEach(in: fd) { entry in
+                // Staged trees hold only what Signet made: files and directories.
+                let child = try systemCall("openat") { openat(fd, entry.rawName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+                defer { close(child) }
+                var info = stat()
+                _ = try systemCall("fstat") { fstat(child, &info) }
+                if info.st_mode & S_IFMT == S_IFDIR { try walk(child) }
+                _ = try systemCall("fsync") { fsync(child) }
+            }
+        }
+        do {
+            try walk(root)
+            _ = try systemCall("fsync") { fsync(root) }
+        } catch {
+            throw SignetError.posix(error, "cannot make the staged tree durable", path: path)
+        }
+    }
+
+    /// Puts the staged tree at `destination`. An existing directory is swapped in one
+    /// `renameat2(RENAME_EXCHANGE)` and the old tree then removed; where the filesystem lacks
+    /// that, the old tree is moved aside first (DIR is then briefly absent). Returns whether the
+    /// atomic exchange was used, and the old tree if it could not be removed.
+    func install(at destination: String, replacing state: DestinationState) throws -> (exchanged: Bool, leftover: String?) {
+        defer { _ = fsync(parent) }
+        // The renames happen only if no interruption is removing the staging tree meanwhile.
+        let old = try TemporaryFiles.guarded { try rename(to: destination, replacing: state) }
+        guard let old else { return (false, nil) }
+        // The old tree, at the staging path or aside (still registered: an interruption while
+        // it is removed removes it too).
+        return (old.exchanged, TreeRemover.removeEntry(Array(old.name.utf8CString), in: parent) ? nil : old.path)
+    }
+
+    /// The renames of ``install(at:replacing:)``; returns where the old tree went, if any.
+    private func rename(to destination: String, replacing state: DestinationState) throws -> (name: String, path: String, exchanged: Bool)? {
+        let target = destination.split(separator: "/").last.map(String.init) ?? destination
+        if case .absent = state {
+            if signet_renameat2(parent, name, parent, target, signet_RENAME_NOREPLACE()) == 0 {
+                TemporaryFiles.unregister(token)
+                return nil
+            }
+            let err = errno
+            guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
+                throw SignetError.posix(err, "cannot install at", path: destination, call: "renameat2")
+            }
+            // No RENAME_NOREPLACE here: under the destination's lock, nothing else creates DIR.
+            var info = stat()
+            do {
+                _ = try systemCall("fstatat") { fstatat(parent, target, &info, AT_SYMLINK_NOFOLLOW) }
+                throw SignetError.posix(EEXIST, "cannot install at", path: destination)
+            } catch let failure as SystemCallFailure where failure.code == ENOENT {
+                // Still absent: rename below.
+            } catch {
+                throw SignetError.posix(error, "cannot install at", path: destination)
+            }
+            guard renameat(parent, name, parent, target) == 0 else { throw SignetError.posix(errno, "cannot install at", path: destination, call: "renameat") }
+            TemporaryFiles.unregister(token)
+            return nil
+        }
+        if signet_renameat2(parent, name, parent, target, signet_RENAME_EXCHANGE()) == 0 {
+            return (name, path, true)
+        }
+        let err = errno
+        guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
+            throw SignetError.posix(err, "cannot replace", path: destination, call: "renameat2")
+        }
+        let aside = TemporaryFiles.name(besides: destination, tag: "old")
+        let asideName = String(aside.split(separator: "/").last!)
+        asideToken = TemporaryFiles.register(aside, tree: true)
+        guard renameat(parent, target, parent, asideName) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination, call: "renameat") }
+        guard renameat(parent, name, parent, target) == 0 else {
+            let err = errno
+            renameat(parent, asideName, parent, target)
+            throw SignetError.posix(err, "cannot install at", path: destination, call: "renameat")
+        }
+        TemporaryFiles.unregister(token)
+        return (asideName, aside, false)
+    }
+
+    /// Removes the staging directory and everything in it. True when nothing is left.
+    func remove() -> Bool {
+        let removed = TreeRemover.removeEntry(Array(name.utf8CString), in: parent)
+        if removed { TemporaryFiles.unregister(token) }
+        return removed
+    }
+}
