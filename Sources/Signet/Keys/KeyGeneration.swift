@@ -13,7 +13,7 @@ public struct GeneratedKey: Sendable {
     /// The self-signed X.509 certificate (codeSigning EKU), DER.
     public let certificateDER: [UInt8]
 
-    /// The file names ``write(to:passphrase:)`` creates, in the order it creates them.
+    /// The file names ``write(to:passphrase:replace:)`` creates, in the order it creates them.
     public static let fileNames = ["private_key.pem", "private_key.p12", "public_key.der", "certificate.der"]
 
     /// Longest certificate validity accepted, in days (200 years; X.509 times end at year 9999).
@@ -77,7 +77,7 @@ public struct GeneratedKey: Sendable {
         return try derEncode("PKCS#12 file") { i2d_PKCS12(p12, $0) }
     }
 
-    /// What ``write(to:passphrase:)`` wrote.
+    /// What ``write(to:passphrase:replace:)`` wrote.
     public struct WrittenFiles: Sendable {
         /// The directory.
         public let directory: String
