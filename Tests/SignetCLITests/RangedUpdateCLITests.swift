@@ -291,6 +291,13 @@ extension RangedUpdateCLITests {
         for path in paths.suffix(30) { try random.readData(ofLength: 16 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
         let v3 = work.directory.file("v3.zip")
         try Self.pack(work, tree, sequence: 3, out: v3)
+        // nginx's validator (ETag and Last-Modified) is the file's size and its mtime in whole
+        // seconds; v2 and v3 have the same size, and packed within one second they would have
+        // the same validator: the replacement would then be invisible to If-Range (Signet would
+        // still install only bytes that match v2's signed manifest, wholly v2). Ten seconds on
+        // make it a different file to HTTP, as a release published later is.
+        let v2Date = try FileManager.default.attributesOfItem(atPath: server.www + "/slow/swap.zip")[.modificationDate] as? Date ?? Date()
+        try FileManager.default.setAttributes([.modificationDate: v2Date.addingTimeInterval(10)], ofItemAtPath: v3)
         let update = Process()
         update.executableURL = URL(fileURLWithPath: CLI.binary)
         update.arguments = ["unpack", server.url("slow/swap.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"]
