@@ -74,7 +74,7 @@ struct Fetch: ParsableCommand {
         let options = try tls.options(trust: trust)
         // After the trust sources loaded (a broken seal is the first thing to hear about), before
         // anything is downloaded.
-        if !force { try OutputRule.refuseExisting(out, what: "the download's output") }
+        if !force { try OutputFiles.refuseExisting(out, what: "the download's output") }
         var signatureBytes: [UInt8]? = nil
         var policy: TrustPolicy? = nil
         if let signature {

@@ -333,25 +333,6 @@ struct LimitOptions: ParsableArguments {
     }
 }
 
-/// Signet's one rule for outputs (issue 29, FORMAT.md §4): an existing output is refused unless
-/// `--force` is given, checked before any work (no key loaded, nothing downloaded).
-/// An output that is one of `inputs` (the key, a signed file, by device and inode) is left to
-/// the library, which refuses it as an input it would destroy (exit 2), the more precise error.
-enum OutputRule {
-    static func refuseExisting(_ path: String, what: String, inputs: [String] = []) throws {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return }
-        func identity(_ path: String, follow: Bool) -> [UInt64]? {
-            var info = stat()
-            guard (follow ? stat(path, &info) : lstat(path, &info)) == 0 else { return nil }
-            return [UInt64(info.st_dev), UInt64(info.st_ino)]
-        }
-        let target = Set([identity(path, follow: false), identity(path, follow: true)].compactMap { $0 })
-        if inputs.contains(where: { identity($0, follow: true).map(target.contains) ?? false }) { return }
-        throw SignetError.existingOutput(path, what: what)
-    }
-}
-
 /// A pin as the user may write it (FORMAT.md §1): the 64-hex key id (either case),
 /// `sha256//BASE64`, or a public key or certificate file whose key is meant (as curl's
 /// `--pinnedpubkey` takes a file). A short id, the 16 hex characters outputs show, is refused

@@ -94,7 +94,7 @@ struct Pack: ParsableCommand {
         Signals.onInterrupt("no package was written: '\(out)' is as it was (the temporary file is removed)")
         let privateKey = try key.load()
         // Refused once the key is known to be usable, before any file is read.
-        if !force { try OutputRule.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain) }
+        if !force { try OutputFiles.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain) }
         let options0 = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap(Self.time),
                                   compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
         var options = options0

@@ -60,7 +60,7 @@ struct Sign: ParsableCommand {
         let privateKey = try key.load()
         // Refused once the key is known to be usable, before any file is read.
         if !force {
-            for target in files.map({ out ?? $0 + ".sig" }) { try OutputRule.refuseExisting(target, what: "the signature file", inputs: files + key.files) }
+            for target in files.map({ out ?? $0 + ".sig" }) { try OutputFiles.refuseExisting(target, what: "the signature file", inputs: files + key.files) }
         }
         let signer = Signer(key: privateKey, algorithm: algorithm)
         let signatures = try ProgressLine.showing("signing", output: output) { try signer.sign(filesAt: files, progress: $0) }

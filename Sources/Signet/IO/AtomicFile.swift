@@ -72,9 +72,7 @@ enum AtomicFile {
     /// `--force` (issue 29). Checked before any work, so nothing is written; the final rename
     /// is ``renameNoReplace(_:_:)``, so a file that appears meanwhile is not replaced either.
     static func refuseExisting(_ path: String, what: String) throws {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return }
-        throw existing(path, what: what)
+        try OutputFiles.refuseExisting(path, what: what)
     }
 
     static func existing(_ path: String, what: String) -> SignetError { SignetError.existingOutput(path, what: what) }

@@ -23,9 +23,16 @@ extension Reverifier {
         return TrustStoreSeal.parse(bytes) != nil
     }
 
-    static func unlisted(_ onDisk: [String], _ manifest: Manifest) -> [String] {
+    /// Whether the manifest's paths are in byte order (as pack writes them): one pass, done once
+    /// per tree check and handed to ``unlisted(_:_:inOrder:)`` and ``folderReports``.
+    static func isInByteOrder(_ manifest: Manifest) -> Bool {
         let files = manifest.files
-        let sorted = files.indices.dropFirst().allSatisfy { ResourcePath.byteOrder(files[$0 - 1].path, files[$0].path) }
+        return files.indices.dropFirst().allSatisfy { ResourcePath.byteOrder(files[$0 - 1].path, files[$0].path) }
+    }
+
+    static func unlisted(_ onDisk: [String], _ manifest: Manifest, inOrder: Bool? = nil) -> [String] {
+        let files = manifest.files
+        let sorted = inOrder ?? isInByteOrder(manifest)
         guard sorted else {
             let known = Set(files.map { Array($0.path.utf8) })
             return onDisk.filter { !known.contains(Array($0.utf8)) }
@@ -108,12 +115,13 @@ extension Reverifier {
     /// Folders on disk: one that holds no file of the manifest is `added` (an empty folder, or
     /// one holding only added files); one whose mode is not 0755 is `mode-changed` (restored by
     /// `--repair`, once the manifest has verified).
-    static func folderReports(_ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: Int32, options: ReverifyOptions) -> [FileReport] {
+    static func folderReports(_ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: Int32, options: ReverifyOptions,
+                              inOrder known: Bool? = nil) -> [FileReport] {
         let files = manifest.files
         // Whether the manifest lists a file below `folder`: in a manifest in byte order (what
         // pack writes) the paths starting with "folder/" are one run, found by binary search
         // (no set of 50,000 paths per check); otherwise a set of every signed folder.
-        let inOrder = files.indices.dropFirst().allSatisfy { ResourcePath.byteOrder(files[$0 - 1].path, files[$0].path) }
+        let inOrder = known ?? isInByteOrder(manifest)
         var signed = Set<[UInt8]>()
         if !inOrder {
             for file in files {

@@ -141,13 +141,14 @@ extension Reverifier {
         progress?.finish()
         if cancelled.isSet { throw CancellationError() }
         let disk = try walk.wait().get()
-        for path in unlisted(disk.files, manifest) where options.selects(path) && !isDeviceSeal(path, rootFD: rootFD, root: root) {
+        let inOrder = isInByteOrder(manifest)
+        for path in unlisted(disk.files, manifest, inOrder: inOrder) where options.selects(path) && !isDeviceSeal(path, rootFD: rootFD, root: root) {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
         for (path, reason) in disk.unreadable where options.selects(path) {
             reports.append(FileReport(path: path + "/", verdict: .unreadable, detail: "\(reason); files added there cannot be seen, and each file the manifest lists there is reported on its own", signatureSource: nil, signer: nil))
         }
-        reports += folderReports(disk.folders, manifest: manifest, rootFD: rootFD, options: options)
+        reports += folderReports(disk.folders, manifest: manifest, rootFD: rootFD, options: options, inOrder: inOrder)
         reports += signetReports(disk.signet, manifest: manifest, options: options)
         // In manifest order, which pack writes sorted: then only added files need sorting in.
         if !reports.indices.dropFirst().allSatisfy({ ResourcePath.byteOrder(reports[$0 - 1].path, reports[$0].path) }) {

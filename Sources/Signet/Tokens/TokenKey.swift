@@ -56,14 +56,9 @@ final class TokenKey: @unchecked Sendable {
         guard keyType == CK_KEY_TYPE(CKK_RSA) else {
             throw SignetError(.unsupportedKeyType, "the key \(uri) on \(tokenDescription) is not an RSA key (CKA_KEY_TYPE \(keyType.map { String($0) } ?? "unknown")); Signet signs with RSA keys of 2048 bits or more")
         }
-        guard let modulus = try Self.attribute(functions, session, handle, CK_ATTRIBUTE_TYPE(CKA_MODULUS)) else {
+        let (modulus, exponent) = try Self.rsaNumbers(functions, session, handle)
+        guard let modulus else {
             throw SignetError(.malformedKey, "the key \(uri) on \(tokenDescription) does not give its modulus (CKA_MODULUS)")
-        }
-        // The exponent is on most private key objects; else on the public key with the same CKA_ID.
-        var exponent = try Self.attribute(functions, session, handle, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
-        if exponent == nil, let id = try Self.attribute(functions, session, handle, CK_ATTRIBUTE_TYPE(CKA_ID)),
-           let publicObject = try Self.find(functions, session, class: CKO_PUBLIC_KEY, label: nil, id: id).first {
-            exponent = try Self.attribute(functions, session, publicObject, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
         }
         guard let exponent else {
             throw SignetError(.malformedKey, "the key \(uri) on \(tokenDescription) gives no public exponent, on itself or on a public key with its CKA_ID")
@@ -207,6 +202,18 @@ final class TokenKey: @unchecked Sendable {
     static func number(_ bytes: [UInt8]) -> CK_ULONG? {
         guard bytes.count == MemoryLayout<CK_ULONG>.size else { return nil }
         return bytes.withUnsafeBytes { $0.loadUnaligned(as: CK_ULONG.self) }
+    }
+
+    /// An RSA private key object's modulus and public exponent. The exponent is on most private
+    /// key objects; else it is taken from the public key with the same CKA_ID.
+    static func rsaNumbers(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE) throws -> (modulus: [UInt8]?, exponent: [UInt8]?) {
+        let modulus = try attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_MODULUS))
+        var exponent = try attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
+        if exponent == nil, let id = try attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_ID)),
+           let publicObject = try find(functions, session, class: CKO_PUBLIC_KEY, label: nil, id: id).first {
+            exponent = try attribute(functions, session, publicObject, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
+        }
+        return (modulus, exponent)
     }
 
     /// An attribute's value; nil when the object does not have it or keeps it secret.

@@ -42,12 +42,8 @@ extension PrivateKey {
             let keyType = try TokenKey.attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)).map(TokenKey.number) ?? nil
             var bits: Int? = nil
             var keyID: KeyID? = nil
-            if keyType == CK_KEY_TYPE(CKK_RSA), let modulus = try TokenKey.attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_MODULUS)) {
-                var exponent = try TokenKey.attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
-                if exponent == nil, !id.isEmpty, let publicObject = try TokenKey.find(functions, session, class: CKO_PUBLIC_KEY, label: nil, id: id).first {
-                    exponent = try TokenKey.attribute(functions, session, publicObject, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
-                }
-                if let exponent, let key = try? TokenKey.rsaPublicKey(modulus: modulus, exponent: exponent),
+            if keyType == CK_KEY_TYPE(CKK_RSA), case let (modulus?, exponent?) = try TokenKey.rsaNumbers(functions, session, object) {
+                if let key = try? TokenKey.rsaPublicKey(modulus: modulus, exponent: exponent),
                    let publicKey = try? PublicKey(key: key, format: .pkcs11, certificateDER: nil, source: uri) {
                     bits = publicKey.bits
                     keyID = publicKey.keyID
