@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Signet
 #if canImport(Glibc)
 import Glibc
@@ -46,11 +47,11 @@ struct Verify: ParsableCommand {
 
     /// Whether `path` starts as a zip archive does (a local file header or an empty archive).
     static func isZip(_ path: String) -> Bool {
+        // O_NONBLOCK: a FIFO given as the file must not hang the check.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var magic = [UInt8](repeating: 0, count: 4)
-        guard read(fd, &magic, 4) == 4 else { return false }
+        let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        guard let magic = try? file.read(upToCount: 4).map(Array.init), magic.count == 4 else { return false }
         return magic == [0x50, 0x4B, 0x03, 0x04] || magic == [0x50, 0x4B, 0x05, 0x06]
     }
 

@@ -9,7 +9,7 @@ struct AttributeTests {
     func roundTrip() throws {
         let directory = try TemporaryDirectory()
         let file = try InputFile.open(try directory.write("f", Data("x".utf8)), what: "file", followSymlinks: false)
-        let fd = file.descriptor.rawValue
+        let fd = file.descriptor
         #expect(try ExtendedAttributes.get("user.absent", on: fd).get() == nil, "ENODATA is absent, not an error")
         let large = (0..<3000).map { UInt8(truncatingIfNeeded: $0) }     // larger than the first 1 KiB buffer
         try ExtendedAttributes.set("user.big", large, on: fd).get()
@@ -32,7 +32,7 @@ struct AttributeTests {
         let file = try InputFile.open(try directory.write("f", Data()), what: "file", followSymlinks: false)
         // Far beyond what any filesystem keeps for one attribute (XATTR_SIZE_MAX is 64 KiB).
         let tooLarge = [UInt8](repeating: 7, count: 70_000)
-        guard case .failure(let failure) = ExtendedAttributes.set("user.huge", tooLarge, on: file.descriptor.rawValue) else {
+        guard case .failure(let failure) = ExtendedAttributes.set("user.huge", tooLarge, on: file.descriptor) else {
             Issue.record("a 70,000-byte attribute was accepted")
             return
         }

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import Signet
 import SignetTestSupport
+import SystemPackage
 
 @Suite("Re-verification from extended attributes")
 struct ReverifyTests {
@@ -137,7 +138,7 @@ struct ReverifyTests {
     func addedFolders(_ listed: [String], _ folders: [String], _ expected: [String]) throws {
         var manifest = try ManifestTests.sample()
         manifest.files = listed.map { .init(path: $0, size: 1, sha256: String(repeating: "00", count: 32), mode: .regular) }
-        let reports = Reverifier.folderReports(folders.map { ($0, UInt32(0o755)) }, manifest: manifest, rootFD: -1, options: ReverifyOptions())
+        let reports = Reverifier.folderReports(folders.map { ($0, UInt32(0o755)) }, manifest: manifest, rootFD: FileDescriptor(rawValue: -1), options: ReverifyOptions())
         #expect(reports.allSatisfy { $0.verdict == .added })
         #expect(reports.map(\.path).sorted() == expected.sorted())
     }
@@ -246,15 +247,14 @@ struct ReverifyTests {
         symlink(root + "/real", root + "/linked-dir")
         symlink(directory.file("outside"), root + "/linked-file")
         symlink("../outside", root + "/relative-escape")
-        let rootFD = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        defer { close(rootFD) }
+        let tree = try Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let rootFD = tree.descriptor
         func outcome(_ path: String) -> String {
-            switch Paths.open(path, beneath: rootFD, useOpenat2: useOpenat2) {
-            case .success(let fd):
-                close(fd)
+            do {
+                _ = try Paths.open(path, beneath: rootFD, useOpenat2: useOpenat2)
                 return "opened"
-            case .failure(let failure):
-                return String(cString: strerror(failure.code))
+            } catch {
+                return String(cString: strerror(error.code))
             }
         }
         #expect(outcome("real/deeper/file") == "opened")

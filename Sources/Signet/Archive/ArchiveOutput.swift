@@ -16,7 +16,8 @@ internal import SystemPackage
 final class ArchiveOutput: ZipSourceContext {
     /// The file the archive becomes, named in messages.
     let path: String
-    private(set) var descriptor: Int32
+    private let file: OwnedDescriptor
+    private var descriptor: FileDescriptor { file.descriptor }
     /// The first error, with the path, for the message (libzip only keeps a code).
     fileprivate(set) var failure: SignetError?
     var zipError = zip_error_t()
@@ -33,9 +34,9 @@ final class ArchiveOutput: ZipSourceContext {
     static let bufferSize = 1 << 20
     static let writebackStep: UInt64 = 8 << 20
 
-    /// Takes ownership of `descriptor` (open for writing; closed when this is released).
-    init(descriptor: Int32, path: String) {
-        self.descriptor = descriptor
+    /// Takes ownership of `file` (open for writing; closed when this is released).
+    init(file: consuming OwnedDescriptor, path: String) {
+        self.file = file
         self.path = path
         buffer = .allocate(byteCount: Self.bufferSize, alignment: 4096)
         zip_error_init(&zipError)
@@ -44,12 +45,11 @@ final class ArchiveOutput: ZipSourceContext {
     deinit {
         buffer.deallocate()
         zip_error_fini(&zipError)
-        if descriptor >= 0 { Glibc.close(descriptor) }
     }
 
     /// Empties the file and starts at offset 0.
     fileprivate func begin() throws {
-        guard ftruncate(descriptor, 0) == 0 else { throw fail(SignetError.posix(errno, "cannot write the archive", path: path, call: "ftruncate")) }
+        guard ftruncate(descriptor.rawValue, 0) == 0 else { throw fail(SignetError.posix(errno, "cannot write the archive", path: path, call: "ftruncate")) }
         (bufferOffset, buffered, position, end, writebackStart) = (0, 0, 0, 0, 0)
     }
 
@@ -71,7 +71,7 @@ final class ArchiveOutput: ZipSourceContext {
     /// Writes out the buffer and, every `writebackStep` bytes of progress, starts writeback.
     fileprivate func flush() throws {
         do {
-            try FileDescriptor(descriptor).write(all: UnsafeRawBufferPointer(rebasing: buffer[0..<buffered]), at: Int64(bufferOffset))
+            try descriptor.write(all: UnsafeRawBufferPointer(rebasing: buffer[0..<buffered]), at: Int64(bufferOffset))
         } catch {
             throw fail(SignetError.posix(error, "cannot write the archive", path: path))
         }
@@ -80,7 +80,7 @@ final class ArchiveOutput: ZipSourceContext {
         buffered = 0
         if reached >= writebackStart + Self.writebackStep {
             // Best effort: a filesystem that cannot do it still gets the final fsync.
-            _ = signet_start_writeback(descriptor, Int64(writebackStart), Int64(reached - writebackStart))
+            _ = signet_start_writeback(descriptor.rawValue, Int64(writebackStart), Int64(reached - writebackStart))
             writebackStart = reached
         }
     }
@@ -89,8 +89,8 @@ final class ArchiveOutput: ZipSourceContext {
     func sync() throws {
         try flush()
         do {
-            try FileDescriptor(descriptor).sync()
-            _ = try systemCall("fchmod") { fchmod(descriptor, 0o644) }
+            try descriptor.sync()
+            _ = try systemCall("fchmod") { fchmod(descriptor.rawValue, 0o644) }
         } catch {
             throw SignetError.posix(error, "cannot flush the new package", path: path)
         }

@@ -17,20 +17,20 @@ enum ExtendedAttributes {
     typealias Failure = SystemCallFailure
 
     /// Sets `name` to `value` with `fsetxattr(2)`, retrying on EINTR.
-    static func set(_ name: String, _ value: [UInt8], on descriptor: Int32) -> Result<Void, Failure> {
+    static func set(_ name: String, _ value: [UInt8], on file: FileDescriptor) -> Result<Void, Failure> {
         let status = value.withUnsafeBytes { raw in
-            retryingOnEINTR { fsetxattr(descriptor, name, raw.baseAddress, raw.count, 0) }
+            retryingOnEINTR { fsetxattr(file.rawValue, name, raw.baseAddress, raw.count, 0) }
         }
         return status == 0 ? .success(()) : .failure(Failure("fsetxattr", Errno(rawValue: errno)))
     }
 
     /// Reads `name` with `fgetxattr(2)`, growing the buffer on ERANGE; nil when absent (ENODATA).
-    static func get(_ name: String, on descriptor: Int32) -> Result<[UInt8]?, Failure> {
+    static func get(_ name: String, on file: FileDescriptor) -> Result<[UInt8]?, Failure> {
         var capacity = 1024
         while capacity <= 1 << 16 {
             var count = -1
             let value = [UInt8](unsafeUninitializedCapacity: capacity) { raw, initialised in
-                count = retryingOnEINTR { fgetxattr(descriptor, name, raw.baseAddress, raw.count) }
+                count = retryingOnEINTR { fgetxattr(file.rawValue, name, raw.baseAddress, raw.count) }
                 initialised = max(0, count)
             }
             if count >= 0 { return .success(value) }
@@ -44,18 +44,18 @@ enum ExtendedAttributes {
     }
 
     /// Removes `name` with `fremovexattr(2)`; removing an absent attribute succeeds.
-    static func remove(_ name: String, on descriptor: Int32) -> Result<Void, Failure> {
-        if retryingOnEINTR({ fremovexattr(descriptor, name) }) == 0 || errno == ENODATA { return .success(()) }
+    static func remove(_ name: String, on file: FileDescriptor) -> Result<Void, Failure> {
+        if retryingOnEINTR({ fremovexattr(file.rawValue, name) }) == 0 || errno == ENODATA { return .success(()) }
         return .failure(Failure("fremovexattr", Errno(rawValue: errno)))
     }
 
     /// Lists attribute names with `flistxattr(2)`, growing the buffer on ERANGE.
-    static func list(on descriptor: Int32) -> Result<[String], Failure> {
+    static func list(on file: FileDescriptor) -> Result<[String], Failure> {
         var capacity = 1024
         while capacity <= 1 << 20 {
             var buffer = [UInt8](repeating: 0, count: capacity)
             let count = buffer.withUnsafeMutableBytes { raw in
-                retryingOnEINTR { flistxattr(descriptor, raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count) }
+                retryingOnEINTR { flistxattr(file.rawValue, raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count) }
             }
             if count >= 0 {
                 return .success(buffer.prefix(count).split(separator: 0).map { String(decoding: $0, as: UTF8.self) })

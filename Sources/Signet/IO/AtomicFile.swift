@@ -39,14 +39,11 @@ enum AtomicFile {
     /// permissions `mode` and fsyncs it. `target` names the file in errors. The caller has
     /// registered `temporary` and removes it on failure.
     static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String) throws {
-        let opened = try TemporaryFiles.guardedCall { () in
-            try Paths.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let opened: OwnedDescriptor
+        do { opened = try TemporaryFiles.guardedOpen(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) } catch let failure as SystemCallFailure {
+            throw SignetError.posix(failure, "cannot create a temporary file beside", path: target)
         }
-        let file: FileDescriptor
-        do { file = FileDescriptor(try opened.get()) } catch {
-            throw SignetError.posix(error, "cannot create a temporary file beside", path: target)
-        }
-        defer { try? file.close() }
+        let file = opened.descriptor
         do {
             _ = try systemCall("fchmod") { fchmod(file.rawValue, mode) }
             try bytes.withUnsafeBytes { raw in try file.write(all: raw) }
@@ -98,8 +95,8 @@ enum AtomicFile {
     static func syncDirectory(_ directory: String) {
         let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return }
-        _ = fsync(fd)
-        close(fd)
+        let opened = OwnedDescriptor(adopting: fd)
+        try? opened.descriptor.sync()
     }
 
     static func parentDirectory(of path: String) -> String {

@@ -6,12 +6,14 @@ import Musl
 internal import CSignetShims
 internal import SystemPackage
 
-/// A regular file opened read-only. Owns its descriptor and closes it in `deinit`.
+/// A regular file opened read-only. Owns its descriptor, which closes with it.
 ///
 /// Only regular files are accepted: a directory, FIFO or device is refused before any read,
 /// so `signet sign /some/dir` gets a clear error instead of EISDIR half-way through.
 final class InputFile {
-    let descriptor: FileDescriptor
+    private let owned: OwnedDescriptor
+    /// The descriptor, while this file lives.
+    var descriptor: FileDescriptor { owned.descriptor }
     let path: String
     let size: Int64
     let mode: mode_t
@@ -20,14 +22,12 @@ final class InputFile {
     /// small enough to stay in L2 cache.
     static let chunkSize = 256 * 1024
 
-    private init(descriptor: FileDescriptor, path: String, size: Int64, mode: mode_t) {
-        self.descriptor = descriptor
+    private init(_ owned: consuming OwnedDescriptor, path: String, size: Int64, mode: mode_t) {
+        self.owned = owned
         self.path = path
         self.size = size
         self.mode = mode
     }
-
-    deinit { try? descriptor.close() }
 
     /// Opens `path` for reading. `what` names the file in errors ("file to sign", "private key").
     /// `O_NONBLOCK` keeps a FIFO from blocking the open; it has no effect on regular files.
@@ -36,51 +36,48 @@ final class InputFile {
     static func open(_ path: String, what: String, followSymlinks: Bool = true, allowPipes: Bool = false) throws -> InputFile {
         var flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK
         if !followSymlinks { flags |= O_NOFOLLOW }
-        let fd: Int32
+        let opened: OwnedDescriptor
         do {
-            fd = try Paths.open(path, flags)
+            opened = try Paths.open(path, flags)
         } catch {
-            if (error as? SystemCallFailure)?.code == ELOOP && !followSymlinks {
+            if error.code == ELOOP && !followSymlinks {
                 throw SignetError(.malformedInput, "cannot open \(what) '\(path)': it is a symbolic link, which Signet does not follow here", path: path)
             }
             throw SignetError.posix(error, "cannot open \(what)", path: path)
         }
-        let file = try adopt(fd, path: path, what: what, allowPipes: allowPipes)
-        _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
+        let file = try adopt(opened, path: path, what: what, allowPipes: allowPipes)
+        _ = posix_fadvise(file.descriptor.rawValue, 0, 0, POSIX_FADV_SEQUENTIAL)
         return file
     }
 
     /// Takes ownership of a descriptor Signet opened itself (`openat`, `openat2`), refusing
     /// anything but a regular file. The descriptor is closed on failure too.
     /// With `allowPipes`, FIFOs and character devices are taken too.
-    static func adopt(_ fd: Int32, path: String, what: String, allowPipes: Bool = false) throws -> InputFile {
-        let descriptor = FileDescriptor(fd)
+    static func adopt(_ opened: consuming OwnedDescriptor, path: String, what: String, allowPipes: Bool = false) throws -> InputFile {
         let info: stat
         do {
-            info = try descriptor.status()
+            info = try opened.descriptor.status()
         } catch {
-            try? descriptor.close()
             throw SignetError.posix(error, "cannot inspect \(what)", path: path)
         }
         let type = info.st_mode & S_IFMT
         guard type == S_IFREG || (allowPipes && (type == S_IFIFO || type == S_IFCHR)) else {
-            try? descriptor.close()
             let kind = type == S_IFDIR ? "a directory" : "not a regular file"
             throw SignetError(.malformedInput, "cannot use \(what) '\(path)': it is \(kind); give a regular file", path: path)
         }
         // Regular files ignore O_NONBLOCK, but clear it so the descriptor behaves as expected.
-        _ = fcntl(fd, F_SETFL, O_RDONLY)
-        return InputFile(descriptor: descriptor, path: path, size: Int64(info.st_size), mode: info.st_mode)
+        _ = fcntl(opened.descriptor.rawValue, F_SETFL, O_RDONLY)
+        return InputFile(opened, path: path, size: Int64(info.st_size), mode: info.st_mode)
     }
 
     /// Reads a small file below a directory descriptor, never through a symbolic link and never
     /// out of the directory (openat2). Nil when it is absent; a link or a non-file on the way is
     /// `.malformedInput`; any other failure is an I/O error.
-    static func readBeneath(_ root: Int32, _ relative: String, rootPath: String, what: String, limit: Int) throws -> [UInt8]? {
+    static func readBeneath(_ root: FileDescriptor, _ relative: String, rootPath: String, what: String, limit: Int) throws -> [UInt8]? {
         let path = rootPath + "/" + relative
-        let fd: Int32
+        let opened: OwnedDescriptor
         do {
-            fd = try Paths.open(relative, beneath: root).get()
+            opened = try Paths.open(relative, beneath: root)
         } catch {
             switch error.code {
             case ENOENT: return nil
@@ -89,7 +86,7 @@ final class InputFile {
             default: throw SignetError.posix(error, "cannot open \(what)", path: path)
             }
         }
-        return try adopt(fd, path: path, what: what).readAll(limit: limit, what: what)
+        return try adopt(opened, path: path, what: what).readAll(limit: limit, what: what)
     }
 
     /// Calls `body` with consecutive chunks of the file until end of file, reusing one buffer.

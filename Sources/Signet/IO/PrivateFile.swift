@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+internal import SystemPackage
 
 /// Files Signet keeps between runs beside what it writes (partial downloads, lock files), in
 /// folders another local user may also write to (`/tmp`, a shared download folder). Such a
@@ -13,19 +14,12 @@ import Musl
 /// anew; where it cannot be unlinked (another user's file in a sticky folder) the call is
 /// refused rather than trusting its bytes.
 enum PrivateFile {
-    /// An open file and whether this call created it.
-    struct Opened {
-        let descriptor: Int32
-        let created: Bool
-    }
-
     /// Opens or creates `path` read-write as described above, with `mode` when created.
     /// `what` names the file in messages ("download", "lock").
-    static func open(_ path: String, mode: mode_t, what: String) throws -> Opened {
+    static func open(_ path: String, mode: mode_t, what: String) throws -> OwnedDescriptor {
         for _ in 0..<8 {
             do {
-                let fd = try Paths.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
-                return Opened(descriptor: fd, created: true)
+                return try Paths.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
             } catch let failure as SystemCallFailure where failure.code == EEXIST {
                 // Below: judge what is there.
             } catch {
@@ -34,20 +28,19 @@ enum PrivateFile {
             // O_NONBLOCK: a FIFO planted under the name must not hang the open.
             do {
                 let existing = try Paths.open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-                var info = stat()
-                if fstat(existing, &info) == 0, isOurs(info) {
-                    _ = fcntl(existing, F_SETFL, fcntl(existing, F_GETFL) & ~O_NONBLOCK)
-                    return Opened(descriptor: existing, created: false)
+                let fd = existing.descriptor.rawValue
+                if let info = try? existing.descriptor.status(), isOurs(info) {
+                    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+                    return existing
                 }
-                close(existing)
-            } catch let failure as SystemCallFailure where failure.code == ENOENT {
+            } catch let failure where failure.code == ENOENT {
                 continue   // gone in between: create it
             } catch {
                 // A link (ELOOP), a folder (EISDIR), a file we may not open: not ours either.
             }
             // Not ours, or not a file: never used. Remove it and create ours.
             let removed = (try? Paths.withParent(of: path) { directory, name -> Int32 in
-                unlinkat(directory, name, 0) == 0 || errno == ENOENT ? 0 : errno
+                unlinkat(directory.rawValue, name, 0) == 0 || errno == ENOENT ? 0 : errno
             }) ?? EACCES
             if removed != 0 {
                 let owner = (try? Paths.lstat(path)).map { " (owned by uid \($0.st_uid))" } ?? ""
@@ -65,9 +58,8 @@ enum PrivateFile {
 
     /// Whether the descriptor still is the file `path` names (after waiting for a lock on it:
     /// the holder may have removed it meanwhile).
-    static func stillNamed(_ fd: Int32, _ path: String) -> Bool {
-        var held = stat()
-        guard fstat(fd, &held) == 0, let named = try? Paths.lstat(path) else { return false }
+    static func stillNamed(_ fd: FileDescriptor, _ path: String) -> Bool {
+        guard let held = try? fd.status(), let named = try? Paths.lstat(path) else { return false }
         return held.st_dev == named.st_dev && held.st_ino == named.st_ino
     }
 }

@@ -39,7 +39,7 @@ struct SystemCallFailure: Error {
 /// Runs a C call that returns -1 and sets errno on failure: retries it on EINTR and throws the
 /// errno it set, with the call's name. Any other result is returned as it is.
 @inline(__always)
-func systemCall<T: FixedWidthInteger>(_ name: String, _ body: () -> T) throws -> T {
+func systemCall<T: FixedWidthInteger>(_ name: String, _ body: () -> T) throws(SystemCallFailure) -> T {
     while true {
         let result = body()
         guard result == -1 else { return result }
@@ -140,13 +140,13 @@ enum DirectoryEntries {
     /// Calls `body` with each entry of the open directory `directory`. A read error is thrown
     /// (readdir reports it only through errno, so an unreadable directory is never taken for
     /// an empty one).
-    static func forEach(in directory: Int32, _ body: (Entry) throws -> Void) throws {
-        let copy = try systemCall("dup") { dup(directory) }
-        guard let handle = fdopendir(copy) else {
-            let failure = SystemCallFailure("fdopendir", Errno(rawValue: errno))
-            close(copy)
-            throw failure
+    static func forEach(in directory: FileDescriptor, _ body: (Entry) throws -> Void) throws {
+        let copy = OwnedDescriptor(adopting: try systemCall("dup") { dup(directory.rawValue) })
+        guard let handle = fdopendir(copy.descriptor.rawValue) else {
+            throw SystemCallFailure("fdopendir", Errno(rawValue: errno))
         }
+        // The copy is the directory stream's from here: closedir closes it.
+        _ = copy.take()
         defer { closedir(handle) }
         // fdopendir shares the offset with `directory`: start from the top.
         rewinddir(handle)
@@ -163,7 +163,7 @@ enum DirectoryEntries {
     }
 
     /// All entries of `directory`.
-    static func list(_ directory: Int32) throws -> [Entry] {
+    static func list(_ directory: FileDescriptor) throws -> [Entry] {
         var entries: [Entry] = []
         try forEach(in: directory) { entries.append($0) }
         return entries

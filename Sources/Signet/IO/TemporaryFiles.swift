@@ -4,6 +4,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+internal import SystemPackage
 
 /// What to do when the process is interrupted while Signet is writing.
 ///
@@ -38,14 +39,15 @@ enum TemporaryFiles {
     /// Throws only for the interruption; the call's own failure (its errno read right after
     /// it, EINTR retried) is in the result.
     static func guardedCall(_ name: String, _ call: () -> Int32) throws -> Result<Int32, SystemCallFailure> {
-        try guardedCall { try systemCall(name, call) }
+        try guarded {
+            do { return .success(try systemCall(name, call)) } catch let failure as SystemCallFailure { return .failure(failure) }
+        }
     }
 
-    /// The same for a call that reports its own failure (`Paths.open`).
-    static func guardedCall(_ call: () throws -> Int32) throws -> Result<Int32, SystemCallFailure> {
-        try guarded {
-            do { return .success(try call()) } catch let failure as SystemCallFailure { return .failure(failure) }
-        }
+    /// Opens (creates) `path` under ``guarded(_:)``: the interruption is thrown as a
+    /// `SignetError`, the open's own failure as a `SystemCallFailure`.
+    static func guardedOpen(_ path: String, _ flags: Int32, _ mode: mode_t) throws -> OwnedDescriptor {
+        try guarded { () throws -> OwnedDescriptor in try Paths.open(path, flags, mode) }
     }
 
     /// True once an interruption has begun (long transfers stop at the next chance).
@@ -53,7 +55,7 @@ enum TemporaryFiles {
 
     /// Runs `body` (one creation or rename of a temporary entry) unless the process is being
     /// interrupted; then throws instead, creating nothing.
-    static func guarded<R>(_ body: () throws -> R) throws -> R {
+    static func guarded<R: ~Copyable>(_ body: () throws -> R) throws -> R {
         try interrupted.withLock { stopped in
             guard !stopped else { throw SignetError(.interrupted, "interrupted; nothing more is written") }
             return try body()
@@ -114,8 +116,8 @@ enum TemporaryFiles {
     /// so that what is in them was made by Signet.
     static func staleTrees(besides target: String, tags: [String]) -> [(directory: String, name: String)] {
         let (directory, prefix) = prefix(besides: target)
-        guard let fd = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
-        defer { close(fd) }
+        guard let opened = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
+        let fd = opened.descriptor
         var found: [(name: String, changed: Int)] = []
         try? DirectoryEntries.forEach(in: fd) { entry in
             let name = entry.name
@@ -126,7 +128,7 @@ enum TemporaryFiles {
                   tags.contains(where: { rest.dropFirst(digits.count).hasPrefix("-\($0)-") }),
                   kill(pid, 0) != 0 && errno == ESRCH else { return }
             var info = stat()
-            guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFDIR,
+            guard fstatat(fd.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFDIR,
                   info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else { return }
             found.append((name, info.st_mtim.tv_sec))
         }
@@ -140,8 +142,8 @@ enum TemporaryFiles {
     @discardableResult
     static func removeStale(besides target: String) -> [String] {
         let (directory, prefix) = prefix(besides: target)
-        guard let fd = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
-        defer { close(fd) }
+        guard let opened = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
+        let fd = opened.descriptor
         var stale: [String] = []
         try? DirectoryEntries.forEach(in: fd) { entry in
             let name = entry.name

@@ -36,14 +36,14 @@ enum DestinationState {
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw SignetError(.destinationRefused, "destination '\(destination)' exists and is not a directory", path: destination)
         }
-        let fd: Int32
+        let directory: OwnedDescriptor
         let names: [DirectoryEntries.Entry]
         do {
-            fd = try Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            directory = try Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         } catch {
             throw SignetError.posix(error, "cannot read the destination directory", path: destination)
         }
-        defer { close(fd) }
+        let fd = directory.descriptor
         // An unreadable directory would list as empty through readdir's silence: the walker throws.
         do { names = try DirectoryEntries.list(fd) } catch let failure as SystemCallFailure {
             throw SignetError.posix(failure, "cannot read the destination directory", path: destination)

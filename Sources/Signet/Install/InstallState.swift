@@ -23,7 +23,8 @@ import Musl
 /// and sequences) is read as `packages` and written in the new format on the next update.
 final class InstallState {
     let path: String
-    private let lock: Int32
+    /// The state file, locked while this lives (its `flock` ends when it closes).
+    private let lock: OwnedDescriptor
     private(set) var sequences: [String: UInt64]
     private(set) var destinations: [String: Destination]
     /// The highest channel index serial seen per channel (`signet update`).
@@ -66,53 +67,48 @@ final class InstallState {
     /// Opens (creating if needed) and locks the state; blocks while another install holds it.
     init(path: String) throws {
         self.path = path
-        var fd: Int32 = -1
-        while true {
-            do { fd = try Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644) } catch {
-                throw SignetError.posix(error, "cannot open install state", path: path)
-            }
-            let held: stat
-            let named: stat?
-            do {
-                _ = try systemCall("flock") { flock(fd, LOCK_EX) }
-                held = try FileDescriptor(fd).status()
-                named = try Paths.lstatIfPresent(path)
-            } catch {
-                close(fd)
-                throw SignetError.posix(error, "cannot lock install state", path: path)
-            }
-            if let named, held.st_dev == named.st_dev && held.st_ino == named.st_ino {
-                // A state another user can write (or wrote) could lower every recorded sequence.
-                guard held.st_uid == geteuid(), held.st_mode & 0o022 == 0, held.st_mode & S_IFMT == S_IFREG else {
-                    close(fd)
-                    throw SignetError(.destinationRefused, "install state '\(path)' belongs to another user (uid \(held.st_uid)) or may be written by others (mode \(String(held.st_mode & 0o777, radix: 8))); a state others can change protects nothing. Keep it in a folder only this user writes, with mode 0644 or 0600", path: path)
-                }
-                break
-            }
-            close(fd)   // replaced while we waited: lock the file the path names now
-        }
-        lock = fd
+        let file = try Self.lockFile(path)
+        let fd = file.descriptor
         var bytes: [UInt8] = []
         do {
-            try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize) { chunk in
+            try fd.forEachChunk(chunkSize: InputFile.chunkSize) { chunk in
                 guard bytes.count + chunk.count <= 16 << 20 else {
                     throw SignetError(.malformedInput, "install state '\(path)' is larger than 16 MiB; it is not a state file Signet wrote", path: path)
                 }
                 bytes.append(contentsOf: chunk)
             }
         } catch let failure as SystemCallFailure {
-            close(fd)
             throw SignetError.posix(failure, "cannot read install state", path: path)
-        } catch {
-            close(fd)
-            throw error
         }
-        do {
-            let contents = try Self.parse(bytes, path: path)
-            (sequences, destinations, channels) = (contents.sequences, contents.destinations, contents.channels)
-        } catch {
-            close(fd)
-            throw error
+        let contents = try Self.parse(bytes, path: path)
+        (sequences, destinations, channels) = (contents.sequences, contents.destinations, contents.channels)
+        lock = file
+    }
+
+    /// Opens (creating if needed) and locks the state file the path names once it is locked.
+    private static func lockFile(_ path: String) throws -> OwnedDescriptor {
+        while true {
+            let file: OwnedDescriptor
+            do { file = try Paths.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644) } catch {
+                throw SignetError.posix(error, "cannot open install state", path: path)
+            }
+            let fd = file.descriptor
+            let held: stat
+            let named: stat?
+            do {
+                _ = try systemCall("flock") { flock(fd.rawValue, LOCK_EX) }
+                held = try fd.status()
+                named = try Paths.lstatIfPresent(path)
+            } catch {
+                throw SignetError.posix(error, "cannot lock install state", path: path)
+            }
+            // Replaced while we waited: lock the file the path names now.
+            guard let named, held.st_dev == named.st_dev && held.st_ino == named.st_ino else { continue }
+            // A state another user can write (or wrote) could lower every recorded sequence.
+            guard held.st_uid == geteuid(), held.st_mode & 0o022 == 0, held.st_mode & S_IFMT == S_IFREG else {
+                throw SignetError(.destinationRefused, "install state '\(path)' belongs to another user (uid \(held.st_uid)) or may be written by others (mode \(String(held.st_mode & 0o777, radix: 8))); a state others can change protects nothing. Keep it in a folder only this user writes, with mode 0644 or 0600", path: path)
+            }
+            return file
         }
     }
 
@@ -155,8 +151,8 @@ final class InstallState {
     func destination(_ destination: String) -> Destination? { destinations[Self.key(for: destination)] }
 
     deinit {
-        _ = flock(lock, LOCK_UN)
-        close(lock)
+        _ = flock(lock.descriptor.rawValue, LOCK_UN)
+        // `lock` closes after this, once.
     }
 
     /// Records what was installed in `destination`: the package's sequence for its name if it

@@ -83,14 +83,15 @@ extension Installer {
         func stage(_ file: Manifest.File, into staging: Staging, checked: PackageReader.Checked?, signer known: PublicKey?,
                    progress: ProgressCounter? = nil,
                    later: ((_ signature: [UInt8], _ digest: Digest) -> Void)? = nil) throws -> (signer: PublicKey, attributesWritten: Bool, signature: [UInt8]) {
-            let fd = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
-            defer { close(fd) }
+            let staged = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
+            let fd = staged.descriptor
             let writer = StagedWriter(fd: fd, path: file.path, destination: destination)
             // A structured resource's signed copy under .signet/structured/, written from the
             // same verified stream (re-verification compares the resource with it key by key).
             let copyPath = file.structured != nil && checked != nil ? TreeLayout.structuredCopy(of: file.path) : nil
-            let copyFD = try copyPath.map { try staging.createFile($0, mode: 0o644) }
-            defer { if let copyFD { close(copyFD) } }
+            var stagedCopy: OwnedDescriptor? = nil
+            if let copyPath { stagedCopy = try staging.createFile(copyPath, mode: 0o644) }
+            let copyFD = stagedCopy?.descriptor
             let copy = copyFD.map { StagedWriter(fd: $0, path: copyPath!, destination: destination) }
             let signature: [UInt8]
             let sha256: String
@@ -133,7 +134,7 @@ extension Installer {
 
         /// `user.signet.sig`, `user.signet.meta` and, if asked, the IMA attribute. False when
         /// the filesystem has no user attributes (the sidecar then carries the signature).
-        func setAttributes(_ fd: Int32, _ path: String, signature: [UInt8], sha256: String, signer: PublicKey,
+        func setAttributes(_ fd: FileDescriptor, _ path: String, signature: [UInt8], sha256: String, signer: PublicKey,
                                    manifest: Manifest?, algorithm: SignatureAlgorithm) throws -> Bool {
             var written = true
             switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {

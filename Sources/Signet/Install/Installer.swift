@@ -88,7 +88,7 @@ public enum Installer {
         var attributesWritten = true
         var files: [String] = []
         // Every signature, in manifest order, in one file (not a sidecar file per resource).
-        let record = try checked.map { try SignatureRecord.Writer(fd: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
+        let record = try checked.map { try SignatureRecord.Writer(file: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
         let resources = job.resources(checked)
         // Over ranges: which files the installed tree already holds (copied, not fetched).
         let reused = try ranged?.prepare(resources, job: job, state: state) ?? []
@@ -233,8 +233,8 @@ public enum Installer {
         return (digests[0].hex, signature, key)
     }
 
-    static func writeAll(_ chunk: UnsafeRawBufferPointer, to fd: Int32, path: String, destination: String) throws {
-        do { try FileDescriptor(fd).write(all: chunk) } catch {
+    static func writeAll(_ chunk: UnsafeRawBufferPointer, to fd: FileDescriptor, path: String, destination: String) throws {
+        do { try fd.write(all: chunk) } catch {
             throw SignetError.posix(error, "cannot write the staged copy of '\(path)' beside", path: destination)
         }
     }

@@ -45,13 +45,11 @@ public struct TransferReport: Sendable, Equatable {
 /// link drops too: then they stay for the next run.
 final class StagedLeftovers {
     let destination: String
-    private(set) var trees: [(root: Int32, path: String, token: Int)] = []
+    private(set) var trees: [(root: SharedDescriptor, path: String, token: Int)] = []
     /// Most trees taken over: older ones are removed.
     static let maximum = 4
 
     init(destination: String) { self.destination = destination }
-
-    deinit { for tree in trees { close(tree.root) } }
 
     /// Takes over the staging trees dead processes left beside DIR, newest first (DIR's lock is
     /// held: no live process is using them). Call before stale temporaries are removed.
@@ -60,18 +58,17 @@ final class StagedLeftovers {
             let aside = TemporaryFiles.name(besides: destination, tag: "salvage")
             let token = TemporaryFiles.register(aside, tree: true)
             guard (try? TemporaryFiles.guarded({ rename(directory + "/" + name, aside) == 0 })) == true,
-                  let fd = try? Paths.open(aside, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
+                  let opened = try? Paths.open(aside, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
                 TemporaryFiles.unregister(token)
                 continue
             }
-            trees.append((fd, aside, token))
+            trees.append((SharedDescriptor(opened), aside, token))
         }
     }
 
     /// Removes the trees (the update ended).
     func remove() {
         for tree in trees {
-            close(tree.root)
             _ = TreeRemover.remove(tree.path)
             TemporaryFiles.unregister(tree.token)
         }
@@ -82,7 +79,6 @@ final class StagedLeftovers {
     /// next run takes for a dead one's).
     func keep() {
         for tree in trees {
-            close(tree.root)
             TemporaryFiles.unregister(tree.token)
         }
         trees.removeAll()
@@ -99,7 +95,8 @@ final class RangedUpdate {
     let input: RangedInput
     let destination: String
     private var installed: [String: (size: UInt64, sha256: String)] = [:]
-    private var root: Int32 = -1
+    /// The installed tree (nil: none, or it cannot be opened).
+    private var root: SharedDescriptor? = nil
     private var fetched = 0
     private var reusedCount = 0
     private var bytesFetched: UInt64 = 0
@@ -112,15 +109,13 @@ final class RangedUpdate {
     let leftovers: StagedLeftovers
     private var resumed = 0
     /// Per resource in manifest order, the salvaged tree that may hold it.
-    private var salvaged: [Int32?] = []
+    private var salvaged: [SharedDescriptor?] = []
 
     init(input: RangedInput, destination: String, leftovers: StagedLeftovers) {
         self.input = input
         self.destination = destination
         self.leftovers = leftovers
     }
-
-    deinit { if root >= 0 { close(root) } }
 
     var report: TransferReport {
         TransferReport(mode: .ranges, bytesDownloaded: input.bytesReceived, requests: input.requests, filesFetched: fetched,
@@ -135,15 +130,15 @@ final class RangedUpdate {
         if case .installed(let manifest?) = state {
             installed.reserveCapacity(manifest.files.count)
             for file in manifest.files { installed[file.path] = (file.size, file.sha256) }
-            root = (try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) ?? -1
+            if let opened = try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) { root = SharedDescriptor(opened) }
         }
         var reuse = [Bool](repeating: false, count: resources.count)
-        salvaged = [Int32?](repeating: nil, count: resources.count)
+        salvaged = [SharedDescriptor?](repeating: nil, count: resources.count)
         var spans: [Range<Int64>] = []
         for (index, file) in resources.enumerated() {
-            if root >= 0, let old = installed[file.path], old.size == file.size, old.sha256 == file.sha256, !file.sha256.isEmpty {
+            if root != nil, let old = installed[file.path], old.size == file.size, old.sha256 == file.sha256, !file.sha256.isEmpty {
                 reuse[index] = true
-            } else if let salvage = leftovers.trees.first(where: { Self.holds($0.root, file) }) {
+            } else if let salvage = leftovers.trees.first(where: { Self.holds($0.root.descriptor, file) }) {
                 // Staged by an earlier run, of the right size: copied and hashed when its turn comes.
                 reuse[index] = true
                 salvaged[index] = salvage.root
@@ -158,11 +153,9 @@ final class RangedUpdate {
     }
 
     /// Whether `root` has a regular file at `file.path` of `file.size` bytes (not through a link).
-    private static func holds(_ root: Int32, _ file: Manifest.File) -> Bool {
-        guard case .success(let fd) = Paths.open(file.path, beneath: root) else { return false }
-        defer { close(fd) }
-        var info = stat()
-        return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && UInt64(info.st_size) == file.size
+    private static func holds(_ root: FileDescriptor, _ file: Manifest.File) -> Bool {
+        guard let opened = try? Paths.open(file.path, beneath: root), let info = try? opened.descriptor.status() else { return false }
+        return info.st_mode & S_IFMT == S_IFREG && UInt64(info.st_size) == file.size
     }
 
     /// The file bytes of `file`'s entry.
@@ -177,7 +170,7 @@ final class RangedUpdate {
     func copy(_ file: Manifest.File, index: Int, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
               later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Installer.Job.Staged? {
         let salvage = index < salvaged.count ? salvaged[index] : nil
-        if let staged = try job.stageCopy(file, from: salvage ?? root, into: staging, checked: checked, later: later) {
+        if let staged = try job.stageCopy(file, from: (salvage ?? root)?.descriptor, into: staging, checked: checked, later: later) {
             if salvage != nil { resumed += 1 } else { reusedCount += 1 }
             return staged
         }
@@ -205,23 +198,24 @@ extension Installer.Job {
     /// out of the tree): copied and hashed in one pass, with the structured copy where the
     /// manifest asks for one. Nil, with nothing staged, when the installed file is absent, not
     /// a regular file, unreadable, or not exactly the signed content.
-    func stageCopy(_ file: Manifest.File, from root: Int32, into staging: Staging, checked: PackageReader.Checked,
+    func stageCopy(_ file: Manifest.File, from root: FileDescriptor?, into staging: Staging, checked: PackageReader.Checked,
                    later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
-        guard root >= 0, case .success(let sourceFD) = Paths.open(file.path, beneath: root),
-              let source = try? InputFile.adopt(sourceFD, path: destination + "/" + file.path, what: "installed file"),
+        guard let root, let opened = try? Paths.open(file.path, beneath: root),
+              let source = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file"),
               source.size == Int64(file.size) else { return nil }
-        let fd = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
+        let staged = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
+        let fd = staged.descriptor
         let copyPath = file.structured != nil ? TreeLayout.structuredCopy(of: file.path) : nil
         var kept = false
         defer {
-            close(fd)
             if !kept {
                 staging.removeFile(file.path)
                 if let copyPath { staging.removeFile(copyPath) }
             }
         }
-        let copyFD = try copyPath.map { try staging.createFile($0, mode: 0o644) }
-        defer { if let copyFD { close(copyFD) } }
+        var stagedCopy: OwnedDescriptor? = nil
+        if let copyPath { stagedCopy = try staging.createFile(copyPath, mode: 0o644) }
+        let copyFD = stagedCopy?.descriptor
         let writer = Installer.StagedWriter(fd: fd, path: file.path, destination: destination)
         let copy = copyFD.map { Installer.StagedWriter(fd: $0, path: copyPath!, destination: destination) }
         let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
@@ -230,9 +224,9 @@ extension Installer.Job {
         var total: UInt64 = 0
         // A reflink where the filesystem has them: the staged file shares the installed one's
         // data, and is hashed through its own descriptor, so what is hashed is what is installed.
-        let cloned = signet_clone_file(fd, source.descriptor.rawValue) == 0
+        let cloned = signet_clone_file(fd.rawValue, source.descriptor.rawValue) == 0
         do {
-            let reader = cloned ? try InputFile.adopt(try systemCall("dup") { dup(fd) }, path: staging.path + "/" + file.path, what: "staged copy") : source
+            let reader = cloned ? try InputFile.adopt(OwnedDescriptor(adopting: try systemCall("dup") { dup(fd.rawValue) }), path: staging.path + "/" + file.path, what: "staged copy") : source
             try reader.forEachChunk { chunk in
                 total += UInt64(chunk.count)
                 guard total <= file.size else { throw Longer() }

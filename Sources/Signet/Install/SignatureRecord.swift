@@ -26,7 +26,8 @@ enum SignatureRecord {
 
     /// Writes the record while the tree is staged, 64 KiB at a time.
     final class Writer {
-        private let fd: Int32
+        private let file: OwnedDescriptor
+        private var fd: FileDescriptor { file.descriptor }
         private let path: String
         let length: Int
         private var buffer: [UInt8] = []
@@ -34,22 +35,17 @@ enum SignatureRecord {
         private let hasher: Digest.Hasher
 
         /// Takes ownership of `fd`, a new empty file; hashes the record with `digest`.
-        init(fd: Int32, path: String, length: Int, digest: DigestAlgorithm) throws {
-            self.fd = fd
+        init(file: consuming OwnedDescriptor, path: String, length: Int, digest: DigestAlgorithm) throws {
             self.path = path
             self.length = length
-            do { hasher = try Digest.Hasher(digest) } catch {
-                close(fd)
-                throw error
-            }
+            hasher = try Digest.Hasher(digest)
+            self.file = file
             buffer.reserveCapacity(64 << 10)
             buffer += SignatureRecord.header(length: length)
         }
 
         /// The digest of everything written, once ``finish()`` has run.
         private(set) var digest: Digest?
-
-        deinit { close(fd) }
 
         /// Appends the next file's signature.
         func append(_ signature: [UInt8]) throws {
@@ -65,7 +61,7 @@ enum SignatureRecord {
         func finish() throws {
             try flush()
             digest = try hasher.finalize()
-            do { _ = try systemCall("fchmod") { fchmod(fd, 0o644) } } catch {
+            do { _ = try systemCall("fchmod") { fchmod(fd.rawValue, 0o644) } } catch {
                 throw SignetError.posix(error, "cannot write", path: path)
             }
         }
@@ -79,7 +75,8 @@ enum SignatureRecord {
 
     /// A tree's record, read one signature at a time (never loaded whole).
     final class Reader: @unchecked Sendable {
-        private let fd: Int32
+        private let file: OwnedDescriptor
+        private var fd: FileDescriptor { file.descriptor }
         let length: Int
         let count: Int
         private let start: Int
@@ -96,22 +93,21 @@ enum SignatureRecord {
         /// existed, or a record that does not fit the manifest: every signature is then
         /// verified). With `key`, the record is read once whole, hashed and checked against its
         /// signature.
-        init?(beneath root: Int32, files: Int?, key: PublicKey? = nil, algorithm: SignatureAlgorithm = .default) {
-            guard case .success(let fd) = Paths.open(TreeLayout.signatureRecord, beneath: root) else { return nil }
-            var info = stat()
+        init?(beneath root: FileDescriptor, files: Int?, key: PublicKey? = nil, algorithm: SignatureAlgorithm = .default) {
+            guard let file = try? Paths.open(TreeLayout.signatureRecord, beneath: root) else { return nil }
+            let fd = file.descriptor
             var head = [UInt8](repeating: 0, count: 40)
-            let read = head.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
-            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, read > 0,
+            let read = head.withUnsafeMutableBytes { pread(fd.rawValue, $0.baseAddress, $0.count, 0) }
+            guard let info = try? fd.status(), info.st_mode & S_IFMT == S_IFREG, read > 0,
                   let newline = head.prefix(read).firstIndex(of: 0x0A),
                   let length = Self.length(in: head[..<newline]),
                   let files = files ?? Self.fitting(Int64(info.st_size) - Int64(newline + 1), length),
                   case let (signatures, overflow1) = length.multipliedReportingOverflow(by: files), !overflow1,
                   case let (total, overflow2) = signatures.addingReportingOverflow(newline + 1), !overflow2,
                   Int64(total) == Int64(info.st_size) else {
-                close(fd)
                 return nil
             }
-            self.fd = fd
+            self.file = file
             self.length = length
             self.count = files
             self.start = newline + 1
@@ -120,18 +116,17 @@ enum SignatureRecord {
 
         /// Whether `.signet/signatures.sig` below `root` is `key`'s signature over the record
         /// open at `fd` (read sequentially, 64 KiB at a time).
-        private static func verify(_ fd: Int32, beneath root: Int32, key: PublicKey, algorithm: SignatureAlgorithm) -> Bool {
-            guard case .success(let signatureFD) = Paths.open(TreeLayout.signatureRecordSignature, beneath: root) else { return false }
-            defer { close(signatureFD) }
+        private static func verify(_ fd: FileDescriptor, beneath root: FileDescriptor, key: PublicKey, algorithm: SignatureAlgorithm) -> Bool {
+            guard let signatureFile = try? Paths.open(TreeLayout.signatureRecordSignature, beneath: root) else { return false }
             var signature = [UInt8](repeating: 0, count: key.signatureLength + 1)
-            let read = signature.withUnsafeMutableBytes { (try? FileDescriptor(signatureFD).read(fullyAt: 0, into: $0)) ?? -1 }
+            let read = signature.withUnsafeMutableBytes { (try? signatureFile.descriptor.read(fullyAt: 0, into: $0)) ?? -1 }
             guard read == key.signatureLength, let hasher = try? Digest.Hasher(algorithm.digest) else { return false }
             signature.removeLast()
             var offset: Int64 = 0
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
             defer { buffer.deallocate() }
             while true {
-                let n = pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
+                let n = pread(fd.rawValue, buffer.baseAddress, buffer.count, off_t(offset))
                 if n < 0 && errno == EINTR { continue }
                 guard n >= 0 else { return false }
                 if n == 0 { break }
@@ -141,8 +136,6 @@ enum SignatureRecord {
             guard let digest = try? hasher.finalize() else { return false }
             return Verifier.check(signature, digest: digest, key: key, algorithm: algorithm)
         }
-
-        deinit { close(fd) }
 
         /// How many signatures of `length` bytes make exactly `bytes`; nil if none does.
         private static func fitting(_ bytes: Int64, _ length: Int) -> Int? {
@@ -163,7 +156,7 @@ enum SignatureRecord {
             guard index >= 0, index < count else { return nil }
             var done = -1
             let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
-                done = (try? FileDescriptor(fd).read(fullyAt: Int64(start + index * length), into: UnsafeMutableRawBufferPointer(buffer))) ?? -1
+                done = (try? fd.read(fullyAt: Int64(start + index * length), into: UnsafeMutableRawBufferPointer(buffer))) ?? -1
                 count = max(0, done)
             }
             return done == length ? bytes : nil
@@ -178,7 +171,7 @@ enum SignatureRecord {
                 let wanted = min(Window.signatures, count - index) * length
                 if window.bytes.count < wanted { window.bytes = [UInt8](repeating: 0, count: wanted) }
                 let done = window.bytes.withUnsafeMutableBytes {
-                    (try? FileDescriptor(fd).read(fullyAt: Int64(start + index * length), into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<wanted]))) ?? -1
+                    (try? fd.read(fullyAt: Int64(start + index * length), into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<wanted]))) ?? -1
                 }
                 window.filled = done == wanted ? wanted / length : 0
                 guard window.filled > 0 else { return false }

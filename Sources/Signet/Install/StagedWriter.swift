@@ -12,14 +12,15 @@ extension Installer {
     /// disk works while a large file is still being read and hashed, and the one durability
     /// step of the tree (``Staging/finish()``, syncfs) has little left to wait for.
     final class StagedWriter {
-        let fd: Int32
+        /// The staged file (its owner is the caller, for as long as this writes).
+        let fd: FileDescriptor
         let path: String
         let destination: String
         private var written: Int64 = 0
         private var flushed: Int64 = 0
         static let writebackStep: Int64 = 8 << 20
 
-        init(fd: Int32, path: String, destination: String) {
+        init(fd: FileDescriptor, path: String, destination: String) {
             self.fd = fd
             self.path = path
             self.destination = destination
@@ -30,7 +31,7 @@ extension Installer {
             written += Int64(chunk.count)
             if written - flushed >= Self.writebackStep {
                 // Best effort: a filesystem that cannot do it still gets the final fsync.
-                _ = signet_start_writeback(fd, flushed, written - flushed)
+                _ = signet_start_writeback(fd.rawValue, flushed, written - flushed)
                 flushed = written
             }
         }
@@ -41,7 +42,7 @@ extension Installer {
         /// one syncfs over all of them (bench/durability.py), since the filesystem can no
         /// longer allocate and write them together.
         func finish() {
-            if written >= Self.writebackStep, written > flushed { _ = signet_start_writeback(fd, flushed, 0) }
+            if written >= Self.writebackStep, written > flushed { _ = signet_start_writeback(fd.rawValue, flushed, 0) }
             flushed = written
         }
     }

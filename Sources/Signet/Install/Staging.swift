@@ -14,11 +14,15 @@ internal import SystemPackage
 final class Staging {
     let path: String
     private let name: String
-    private let parent: Int32
-    private let root: Int32
+    /// The destination's parent directory and the staging root in it.
+    private let parentDirectory: OwnedDescriptor
+    private let rootDirectory: OwnedDescriptor
+    private var parent: Int32 { parentDirectory.descriptor.rawValue }
+    private var root: FileDescriptor { rootDirectory.descriptor }
     private var token: Int
     private var asideToken: Int? = nil
-    private var directories: [String: Int32] = [:]
+    /// Folders of the staged tree opened so far (at most 256 at once).
+    private var directories: [String: SharedDescriptor] = [:]
     /// The process's umask as this install started (nil if unknown): a file created with a
     /// mode the umask keeps needs no `fchmod` (issue 28: one system call less per file).
     private let umask: mode_t? = Staging.currentUmask()
@@ -35,17 +39,18 @@ final class Staging {
 
     /// Gives `fd`, created by ``createFile(_:mode:)`` with `mode`, exactly that mode: a no-op
     /// where the umask left it so.
-    func ensureMode(_ fd: Int32, _ mode: mode_t) throws {
+    func ensureMode(_ fd: FileDescriptor, _ mode: mode_t) throws {
         if let umask, mode & umask == 0 { return }
-        _ = try systemCall("fchmod") { fchmod(fd, mode) }
+        _ = try systemCall("fchmod") { fchmod(fd.rawValue, mode) }
     }
 
     init(besides destination: String) throws {
         let parentPath = AtomicFile.parentDirectory(of: destination)
-        let parent: Int32
-        do { parent = try Paths.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+        let parentDirectory: OwnedDescriptor
+        do { parentDirectory = try Paths.open(parentPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
             throw SignetError.posix(error, "cannot open the directory of", path: destination)
         }
+        let parent = parentDirectory.descriptor.rawValue
         var made: (path: String, name: String, token: Int)? = nil
         for _ in 0..<8 {
             let candidate = TemporaryFiles.name(besides: destination, tag: "staging")
@@ -56,7 +61,6 @@ final class Staging {
                 attempt = try TemporaryFiles.guardedCall("mkdirat") { mkdirat(parent, name, 0o700) }
             } catch {
                 TemporaryFiles.unregister(token)
-                close(parent)
                 throw error
             }
             if case .success = attempt {
@@ -65,12 +69,10 @@ final class Staging {
             }
             TemporaryFiles.unregister(token)
             if case .failure(let failure) = attempt, failure.code != EEXIST {
-                close(parent)
                 throw SignetError.posix(failure, "cannot create a staging directory beside", path: destination)
             }
         }
         guard let made else {
-            close(parent)
             throw SignetError(.io, "cannot create a staging directory beside '\(destination)'", path: destination)
         }
         let root = openat(parent, made.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -78,26 +80,23 @@ final class Staging {
             let err = errno
             unlinkat(parent, made.name, AT_REMOVEDIR)
             TemporaryFiles.unregister(made.token)
-            close(parent)
             throw SignetError.posix(err, "cannot open the staging directory", path: made.path, call: "openat")
         }
         self.path = made.path
         self.name = made.name
         self.token = made.token
-        self.parent = parent
-        self.root = root
+        self.parentDirectory = parentDirectory
+        self.rootDirectory = OwnedDescriptor(adopting: root)
     }
 
     deinit {
-        for fd in directories.values { close(fd) }
-        close(root)
-        close(parent)
+        // The descriptors close with their owners, after this.
         TemporaryFiles.unregister(token)
         if let asideToken { TemporaryFiles.unregister(asideToken) }
     }
 
     /// The directory holding `relative` (created as needed, 0755 whatever the umask), as a descriptor.
-    private func directory(for relative: String) throws -> (Int32, String) {
+    private func directory(for relative: String) throws -> (FileDescriptor, String) {
         var components = relative.split(separator: "/").map(String.init)
         let name = components.removeLast()
         var fd = root
@@ -105,10 +104,10 @@ final class Staging {
         for component in components {
             walked += (walked.isEmpty ? "" : "/") + component
             if let known = directories[walked] {
-                fd = known
+                fd = known.descriptor
                 continue
             }
-            let made = try TemporaryFiles.guardedCall("mkdirat") { mkdirat(fd, component, 0o755) }
+            let made = try TemporaryFiles.guardedCall("mkdirat") { mkdirat(fd.rawValue, component, 0o755) }
             var created = false
             switch made {
             case .success: created = true
@@ -116,19 +115,17 @@ final class Staging {
             case .failure(let failure):
                 throw SignetError.posix(failure, "cannot create directory '\(walked)' in the staging directory", path: path)
             }
-            let next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard next >= 0 else {
+            let opened = openat(fd.rawValue, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard opened >= 0 else {
                 let reason = errno == ENOTDIR ? "'\(walked)' is both a file and a directory in this package" : String(cString: strerror(errno))
                 throw SignetError(.malformedArchive, "cannot install: \(reason)", path: path, entry: relative)
             }
             // mkdir applies the umask; installed folders are 0755 regardless (FORMAT.md §2).
-            if created { _ = fchmod(next, 0o755) }
-            if directories.count > 256 {
-                for old in directories.values { close(old) }
-                directories.removeAll()
-            }
+            let next = SharedDescriptor(OwnedDescriptor(adopting: opened))
+            if created { _ = fchmod(opened, 0o755) }
+            if directories.count > 256 { directories.removeAll() }
             directories[walked] = next
-            fd = next
+            fd = next.descriptor
         }
         return (fd, name)
     }
@@ -137,10 +134,10 @@ final class Staging {
     /// descriptor, open for reading too (a reflinked copy is hashed through it).
     /// The staging tree is private (0700) until ``finish()``, so a file may be created with the
     /// mode it will have (then ``ensureMode(_:_:)``).
-    func createFile(_ relative: String, mode: mode_t = 0o600) throws -> Int32 {
+    func createFile(_ relative: String, mode: mode_t = 0o600) throws -> OwnedDescriptor {
         let (directory, name) = try directory(for: relative)
-        switch try TemporaryFiles.guardedCall("openat", { openat(directory, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }) {
-        case .success(let fd): return fd
+        switch try TemporaryFiles.guardedCall("openat", { openat(directory.rawValue, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }) {
+        case .success(let fd): return OwnedDescriptor(adopting: fd)
         case .failure(let failure) where failure.code == EEXIST || failure.code == EISDIR:
             throw SignetError(.malformedArchive, "cannot install '\(relative)': it is both a file and a directory in this package", path: path, entry: relative)
         case .failure(let failure):
@@ -153,16 +150,16 @@ final class Staging {
     /// Removes a staged file (a copy that turned out not to be the signed content).
     func removeFile(_ relative: String) {
         guard let (directory, name) = try? directory(for: relative) else { return }
-        _ = unlinkat(directory, name, 0)
+        _ = unlinkat(directory.rawValue, name, 0)
     }
 
     /// Writes a small file (signatures, manifest) with mode 0644.
     func writeFile(_ relative: String, _ bytes: [UInt8]) throws {
-        let fd = try createFile(relative)
-        defer { close(fd) }
+        let file = try createFile(relative)
+        let fd = file.descriptor
         try bytes.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: relative, destination: path) }
         do {
-            _ = try systemCall("fchmod") { fchmod(fd, 0o644) }   // durable with the tree (finish())
+            _ = try systemCall("fchmod") { fchmod(fd.rawValue, 0o644) }   // durable with the tree (finish())
         } catch {
             throw SignetError.posix(error, "cannot write '\(relative)' in the staging directory", path: path)
         }
@@ -182,6 +179,7 @@ final class Staging {
     /// bench/README.md.
     func finish() throws {
         do {
+            let root = root.rawValue
             _ = try systemCall("fchmod") { fchmod(root, 0o755) }
             _ = try systemCall("syncfs") { signet_syncfs(root) }
         } catch let failure as SystemCallFailure where failure.code == ENOSYS {
@@ -195,20 +193,18 @@ final class Staging {
 
     /// The fallback of ``finish()``: fsync of every file and directory of the staged tree.
     private func fsyncTree() throws {
-        func walk(_ fd: Int32) throws {
+        func walk(_ fd: FileDescriptor) throws {
             try DirectoryEntries.forEach(in: fd) { entry in
                 // Staged trees hold only what Signet made: files and directories.
-                let child = try systemCall("openat") { openat(fd, entry.rawName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
-                defer { close(child) }
-                var info = stat()
-                _ = try systemCall("fstat") { fstat(child, &info) }
-                if info.st_mode & S_IFMT == S_IFDIR { try walk(child) }
-                _ = try systemCall("fsync") { fsync(child) }
+                let opened = OwnedDescriptor(adopting: try systemCall("openat") { openat(fd.rawValue, entry.rawName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) })
+                let child = opened.descriptor
+                if try child.status().st_mode & S_IFMT == S_IFDIR { try walk(child) }
+                try child.sync()
             }
         }
         do {
             try walk(root)
-            _ = try systemCall("fsync") { fsync(root) }
+            try root.sync()
         } catch {
             throw SignetError.posix(error, "cannot make the staged tree durable", path: path)
         }
@@ -225,7 +221,7 @@ final class Staging {
         guard let old else { return (false, nil) }
         // The old tree, at the staging path or aside (still registered: an interruption while
         // it is removed removes it too).
-        return (old.exchanged, TreeRemover.removeEntry(Array(old.name.utf8CString), in: parent) ? nil : old.path)
+        return (old.exchanged, TreeRemover.removeEntry(Array(old.name.utf8CString), in: parentDirectory.descriptor) ? nil : old.path)
     }
 
     /// The renames of ``install(at:replacing:)``; returns where the old tree went, if any.
@@ -276,7 +272,7 @@ final class Staging {
 
     /// Removes the staging directory and everything in it. True when nothing is left.
     func remove() -> Bool {
-        let removed = TreeRemover.removeEntry(Array(name.utf8CString), in: parent)
+        let removed = TreeRemover.removeEntry(Array(name.utf8CString), in: parentDirectory.descriptor)
         if removed { TemporaryFiles.unregister(token) }
         return removed
     }

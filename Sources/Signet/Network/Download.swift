@@ -86,7 +86,7 @@ public enum Download {
                 throw error
             }
             let file = try InputFile.open(partial, what: "download", followSymlinks: false)
-            let fd = file.descriptor.rawValue
+            let fd = file.descriptor
             switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
             case .success:
                 let meta = try Installer.metadata(path: String(path.split(separator: "/").last ?? ""), sha256: digest.hex, signer: key, manifest: nil,

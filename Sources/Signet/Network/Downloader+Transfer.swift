@@ -20,7 +20,8 @@ extension Downloader {
         }
 
         let url: String
-        let fd: Int32
+        /// The locked partial file (its owner is the caller, for as long as this runs).
+        let fd: FileDescriptor
         let partial: String
         let options: DownloadOptions
         let cancelled: CancellationFlag?
@@ -42,7 +43,7 @@ extension Downloader {
         private var expected: UInt64?
         private var lastReport: UInt64 = 0   // uptime in ns of the last progress report
 
-        init(url: String, fd: Int32, partial: String, options: DownloadOptions, cancelled: CancellationFlag?, durable: Bool,
+        init(url: String, fd: FileDescriptor, partial: String, options: DownloadOptions, cancelled: CancellationFlag?, durable: Bool,
              body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void, deadline: UInt64) {
             self.deadline = deadline
             self.durable = durable
@@ -63,7 +64,7 @@ extension Downloader {
         func run() throws -> (size: UInt64, resumedFrom: UInt64, effectiveURL: String) {
             // What is on disk, and whether it is a part of this URL's file.
             let size: UInt64
-            do { size = UInt64(try FileDescriptor(fd).status().st_size) } catch {
+            do { size = UInt64(try fd.status().st_size) } catch {
                 throw fail(SignetError.posix(error, "cannot read the download", path: partial))
             }
             // Every attempt hashes from byte 0: the bytes kept from an earlier attempt go through
@@ -86,12 +87,12 @@ extension Downloader {
                 // again only when someone hashes them).
                 if let body {
                     do {
-                        try FileDescriptor(fd).forEachChunk(chunkSize: InputFile.chunkSize, body)
+                        try fd.forEachChunk(chunkSize: InputFile.chunkSize, body)
                     } catch let failure as SystemCallFailure {
                         throw fail(SignetError.posix(failure, "cannot read the download", path: partial))
                     }
                 } else {
-                    do { _ = try systemCall("lseek") { lseek(fd, 0, SEEK_END) } } catch {
+                    do { _ = try systemCall("lseek") { lseek(fd.rawValue, 0, SEEK_END) } } catch {
                         throw fail(SignetError.posix(error, "cannot read the download", path: partial))
                     }
                 }
@@ -166,7 +167,7 @@ extension Downloader {
             }
             if !started { try begin(status: status) }   // an empty body
             if durable {
-                do { try FileDescriptor(fd).sync() } catch {
+                do { try fd.sync() } catch {
                     throw fail(SignetError.posix(error, "cannot flush the download", path: partial))
                 }
             }
@@ -206,10 +207,10 @@ extension Downloader {
                 // Only a file with bytes in it: ext4 (auto_da_alloc) starts writeback of a file
                 // truncated to zero when it is closed, which would write a download that unpack
                 // reads once and removes, while unpack writes and fsyncs the installed files.
-                if try FileDescriptor(fd).status().st_size > 0 {
-                    _ = try systemCall("ftruncate") { ftruncate(fd, 0) }
+                if try fd.status().st_size > 0 {
+                    _ = try systemCall("ftruncate") { ftruncate(fd.rawValue, 0) }
                 }
-                _ = try systemCall("lseek") { lseek(fd, 0, SEEK_SET) }
+                _ = try systemCall("lseek") { lseek(fd.rawValue, 0, SEEK_SET) }
             } catch {
                 throw fail(SignetError.posix(error, "cannot start the download", path: partial))
             }
@@ -230,7 +231,7 @@ extension Downloader {
                     try begin(status: status)
                 }
                 guard offset + UInt64(chunk.count) <= options.maxSize else { throw tooLarge() }
-                try FileDescriptor(fd).write(all: chunk)
+                try fd.write(all: chunk)
                 try body?(chunk)
                 offset += UInt64(chunk.count)
                 return true

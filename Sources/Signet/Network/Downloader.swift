@@ -50,15 +50,14 @@ enum Downloader {
                          restart: @escaping () throws -> Void = {}) throws -> DownloadResult {
         try checkScheme(url, policy: options.tls)
         try requireCurl()
-        let fd = try lockPartial(partial, options: options, cancelled: cancelled)
-        defer { close(fd) }
+        let locked = try lockPartial(partial, options: options, cancelled: cancelled)
+        let fd = locked.descriptor
         // Nothing arrived (a TLS refusal, an HTTP error, a cut before the first byte): nothing
         // to continue, so no empty partial is left behind. Removed while the lock is held.
         var complete = false
         defer {
-            var info = stat()
-            if !complete, fstat(fd, &info) == 0, info.st_size == 0, PrivateFile.stillNamed(fd, partial) {
-                _ = try? Paths.withParent(of: partial) { directory, name in unlinkat(directory, name, 0) }
+            if !complete, let info = try? fd.status(), info.st_size == 0, PrivateFile.stillNamed(fd, partial) {
+                _ = try? Paths.withParent(of: partial) { directory, name in unlinkat(directory.rawValue, name, 0) }
             }
         }
         let attempts = 1 + max(0, options.retries)
@@ -94,17 +93,16 @@ enum Downloader {
     /// to `options.wait` seconds for another process that downloads into it. After each wait
     /// the lock is checked to be on the file the path still names (the holder removes an empty
     /// partial when it gives up).
-    private static func lockPartial(_ partial: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> Int32 {
+    private static func lockPartial(_ partial: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> OwnedDescriptor {
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, min(options.wait, 86_400)) * 1e9)
         while true {
-            let fd = try PrivateFile.open(partial, mode: 0o600, what: "download").descriptor
-            if flock(fd, LOCK_EX | LOCK_NB) == 0 {
-                if PrivateFile.stillNamed(fd, partial) { return fd }
-                close(fd)
+            let file = try PrivateFile.open(partial, mode: 0o600, what: "download")
+            if flock(file.descriptor.rawValue, LOCK_EX | LOCK_NB) == 0 {
+                if PrivateFile.stillNamed(file.descriptor, partial) { return file }
                 continue
             }
             let err = errno
-            close(fd)
+            _ = consume file
             guard err == EWOULDBLOCK || err == EINTR else {
                 throw SignetError.posix(err, "cannot lock the download", path: partial, call: "flock")
             }

@@ -66,15 +66,13 @@ public enum PackageBuilder {
         let temporary = TemporaryFiles.name(besides: output, tag: "pack")
         let token = TemporaryFiles.register(temporary)
         defer { TemporaryFiles.unregister(token) }
-        let fd: Int32
+        let packageFile: OwnedDescriptor
         do {
-            fd = try TemporaryFiles.guardedCall { () in
-                try Paths.open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-            }.get()
+            packageFile = try TemporaryFiles.guardedOpen(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         } catch let failure as SystemCallFailure {
             throw SignetError.posix(failure, "cannot create the package beside", path: output)
         }
-        let archive = ArchiveOutput(descriptor: fd, path: output)
+        let archive = ArchiveOutput(file: packageFile, path: output)
         var committed = false
         defer { if !committed { unlink(temporary) } }
 
@@ -261,16 +259,16 @@ public enum PackageBuilder {
     private static func walk(directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
         var pending: [(path: String, prefix: String)] = [(directory, prefix)]
         while let (directory, prefix) = pending.popLast() {
-            let fd: Int32
+            let opened: OwnedDescriptor
             let entries: [DirectoryEntries.Entry]
             do {
-                fd = try Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followSymlinks || prefix.isEmpty ? 0 : O_NOFOLLOW))
+                opened = try Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followSymlinks || prefix.isEmpty ? 0 : O_NOFOLLOW))
             } catch {
                 throw SignetError.posix(error, "cannot read directory", path: directory)
             }
-            defer { close(fd) }
+            let fd = opened.descriptor
             do {
-                let info = try FileDescriptor(fd).status()
+                let info = try fd.status()
                 guard visited.insert([UInt64(info.st_dev), UInt64(info.st_ino)]).inserted else {
                     throw SignetError(.usage, "'\(directory)' leads back to a directory already being packed (a symbolic link loop)", path: directory)
                 }
@@ -287,14 +285,14 @@ public enum PackageBuilder {
                 let packagePath = prefix.isEmpty ? name : String(joining: prefix, "/", name)
                 var childInfo = stat()
                 do {
-                    _ = try systemCall("fstatat") { fstatat(fd, name, &childInfo, AT_SYMLINK_NOFOLLOW) }
+                    _ = try systemCall("fstatat") { fstatat(fd.rawValue, name, &childInfo, AT_SYMLINK_NOFOLLOW) }
                 } catch {
                     throw SignetError.posix(error, "cannot pack", path: child)
                 }
                 if childInfo.st_mode & S_IFMT == S_IFLNK {
                     guard followSymlinks else { throw symlinkRefused(child) }
                     do {
-                        _ = try systemCall("fstatat") { fstatat(fd, name, &childInfo, 0) }
+                        _ = try systemCall("fstatat") { fstatat(fd.rawValue, name, &childInfo, 0) }
                     } catch {
                         throw SignetError.posix(error, "cannot follow the symbolic link", path: child)
                     }
@@ -317,9 +315,8 @@ public enum PackageBuilder {
         guard info.st_mode & S_IFMT == S_IFLNK else { return info }
         guard followSymlinks else { throw symlinkRefused(path) }
         do {
-            let fd = FileDescriptor(try Paths.open(path, signet_O_PATH() | O_CLOEXEC))
-            defer { try? fd.close() }
-            return try fd.status()
+            let target = try Paths.open(path, signet_O_PATH() | O_CLOEXEC)
+            return try target.descriptor.status()
         } catch {
             throw SignetError.posix(error, "cannot follow the symbolic link", path: path)
         }

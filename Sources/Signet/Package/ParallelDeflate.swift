@@ -45,12 +45,10 @@ final class ParallelDeflate {
         for _ in 0..<count {
             let path = TemporaryFiles.name(besides: output, tag: "deflate")
             tokens.append(TemporaryFiles.register(path))
-            let opened = try TemporaryFiles.guardedCall { () in
-                try Paths.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-            }
-            switch opened {
-            case .success(let fd): close(fd)
-            case .failure(let failure):
+            do {
+                // Made (and registered) here; each job opens it again for libzip.
+                _ = try TemporaryFiles.guardedOpen(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            } catch let failure as SystemCallFailure {
                 remove()
                 throw SignetError.posix(failure, "cannot create a temporary file beside", path: output)
             }
@@ -114,11 +112,11 @@ final class ParallelDeflate {
         func run() throws {
             // Through a descriptor of the file made (and registered) for it: libzip writing to a
             // path would make a temporary file of its own that an interruption cannot know.
-            let fd: Int32
-            do { fd = try Paths.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC) } catch {
+            let opened: OwnedDescriptor
+            do { opened = try Paths.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC) } catch {
                 throw SignetError.posix(error, "cannot open the temporary archive", path: path)
             }
-            let writer = try ZipWriter(writingTo: ArchiveOutput(descriptor: fd, path: path))
+            let writer = try ZipWriter(writingTo: ArchiveOutput(file: opened, path: path))
             for (index, method) in files {
                 try writer.add(String(index), source: ResourceSource(ledger, index: index), compression: method, permissions: 0o644)
             }

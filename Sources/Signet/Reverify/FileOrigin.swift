@@ -41,9 +41,9 @@ public struct FileOrigin: Sendable {
     public init(path: String) throws {
         self.path = path
         let file = try InputFile.open(path, what: "file", followSymlinks: false)
-        let meta = Reverifier.Metadata(file.descriptor.rawValue)
+        let meta = Reverifier.Metadata(file.descriptor)
         var signature = false
-        switch ExtendedAttributes.get(ExtendedAttributes.signature, on: file.descriptor.rawValue) {
+        switch ExtendedAttributes.get(ExtendedAttributes.signature, on: file.descriptor) {
         case .success(let value): signature = !(value ?? []).isEmpty
         case .failure(let failure) where failure.isUnsupported: break
         case .failure(let failure): throw failure.error("read", attribute: ExtendedAttributes.signature, path: path)

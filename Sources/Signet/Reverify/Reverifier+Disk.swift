@@ -17,7 +17,7 @@ extension Reverifier {
     /// Whether `path` is the seal an install with `--reseal` wrote at the top of the tree
     /// (FORMAT.md §6): a regular `.signet-trust` holding a signet-trust/1 document. It is the
     /// device's, not the package's, and not reported as added.
-    static func isDeviceSeal(_ path: String, rootFD: Int32, root: String) -> Bool {
+    static func isDeviceSeal(_ path: String, rootFD: FileDescriptor, root: String) -> Bool {
         guard path.utf8.elementsEqual(TrustStoreSeal.fileName.utf8),
               let bytes = try? InputFile.readBeneath(rootFD, path, rootPath: root, what: "trust seal", limit: 16 << 20) else { return false }
         return TrustStoreSeal.parse(bytes) != nil
@@ -58,7 +58,7 @@ extension Reverifier {
     /// Every non-directory below the tree, relative, outside `.signet/`; links are listed, not
     /// followed. One folder at a time, each opened below the tree's descriptor (never through a
     /// link), without recursion: neither depth nor path length is limited.
-    static func diskFiles(_ rootFD: Int32, root: String) throws -> [String] {
+    static func diskFiles(_ rootFD: FileDescriptor, root: String) throws -> [String] {
         try diskTree(rootFD, root: root).files
     }
 
@@ -67,29 +67,13 @@ extension Reverifier {
     /// below the root that could not be opened or listed (with why): the walk goes on without
     /// them, and the tree check reports each as `unreadable` (the files the manifest lists there
     /// get their own `unreadable` verdict). Only the root itself failing is an error.
-    static func diskTree(_ rootFD: Int32, root: String) throws -> (files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)]) {
+    static func diskTree(_ rootFD: FileDescriptor, root: String) throws -> (files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)]) {
         var found: [String] = []
         var folders: [(path: String, mode: UInt32)] = []
         var unreadable: [(path: String, reason: String)] = []
         var pending: [String] = [""]
-        while let prefix = pending.popLast() {
-            let directory = prefix.isEmpty ? root : root + "/" + prefix
-            let fd: Int32
-            if prefix.isEmpty {
-                fd = rootFD
-            } else {
-                switch Paths.open(prefix, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
-                case .success(let opened): fd = opened
-                case .failure(let failure) where failure.code == ENOENT:
-                    continue   // removed since it was listed: its files are missing, nothing to walk
-                case .failure(let failure):
-                    unreadable.append((prefix, SignetError.posix(failure, "cannot read directory", path: directory).reason))
-                    continue
-                }
-                var info = stat()
-                if fstat(fd, &info) == 0 { folders.append((prefix, UInt32(info.st_mode) & 0o7777)) }
-            }
-            defer { if fd != rootFD { close(fd) } }
+        // Lists one folder (open at `fd`) into `found` and `pending`.
+        func list(_ fd: FileDescriptor, prefix: String, directory: String) throws {
             do {
                 try DirectoryEntries.forEach(in: fd) { entry in
                     let name = entry.name
@@ -99,7 +83,7 @@ extension Reverifier {
                     var isDirectory = entry.isDirectory
                     if entry.typeUnknown {
                         var info = stat()
-                        _ = try systemCall("fstatat") { fstatat(fd, entry.rawName, &info, AT_SYMLINK_NOFOLLOW) }
+                        _ = try systemCall("fstatat") { fstatat(fd.rawValue, entry.rawName, &info, AT_SYMLINK_NOFOLLOW) }
                         isDirectory = info.st_mode & S_IFMT == S_IFDIR
                     }
                     if isDirectory { pending.append(relative) } else { found.append(relative) }
@@ -109,13 +93,29 @@ extension Reverifier {
                 unreadable.append((prefix, SignetError.posix(failure, "cannot read directory", path: directory).reason))
             }
         }
+        while let prefix = pending.popLast() {
+            let directory = prefix.isEmpty ? root : root + "/" + prefix
+            guard !prefix.isEmpty else {
+                try list(rootFD, prefix: prefix, directory: directory)
+                continue
+            }
+            let opened: OwnedDescriptor
+            do { opened = try Paths.open(prefix, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) } catch {
+                // Removed since it was listed: its files are missing, nothing to walk.
+                if error.code == ENOENT { continue }
+                unreadable.append((prefix, SignetError.posix(error, "cannot read directory", path: directory).reason))
+                continue
+            }
+            if let info = try? opened.descriptor.status() { folders.append((prefix, UInt32(info.st_mode) & 0o7777)) }
+            try list(opened.descriptor, prefix: prefix, directory: directory)
+        }
         return (found, folders, unreadable)
     }
 
     /// Folders on disk: one that holds no file of the manifest is `added` (an empty folder, or
     /// one holding only added files); one whose mode is not 0755 is `mode-changed` (restored by
     /// `--repair`, once the manifest has verified).
-    static func folderReports(_ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: Int32, options: ReverifyOptions,
+    static func folderReports(_ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: FileDescriptor, options: ReverifyOptions,
                               inOrder known: Bool? = nil) -> [FileReport] {
         let files = manifest.files
         // Whether the manifest lists a file below `folder`: in a manifest in byte order (what
@@ -155,9 +155,8 @@ extension Reverifier {
             }
             guard mode != 0o755 else { continue }
             let found = String(mode, radix: 8)
-            if options.repair, case .success(let fd) = Paths.open(path, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
-                defer { close(fd) }
-                if fchmod(fd, 0o755) == 0 {
+            if options.repair, let folder = try? Paths.open(path, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
+                if fchmod(folder.descriptor.rawValue, 0o755) == 0 {
                     reports.append(FileReport(path: path + "/", verdict: .repaired, detail: "'\(path)/' had mode \(found); restored to 0755", signatureSource: nil, signer: nil))
                     continue
                 }
@@ -168,14 +167,9 @@ extension Reverifier {
     }
 
     /// The files below `DIR/.signet/`, relative to DIR ("" when it has none).
-    static func signetFiles(_ rootFD: Int32, root: String) throws -> [String] {
-        let fd: Int32
-        switch Paths.open(TreeLayout.directory, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
-        case .success(let opened): fd = opened
-        case .failure: return []
-        }
-        defer { close(fd) }
-        return try diskTree(fd, root: root + "/" + TreeLayout.directory).files.map { TreeLayout.directory + "/" + $0 }
+    static func signetFiles(_ rootFD: FileDescriptor, root: String) throws -> [String] {
+        guard let opened = try? Paths.open(TreeLayout.directory, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else { return [] }
+        return try diskTree(opened.descriptor, root: root + "/" + TreeLayout.directory).files.map { TreeLayout.directory + "/" + $0 }
     }
 
     /// Files under `DIR/.signet/` that an install does not write: `added` (a tree check must not

@@ -26,16 +26,15 @@ extension Reverifier {
         var attempt = 0
         while true {
             attempt += 1
-            let fd: Int32
-            do { fd = try Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+            let tree: OwnedDescriptor
+            do { tree = try Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
                 throw SignetError.posix(error, "cannot open the installed tree", path: root)
             }
-            defer { close(fd) }
+            let fd = tree.descriptor
             // Whether DIR still names the directory this check read (a failing stat means it was
             // swapped or removed meanwhile).
             func stillNamed() -> Bool {
-                var held = stat()
-                guard fstat(fd, &held) == 0, let named = try? Paths.lstat(root) else { return false }
+                guard let held = try? fd.status(), let named = try? Paths.lstat(root) else { return false }
                 return held.st_dev == named.st_dev && held.st_ino == named.st_ino
             }
             let report: TreeReport
@@ -51,7 +50,7 @@ extension Reverifier {
         }
     }
 
-    private static func verifyTree(_ rootFD: Int32, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
+    private static func verifyTree(_ rootFD: FileDescriptor, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
         let started = DispatchTime.now()
         func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
         // What is on disk, listed and sorted on another core while this one reads, verifies and
@@ -87,10 +86,9 @@ extension Reverifier {
         let signerCertificate = try InputFile.readBeneath(rootFD, TreeLayout.signerCertificate, rootPath: root, what: "signer certificate", limit: 1 << 20)
         var chain: [[UInt8]] = []
         do {
-            let certificates = try Paths.open(TreeLayout.certificates, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC).get()
-            defer { close(certificates) }
+            let certificates = try Paths.open(TreeLayout.certificates, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             // An unreadable chain is an error, never a chain quietly dropped.
-            let names = try DirectoryEntries.list(certificates).map(\.name)
+            let names = try DirectoryEntries.list(certificates.descriptor).map(\.name)
                 .filter { TreeLayout.chainIndex(of: $0) != nil }
                 .sorted { TreeLayout.chainIndex(of: $0)! < TreeLayout.chainIndex(of: $1)! }
             for name in names {
@@ -128,7 +126,7 @@ extension Reverifier {
         try options.checkSelectors(against: manifest, root: root)
         try options.checkAllowedKeys(against: manifest, rootFD: rootFD, root: root)
         let record = (try? recordRead?.wait().get())?.flatMap { $0.count == manifest.files.count ? $0 : nil }
-        let checker = TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
+        let checker = try TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
                                   allowedKeys: options.allowedKeys)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
         let progress = ProgressCounter.make(options.progress, items: listed.count, bytes: listed.reduce(0) { $0 &+ manifest.files[$1].size })
@@ -161,7 +159,7 @@ extension Reverifier {
     /// A tree unpack `--bare` installed: no manifest, so no completeness guarantee; each file
     /// on disk is checked against its own signature (its attribute, else its sidecar), verified
     /// with the trust policy, and a sidecar whose file is gone is `missing`.
-    private static func verifyBareTree(_ rootFD: Int32, root: String, onDisk: [String], unreadable: [(path: String, reason: String)], policy: TrustPolicy, options: ReverifyOptions,
+    private static func verifyBareTree(_ rootFD: FileDescriptor, root: String, onDisk: [String], unreadable: [(path: String, reason: String)], policy: TrustPolicy, options: ReverifyOptions,
                                        cancelled: CancellationFlag, elapsed: () -> Double) throws -> TreeReport {
         guard options.allowedKeys.isEmpty else {
             throw SignetError(.usage, "'\(root)' was installed from a bare package, which has no structured files; --allow-key and allow_keys need a package made by signet pack --structured", path: root)
@@ -170,13 +168,12 @@ extension Reverifier {
         var signed: [String] = []
         var pending = [TreeLayout.signatures]
         while let folder = pending.popLast() {
-            let fd: Int32
-            switch Paths.open(folder, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
-            case .success(let opened): fd = opened
-            case .failure(let failure) where failure.code == ENOENT: continue
-            case .failure(let failure): throw SignetError.posix(failure, "cannot read the sidecar signatures in", path: root + "/" + folder)
+            let opened: OwnedDescriptor
+            do { opened = try Paths.open(folder, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) } catch {
+                if error.code == ENOENT { continue }
+                throw SignetError.posix(error, "cannot read the sidecar signatures in", path: root + "/" + folder)
             }
-            defer { close(fd) }
+            let fd = opened.descriptor
             do {
                 for entry in try DirectoryEntries.list(fd) {
                     let relative = folder + "/" + entry.name
@@ -201,8 +198,7 @@ extension Reverifier {
             }
             let file: InputFile
             do {
-                let fd = try Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC).get()
-                file = try InputFile.adopt(fd, path: root + "/" + relative, what: "file")
+                file = try InputFile.adopt(try Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path: root + "/" + relative, what: "file")
             } catch {
                 let failure = SignetError.posix(error, "cannot open", path: root + "/" + relative)
                 return FileReport(path: relative, verdict: .unreadable, detail: failure.reason, signatureSource: nil, signer: nil)

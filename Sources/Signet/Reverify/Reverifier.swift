@@ -35,7 +35,7 @@ public enum Reverifier {
         guard report.verdict == .modified, report.signatureSource == .xattr || report.signatureSource == .ima,
               let (root, relative) = installedTree(containing: path),
               let copy = try? treeCopy(root: root, relative: relative) else { return nil }
-        let algorithm = Metadata(file.descriptor.rawValue)?.algorithm ?? .default
+        let algorithm = Metadata(file.descriptor)?.algorithm ?? .default
         guard lseek(file.descriptor.rawValue, 0, SEEK_SET) == 0,
               let digest = try? Digest.compute(descriptorOf: file, algorithm: algorithm.digest),
               let key = Verifier(policy: policy).verify(signature: copy, digest: digest, algorithm: algorithm).signer else { return nil }
@@ -55,14 +55,14 @@ public enum Reverifier {
     /// The check of ``verifyFile(at:policy:)`` on a file already opened; `findSignature` gives
     /// its signature, algorithm and source (nil: unsigned).
     static func verifyOpened(_ file: InputFile, path: String, policy: TrustPolicy,
-                             findSignature: (Int32, Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)?) -> FileReport {
+                             findSignature: (FileDescriptor, Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)?) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
             FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
         }
         func unreadable(_ error: Error) -> FileReport { Reverifier.unreadable(path, error) }
-        let meta = Metadata(file.descriptor.rawValue)
+        let meta = Metadata(file.descriptor)
         let found: ([UInt8], SignatureAlgorithm, SignatureSource)?
-        do { found = try findSignature(file.descriptor.rawValue, meta) } catch {
+        do { found = try findSignature(file.descriptor, meta) } catch {
             return unreadable(error)
         }
         guard let (signature, algorithm, source) = found else {
@@ -89,7 +89,7 @@ public enum Reverifier {
 
     /// The signature, its algorithm and where it came from.
     /// A sidecar that cannot be read (other than absent) is an error, never "unsigned".
-    static func signatureOf(_ descriptor: Int32, path: String, meta: Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)? {
+    static func signatureOf(_ descriptor: FileDescriptor, path: String, meta: Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)? {
         let algorithm = meta?.algorithm ?? .default
         if case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: descriptor) {
             return (bytes, algorithm, .xattr)
@@ -116,11 +116,11 @@ public enum Reverifier {
         } catch let error as SignetError where error.code == .fileNotFound {
             // No sidecar: the record, at the file's place in the manifest.
         }
-        let rootFD: Int32
-        do { rootFD = try Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+        let tree: OwnedDescriptor
+        do { tree = try Paths.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
             throw SignetError.posix(error, "cannot open the installed tree", path: root)
         }
-        defer { close(rootFD) }
+        let rootFD = tree.descriptor
         guard let bytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
               let manifest = try? Manifest.parse(bytes),
               let index = manifest.files.firstIndex(where: { $0.path == relative }) else { return nil }
@@ -145,7 +145,8 @@ public enum Reverifier {
 
     /// Whether the directory `rootFD` is a tree unpack `--bare` installed: it has
     /// `.signet/bare` (or, from before that marker existed, `.signet/sigs/` and no manifest).
-    static func isBareTree(_ rootFD: Int32) -> Bool {
+    static func isBareTree(_ root: FileDescriptor) -> Bool {
+        let rootFD = root.rawValue
         var info = stat()
         if fstatat(rootFD, TreeLayout.bareMarker, &info, AT_SYMLINK_NOFOLLOW) == 0 { return info.st_mode & S_IFMT == S_IFREG }
         guard fstatat(rootFD, TreeLayout.manifest, &info, AT_SYMLINK_NOFOLLOW) != 0 else { return false }
@@ -157,13 +158,12 @@ public enum Reverifier {
     /// `.signet/signatures`, which only a manifest install writes. Such a tree had its
     /// manifest or manifest signature removed; treated as bare, it would lose the completeness,
     /// rollback and product checks. Nil when nothing says so (the files are read until one does).
-    static func manifestOrigin(of rootFD: Int32, files walked: [String]? = nil) -> (name: String, sequence: UInt64)? {
+    static func manifestOrigin(of rootFD: FileDescriptor, files walked: [String]? = nil) -> (name: String, sequence: UInt64)? {
         var info = stat()
-        let recorded = fstatat(rootFD, TreeLayout.signatureRecord, &info, AT_SYMLINK_NOFOLLOW) == 0
+        let recorded = fstatat(rootFD.rawValue, TreeLayout.signatureRecord, &info, AT_SYMLINK_NOFOLLOW) == 0
         for relative in walked ?? (try? diskFiles(rootFD, root: "")) ?? [] {
-            guard case .success(let fd) = Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) else { continue }
-            defer { close(fd) }
-            guard case .success(let bytes?) = ExtendedAttributes.get(TreeLayout.metadataAttribute, on: fd),
+            guard let file = try? Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC),
+                  case .success(let bytes?) = ExtendedAttributes.get(TreeLayout.metadataAttribute, on: file.descriptor),
                   let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
                   let name = object["name"] as? String else { continue }
             return (name, (object["sequence"] as? NSNumber)?.uint64Value ?? 0)
@@ -181,7 +181,7 @@ public enum Reverifier {
         let path: String?
         let source: String?
 
-        init?(_ descriptor: Int32) {
+        init?(_ descriptor: FileDescriptor) {
             guard case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.metadata, on: descriptor) else { return nil }
             self.init(bytes: bytes)
         }

@@ -118,7 +118,7 @@ public struct ReverifyOptions: Sendable {
     /// that allows nothing must not pass unnoticed. The signed content is the tree's copy under
     /// `.signet/structured/`, used only when it matches the manifest (where it does not, the
     /// file's own check reports that).
-    func checkAllowedKeys(against manifest: Manifest, rootFD: Int32, root: String) throws {
+    func checkAllowedKeys(against manifest: Manifest, rootFD: FileDescriptor, root: String) throws {
         guard !allowedKeys.isEmpty else { return }
         // By bytes, as the tree check looks them up.
         var listed: [[UInt8]: Manifest.File] = [:]

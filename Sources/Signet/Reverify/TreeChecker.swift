@@ -10,9 +10,10 @@ import Musl
 
 /// Checks one listed file of an installed tree (thread-safe: one instance serves all workers).
 final class TreeChecker: @unchecked Sendable {
-    // rootDescriptor is opened once and only read (openat) by the workers.
+    // The tree's descriptor (a copy of the caller's) is opened once and only read (openat) by the workers.
     let root: String
-    private let rootDescriptor: Int32
+    private let rootCopy: OwnedDescriptor
+    private var rootDescriptor: FileDescriptor { rootCopy.descriptor }
     let manifest: Manifest
     let key: PublicKey
     let algorithm: SignatureAlgorithm
@@ -24,20 +25,18 @@ final class TreeChecker: @unchecked Sendable {
     /// `Key.json` must not apply to its canonically equivalent twin `\u{212A}ey.json`).
     let allowedKeys: [[UInt8]: [KeyPath]]
 
-    init(root: String, descriptor: Int32, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
-         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:]) {
+    init(root: String, descriptor: FileDescriptor, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
+         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:]) throws {
         self.record = record
         self.allowedKeys = Dictionary(allowedKeys.map { (Array($0.key.utf8), $0.value) }, uniquingKeysWith: +)
         self.root = root
-        self.rootDescriptor = dup(descriptor)
+        do { rootCopy = OwnedDescriptor(adopting: try systemCall("dup") { dup(descriptor.rawValue) }) } catch {
+            throw SignetError.posix(error, "cannot open the installed tree", path: root)
+        }
         self.manifest = manifest
         self.key = key
         self.algorithm = algorithm
         self.repair = repair
-    }
-
-    deinit {
-        if rootDescriptor >= 0 { close(rootDescriptor) }
     }
 
     /// What one worker thread reuses from file to file: a read buffer and hashing contexts.
@@ -72,18 +71,14 @@ final class TreeChecker: @unchecked Sendable {
         // files and directories can carry (and a directory cannot be read). Every other outcome
         // asks fstat what the file is before it is reported.
         func differs() -> FileReport {
-            var info = stat()
-            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return report(.modified, Self.notRegular(file.path)) }
+            guard let info = try? fd.status(), info.st_mode & S_IFMT == S_IFREG else { return report(.modified, Self.notRegular(file.path)) }
             if let format = file.structured { return compareKeys(fd, file, format: format, at: position, in: workspace) }
             let size = UInt64(clamping: info.st_size)
             return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
         }
-        let fd: Int32
-        switch openBeneath(file.path) {
-        case .success(let descriptor): fd = descriptor
-        case .failure(let refusal): return report(refusal.verdict, refusal.detail)
-        }
-        defer { close(fd) }
+        let opened: OwnedDescriptor
+        do { opened = try openBeneath(file.path) } catch { return report(error.verdict, error.detail) }
+        let fd = opened.descriptor
         // The content against the signed manifest, through this descriptor: at most one byte more
         // than the signed size is read (a longer file differs; its length is for fstat to tell).
         let digests: [Digest]
@@ -92,10 +87,9 @@ final class TreeChecker: @unchecked Sendable {
             let hashers = try workspace.hashers(for: algorithm.digest)
             let limit = file.size == .max ? file.size : file.size + 1
             var count: UInt64 = 0
-            let descriptor = FileDescriptor(fd)
             while count < limit {
                 let wanted = Int(min(UInt64(workspace.buffer.count), limit - count))
-                let read = try descriptor.readChunk(into: UnsafeMutableRawBufferPointer(rebasing: workspace.buffer[0..<wanted]))
+                let read = try fd.readChunk(into: UnsafeMutableRawBufferPointer(rebasing: workspace.buffer[0..<wanted]))
                 if read == 0 { break }
                 count += UInt64(read)
                 if count > file.size { break }
@@ -120,10 +114,9 @@ final class TreeChecker: @unchecked Sendable {
     /// permission bits and no set-id or sticky bit): otherwise `mode-changed`, or with
     /// `--repair` the recorded mode is restored (fchmod on the checked descriptor) and the file
     /// is `repaired`. Other verdicts pass through.
-    private func modeCheck(_ fd: Int32, _ file: Manifest.File, _ made: FileReport) -> FileReport {
+    private func modeCheck(_ fd: FileDescriptor, _ file: Manifest.File, _ made: FileReport) -> FileReport {
         guard made.verdict.isOK else { return made }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { return made }
+        guard let info = try? fd.status() else { return made }
         let mode = UInt32(info.st_mode) & 0o7777
         guard mode != file.mode.permissions else { return made }
         let found = String(mode, radix: 8), wanted = file.mode.rawValue
@@ -135,7 +128,7 @@ final class TreeChecker: @unchecked Sendable {
         guard repair else {
             return report(.modeChanged, "'\(file.path)' has mode \(found), not the signed manifest's \(wanted); --repair restores it")
         }
-        guard fchmod(fd, mode_t(file.mode.permissions)) == 0 else {
+        guard fchmod(fd.rawValue, mode_t(file.mode.permissions)) == 0 else {
             return report(.modeChanged, "'\(file.path)' has mode \(found), not \(wanted), and cannot be restored: \(String(cString: strerror(errno)))")
         }
         return report(.repaired, "'\(file.path)' had mode \(found); restored to the signed manifest's \(wanted)")
@@ -145,7 +138,7 @@ final class TreeChecker: @unchecked Sendable {
     /// (`digest`, in the signature's algorithm): the attribute unpack installed, another valid
     /// signature, or lost (restored with --repair). `note` and `changes` describe a structured
     /// file whose allowed keys changed.
-    private func attributeCheck(_ fd: Int32, _ file: Manifest.File, at position: Int, in workspace: Workspace, digest: Digest,
+    private func attributeCheck(_ fd: FileDescriptor, _ file: Manifest.File, at position: Int, in workspace: Workspace, digest: Digest,
                                 note: String? = nil, changes: [KeyChange] = []) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
             var made = FileReport(path: file.path, verdict: verdict, detail: note.map { "\($0); \(detail)" } ?? detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
@@ -216,7 +209,7 @@ final class TreeChecker: @unchecked Sendable {
     /// The signed content of a structured resource: the tree's copy under `.signet/structured/`,
     /// parsed, once its size and SHA-256 are the manifest's; with the digests of the copy in
     /// `algorithms` when asked. A failure is a sentence for the report.
-    static func signedContent(of file: Manifest.File, format: StructuredFormat, rootFD: Int32, root: String,
+    static func signedContent(of file: Manifest.File, format: StructuredFormat, rootFD: FileDescriptor, root: String,
                               digest algorithm: DigestAlgorithm = .sha256) -> Result<StructuredValue, StructuredFailure> {
         signedCopy(of: file, format: format, rootFD: rootFD, root: root, digest: algorithm).map(\.value)
     }
@@ -226,7 +219,7 @@ final class TreeChecker: @unchecked Sendable {
         let reason: String
     }
 
-    private static func signedCopy(of file: Manifest.File, format: StructuredFormat, rootFD: Int32, root: String,
+    private static func signedCopy(of file: Manifest.File, format: StructuredFormat, rootFD: FileDescriptor, root: String,
                                    digest algorithm: DigestAlgorithm) -> Result<(value: StructuredValue, digest: Digest), StructuredFailure> {
         let relative = TreeLayout.structuredCopy(of: file.path)
         let bytes: [UInt8]
@@ -254,7 +247,7 @@ final class TreeChecker: @unchecked Sendable {
     /// A structured resource whose bytes differ from the signed ones, compared key by key with
     /// the tree's signed copy: `ok` (with a note) when only allowed keys differ, else `modified`
     /// listing every changed, added and removed key path.
-    private func compareKeys(_ fd: Int32, _ file: Manifest.File, format: StructuredFormat, at position: Int, in workspace: Workspace) -> FileReport {
+    private func compareKeys(_ fd: FileDescriptor, _ file: Manifest.File, format: StructuredFormat, at position: Int, in workspace: Workspace) -> FileReport {
         func modified(_ detail: String, _ changes: [KeyChange] = []) -> FileReport {
             var made = FileReport(path: file.path, verdict: .modified, detail: "'\(file.path)' differs from the signed manifest; \(detail)", signatureSource: nil, signer: nil)
             made.changedKeys = changes
@@ -270,7 +263,7 @@ final class TreeChecker: @unchecked Sendable {
         do {
             var offset: Int64 = 0
             while true {
-                let read = try FileDescriptor(fd).read(fullyAt: offset, into: workspace.buffer)
+                let read = try fd.read(fullyAt: offset, into: workspace.buffer)
                 if read == 0 { break }
                 guard bytes.count + read <= StructuredFormat.maximumSize else {
                     return modified("it is now larger than the \(StructuredFormat.maximumSize) bytes a structured file is compared key by key up to")
@@ -296,7 +289,7 @@ final class TreeChecker: @unchecked Sendable {
     }
 
     /// The content is right but the attribute is not: repair it from a verified sidecar if asked.
-    private func restore(_ fd: Int32, _ file: Manifest.File, sidecar read: Result<(bytes: [UInt8], source: SignatureSource)?, SignetError>, lost: String) -> FileReport {
+    private func restore(_ fd: FileDescriptor, _ file: Manifest.File, sidecar read: Result<(bytes: [UInt8], source: SignatureSource)?, SignetError>, lost: String) -> FileReport {
         let found: (bytes: [UInt8], source: SignatureSource)?
         switch read {
         case .success(let copy): found = copy
@@ -333,8 +326,7 @@ final class TreeChecker: @unchecked Sendable {
     }
 
     /// The opened file and its size.
-    private func openBeneath(_ relative: String) -> Result<Int32, OpenRefusal> {
-        guard rootDescriptor >= 0 else { return .failure(OpenRefusal(.unreadable, "cannot open '\(root)'")) }
+    private func openBeneath(_ relative: String) throws(OpenRefusal) -> OwnedDescriptor {
         func refusal(_ err: Int32) -> OpenRefusal {
             switch err {
             case ENOENT: OpenRefusal(.missing, "'\(relative)' is in the signed manifest but not on disk")
@@ -342,17 +334,12 @@ final class TreeChecker: @unchecked Sendable {
             default: OpenRefusal(.unreadable, "cannot open '\(relative)': \(String(cString: strerror(err)))")
             }
         }
-        let fd: Int32
-        switch Paths.open(relative, beneath: rootDescriptor) {
-        case .success(let descriptor): fd = descriptor
-        case .failure(let failure): return .failure(refusal(failure.code))
-        }
-        return .success(fd)
+        do { return try Paths.open(relative, beneath: rootDescriptor) } catch { throw refusal(error.code) }
     }
 
-    private static func isRegularFile(_ fd: Int32) -> Bool {
-        var info = stat()
-        return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+    private static func isRegularFile(_ fd: FileDescriptor) -> Bool {
+        guard let info = try? fd.status() else { return false }
+        return info.st_mode & S_IFMT == S_IFREG
     }
 
     private static func notRegular(_ path: String) -> String { "'\(path)' is no longer a regular file" }

@@ -1,4 +1,5 @@
 import Foundation
+internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -148,7 +149,7 @@ public enum TrustStoreSeal {
     static func files(in directory: String) throws -> [(String, String?)] {
         var found: [(String, String?)] = []
         // Through descriptors (openat, fstatat), so neither depth nor path length limits it.
-        func walk(_ fd: Int32, _ path: String, _ prefix: String) throws {
+        func walk(_ fd: FileDescriptor, _ path: String, _ prefix: String) throws {
             let entries: [DirectoryEntries.Entry]
             do { entries = try DirectoryEntries.list(fd) } catch let failure as SystemCallFailure {
                 throw SignetError.posix(failure, "cannot read trust directory", path: path)
@@ -167,29 +168,27 @@ public enum TrustStoreSeal {
             for name in names.sorted(by: ResourcePath.byteOrder) {
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
                 var info = stat()
-                do { _ = try systemCall("fstatat") { fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) } } catch {
+                do { _ = try systemCall("fstatat") { fstatat(fd.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) } } catch {
                     throw SignetError.posix(error, "cannot read", path: path + "/" + name)
                 }
                 switch info.st_mode & S_IFMT {
                 case S_IFDIR:
-                    let sub: Int32
-                    do { sub = try systemCall("openat") { openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) } } catch {
+                    let sub: OwnedDescriptor
+                    do { sub = OwnedDescriptor(adopting: try systemCall("openat") { openat(fd.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) } catch {
                         throw SignetError.posix(error, "cannot read trust directory", path: path + "/" + name)
                     }
-                    defer { close(sub) }
-                    try walk(sub, path + "/" + name, relative)
+                    try walk(sub.descriptor, path + "/" + name, relative)
                 case S_IFREG: found.append((relative, relative.split(separator: "/").count > 1 ? String(relative.split(separator: "/")[0]) : nil))
                 default:
                     throw SignetError(.malformedInput, "'\(path)/\(name)' in a trust directory is not a regular file; trust directories hold key and certificate files only", path: path + "/" + name)
                 }
             }
         }
-        let fd: Int32
-        do { fd = try Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+        let opened: OwnedDescriptor
+        do { opened = try Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
             throw SignetError.posix(error, "cannot read trust directory", path: directory)
         }
-        defer { close(fd) }
-        try walk(fd, directory, "")
+        try walk(opened.descriptor, directory, "")
         return found
     }
 
