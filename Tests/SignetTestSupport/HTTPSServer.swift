@@ -133,6 +133,7 @@ public final class HTTPSServer {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
+        ExitCleanup.stopAtExit(process.processIdentifier)
         // Ready when it accepts connections.
         for _ in 0..<100 {
             if try run("python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 0.2)"]).status == 0 { return }
@@ -143,6 +144,7 @@ public final class HTTPSServer {
     }
 
     deinit {
+        ExitCleanup.forget(process.processIdentifier)
         process.terminate()
         process.waitUntilExit()
     }

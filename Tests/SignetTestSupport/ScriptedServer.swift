@@ -124,6 +124,7 @@ public final class ScriptedServer {
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
         try process.run()
+        ExitCleanup.stopAtExit(process.processIdentifier, signal: SIGKILL)
         // The first line is the port the kernel chose.
         var line = Data()
         while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data([0x0A]) { line.append(byte) }
@@ -146,6 +147,7 @@ public final class ScriptedServer {
 
     deinit {
         // SIGKILL: the test runner may ignore SIGTERM, and python3 inherits that.
+        ExitCleanup.forget(process.processIdentifier)
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }

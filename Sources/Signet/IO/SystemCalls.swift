@@ -61,9 +61,6 @@ func retryingOnEINTR<T: FixedWidthInteger>(_ call: () -> T) -> T {
 }
 
 extension FileDescriptor {
-    /// Wraps a raw descriptor that Signet opened itself.
-    init(_ raw: Int32) { self.init(rawValue: raw) }
-
     /// Reads from `offset` until `buffer` is full or the file ends; returns how many bytes it
     /// read (fewer than `buffer.count` only at the end of the file).
     func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
