@@ -12,12 +12,23 @@ extension CentralDirectory {
         /// Every record's name, one after another.
         private(set) var names: [UInt8] = []
         /// Where the central directory starts in the file, and its size.
-        var offset: UInt64 = 0
-        var size: UInt64 = 0
+        private(set) var offset: UInt64 = 0
+        private(set) var size: UInt64 = 0
         /// With local headers checked as entries are read (``LocalHeaders/deferred``): where each
         /// record's entry must end, which is where the next entry in the file starts (or the
         /// central directory). Empty when every header was checked up front.
-        var ends: [UInt64] = []
+        private(set) var ends: [UInt64] = []
+
+        /// An empty directory of the central directory at `offset`, `size` bytes long.
+        init(offset: UInt64, size: UInt64) {
+            self.offset = offset
+            self.size = size
+        }
+
+        /// Records where each entry must end (``LocalHeaders/deferred``), once, after the records.
+        mutating func bound(by ends: [UInt64]) {
+            self.ends = ends
+        }
 
         /// The bytes of the file entry `position` occupies, local header, data and descriptor:
         /// known exactly only when the entries are laid end to end, which the up-front check

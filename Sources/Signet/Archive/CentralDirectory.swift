@@ -69,9 +69,7 @@ enum CentralDirectory {
         guard end.count <= UInt64(maximumEntries) else {
             throw reader.malformed("it has \(end.count) entries, more than the \(maximumEntries) a package within the limits can have (\(limitFlag))")
         }
-        var directory = Directory()
-        directory.offset = end.directoryOffset
-        directory.size = end.directorySize
+        var directory = Directory(offset: end.directoryOffset, size: end.directorySize)
         directory.reserve(Int(end.count))
         var stream = try reader.stream(from: end.directoryOffset, count: end.directorySize)
         for index in 0..<end.count {
@@ -85,7 +83,7 @@ enum CentralDirectory {
         case .upFront:
             // Every header in offset order, each a small read: through one read-ahead block.
             try Reader(file: ReadAheadInput.over(file), archive: archive).checkLocalHeaders(directory, directoryOffset: end.directoryOffset)
-        case .deferred: directory.ends = try reader.spanEnds(directory, directoryOffset: end.directoryOffset)
+        case .deferred: directory.bound(by: try reader.spanEnds(directory, directoryOffset: end.directoryOffset))
         }
         return directory
     }
