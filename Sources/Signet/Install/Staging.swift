@@ -17,7 +17,6 @@ final class Staging {
     /// The destination's parent directory and the staging root in it.
     private let parentDirectory: OwnedDescriptor
     private let rootDirectory: OwnedDescriptor
-    private var parent: Int32 { parentDirectory.descriptor.rawValue }
     private var root: FileDescriptor { rootDirectory.descriptor }
     private var token: Int
     private var asideToken: Int? = nil
@@ -215,7 +214,7 @@ final class Staging {
     /// that, the old tree is moved aside first (DIR is then briefly absent). Returns whether the
     /// atomic exchange was used, and the old tree if it could not be removed.
     func install(at destination: String, replacing state: DestinationState) throws -> (exchanged: Bool, leftover: String?) {
-        defer { _ = fsync(parent) }
+        defer { try? parentDirectory.descriptor.sync() }
         // The renames happen only if no interruption is removing the staging tree meanwhile.
         let old = try TemporaryFiles.guarded { try rename(to: destination, replacing: state) }
         guard let old else { return (false, nil) }
@@ -227,6 +226,7 @@ final class Staging {
     /// The renames of ``install(at:replacing:)``; returns where the old tree went, if any.
     private func rename(to destination: String, replacing state: DestinationState) throws -> (name: String, path: String, exchanged: Bool)? {
         let target = destination.split(separator: "/").last.map(String.init) ?? destination
+        let parent = parentDirectory.descriptor.rawValue   // for the *at calls below
         if case .absent = state {
             if signet_renameat2(parent, name, parent, target, signet_RENAME_NOREPLACE()) == 0 {
                 TemporaryFiles.unregister(token)

@@ -1,0 +1,48 @@
+import Foundation
+import Testing
+
+/// Issue 30's rules for the source tree, checked on every clone: no file over 500 lines,
+/// descriptors typed (no `Int32` descriptor in a signature, no hand-written `close` outside
+/// their owner), and docs/ARCHITECTURE.md naming every folder of the library.
+@Suite("House rules of the source tree")
+struct HouseRulesTests {
+    private static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+    private func sources() throws -> [(path: String, lines: [Substring])] {
+        let base = Self.root + "/Sources"
+        let paths = try #require(FileManager.default.enumerator(atPath: base)).compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }
+        #expect(paths.count > 100, "the tree was not found at \(base)")
+        return try paths.sorted().map { ($0, try String(contentsOfFile: base + "/" + $0, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)) }
+    }
+
+    @Test("no source file is over 500 lines")
+    func fileLength() throws {
+        for file in try sources() {
+            #expect(file.lines.count <= 501, "\(file.path) has \(file.lines.count) lines")
+        }
+    }
+
+    @Test("descriptors are FileDescriptor in signatures, and only their owner closes them")
+    func typedDescriptors() throws {
+        let rawDescriptor = try Regex(#"\b(fd|descriptor|rootFD|root|parent|directory|lock)\s*:\s*(Int32|CInt)\b"#)
+        let rawClose = try Regex(#"(^|[^.\w])close\("#)
+        for file in try sources() where file.path.hasPrefix("Signet/") {
+            for (number, line) in file.lines.enumerated() where !line.trimmingCharacters(in: .whitespaces).hasPrefix("//") {
+                let typed = line.firstMatch(of: rawDescriptor) == nil
+                #expect(typed, "\(file.path):\(number + 1): \(line)")
+                if file.path != "Signet/IO/OwnedDescriptor.swift" && !line.contains("func close(") {
+                    let closesNothing = line.firstMatch(of: rawClose) == nil
+                    #expect(closesNothing, "\(file.path):\(number + 1): \(line)")
+                }
+            }
+        }
+    }
+
+    @Test("docs/ARCHITECTURE.md names every folder of the library")
+    func architecturePage() throws {
+        let page = try String(contentsOfFile: Self.root + "/docs/ARCHITECTURE.md", encoding: .utf8)
+        let folders = try FileManager.default.contentsOfDirectory(atPath: Self.root + "/Sources/Signet").filter { !$0.hasSuffix(".swift") && !$0.hasSuffix(".docc") }
+        #expect(!folders.isEmpty)
+        for folder in folders { #expect(page.contains("`\(folder)/`"), "ARCHITECTURE.md does not describe \(folder)/") }
+    }
+}
