@@ -79,7 +79,7 @@ public final class HTTPSServer {
         cat leaf.pem int.pem > chain.pem
         openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out expired.pem -days -1 -extfile leaf.ext
         cat expired.pem int.pem > expired-chain.pem
-        mkdir -p www/slow www/norange www/whole www/limited tmp
+        mkdir -p www/slow www/medium www/norange www/whole www/limited tmp
         """
         let made = try run("bash", ["-c", script])
         guard made.status == 0 else { throw SupportError("making the test CA failed: \(made.stderr)") }
@@ -117,6 +117,8 @@ public final class HTTPSServer {
             ssl_certificate_key \(d)/leaf.key;
             root \(d)/www;
             location /slow/ { limit_rate 200k; }
+            # Fast enough for a 9 MiB entry in a few seconds, slow enough to stop inside it.
+            location /medium/ { limit_rate 3m; }
             location /norange/ { limit_rate 200k; max_ranges 0; }
             location /whole/ { max_ranges 0; }
             location /limited/ { limit_req zone=onceper2s; limit_req_status 500; }

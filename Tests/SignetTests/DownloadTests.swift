@@ -148,4 +148,50 @@ struct DownloadTests {
         let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
         #expect(beside.isEmpty, "nothing left beside DIR: \(beside)")
     }
+
+    @Test("cancelling inside a large entry (hashed on the second core) throws CancellationError, leaves DIR as it was and nothing beside it")
+    func cancelInsideLargeEntry() async throws {
+        let server = try HTTPSServer()
+        let directory = try TemporaryDirectory()
+        func random(_ count: Int) -> Data {
+            var generator = SystemRandomNumberGenerator()
+            return Data((0..<(count / 8)).flatMap { _ in withUnsafeBytes(of: generator.next() as UInt64) { Array($0) } })
+        }
+        let v1 = ["small.bin": random(4096)]
+        try Self.rangedPackage(v1, sequence: 1, at: directory.file("v1.zip"))
+        let dest = directory.file("app")
+        let policy = try Fixtures.trust("rsa2048-spki.der")
+        _ = try Installer.install(directory.file("v1.zip"), to: dest, policy: policy)
+        // v2 adds a 9 MiB file: at or above PipelinedHasher's threshold, fetched at 3 MB/s.
+        let large = random(9 << 20)
+        #expect(UInt64(large.count) >= PipelinedHasher.threshold)
+        try Self.rangedPackage(v1.merging(["large.bin": large]) { $1 }, sequence: 2, at: server.www + "/medium/r.zip")
+        let handle = Mutex<Task<InstallReport, Error>?>(nil)
+        let cancelledAt = Mutex<UInt64?>(nil)
+        var options = try Self.options(server)
+        options.progress = { progress in
+            guard progress.received >= 3_000_000 else { return }
+            cancelledAt.withLock { at in
+                if at == nil, let task = handle.withLock({ $0 }) {
+                    at = progress.received
+                    task.cancel()
+                }
+            }
+        }
+        let url = server.url("medium/r.zip")
+        let task = Task { [options] in try await Installer.install(downloading: url, to: dest, policy: policy, download: options) }
+        handle.withLock { $0 = task }
+        let outcome = await task.result
+        let at = try #require(cancelledAt.withLock { $0 }, "cancelled part-way")
+        #expect(at < UInt64(large.count), "inside the large entry: \(at)")
+        #expect(throws: CancellationError.self) { try outcome.get() }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dest).filter { !$0.hasPrefix(".") } == ["small.bin"], "DIR as it was")
+        #expect(try contents(dest + "/small.bin") == v1["small.bin"])
+        let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+        #expect(beside.isEmpty || beside.allSatisfy { $0.contains("staging") }, "at most the staging kept for the next run: \(beside)")
+        // The next run completes.
+        let report = try await Installer.install(downloading: server.url("medium/r.zip"), to: dest, policy: policy, download: try Self.options(server))
+        #expect(report.files.count == 2)
+        #expect(try contents(dest + "/large.bin") == large)
+    }
 }

@@ -32,6 +32,26 @@ public enum _FuzzTargets {
             }
             _ = try? PackageReader.contents(of: path, limits: limits)
         },
+        // Entries read and hashed as unpack reads resources, every size sent down the pipelined
+        // path (hashed on a second thread), with the reader's sink failing after the number of
+        // bytes the first input byte names (x 64; 255: never): a damaged entry, a failing disk
+        // or a cancel part-way must release what the hasher holds (issue 36).
+        "zip-pipelined": { bytes in
+            guard let first = bytes.first, let path = scratch(Array(bytes.dropFirst())),
+                  let reader = try? ZipReader(path: path, maximumEntries: 64) else { return }
+            let failAfter = first == 255 ? Int.max : Int(first) * 64
+            struct SinkFailed: Error {}
+            PipelinedHasher.$threshold.withValue(0) {
+                for entry in reader.entries() {
+                    var written = 0
+                    _ = try? PackageReader.hashedRead(entry, size: min(entry.size, 1 << 22), name: "entry", reader: reader,
+                                                      algorithms: [.sha256, .sha384]) { chunk in
+                        written += chunk.count
+                        if written > failAfter { throw SinkFailed() }
+                    }
+                }
+            }
+        },
         // The manifest parser (strict JSON, then the signet/1 shape).
         "manifest": { bytes in _ = try? Manifest.parse(bytes) },
         // Private keys in every format (no passphrase source: encrypted ones stop at the question).

@@ -219,6 +219,29 @@ public enum PackageReader {
                                 manifestSignature: signature, key: key, algorithm: algorithm, contents: contents))
     }
 
+    /// Streams `entry`, which must hold `size` bytes, to `sink` (if given) while hashing it with
+    /// each of `algorithms`; large entries are hashed on the second core. Whatever throws part
+    /// way (the archive, the sink, a cancel) leaves nothing held: the pipelined hasher gives its
+    /// buffers back on every path (issue 36; the `zip-pipelined` fuzz target drives this).
+    static func hashedRead(_ entry: ZipReader.Entry, size: UInt64, name: String, reader: ZipReader, algorithms: [DigestAlgorithm],
+                           sink: ((UnsafeRawBufferPointer) throws -> Void)?) throws -> [Digest] {
+        if size >= PipelinedHasher.threshold {
+            // Large: hashed on the second core while this one reads, checks the CRC and writes.
+            let hasher = try PipelinedHasher(algorithms)
+            try reader.read(entry, limit: size, name: name) { chunk in
+                hasher.update(chunk)
+                if chunk.count > 0, let sink { try sink(chunk) }
+            }
+            return try hasher.finalize()
+        }
+        let hashers = try algorithms.map { try Digest.Hasher($0) }
+        try reader.read(entry, limit: size, name: name) { chunk in
+            hashers.forEach { $0.update(chunk) }
+            if chunk.count > 0, let sink { try sink(chunk) }
+        }
+        return try hashers.map { try $0.finalize() }
+    }
+
     /// One resource's verdict: its verified signature, or why it was rejected.
     enum ResourceCheck {
         case verified(signature: [UInt8])
@@ -242,23 +265,7 @@ public enum PackageReader {
             return .rejected(.modified, message: "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", entry: file.path)
         }
         let algorithms = checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]
-        let digests: [Digest]
-        if file.size >= PipelinedHasher.threshold {
-            // Large: hashed on the second core while this one reads, checks the CRC and writes.
-            let hasher = try PipelinedHasher(algorithms)
-            try reader.read(entry, limit: file.size, name: file.path) { chunk in
-                hasher.update(chunk)
-                if chunk.count > 0, let sink { try sink(chunk) }
-            }
-            digests = try hasher.finalize()
-        } else {
-            let hashers = try algorithms.map { try Digest.Hasher($0) }
-            try reader.read(entry, limit: file.size, name: file.path) { chunk in
-                hashers.forEach { $0.update(chunk) }
-                if UInt64(chunk.count) > 0, let sink { try sink(chunk) }
-            }
-            digests = try hashers.map { try $0.finalize() }
-        }
+        let digests = try hashedRead(entry, size: file.size, name: file.path, reader: reader, algorithms: algorithms, sink: sink)
         guard file.content.matches(digests[0]) else {
             return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
         }

@@ -6,45 +6,30 @@ import Foundation
 /// 256 MiB stored package; issue 28). The bytes are copied into one of four 1 MiB buffers and
 /// hashed in order; the caller waits only when all four are queued. Memory: 4 MiB, whatever
 /// the size of the resource.
+///
+/// Every path lets go of what it holds: a hasher dropped mid-way (a read that failed, a
+/// cancel, a full disk) hands the buffer it was filling back to the pool in `deinit`, and the
+/// pool is a count under a condition, not a `DispatchSemaphore` (which traps when it is freed
+/// with fewer signals than waits: issue 36).
 final class PipelinedHasher {
     /// Resources from this size on are hashed this way; smaller ones are not worth a hand-off.
-    static let threshold: UInt64 = 8 << 20
+    /// A task-local so that the fuzzer and the tests can send small entries down this path
+    /// (`$threshold.withValue(0) { … }`); everything else reads the default.
+    @TaskLocal static var threshold: UInt64 = 8 << 20
     static let bufferSize = 1 << 20
     static let bufferCount = 4
 
-    /// What the second core uses: held by every queued block, so it (and its buffers) outlive
-    /// a hasher dropped mid-way (a read that failed) until the last block has run; freed on
-    /// whichever thread lets go of it last, never waiting on the queue.
-    private final class Shared: @unchecked Sendable {
-        let hashers: [Digest.Hasher]
-        let slots = DispatchSemaphore(value: PipelinedHasher.bufferCount)
-        let lock = NSLock()
-        /// Buffers not being filled or hashed (under `lock`).
-        var idle: [UnsafeMutableRawBufferPointer] = []
-        var all: [UnsafeMutableRawBufferPointer] = []
+    private let pool: BufferPool
+    private let queue = DispatchQueue(label: "signet.pipelined-hash")
+    private let hashers: Hashers
+    /// The buffer being filled by the caller, and how much of it is.
+    private var current: UnsafeMutableRawBufferPointer?
+    private var filled = 0
 
-        init(_ hashers: [Digest.Hasher]) { self.hashers = hashers }
-
-        deinit { for buffer in all { buffer.deallocate() } }
-
-        func take() -> UnsafeMutableRawBufferPointer {
-            slots.wait()
-            lock.lock()
-            defer { lock.unlock() }
-            if let buffer = idle.popLast() { return buffer }
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: PipelinedHasher.bufferSize, alignment: 64)
-            all.append(buffer)
-            return buffer
-        }
-
-        func hash(_ buffer: UnsafeMutableRawBufferPointer, count: Int) {
-            let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-            for hasher in hashers { hasher.update(bytes) }
-            lock.lock()
-            idle.append(buffer)
-            lock.unlock()
-            slots.signal()
-        }
+    /// The digests' state: used by the queued blocks, so it outlives a hasher dropped mid-way.
+    private final class Hashers: @unchecked Sendable {
+        let all: [Digest.Hasher]
+        init(_ all: [Digest.Hasher]) { self.all = all }
     }
 
     /// A full buffer on its way to the second core, which alone touches it until it is idle again.
@@ -52,21 +37,22 @@ final class PipelinedHasher {
         let buffer: UnsafeMutableRawBufferPointer
     }
 
-    private let shared: Shared
-    private let queue = DispatchQueue(label: "signet.pipelined-hash")
-    /// The buffer being filled by the caller, and how much of it is.
-    private var current: UnsafeMutableRawBufferPointer?
-    private var filled = 0
-
     init(_ algorithms: [DigestAlgorithm]) throws {
-        shared = Shared(try algorithms.map { try Digest.Hasher($0) })
+        hashers = Hashers(try algorithms.map { try Digest.Hasher($0) })
+        pool = BufferPool(count: Self.bufferCount, size: Self.bufferSize)
+    }
+
+    /// A hasher given up before `finalize` (the read failed or was cancelled): the buffer being
+    /// filled goes back; queued blocks still hold the pool and give theirs back as they finish.
+    deinit {
+        if let current { pool.give(current) }
     }
 
     /// Copies `chunk` into the buffers, handing each full one to the second core.
     func update(_ chunk: UnsafeRawBufferPointer) {
         var offset = 0
         while offset < chunk.count {
-            let buffer = current ?? shared.take()
+            let buffer = current ?? pool.take()
             current = buffer
             let count = min(chunk.count - offset, Self.bufferSize - filled)
             (buffer.baseAddress! + filled).copyMemory(from: chunk.baseAddress! + offset, byteCount: count)
@@ -80,7 +66,7 @@ final class PipelinedHasher {
     func finalize() throws -> [Digest] {
         handOver()
         queue.sync {}
-        return try shared.hashers.map { try $0.finalize() }
+        return try hashers.all.map { try $0.finalize() }
     }
 
     private func handOver() {
@@ -89,6 +75,50 @@ final class PipelinedHasher {
         let count = filled
         current = nil
         filled = 0
-        queue.async { [shared] in shared.hash(handed.buffer, count: count) }
+        queue.async { [pool, hashers] in
+            let bytes = UnsafeRawBufferPointer(rebasing: handed.buffer[0..<count])
+            for hasher in hashers.all { hasher.update(bytes) }
+            pool.give(handed.buffer)
+        }
+    }
+}
+
+/// A fixed number of equal buffers shared between threads: ``take()`` waits while all are out,
+/// ``give(_:)`` returns one. Allocated on first use, freed when the last holder lets go of the
+/// pool, whichever thread that is and however many buffers are out at that moment (nothing
+/// here traps on being freed "in use"; a buffer out is simply never touched again).
+final class BufferPool: @unchecked Sendable {
+    private let condition = NSCondition()
+    private let capacity: Int
+    private let size: Int
+    /// Buffers not in use (under `condition`).
+    private var idle: [UnsafeMutableRawBufferPointer] = []
+    /// Every buffer allocated, for `deinit`.
+    private var all: [UnsafeMutableRawBufferPointer] = []
+
+    init(count: Int, size: Int) {
+        capacity = count
+        self.size = size
+    }
+
+    deinit { for buffer in all { buffer.deallocate() } }
+
+    /// An idle buffer, waiting while every one is out.
+    func take() -> UnsafeMutableRawBufferPointer {
+        condition.lock()
+        defer { condition.unlock() }
+        while idle.isEmpty && all.count == capacity { condition.wait() }
+        if let buffer = idle.popLast() { return buffer }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 64)
+        all.append(buffer)
+        return buffer
+    }
+
+    /// Returns a buffer taken from this pool.
+    func give(_ buffer: UnsafeMutableRawBufferPointer) {
+        condition.lock()
+        idle.append(buffer)
+        condition.signal()
+        condition.unlock()
     }
 }

@@ -30,6 +30,9 @@ final class SignatureChecks: @unchecked Sendable {
     private let key: PublicKey
     private let algorithm: SignatureAlgorithm
     private let queue = DispatchQueue(label: "signet.signature-checks")
+    /// Balanced on every path: each `wait` is followed by a block that holds `self` and
+    /// signals when it ends, so the semaphore is back at its start value before it can be freed
+    /// (libdispatch traps on freeing one that is not: issue 36).
     private let slots = DispatchSemaphore(value: SignatureChecks.window / SignatureChecks.batch)
     private let lock = NSLock()
     private var failure: Failure?
