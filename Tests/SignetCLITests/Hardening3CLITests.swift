@@ -100,4 +100,72 @@ struct Hardening3CLITests {
             }
         }
     }
+
+    // MARK: Point 2: transport failures are transport failures
+
+    /// Where each entry's data starts in `package` (name → file offset), and the central
+    /// directory's offset under "".
+    static func offsets(_ package: String) throws -> [String: Int] {
+        let script = """
+        import json, struct, sys, zipfile
+        z = zipfile.ZipFile(sys.argv[1]); data = open(sys.argv[1], 'rb').read(); out = {}
+        for i in z.infolist():
+            n, e = struct.unpack('<HH', data[i.header_offset + 26:i.header_offset + 30])
+            out[i.filename] = i.header_offset + 30 + n + e
+        out[""] = z.start_dir
+        print(json.dumps(out))
+        """
+        let result = try run("python3", ["-c", script, package])
+        guard result.status == 0, let map = try JSONSerialization.jsonObject(with: result.stdout) as? [String: Int] else {
+            throw SupportError("reading the offsets failed: \(result.stderr)")
+        }
+        return map
+    }
+
+    static func errorCode(_ result: ProcessResult) -> String? {
+        (try? result.json()["error"] as? [String: Any])?["code"] as? String
+    }
+
+    @Test("a link cut (or stalled past --max-time) inside a 20 MiB stored entry, a deflated one, .signet/ or the directory is exit 5 network-error naming the URL, the staging kept; the next run completes")
+    func transportFailuresInsideEntries() throws {
+        let work = try Workspace()
+        let stored = Self.largeResource(deflated: false) + Self.largeResource(deflated: false) + Self.largeResource(deflated: false).prefix(2 << 20)
+        let deflated = Self.largeResource(deflated: true)
+        let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
+        let small = Data("small\n".utf8)
+        try Hardening2CLITests.pack(work, ["stored.bin": stored.prefix(1000), "deflated.txt": deflated.prefix(1000), "small.txt": small], sequence: 1, out: v1)
+        try Hardening2CLITests.pack(work, ["stored.bin": stored, "deflated.txt": deflated, "small.txt": small], sequence: 2, out: v2)
+        let at = try Self.offsets(v2)
+        let etag = ["ETag": "\"v2\""]
+        let server = try ScriptedServer(script: [:])
+        try FileManager.default.copyItem(atPath: v2, toPath: server.file("app.zip"))
+        let places: [(String, Int, Bool)] = [
+            ("inside the stored entry", at["stored.bin"]! + stored.count / 2, false),
+            ("inside the deflated entry", at["deflated.txt"]! + 100_000, false),
+            ("inside .signet/manifest.json", at[".signet/manifest.json"]! + 10, false),
+            ("inside the central directory", at[""]! + 40, false),
+            ("stalled inside the stored entry, --max-time", at["stored.bin"]! + 5_000_000, true),
+        ]
+        for (place, offset, stall) in places {
+            let dest = work.directory.file("app")
+            try? FileManager.default.removeItem(atPath: dest)
+            try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+            try server.replace(script: ["app.zip": [.init(headers: etag, honourRange: true, cutAt: offset, stall: stall)]])
+            let failed = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http",
+                                      "--retries", "0", "--json"] + (stall ? ["--max-time", "4"] : []))
+            #expect(failed.status == 5 && Self.errorCode(failed) == "network-error", "\(place): \(failed.status) \(failed.stdoutText) \(failed.stderr)")
+            #expect(failed.stderr.contains(server.url("app.zip")), "\(place): names the URL: \(failed.stderr)")
+            #expect(try contents(dest + "/stored.bin") == stored.prefix(1000), "\(place): DIR as it was")
+            let kept = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+            if place.contains("entry") {
+                #expect(kept.count == 1, "\(place): the staging kept for the next run: \(kept)")
+            }
+            try server.replace(script: ["app.zip": [.init(headers: etag, honourRange: true)]])
+            let resumed = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"])
+            #expect(resumed.status == 0, "\(place): the next run completes: \(resumed.stderr)")
+            #expect(try contents(dest + "/stored.bin") == stored && contents(dest + "/deflated.txt") == deflated, "\(place)")
+            let left = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+            #expect(left.isEmpty, "\(place): nothing left once it completed: \(left)")
+        }
+    }
 }

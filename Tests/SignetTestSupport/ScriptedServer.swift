@@ -27,9 +27,14 @@ public final class ScriptedServer {
         /// Lies in a range answer: Content-Range shifted by this many bytes; bytes added after the range.
         public var shiftRange: Int
         public var extraBytes: Int
+        /// In a range answer that holds this file offset: the bytes before it are sent, then
+        /// the connection is cut (a link dropping inside an entry)...
+        public var cutAt: Int?
+        /// ... or, with `stall`, the server sends nothing more for 60 s instead (a time-out).
+        public var stall: Bool
 
         public init(status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:],
-                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0) {
+                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false) {
             self.status = status
             self.from = from
             self.to = to
@@ -39,6 +44,8 @@ public final class ScriptedServer {
             self.honourRange = honourRange
             self.shiftRange = shiftRange
             self.extraBytes = extraBytes
+            self.cutAt = cutAt
+            self.stall = stall
         }
     }
 
@@ -59,11 +66,19 @@ public final class ScriptedServer {
         let plan = try JSONEncoder().encode(script)
         let planPath = try directory.write("script.json", plan)
         let server = #"""
-        import http.server, json, os, signal, socket, sys
+        import http.server, json, os, signal, socket, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         root, plan_path, log_path = sys.argv[1], sys.argv[2], sys.argv[3]
         plan = json.load(open(plan_path))
+        plan_stamp = os.stat(plan_path).st_mtime_ns
         counts = {}
+        def current_plan():
+            # A script replaced by the test (ScriptedServer.replace) starts counting anew.
+            global plan, plan_stamp, counts
+            stamp = os.stat(plan_path).st_mtime_ns
+            if stamp != plan_stamp:
+                plan, plan_stamp, counts = json.load(open(plan_path)), stamp, {}
+            return plan
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             def log_message(self, *args): pass
@@ -75,7 +90,7 @@ public final class ScriptedServer {
                     data = open(os.path.join(root, path), "rb").read()
                 except OSError:
                     self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
-                answers = plan.get(path, [{"status": 200, "from": 0, "headers": {}}])
+                answers = current_plan().get(path, [{"status": 200, "from": 0, "headers": {}}])
                 n = counts.get(path, 0); counts[path] = n + 1
                 a = answers[min(n, len(answers) - 1)]
                 wanted = self.headers.get("Range")
@@ -92,6 +107,16 @@ public final class ScriptedServer {
                     self.send_header("Content-Length", str(len(body)))
                     for k, v in a.get("headers", {}).items(): self.send_header(k, v)
                     self.end_headers()
+                    cut_at = a.get("cutAt")
+                    if cut_at is not None and start <= cut_at <= end:
+                        self.wfile.write(body[:cut_at - start])
+                        self.wfile.flush()
+                        if a.get("stall"):
+                            time.sleep(60)
+                        self.close_connection = True
+                        try: self.connection.shutdown(socket.SHUT_RDWR)
+                        except OSError: pass
+                        return
                     self.wfile.write(body)
                     return
                 body = data[a.get("from", 0):a.get("to") if a.get("to") is not None else len(data)]
@@ -139,6 +164,17 @@ public final class ScriptedServer {
     public func file(_ path: String) -> String { directory.file("www/" + path) }
 
     public func url(_ path: String) -> String { tls == nil ? "http://127.0.0.1:\(port)/\(path)" : "https://localhost:\(port)/\(path)" }
+
+    /// Replaces the script: the next request follows `script`, its answers counted anew.
+    public func replace(script: [String: [Answer]]) throws {
+        let path = directory.file("script.json")
+        try JSONEncoder().encode(script).write(to: URL(fileURLWithPath: path + ".new"))
+        // A later modification time than the old one's, even within the same clock tick.
+        if let previous = try? FileManager.default.attributesOfItem(atPath: path)[.modificationDate] as? Date {
+            try FileManager.default.setAttributes([.modificationDate: previous.addingTimeInterval(1)], ofItemAtPath: path + ".new")
+        }
+        guard rename(path + ".new", path) == 0 else { throw SupportError("cannot replace the script: \(errno)") }
+    }
 
     /// Each request so far: the path and its Range header ("-" for none).
     public var requests: [String] {

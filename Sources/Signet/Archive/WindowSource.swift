@@ -22,8 +22,10 @@ final class WindowSource: ZipSourceContext {
     let tail: [UInt8]
     private(set) var position: UInt64 = 0
     var zipError = zip_error_t()
-    /// Why the last read failed, if it was the file (not libzip) that failed.
-    private(set) var failure: SignetError?
+    /// Why the last read failed, if it was the file (not libzip) that failed: the input's own
+    /// error (a dropped link, a time-out, a cancel, a failing disk), which is what the caller
+    /// must see instead of libzip's "read error" or "premature end of file" (issue 36).
+    private(set) var failure: (any Error)?
 
     var size: UInt64 { shown + UInt64(tail.count) }
 
@@ -74,7 +76,7 @@ final class WindowSource: ZipSourceContext {
                     return -1
                 }
             } catch let thrown {
-                failure = thrown as? SignetError
+                failure = thrown
                 zip_error_set(&zipError, ZIP_ER_READ, EIO)
                 return -1
             }

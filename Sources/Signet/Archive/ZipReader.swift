@@ -88,11 +88,14 @@ final class ZipReader {
         let first: Int
         let count: Int
         let archive: OpaquePointer
+        /// What libzip reads (it holds it too): asked why a read failed.
+        let source: WindowSource
 
-        init(first: Int, count: Int, archive: OpaquePointer) {
+        init(first: Int, count: Int, archive: OpaquePointer, source: WindowSource) {
             self.first = first
             self.count = count
             self.archive = archive
+            self.source = source
         }
 
         deinit { zip_discard(archive) }
@@ -152,7 +155,7 @@ final class ZipReader {
             }
             throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: \(reason); it may be truncated, corrupt or crafted", path: path)
         }
-        let window = Window(first: first, count: count, archive: archive)
+        let window = Window(first: first, count: count, archive: archive, source: source)
         try agreeWithLibzip(window)
         return window
     }
@@ -236,6 +239,7 @@ final class ZipReader {
                 let wanted = min(UInt64(buffer.count), cap - total)
                 let n = zip_fread(file, buffer.baseAddress!, wanted)
                 if n < 0 {
+                    if let failure = window.source.failure { throw failure }
                     let message = zip_file_strerror(file).map { String(cString: $0) } ?? "read error"
                     throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' is corrupt: \(message)", path: path, entry: name)
                 }
@@ -278,6 +282,7 @@ final class ZipReader {
         while true {
             let n = zip_fread(file, input.baseAddress!, UInt64(input.count))
             if n < 0 {
+                if let failure = window.source.failure { throw failure }
                 throw corrupt(zip_file_strerror(file).map { String(cString: $0) } ?? "read error")
             }
             if n == 0 { break }
@@ -325,7 +330,10 @@ final class ZipReader {
         return bytes
     }
 
-    private func failure(_ window: Window, _ what: String, entry: String? = nil) -> SignetError {
+    /// Why libzip failed: the input's own error where reading it failed (a transport failure is
+    /// never reported as a corrupt archive), else libzip's, as `.malformedArchive`.
+    private func failure(_ window: Window, _ what: String, entry: String? = nil) -> any Error {
+        if let failure = window.source.failure { return failure }
         let message = zip_get_error(window.archive).flatMap { zip_error_strerror($0) }.map { String(cString: $0) } ?? "unknown libzip error"
         return SignetError(.malformedArchive, "\(what) in '\(path)': \(message)", path: path, entry: entry)
     }
