@@ -168,4 +168,48 @@ struct Hardening3CLITests {
             #expect(left.isEmpty, "\(place): nothing left once it completed: \(left)")
         }
     }
+
+    // MARK: Point 5: encodings
+
+    @Test("a server that gzips anyway: fetch (with and without --signature), unpack URL, inspect URL and update refuse it by name, exit 5, nothing written")
+    func contentEncodingRefused() throws {
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try Hardening2CLITests.pack(work, ["a.txt": Data(String(repeating: "text ", count: 20_000).utf8)], sequence: 3, out: package)
+        let signed = try CLI.run(["channel", "sign", "--channel", "stable", "--package", package, "--url", "app.zip", "--key", work.privatePEM,
+                                  "--passphrase-file", work.passFile, "--out", work.directory.file("stable.json")])
+        try #require(signed.status == 0, "\(signed.stderr)")
+        let gzip = ["Content-Encoding": "gzip", "ETag": "\"e\""]
+        let server = try ScriptedServer(script: ["app.zip": [.init(headers: gzip, honourRange: true)], "stable.json": [.init(headers: gzip)],
+                                                 "plain.json": [.init(headers: ["ETag": "\"p\""])]])
+        // What a gzip-forcing server sends: the gzip of each file, with the header.
+        for name in ["app.zip", "stable.json"] {
+            let source = name == "app.zip" ? package : work.directory.file(name)
+            let made = try run("python3", ["-c", "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))", source, server.file(name)])
+            try #require(made.status == 0)
+        }
+        try FileManager.default.copyItem(atPath: work.directory.file("stable.json"), toPath: server.file("plain.json"))
+        try run("openssl", ["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", server.file("app.zip.sig"), package])
+        let out = work.directory.file("fetched.zip"), dest = work.directory.file("dest")
+        let common = ["--allow-http", "--retries", "0", "--json"]
+        let runs: [(String, [String])] = [
+            ("fetch", ["fetch", server.url("app.zip"), "--out", out] + common),
+            ("fetch --signature", ["fetch", server.url("app.zip"), "--out", out, "--signature", server.url("app.zip.sig"), "--pubkey", work.publicDER] + common),
+            ("unpack URL", ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER] + common),
+            ("unpack URL --full-download", ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--full-download"] + common),
+            ("inspect URL", ["inspect", server.url("app.zip"), "--pubkey", work.publicDER] + common),
+            ("update (encoded index)", ["update", server.url("stable.json"), "--channel", "stable", "--dest", dest, "--pubkey", work.publicDER] + common),
+            ("update (encoded package)", ["update", server.url("plain.json"), "--channel", "stable", "--dest", dest, "--pubkey", work.publicDER] + common),
+        ]
+        for (what, arguments) in runs {
+            let result = try CLI.run(arguments)
+            #expect(result.status == 5 && Self.errorCode(result) == "content-encoding", "\(what): \(result.status) \(result.stdoutText) \(result.stderr)")
+            #expect(result.stderr.contains("Content-Encoding: gzip") && result.stderr.contains("127.0.0.1:\(server.port)"), "\(what): \(result.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: out) && !FileManager.default.fileExists(atPath: dest), "\(what): nothing written")
+            let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.contains("signet-") && !$0.hasSuffix("lock") }
+            #expect(beside.isEmpty, "\(what): nothing beside: \(beside)")
+        }
+        #expect(server.requests.contains { $0.hasPrefix("app.zip ") }, "the package was asked for")
+        #expect(!server.acceptEncodings.isEmpty && server.acceptEncodings.allSatisfy { $0 == "identity" }, "every request asks for identity: \(server.acceptEncodings)")
+    }
 }

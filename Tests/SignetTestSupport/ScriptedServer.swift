@@ -86,6 +86,8 @@ public final class ScriptedServer {
                 path = self.path.lstrip("/")
                 with open(log_path, "a") as log:
                     log.write("%s %s\n" % (path, self.headers.get("Range", "-")))
+                with open(log_path + ".encodings", "a") as log:
+                    log.write("%s\n" % self.headers.get("Accept-Encoding", "-"))
                 try:
                     data = open(os.path.join(root, path), "rb").read()
                 except OSError:
@@ -164,6 +166,11 @@ public final class ScriptedServer {
     public func file(_ path: String) -> String { directory.file("www/" + path) }
 
     public func url(_ path: String) -> String { tls == nil ? "http://127.0.0.1:\(port)/\(path)" : "https://localhost:\(port)/\(path)" }
+
+    /// Each request's Accept-Encoding header ("-" for none), in order.
+    public var acceptEncodings: [String] {
+        ((try? String(contentsOfFile: directory.file("requests.log.encodings"), encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
 
     /// Replaces the script: the next request follows `script`, its answers counted anew.
     public func replace(script: [String: [Answer]]) throws {

@@ -106,6 +106,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let interrupted = Code("interrupted", exitStatus: .environment)
         /// A download failed on the network: DNS, connection, time-out, HTTP 4xx/5xx, a body cut short.
         public static let network = Code("network-error", exitStatus: .environment)
+        /// The server sent the body with a `Content-Encoding` (gzip, br, …) although Signet
+        /// asks for `identity`: the bytes are not the file; nothing was written.
+        public static let contentEncoding = Code("content-encoding", exitStatus: .environment)
         /// A channel index expired: the server may be holding back updates (a freeze attack),
         /// or the publisher stopped re-signing it.
         public static let staleIndex = Code("stale-index", exitStatus: .verificationFailed)

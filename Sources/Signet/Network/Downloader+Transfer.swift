@@ -36,8 +36,9 @@ extension Downloader {
         private var resumedFrom: UInt64 = 0
         private var requestedFrom: UInt64 = 0
         private var started = false
-        private var validator: String?
-        private var contentRangeStart: UInt64?
+        private var response = ResponseHeaders()
+        private var validator: String? { response.validator }
+        private var contentRangeStart: UInt64? { response.contentRange.map { UInt64($0.start) } }
         private var stop: (any Error)?
         private var handle: UnsafeMutableRawPointer?
         private var expected: UInt64?
@@ -179,6 +180,8 @@ extension Downloader {
         /// a later attempt needs to continue.
         private func begin(status: Int) throws {
             started = true
+            // Encoded bytes are not the file: refused before any is written or hashed.
+            if let refusal = response.refusedEncoding(url: Download.redacted(url)) { throw fail(refusal) }
             if requestedFrom > 0 {
                 if status == 206, contentRangeStart == requestedFrom {
                     resumedFrom = requestedFrom
@@ -263,26 +266,9 @@ extension Downloader {
             progress(DownloadProgress(url: url, received: offset, expected: expected ?? (force ? offset : nil), resumedFrom: resumedFrom, retry: nil))
         }
 
-        /// Response headers: the validator and Content-Range of the final response.
+        /// Response headers: the validator, Content-Range and Content-Encoding of the final response.
         private func header(_ line: String) {
-            let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
-            if trimmed.hasPrefix("HTTP/") {
-                validator = nil
-                contentRangeStart = nil
-                return
-            }
-            guard let colon = trimmed.firstIndex(of: ":") else { return }
-            let name = trimmed[..<colon].lowercased()
-            let value = trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-            switch name {
-            case "etag" where !value.hasPrefix("W/"): validator = value         // weak ETags cannot be If-Range
-            case "last-modified" where validator == nil: validator = value
-            case "content-range":
-                // "bytes START-END/TOTAL"
-                let numbers = value.drop { !$0.isNumber }
-                contentRangeStart = numbers.prefix { $0.isNumber }.isEmpty ? nil : UInt64(numbers.prefix { $0.isNumber })
-            default: break
-            }
+            response.take(line)
         }
 
         private func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String) -> SignetError {

@@ -141,6 +141,11 @@ enum Downloader {
         // Larger reads than the 16 KiB default: fewer callbacks and writes (curl(1) uses 100 KiB).
         set(signet_curl_setopt_long(curl, CURLOPT_BUFFERSIZE, 512 * 1024))
         set(signet_curl_setopt_string(curl, CURLOPT_USERAGENT, "signet/\(SignetVersion.signet)"))
+        // The bytes of the file, never a compressed form of them: `Accept-Encoding: identity`,
+        // and libcurl decodes nothing (a server that encodes anyway is refused by name:
+        // ResponseHeaders.refusedEncoding).
+        set(signet_curl_setopt_string(curl, CURLOPT_ACCEPT_ENCODING, "identity"))
+        set(signet_curl_setopt_long(curl, CURLOPT_HTTP_CONTENT_DECODING, 0))
         set(signet_curl_setopt_pointer(curl, CURLOPT_ERRORBUFFER, errorBuffer))
         set(signet_curl_setopt_pointer(curl, CURLOPT_SSL_CTX_DATA, Unmanaged.passUnretained(check).toOpaque()))
         set(signet_curl_setopt_ssl_ctx_callback(curl) { _, context, argument in

@@ -211,8 +211,8 @@ final class RangeClient {
 
     // The answer being received.
     private var status = 0
-    private var contentRange: (start: Int64, end: Int64, total: Int64)?
-    private var answerValidator: String?
+    private var response = ResponseHeaders()
+    private var contentRange: (start: Int64, end: Int64, total: Int64)? { response.contentRange }
     private var wanted: (start: Int64, end: Int64)?
     private var received: Int64 = 0
     private var sink: ((UnsafeRawBufferPointer) throws -> Void)?
@@ -273,8 +273,8 @@ final class RangeClient {
         guard status == 206, let range = contentRange else {
             throw Unsupported(reason: "the server answered a range request with HTTP \(status)")
         }
-        guard let validator = answerValidator else {
-            throw Unsupported(reason: "the server gives no strong ETag or Last-Modified to pin range requests to one file")
+        guard let validator = response.validator else {
+            throw Unsupported(reason: "the server gives no strong validator (a strong ETag, or a Last-Modified at least a second older than its Date) to pin range requests to one file")
         }
         guard range.total > 0, range.end == range.total - 1, received == range.end - range.start + 1 else {
             throw refused("answered the first range request with bytes \(range.start)-\(range.end)/\(range.total) and \(received) bytes")
@@ -339,8 +339,7 @@ final class RangeClient {
 
     private func perform(range: String, wanted: (start: Int64, end: Int64)?, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
         status = 0
-        contentRange = nil
-        answerValidator = nil
+        response = ResponseHeaders()
         received = 0
         stop = nil
         self.wanted = wanted
@@ -379,39 +378,15 @@ final class RangeClient {
 
     /// Response headers of the final answer (a redirect's are reset by its status line).
     private func header(_ line: String) {
-        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
-        if trimmed.hasPrefix("HTTP/") {
-            contentRange = nil
-            answerValidator = nil
-            status = Int(trimmed.split(separator: " ").dropFirst().first ?? "") ?? 0
-            return
-        }
-        guard let colon = trimmed.firstIndex(of: ":") else { return }
-        let name = trimmed[..<colon].lowercased()
-        let value = trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        switch name {
-        case "etag" where !value.hasPrefix("W/"): answerValidator = value   // weak ETags cannot be If-Range
-        case "last-modified" where answerValidator == nil: answerValidator = value
-        case "content-range": contentRange = Self.contentRange(value)
-        default: break
-        }
-    }
-
-    /// `bytes START-END/TOTAL`, all decimal, START ≤ END < TOTAL; nil for anything else.
-    static func contentRange(_ value: String) -> (start: Int64, end: Int64, total: Int64)? {
-        guard value.hasPrefix("bytes ") else { return nil }
-        let parts = value.dropFirst(6).split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 2 else { return nil }
-        let bounds = parts[0].split(separator: "-", omittingEmptySubsequences: false)
-        guard bounds.count == 2, let start = Int64(bounds[0]), let end = Int64(bounds[1]), let total = Int64(parts[1]),
-              start >= 0, start <= end, end < total else { return nil }
-        return (start, end, total)
+        response.take(line)
+        status = response.status
     }
 
     /// Body bytes: checked against what was asked before `sink` sees them.
     private func body(_ chunk: UnsafeRawBufferPointer) -> Bool {
         do {
             if received == 0 {
+                if let refusal = response.refusedEncoding(url: Download.redacted(url)) { throw refusal }
                 var current = 0
                 _ = signet_curl_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &current)
                 if current != 206 {
