@@ -27,6 +27,11 @@ for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools; do
 done
 # nginx, a real HTTPS server the download tests start on loopback (not as a service).
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
+# Apache httpd and lighttpd, the other HTTPS servers (CDN and mirror stand-ins) the download
+# tests start on loopback (issue 36), with lighttpd's TLS module.
+[ -x /usr/sbin/apache2 ] || need+=(apache2)
+[ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
+[ -e /usr/lib/lighttpd/mod_openssl.so ] || need+=(lighttpd-mod-openssl)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "install-deps: everything Signet needs is installed"

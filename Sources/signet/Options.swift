@@ -164,6 +164,8 @@ struct TrustOptions: ParsableArguments {
 
     /// The salt and seal keys that sealed directories (--trust-dir, --tls-ca DIR) are checked with.
     func seal() throws -> (salt: [UInt8]?, keys: [PublicKey]) {
+        try TrustedInput.check(trustSaltFile.map { [$0] } ?? [], what: "--trust-salt-file")
+        try TrustedInput.check(trustSealKey, what: "--trust-seal-key")
         let salt = try trustSaltFile.map { try TrustStoreSeal.readSalt(from: $0, option: "--trust-salt-file") }
         let keys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
         return (salt, keys)
@@ -174,6 +176,12 @@ struct TrustOptions: ParsableArguments {
         if (!trustSealKey.isEmpty || trustSaltFile != nil) && trustDirectory.isEmpty && !sealedElsewhere {
             throw SignetError(.usage, "--trust-seal-key and --trust-salt-file apply to a --trust-dir (or a --tls-ca directory)")
         }
+        // Every file that says whom to trust is first held to TrustedInput's rule.
+        try TrustedInput.check(pubkey, what: "--pubkey")
+        try TrustedInput.check(trustDirectory, what: "--trust-dir")
+        try TrustedInput.check(ca, what: "--ca")
+        try TrustedInput.check(revoked.map { [$0] } ?? [], what: "--revoked")
+        try TrustedInput.check(pin.filter { KeyID($0) == nil }, what: "--pin")
         var policy = try TrustPolicy(publicKeyFiles: pubkey, allowWeakKeys: allowWeakKey)
         let (salt, sealKeys) = try seal()
         for directory in trustDirectory {
@@ -254,7 +262,7 @@ struct TLSOptions: ParsableArguments {
     @Option(name: .customLong("low-speed-time"), parsing: .unconditional, help: ArgumentHelp("Give up after this many seconds below 1 KiB/s (default 60).", valueName: "seconds"))
     var lowSpeedTime: Int = DownloadOptions().lowSpeedTime
 
-    @Option(name: .customLong("max-time"), parsing: .unconditional, help: ArgumentHelp("Seconds the whole download may take, retries included (default 86400); what arrived is kept.", valueName: "seconds"))
+    @Option(name: .customLong("max-time"), parsing: .unconditional, help: ArgumentHelp("Seconds the whole download may take, retries included (default 86400; keep it below the unit's TimeoutStartSec=1h under systemd); what arrived is kept.", valueName: "seconds"))
     var maxTime: Double = DownloadOptions().maxTime
 
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Further attempts after a transient failure: reset, time-out, HTTP 5xx (default 3).", valueName: "n"))
@@ -280,6 +288,9 @@ struct TLSOptions: ParsableArguments {
     func options(trust: TrustOptions) throws -> DownloadOptions {
         var options = DownloadOptions()
         var tls = TLSPolicy()
+        try TrustedInput.check(tlsCA, what: "--tls-ca")
+        try TrustedInput.check(tlsCert, what: "--tls-cert")
+        try TrustedInput.check(tlsPin.filter { KeyID($0) == nil && !$0.hasPrefix("sha256//") }, what: "--tls-pin")
         let (salt, keys) = try trust.seal()
         for path in tlsCA { try tls.addRoots(from: path, salt: salt, sealKeys: keys) }
         for path in tlsCert { try tls.addCertificate(from: path) }

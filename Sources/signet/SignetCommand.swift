@@ -97,6 +97,8 @@ enum Main {
             // Foundation's text (FORMAT.md §4).
             Output.fail(SignetError.environment(error), json: wantsJSON)
         } catch {
+            // ArgumentParser wraps what validate() throws; a SignetError recorded there keeps its code.
+            if let failure = ValidationFailure.recorded { Output.fail(failure, json: wantsJSON) }
             let code = SignetCommand.exitCode(for: error)
             if code == .success {
                 // --help and --version.
@@ -108,6 +110,14 @@ enum Main {
                                 fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
         }
     }
+}
+
+/// A ``SignetError`` thrown while options were validated (reading `--config`): ArgumentParser
+/// wraps whatever `validate()` throws as a usage error, which it is not.
+enum ValidationFailure {
+    nonisolated(unsafe) private static var failure: SignetError?
+    static func record(_ error: SignetError) { failure = error }
+    static var recorded: SignetError? { failure }
 }
 
 /// `signet --version --json`.

@@ -88,7 +88,15 @@ struct Update: ParsableCommand {
                 rest.removeSubrange(at..<min(rest.count, at + 2))
             }
             rest.removeAll { $0.hasPrefix("--config=") }
-            self = try Update.parse(try Self.arguments(fromConfig: config, overriddenBy: rest) + rest)
+            let arguments: [String]
+            do {
+                arguments = try Self.arguments(fromConfig: config, overriddenBy: rest)
+            } catch let failure as SignetError {
+                // Not a usage error: the file's own problem, with its own code and exit status.
+                ValidationFailure.record(failure)
+                throw failure
+            }
+            self = try Update.parse(arguments + rest)
             return
         }
         if index == nil { throw ValidationError("give the channel index URL (or index = \"…\" in --config FILE)") }
@@ -110,7 +118,7 @@ struct Update: ParsableCommand {
         let bytes: [UInt8]
         do {
             bytes = try Config.read(path)
-        } catch let error as SignetError {
+        } catch let error as SignetError where error.code != .insecureFile {
             throw ValidationError(error.reason)
         }
         let text = String(decoding: bytes, as: UTF8.self)
@@ -217,6 +225,8 @@ struct Update: ParsableCommand {
 enum Config {
     /// The file, at most 1 MiB, never through a FIFO.
     static func read(_ path: String) throws -> [UInt8] {
+        // It can name the keys and the server: held to the rule of every file that conveys trust.
+        try TrustedInput.check(path, what: "--config")
         let url = URL(fileURLWithPath: path)
         let values = try? url.resourceValues(forKeys: [.isRegularFileKey, .fileSizeKey])
         guard FileManager.default.fileExists(atPath: path) else {

@@ -194,7 +194,10 @@ struct Hardening2CLITests {
             // The other user really holds it: a non-blocking flock from here is refused.
             let held = try run("flock", ["--exclusive", "--nonblock", lock, "true"])
             try #require(held.status != 0, "the planted lock must be held by the other user: \(held.stderr)")
-            let installed = try CLI.run(["unpack", package, "--dest", work.directory.file("dest"), "--pubkey", work.publicDER, "--wait", "0"])
+            // The key from a folder only root writes: the 0777 folder would (rightly) make it untrustworthy.
+            let keys = try TemporaryDirectory()
+            try FileManager.default.copyItem(atPath: work.publicDER, toPath: keys.file("public_key.der"))
+            let installed = try CLI.run(["unpack", package, "--dest", work.directory.file("dest"), "--pubkey", keys.file("public_key.der"), "--wait", "0"])
             #expect(installed.status == 0, "the planted lock is not Signet's: \(installed.stderr)")
             #expect(!installed.stderr.contains("4242"))
             let owner = try FileManager.default.attributesOfItem(atPath: lock)[.ownerAccountID] as? Int

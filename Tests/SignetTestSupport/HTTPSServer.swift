@@ -43,6 +43,12 @@ public final class HTTPSServer {
     /// For GET requests of `/path` logged from byte `offset` of the access log on: each
     /// answer's status and body bytes sent.
     public func answers(of path: String, from offset: Int = 0) throws -> [(status: Int, bytes: Int)] {
+        try Self.answers(inLog: accessLog, of: path, from: offset)
+    }
+
+    /// The same for any server's access log whose lines hold `"GET /PATH HTTP/…" STATUS BYTES`
+    /// (nginx's default, and the format the Apache and lighttpd test servers are given).
+    public static func answers(inLog accessLog: String, of path: String, from offset: Int = 0) throws -> [(status: Int, bytes: Int)] {
         let size = (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0
         guard size > offset else { return [] }
         let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: accessLog))
@@ -54,8 +60,8 @@ public final class HTTPSServer {
             let rest = line[request.upperBound...]
             guard let close = rest.firstIndex(of: "\"") else { return nil }
             let fields = rest[rest.index(after: close)...].split(separator: " ")
-            guard fields.count >= 2, let status = Int(fields[0]), let bytes = Int(fields[1]) else { return nil }
-            return (status, bytes)
+            guard fields.count >= 2, let status = Int(fields[0]) else { return nil }
+            return (status, Int(fields[1]) ?? 0)   // "-" for no body
         }
     }
 
@@ -65,24 +71,7 @@ public final class HTTPSServer {
     public init() throws {
         directory = try TemporaryDirectory()
         let d = directory.path
-        let script = """
-        set -e
-        cd '\(d)'
-        openssl req -x509 -newkey rsa:2048 -nodes -keyout root.key -out root.pem -days 30 -subj "/CN=Signet Test Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-        openssl req -x509 -newkey rsa:2048 -nodes -keyout other-root.key -out other-root.pem -days 30 -subj "/CN=Other Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-        openssl req -newkey rsa:2048 -nodes -keyout int.key -out int.csr -subj "/CN=Signet Test Intermediate"
-        printf "basicConstraints=critical,CA:TRUE,pathlen:0\\nkeyUsage=critical,keyCertSign,cRLSign\\n" > int.ext
-        openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile int.ext
-        openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj "/CN=localhost"
-        printf "subjectAltName=DNS:localhost\\nextendedKeyUsage=serverAuth\\n" > leaf.ext
-        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out leaf.pem -days 30 -extfile leaf.ext
-        cat leaf.pem int.pem > chain.pem
-        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out expired.pem -days -1 -extfile leaf.ext
-        cat expired.pem int.pem > expired-chain.pem
-        mkdir -p www/slow www/medium www/norange www/whole www/limited tmp
-        """
-        let made = try run("bash", ["-c", script])
-        guard made.status == 0 else { throw SupportError("making the test CA failed: \(made.stderr)") }
+        try TestCertificates.make(in: d)
         // A free loopback port: bind to 0 and read what the kernel chose.
         let portText = try run("python3", ["-c", "import socket; a=socket.socket(); a.bind(('127.0.0.1',0)); b=socket.socket(); b.bind(('127.0.0.1',0)); print(a.getsockname()[1], b.getsockname()[1])"]).stdoutText
         let ports = portText.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }

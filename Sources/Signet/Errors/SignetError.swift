@@ -109,6 +109,10 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The server sent the body with a `Content-Encoding` (gzip, br, …) although Signet
         /// asks for `identity`: the bytes are not the file; nothing was written.
         public static let contentEncoding = Code("content-encoding", exitStatus: .environment)
+        /// A file that conveys trust (a configuration, trusted keys, a trust directory, TLS
+        /// roots, a salt, the install state) could be changed by another user: owned by one,
+        /// writable by group or others, or reached through such a folder.
+        public static let insecureFile = Code("insecure-file", exitStatus: .environment)
         /// A channel index expired: the server may be holding back updates (a freeze attack),
         /// or the publisher stopped re-signing it.
         public static let staleIndex = Code("stale-index", exitStatus: .verificationFailed)

@@ -67,6 +67,7 @@ final class InstallState {
     /// Opens (creating if needed) and locks the state; blocks while another install holds it.
     init(path: String) throws {
         self.path = path
+        try TrustedInput.check(creating: path, what: "--state")
         let file = try Self.lockFile(path)
         let fd = file.descriptor
         var bytes: [UInt8] = []
@@ -130,6 +131,7 @@ final class InstallState {
 
     /// Reads a state file without locking or creating it (`reverify --state`): it must exist.
     static func read(_ path: String) throws -> Contents {
+        try TrustedInput.check(path, what: "--state")
         let file = try InputFile.open(path, what: "install state", followSymlinks: false)
         return try parse(try file.readAll(limit: 16 << 20, what: "install state"), path: path)
     }
