@@ -169,6 +169,60 @@ struct Hardening3CLITests {
         }
     }
 
+    // MARK: Point 1: one staging tree per DIR, continued
+
+    /// Bytes of the blocks every file beside `dest` (its lock aside) takes, as `du` counts them.
+    static func spaceBeside(_ dest: String) throws -> Int {
+        let parent = (dest as NSString).deletingLastPathComponent, name = (dest as NSString).lastPathComponent
+        let beside = try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.hasPrefix(".\(name).signet-") && !$0.hasSuffix("lock") }
+        guard !beside.isEmpty else { return 0 }
+        let du = try run("du", ["-s", "-B1", "-c"] + beside.map { parent + "/" + $0 })
+        return Int(du.stdoutText.split(separator: "\n").last?.split(separator: "\t").first ?? "") ?? -1
+    }
+
+    @Test("seven runs cut inside a changed file leave one staging tree beside DIR (<= 1.1x the new tree), never a copy per run; a good server then completes fetching only what no run finished")
+    func interruptedUpdatesDoNotMultiply() throws {
+        let work = try Workspace()
+        let size = 3 << 20
+        var v1: [String: Data] = [:]
+        for name in ["a", "b", "c", "d", "e", "f"] { v1["\(name).bin"] = Hardening2CLITests.randomData(size) }
+        var v2 = v1
+        v2["b.bin"] = Hardening2CLITests.randomData(size)   // fetched whole by the first run
+        v2["e.bin"] = Hardening2CLITests.randomData(size)   // the link drops inside it, every time
+        let p1 = work.directory.file("v1.zip"), p2 = work.directory.file("v2.zip")
+        try Hardening2CLITests.pack(work, v1, sequence: 1, out: p1)
+        try Hardening2CLITests.pack(work, v2, sequence: 2, out: p2)
+        let at = try Self.offsets(p2)
+        let dest = work.directory.file("app")
+        try #require(try CLI.run(["unpack", p1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+        let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true, cutAt: at["e.bin"]! + size / 2)]])
+        try FileManager.default.copyItem(atPath: p2, toPath: server.file("app.zip"))
+        let arguments = ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"]
+        let newTree = 6 * size
+        var spaces: [Int] = []
+        for attempt in 1...7 {
+            let failed = try CLI.run(arguments)
+            #expect(failed.status == 5 && Self.errorCode(failed) == "network-error", "attempt \(attempt): \(failed.status) \(failed.stderr)")
+            let parent = work.directory.path
+            let trees = try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+            #expect(trees.count == 1, "attempt \(attempt): one staging tree beside DIR: \(trees)")
+            spaces.append(try Self.spaceBeside(dest))
+            #expect(try contents(dest + "/e.bin") == v1["e.bin"], "attempt \(attempt): DIR as it was")
+        }
+        #expect(spaces.allSatisfy { $0 > 0 && $0 <= newTree + newTree / 10 }, "bytes beside DIR after each attempt: \(spaces) (new tree \(newTree))")
+        try server.replace(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true)]])
+        let done = try CLI.run(arguments)
+        #expect(done.status == 0, "\(done.stderr)")
+        let transfer = try #require(try done.json()["transfer"] as? [String: Any], "\(done.stdoutText)")
+        let reused = transfer["files_reused"] as? Int ?? -1, resumed = transfer["files_resumed"] as? Int ?? -1, fetched = transfer["files_fetched"] as? Int ?? -1
+        #expect(reused == 4 && resumed == 1 && fetched == 1, "4 unchanged, b.bin from the first run, e.bin fetched: \(transfer)")
+        let downloaded = transfer["bytes_downloaded"] as? Int ?? Int.max
+        #expect(downloaded >= size && downloaded <= size + (512 << 10), "only e.bin and the package's own entries: \(downloaded) bytes")
+        for (name, data) in v2 { #expect(try contents(dest + "/" + name) == data, "\(name)") }
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+        #expect(try Self.spaceBeside(dest) == 0, "nothing left beside DIR")
+    }
+
     // MARK: Point 5: encodings
 
     @Test("a server that gzips anyway: fetch (with and without --signature), unpack URL, inspect URL and update refuse it by name, exit 5, nothing written")

@@ -91,7 +91,7 @@ public enum Installer {
         let record = try checked.map { try SignatureRecord.Writer(file: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
         let resources = job.resources(checked)
         // Over ranges: which files the installed tree already holds (copied, not fetched).
-        let reused = try ranged?.prepare(resources, job: job, state: state) ?? []
+        let reused = try ranged?.prepare(resources, job: job, state: state, staging: staging) ?? []
         let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
         // Each resource's signature is verified on the second core while the next ones stage;
         // all of them before anything is installed, and the first failure in manifest order is
@@ -117,9 +117,14 @@ public enum Installer {
             }
         } catch {
             if let bad = firstBadSignature() { throw bad }
-            if ranged != nil, var failure = error as? SignetError, failure.code == .network {
+            if let ranged, var failure = error as? SignetError, failure.code == .network || failure.code == .packageChanged {
+                // What is staged is kept: the next attempt (this run's, after a package that
+                // changed on the server, or the next run's) continues in it.
                 keepForNextRun = true
-                failure.reason += "; what was fetched is kept beside '\(destination)' for the next run, which fetches only the rest"
+                ranged.leftovers.adopt(staging.path)
+                if failure.code == .network {
+                    failure.reason += "; what was fetched is kept beside '\(destination)' for the next run, which fetches only the rest"
+                }
                 throw failure
             }
             throw error

@@ -40,9 +40,11 @@ public struct TransferReport: Sendable, Equatable {
 }
 
 /// Staging trees that earlier runs of an update left beside DIR (killed, or their link
-/// dropped), taken over: moved aside under this process's name, their files copied (and hashed
-/// against the manifest) rather than fetched again. Removed at the end of the update, unless its
-/// link drops too: then they stay for the next run.
+/// dropped), taken over: moved aside under this process's name, and their files of the right
+/// size moved (renamed) into the new staging tree, then hashed against the manifest when their
+/// turn comes, rather than fetched or copied again. What is left of them is removed once the
+/// plan is made, so that DIR never has more than one staging tree beside it, however many runs
+/// fail (issue 36); a run whose link drops in turn leaves its own staging tree for the next.
 final class StagedLeftovers {
     let destination: String
     private(set) var trees: [(root: SharedDescriptor, path: String, token: Int)] = []
@@ -66,7 +68,18 @@ final class StagedLeftovers {
         }
     }
 
-    /// Removes the trees (the update ended).
+    /// Takes over this process's own staging tree at `path` (an attempt that failed and is
+    /// tried again, or left for the next run by ``keep()``).
+    func adopt(_ path: String) {
+        let token = TemporaryFiles.register(path, tree: true)
+        guard let opened = try? Paths.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
+            TemporaryFiles.unregister(token)
+            return
+        }
+        trees.append((SharedDescriptor(opened), path, token))
+    }
+
+    /// Removes the trees (the update ended, or what they held is in the new staging tree).
     func remove() {
         for tree in trees {
             _ = TreeRemover.remove(tree.path)
@@ -108,8 +121,17 @@ final class RangedUpdate {
     /// What earlier runs left staged, taken over for this update.
     let leftovers: StagedLeftovers
     private var resumed = 0
-    /// Per resource in manifest order, the salvaged tree that may hold it.
-    private var salvaged: [SharedDescriptor?] = []
+    /// Where each resource comes from, in manifest order.
+    private enum Origin {
+        /// Fetched from the package.
+        case fetch
+        /// Copied from the installed tree.
+        case installed
+        /// Already in the staging tree (an earlier run staged it); `unchanged`: the installed
+        /// tree holds the same content (counted as reused, not resumed).
+        case staged(unchanged: Bool)
+    }
+    private var origins: [Origin] = []
 
     init(input: RangedInput, destination: String, leftovers: StagedLeftovers) {
         self.input = input
@@ -123,39 +145,35 @@ final class RangedUpdate {
                        packageSize: UInt64(input.size))
     }
 
-    /// Called once the manifest verified: decides, per resource in manifest order, whether the
-    /// installed tree may hold it, and plans the requests for every other one.
-    func prepare(_ resources: [Manifest.File], job: Installer.Job, state: DestinationState) throws -> [Bool] {
+    /// Called once the manifest verified (the staging tree made): decides, per resource in
+    /// manifest order, where it comes from; moves what earlier runs staged into `staging`
+    /// (then removes their trees), and plans the requests for every resource to fetch.
+    func prepare(_ resources: [Manifest.File], job: Installer.Job, state: DestinationState, staging: Staging) throws -> [Bool] {
         bytesTotal = resources.reduce(0) { $0 &+ $1.size }
         if case .installed(let manifest?) = state {
             installed.reserveCapacity(manifest.files.count)
             for file in manifest.files { installed[file.path] = (file.size, file.sha256) }
             if let opened = try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) { root = SharedDescriptor(opened) }
         }
-        var reuse = [Bool](repeating: false, count: resources.count)
-        salvaged = [SharedDescriptor?](repeating: nil, count: resources.count)
+        origins = [Origin](repeating: .fetch, count: resources.count)
         var spans: [Range<Int64>] = []
         for (index, file) in resources.enumerated() {
-            if root != nil, let old = installed[file.path], old.size == file.size, old.sha256 == file.sha256, !file.sha256.isEmpty {
-                reuse[index] = true
-            } else if let salvage = leftovers.trees.first(where: { Self.holds($0.root.descriptor, file) }) {
-                // Staged by an earlier run, of the right size: copied and hashed when its turn comes.
-                reuse[index] = true
-                salvaged[index] = salvage.root
+            let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]
+            let unchanged = old.map { $0.size == file.size && $0.sha256 == file.sha256 } ?? false
+            if leftovers.trees.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, size: file.size) }) {
+                origins[index] = .staged(unchanged: unchanged)
+            } else if unchanged {
+                origins[index] = .installed
             } else if let span = span(of: file, job: job) {
                 spans.append(span)
             }
         }
         installed.removeAll()
+        // What the earlier trees still hold is not part of the new tree.
+        leftovers.remove()
         input.plan(spans)
         planned = spans.reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
-        return reuse
-    }
-
-    /// Whether `root` has a regular file at `file.path` of `file.size` bytes (not through a link).
-    private static func holds(_ root: FileDescriptor, _ file: Manifest.File) -> Bool {
-        guard let opened = try? Paths.open(file.path, beneath: root), let info = try? opened.descriptor.status() else { return false }
-        return info.st_mode & S_IFMT == S_IFREG && UInt64(info.st_size) == file.size
+        return origins.map { if case .fetch = $0 { false } else { true } }
     }
 
     /// The file bytes of `file`'s entry.
@@ -164,14 +182,20 @@ final class RangedUpdate {
         return Int64(span.lowerBound)..<Int64(span.upperBound)
     }
 
-    /// Copies `file` from the installed tree into the staging directory, hashing it as it is
-    /// copied. Nil when the installed copy is missing or is not the signed content: the caller
-    /// then fetches the entry (planned here).
+    /// Stages `file` from the installed tree (copied and hashed in one pass), or checks the copy
+    /// an earlier run staged (hashed where it is). Nil when that copy is missing or is not the
+    /// signed content: the caller then fetches the entry (planned here).
     func copy(_ file: Manifest.File, index: Int, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
               later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Installer.Job.Staged? {
-        let salvage = index < salvaged.count ? salvaged[index] : nil
-        if let staged = try job.stageCopy(file, from: (salvage ?? root)?.descriptor, into: staging, checked: checked, later: later) {
-            if salvage != nil { resumed += 1 } else { reusedCount += 1 }
+        let origin = index < origins.count ? origins[index] : .fetch
+        let staged: Installer.Job.Staged?
+        switch origin {
+        case .fetch: staged = nil
+        case .installed: staged = try job.stageCopy(file, from: root?.descriptor, into: staging, checked: checked, later: later)
+        case .staged: staged = try job.stageCopy(file, from: nil, inPlace: true, into: staging, checked: checked, later: later)
+        }
+        if let staged {
+            if case .staged(unchanged: false) = origin { resumed += 1 } else { reusedCount += 1 }
             return staged
         }
         fetchInstead(file, job: job)
@@ -196,15 +220,12 @@ final class RangedUpdate {
 extension Installer.Job {
     /// Stages `file` from the installed tree below `root` (a file, never through a link, never
     /// out of the tree): copied and hashed in one pass, with the structured copy where the
-    /// manifest asks for one. Nil, with nothing staged, when the installed file is absent, not
-    /// a regular file, unreadable, or not exactly the signed content.
-    func stageCopy(_ file: Manifest.File, from root: FileDescriptor?, into staging: Staging, checked: PackageReader.Checked,
+    /// manifest asks for one. With `inPlace`, the file is the one an earlier run staged and
+    /// ``Staging/moveIn(_:from:size:)`` brought: hashed where it is, nothing copied. Nil, with
+    /// nothing staged, when the file is absent, not a regular file, unreadable, or not exactly
+    /// the signed content.
+    func stageCopy(_ file: Manifest.File, from root: FileDescriptor?, inPlace: Bool = false, into staging: Staging, checked: PackageReader.Checked,
                    later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
-        guard let root, let opened = try? Paths.open(file.path, beneath: root),
-              let source = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file"),
-              source.size == Int64(file.size) else { return nil }
-        let staged = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
-        let fd = staged.descriptor
         let copyPath = file.structured != nil ? TreeLayout.structuredCopy(of: file.path) : nil
         var kept = false
         defer {
@@ -213,6 +234,22 @@ extension Installer.Job {
                 if let copyPath { staging.removeFile(copyPath) }
             }
         }
+        var installed: InputFile? = nil
+        if !inPlace {
+            guard let root, let opened = try? Paths.open(file.path, beneath: root),
+                  let input = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file") else { return nil }
+            installed = input
+        }
+        let staged = if inPlace { try staging.openFile(file.path) } else { try staging.createFile(file.path, mode: mode_t(file.mode.permissions)) }
+        let fd = staged.descriptor
+        let source = try installed ?? InputFile.adopt(OwnedDescriptor(adopting: try systemCall("dup") { dup(fd.rawValue) }),
+                                                      path: staging.path + "/" + file.path, what: "staged file")
+        if inPlace, options.imaAttribute == nil {
+            // Written by an earlier run, perhaps with --ima: an IMA attribute this install does
+            // not ask for is not left behind.
+            for name in [IMASignature.userAttribute, IMASignature.securityAttribute] { _ = ExtendedAttributes.remove(name, on: fd) }
+        }
+        guard source.size == Int64(file.size) else { return nil }
         var stagedCopy: OwnedDescriptor? = nil
         if let copyPath { stagedCopy = try staging.createFile(copyPath, mode: 0o644) }
         let copyFD = stagedCopy?.descriptor
@@ -224,14 +261,15 @@ extension Installer.Job {
         var total: UInt64 = 0
         // A reflink where the filesystem has them: the staged file shares the installed one's
         // data, and is hashed through its own descriptor, so what is hashed is what is installed.
-        let cloned = signet_clone_file(fd.rawValue, source.descriptor.rawValue) == 0
+        let cloned = !inPlace && signet_clone_file(fd.rawValue, source.descriptor.rawValue) == 0
+        let written = !inPlace && !cloned
         do {
             let reader = cloned ? try InputFile.adopt(OwnedDescriptor(adopting: try systemCall("dup") { dup(fd.rawValue) }), path: staging.path + "/" + file.path, what: "staged copy") : source
             try reader.forEachChunk { chunk in
                 total += UInt64(chunk.count)
                 guard total <= file.size else { throw Longer() }
                 hashers.forEach { $0.update(chunk) }
-                if !cloned { try writer.write(chunk) }
+                if written { try writer.write(chunk) }
                 try copy?.write(chunk)
             }
         } catch is Longer {
@@ -251,7 +289,8 @@ extension Installer.Job {
         let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: file.sha256, signer: checked.key,
                                                   manifest: checked.manifest, algorithm: checked.algorithm)
         do {
-            try staging.ensureMode(fd, mode_t(file.mode.permissions))
+            // A file an earlier run staged may have had another mode.
+            if inPlace { _ = try systemCall("fchmod") { fchmod(fd.rawValue, mode_t(file.mode.permissions)) } } else { try staging.ensureMode(fd, mode_t(file.mode.permissions)) }
             if let copyFD { try staging.ensureMode(copyFD, 0o644) }
             writer.finish()
             copy?.finish()

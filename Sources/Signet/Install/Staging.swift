@@ -146,6 +146,38 @@ final class Staging {
         }
     }
 
+    /// Moves the regular file `relative` of an earlier run's staging tree (below `tree`, never
+    /// through a link) into this one, if it is there with `size` bytes: one rename on the same
+    /// filesystem, so a retry continues with what an interrupted run staged instead of copying
+    /// it again (issue 36). Its content is checked when its turn comes
+    /// (``openFile(_:)``). False, with nothing changed, when it is absent or not as expected.
+    func moveIn(_ relative: String, from tree: FileDescriptor, size: UInt64) -> Bool {
+        let components = relative.split(separator: "/")
+        guard let last = components.last else { return false }
+        let name = String(last)
+        let parentPath = components.dropLast().joined(separator: "/")
+        func move(from parent: FileDescriptor) -> Bool {
+            var info = stat()
+            guard fstatat(parent.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
+                  UInt64(info.st_size) == size, let (directory, target) = try? directory(for: relative) else { return false }
+            return (try? TemporaryFiles.guarded { renameat(parent.rawValue, name, directory.rawValue, target) == 0 }) == true
+        }
+        if parentPath.isEmpty { return move(from: tree) }
+        guard let opened = try? Paths.open(parentPath, beneath: tree, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else { return false }
+        return move(from: opened.descriptor)
+    }
+
+    /// Opens a file already in the staged tree (one ``moveIn(_:from:size:)`` brought) for
+    /// reading and for its attributes and mode; never through a link.
+    func openFile(_ relative: String) throws -> OwnedDescriptor {
+        let (directory, name) = try directory(for: relative)
+        do {
+            return OwnedDescriptor(adopting: try systemCall("openat") { openat(directory.rawValue, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC) })
+        } catch {
+            throw SignetError.posix(error, "cannot open '\(relative)' in the staging directory", path: path)
+        }
+    }
+
     /// Removes a staged file (a copy that turned out not to be the signed content).
     func removeFile(_ relative: String) {
         guard let (directory, name) = try? directory(for: relative) else { return }

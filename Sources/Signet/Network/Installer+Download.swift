@@ -112,8 +112,9 @@ extension Installer {
     /// when the server does not answer ranges.
     private static func installRanged(_ url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
                                       download: DownloadOptions, cancelled: CancellationFlag?) throws -> InstallReport {
-        // What earlier runs left staged (killed, or their link dropped) is taken for its files;
-        // removed at the end, unless this run's link drops too.
+        // What earlier runs left staged (killed, or their link dropped) is taken for its files,
+        // which move into this run's staging tree; what this run staged is left for the next
+        // one when its link drops too (or the package keeps changing on the server).
         let leftovers = StagedLeftovers(destination: destination)
         var adopted = false
         do {
@@ -135,7 +136,7 @@ extension Installer {
                 }
             }
             throw SignetError(.packageChanged, "not reached")
-        } catch let failure as SignetError where failure.code == .network {
+        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged {
             leftovers.keep()
             throw failure
         } catch {
