@@ -223,6 +223,96 @@ struct Hardening3CLITests {
         #expect(try Self.spaceBeside(dest) == 0, "nothing left beside DIR")
     }
 
+    // MARK: Point 8: a reused file's signature is its own
+
+    /// Each entry's bytes in `package` (local header to the end of its data), and where the
+    /// central directory starts.
+    static func entrySpans(_ package: String) throws -> (spans: [String: Range<Int>], directory: Int) {
+        let script = """
+        import json, struct, sys, zipfile
+        z = zipfile.ZipFile(sys.argv[1]); data = open(sys.argv[1], 'rb').read(); out = {}
+        for i in z.infolist():
+            n, e = struct.unpack('<HH', data[i.header_offset + 26:i.header_offset + 30])
+            out[i.filename] = [i.header_offset, i.header_offset + 30 + n + e + i.compress_size]
+        print(json.dumps({"spans": out, "directory": z.start_dir}))
+        """
+        let result = try run("python3", ["-c", script, package])
+        guard result.status == 0, let map = try JSONSerialization.jsonObject(with: result.stdout) as? [String: Any],
+              let spans = map["spans"] as? [String: [Int]], let directory = map["directory"] as? Int else {
+            throw SupportError("reading the entries failed: \(result.stderr)")
+        }
+        return (spans.mapValues { $0[0]..<$0[1] }, directory)
+    }
+
+    /// The byte ranges a ScriptedServer was asked for (`bytes=A-B`; the suffix probe aside).
+    static func askedRanges(_ server: ScriptedServer, size: Int) -> [Range<Int>] {
+        server.requests.compactMap { line -> Range<Int>? in
+            guard let header = line.split(separator: " ").last, header.hasPrefix("bytes=") else { return nil }
+            let bounds = header.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false)
+            guard bounds.count == 2 else { return nil }
+            if bounds[0].isEmpty, let suffix = Int(bounds[1]) { return max(0, size - suffix)..<size }
+            guard let start = Int(bounds[0]), let end = Int(bounds[1]) else { return nil }
+            return start..<(end + 1)
+        }
+    }
+
+    @Test("a ranged update takes unchanged files' signatures from their own attributes (PKCS#1 v1.5): their signature entries are never fetched; a PSS package or a new key reads them from the package and still installs")
+    func reusedSignaturesNotFetched() throws {
+        let work = try Workspace()
+        var files: [String: Data] = [:]
+        for index in 0..<600 { files[String(format: "f%03d.bin", index)] = Hardening2CLITests.randomData(4096) }
+        let changed = ["f010.bin", "f300.bin", "f590.bin"]
+        var v2 = files
+        for name in changed { v2[name] = Hardening2CLITests.randomData(4096) }
+        let other = try work.opensslKeyPair("other", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+        let cases: [(String, [String], [String])] = [
+            ("PKCS#1 v1.5, same key", [], []),
+            ("PSS", ["--algorithm", "rsa-pss-sha256"], []),
+            ("a new key", [], ["--pubkey", other.publicDER]),
+        ]
+        for (what, algorithm, trust) in cases {
+            let v1Package = work.directory.file("v1.zip"), v2Package = work.directory.file("v2.zip")
+            try? FileManager.default.removeItem(atPath: v1Package)
+            try? FileManager.default.removeItem(atPath: v2Package)
+            try Hardening2CLITests.pack(work, files, sequence: 1, out: v1Package, extra: algorithm)
+            if what == "a new key" {
+                let tree = try TemporaryDirectory()
+                for (name, data) in v2 { try data.write(to: URL(fileURLWithPath: tree.file(name))) }
+                let packed = try CLI.run(["pack", tree.path, "--key", other.privateKey, "--name", "app", "--version", "2", "--sequence", "2", "--out", v2Package])
+                try #require(packed.status == 0, "\(packed.stderr)")
+            } else {
+                try Hardening2CLITests.pack(work, v2, sequence: 2, out: v2Package, extra: algorithm)
+            }
+            let dest = work.directory.file("app")
+            try? FileManager.default.removeItem(atPath: dest)
+            try #require(try CLI.run(["unpack", v1Package, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+            let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true)]])
+            try FileManager.default.copyItem(atPath: v2Package, toPath: server.file("app.zip"))
+            let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--json"] + trust)
+            #expect(result.status == 0, "\(what): \(result.stderr)")
+            let transfer = try #require(try result.json()["transfer"] as? [String: Any], "\(what)")
+            #expect(transfer["files_fetched"] as? Int == 3 && transfer["files_reused"] as? Int == 597, "\(what): \(transfer)")
+            for (name, data) in v2 { #expect(try contents(dest + "/" + name) == data, "\(what): \(name)") }
+            #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER] + trust).status == 0, "\(what)")
+
+            let size = try FileManager.default.attributesOfItem(atPath: v2Package)[.size] as? Int ?? 0
+            let (spans, directory) = try Self.entrySpans(v2Package)
+            let asked = Self.askedRanges(server, size: size)
+            // The last 64 KiB before the directory are read with it, whatever the plan.
+            let kept = max(0, directory - 65_557)
+            let unchangedSignatures = files.keys.filter { !changed.contains($0) }.compactMap { spans[".signet/sigs/\($0).sig"] }.filter { $0.upperBound <= kept }
+            let read = unchangedSignatures.filter { span in asked.contains { $0.overlaps(span) } }
+            if what == "PKCS#1 v1.5, same key" {
+                #expect(unchangedSignatures.count > 300, "the package has signature entries below the directory's neighbourhood")
+                #expect(read.isEmpty, "\(what): \(read.count) unchanged files' signature entries fetched; asked \(asked)")
+                let wanted = changed.compactMap { spans[".signet/sigs/\($0).sig"] }
+                #expect(wanted.allSatisfy { span in asked.contains { $0.overlaps(span) } }, "\(what): the changed files' signatures fetched")
+            } else {
+                #expect(read.count == unchangedSignatures.count, "\(what): every signature read from the package: \(read.count) of \(unchangedSignatures.count)")
+            }
+        }
+    }
+
     // MARK: Point 5: encodings
 
     @Test("a server that gzips anyway: fetch (with and without --signature), unpack URL, inspect URL and update refuse it by name, exit 5, nothing written")

@@ -24,10 +24,26 @@ public final class PeerServer {
 
     /// Each GET of `/path` logged from byte `offset` of the access log on: status and body bytes.
     public func answers(of path: String, from offset: Int = 0) throws -> [(status: Int, bytes: Int)] {
-        try HTTPSServer.answers(inLog: accessLog, of: path, from: offset)
+        flushLog()
+        return try HTTPSServer.answers(inLog: accessLog, of: path, from: offset)
     }
 
-    public var accessLogSize: Int { (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0 }
+    public var accessLogSize: Int {
+        flushLog()
+        return (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0
+    }
+
+    /// lighttpd keeps access log lines in a buffer for a few seconds; SIGHUP (its log rotation)
+    /// writes them out. Apache writes each line as its answer ends.
+    private func flushLog() {
+        guard kind == .lighttpd else { return }
+        let before = (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0
+        kill(process.processIdentifier, SIGHUP)
+        for _ in 0..<20 {
+            usleep(10_000)
+            if ((try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0) != before { break }
+        }
+    }
 
     public init(_ kind: Kind) throws {
         self.kind = kind
@@ -68,7 +84,7 @@ public final class PeerServer {
               Require all granted
             </Directory>
             <Location /norange/>
-              RequestHeader unset Range early
+              MaxRanges none
               Header unset Accept-Ranges
             </Location>
             SSLSessionCache none
@@ -87,8 +103,13 @@ public final class PeerServer {
             server.pid-file = "\(d)/lighttpd.pid"
             server.errorlog = "\(d)/error.log"
             server.modules = ("mod_openssl", "mod_accesslog")
-            # lighttpd caches a file's stat for a second: a package replaced within it is served stale.
-            server.stat-cache-engine = "disable"
+            # lighttpd's default stat cache keeps a file's stat for a second (a package replaced
+            # within it is served stale); without a cache it sends no ETag nor Last-Modified, so
+            # no range request could be pinned to one file. inotify drops an entry on a change.
+            server.stat-cache-engine = "inotify"
+            # A file of no known type is served with no ETag nor Last-Modified (lighttpd's
+            # "allow_caching = 0"): a type for everything, as a real mirror's mime map gives.
+            mimetype.assign = ("" => "application/octet-stream")
             accesslog.filename = "\(d)/access.log"
             accesslog.format = "%h %l %u %t \\"%r\\" %>s %b"
             ssl.engine = "enable"
@@ -100,6 +121,13 @@ public final class PeerServer {
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/lighttpd")
             process.arguments = ["-D", "-f", path]
         }
+        // The test runner blocks most signals, and a child inherits that mask: Apache and
+        // lighttpd (unlike nginx) keep it, and then ignore the SIGTERM that stops them at exit.
+        // Started through python3 with every signal unblocked.
+        let server = process.executableURL!.path
+        process.executableURL = URL(fileURLWithPath: try which("python3"))
+        process.arguments = ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])",
+                             server] + (process.arguments ?? [])
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()

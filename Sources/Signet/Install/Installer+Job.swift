@@ -114,18 +114,30 @@ extension Installer {
                 }
                 (sha256, signature, signer) = (digest, sig, known ?? key)
             }
+            return try finishStaged(file, fd: fd, writer: writer, copy: copyFD.map { ($0, copy!) }, signature: signature, sha256: sha256,
+                                    signer: signer, checked: checked, into: staging)
+        }
+
+        /// The end of staging one resource, whichever way its bytes came (fetched, copied from
+        /// the installed tree, or left by an earlier run): its signature attributes, its mode
+        /// (set whatever the umask, with `exactMode`: a file an earlier run made may have had
+        /// another), writeback started (made durable with the whole tree by
+        /// ``Staging/finish()``), and the sidecar signature FORMAT.md §3 asks for where there are
+        /// no user attributes, and beside a bare package's files (which have no signature record).
+        func finishStaged(_ file: Manifest.File, fd: FileDescriptor, writer: StagedWriter, copy: (fd: FileDescriptor, writer: StagedWriter)?,
+                          signature: [UInt8], sha256: String, signer: PublicKey, checked: PackageReader.Checked?, into staging: Staging,
+                          exactMode: Bool = false) throws -> Staged {
             let algorithm = checked?.algorithm ?? options.bareAlgorithm
             let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: sha256, signer: signer, manifest: checked?.manifest, algorithm: algorithm)
             do {
-                try staging.ensureMode(fd, mode_t(file.mode.permissions))
-                if let copyFD { try staging.ensureMode(copyFD, 0o644) }
-                writer.finish()   // made durable with the whole tree by Staging.finish()
-                copy?.finish()
+                let mode = mode_t(file.mode.permissions)
+                if exactMode { _ = try systemCall("fchmod") { fchmod(fd.rawValue, mode) } } else { try staging.ensureMode(fd, mode) }
+                if let copy { try staging.ensureMode(copy.fd, 0o644) }
+                writer.finish()
+                copy?.writer.finish()
             } catch {
                 throw SignetError.posix(error, "cannot finish the staged copy of '\(file.path)' beside", path: destination)
             }
-            // The sidecar FORMAT.md §3 asks for where there are no user attributes, and beside
-            // a bare package's files (which have no signature record).
             if !attributesWritten || checked == nil {
                 try staging.writeFile(TreeLayout.signature(of: file.path), signature)
             }

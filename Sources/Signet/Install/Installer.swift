@@ -91,7 +91,7 @@ public enum Installer {
         let record = try checked.map { try SignatureRecord.Writer(file: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
         let resources = job.resources(checked)
         // Over ranges: which files the installed tree already holds (copied, not fetched).
-        let reused = try ranged?.prepare(resources, job: job, state: state, staging: staging) ?? []
+        let reused = try ranged?.prepare(resources, job: job, state: state, staging: staging, algorithm: checked?.algorithm) ?? []
         let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
         // Each resource's signature is verified on the second core while the next ones stage;
         // all of them before anything is installed, and the first failure in manifest order is

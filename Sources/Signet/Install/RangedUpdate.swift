@@ -132,15 +132,27 @@ final class RangedUpdate {
         case staged(unchanged: Bool)
     }
     private var origins: [Origin] = []
+    /// Whether a reused file's signature may come from its own `user.signet.sig` instead of
+    /// the package's entry (issue 36): for a deterministic algorithm (PKCS#1 v1.5: the same key
+    /// and digest give the same bytes, which `.signet/signatures.sig` then covers as before),
+    /// until one does not verify with the manifest's key (a new key: every signature differs).
+    private var installedSignatures = false
+    /// The signature entries of the reused files, planned once they are needed after all.
+    private var reusedSignatureSpans: [Range<Int64>] = []
 
-    init(input: RangedInput, destination: String, leftovers: StagedLeftovers) {
+    /// Requests and bytes of earlier passes of this update (a package that changed on the
+    /// server mid-way is read again): reported with this one's.
+    private let earlier: (requests: Int, bytes: UInt64)
+
+    init(input: RangedInput, destination: String, leftovers: StagedLeftovers, earlier: (requests: Int, bytes: UInt64) = (0, 0)) {
         self.input = input
         self.destination = destination
         self.leftovers = leftovers
+        self.earlier = earlier
     }
 
     var report: TransferReport {
-        TransferReport(mode: .ranges, bytesDownloaded: input.bytesReceived, requests: input.requests, filesFetched: fetched,
+        TransferReport(mode: .ranges, bytesDownloaded: earlier.bytes &+ input.bytesReceived, requests: earlier.requests + input.requests, filesFetched: fetched,
                        filesReused: reusedCount, filesResumed: resumed, bytesFetched: bytesFetched, bytesTotal: bytesTotal,
                        packageSize: UInt64(input.size))
     }
@@ -148,7 +160,9 @@ final class RangedUpdate {
     /// Called once the manifest verified (the staging tree made): decides, per resource in
     /// manifest order, where it comes from; moves what earlier runs staged into `staging`
     /// (then removes their trees), and plans the requests for every resource to fetch.
-    func prepare(_ resources: [Manifest.File], job: Installer.Job, state: DestinationState, staging: Staging) throws -> [Bool] {
+    func prepare(_ resources: [Manifest.File], job: Installer.Job, state: DestinationState, staging: Staging,
+                 algorithm: SignatureAlgorithm?) throws -> [Bool] {
+        installedSignatures = algorithm.map { !$0.isPSS } ?? false
         bytesTotal = resources.reduce(0) { $0 &+ $1.size }
         if case .installed(let manifest?) = state {
             installed.reserveCapacity(manifest.files.count)
@@ -156,24 +170,59 @@ final class RangedUpdate {
             if let opened = try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) { root = SharedDescriptor(opened) }
         }
         origins = [Origin](repeating: .fetch, count: resources.count)
-        var spans: [Range<Int64>] = []
+        var spans: [Range<Int64>] = [], signatureSpans: [Range<Int64>] = []
         for (index, file) in resources.enumerated() {
             let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]
             let unchanged = old.map { $0.size == file.size && $0.sha256 == file.sha256 } ?? false
+            let signature = signatureSpan(of: file, job: job)
             if leftovers.trees.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, size: file.size) }) {
                 origins[index] = .staged(unchanged: unchanged)
+                reusedSignatureSpans += signature.map { [$0] } ?? []
             } else if unchanged {
                 origins[index] = .installed
-            } else if let span = span(of: file, job: job) {
-                spans.append(span)
+                reusedSignatureSpans += signature.map { [$0] } ?? []
+            } else {
+                spans += span(of: file, job: job).map { [$0] } ?? []
+                signatureSpans += signature.map { [$0] } ?? []
             }
         }
         installed.removeAll()
         // What the earlier trees still hold is not part of the new tree.
         leftovers.remove()
         input.plan(spans)
-        planned = spans.reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
+        if installedSignatures {
+            input.plan(signatureSpans, gap: RangedInput.signatureGapLimit)
+        } else {
+            signatureSpans += reusedSignatureSpans
+            reusedSignatureSpans = []
+            input.plan(signatureSpans)
+        }
+        planned = (spans + signatureSpans).reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
         return origins.map { if case .fetch = $0 { false } else { true } }
+    }
+
+    /// The bytes of `file`'s signature entry.
+    private func signatureSpan(of file: Manifest.File, job: Installer.Job) -> Range<Int64>? {
+        guard let entry = job.layout.signature(file.path), let span = job.reader.span(of: entry) else { return nil }
+        return Int64(span.lowerBound)..<Int64(span.upperBound)
+    }
+
+    /// A reused file's own signature (its `user.signet.sig`, on `fd`), when it may stand for the
+    /// package's entry and verifies over `digest` with the manifest's key; nil otherwise. The
+    /// first that does not verify ends the shortcut: the rest are read from the package, their
+    /// entries planned now in a few requests.
+    private func installedSignature(_ fd: FileDescriptor, digest: Digest, checked: PackageReader.Checked) -> [UInt8]? {
+        guard installedSignatures else { return nil }
+        if case .success(let signature?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd),
+           signature.count == checked.key.signatureLength,
+           Verifier.check(signature, digest: digest, key: checked.key, algorithm: checked.algorithm) {
+            return signature
+        }
+        installedSignatures = false
+        input.plan(reusedSignatureSpans)
+        planned = planned.map { $0 &+ reusedSignatureSpans.reduce(0) { $0 &+ UInt64($1.count) } }
+        reusedSignatureSpans = []
+        return nil
     }
 
     /// The file bytes of `file`'s entry.
@@ -191,8 +240,12 @@ final class RangedUpdate {
         let staged: Installer.Job.Staged?
         switch origin {
         case .fetch: staged = nil
-        case .installed: staged = try job.stageCopy(file, from: root?.descriptor, into: staging, checked: checked, later: later)
-        case .staged: staged = try job.stageCopy(file, from: nil, inPlace: true, into: staging, checked: checked, later: later)
+        case .installed:
+            staged = try job.stageCopy(file, from: root?.descriptor, into: staging, checked: checked, later: later,
+                                       ownSignature: { self.installedSignature($0, digest: $1, checked: checked) })
+        case .staged:
+            staged = try job.stageCopy(file, from: nil, inPlace: true, into: staging, checked: checked, later: later,
+                                       ownSignature: { self.installedSignature($0, digest: $1, checked: checked) })
         }
         if let staged {
             if case .staged(unchanged: false) = origin { resumed += 1 } else { reusedCount += 1 }
@@ -221,11 +274,14 @@ extension Installer.Job {
     /// Stages `file` from the installed tree below `root` (a file, never through a link, never
     /// out of the tree): copied and hashed in one pass, with the structured copy where the
     /// manifest asks for one. With `inPlace`, the file is the one an earlier run staged and
-    /// ``Staging/moveIn(_:from:size:)`` brought: hashed where it is, nothing copied. Nil, with
+    /// ``Staging/moveIn(_:from:size:)`` brought: hashed where it is, nothing copied.
+    /// `ownSignature` may give the file's signature from its own attributes (verified), instead
+    /// of the package's entry. Nil, with
     /// nothing staged, when the file is absent, not a regular file, unreadable, or not exactly
     /// the signed content.
     func stageCopy(_ file: Manifest.File, from root: FileDescriptor?, inPlace: Bool = false, into staging: Staging, checked: PackageReader.Checked,
-                   later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
+                   later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
+                   ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]? = { _, _ in nil }) throws -> Staged? {
         let copyPath = file.structured != nil ? TreeLayout.structuredCopy(of: file.path) : nil
         var kept = false
         defer {
@@ -279,28 +335,18 @@ extension Installer.Job {
         }
         let digests = try hashers.map { try $0.finalize() }
         guard total == file.size, file.content.matches(digests[0]) else { return nil }
-        let signature = try reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
+        // The file's own signature where it may stand for the package's entry (not fetched).
+        let signature = try ownSignature(source.descriptor, digests[digests.count - 1])
+            ?? reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
         if let later {
             later(signature, digests[digests.count - 1])
         } else if case .rejected(let failure, let message, let entry) = PackageReader.signatureCheck(file, signature: signature, digest: digests[digests.count - 1],
                                                                                                     key: checked.key, algorithm: checked.algorithm) {
             throw Installer.error(for: failure, message, package: package, entry: entry)
         }
-        let attributesWritten = try setAttributes(fd, file.path, signature: signature, sha256: file.sha256, signer: checked.key,
-                                                  manifest: checked.manifest, algorithm: checked.algorithm)
-        do {
-            // A file an earlier run staged may have had another mode.
-            if inPlace { _ = try systemCall("fchmod") { fchmod(fd.rawValue, mode_t(file.mode.permissions)) } } else { try staging.ensureMode(fd, mode_t(file.mode.permissions)) }
-            if let copyFD { try staging.ensureMode(copyFD, 0o644) }
-            writer.finish()
-            copy?.finish()
-        } catch {
-            throw SignetError.posix(error, "cannot finish the staged copy of '\(file.path)' beside", path: destination)
-        }
-        if !attributesWritten {
-            try staging.writeFile(TreeLayout.signature(of: file.path), signature)
-        }
+        let finished = try finishStaged(file, fd: fd, writer: writer, copy: copyFD.map { ($0, copy!) }, signature: signature, sha256: file.sha256,
+                                        signer: checked.key, checked: checked, into: staging, exactMode: inPlace)
         kept = true
-        return (checked.key, attributesWritten, signature)
+        return finished
     }
 }

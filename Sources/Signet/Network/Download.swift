@@ -106,7 +106,8 @@ public enum Download {
             throw SignetError.posix(failure, "cannot write", path: path)
         }
         AtomicFile.syncDirectory(AtomicFile.parentDirectory(of: path))
-        return DownloadResult(path: path, size: result.size, resumedFrom: result.resumedFrom, effectiveURL: result.effectiveURL)
+        return DownloadResult(path: path, size: result.size, resumedFrom: result.resumedFrom, effectiveURL: result.effectiveURL,
+                              requests: result.requests, bytesReceived: result.bytesReceived)
     }
 
     /// Downloads `url` into a new private folder (`mkdtemp`, mode 0700) under `$TMPDIR` and
@@ -136,6 +137,19 @@ public enum Download {
 
     static func temporaryCopy(of url: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> String {
         try Downloader.checkScheme(url, policy: options.tls)
+        let path = try temporaryPath()
+        do {
+            _ = try Downloader.download(url, into: path, options: options, cancelled: cancelled, durable: false)   // read at once, then removed
+        } catch {
+            removeTemporaryCopy(path)
+            throw error
+        }
+        return path
+    }
+
+    /// A path for a temporary copy, in a private folder of its own under `$TMPDIR` (registered
+    /// for removal on interruption); remove it with ``removeTemporaryCopy(_:)``.
+    static func temporaryPath() throws -> String {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array((base + "/signet-download-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else {
@@ -144,14 +158,7 @@ public enum Download {
         let folder = String(cString: made)
         // Removed with its contents if the process is interrupted before the caller removes it.
         _ = TemporaryFiles.register(folder, tree: true)
-        let path = folder + "/package"
-        do {
-            _ = try Downloader.download(url, into: path, options: options, cancelled: cancelled, durable: false)   // read at once, then removed
-        } catch {
-            removeTemporaryCopy(path)
-            throw error
-        }
-        return path
+        return folder + "/package"
     }
 
     private final class HasherBox: @unchecked Sendable {

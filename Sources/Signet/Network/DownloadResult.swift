@@ -18,4 +18,9 @@ public struct DownloadResult: Sendable {
     public let resumedFrom: UInt64
     /// The URL the body came from after redirects.
     public let effectiveURL: String
+    /// Requests made: one per attempt (retries included).
+    public let requests: Int
+    /// Body bytes received over every attempt: what the server sent, which may be more than
+    /// ``size`` when an attempt was cut and the next one started over.
+    public let bytesReceived: UInt64
 }

@@ -28,7 +28,6 @@ extension Downloader {
         let durable: Bool
         let body: ((UnsafeRawBufferPointer) throws -> Void)?
         let restart: () throws -> Void
-        let check: TLSCheck
         /// When the whole download must end (uptime in ns, `--max-time`).
         let deadline: UInt64
 
@@ -40,7 +39,10 @@ extension Downloader {
         private var validator: String? { response.validator }
         private var contentRangeStart: UInt64? { response.contentRange.map { UInt64($0.start) } }
         private var stop: (any Error)?
-        private var handle: UnsafeMutableRawPointer?
+        /// The request whose body this attempt receives (while it runs).
+        private var request: CurlRequest?
+        /// Body bytes this attempt received (every byte the server sent, for reports).
+        private(set) var bodyBytes: UInt64 = 0
         private var expected: UInt64?
         private var lastReport: UInt64 = 0   // uptime in ns of the last progress report
 
@@ -55,7 +57,6 @@ extension Downloader {
             self.cancelled = cancelled
             self.body = body
             self.restart = restart
-            self.check = TLSCheck(policy: options.tls)
         }
 
         private func fail(_ error: SignetError, transient: Bool = false) -> Failure {
@@ -100,58 +101,51 @@ extension Downloader {
                 offset = size
             }
 
-            // curl writes its message here during perform: memory that outlives the
-            // setopt call and the handle (freed after curl_easy_cleanup).
-            let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
-            errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
-            defer { errorBuffer.deallocate() }
-            var headers: UnsafeMutablePointer<curl_slist>? = nil
-            defer { signet_curl_slist_free_all(headers) }
-            guard let curl = signet_curl_easy_init() else { throw fail(SignetError(.crypto, "libcurl could not start a transfer")) }
-            handle = curl
-            defer { signet_curl_easy_cleanup(curl) }
-            let me = Unmanaged.passUnretained(self).toOpaque()
-            var ok = Downloader.configure(curl, url: url, options: options, check: check, errorBuffer: errorBuffer)
-            func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
+            let request: CurlRequest
+            do { request = try CurlRequest(url: url, options: options) } catch {
+                throw fail(error as? SignetError ?? SignetError(.crypto, "libcurl could not start a transfer"))
+            }
             // What is left of --max-time for this attempt.
             let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
             guard left > 0 else {
                 throw fail(SignetError(.network, "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial))
             }
-            set(signet_curl_setopt_long(curl, CURLOPT_TIMEOUT_MS, Int(left)))
-            set(signet_curl_setopt_pointer(curl, CURLOPT_HEADERDATA, me))
-            set(signet_curl_setopt_data_callback(curl, CURLOPT_HEADERFUNCTION) { data, size, count, argument in
-                guard let data, let argument else { return 0 }
-                let line = String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self)
-                Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue().header(line)
-                return size * count
-            })
-            set(signet_curl_setopt_pointer(curl, CURLOPT_WRITEDATA, me))
-            set(signet_curl_setopt_data_callback(curl, CURLOPT_WRITEFUNCTION) { data, size, count, argument in
-                guard let data, let argument else { return 0 }
-                let chunk = UnsafeRawBufferPointer(start: data, count: size * count)
-                return Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue().write(chunk) ? size * count : 0
-            })
-            set(signet_curl_setopt_long(curl, CURLOPT_NOPROGRESS, 0))
-            set(signet_curl_setopt_pointer(curl, CURLOPT_XFERINFODATA, me))
-            set(signet_curl_setopt_progress_callback(curl) { argument, _, _, _, _ in
-                guard let argument else { return 1 }
-                return Unmanaged<Transfer>.fromOpaque(argument).takeUnretainedValue().tick() ? 0 : 1
-            })
-            if let ifRange, requestedFrom > 0 {
-                set(signet_curl_setopt_string(curl, CURLOPT_RANGE, "\(requestedFrom)-"))
-                headers = signet_curl_slist_append(headers, "If-Range: " + ifRange)
-                set(signet_curl_setopt_pointer(curl, CURLOPT_HTTPHEADER, headers))
+            listen(to: request)
+            let resuming = ifRange != nil && requestedFrom > 0
+            let outcome: CurlRequest.Outcome
+            do {
+                outcome = try request.perform(range: resuming ? "\(requestedFrom)-" : nil, headers: resuming ? ["If-Range: " + ifRange!] : [], timeout: Int(left))
+            } catch {
+                throw fail(error as? SignetError ?? SignetError(.crypto, "libcurl refused a request's settings"))
             }
-            guard ok else { throw fail(SignetError(.crypto, "libcurl refused Signet's transfer settings (libcurl \(SignetVersion.curl))")) }
+            return try conclude(outcome)
+        }
 
-            let code = signet_curl_easy_perform(curl)
-            let message = String(cString: errorBuffer)
-            var status = 0
-            _ = signet_curl_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &status)
-            var effective: UnsafeMutablePointer<CChar>? = nil
-            _ = signet_curl_getinfo_string(curl, CURLINFO_EFFECTIVE_URL, &effective)
-            let effectiveURL = effective.map { String(cString: $0) } ?? url
+        /// Takes over `request`, a range request in flight that the server answered with the
+        /// whole file (HTTP 200, headers `response`): its body, from the first byte on, becomes
+        /// this download, instead of being thrown away and asked for again (issue 36). The
+        /// partial download starts over; call ``conclude(_:)`` with the request's outcome.
+        func takeOver(_ request: CurlRequest, response: ResponseHeaders) throws {
+            do { try restart() } catch {
+                throw fail(error as? SignetError ?? SignetError(.crypto, "cannot restart the hash of the download", path: partial))
+            }
+            try truncate()
+            self.response = response
+            listen(to: request)
+        }
+
+        /// Routes `request`'s headers, body and progress ticks to this transfer.
+        private func listen(to request: CurlRequest) {
+            self.request = request
+            request.onHeader = { [unowned self] in self.header($0) }
+            request.onBody = { [unowned self] in self.receive($0) }
+            request.onTick = { [unowned self] in self.tick() }
+        }
+
+        /// The request's outcome as this attempt's result or failure.
+        func conclude(_ outcome: CurlRequest.Outcome) throws -> (size: UInt64, resumedFrom: UInt64, effectiveURL: String) {
+            defer { request = nil }
+            let code = outcome.code, status = outcome.status, effectiveURL = outcome.effectiveURL
             if let stop {
                 if stop is CancellationError { throw stop }
                 throw fail(stop as? SignetError ?? SignetError.posix(stop, "cannot write the download", path: partial))
@@ -162,7 +156,10 @@ extension Downloader {
                 try truncate()
                 throw fail(SignetError(.network, "cannot continue the download of '\(url)': the server has another file now"), transient: true)
             }
-            guard code == CURLE_OK else { throw fail(error(code, status: status, message: message, effectiveURL: effectiveURL), transient: Self.isTransient(code, status: status)) }
+            guard code == CURLE_OK else {
+                let check = request?.check ?? TLSCheck(policy: options.tls)
+                throw fail(error(code, status: status, message: outcome.message, effectiveURL: effectiveURL, check: check), transient: Self.isTransient(code, status: status))
+            }
             guard status == 200 || status == 206 else {
                 throw fail(SignetError(.network, "cannot download '\(effectiveURL)': the server answered HTTP \(status)"))
             }
@@ -191,8 +188,7 @@ extension Downloader {
                     try restart()
                 }
             }
-            var length: curl_off_t = -1
-            if let handle { _ = signet_curl_getinfo_off(handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) }
+            let length = request?.contentLength ?? -1
             if length > 0 {
                 guard offset + UInt64(length) <= options.maxSize else { throw tooLarge() }
                 expected = offset + UInt64(length)
@@ -226,13 +222,12 @@ extension Downloader {
             SignetError(.downloadTooLarge, "'\(url)' is larger than \(options.maxSize) bytes (--max-download-size); refusing to download more", path: partial)
         }
 
-        private func write(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        /// A chunk of the body: written to the partial download (and to `body`). False stops the
+        /// transfer (the reason is kept for ``conclude(_:)``).
+        func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
             do {
-                if !started {
-                    var status = 0
-                    if let handle { _ = signet_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status) }
-                    try begin(status: status)
-                }
+                if !started { try begin(status: request?.status ?? 0) }
+                bodyBytes += UInt64(chunk.count)
                 guard offset + UInt64(chunk.count) <= options.maxSize else { throw tooLarge() }
                 try fd.write(all: chunk)
                 try body?(chunk)
@@ -271,7 +266,7 @@ extension Downloader {
             response.take(line)
         }
 
-        private func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String) -> SignetError {
+        private func error(_ code: CURLcode, status: Int, message: String, effectiveURL: String, check: TLSCheck) -> SignetError {
             switch code {
             case CURLE_ABORTED_BY_CALLBACK:
                 return SignetError(.interrupted, "interrupted; the partial download '\(partial)' is kept and continues next time", path: partial)

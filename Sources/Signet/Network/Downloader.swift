@@ -62,17 +62,20 @@ enum Downloader {
         }
         let attempts = 1 + max(0, options.retries)
         var kept: UInt64? = nil
-        let deadline = DispatchTime.now().uptimeNanoseconds &+ UInt64(max(1, min(options.maxTime, 30 * 86_400)) * 1e9)
+        var received: UInt64 = 0
+        let deadline = Self.deadline(options)
         for attempt in 1...attempts {
             let transfer = Transfer(url: url, fd: fd, partial: partial, options: options, cancelled: cancelled, durable: durable,
                                     body: body, restart: restart, deadline: deadline)
+            defer { received &+= transfer.bodyBytes }
             do {
                 let result = try transfer.run()
                 complete = true
                 // The attribute is for partial downloads only (FORMAT.md §5): a complete file
                 // does not carry it.
                 _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: fd)
-                return DownloadResult(path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL)
+                return DownloadResult(path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL,
+                                      requests: attempt, bytesReceived: received &+ transfer.bodyBytes)
             } catch let failure as Transfer.Failure {
                 kept = kept ?? failure.resumedFrom
                 let left = Double(Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds)) / 1e9
@@ -89,11 +92,58 @@ enum Downloader {
         throw SignetError(.network, "cannot download '\(url)'")   // not reached: the last attempt throws
     }
 
+    /// When a transfer started now must end (uptime in ns): `--max-time` from now.
+    static func deadline(_ options: DownloadOptions) -> UInt64 {
+        DispatchTime.now().uptimeNanoseconds &+ UInt64(max(1, min(options.maxTime, 30 * 86_400)) * 1e9)
+    }
+
+    /// Where a full download goes and what sees its bytes, as for
+    /// ``download(_:into:options:cancelled:durable:body:restart:)``: what a range request the
+    /// server answers with the whole file becomes (``TakenOver``).
+    struct FullDownload {
+        let partial: String
+        let options: DownloadOptions
+        let cancelled: CancellationFlag?
+        let body: ((UnsafeRawBufferPointer) throws -> Void)?
+        let restart: () throws -> Void
+    }
+
+    /// A range request that the server answered with the whole file (HTTP 200), taken over as
+    /// the full download (issue 36): its body streams into the partial download from the first
+    /// byte, instead of the request being aborted and the file asked for again.
+    final class TakenOver {
+        private let locked: OwnedDescriptor
+        private let transfer: Transfer
+        let partial: String
+
+        init(_ full: FullDownload, request: CurlRequest, response: ResponseHeaders, deadline: UInt64) throws {
+            locked = try lockPartial(full.partial, options: full.options, cancelled: full.cancelled)
+            partial = full.partial
+            transfer = Transfer(url: request.url, fd: locked.descriptor, partial: full.partial, options: full.options, cancelled: full.cancelled,
+                                durable: false, body: full.body, restart: full.restart, deadline: deadline)
+            try transfer.takeOver(request, response: response)
+        }
+
+        /// The first chunk of the body (the ones after it go to the transfer directly).
+        func receive(_ chunk: UnsafeRawBufferPointer) -> Bool { transfer.receive(chunk) }
+
+        /// Body bytes received.
+        var bytesReceived: UInt64 { transfer.bodyBytes }
+
+        /// The request's outcome: the complete download, or ``Transfer/Failure``.
+        func conclude(_ outcome: CurlRequest.Outcome) throws -> DownloadResult {
+            let result = try transfer.conclude(outcome)
+            _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: locked.descriptor)
+            return DownloadResult(path: partial, size: result.size, resumedFrom: 0, effectiveURL: result.effectiveURL,
+                                  requests: 1, bytesReceived: transfer.bodyBytes)
+        }
+    }
+
     /// Opens the partial download as a private file (``PrivateFile``) and locks it, waiting up
     /// to `options.wait` seconds for another process that downloads into it. After each wait
     /// the lock is checked to be on the file the path still names (the holder removes an empty
     /// partial when it gives up).
-    private static func lockPartial(_ partial: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> OwnedDescriptor {
+    static func lockPartial(_ partial: String, options: DownloadOptions, cancelled: CancellationFlag?) throws -> OwnedDescriptor {
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, min(options.wait, 86_400)) * 1e9)
         while true {
             let file = try PrivateFile.open(partial, mode: 0o600, what: "download")

@@ -62,14 +62,6 @@ extension Installer {
         defer { lock.release() }
         var options = options
         options.source = Download.recordedSource(url)
-        if download.ranges, !options.bare {
-            // Read in place with range requests: only what the installed tree lacks is fetched.
-            do {
-                return try installRanged(url, to: destination, policy: policy, options: options, download: download, cancelled: cancelled)
-            } catch is RangeClient.Unsupported {
-                // The server does not answer ranges: the whole package, as below.
-            }
-        }
         let partial = Downloader.partialPath(besides: destination)
         var download = download
         download.wait = min(download.wait, options.wait)
@@ -80,9 +72,25 @@ extension Installer {
         // the index's before it is opened.
         var hashing = try options.expectedPackage.map { _ in try Digest.Hasher(.sha256) }
         let binds = hashing != nil
-        let result = try Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false,
-                                             body: binds ? { hashing?.update($0) } : nil,
-                                             restart: { if binds { hashing = try Digest.Hasher(.sha256) } })
+        let full = Downloader.FullDownload(partial: partial, options: download, cancelled: cancelled,
+                                           body: binds ? { hashing?.update($0) } : nil,
+                                           restart: { if binds { hashing = try Digest.Hasher(.sha256) } })
+        // What the range requests before the full download cost (every pass is reported).
+        var earlier = (requests: 0, bytes: UInt64(0))
+        var whole: DownloadResult? = nil
+        if download.ranges, !options.bare {
+            // Read in place with range requests: only what the installed tree lacks is fetched.
+            do {
+                return try installRanged(url, to: destination, policy: policy, options: options, download: download, full: full, cancelled: cancelled)
+            } catch let unsupported as RangeClient.Unsupported {
+                // The server does not answer ranges: the whole package, as below (already
+                // downloaded when the first request's answer was the whole package).
+                earlier = (unsupported.requests, unsupported.bytesReceived)
+                whole = unsupported.download
+            }
+        }
+        let result = try whole ?? Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false,
+                                                      body: full.body, restart: full.restart)
         defer { unlink(partial) }
         if let expected = options.expectedPackage, let hashing {
             let digest = try hashing.finalize()
@@ -102,7 +110,9 @@ extension Installer {
         }
         let files = report.manifest?.files ?? []
         let bytes = files.reduce(0) { $0 &+ $1.size }
-        report.transfer = TransferReport(mode: .full, bytesDownloaded: result.size - result.resumedFrom, requests: 1, filesFetched: report.files.count,
+        // The first request's answer, when it was the whole package, is counted once.
+        let requests = earlier.requests + (whole == nil ? result.requests : 0)
+        report.transfer = TransferReport(mode: .full, bytesDownloaded: earlier.bytes + result.bytesReceived, requests: requests, filesFetched: report.files.count,
                                          filesReused: 0, filesResumed: 0, bytesFetched: bytes, bytesTotal: bytes, packageSize: result.size)
         return report
     }
@@ -111,7 +121,7 @@ extension Installer {
     /// Throws ``RangeClient/Unsupported`` before anything is fetched but the end of the package
     /// when the server does not answer ranges.
     private static func installRanged(_ url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
-                                      download: DownloadOptions, cancelled: CancellationFlag?) throws -> InstallReport {
+                                      download: DownloadOptions, full: Downloader.FullDownload, cancelled: CancellationFlag?) throws -> InstallReport {
         // What earlier runs left staged (killed, or their link dropped) is taken for its files,
         // which move into this run's staging tree; what this run staged is left for the next
         // one when its link drops too (or the package keeps changing on the server).
@@ -120,18 +130,28 @@ extension Installer {
         do {
             // A package replaced on the server while it is read is refused by the server's
             // answer (If-Range); the update then starts once more from the start, on the new one.
+            // Every pass is reported: the first attempt's requests too.
+            var earlier = (requests: 0, bytes: UInt64(0))
             for attempt in 1...2 {
-                let input = try RangedInput(url: url, options: download, cancelled: cancelled)
+                let input: RangedInput
+                do {
+                    input = try RangedInput(url: url, options: download, cancelled: cancelled, whole: full)
+                } catch var unsupported as RangeClient.Unsupported {
+                    unsupported.requests += earlier.requests
+                    unsupported.bytesReceived &+= earlier.bytes
+                    throw unsupported
+                }
                 if !adopted {
                     leftovers.adopt()
                     adopted = true
                 }
-                let update = RangedUpdate(input: input, destination: destination, leftovers: leftovers)
+                let update = RangedUpdate(input: input, destination: destination, leftovers: leftovers, earlier: earlier)
                 do {
                     let report = try installRanged(input, update: update, to: destination, policy: policy, options: options, download: download)
                     leftovers.remove()
                     return report
                 } catch let failure as SignetError where failure.code == .packageChanged && attempt == 1 {
+                    earlier = (earlier.requests + input.requests, earlier.bytes &+ input.bytesReceived)
                     continue
                 }
             }

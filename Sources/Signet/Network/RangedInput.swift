@@ -35,6 +35,9 @@ final class RangedInput: ArchiveInput {
     static let maximumRun: Int64 = 16
     /// Planned entries closer than this are fetched in one request, the gap read through.
     static let gapLimit: Int64 = 64 << 10
+    /// The same for the signature entries of the resources fetched: small entries among many
+    /// that are not read (issue 36: only the changed files' signature entries are fetched).
+    static let signatureGapLimit: Int64 = 4 << 10
     /// Most bytes one request for planned ranges asks for.
     static let planRequest: Int64 = 4 << 20
     /// Largest central directory kept whole.
@@ -69,8 +72,11 @@ final class RangedInput: ArchiveInput {
     /// validator. Throws ``RangeClient/Unsupported`` when the server does not answer range
     /// requests (or gives no validator to pin them to one file): the caller downloads the
     /// whole package.
-    init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil) throws {
+    /// A server that answers the first request with the whole package: with `whole`, its body
+    /// streams into that full download, which ``RangeClient/Unsupported/download`` then holds.
+    init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil, whole: Downloader.FullDownload? = nil) throws {
         client = try RangeClient(url: url, options: options, cancelled: cancelled)
+        client.whole = whole
         path = Download.redacted(url)
         var tail: [UInt8] = []
         let (start, total) = try client.probe(suffix: Self.probeSize, restart: { tail.removeAll() }) { tail.append(contentsOf: $0) }
@@ -94,6 +100,18 @@ final class RangedInput: ArchiveInput {
         // A package laid out otherwise (a bare one, or another tool's) has no such line: then
         // only the directory is above it.
         floor = lastResourceEnd <= firstOwn ? firstOwn : Int64(directory.offset)
+        // The package's own entries other than per-file signatures (manifest, its signature,
+        // the record's signature, certificates) are read whole: planned exactly, so that
+        // reading ahead never runs on into the signature entries, most of which an update
+        // does not read.
+        let signatures = Array((TreeLayout.signatures + "/").utf8)
+        var own: [Range<Int64>] = []
+        for position in directory.startIndex..<directory.endIndex {
+            let name = directory.name(of: directory[position])
+            guard name.starts(with: signet), !name.starts(with: signatures), let span = directory.span(ofRecord: position) else { continue }
+            own.append(Int64(span.lowerBound)..<Int64(span.upperBound))
+        }
+        plan(own)
         let start = max(0, Int64(directory.offset) - 65_557)
         guard size - start <= Self.pinLimit else { return }
         var bytes = [UInt8](repeating: 0, count: Int(size - start))
@@ -105,19 +123,22 @@ final class RangedInput: ArchiveInput {
         cachedBytes = cached.reduce(0) { $0 + $1.bytes.count }
     }
 
-    /// Ranges that will be read: entries to fetch, merged with neighbours closer than
-    /// ``gapLimit``. Added to those planned before.
-    func plan(_ ranges: [Range<Int64>]) {
-        let all = (groups + ranges.filter { !$0.isEmpty }).sorted { $0.lowerBound < $1.lowerBound }
-        var merged: [Range<Int64>] = []
-        for range in all {
-            if let last = merged.last, range.lowerBound <= last.upperBound + Self.gapLimit {
-                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
-            } else {
-                merged.append(range)
+    /// Ranges that will be read: entries to fetch, merged with each other where closer than
+    /// `gap` (``gapLimit`` unless said: a gap read through costs less than another request),
+    /// then with those planned before where they touch.
+    func plan(_ ranges: [Range<Int64>], gap: Int64 = RangedInput.gapLimit) {
+        func merge(_ ranges: [Range<Int64>], gap: Int64) -> [Range<Int64>] {
+            var merged: [Range<Int64>] = []
+            for range in ranges.filter({ !$0.isEmpty }).sorted(by: { $0.lowerBound < $1.lowerBound }) {
+                if let last = merged.last, range.lowerBound <= last.upperBound + gap {
+                    merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+                } else {
+                    merged.append(range)
+                }
             }
+            return merged
         }
-        groups = merged
+        groups = merge(groups + merge(ranges, gap: gap), gap: 0)
     }
 
     func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -194,14 +215,24 @@ final class RangeClient {
     /// cannot be used for this package (the caller downloads it whole).
     struct Unsupported: Error {
         let reason: String
+        /// The whole package, when the first request was answered with it and the caller gave
+        /// a ``Downloader/FullDownload`` to stream it into (complete; nil otherwise).
+        var download: DownloadResult? = nil
+        /// Range requests made and body bytes they received (the full download's aside), for
+        /// the report of every pass.
+        var requests = 0
+        var bytesReceived: UInt64 = 0
     }
+
+    /// Where the body goes when the first request is answered with the whole file, instead of
+    /// being aborted and asked for again (nil: aborted, for a caller that cannot use it).
+    var whole: Downloader.FullDownload?
+    /// The full download the first request became.
+    private var takenOver: Downloader.TakenOver?
 
     let url: String
     let options: DownloadOptions
-    private let check: TLSCheck
-    private let curl: UnsafeMutableRawPointer
-    private let errorBuffer: UnsafeMutablePointer<CChar>
-    private var requestHeaders: UnsafeMutablePointer<curl_slist>?
+    private let request: CurlRequest
     private let deadline: UInt64
     /// The first answer's validator, sent as `If-Range` with every later request.
     private(set) var validator: String?
@@ -224,57 +255,20 @@ final class RangeClient {
     init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil) throws {
         self.cancelled = cancelled
         try Downloader.checkScheme(url, policy: options.tls)
-        try Downloader.requireCurl()
-        guard let curl = signet_curl_easy_init() else { throw SignetError(.crypto, "libcurl could not start a transfer") }
-        self.curl = curl
+        request = try CurlRequest(url: url, options: options)
         self.url = url
         self.options = options
-        check = TLSCheck(policy: options.tls)
-        deadline = DispatchTime.now().uptimeNanoseconds &+ UInt64(max(1, min(options.maxTime, 30 * 86_400)) * 1e9)
-        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
-        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        var ok = Downloader.configure(curl, url: url, options: options, check: check, errorBuffer: errorBuffer)
-        func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
-        set(signet_curl_setopt_pointer(curl, CURLOPT_HEADERDATA, me))
-        set(signet_curl_setopt_data_callback(curl, CURLOPT_HEADERFUNCTION) { data, size, count, argument in
-            guard let data, let argument else { return 0 }
-            let line = String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self)
-            Unmanaged<RangeClient>.fromOpaque(argument).takeUnretainedValue().header(line)
-            return size * count
-        })
-        set(signet_curl_setopt_pointer(curl, CURLOPT_WRITEDATA, me))
-        set(signet_curl_setopt_data_callback(curl, CURLOPT_WRITEFUNCTION) { data, size, count, argument in
-            guard let data, let argument else { return 0 }
-            let chunk = UnsafeRawBufferPointer(start: data, count: size * count)
-            return Unmanaged<RangeClient>.fromOpaque(argument).takeUnretainedValue().body(chunk) ? size * count : 0
-        })
-        set(signet_curl_setopt_long(curl, CURLOPT_NOPROGRESS, 0))
-        set(signet_curl_setopt_pointer(curl, CURLOPT_XFERINFODATA, me))
-        set(signet_curl_setopt_progress_callback(curl) { argument, _, _, _, _ in
-            guard !TemporaryFiles.isInterrupted, let argument else { return 1 }
-            return Unmanaged<RangeClient>.fromOpaque(argument).takeUnretainedValue().cancelled?.isSet == true ? 1 : 0
-        })
-        guard ok else {
-            // Every property is set: deinit runs and frees the handle and the buffer.
-            throw SignetError(.crypto, "libcurl refused Signet's transfer settings (libcurl \(SignetVersion.curl))")
-        }
-    }
-
-    deinit {
-        signet_curl_easy_cleanup(curl)
-        signet_curl_slist_free_all(requestHeaders)
-        errorBuffer.deallocate()
+        deadline = Downloader.deadline(options)
     }
 
     /// The last `length` bytes (all of a smaller file): where they start and the file's size.
     func probe(suffix length: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> (start: Int64, total: Int64) {
         try retrying(restart: restart) { try perform(range: "-\(length)", wanted: nil, body) }
         guard status == 206, let range = contentRange else {
-            throw Unsupported(reason: "the server answered a range request with HTTP \(status)")
+            throw unsupported("the server answered a range request with HTTP \(status)")
         }
         guard let validator = response.validator else {
-            throw Unsupported(reason: "the server gives no strong validator (a strong ETag, or a Last-Modified at least a second older than its Date) to pin range requests to one file")
+            throw unsupported("the server gives no strong validator (a strong ETag, or a Last-Modified at least 60 s older than its Date) to pin range requests to one file")
         }
         guard range.total > 0, range.end == range.total - 1, received == range.end - range.start + 1 else {
             throw refused("answered the first range request with bytes \(range.start)-\(range.end)/\(range.total) and \(received) bytes")
@@ -282,6 +276,11 @@ final class RangeClient {
         self.validator = validator
         total = range.total
         return (range.start, range.total)
+    }
+
+    /// ``Unsupported`` with what the requests so far cost.
+    private func unsupported(_ reason: String, download: DownloadResult? = nil) -> Unsupported {
+        Unsupported(reason: reason, download: download, requests: requests, bytesReceived: bytesReceived)
     }
 
     /// A failure another attempt may not have (``Downloader/isTransient(_:status:)``).
@@ -313,13 +312,8 @@ final class RangeClient {
     }
 
     private func fetchOnce(_ start: Int64, _ end: Int64, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
-        guard let validator, start >= 0, start <= end, end < total else {
+        guard validator != nil, start >= 0, start <= end, end < total else {
             throw SignetError(.io, "an internal range request \(start)-\(end) outside the package of \(total) bytes")
-        }
-        signet_curl_slist_free_all(requestHeaders)
-        requestHeaders = signet_curl_slist_append(nil, "If-Range: " + validator)
-        guard signet_curl_setopt_pointer(curl, CURLOPT_HTTPHEADER, requestHeaders) == CURLE_OK else {
-            throw SignetError(.crypto, "libcurl refused the If-Range header")
         }
         try perform(range: "\(start)-\(end)", wanted: (start, end), body)
         guard received == end - start + 1 else {
@@ -345,32 +339,38 @@ final class RangeClient {
         self.wanted = wanted
         sink = body
         defer { sink = nil }
-        errorBuffer.pointee = 0
         let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
         guard left > 0 else {
             throw SignetError(.network, "cannot read '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s")
         }
-        guard signet_curl_setopt_string(curl, CURLOPT_RANGE, range) == CURLE_OK,
-              signet_curl_setopt_long(curl, CURLOPT_TIMEOUT_MS, Int(left)) == CURLE_OK else {
-            throw SignetError(.crypto, "libcurl refused a range request")
-        }
         requests += 1
-        let code = signet_curl_easy_perform(curl)
+        request.onHeader = { [unowned self] in self.header($0) }
+        request.onBody = { [unowned self] in self.body($0) }
+        request.onTick = { [unowned self] in !TemporaryFiles.isInterrupted && self.cancelled?.isSet != true }
+        // Every request after the first is pinned to the first answer's file.
+        let outcome = try request.perform(range: range, headers: wanted == nil ? [] : validator.map { ["If-Range: " + $0] } ?? [], timeout: Int(left))
+        if let taken = takenOver {
+            takenOver = nil
+            let reason = "the server answered a range request with HTTP \(outcome.status)"
+            do {
+                throw unsupported(reason, download: try taken.conclude(outcome))
+            } catch let failure as Downloader.Transfer.Failure {
+                // Cut short: the full download continues (or starts over) from what arrived.
+                guard failure.transient else { throw failure.error }
+                throw unsupported(reason)
+            }
+        }
         if let stop { throw stop }
-        if code == CURLE_ABORTED_BY_CALLBACK, TemporaryFiles.isInterrupted {
+        if outcome.code == CURLE_ABORTED_BY_CALLBACK, TemporaryFiles.isInterrupted {
             throw SignetError(.interrupted, "interrupted; nothing was installed")
         }
-        if code == CURLE_ABORTED_BY_CALLBACK, cancelled?.isSet == true { throw CancellationError() }
-        guard code == CURLE_OK else {
-            var effective: UnsafeMutablePointer<CChar>? = nil
-            _ = signet_curl_getinfo_string(curl, CURLINFO_EFFECTIVE_URL, &effective)
-            let error = Downloader.error(code, status: status, message: String(cString: errorBuffer), effectiveURL: effective.map { String(cString: $0) } ?? url, check: check)
-            if Downloader.isTransient(code, status: status) { throw Transient(error: error) }
+        if outcome.code == CURLE_ABORTED_BY_CALLBACK, cancelled?.isSet == true { throw CancellationError() }
+        guard outcome.code == CURLE_OK else {
+            let error = Downloader.error(outcome.code, status: status, message: outcome.message, effectiveURL: outcome.effectiveURL, check: request.check)
+            if Downloader.isTransient(outcome.code, status: status) { throw Transient(error: error) }
             throw error
         }
-        var final = 0
-        _ = signet_curl_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &final)
-        status = final
+        status = outcome.status
         if wanted != nil, status != 206 {
             throw status == 200 ? changed(status) : refused("answered a range request with HTTP \(status)")
         }
@@ -387,11 +387,16 @@ final class RangeClient {
         do {
             if received == 0 {
                 if let refusal = response.refusedEncoding(url: Download.redacted(url)) { throw refusal }
-                var current = 0
-                _ = signet_curl_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &current)
+                let current = request.status
+                if current == 200, wanted == nil, let whole {
+                    // The whole file: it becomes the full download from this first byte on.
+                    let taken = try Downloader.TakenOver(whole, request: request, response: response, deadline: deadline)
+                    takenOver = taken
+                    return taken.receive(chunk)
+                }
                 if current != 206 {
                     // The whole file (ranges ignored, or If-Range failed: the file changed).
-                    throw wanted == nil ? Unsupported(reason: "the server answered a range request with HTTP \(current)")
+                    throw wanted == nil ? unsupported("the server answered a range request with HTTP \(current)")
                         : changed(current)
                 }
                 if let wanted {

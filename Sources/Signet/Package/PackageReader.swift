@@ -43,12 +43,17 @@ public enum PackageReader {
     /// ranges (reading all of them would fetch the whole file), up front on a downloaded copy.
     private static func remote<R>(_ url: String, download: DownloadOptions,
                                   _ body: (any ArchiveInput, CentralDirectory.LocalHeaders) throws -> R) throws -> R {
+        try Downloader.checkScheme(url, policy: download.tls)
+        // Where the package goes if the server sends it whole (the first answer is then used).
+        let copy = try Download.temporaryPath()
+        defer { Download.removeTemporaryCopy(copy) }
         let input: RangedInput
         do {
-            input = try RangedInput(url: url, options: download)
-        } catch is RangeClient.Unsupported {
-            let copy = try Download.temporaryCopy(of: url, options: download)
-            defer { Download.removeTemporaryCopy(copy) }
+            input = try RangedInput(url: url, options: download, whole: .init(partial: copy, options: download, cancelled: nil, body: nil, restart: {}))
+        } catch let unsupported as RangeClient.Unsupported {
+            if unsupported.download == nil {
+                _ = try Downloader.download(url, into: copy, options: download, durable: false)
+            }
             let file = try InputFile.open(copy, what: "package")
             return try body(RenamedInput(file, path: Download.redacted(url)), .upFront)
         }
