@@ -23,9 +23,13 @@ struct StructuredTests {
              "t": True, "f": False, "date": datetime.datetime(2026, 1, 2, 3, 4, 5), "data": b"\\x00\\x01\\xff",
              "a": [1, "two", {"three": [3]}], "empty": {}, "none": []}
             """, in: directory)
-        let fromXML = try StructuredFormat.plist.parse(xml)
-        let fromBinary = try StructuredFormat.plist.parse(binary)
+        let fromXML = try StructuredFormat.plist.parse(xml).value
+        let fromBinary = try StructuredFormat.plist.parse(binary).value
         #expect(fromXML == fromBinary)
+        // The compact forms compare the same way, and key by key nothing differs.
+        let compactXML = try StructuredFormat.plist.parse(xml), compactBinary = try StructuredFormat.plist.parse(binary)
+        #expect(compactXML.same(0, as: 0, in: compactBinary))
+        #expect(StructuredDocument.changes(from: compactXML, to: compactBinary, allowed: []).isEmpty)
         guard case .dictionary(let fields) = fromBinary else { Issue.record("not a dictionary"); return }
         #expect(fields[.init("u")] == .string("ü→€𝄞"))
         #expect(fields[.init("max")] == .number("9223372036854775807"))
@@ -191,10 +195,10 @@ struct StructuredTests {
         // 200,000 array items in JSON and in XML: linear (the old builders copied the array on
         // every append). Counted, not timed: the parse must finish and hold every item.
         let json = "[" + (0..<200_000).map { "{\"k\": \($0)}" }.joined(separator: ",") + "]"
-        guard case .array(let items) = try StructuredFormat.json.parse(Array(json.utf8)) else { Issue.record("not an array"); return }
+        guard case .array(let items) = try StructuredFormat.json.parse(Array(json.utf8)).value else { Issue.record("not an array"); return }
         #expect(items.count == 200_000)
         let xml = #"<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><array>"# + String(repeating: "<integer>7</integer>", count: 200_000) + "</array></plist>"
-        guard case .array(let plistItems) = try StructuredFormat.plist.parse(Array(xml.utf8)) else { Issue.record("not an array"); return }
+        guard case .array(let plistItems) = try StructuredFormat.plist.parse(Array(xml.utf8)).value else { Issue.record("not an array"); return }
         #expect(plistItems.count == 200_000)
     }
 

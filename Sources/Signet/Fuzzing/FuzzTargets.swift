@@ -69,7 +69,10 @@ public enum _FuzzTargets {
         // lists, then the key comparison against itself; and rules-file key paths.
         "structured": { bytes in
             for format in StructuredFormat.allCases {
-                if let value = try? format.parse(bytes) { _ = StructuredValue.changes(from: value, to: .null, allowed: []) }
+                if let value = try? format.parse(bytes) {
+                    _ = StructuredDocument.changes(from: value, to: StructuredDocument(.null), allowed: [])
+                    _ = StructuredDocument.changes(from: value, to: value, allowed: [])
+                }
             }
             if let keyPath = KeyPath(String(decoding: bytes.prefix(256), as: UTF8.self)) { _ = KeyPath(keyPath.description) }
         },

@@ -132,7 +132,7 @@ public struct ReverifyOptions: Sendable {
                 throw SignetError(.usage, "an allowed key names '\(path)', which was not packed as structured (pack --structured) and so is compared byte for byte; pack it with --structured to allow keys to change", path: root)
             }
             guard let signed = try? TreeChecker.signedContent(of: file, format: format, rootFD: rootFD, root: root).get() else { continue }
-            for key in keys where !key.exists(in: signed) {
+            for key in keys where !signed.contains(key) {
                 throw SignetError(.usage, "the allowed key '\(key)' names nothing in the signed '\(path)' of '\(root)'; check the spelling (keys are joined by '.', array elements are numbers or '*')", path: root)
             }
         }

@@ -1,4 +1,4 @@
-/// Reads a binary property list (`bplist00`) strictly into a ``StructuredValue``.
+/// Reads a binary property list (`bplist00`) strictly into a ``StructuredDocument``.
 ///
 /// Every offset, length and reference is checked against the file before it is used (checked
 /// arithmetic throughout); an object that refers to itself, nesting deeper than
@@ -6,9 +6,11 @@
 /// all (one object may be referred to many times), sets, UIDs, 128-bit integers, non-string
 /// or duplicate dictionary keys and invalid text are refused.
 enum BinaryPropertyList {
-    static func parse(_ bytes: [UInt8]) throws -> StructuredValue {
+    static func parse(_ bytes: [UInt8]) throws -> StructuredDocument {
         var reader = try Reader(bytes)
-        return try reader.value(reader.top, depth: 0)
+        var builder = StructuredDocument.Builder()
+        try reader.value(reader.top, depth: 0, into: &builder)
+        return builder.document
     }
 
     private struct Reader {
@@ -86,18 +88,21 @@ enum BinaryPropertyList {
             }
         }
 
-        mutating func value(_ object: Int, depth: Int) throws -> StructuredValue {
+        /// Object `object` and everything it holds, appended to `builder` (a dictionary key with
+        /// `asKey`, which must be a string).
+        mutating func value(_ object: Int, depth: Int, into builder: inout StructuredDocument.Builder, asKey: Bool = false) throws {
             guard object < count else { throw Self.fail("a reference to object \(object) of \(count)") }
             guard depth <= StructuredFormat.maximumDepth else { throw Self.fail("it is nested more than \(StructuredFormat.maximumDepth) levels deep") }
             values += 1
             guard values <= StructuredFormat.maximumValues else { throw Self.fail("it expands to more than \(StructuredFormat.maximumValues) values") }
             let at = try offset(of: object)
             let marker = bytes[at]
+            guard !asKey || marker >> 4 == 0x5 || marker >> 4 == 0x6 else { throw Self.fail("a dictionary key that is not a string") }
             switch marker >> 4 {
             case 0x0:
                 switch marker {
-                case 0x08: return .bool(false)
-                case 0x09: return .bool(true)
+                case 0x08: builder.bool(false)
+                case 0x09: builder.bool(true)
                 default: throw Self.fail("marker 0x\(String(marker, radix: 16)) is not a property list value")
                 }
             case 0x1:
@@ -105,44 +110,24 @@ enum BinaryPropertyList {
                 guard size <= 8 else { throw Self.fail("an integer of \(size) bytes") }
                 let raw = try unsigned(at: at + 1, size: size)
                 // 1, 2 and 4 bytes are unsigned; 8 bytes are two's complement.
-                return .number(size == 8 ? String(Int64(bitPattern: raw)) : String(raw))
+                builder.number(size == 8 ? String(Int64(bitPattern: raw)) : String(raw))
             case 0x2:
                 switch marker & 0x0F {
-                case 2: return .real(Double(Float(bitPattern: UInt32(try unsigned(at: at + 1, size: 4)))))
-                case 3: return .real(Double(bitPattern: try unsigned(at: at + 1, size: 8)))
+                case 2: builder.real(Double(Float(bitPattern: UInt32(try unsigned(at: at + 1, size: 4)))))
+                case 3: builder.real(Double(bitPattern: try unsigned(at: at + 1, size: 8)))
                 default: throw Self.fail("a real that is not 4 or 8 bytes")
                 }
             case 0x3:
                 guard marker == 0x33 else { throw Self.fail("a date that is not 8 bytes") }
-                return .date(Double(bitPattern: try unsigned(at: at + 1, size: 8)))
+                builder.date(Double(bitPattern: try unsigned(at: at + 1, size: 8)))
             case 0x4:
                 let (length, start) = try length(marker: marker, at: at)
                 try fits(start, length, 1)
                 try expand(length)
-                return .data(Array(bytes[start..<start + length]))
-            case 0x5:
-                let (length, start) = try length(marker: marker, at: at)
-                try fits(start, length, 1)
-                try expand(length)
-                let slice = bytes[start..<start + length]
-                guard slice.allSatisfy({ $0 < 0x80 }) else { throw Self.fail("an ASCII string with a byte above 0x7F") }
-                return .string(String(decoding: slice, as: UTF8.self))
-            case 0x6:
-                let (length, start) = try length(marker: marker, at: at)
-                try fits(start, length, 2)
-                try expand(2 * length)
-                let units = (0..<length).map { UInt16(bytes[start + 2 * $0]) << 8 | UInt16(bytes[start + 2 * $0 + 1]) }
-                var text = ""
-                var iterator = units.makeIterator()
-                var decoder = UTF16()
-                loop: while true {
-                    switch decoder.decode(&iterator) {
-                    case .scalarValue(let scalar): text.unicodeScalars.append(scalar)
-                    case .emptyInput: break loop
-                    case .error: throw Self.fail("a UTF-16 string with a lone surrogate")
-                    }
-                }
-                return .string(text)
+                builder.data(bytes[start..<start + length])
+            case 0x5, 0x6:
+                let text = try string(marker: marker, at: at)
+                if asKey { builder.key(text) } else { builder.string(text) }
             case 0xA, 0xD:
                 let (length, start) = try length(marker: marker, at: at)
                 let isDictionary = marker >> 4 == 0xD
@@ -155,21 +140,55 @@ enum BinaryPropertyList {
                     guard raw < UInt64(count) else { throw Self.fail("a reference to object \(raw) of \(count)") }
                     return Int(raw)
                 }
+                builder.begin(dictionary: isDictionary)
                 if !isDictionary {
-                    var items: [StructuredValue] = []
-                    items.reserveCapacity(length)
-                    for index in 0..<length { items.append(try value(try reference(index), depth: depth + 1)) }
-                    return .array(items)
+                    for index in 0..<length { try value(try reference(index), depth: depth + 1, into: &builder) }
+                } else {
+                    // Keys compared as bytes (their scalars): NFC and NFD twins are two keys.
+                    var keys = Set<[UInt8]>()
+                    for index in 0..<length {
+                        let key = try reference(index)
+                        let text = try string(marker: bytes[try offset(of: key)], at: try offset(of: key), key: true)
+                        guard keys.insert(Array(text.utf8)).inserted else { throw Self.fail("the key \"\(text)\" appears twice in one dictionary") }
+                        try value(key, depth: depth + 1, into: &builder, asKey: true)
+                        try value(try reference(length + index), depth: depth + 1, into: &builder)
+                    }
                 }
-                var fields: [StructuredValue.Key: StructuredValue] = [:]
-                for index in 0..<length {
-                    guard case .string(let key) = try value(try reference(index), depth: depth + 1) else { throw Self.fail("a dictionary key that is not a string") }
-                    let item = try value(try reference(length + index), depth: depth + 1)
-                    guard fields.updateValue(item, forKey: .init(key)) == nil else { throw Self.fail("the key \"\(key)\" appears twice in one dictionary") }
-                }
-                return .dictionary(fields)
+                builder.end()
             default:
                 throw Self.fail("marker 0x\(String(marker, radix: 16)) (sets, UIDs and other archiver types are not property list values here)")
+            }
+        }
+
+        /// The text of an ASCII (0x5) or UTF-16 (0x6) string object at `at` (counted against
+        /// the expansion bound unless it is a `key` read once more to check it is not repeated).
+        mutating func string(marker: UInt8, at: Int, key: Bool = false) throws -> String {
+            guard marker >> 4 == 0x5 || marker >> 4 == 0x6 else { throw Self.fail("a dictionary key that is not a string") }
+            let (length, start) = try length(marker: marker, at: at)
+            switch marker >> 4 {
+            case 0x5:
+                try fits(start, length, 1)
+                if !key { try expand(length) }
+                let slice = bytes[start..<start + length]
+                guard slice.allSatisfy({ $0 < 0x80 }) else { throw Self.fail("an ASCII string with a byte above 0x7F") }
+                return String(decoding: slice, as: UTF8.self)
+            case 0x6:
+                try fits(start, length, 2)
+                if !key { try expand(2 * length) }
+                let units = (0..<length).map { UInt16(bytes[start + 2 * $0]) << 8 | UInt16(bytes[start + 2 * $0 + 1]) }
+                var text = ""
+                var iterator = units.makeIterator()
+                var decoder = UTF16()
+                loop: while true {
+                    switch decoder.decode(&iterator) {
+                    case .scalarValue(let scalar): text.unicodeScalars.append(scalar)
+                    case .emptyInput: break loop
+                    case .error: throw Self.fail("a UTF-16 string with a lone surrogate")
+                    }
+                }
+                return text
+            default:
+                throw Self.fail("a dictionary key that is not a string")
             }
         }
     }

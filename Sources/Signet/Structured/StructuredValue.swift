@@ -30,13 +30,14 @@ public enum StructuredFormat: String, Sendable, Equatable, CaseIterable {
         return first == UInt8(ascii: "<") ? .plist : .json
     }
 
-    /// Parses `bytes` in this format. Throws ``StructuredValue/ParseError`` naming what is wrong.
-    func parse(_ bytes: [UInt8]) throws -> StructuredValue {
+    /// Parses `bytes` in this format into the compact form compared key by key. Throws
+    /// ``StructuredValue/ParseError`` naming what is wrong.
+    func parse(_ bytes: [UInt8]) throws -> StructuredDocument {
         guard bytes.count <= Self.maximumSize else {
             throw StructuredValue.ParseError("it is \(bytes.count) bytes; structured files are compared key by key up to \(Self.maximumSize) bytes")
         }
         switch self {
-        case .json: return try StructuredValue.json(bytes)
+        case .json: return try StructuredDocument.json(bytes)
         case .plist:
             if bytes.starts(with: Array("bplist".utf8)) { return try BinaryPropertyList.parse(bytes) }
             return try XMLPropertyList.parse(bytes)
@@ -217,70 +218,60 @@ indirect enum StructuredValue: Equatable {
     // MARK: JSON
 
     /// Parses strict JSON (``StrictJSON``: duplicate keys, a byte order mark, invalid UTF-8 and
-    /// the other constructs parsers read differently are refused), fractions allowed.
+    /// the other constructs parsers read differently are refused), fractions allowed, as a tree
+    /// (small documents: configuration files; resources use ``StructuredDocument/json(_:)``).
     static func json(_ bytes: [UInt8]) throws -> StructuredValue {
-        var builder = Builder()
+        try StructuredDocument.json(bytes).value
+    }
+}
+
+extension StructuredDocument {
+    /// Parses strict JSON (``StrictJSON``) into the compact form.
+    static func json(_ bytes: [UInt8]) throws -> StructuredDocument {
+        var handler = JSONBuilder()
         do {
-            try StrictJSON.parse(bytes, maximumDepth: StructuredFormat.maximumDepth, into: &builder)
+            try StrictJSON.parse(bytes, maximumDepth: StructuredFormat.maximumDepth, into: &handler)
         } catch let refusal as StrictJSON.Refusal {
-            throw ParseError("it is not JSON as Signet reads it: \(refusal)")
+            throw StructuredValue.ParseError("it is not JSON as Signet reads it: \(refusal)")
         }
-        guard let value = builder.result else { throw ParseError("it holds no JSON value") }
-        return value
+        guard handler.builder.isComplete else { throw StructuredValue.ParseError("it holds no JSON value") }
+        return handler.builder.document
     }
 
-    /// Builds the tree from ``StrictJSON``'s events. Each open container is built in place on
-    /// the stack (appending to an array held in an enum payload copied it whole each time:
-    /// quadratic in the array's length).
-    private struct Builder: StrictJSON.Handler {
-        struct Frame {
-            let isObject: Bool
-            var items: [StructuredValue] = []
-            var fields: [Key: StructuredValue] = [:]
-            var key: String?
-        }
-        var stack: [Frame] = []
-        var result: StructuredValue?
+    /// ``StrictJSON``'s events into a ``Builder`` (StrictJSON has refused duplicate keys).
+    private struct JSONBuilder: StrictJSON.Handler {
+        var builder = Builder()
+        var values = 0
 
         mutating func begin(isObject: Bool) throws {
-            stack.append(Frame(isObject: isObject))
+            try count()
+            builder.begin(dictionary: isObject)
         }
 
-        mutating func end() throws {
-            let frame = stack.removeLast()
-            add(frame.isObject ? .dictionary(frame.fields) : .array(frame.items))
-        }
+        mutating func end() throws { builder.end() }
 
-        mutating func key(_ key: String) throws {
-            guard !stack.isEmpty else { return }
-            stack[stack.count - 1].key = key
-        }
+        mutating func key(_ key: String) throws { builder.key(key) }
 
         mutating func scalar(_ value: StrictJSON.Scalar) throws {
+            try count()
             switch value {
-            case .null: add(.null)
-            case .bool(let flag): add(.bool(flag))
-            case .string(let text): add(.string(text))
+            case .null: builder.null()
+            case .bool(let flag): builder.bool(flag)
+            case .string(let text): builder.string(text)
             case .number(let text):
-                guard let number = canonicalNumber(Substring(text)) else {
-                    throw ParseError("it is not JSON as Signet reads it: the number \(text.prefix(40)) has an exponent beyond ±10^15")
+                guard let number = StructuredValue.canonicalNumber(Substring(text)) else {
+                    throw StructuredValue.ParseError("it is not JSON as Signet reads it: the number \(text.prefix(40)) has an exponent beyond ±10^15")
                 }
-                add(.number(number))
+                builder.number(number)
             }
         }
 
-        private mutating func add(_ value: StructuredValue) {
-            guard !stack.isEmpty else {
-                result = value
-                return
-            }
-            let top = stack.count - 1
-            if stack[top].isObject {
-                // StrictJSON has refused duplicate keys already.
-                stack[top].fields[Key(stack[top].key ?? "")] = value
-                stack[top].key = nil
-            } else {
-                stack[top].items.append(value)
+        /// JSON cannot expand beyond its own size, but its values are counted like a property
+        /// list's (the compact form indexes them with 32 bits).
+        private mutating func count() throws {
+            values += 1
+            guard values <= StructuredFormat.maximumValues else {
+                throw StructuredValue.ParseError("it is not JSON as Signet reads it: it holds more than \(StructuredFormat.maximumValues) values")
             }
         }
     }
@@ -343,27 +334,6 @@ public struct KeyPath: Hashable, Sendable, CustomStringConvertible {
         guard components.count <= path.components.count else { return false }
         return zip(components, path.components).allSatisfy { pattern, component in pattern == nil || pattern == component }
     }
-
-    /// Whether this pattern names at least one value in `value`.
-    func exists(in value: StructuredValue) -> Bool {
-        func walk(_ value: StructuredValue, _ rest: ArraySlice<String?>) -> Bool {
-            guard let first = rest.first else { return true }
-            switch value {
-            case .dictionary(let fields):
-                if let name = first { return fields[.init(name)].map { walk($0, rest.dropFirst()) } ?? false }
-                return fields.values.contains { walk($0, rest.dropFirst()) }
-            case .array(let items):
-                if let name = first {
-                    guard let index = Int(name), String(index) == name, items.indices.contains(index) else { return false }
-                    return walk(items[index], rest.dropFirst())
-                }
-                return items.contains { walk($0, rest.dropFirst()) }
-            default:
-                return false
-            }
-        }
-        return walk(value, components[...])
-    }
 }
 
 /// One difference between a structured resource as signed and as it is now.
@@ -392,38 +362,8 @@ public struct KeyChange: Sendable, Equatable, CustomStringConvertible {
 }
 
 extension StructuredValue {
-    /// Every difference from `old` to `new`, deepest first where both hold a container, in key
-    /// order; each marked allowed when one of `allowed` covers it.
+    /// Every difference from `old` to `new` (``StructuredDocument/changes(from:to:allowed:)``).
     static func changes(from old: StructuredValue, to new: StructuredValue, allowed: [KeyPath]) -> [KeyChange] {
-        var found: [KeyChange] = []
-        func note(_ path: [String?], _ kind: KeyChange.Kind) {
-            let keyPath = KeyPath(components: path)
-            found.append(KeyChange(path: keyPath, kind: kind, allowed: allowed.contains { $0.covers(keyPath) }))
-        }
-        func walk(_ old: StructuredValue, _ new: StructuredValue, _ path: [String?]) {
-            switch (old, new) {
-            case (.dictionary(let a), .dictionary(let b)):
-                for key in Set(a.keys).union(b.keys).sorted() {
-                    switch (a[key], b[key]) {
-                    case (let x?, let y?): walk(x, y, path + [key.text])
-                    case (_?, nil): note(path + [key.text], .removed)
-                    case (nil, _?): note(path + [key.text], .added)
-                    case (nil, nil): break
-                    }
-                }
-            case (.array(let a), .array(let b)):
-                for index in 0..<max(a.count, b.count) {
-                    if index < a.count && index < b.count {
-                        walk(a[index], b[index], path + [String(index)])
-                    } else {
-                        note(path + [String(index)], index < a.count ? .removed : .added)
-                    }
-                }
-            default:
-                if old != new { note(path, .changed) }
-            }
-        }
-        walk(old, new, [])
-        return found
+        StructuredDocument.changes(from: StructuredDocument(old), to: StructuredDocument(new), allowed: allowed)
     }
 }

@@ -8,7 +8,7 @@ import FoundationXML
 /// declarations (so no expansion bombs), nothing but white space between elements, nesting at
 /// most ``StructuredFormat/maximumDepth`` deep.
 enum XMLPropertyList {
-    static func parse(_ bytes: [UInt8]) throws -> StructuredValue {
+    static func parse(_ bytes: [UInt8]) throws -> StructuredDocument {
         // Property lists are UTF-8. Foundation's XMLParser traps (a crash, found by the
         // `structured` fuzz target) when libxml2 hands it an element name that is not valid
         // UTF-8, so nothing that is not valid UTF-8, or declares another encoding, reaches it.
@@ -42,8 +42,8 @@ enum XMLPropertyList {
             let reason = parser.parserError.map { ($0 as NSError).localizedDescription } ?? "the XML does not parse"
             throw StructuredValue.ParseError("it is not well-formed XML: \(reason) (line \(parser.lineNumber))")
         }
-        guard let value = reader.result else { throw StructuredValue.ParseError("it holds no <plist> value") }
-        return value
+        guard reader.done, reader.builder.isComplete else { throw StructuredValue.ParseError("it holds no <plist> value") }
+        return reader.builder.document
     }
 
     /// Where `needle` first occurs in `bytes` at or after `start`.
@@ -64,28 +64,29 @@ enum XMLPropertyList {
         return String(rest.dropFirst().prefix { $0 != quote })
     }
 
+    /// Appends the values to a ``StructuredDocument/Builder`` in document order: a container
+    /// when its element starts, a scalar when its element ends.
     private final class Reader: NSObject, XMLParserDelegate {
         enum Kind: Equatable {
             case plist
             case array
             case dictionary
-            /// A leaf element collecting its text (`key`, `string`, `integer`…).
             case text(String)
-            /// `<true/>`, `<false/>`.
             case empty(Bool)
         }
-        /// One open element, built in place on the stack (an array kept in an enum payload was
-        /// copied whole on each append: quadratic in its length).
         struct Frame {
             let kind: Kind
-            var items: [StructuredValue] = []
-            var fields: [StructuredValue.Key: StructuredValue] = [:]
+            /// A dictionary's keys so far, as bytes (NFC and NFD twins are two keys).
+            var keys = Set<[UInt8]>()
+            /// A dictionary's key whose value has not come yet.
             var key: String?
             var text = ""
-            var value: StructuredValue?
+            /// Whether `<plist>` holds its value.
+            var hasValue = false
         }
         var stack: [Frame] = []
-        var result: StructuredValue?
+        var builder = StructuredDocument.Builder()
+        var done = false
         var refusal: String?
         var line = 0
 
@@ -100,12 +101,10 @@ enum XMLPropertyList {
             guard refusal == nil else { return }
             guard stack.count < StructuredFormat.maximumDepth else { return refuse(parser, "it is nested more than \(StructuredFormat.maximumDepth) levels deep") }
             guard !stack.isEmpty else {
-                guard name == "plist", result == nil else { return refuse(parser, "the document element is <\(name)>, not <plist>") }
+                guard name == "plist", !done else { return refuse(parser, "the document element is <\(name)>, not <plist>") }
                 stack.append(Frame(kind: .plist))
                 return
             }
-            // Read through the index, never a copy of the frame: a copy would share its array
-            // and make the next append copy it whole.
             let top = stack.count - 1
             switch stack[top].kind {
             case .text, .empty: return refuse(parser, "<\(name)> inside a value that holds text")
@@ -113,13 +112,14 @@ enum XMLPropertyList {
                 return refuse(parser, "<\(name)> in a <dict> where a <key> must come")
             case .dictionary where stack[top].key != nil && name == "key":
                 return refuse(parser, "two <key>s in a row in a <dict>")
-            case .plist where stack[top].value != nil:
+            case .plist where stack[top].hasValue:
                 return refuse(parser, "<plist> holds more than one value")
             default: break
             }
             switch name {
-            case "dict": stack.append(Frame(kind: .dictionary))
-            case "array": stack.append(Frame(kind: .array))
+            case "dict", "array":
+                builder.begin(dictionary: name == "dict")
+                stack.append(Frame(kind: name == "dict" ? .dictionary : .array))
             case "key", "string", "integer", "real", "date", "data": stack.append(Frame(kind: .text(name)))
             case "true": stack.append(Frame(kind: .empty(true)))
             case "false": stack.append(Frame(kind: .empty(false)))
@@ -147,56 +147,54 @@ enum XMLPropertyList {
 
         func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
             guard refusal == nil, let top = stack.popLast() else { return }
-            let value: StructuredValue
             switch top.kind {
             case .plist:
-                guard let held = top.value else { return refuse(parser, "<plist> holds no value") }
-                result = held
+                guard top.hasValue else { return refuse(parser, "<plist> holds no value") }
+                done = true
                 return
-            case .array: value = .array(top.items)
+            case .array: builder.end()
             case .dictionary:
                 guard top.key == nil else { return refuse(parser, "<key>\(top.key!)</key> has no value") }
-                value = .dictionary(top.fields)
-            case .empty(let flag): value = .bool(flag)
+                builder.end()
+            case .empty(let flag): builder.bool(flag)
             case .text("key"):
                 let parent = stack.count - 1
                 guard parent >= 0, stack[parent].kind == .dictionary, stack[parent].key == nil else { return refuse(parser, "<key> outside a <dict>") }
-                guard stack[parent].fields[.init(top.text)] == nil else { return refuse(parser, "the key \"\(top.text)\" appears twice in one <dict>") }
+                guard stack[parent].keys.insert(Array(top.text.utf8)).inserted else { return refuse(parser, "the key \"\(top.text)\" appears twice in one <dict>") }
                 stack[parent].key = top.text
+                builder.key(top.text)
                 return
-            case .text("string"): value = .string(top.text)
+            case .text("string"): builder.string(top.text)
             case .text("integer"):
                 let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
                 guard let integer = StructuredValue.canonicalInteger(Substring(trimmed)) else { return refuse(parser, "<integer>\(trimmed.prefix(40))</integer> is not a whole number") }
-                value = .number(integer)
+                builder.number(integer)
             case .text("real"):
                 let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
                 // Decimal text is kept exactly; nan and inf, which have no decimal form, as doubles.
                 if let number = StructuredValue.canonicalNumber(Substring(trimmed)) {
-                    value = .number(number)
+                    builder.number(number)
                 } else if let real = Double(trimmed), !real.isFinite {
-                    value = .real(real)
+                    builder.real(real)
                 } else {
                     return refuse(parser, "<real>\(trimmed.prefix(40))</real> is not a number")
                 }
             case .text("date"):
                 let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
                 guard let date = ISO8601DateFormatter().date(from: trimmed) else { return refuse(parser, "<date>\(trimmed.prefix(40))</date> is not an ISO 8601 UTC time") }
-                value = .date(date.timeIntervalSinceReferenceDate)
+                builder.date(date.timeIntervalSinceReferenceDate)
             case .text:   // data
                 let base64 = top.text.filter { !($0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n") }
                 guard let data = Data(base64Encoded: base64) else { return refuse(parser, "<data> is not base64") }
-                value = .data(Array(data))
+                builder.data(Array(data))
             }
+            // The value just made belongs to its parent.
             guard !stack.isEmpty else { return refuse(parser, "a value outside <plist>") }
             let index = stack.count - 1
             switch stack[index].kind {
-            case .plist: stack[index].value = value
-            case .array: stack[index].items.append(value)
-            case .dictionary where stack[index].key != nil:
-                let key = stack[index].key!
-                stack[index].key = nil
-                stack[index].fields[.init(key)] = value
+            case .plist: stack[index].hasValue = true
+            case .array: break
+            case .dictionary where stack[index].key != nil: stack[index].key = nil
             default: refuse(parser, "a value outside <plist>")
             }
         }
