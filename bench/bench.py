@@ -6,7 +6,7 @@ page cache right before each timing (BENCHMARKING.md: the cache is paged out aft
 reads each child's peak RSS from wait4(), and reports the median time of each side and the
 median of the per-pair ratios Signet/peer, against the targets of issue 6.
 """
-import argparse, json, os, platform, random, shutil, statistics, subprocess, sys, time
+import argparse, io, json, os, platform, random, shutil, statistics, subprocess, sys, time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--signet", required=True)
@@ -357,7 +357,10 @@ def structured_row(kind, target):
     return dict(target=target, prepare="structured", inputs=[f"{tree}/{name}", f"{tree}/.signet/structured/{name}"],
         signet=lambda r: f"{S} reverify {tree} --pubkey {pub_der} --allow-key '{name}:items.7.value' --quiet",
         peer=lambda r: (f"python3 -c \"import json, plistlib, sys; a = {loader}(open(sys.argv[1], 'rb')); "
-                        f"b = {loader}(open(sys.argv[2], 'rb')); sys.exit(0 if a != b else 1)\" {tree}/{name} {tree}/.signet/structured/{name}"))
+                        f"b = {loader}(open(sys.argv[2], 'rb')); sys.exit(0 if a != b else 1)\" {tree}/{name} {tree}/.signet/structured/{name}"),
+        # Issue 36 point 9: reverify's peak RSS at most 3 x the document + 32 MiB.
+        report=lambda: dict(document_bytes=os.path.getsize(f"{tree}/{name}"),
+                            rss_budget_mib=round((3 * os.path.getsize(f"{tree}/{name}") + (32 << 20)) / (1 << 20), 1)))
 
 
 rows["reverify-structured-json-16m-vs-python"] = structured_row("json", 1.5)
@@ -397,34 +400,36 @@ def prepare(kind):
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d)
             import plistlib
-            items, size = [], 0
-            while size < 15_500_000:
-                i = len(items)
-                item = {"id": i, "name": f"item-{i}", "path": f"/opt/app/data/{i:07d}.bin", "tags": ["alpha", "beta", "gamma"],
-                        "value": i * 1.5, "enabled": i % 2 == 0, "owner": {"uid": 1000 + i % 7, "group": "staff"}}
-                items.append(item)
-                size += 190
-            document = {"version": 3, "items": items}
-            def changed(doc):
-                doc["items"][7]["value"] = -1.25
-                return doc
+
+            def item(i):
+                return {"id": i, "name": f"item-{i}", "path": f"/opt/app/data/{i:07d}.bin",
+                        "description": f"resource {i}: " + "the quick brown fox jumps over the lazy dog " * 4,
+                        "value": i * 1.5, "enabled": i % 2 == 0}
+
             writers = {"json": lambda f, doc: f.write(json.dumps(doc).encode()),
                        "bplist": lambda f, doc: plistlib.dump(doc, f, fmt=plistlib.FMT_BINARY),
                        "xmlplist": lambda f, doc: plistlib.dump(doc, f, fmt=plistlib.FMT_XML)}
             for kind_, name in structured_formats.items():
+                # As many items as make about 15.5 MB in this format (the limit is 16 MiB).
+                sample = io.BytesIO()
+                writers[kind_](sample, {"version": 3, "items": [item(i) for i in range(1000)]})
+                count = int(15_500_000 / (len(sample.getvalue()) / 1000))
                 src = f"{d}/{kind_}-src"
-                os.makedirs(src)
-                with open(f"{src}/{name}", "wb") as f:
-                    writers[kind_](f, document)
-                if os.path.getsize(f"{src}/{name}") > 16 << 20:
-                    sys.exit(f"{name} is over 16 MiB")
+                os.makedirs(src, exist_ok=True)
+                while True:
+                    document = {"version": 3, "items": [item(i) for i in range(count)]}
+                    with open(f"{src}/{name}", "wb") as f:
+                        writers[kind_](f, document)
+                    if os.path.getsize(f"{src}/{name}") <= 16_000_000:
+                        break
+                    count = count * 15 // 16   # larger offsets in a larger binary list
                 sh(f"{S} pack {src} {K} --name structured-{kind_} --version 1 --sequence 1 --structured '{name}' --out {d}/{kind_}.zip > /dev/null")
                 sh(f"{S} unpack {d}/{kind_}.zip --dest {d}/{kind_}-tree --pubkey {pub_der} > /dev/null")
                 # One value changed in place (same inode: its attributes stay).
+                document["items"][7]["value"] = -1.25
                 with open(f"{d}/{kind_}-tree/{name}", "r+b") as f:
                     f.truncate(0)
-                    writers[kind_](f, changed(json.loads(json.dumps(document))))
-                document["items"][7]["value"] = 7 * 1.5
+                    writers[kind_](f, document)
             open(f"{d}/made", "w").close()
         return [f"{d}/{kind}-tree/{name}" for kind, name in structured_formats.items()]
     if kind == "minisign":

@@ -200,6 +200,16 @@ struct StructuredTests {
         let xml = #"<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><array>"# + String(repeating: "<integer>7</integer>", count: 200_000) + "</array></plist>"
         guard case .array(let plistItems) = try StructuredFormat.plist.parse(Array(xml.utf8)).value else { Issue.record("not an array"); return }
         #expect(plistItems.count == 200_000)
+
+        // An XML property list over 10 MB (up to the 16 MiB limit): libxml2 given it all at once
+        // refused it ("huge input lookup"); fed in chunks it parses (issue 36).
+        let line = "<string>" + String(repeating: "x", count: 48) + "</string>"
+        let large = #"<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><array>"# + String(repeating: line, count: 230_000) + "</array></plist>"
+        #expect(large.utf8.count > 14_000_000 && large.utf8.count < StructuredFormat.maximumSize)
+        let parsed = try StructuredFormat.plist.parse(Array(large.utf8))
+        #expect(StructuredDocument.changes(from: parsed, to: parsed, allowed: []).isEmpty)
+        guard case .array(let largeItems) = parsed.value else { Issue.record("not an array"); return }
+        #expect(largeItems.count == 230_000)
     }
 
     @Test("the library: verifyTree (async) takes the rules and reports each file's changed key paths")

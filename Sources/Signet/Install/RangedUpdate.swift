@@ -275,8 +275,8 @@ extension Installer.Job {
     /// out of the tree): copied and hashed in one pass, with the structured copy where the
     /// manifest asks for one. With `inPlace`, the file is the one an earlier run staged and
     /// ``Staging/moveIn(_:from:size:)`` brought: hashed where it is, nothing copied.
-    /// `ownSignature` may give the file's signature from its own attributes (verified), instead
-    /// of the package's entry. Nil, with
+    /// `ownSignature` may give the file's signature from its own attributes, verified with the
+    /// manifest's key over the file's digest, instead of the package's entry. Nil, with
     /// nothing staged, when the file is absent, not a regular file, unreadable, or not exactly
     /// the signed content.
     func stageCopy(_ file: Manifest.File, from root: FileDescriptor?, inPlace: Bool = false, into staging: Staging, checked: PackageReader.Checked,
@@ -335,10 +335,13 @@ extension Installer.Job {
         }
         let digests = try hashers.map { try $0.finalize() }
         guard total == file.size, file.content.matches(digests[0]) else { return nil }
-        // The file's own signature where it may stand for the package's entry (not fetched).
-        let signature = try ownSignature(source.descriptor, digests[digests.count - 1])
-            ?? reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
-        if let later {
+        // The file's own signature where it may stand for the package's entry (not fetched;
+        // verified already, so not checked again).
+        let own = ownSignature(source.descriptor, digests[digests.count - 1])
+        let signature = try own ?? reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
+        if own != nil {
+            // Verified with the manifest's key over this digest by ownSignature.
+        } else if let later {
             later(signature, digests[digests.count - 1])
         } else if case .rejected(let failure, let message, let entry) = PackageReader.signatureCheck(file, signature: signature, digest: digests[digests.count - 1],
                                                                                                     key: checked.key, algorithm: checked.algorithm) {

@@ -238,22 +238,18 @@ extension StructuredDocument {
         return handler.builder.document
     }
 
-    /// ``StrictJSON``'s events into a ``Builder`` (StrictJSON has refused duplicate keys).
+    /// ``StrictJSON``'s events into a ``Builder`` (StrictJSON has refused duplicate keys; a
+    /// 16 MiB document holds at most 8 Mi values, well within the 32-bit indexes).
     private struct JSONBuilder: StrictJSON.Handler {
         var builder = Builder()
-        var values = 0
 
-        mutating func begin(isObject: Bool) throws {
-            try count()
-            builder.begin(dictionary: isObject)
-        }
+        mutating func begin(isObject: Bool) throws { builder.begin(dictionary: isObject) }
 
         mutating func end() throws { builder.end() }
 
         mutating func key(_ key: String) throws { builder.key(key) }
 
         mutating func scalar(_ value: StrictJSON.Scalar) throws {
-            try count()
             switch value {
             case .null: builder.null()
             case .bool(let flag): builder.bool(flag)
@@ -263,15 +259,6 @@ extension StructuredDocument {
                     throw StructuredValue.ParseError("it is not JSON as Signet reads it: the number \(text.prefix(40)) has an exponent beyond ±10^15")
                 }
                 builder.number(number)
-            }
-        }
-
-        /// JSON cannot expand beyond its own size, but its values are counted like a property
-        /// list's (the compact form indexes them with 32 bits).
-        private mutating func count() throws {
-            values += 1
-            guard values <= StructuredFormat.maximumValues else {
-                throw StructuredValue.ParseError("it is not JSON as Signet reads it: it holds more than \(StructuredFormat.maximumValues) values")
             }
         }
     }

@@ -32,7 +32,9 @@ enum XMLPropertyList {
             throw StructuredValue.ParseError("it is not a property list as Signet reads it: it holds a processing instruction (<?…?>, line \(line)); property lists have only the XML declaration at the start")
         }
         let reader = Reader()
-        let parser = XMLParser(data: Data(bytes))
+        // Fed in chunks from a stream: given all at once, libxml2 refuses a document over 10 MB
+        // ("Huge input lookup", NSXMLParserErrorDomain 1), below the 16 MiB Signet accepts.
+        let parser = XMLParser(stream: InputStream(data: Data(bytes)))
         parser.shouldResolveExternalEntities = false
         parser.shouldProcessNamespaces = false
         parser.delegate = reader
