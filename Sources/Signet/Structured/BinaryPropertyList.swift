@@ -8,7 +8,8 @@
 enum BinaryPropertyList {
     static func parse(_ bytes: [UInt8]) throws -> StructuredDocument {
         var reader = try Reader(bytes)
-        var builder = StructuredDocument.Builder()
+        // References may repeat an object: text up to the expansion bound, values up to their own.
+        var builder = StructuredDocument.Builder(reserving: bytes.count)
         try reader.value(reader.top, depth: 0, into: &builder)
         return builder.document
     }

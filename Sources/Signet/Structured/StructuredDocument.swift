@@ -31,6 +31,20 @@ struct StructuredDocument {
         /// Open containers, innermost last.
         private var open: [Int] = []
 
+        init() {}
+
+        /// A builder for a document of `size` bytes: its arrays reserved once for the most such
+        /// a document can hold (text no longer than the document, a value for every two bytes),
+        /// so that they never grow by copying (an array that doubles holds its old and new
+        /// storage at once); pages never written are not resident.
+        init(reserving size: Int) {
+            let size = max(0, min(size, StructuredFormat.maximumSize))
+            document.bytes.reserveCapacity(size)
+            document.kinds.reserveCapacity(size / 2 + 1)
+            document.first.reserveCapacity(size / 2 + 1)
+            document.second.reserveCapacity(size / 2 + 1)
+        }
+
         /// Whether every container was closed and one value made.
         var isComplete: Bool { open.isEmpty && !document.kinds.isEmpty }
 

@@ -228,7 +228,7 @@ indirect enum StructuredValue: Equatable {
 extension StructuredDocument {
     /// Parses strict JSON (``StrictJSON``) into the compact form.
     static func json(_ bytes: [UInt8]) throws -> StructuredDocument {
-        var handler = JSONBuilder()
+        var handler = JSONBuilder(builder: Builder(reserving: bytes.count))
         do {
             try StrictJSON.parse(bytes, maximumDepth: StructuredFormat.maximumDepth, into: &handler)
         } catch let refusal as StrictJSON.Refusal {
@@ -241,7 +241,7 @@ extension StructuredDocument {
     /// ``StrictJSON``'s events into a ``Builder`` (StrictJSON has refused duplicate keys; a
     /// 16 MiB document holds at most 8 Mi values, well within the 32-bit indexes).
     private struct JSONBuilder: StrictJSON.Handler {
-        var builder = Builder()
+        var builder: Builder
 
         mutating func begin(isObject: Bool) throws { builder.begin(dictionary: isObject) }
 

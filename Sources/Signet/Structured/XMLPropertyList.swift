@@ -31,18 +31,23 @@ enum XMLPropertyList {
             let line = bytes[..<at].reduce(1) { $1 == 0x0A ? $0 + 1 : $0 }
             throw StructuredValue.ParseError("it is not a property list as Signet reads it: it holds a processing instruction (<?…?>, line \(line)); property lists have only the XML declaration at the start")
         }
-        let reader = Reader()
+        let reader = Reader(size: bytes.count)
         // Fed in chunks from a stream: given all at once, libxml2 refuses a document over 10 MB
         // ("Huge input lookup", NSXMLParserErrorDomain 1), below the 16 MiB Signet accepts.
-        let parser = XMLParser(stream: InputStream(data: Data(bytes)))
-        parser.shouldResolveExternalEntities = false
-        parser.shouldProcessNamespaces = false
-        parser.delegate = reader
-        let parsed = parser.parse()
+        // The document's own bytes, not a copy (the parser does not outlive this scope).
+        let (parsed, failure): (Bool, String?) = bytes.withUnsafeBytes { raw in
+            let data = Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!), count: raw.count, deallocator: .none)
+            let parser = XMLParser(stream: InputStream(data: data))
+            parser.shouldResolveExternalEntities = false
+            parser.shouldProcessNamespaces = false
+            parser.delegate = reader
+            let parsed = parser.parse()
+            let reason = parser.parserError.map { ($0 as NSError).localizedDescription } ?? "the XML does not parse"
+            return (parsed, parsed ? nil : "\(reason) (line \(parser.lineNumber))")
+        }
         if let refusal = reader.refusal { throw StructuredValue.ParseError("it is not a property list as Signet reads it: \(refusal) (line \(reader.line))") }
         guard parsed else {
-            let reason = parser.parserError.map { ($0 as NSError).localizedDescription } ?? "the XML does not parse"
-            throw StructuredValue.ParseError("it is not well-formed XML: \(reason) (line \(parser.lineNumber))")
+            throw StructuredValue.ParseError("it is not well-formed XML: \(failure ?? "the XML does not parse")")
         }
         guard reader.done, reader.builder.isComplete else { throw StructuredValue.ParseError("it holds no <plist> value") }
         return reader.builder.document
@@ -87,7 +92,9 @@ enum XMLPropertyList {
             var hasValue = false
         }
         var stack: [Frame] = []
-        var builder = StructuredDocument.Builder()
+        var builder: StructuredDocument.Builder
+
+        init(size: Int) { builder = StructuredDocument.Builder(reserving: size) }
         var done = false
         var refusal: String?
         var line = 0
