@@ -40,6 +40,11 @@ enum StrictJSON {
         /// An object's key; its value follows.
         mutating func key(_ key: String) throws
         mutating func scalar(_ value: Scalar) throws
+        /// The same, with where the key's or value's text is in the document (a string's
+        /// between its quotes, escapes as written; a number's digits): a handler that keeps
+        /// the document can refer to it instead of copying. By default the plain forms.
+        mutating func key(_ key: String, raw: Range<Int>) throws
+        mutating func scalar(_ value: Scalar, raw: Range<Int>) throws
     }
 
     /// The handler of ``check(_:integersOnly:)``: keeps nothing.
@@ -116,7 +121,10 @@ enum StrictJSON {
             switch byte {
             case UInt8(ascii: "{"): try object(depth: depth + 1)
             case UInt8(ascii: "["): try array(depth: depth + 1)
-            case UInt8(ascii: "\""): try handler.scalar(.string(try string()))
+            case UInt8(ascii: "\""):
+                let start = at + 1
+                let text = try string()
+                try handler.scalar(.string(text), raw: start..<(at - 1))
             case UInt8(ascii: "t"):
                 try expect("true")
                 try handler.scalar(.bool(true))
@@ -129,7 +137,7 @@ enum StrictJSON {
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
                 let start = at
                 try number()
-                try handler.scalar(.number(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)))
+                try handler.scalar(.number(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)), raw: start..<at)
             default: throw refusal("unexpected character")
             }
         }
@@ -153,6 +161,7 @@ enum StrictJSON {
                 guard current == UInt8(ascii: "\"") else { throw refusal("an object key is not a string") }
                 let keyStart = at
                 let key = try string()
+                let keyEnd = at - 1
                 // Swift compares Strings by canonical equivalence: NFC/NFD twins are duplicates too.
                 let repeated: Bool
                 if openKeys.count - base < Self.listedKeys {
@@ -169,7 +178,7 @@ enum StrictJSON {
                 guard current == UInt8(ascii: ":") else { throw refusal("an object key is not followed by ':'") }
                 at += 1
                 skipSpace()
-                try handler.key(key)
+                try handler.key(key, raw: (keyStart + 1)..<keyEnd)
                 try value(depth: depth)
                 skipSpace()
                 guard let byte = current else { throw refusal("the document ends inside an object") }
@@ -311,4 +320,9 @@ enum StrictJSON {
             }
         }
     }
+}
+
+extension StrictJSON.Handler {
+    mutating func key(_ key: String, raw: Range<Int>) throws { try self.key(key) }
+    mutating func scalar(_ value: StrictJSON.Scalar, raw: Range<Int>) throws { try scalar(value) }
 }

@@ -9,7 +9,7 @@ enum BinaryPropertyList {
     static func parse(_ bytes: [UInt8]) throws -> StructuredDocument {
         var reader = try Reader(bytes)
         // References may repeat an object: text up to the expansion bound, values up to their own.
-        var builder = StructuredDocument.Builder(reserving: bytes.count)
+        var builder = StructuredDocument.Builder(reserving: bytes.count, source: bytes)
         try reader.value(reader.top, depth: 0, into: &builder)
         return builder.document
     }
@@ -125,8 +125,13 @@ enum BinaryPropertyList {
                 let (length, start) = try length(marker: marker, at: at)
                 try fits(start, length, 1)
                 try expand(length)
-                builder.data(bytes[start..<start + length])
-            case 0x5, 0x6:
+                builder.source(.data, start..<start + length)
+            case 0x5:
+                // ASCII: its bytes are its UTF-8 (checked), referred to where they are.
+                let (length, start) = try length(marker: marker, at: at)
+                _ = try string(marker: marker, at: at)
+                builder.source(.string, start..<start + length, isKey: asKey)
+            case 0x6:
                 let text = try string(marker: marker, at: at)
                 if asKey { builder.key(text) } else { builder.string(text) }
             case 0xA, 0xD:

@@ -1,24 +1,34 @@
 /// A parsed JSON document or property list in a compact form (issue 36, point 9): one entry
 /// per value in three flat arrays, in document order, and every string, number and data as a
-/// range of one byte buffer. A 16 MiB document costs about nine bytes a value plus its text
-/// once, instead of a tree of boxed enums, dictionaries and `String`s (eleven times the
+/// range of bytes: of the document itself where its text is the value's (a JSON string without
+/// escapes, a number already canonical, a binary list's ASCII string or data), else of a second
+/// buffer that holds the decoded text. A 16 MiB document costs about nine bytes a value beside
+/// the document, instead of a tree of boxed enums, dictionaries and `String`s (eleven times the
 /// document). Values compare exactly as ``StructuredValue`` defines: strings and keys by their
 /// Unicode scalars (their UTF-8 bytes), numbers by their exact value.
 ///
 /// Layout: a container is followed by its children (a dictionary's as key, value, key, value…);
 /// its `first` is the index after its last descendant, its `second` the number of its items
 /// (a dictionary's pairs). A scalar's `first` and `second` are the start and length of its bytes
-/// in `bytes` (text as UTF-8, a number as canonical text, a real or date as its 8-byte bit
-/// pattern, big-endian); a boolean's `first` is 0 or 1.
+/// (text as UTF-8, a number as canonical text, a real or date as its 8-byte bit pattern,
+/// big-endian); a boolean's `first` is 0 or 1.
 struct StructuredDocument {
     enum Kind: UInt8 {
         case null, bool, number, real, string, data, date, array, dictionary
     }
 
-    private(set) var kinds: [Kind] = []
+    /// Each value's ``Kind`` (its raw value), with ``inSource`` set when its bytes are the
+    /// document's own.
+    private(set) var kinds: [UInt8] = []
     private(set) var first: [UInt32] = []
     private(set) var second: [UInt32] = []
+    /// The document's own bytes (JSON, binary property lists), kept while it is compared.
+    private(set) var source: [UInt8] = []
+    /// Text that is not the document's own bytes (decoded, canonical, or from XML).
     private(set) var bytes: [UInt8] = []
+    private static let inSource: UInt8 = 0x80
+
+    private func kind(_ index: Int) -> Kind { Kind(rawValue: kinds[index] & 0x0F)! }
 
     /// The document's value (index 0), or nil for an empty document.
     var root: Int? { kinds.isEmpty ? nil : 0 }
@@ -34,23 +44,37 @@ struct StructuredDocument {
         init() {}
 
         /// A builder for a document of `size` bytes: its arrays reserved once for the most such
-        /// a document can hold (text no longer than the document, a value for every two bytes),
-        /// so that they never grow by copying (an array that doubles holds its old and new
-        /// storage at once); pages never written are not resident.
-        init(reserving size: Int) {
+        /// a document can hold (a value for every two bytes; text no longer than the document,
+        /// unless it refers to `source`, the document itself), so that they never grow by
+        /// copying (an array that doubles holds its old and new storage at once); pages never
+        /// written are not resident.
+        init(reserving size: Int, source: [UInt8]? = nil) {
             let size = max(0, min(size, StructuredFormat.maximumSize))
-            document.bytes.reserveCapacity(size)
+            if let source { document.source = source } else { document.bytes.reserveCapacity(size) }
             document.kinds.reserveCapacity(size / 2 + 1)
             document.first.reserveCapacity(size / 2 + 1)
             document.second.reserveCapacity(size / 2 + 1)
         }
 
+        /// A string, key, number (canonical text) or data whose bytes are `range` of the source.
+        mutating func source(_ kind: Kind, _ range: Range<Int>, isKey: Bool = false) {
+            node(kind, UInt32(truncatingIfNeeded: range.lowerBound), UInt32(truncatingIfNeeded: range.count), isKey: isKey, inSource: true)
+        }
+
+        /// Whether `range` of the source holds exactly `text`'s bytes (a number already canonical).
+        func sourceHolds(_ range: Range<Int>, _ text: String) -> Bool {
+            range.count == text.utf8.count && document.source[range].elementsEqual(text.utf8)
+        }
+
+        /// Whether `range` of the source holds a backslash (a JSON string with escapes).
+        func sourceEscapes(_ range: Range<Int>) -> Bool { document.source[range].contains(UInt8(ascii: "\\")) }
+
         /// Whether every container was closed and one value made.
         var isComplete: Bool { open.isEmpty && !document.kinds.isEmpty }
 
-        private mutating func node(_ kind: Kind, _ first: UInt32, _ second: UInt32, isKey: Bool = false) {
+        private mutating func node(_ kind: Kind, _ first: UInt32, _ second: UInt32, isKey: Bool = false, inSource: Bool = false) {
             if !isKey, let parent = open.last { document.second[parent] &+= 1 }
-            document.kinds.append(kind)
+            document.kinds.append(kind.rawValue | (inSource ? StructuredDocument.inSource : 0))
             document.first.append(first)
             document.second.append(second)
         }
@@ -121,7 +145,7 @@ struct StructuredDocument {
     /// The bytes of scalar `index`.
     private func slice(_ index: Int) -> ArraySlice<UInt8> {
         let start = Int(first[index])
-        return bytes[start..<start + Int(second[index])]
+        return kinds[index] & Self.inSource != 0 ? source[start..<start + Int(second[index])] : bytes[start..<start + Int(second[index])]
     }
 
     private func double(_ index: Int) -> Double {
@@ -132,7 +156,7 @@ struct StructuredDocument {
 
     /// The index after value `index` and all it holds.
     private func next(_ index: Int) -> Int {
-        switch kinds[index] {
+        switch kind(index) {
         case .array, .dictionary: return Int(first[index])
         default: return index + 1
         }
@@ -165,7 +189,7 @@ struct StructuredDocument {
 
     /// The value of `index` as a tree (for small documents: tests, configuration files).
     func value(at index: Int) -> StructuredValue {
-        switch kinds[index] {
+        switch kind(index) {
         case .null: return .null
         case .bool: return .bool(first[index] != 0)
         case .number: return .number(text(index))
@@ -189,7 +213,7 @@ struct StructuredDocument {
     /// Whether value `x` here and value `y` of `other` are the same, as ``StructuredValue``'s
     /// `==` has it.
     func same(_ x: Int, as y: Int, in other: StructuredDocument) -> Bool {
-        switch (kinds[x], other.kinds[y]) {
+        switch (kind(x), other.kind(y)) {
         case (.null, .null): return true
         case (.bool, .bool): return first[x] == other.first[y]
         case (.number, .number), (.string, .string), (.data, .data): return slice(x) == other.slice(y)
@@ -218,7 +242,7 @@ struct StructuredDocument {
             found.append(KeyChange(path: keyPath, kind: kind, allowed: allowed.contains { $0.covers(keyPath) }))
         }
         func walk(_ x: Int, _ y: Int, _ path: [String?]) {
-            switch (old.kinds[x], new.kinds[y]) {
+            switch (old.kind(x), new.kind(y)) {
             case (.dictionary, .dictionary):
                 // Both key lists in order: one merge.
                 let a = old.pairs(x), b = new.pairs(y)
@@ -261,7 +285,7 @@ struct StructuredDocument {
     func contains(_ pattern: KeyPath) -> Bool {
         func walk(_ index: Int, _ rest: ArraySlice<String?>) -> Bool {
             guard let component = rest.first else { return true }
-            switch kinds[index] {
+            switch kind(index) {
             case .dictionary:
                 let wanted = component.map { Array($0.utf8) }
                 return pairs(index).contains { pair in (wanted == nil || slice(pair.key).elementsEqual(wanted!)) && walk(pair.value, rest.dropFirst()) }

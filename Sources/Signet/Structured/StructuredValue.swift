@@ -228,7 +228,7 @@ indirect enum StructuredValue: Equatable {
 extension StructuredDocument {
     /// Parses strict JSON (``StrictJSON``) into the compact form.
     static func json(_ bytes: [UInt8]) throws -> StructuredDocument {
-        var handler = JSONBuilder(builder: Builder(reserving: bytes.count))
+        var handler = JSONBuilder(builder: Builder(reserving: bytes.count, source: bytes))
         do {
             try StrictJSON.parse(bytes, maximumDepth: StructuredFormat.maximumDepth, into: &handler)
         } catch let refusal as StrictJSON.Refusal {
@@ -239,7 +239,8 @@ extension StructuredDocument {
     }
 
     /// ``StrictJSON``'s events into a ``Builder`` (StrictJSON has refused duplicate keys; a
-    /// 16 MiB document holds at most 8 Mi values, well within the 32-bit indexes).
+    /// 16 MiB document holds at most 8 Mi values, well within the 32-bit indexes). A string
+    /// without escapes and a number already canonical refer to the document's own bytes.
     private struct JSONBuilder: StrictJSON.Handler {
         var builder: Builder
 
@@ -249,16 +250,25 @@ extension StructuredDocument {
 
         mutating func key(_ key: String) throws { builder.key(key) }
 
-        mutating func scalar(_ value: StrictJSON.Scalar) throws {
+        mutating func key(_ key: String, raw: Range<Int>) throws {
+            if builder.sourceEscapes(raw) { builder.key(key) } else { builder.source(.string, raw, isKey: true) }
+        }
+
+        mutating func scalar(_ value: StrictJSON.Scalar) throws { try scalar(value, raw: nil) }
+
+        mutating func scalar(_ value: StrictJSON.Scalar, raw: Range<Int>) throws { try scalar(value, raw: Optional(raw)) }
+
+        private mutating func scalar(_ value: StrictJSON.Scalar, raw: Range<Int>?) throws {
             switch value {
             case .null: builder.null()
             case .bool(let flag): builder.bool(flag)
-            case .string(let text): builder.string(text)
+            case .string(let text):
+                if let raw, !builder.sourceEscapes(raw) { builder.source(.string, raw) } else { builder.string(text) }
             case .number(let text):
                 guard let number = StructuredValue.canonicalNumber(Substring(text)) else {
                     throw StructuredValue.ParseError("it is not JSON as Signet reads it: the number \(text.prefix(40)) has an exponent beyond ±10^15")
                 }
-                builder.number(number)
+                if let raw, builder.sourceHolds(raw, number) { builder.source(.number, raw) } else { builder.number(number) }
             }
         }
     }
