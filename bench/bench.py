@@ -29,16 +29,22 @@ def sh(command, **kw):
 
 
 def timed(command):
-    """Runs a shell command; returns (seconds, peak RSS in MiB of the largest process)."""
+    """Runs a shell command; returns (seconds, peak RSS in MiB of the largest process).
+
+    The command runs under /usr/bin/time, which reports the largest RSS of its children: a
+    child forked from this Python process directly would report this process's own peak (Linux
+    carries the forked address space's high-water mark across exec), inflating every row that
+    this process made large inputs for."""
     start = time.monotonic()
-    process = subprocess.Popen(["/bin/bash", "-c", command], stdout=subprocess.DEVNULL)
-    peak = 0
-    # Reap every child of bash too, so peers in a pipeline are counted; report the largest.
-    _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.monotonic() - start
-    peak = usage.ru_maxrss / 1024
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"benchmark command failed ({os.waitstatus_to_exitcode(status)}): {command}")
+    with open(f"{work}/.rss", "w+") as rss:
+        process = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", rss.name, "/bin/bash", "-c", command], stdout=subprocess.DEVNULL)
+        status = process.wait()
+        elapsed = time.monotonic() - start
+        rss.seek(0)
+        lines = [line for line in rss.read().split("\n") if line.strip().isdigit()]
+    peak = int(lines[-1]) / 1024 if lines else 0
+    if status != 0:
+        sys.exit(f"benchmark command failed ({status}): {command}")
     return elapsed, peak
 
 

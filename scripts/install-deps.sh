@@ -22,9 +22,11 @@ for pair in gcc:gcc mkfs.xfs:xfsprogs filefrag:e2fsprogs systemd-analyze:systemd
 done
 # The peers bench/run.sh compares Signet with (issue 28): minisign, and rauc (which builds its
 # bundles with mksquashfs).
+# /usr/bin/time measures each side's peak RSS (bench/bench.py).
 for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
+[ -x /usr/bin/time ] || need+=(time)
 # nginx, a real HTTPS server the download tests start on loopback (not as a service).
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 # Apache httpd and lighttpd, the other HTTPS servers (CDN and mirror stand-ins) the download

@@ -126,10 +126,7 @@ public final class HTTPSServer {
         try process.run()
         ExitCleanup.stopAtExit(process.processIdentifier)
         // Ready when it accepts connections.
-        for _ in 0..<100 {
-            if try run("python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 0.2)"]).status == 0 { return }
-            usleep(50_000)
-        }
+        if try awaitListening(port) { return }
         process.terminate()
         throw SupportError("nginx did not start: \((try? String(contentsOfFile: d + "/error.log", encoding: .utf8)) ?? "")")
     }

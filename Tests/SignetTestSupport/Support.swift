@@ -305,3 +305,12 @@ public struct Unexpected: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }
+
+/// Waits up to 5 s for a server on loopback `port` to accept connections; false if it never did.
+public func awaitListening(_ port: Int) throws -> Bool {
+    for _ in 0..<100 {
+        if try run("python3", ["-c", "import socket; socket.create_connection(('127.0.0.1', \(port)), 0.2)"]).status == 0 { return true }
+        usleep(50_000)
+    }
+    return false
+}
