@@ -369,7 +369,9 @@ def structured_row(kind, target):
                             rss_budget_mib=round((3 * os.path.getsize(f"{tree}/{name}") + (32 << 20)) / (1 << 20), 1)))
 
 
-rows["reverify-structured-json-16m-vs-python"] = structured_row("json", 1.5)
+# Python's json is C: the row's target is Signet's own (two parses and a comparison in about
+# a second, issue 36 point 9); the ratio is shown for scale.
+rows["reverify-structured-json-16m-vs-python"] = structured_row("json", 2.0)
 rows["reverify-structured-bplist-16m-vs-python"] = structured_row("bplist", 1.5)
 rows["reverify-structured-xmlplist-16m-vs-python"] = structured_row("xmlplist", 1.5)
 
