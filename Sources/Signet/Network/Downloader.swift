@@ -127,9 +127,6 @@ enum Downloader {
         /// The first chunk of the body (the ones after it go to the transfer directly).
         func receive(_ chunk: UnsafeRawBufferPointer) -> Bool { transfer.receive(chunk) }
 
-        /// Body bytes received.
-        var bytesReceived: UInt64 { transfer.bodyBytes }
-
         /// The request's outcome: the complete download, or ``Transfer/Failure``.
         func conclude(_ outcome: CurlRequest.Outcome) throws -> DownloadResult {
             let result = try transfer.conclude(outcome)
