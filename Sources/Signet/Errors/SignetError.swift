@@ -129,6 +129,20 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// device could not verify its next update with (`--reseal`): no usable key, or none for
         /// the channel. Nothing was installed.
         public static let trustLockout = Code("trust-lockout", exitStatus: .verificationFailed)
+        /// TUF metadata that is not well-formed (not strict JSON, a missing or mistyped field,
+        /// another role's type, a key id listed twice).
+        public static let malformedMetadata = Code("malformed-metadata", exitStatus: .malformed)
+        /// TUF metadata without the threshold of valid signatures by the keys its delegating
+        /// role names.
+        public static let thresholdNotMet = Code("threshold-not-met", exitStatus: .untrusted)
+        /// TUF metadata or a target that is not what trusted metadata binds: its version,
+        /// length or hashes differ.
+        public static let metadataMismatch = Code("metadata-mismatch", exitStatus: .verificationFailed)
+        /// TUF metadata past its `expires`: the repository may be holding back updates (a
+        /// freeze attack), or its online keys stopped re-signing.
+        public static let expiredMetadata = Code("expired-metadata", exitStatus: .verificationFailed)
+        /// No trusted targets role lists the target asked for.
+        public static let targetNotFound = Code("target-not-found", exitStatus: .verificationFailed)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

@@ -22,7 +22,7 @@ final class CurlRequest {
         let effectiveURL: String
     }
 
-    let url: String
+    private(set) var url: String
     /// The TLS policy run inside each handshake; its refusal and the pins seen name the failure.
     let check: TLSCheck
     private let curl: UnsafeMutableRawPointer
@@ -77,6 +77,14 @@ final class CurlRequest {
         signet_curl_easy_cleanup(curl)
         signet_curl_slist_free_all(headerList)
         errorBuffer.deallocate()
+    }
+
+    /// Points the handle at another URL (on the same server, its connection is reused).
+    func retarget(_ url: String) throws {
+        guard signet_curl_setopt_string(curl, CURLOPT_URL, url) == CURLE_OK else {
+            throw SignetError(.crypto, "libcurl refused the URL '\(Download.redacted(url))'")
+        }
+        self.url = url
     }
 
     /// The status of the answer being received (during a body: the final answer's).
