@@ -83,21 +83,30 @@ indirect enum TUFJSON: Equatable, Sendable {
     var canonical: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(4096)
-        encode(into: &out)
+        encode(into: &out, escaping: false)
         return out
     }
 
-    private func encode(into out: inout [UInt8]) {
+    /// The same as RFC 8259 JSON (what is written to files): control characters in strings
+    /// escaped, which the canonical form leaves raw (a PEM key's newlines) and JSON forbids.
+    var serialized: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(4096)
+        encode(into: &out, escaping: true)
+        return out
+    }
+
+    private func encode(into out: inout [UInt8], escaping: Bool) {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let flag): out.append(contentsOf: (flag ? "true" : "false").utf8)
         case .number(let digits): out.append(contentsOf: digits.utf8)
-        case .string(let text): Self.encode(string: text, into: &out)
+        case .string(let text): Self.encode(string: text, into: &out, escaping: escaping)
         case .array(let items):
             out.append(UInt8(ascii: "["))
             for (index, item) in items.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                item.encode(into: &out)
+                item.encode(into: &out, escaping: escaping)
             }
             out.append(UInt8(ascii: "]"))
         case .object(let members):
@@ -105,17 +114,27 @@ indirect enum TUFJSON: Equatable, Sendable {
             let sorted = members.sorted { $0.0.unicodeScalars.lexicographicallyPrecedes($1.0.unicodeScalars) }
             for (index, member) in sorted.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                Self.encode(string: member.0, into: &out)
+                Self.encode(string: member.0, into: &out, escaping: escaping)
                 out.append(UInt8(ascii: ":"))
-                member.1.encode(into: &out)
+                member.1.encode(into: &out, escaping: escaping)
             }
             out.append(UInt8(ascii: "}"))
         }
     }
 
-    private static func encode(string: String, into out: inout [UInt8]) {
+    private static func encode(string: String, into out: inout [UInt8], escaping: Bool) {
         out.append(UInt8(ascii: "\""))
         for byte in string.utf8 {
+            if escaping, byte < 0x20 {
+                let hex = Array("0123456789abcdef".utf8)
+                switch byte {
+                case 0x0A: out.append(contentsOf: Array("\\n".utf8))
+                case 0x09: out.append(contentsOf: Array("\\t".utf8))
+                case 0x0D: out.append(contentsOf: Array("\\r".utf8))
+                default: out.append(contentsOf: Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+                }
+                continue
+            }
             if byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "\"") { out.append(UInt8(ascii: "\\")) }
             out.append(byte)
         }

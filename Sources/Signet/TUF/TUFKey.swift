@@ -10,6 +10,7 @@ struct TUFKey: Sendable {
     let scheme: String
     /// The key as OpenSSL holds it; nil for a key Signet cannot use.
     private let key: EVPKey?
+    var evpKey: EVPKey? { key }
     /// Why the key cannot be used, for messages.
     let unusable: String?
 

@@ -1,0 +1,298 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+
+/// A TUF repository kept by a publisher as plain files (FORMAT.md §7): `metadata/` and
+/// `targets/` are what a static HTTPS server publishes; `staging/` (never published) holds the
+/// next root or targets version while its key holders add their signatures, each on their own
+/// machine, and the roles' lifetimes. Consistent snapshots: every file is published under a new
+/// name (`N.root.json`, `N.targets.json`, `N.snapshot.json`, `HASH.NAME`), only `timestamp.json`
+/// is replaced, so a device never sees a half-updated repository.
+///
+/// Roles: root (offline, m of n) names every key; targets (m of n: a two-person release) lists
+/// the packages; snapshot and timestamp (online, a cron job's keys) keep it fresh.
+public struct TUFRepository: Sendable {
+    /// The repository's folder.
+    public let path: String
+    var metadataDirectory: String { path + "/metadata" }
+    var targetsDirectory: String { path + "/targets" }
+    var stagingDirectory: String { path + "/staging" }
+
+    /// The TUF specification version written into new metadata.
+    static let specVersion = "1.0.31"
+
+    /// Opens the repository at `path`.
+    public init(at path: String) throws {
+        var info = stat()
+        guard stat(path + "/metadata", &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw SignetError(.fileNotFound, "'\(path)' is not a TUF repository (no metadata/ folder): make one with `signet repo init`", path: path)
+        }
+        self.path = path
+    }
+
+    /// A role's keys and threshold (m of n).
+    public struct RoleKeys: Sendable {
+        public var keys: [PublicKey]
+        public var threshold: Int
+        public init(keys: [PublicKey], threshold: Int = 1) {
+            self.keys = keys
+            self.threshold = threshold
+        }
+    }
+
+    /// How long each role's metadata is valid, in seconds.
+    public struct Lifetimes: Sendable, Codable, Equatable {
+        public var root: Int64 = 365 * 86_400
+        public var targets: Int64 = 90 * 86_400
+        public var snapshot: Int64 = 7 * 86_400
+        public var timestamp: Int64 = 86_400
+        public init() {}
+
+        func seconds(_ role: String) -> Int64 {
+            switch role {
+            case "root": return root
+            case "targets": return targets
+            case "snapshot": return snapshot
+            default: return timestamp
+            }
+        }
+    }
+
+    // MARK: Making a repository
+
+    /// Makes a repository: root version 1 and an empty targets version 1, staged for their key
+    /// holders' signatures (``sign(_:with:now:)``), and the roles' lifetimes.
+    @discardableResult
+    public static func create(at path: String, root: RoleKeys, targets: RoleKeys, snapshot: RoleKeys, timestamp: RoleKeys,
+                              lifetimes: Lifetimes = Lifetimes(), now: Timestamp = .now) throws -> TUFRepository {
+        if let names = try? FileManager.default.contentsOfDirectory(atPath: path + "/metadata"), !names.isEmpty {
+            throw SignetError(.fileExists, "'\(path)' already holds a TUF repository: rotate its keys with `signet repo rotate` instead of making it again", path: path)
+        }
+        for (name, value) in [("root", lifetimes.root), ("targets", lifetimes.targets), ("snapshot", lifetimes.snapshot), ("timestamp", lifetimes.timestamp)] {
+            guard value > 0, value <= 10 * 366 * 86_400 else { throw SignetError(.usage, "the \(name) role's lifetime must be 1 second to 10 years, not \(value) seconds") }
+        }
+        var keys: [(String, TUFJSON)] = []
+        var roles: [(String, TUFJSON)] = []
+        for (name, role) in [("root", root), ("targets", targets), ("snapshot", snapshot), ("timestamp", timestamp)] {
+            let entries = try role.keys.map(TUFPublicKeyEntry.init)
+            let ids = Array(NSOrderedSet(array: entries.map(\.keyID))) as? [String] ?? []
+            try checkThreshold(role.threshold, keys: ids.count, role: name)
+            for entry in entries where !keys.contains(where: { $0.0 == entry.keyID }) { keys.append((entry.keyID, entry.json)) }
+            roles.append((name, roleJSON(ids, threshold: role.threshold)))
+        }
+        let rootDocument = TUFDocument(signed: .object([
+            ("_type", .string("root")), ("spec_version", .string(specVersion)), ("version", .number("1")),
+            ("expires", .string(expiry(now, lifetimes.root))), ("consistent_snapshot", .bool(true)),
+            ("keys", .object(keys)), ("roles", .object(roles)),
+        ]))
+        let targetsDocument = TUFDocument(signed: .object([
+            ("_type", .string("targets")), ("spec_version", .string(specVersion)), ("version", .number("1")),
+            ("expires", .string(expiry(now, lifetimes.targets))), ("targets", .object([])),
+        ]))
+        for folder in [path, path + "/metadata", path + "/targets", path + "/staging"] {
+            if mkdir(folder, folder.hasSuffix("/staging") ? 0o700 : 0o755) != 0, errno != EEXIST {
+                throw SignetError.posix(SystemCallFailure("mkdir", code: errno), "cannot create the repository folder", path: folder)
+            }
+        }
+        let repository = try TUFRepository(at: path)
+        try repository.writeStaged("root", rootDocument)
+        try repository.writeStaged("targets", targetsDocument)
+        try AtomicFile.write(Array(try JSONEncoder().encode(lifetimes)), to: repository.stagingDirectory + "/lifetimes.json", mode: 0o600, replace: true)
+        return repository
+    }
+
+    static func checkThreshold(_ threshold: Int, keys: Int, role: String) throws {
+        guard keys >= 1 else { throw SignetError(.usage, "the \(role) role needs at least one key") }
+        guard threshold >= 1, threshold <= keys else {
+            throw SignetError(.usage, "the \(role) role's threshold is \(threshold) with \(keys) distinct key\(keys == 1 ? "" : "s"): it must be 1 to \(keys) (more could never be met)")
+        }
+    }
+
+    static func roleJSON(_ ids: [String], threshold: Int) -> TUFJSON {
+        .object([("keyids", .array(ids.map(TUFJSON.string))), ("threshold", .number(String(threshold)))])
+    }
+
+    static func expiry(_ now: Timestamp, _ lifetime: Int64) -> String {
+        let (seconds, overflow) = now.secondsSinceEpoch.addingReportingOverflow(lifetime)
+        return Timestamp(secondsSinceEpoch: overflow ? Timestamp.representable.upperBound : min(seconds, Timestamp.representable.upperBound)).rfc3339
+    }
+
+    var lifetimes: Lifetimes {
+        guard let data = FileManager.default.contents(atPath: stagingDirectory + "/lifetimes.json"),
+              let decoded = try? JSONDecoder().decode(Lifetimes.self, from: data) else { return Lifetimes() }
+        return decoded
+    }
+
+    // MARK: Published and staged files
+
+    /// The highest version published as `N.ROLE.json`, with its bytes.
+    func latest(_ role: String) throws -> (version: Int64, bytes: [UInt8])? {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: metadataDirectory)) ?? []
+        let suffix = ".\(role).json"
+        let versions = names.compactMap { name -> Int64? in
+            guard name.hasSuffix(suffix) else { return nil }
+            return Int64(name.dropLast(suffix.count))
+        }
+        guard let top = versions.max() else { return nil }
+        return (top, try readSmallFile("\(metadataDirectory)/\(top)\(suffix)", what: "\(role) metadata", limit: 64 << 20))
+    }
+
+    /// The newest published root, verified as a client would (signed by its own threshold).
+    func publishedRoot() throws -> TUFRoot {
+        guard let (version, bytes) = try latest("root") else {
+            throw SignetError(.fileNotFound, "the repository has no published root yet: its root key holders sign staging/root.json first (`signet repo sign --role root`)", path: metadataDirectory)
+        }
+        let name = "\(version).root.json"
+        let root = try TUFRoot(TUFMetadata(bytes: bytes, expectedType: "root", name: name))
+        try root.verify(root.metadata, as: "root", name: name)
+        return root
+    }
+
+    func staged(_ role: String) throws -> TUFDocument? {
+        let file = "\(stagingDirectory)/\(role).json"
+        guard FileManager.default.fileExists(atPath: file) else { return nil }
+        return try TUFDocument(bytes: try readSmallFile(file, what: "staged \(role) metadata", limit: 64 << 20), name: "staging/\(role).json")
+    }
+
+    func writeStaged(_ role: String, _ document: TUFDocument) throws {
+        try AtomicFile.write(document.bytes, to: "\(stagingDirectory)/\(role).json", mode: 0o644, replace: true)
+    }
+
+    func publish(_ name: String, _ bytes: [UInt8], replace: Bool = false) throws {
+        try AtomicFile.write(bytes, to: "\(metadataDirectory)/\(name)", mode: 0o644, replace: replace)
+    }
+
+    // MARK: Signing (root and targets: offline keys, one holder at a time)
+
+    /// What signing did.
+    public struct SignOutcome: Sendable {
+        public let role: String
+        public let version: Int64
+        /// Valid signatures now on the file, and the threshold (for root, that of the new root
+        /// and, after version 1, of the root before it too: both must be met).
+        public let signatures: Int
+        public let threshold: Int
+        /// True when the thresholds are met and the file was published.
+        public let published: Bool
+        /// What else is needed, for a person.
+        public let missing: String?
+    }
+
+    /// Adds the signature of `key` to the staged `role` (`root` or `targets`) and publishes it
+    /// when its thresholds are met. The key must be one the role's metadata names.
+    public func sign(_ role: String, with key: PrivateKey, now: Timestamp = .now) throws -> SignOutcome {
+        guard role == "root" || role == "targets" else {
+            throw SignetError(.usage, "only root and targets are signed by hand; snapshot and timestamp are signed by `signet repo refresh` with the online keys")
+        }
+        guard var document = try staged(role) else {
+            throw SignetError(.fileNotFound, "nothing of role \(role) is waiting for signatures (staging/\(role).json): \(role == "root" ? "`signet repo rotate` stages a new root" : "`signet repo add` stages a new targets version")", path: stagingDirectory)
+        }
+        let keyID = try TUFPublicKeyEntry(key.publicKey).keyID
+        let name = "\(document.version).\(role).json"
+        if role == "root" {
+            let new = try TUFRoot(document.metadata(as: "root", name: name))
+            let previous = document.version > 1 ? try publishedRoot() : nil
+            let allowed = Set(new.roles["root"]?.keyIDs ?? []).union(previous?.roles["root"]?.keyIDs ?? [])
+            guard allowed.contains(keyID) else {
+                throw SignetError(.untrustedSigner, "key \(keyID.prefix(16)) is not a root key of root version \(document.version)\(previous == nil ? "" : " or of the version before it"): its signature would not count", path: name)
+            }
+            if let previous, previous.metadata.version + 1 != document.version {
+                throw SignetError(.usage, "staging/root.json is version \(document.version) but the published root is version \(previous.metadata.version): stage it again with `signet repo rotate`", path: name)
+            }
+            try document.sign(with: key, keyID: keyID)
+            try writeStaged(role, document)
+            let metadata = try document.metadata(as: "root", name: name)
+            let ownCount = count(metadata, keys: new.keys, role: new.roles["root"]!)
+            let previousCount = previous.map { count(metadata, keys: $0.keys, role: $0.roles["root"]!) }
+            let ownMet = ownCount >= new.roles["root"]!.threshold
+            let previousMet = previous.map { previousCount! >= $0.roles["root"]!.threshold } ?? true
+            if ownMet && previousMet {
+                try publish(name, document.bytes)
+                unlink("\(stagingDirectory)/root.json")
+                return SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: true, missing: nil)
+            }
+            var missing: [String] = []
+            if !ownMet { missing.append("\(new.roles["root"]!.threshold - ownCount) more of its own root keys") }
+            if let previous, !previousMet { missing.append("\(previous.roles["root"]!.threshold - previousCount!) more of root version \(previous.metadata.version)'s keys") }
+            return SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: false,
+                               missing: missing.joined(separator: " and "))
+        }
+        let root = try publishedRoot()
+        guard let targetsRole = root.roles["targets"], targetsRole.keyIDs.contains(keyID) else {
+            throw SignetError(.untrustedSigner, "key \(keyID.prefix(16)) is not a targets key of root version \(root.metadata.version): its signature would not count", path: name)
+        }
+        try document.sign(with: key, keyID: keyID)
+        try writeStaged(role, document)
+        let metadata = try document.metadata(as: "targets", name: name)
+        let valid = count(metadata, keys: root.keys, role: targetsRole)
+        guard valid >= targetsRole.threshold else {
+            return SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: false,
+                               missing: "\(targetsRole.threshold - valid) more targets key\(targetsRole.threshold - valid == 1 ? "" : "s")")
+        }
+        try publish(name, document.bytes)
+        unlink("\(stagingDirectory)/targets.json")
+        return SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: true, missing: nil)
+    }
+
+    /// Valid signatures on `metadata` by distinct keys of `role`.
+    func count(_ metadata: TUFMetadata, keys: [String: TUFKey], role: TUFRole) -> Int {
+        role.keyIDs.filter { id in
+            guard let key = keys[id], let signature = metadata.signatures[id] ?? nil else { return false }
+            return key.verifies(signature, over: metadata.signedBytes)
+        }.count
+    }
+}
+
+extension TUFRepository {
+    /// What a repository holds now: each role's published version, expiry, keys and threshold;
+    /// what waits for signatures; the packages its targets list.
+    public struct Status: Sendable {
+        public struct Role: Sendable {
+            public let name: String
+            public let version: Int64
+            public let expires: Timestamp?
+            public let keyIDs: [String]
+            public let threshold: Int
+        }
+        public struct Staged: Sendable {
+            public let role: String
+            public let version: Int64
+            public let signatures: [String]
+        }
+        public let roles: [Role]
+        public let staged: [Staged]
+        public let packages: [TUFPackageTarget]
+    }
+
+    /// Reads the repository's state (nothing is changed).
+    public func status() throws -> Status {
+        let root = try? publishedRoot()
+        var roles: [Status.Role] = []
+        for name in ["root", "targets", "snapshot", "timestamp"] {
+            var version: Int64 = 0
+            var expires: Timestamp? = nil
+            if name == "timestamp" {
+                if let bytes = try? readSmallFile(metadataDirectory + "/timestamp.json", what: "timestamp", limit: 1 << 20),
+                   let metadata = try? TUFMetadata(bytes: bytes, expectedType: name, name: name) {
+                    (version, expires) = (metadata.version, metadata.expires)
+                }
+            } else if let (latestVersion, bytes) = try latest(name), let metadata = try? TUFMetadata(bytes: bytes, expectedType: name, name: name) {
+                (version, expires) = (latestVersion, metadata.expires)
+            }
+            roles.append(Status.Role(name: name, version: version, expires: expires, keyIDs: root?.roles[name]?.keyIDs ?? [], threshold: root?.roles[name]?.threshold ?? 0))
+        }
+        var waiting: [Status.Staged] = []
+        for name in ["root", "targets"] {
+            if let document = try staged(name) { waiting.append(Status.Staged(role: name, version: document.version, signatures: document.signatures.map(\.keyID))) }
+        }
+        var packages: [TUFPackageTarget] = []
+        if let (version, bytes) = try latest("targets") {
+            let targets = try TUFTargets(TUFMetadata(bytes: bytes, expectedType: "targets", name: "\(version).targets.json"))
+            packages = targets.targets.values.compactMap(TUFPackageTarget.init).sorted { ($0.name, $0.sequence) < ($1.name, $1.sequence) }
+        }
+        return Status(roles: roles, staged: waiting, packages: packages)
+    }
+}

@@ -1,0 +1,352 @@
+import ArgumentParser
+import Foundation
+import Signet
+
+/// `signet repo`: a TUF repository on plain files, for any static HTTPS server (FORMAT.md §7).
+struct Repo: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "repo",
+        abstract: "Publish releases as a TUF repository: offline root, m-of-n targets, online snapshot and timestamp.",
+        discussion: """
+        REPO/metadata and REPO/targets are what the web server publishes; REPO/staging (never \
+        published) holds a new root or targets version while its key holders sign it.
+
+        Example (publisher):
+          signet repo init site --root-key r1.der --root-key r2.der --root-threshold 2 \\
+            --targets-key t1.der --targets-key t2.der --targets-threshold 2 \\
+            --snapshot-key s.der --timestamp-key ts.der
+          signet repo sign site --role root --key r1.pem
+          signet repo sign site --role root --key 'pkcs11:token=root2;object=root'
+          signet repo add site app-1.4.2.zip --channel stable
+          signet repo sign site --role targets --key t1.pem
+          signet repo sign site --role targets --key t2.pem
+          signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
+        """,
+        subcommands: [Init.self, Add.self, Sign.self, Refresh.self, Rotate.self, Status.self]
+    )
+
+    /// Public keys given on the command line (public key files or certificates).
+    static func publicKeys(_ paths: [String]) throws -> [PublicKey] {
+        try paths.map { try PublicKey(contentsOf: $0) }
+    }
+
+    static func seconds(_ text: String, option: String) throws -> Int64 {
+        guard let seconds = Channel.Sign.seconds(text) ?? (text.hasSuffix("y") ? Int64(text.dropLast()).flatMap { $0 > 0 && $0 <= 10 ? $0 * 365 * 86_400 : nil } : nil) else {
+            throw ValidationError("\(option) takes a number and a unit: 90s, 30m, 12h, 7d (at most 366d) or 1y (at most 10y), not '\(text)'")
+        }
+        return seconds
+    }
+
+    struct Init: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "init",
+            abstract: "Make a repository: each role's public keys and threshold; root and targets staged for signing.",
+            discussion: """
+            Writes root version 1 and an empty targets version 1 into REPO/staging: nothing is \
+            published until the root key holders (the root threshold of them) and then the \
+            targets key holders sign with `signet repo sign`. Keys are public key files or \
+            certificates (RSA; `signet key` prints a token key's public key). Give a role the \
+            same key as another only if you accept that one stolen key then holds both roles.
+
+            Example:
+              signet repo init site --root-key r1.der --root-key r2.der --root-threshold 2 \\
+                --targets-key t1.der --snapshot-key online.der --timestamp-key online.der
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The repository folder (created).", valueName: "repo"))
+        var repository: String
+
+        @Option(name: .customLong("root-key"), help: ArgumentHelp("A root key (public key file); repeatable.", valueName: "file"))
+        var rootKeys: [String] = []
+        @Option(name: .customLong("root-threshold"), help: ArgumentHelp("Root signatures needed (default 1).", valueName: "m"))
+        var rootThreshold = 1
+        @Option(name: .customLong("targets-key"), help: ArgumentHelp("A targets (release) key; repeatable.", valueName: "file"))
+        var targetsKeys: [String] = []
+        @Option(name: .customLong("targets-threshold"), help: ArgumentHelp("Targets signatures needed (default 1; 2 for a two-person release).", valueName: "m"))
+        var targetsThreshold = 1
+        @Option(name: .customLong("snapshot-key"), help: ArgumentHelp("A snapshot key (online); repeatable.", valueName: "file"))
+        var snapshotKeys: [String] = []
+        @Option(name: .customLong("snapshot-threshold"), help: ArgumentHelp("Snapshot signatures needed (default 1).", valueName: "m"))
+        var snapshotThreshold = 1
+        @Option(name: .customLong("timestamp-key"), help: ArgumentHelp("A timestamp key (online); repeatable.", valueName: "file"))
+        var timestampKeys: [String] = []
+        @Option(name: .customLong("timestamp-threshold"), help: ArgumentHelp("Timestamp signatures needed (default 1).", valueName: "m"))
+        var timestampThreshold = 1
+
+        @Option(name: .customLong("root-expires-in"), help: ArgumentHelp("Lifetime of each root version (default 1y).", valueName: "duration"))
+        var rootLifetime = "1y"
+        @Option(name: .customLong("targets-expires-in"), help: ArgumentHelp("Lifetime of each targets version (default 90d).", valueName: "duration"))
+        var targetsLifetime = "90d"
+        @Option(name: .customLong("snapshot-expires-in"), help: ArgumentHelp("Lifetime of each snapshot (default 7d).", valueName: "duration"))
+        var snapshotLifetime = "7d"
+        @Option(name: .customLong("timestamp-expires-in"), help: ArgumentHelp("Lifetime of each timestamp (default 1d): refresh more often than this.", valueName: "duration"))
+        var timestampLifetime = "1d"
+
+        @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            for (option, keys) in [("--root-key", rootKeys), ("--targets-key", targetsKeys), ("--snapshot-key", snapshotKeys), ("--timestamp-key", timestampKeys)] where keys.isEmpty {
+                throw ValidationError("give at least one \(option)")
+            }
+        }
+
+        func run() throws {
+            var lifetimes = TUFRepository.Lifetimes()
+            lifetimes.root = try Repo.seconds(rootLifetime, option: "--root-expires-in")
+            lifetimes.targets = try Repo.seconds(targetsLifetime, option: "--targets-expires-in")
+            lifetimes.snapshot = try Repo.seconds(snapshotLifetime, option: "--snapshot-expires-in")
+            lifetimes.timestamp = try Repo.seconds(timestampLifetime, option: "--timestamp-expires-in")
+            try TUFRepository.create(at: repository,
+                                     root: .init(keys: try Repo.publicKeys(rootKeys), threshold: rootThreshold),
+                                     targets: .init(keys: try Repo.publicKeys(targetsKeys), threshold: targetsThreshold),
+                                     snapshot: .init(keys: try Repo.publicKeys(snapshotKeys), threshold: snapshotThreshold),
+                                     timestamp: .init(keys: try Repo.publicKeys(timestampKeys), threshold: timestampThreshold),
+                                     lifetimes: lifetimes)
+            if output.json {
+                Output.json(["repository": repository, "staged": "root targets"])
+            } else if !output.quiet {
+                Output.line("made \(repository): root v1 and targets v1 staged; next: `signet repo sign \(repository) --role root --key KEY` by \(rootThreshold) root key holder\(rootThreshold == 1 ? "" : "s")")
+            }
+        }
+    }
+
+    struct Add: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "add",
+            abstract: "Stage a new targets version listing a package for channels.",
+            discussion: """
+            Copies PACKAGE into REPO/targets (under its SHA-256) and stages the next targets \
+            version, which lists it with what binds it (name, version, sequence, the SHA-256 of \
+            its signed manifest) and its channels. Each channel names one release of a package: \
+            the one it named before is dropped from it. A release whose sequence is not higher \
+            than the channel's is refused unless --allow-lower-sequence. The package must be \
+            signed by a targets key (devices take their package keys from the targets role). \
+            The targets key holders then sign, and the next refresh publishes it to devices.
+
+            Example:
+              signet repo add site app-1.4.2.zip --channel stable --channel beta
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
+        var repository: String
+        @Argument(help: ArgumentHelp("The signed package.", valueName: "pkg.zip"))
+        var package: String
+        @Option(name: .long, help: ArgumentHelp("A channel the release is for; repeatable.", valueName: "name"))
+        var channel: [String] = []
+        @Flag(name: .customLong("allow-lower-sequence"), help: "Let a channel name a release with a lower sequence than it names now (a deliberate roll-back).")
+        var allowLower = false
+        @OptionGroup var output: OutputOptions
+
+        struct Report: Encodable {
+            let target: String
+            let name: String
+            let version: String
+            let sequence: UInt64
+            let channels: [String]
+        }
+
+        func run() throws {
+            let added = try TUFRepository(at: repository).add(package: package, channels: channel, allowLower: allowLower)
+            if output.json {
+                Output.json(Report(target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels))
+            } else if !output.quiet {
+                Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence)) for \(added.channels.joined(separator: ", ")); next: the targets key holders run `signet repo sign \(repository) --role targets --key KEY`")
+            }
+        }
+    }
+
+    struct Sign: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "sign",
+            abstract: "Add your signature to the staged root or targets; publish it when the threshold is met.",
+            discussion: """
+            Each key holder runs this on their own machine with their own key (a file, or a \
+            pkcs11: URI for a key on a token). A new root needs the threshold of its own root \
+            keys and of the root before it.
+
+            Example:
+              signet repo sign site --role root --key 'pkcs11:token=root1;object=root' --passphrase-file pin.txt
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
+        var repository: String
+        @Option(name: .long, help: ArgumentHelp("root or targets.", valueName: "role"))
+        var role: String
+        @OptionGroup var key: SigningKeyOptions
+        @OptionGroup var output: OutputOptions
+
+        struct Report: Encodable {
+            let role: String
+            let version: Int64
+            let signatures: Int
+            let threshold: Int
+            let published: Bool
+            let missing: String?
+        }
+
+        func run() throws {
+            let outcome = try TUFRepository(at: repository).sign(role, with: try key.load())
+            if output.json {
+                Output.json(Report(role: outcome.role, version: outcome.version, signatures: outcome.signatures, threshold: outcome.threshold,
+                                   published: outcome.published, missing: outcome.missing))
+            } else if !output.quiet {
+                if outcome.published {
+                    Output.line("published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(outcome.role == "targets" ? "; devices see it after the next `signet repo refresh`" : "")")
+                } else {
+                    Output.line("signed \(outcome.role) v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
+                }
+            }
+        }
+    }
+
+    struct Refresh: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "refresh",
+            abstract: "Publish a new timestamp (and a new snapshot when targets changed): the cron job.",
+            discussion: """
+            Needs only the online keys. Run it more often than the timestamp lifetime (a \
+            systemd timer or cron every hour for the default 1d): devices refuse an expired \
+            timestamp, which is how a server holding back releases is found out.
+
+            Example:
+              signet repo refresh site --snapshot-key online.pem --timestamp-key online.pem
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
+        var repository: String
+        @Option(name: .customLong("snapshot-key"), help: ArgumentHelp("A snapshot key (file or pkcs11: URI); repeatable.", valueName: "key"))
+        var snapshotKeys: [String] = []
+        @Option(name: .customLong("timestamp-key"), help: ArgumentHelp("A timestamp key (file or pkcs11: URI); repeatable.", valueName: "key"))
+        var timestampKeys: [String] = []
+        @OptionGroup var passphrase: PassphraseOptions
+        @OptionGroup var token: TokenOptions
+        @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            if snapshotKeys.isEmpty || timestampKeys.isEmpty { throw ValidationError("give --snapshot-key and --timestamp-key") }
+        }
+
+        struct Report: Encodable {
+            let snapshot: Int64
+            let new_snapshot: Bool
+            let timestamp: Int64
+            let timestamp_expires: String
+            let targets: Int64
+        }
+
+        func run() throws {
+            func load(_ keys: [String]) throws -> [PrivateKey] {
+                try keys.map { spec in
+                    let key = try token.load(spec, passphrase: passphrase)
+                    key.warnings.forEach(Output.warn)
+                    return key
+                }
+            }
+            let outcome = try TUFRepository(at: repository).refresh(snapshotKeys: try load(snapshotKeys), timestampKeys: try load(timestampKeys))
+            if output.json {
+                Output.json(Report(snapshot: outcome.snapshotVersion, new_snapshot: outcome.newSnapshot, timestamp: outcome.timestampVersion,
+                                   timestamp_expires: outcome.timestampExpires.rfc3339, targets: outcome.targetsVersion))
+            } else if !output.quiet {
+                Output.line("published timestamp v\(outcome.timestampVersion) (expires \(outcome.timestampExpires.rfc3339)), snapshot v\(outcome.snapshotVersion)\(outcome.newSnapshot ? " (new)" : ""), targets v\(outcome.targetsVersion)")
+            }
+        }
+    }
+
+    struct Rotate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rotate",
+            abstract: "Stage a new root version that changes a role's keys or threshold (revoke a stolen key).",
+            discussion: """
+            The root key holders then sign it (`signet repo sign --role root`): the threshold of \
+            the current root's keys and of the new root's. Devices walk every root version, so \
+            one that was offline during several rotations still ends on the newest keys.
+
+            Example (replace a compromised release key):
+              signet repo rotate site --role targets --remove 3f2a91 --add new-release.der
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
+        var repository: String
+        @Option(name: .long, help: ArgumentHelp("root, targets, snapshot or timestamp.", valueName: "role"))
+        var role: String
+        @Option(name: .long, help: ArgumentHelp("A public key to add to the role; repeatable.", valueName: "file"))
+        var add: [String] = []
+        @Option(name: .long, help: ArgumentHelp("The key id (or its first characters, see `signet repo status`) of a key to remove; repeatable.", valueName: "keyid"))
+        var remove: [String] = []
+        @Option(name: .long, help: ArgumentHelp("The role's new threshold.", valueName: "m"))
+        var threshold: Int?
+        @OptionGroup var output: OutputOptions
+
+        func run() throws {
+            let version = try TUFRepository(at: repository).rotate(role, add: try Repo.publicKeys(add), remove: remove, threshold: threshold)
+            if output.json {
+                Output.json(["staged_root": version])
+            } else if !output.quiet {
+                Output.line("staged root v\(version); next: its root key holders (and those of the current root) run `signet repo sign \(repository) --role root --key KEY`")
+            }
+        }
+    }
+
+    struct Status: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "status",
+            abstract: "Show each role's version, expiry, keys and threshold, what waits for signatures, and the channels.",
+            discussion: """
+            Example:
+              signet repo status site
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
+        var repository: String
+        @OptionGroup var output: OutputOptions
+
+        struct Report: Encodable {
+            struct Role: Encodable {
+                let name: String
+                let version: Int64
+                let expires: String?
+                let keyids: [String]
+                let threshold: Int
+            }
+            struct Staged: Encodable {
+                let role: String
+                let version: Int64
+                let signed_by: [String]
+            }
+            struct Package: Encodable {
+                let target: String
+                let name: String
+                let version: String
+                let sequence: UInt64
+                let channels: [String]
+            }
+            let roles: [Role]
+            let staged: [Staged]
+            let packages: [Package]
+        }
+
+        func run() throws {
+            let status = try TUFRepository(at: repository).status()
+            let report = Report(roles: status.roles.map { .init(name: $0.name, version: $0.version, expires: $0.expires?.rfc3339, keyids: $0.keyIDs, threshold: $0.threshold) },
+                                staged: status.staged.map { .init(role: $0.role, version: $0.version, signed_by: $0.signatures) },
+                                packages: status.packages.map { .init(target: $0.target, name: $0.name, version: $0.version, sequence: $0.sequence, channels: $0.channels) })
+            if output.json { return Output.json(report) }
+            for role in report.roles {
+                let keys = role.keyids.map { String($0.prefix(12)) }.joined(separator: " ")
+                Output.line("\(role.name): v\(role.version)\(role.expires.map { ", expires \($0)" } ?? " (not published)"), \(role.threshold) of \(role.keyids.count) keys: \(keys)")
+            }
+            for staged in report.staged {
+                Output.line("staged: \(staged.role) v\(staged.version), signed by \(staged.signed_by.isEmpty ? "nobody yet" : staged.signed_by.map { String($0.prefix(12)) }.joined(separator: " "))")
+            }
+            for package in report.packages {
+                Output.line("package: \(package.target): \(package.name) \(package.version) (sequence \(package.sequence))\(package.channels.isEmpty ? "" : ", channels \(package.channels.joined(separator: ", "))")")
+            }
+        }
+    }
+}
