@@ -33,8 +33,20 @@ struct Update: ParsableCommand {
         """
     )
 
-    @Argument(help: ArgumentHelp("The channel index (https://…/CHANNEL.json).", valueName: "index-url"))
+    @Argument(help: ArgumentHelp("The channel index (https://…/CHANNEL.json); not with --repository.", valueName: "index-url"))
     var index: String?
+
+    @Option(name: .long, help: ArgumentHelp("A TUF repository's metadata URL (https://…/metadata/): the channel, the release and its package keys come from its trusted metadata.", valueName: "url"))
+    var repository: String?
+
+    @Option(name: .customLong("metadata-dir"), help: ArgumentHelp("With --repository: the folder of trusted TUF metadata (`signet tuf init` puts the initial root there).", valueName: "dir"))
+    var metadataDirectory: String?
+
+    @Option(name: .long, help: ArgumentHelp("With --repository: the package name to follow (default: the one DIR holds, or the only one the channel lists).", valueName: "name"))
+    var package: String?
+
+    @Option(name: .customLong("targets-url"), help: ArgumentHelp("With --repository: where its targets are (default: targets/ beside the metadata URL).", valueName: "url"))
+    var targetsURL: String?
 
     @Option(name: .long, help: ArgumentHelp("The directory the channel's package is installed in.", valueName: "dir"))
     var dest: String?
@@ -72,6 +84,7 @@ struct Update: ParsableCommand {
     static let configKeys: [String: Bool] = [
         // key: takes a value (false: a flag)
         "index": true, "dest": true, "state": true, "channel": true,
+        "repository": true, "metadata-dir": true, "package": true, "targets-url": true,
         "pubkey": true, "trust-dir": true, "pin": true, "revoked": true, "ca": true, "allow-expired-cert": false,
         "expect-subject": true, "trust-salt-file": true, "trust-seal-key": true, "clock-skew": true, "allow-weak-key": false,
         "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
@@ -99,10 +112,20 @@ struct Update: ParsableCommand {
             self = try Update.parse(arguments + rest)
             return
         }
-        if index == nil { throw ValidationError("give the channel index URL (or index = \"…\" in --config FILE)") }
+        if repository != nil {
+            if index != nil { throw ValidationError("give either a channel index URL or --repository, not both: a TUF repository replaces the channel index") }
+            if metadataDirectory == nil { throw ValidationError("--repository needs --metadata-dir DIR: the folder of trusted metadata, made once with `signet tuf init --metadata-dir DIR root.json`") }
+            if trust.hasSources { throw ValidationError("with --repository the package keys come from the repository's trusted metadata (the role that lists the release): leave out --pubkey, --trust-dir and --ca") }
+            if reseal { throw ValidationError("--reseal renews trust directories; a TUF repository rotates its keys through its root instead") }
+        } else {
+            for (option, value) in [("--metadata-dir", metadataDirectory), ("--package", package), ("--targets-url", targetsURL)] where value != nil {
+                throw ValidationError("\(option) is for --repository (a TUF repository)")
+            }
+        }
+        if index == nil && repository == nil { throw ValidationError("give the channel index URL or --repository URL (or index = \"…\" / repository = \"…\" in --config FILE)") }
         if dest == nil { throw ValidationError("give --dest DIR (or dest = \"…\" in --config FILE)") }
         if trust.channel == nil { throw ValidationError("give --channel NAME: the channel this device follows (or channel = \"…\" in --config FILE)") }
-        if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
+        if !trust.hasSources && repository == nil { throw ValidationError(TrustOptions.missingSources) }
         if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
     }
 
@@ -178,6 +201,7 @@ struct Update: ParsableCommand {
 
     func run() throws {
         Signals.onInterrupt("the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); the staged files are removed; the next run resumes")
+        if let repository { return try runRepository(repository) }
         guard let index, let dest, let channel = trust.channel else { throw ValidationError("give the index URL, --dest and --channel") }
         if Download.isURL(index) { tls.warnIfInsecure(index) }
         var trustOptions = trust
@@ -217,6 +241,65 @@ struct Update: ParsableCommand {
             Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(report.installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(expires)")
         } else {
             Output.line("up to date: \(dest) holds \(report.installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), channel \(channel) names sequence \(available.sequence); \(expires)")
+        }
+    }
+}
+
+extension Update {
+    struct RepositoryReport: Encodable {
+        let channel: String
+        let repository: String
+        let root_version: Int64
+        let timestamp_version: Int64
+        let role: String
+        @Null var installed: Report.Release?
+        let available: Report.Release
+        let update_available: Bool
+        let channel_is_older: Bool
+        let updated: Bool
+        let package_url: String
+        @Null var transfer: Unpack.Transfer?
+    }
+
+    /// `update --repository`: the channel's release from a TUF repository.
+    func runRepository(_ repository: String) throws {
+        guard let dest, let channel = trust.channel, let metadataDirectory else { throw ValidationError("give --dest, --channel and --metadata-dir") }
+        tls.warnIfInsecure(repository)
+        var options = TUFUpdateOptions(client: TUFClientOptions(metadataDirectory: metadataDirectory, metadataURL: repository), channel: channel)
+        options.package = package
+        options.targetsURL = targetsURL
+        options.checkOnly = check
+        options.install.force = force
+        options.install.limits = limits.limits
+        options.install.wait = wait
+        options.install.stateFile = state
+        var download = try tls.options(trust: trust)
+        download.ranges = !fullDownload
+        let chosen = options
+        let report = try ProgressLine.downloading(repository, options: download, output: output) { download in
+            var options = chosen
+            options.client.download = download
+            return try await TUFUpdater.update(to: dest, options: options)
+        }
+        let available = Report.Release(name: report.release.name, version: report.release.version, sequence: report.release.sequence)
+        let installed = report.installed.map { Report.Release(name: $0.name, version: $0.version, sequence: $0.sequence) }
+        if output.json {
+            Output.json(RepositoryReport(channel: channel, repository: repository, root_version: report.refresh.rootVersion,
+                                         timestamp_version: report.refresh.timestampVersion, role: report.role, installed: installed,
+                                         available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
+                                         updated: report.install != nil, package_url: report.packageURL, transfer: report.install?.transfer.map(Unpack.Transfer.init)))
+            return
+        }
+        let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
+        if let install = report.install {
+            Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(trusted)")
+            if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
+        } else if report.updateAvailable {
+            Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)")
+        } else if report.channelIsOlder {
+            Output.warn("channel \(channel) names an older release than installed: \(dest) holds \(installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), the channel names sequence \(available.sequence); nothing was changed (a repository cannot push an older release: the publisher republishes it with a higher sequence)")
+        } else {
+            Output.line("up to date: \(dest) holds \(installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), channel \(channel) names sequence \(available.sequence); \(trusted)")
         }
     }
 }

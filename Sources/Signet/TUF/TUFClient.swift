@@ -74,8 +74,10 @@ public final class TUFClient {
     /// metadata there from an earlier root is removed.
     public static func initialize(metadataDirectory: String, trustedRoot: [UInt8]) throws {
         _ = try TUFTrustedSet(root: trustedRoot, now: .now)
-        if mkdir(metadataDirectory, 0o755) != 0, errno != EEXIST {
-            throw SignetError.posix(SystemCallFailure("mkdir", code: errno), "cannot create the metadata folder", path: metadataDirectory)
+        do {
+            try FileManager.default.createDirectory(atPath: metadataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        } catch {
+            throw SignetError(.io, "cannot create the metadata folder '\(metadataDirectory)': \(error.localizedDescription)", path: metadataDirectory)
         }
         try TrustedInput.check(metadataDirectory, what: "the metadata folder")
         if let names = try? FileManager.default.contentsOfDirectory(atPath: metadataDirectory) {
@@ -198,6 +200,12 @@ public final class TUFClient {
     /// The trusted description of the target at `path` (refreshing first), found by a
     /// pre-order depth-first walk of the delegations (§5.6.7); nil when no role lists it.
     public func target(_ path: String) throws -> TUFTarget? {
+        try listing(path)?.target
+    }
+
+    /// The target at `path` and the keys of the role that listed it (the keys a Signet
+    /// package listed there must be signed with).
+    func listing(_ path: String) throws -> (target: TUFTarget, keys: [TUFKey], role: String)? {
         try refresh()
         var toVisit: [(role: String, delegator: String, delegatorParent: String?)] = [("targets", "root", nil)]
         var visited: Set<String> = []
@@ -205,7 +213,13 @@ public final class TUFClient {
             let key = "\(next.delegator)\u{0}\(next.role)"
             if visited.contains(key) { continue }
             let targets = try loadTargets(next.role, delegator: next.delegator, delegatorParent: next.delegatorParent)
-            if let found = targets.targets[path] { return found }
+            if let found = targets.targets[path] {
+                let delegation: (keys: [String: TUFKey], role: TUFRole)? = next.delegator == "root"
+                    ? trusted.root.delegation(to: next.role)
+                    : next.delegatorParent.flatMap { trusted.loadedTargets(next.delegator, delegator: $0) }?.delegation(to: next.role)
+                let keys = delegation.map { d in d.role.keyIDs.compactMap { d.keys[$0] } } ?? []
+                return (found, keys, next.role)
+            }
             visited.insert(key)
             var children: [(String, String, String?)] = []
             for (child, terminating) in targets.roles(for: path) {
@@ -220,14 +234,29 @@ public final class TUFClient {
         return nil
     }
 
-    /// Writes `target` into `directory` (file name: its path, percent-encoded), fetched from
-    /// `baseURL` (with the hash prefix of a consistent-snapshot repository) unless a file there
-    /// already has its length and hashes. The file appears only once it verified.
-    public func download(_ target: TUFTarget, from baseURL: String, into directory: String) throws -> TUFDownload {
-        let path = directory + "/" + Self.quoted(target.path)
-        if (try? Self.check(path, target, name: path)) != nil {
-            return TUFDownload(path: path, fetched: false)
+    /// Every target path the targets role and the roles it delegates to (breadth first, at
+    /// most ``TUFClientOptions/maximumDelegations`` roles) list: candidates, each to be looked
+    /// up with ``listing(_:)`` (which applies the delegations' path rules).
+    func listedPaths() throws -> [String] {
+        try refresh()
+        var paths: [String] = []
+        var seen: Set<String> = []
+        var queue: [(role: String, delegator: String, delegatorParent: String?)] = [("targets", "root", nil)]
+        var visited = 0
+        while !queue.isEmpty, visited < options.maximumDelegations {
+            let next = queue.removeFirst()
+            visited += 1
+            guard let targets = try? loadTargets(next.role, delegator: next.delegator, delegatorParent: next.delegatorParent) else { continue }
+            for path in targets.targets.keys.sorted() where seen.insert(path).inserted { paths.append(path) }
+            let children = targets.succinct == nil ? targets.delegatedRoles.map(\.name) : []
+            queue.append(contentsOf: children.map { ($0, next.role, next.delegator) })
         }
+        return paths
+    }
+
+    /// Where `target` is on the server: `baseURL` and its path, with the hash prefix of a
+    /// consistent-snapshot repository.
+    func url(of target: TUFTarget, base baseURL: String) -> String {
         var remote = target.path
         if trusted.root.consistentSnapshot {
             if let slash = remote.lastIndex(of: "/") {
@@ -236,7 +265,17 @@ public final class TUFClient {
                 remote = "\(target.firstHash).\(remote)"
             }
         }
-        let base = baseURL.hasSuffix("/") ? baseURL : baseURL + "/"
+        return (baseURL.hasSuffix("/") ? baseURL : baseURL + "/") + Self.quotedPath(remote)
+    }
+
+    /// Writes `target` into `directory` (file name: its path, percent-encoded), fetched from
+    /// `baseURL` (with the hash prefix of a consistent-snapshot repository) unless a file there
+    /// already has its length and hashes. The file appears only once it verified.
+    public func download(_ target: TUFTarget, from baseURL: String, into directory: String) throws -> TUFDownload {
+        let path = directory + "/" + Self.quoted(target.path)
+        if (try? Self.check(path, target, name: path)) != nil {
+            return TUFDownload(path: path, fetched: false)
+        }
         let temporary = AtomicFile.temporaryPath(beside: path, tag: "download")
         let token = TemporaryFiles.register(temporary)
         defer { TemporaryFiles.unregister(token) }
@@ -246,7 +285,7 @@ public final class TUFClient {
         let written: Int64
         do {
             defer { try? fd.close() }
-            written = try fetcher.download(base + Self.quotedPath(remote), into: fd, path: temporary, limit: max(target.length, 0), what: "target '\(target.path)'")
+            written = try fetcher.download(url(of: target, base: baseURL), into: fd, path: temporary, limit: max(target.length, 0), what: "target '\(target.path)'")
         }
         guard written == target.length else {
             throw SignetError(.metadataMismatch, "target '\(target.path)' arrived with \(written) bytes; its targets role says \(target.length): nothing was written", path: target.path)

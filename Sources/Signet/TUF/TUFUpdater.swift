@@ -1,0 +1,114 @@
+import Foundation
+
+/// Options for ``TUFUpdater``.
+public struct TUFUpdateOptions: Sendable {
+    /// The repository's metadata URL and the device's metadata folder.
+    public var client: TUFClientOptions
+    /// The channel this device follows.
+    public var channel: String
+    /// The package name to follow; nil: the one DIR holds, or the only one the channel lists.
+    public var package: String? = nil
+    /// Where the repository's targets are; nil: `targets/` beside the metadata URL.
+    public var targetsURL: String? = nil
+    /// How the package is installed (its binding to the target is set by the updater).
+    public var install = InstallOptions()
+    /// Only find out whether an update is available: metadata is refreshed, nothing installed.
+    public var checkOnly = false
+
+    public init(client: TUFClientOptions, channel: String) {
+        self.client = client
+        self.channel = channel
+    }
+}
+
+/// What ``TUFUpdater`` found and did.
+public struct TUFUpdateReport: Sendable {
+    /// The trusted metadata after the refresh.
+    public let refresh: TUFRefreshReport
+    /// The release the channel names.
+    public let release: TUFPackageTarget
+    /// The role that lists it (`targets`, or a delegated role), whose keys signed the package.
+    public let role: String
+    /// Where the package is.
+    public let packageURL: String
+    /// What DIR held before (nil: no installed package).
+    public let installed: UpdateReport.Installed?
+    /// True when the channel names a newer release than DIR holds.
+    public let updateAvailable: Bool
+    /// True when the channel names an older release than DIR holds (nothing is installed:
+    /// a repository cannot push an older release; the publisher rolls a channel back by
+    /// publishing the old content with a higher sequence).
+    public let channelIsOlder: Bool
+    /// The installation, when one was made.
+    public let install: InstallReport?
+}
+
+/// Keeps a destination on what its channel names in a TUF repository (FORMAT.md §7): refreshes
+/// the trusted metadata (root chain, timestamp, snapshot, targets), picks the release the
+/// channel names, and installs it when newer — its package keys the keys of the role that lists
+/// it, its manifest bound to the SHA-256 the target states (checked before any resource is
+/// fetched), the whole file to its length and hashes when it is downloaded whole.
+public enum TUFUpdater {
+    /// Updates `destination`. Throws ``SignetError``: the TUF client's codes, `.targetNotFound`
+    /// (the channel lists no package), and whatever the installation throws. DIR is unchanged
+    /// on any failure.
+    public static func update(to destination: String, options: TUFUpdateOptions) throws -> TUFUpdateReport {
+        try update(to: destination, options: options, cancelled: nil)
+    }
+
+    /// The same on a thread of its own; cancelling the task stops the transfer in progress.
+    public static func update(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await OwnThreads.async { try update(to: destination, options: options, cancelled: cancelled) }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    static func update(to destination: String, options: TUFUpdateOptions, cancelled: CancellationFlag?) throws -> TUFUpdateReport {
+        guard ChannelIndex.isValidChannel(options.channel) else {
+            throw SignetError(.usage, "the channel name '\(options.channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
+        }
+        var clientOptions = options.client
+        clientOptions.now = clientOptions.now ?? options.install.now
+        let client = try TUFClient(options: clientOptions, cancelled: cancelled)
+        let refresh = try client.refresh()
+        let installed = try Updater.installed(destination, force: options.install.replacesForeign(destination))
+        let wanted = options.package ?? installed?.name
+        var candidates: [(TUFPackageTarget, TUFTarget, [TUFKey], String)] = []
+        for path in try client.listedPaths() {
+            guard let (target, keys, role) = try client.listing(path), let release = TUFPackageTarget(target),
+                  release.channels.contains(options.channel) else { continue }
+            if let wanted, !Installer.sameName(wanted, release.name) { continue }
+            candidates.append((release, target, keys, role))
+        }
+        let names = Set(candidates.map { $0.0.name })
+        guard names.count <= 1 else {
+            throw SignetError(.usage, "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
+        }
+        guard let (release, target, keys, role) = candidates.max(by: { $0.0.sequence < $1.0.sequence }) else {
+            throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)' (its targets carry the channels in custom.signet)", path: options.client.metadataURL)
+        }
+        let base = options.targetsURL ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
+        let packageURL = client.url(of: target, base: base)
+        let sameName = installed.map { Installer.sameName($0.name, release.name) } ?? false
+        let newer = !sameName || release.sequence > (installed?.sequence ?? 0)
+        let older = sameName && release.sequence < (installed?.sequence ?? 0)
+        guard newer, !options.checkOnly else {
+            return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                                   updateAvailable: newer, channelIsOlder: older, install: nil)
+        }
+        let packageKeys = keys.compactMap { $0.publicKey(source: "TUF role \(role)") }
+        guard !packageKeys.isEmpty else {
+            throw SignetError(.untrustedSigner, "role '\(role)', which lists \(release.target), has no RSA key: Signet packages are signed with RSA keys of the role that lists them", path: release.target)
+        }
+        var install = options.install
+        install.expectedPackage = ChannelIndex.Package(name: release.name, version: release.version, sequence: release.sequence, url: packageURL,
+                                                       size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
+        let report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
+                                           download: options.client.download, cancelled: cancelled)
+        return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                               updateAvailable: true, channelIsOlder: false, install: report)
+    }
+}
