@@ -35,7 +35,23 @@ done
 [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
 [ -e /usr/lib/lighttpd/mod_openssl.so ] || need+=(lighttpd-mod-openssl)
 
+# faketime: the TUF conformance suite (scripts/tuf-conformance.sh) runs clients at other times.
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
+# pip, for python-tuf below, and venv, for the conformance suite's own environment.
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+python3 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
+
+# python-tuf (PyPI `tuf`) and securesystemslib with its crypto extra: the other side of the TUF
+# tests (issue 37): a repository made with python-tuf's Metadata API, python-tuf's ngclient.
+python_deps() {
+  python3 -c "import tuf.ngclient, securesystemslib.signer, cryptography" >/dev/null 2>&1 && return 0
+  echo "install-deps: installing python-tuf from PyPI"
+  python3 -m pip install -q "tuf==7.0.1" "securesystemslib[crypto]" \
+    || python3 -m pip install -q --break-system-packages "tuf==7.0.1" "securesystemslib[crypto]"
+}
+
 if [ ${#need[@]} -eq 0 ]; then
+  python_deps
   echo "install-deps: everything Signet needs is installed"
   exit 0
 fi
@@ -52,3 +68,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"
+python_deps

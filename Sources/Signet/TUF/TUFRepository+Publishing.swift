@@ -100,9 +100,6 @@ extension TUFRepository {
         let fileName = (package as NSString).lastPathComponent
         var document = try nextTargets(now: now)
         var members = targetMembers(document)
-        if let existing = members.first(where: { $0.0 == fileName }), existing.1["hashes"]?["sha256"]?.stringValue != described.sha256 {
-            throw SignetError(.fileExists, "the repository already lists a target named '\(fileName)' with other content: give each release its own file name (app-1.4.3.zip)", path: package)
-        }
         for channel in channels {
             for (path, value) in members {
                 guard path != fileName, let other = try? TUFTarget(path: path, json: value), let listed = TUFPackageTarget(other),
@@ -111,6 +108,9 @@ extension TUFRepository {
                     throw SignetError(.rollback, "channel '\(channel)' names \(listed.name) \(listed.version) (sequence \(listed.sequence), \(listed.target)); \(fileName) has sequence \(described.sequence), which devices would see as \(described.sequence == listed.sequence ? "the same release" : "an older release"). Pack it with a higher --sequence, or give --allow-lower-sequence to roll the channel back on purpose", path: package)
                 }
             }
+        }
+        if let existing = members.first(where: { $0.0 == fileName }), existing.1["hashes"]?["sha256"]?.stringValue != described.sha256 {
+            throw SignetError(.fileExists, "the repository already lists a target named '\(fileName)' with other content: give each release its own file name (app-1.4.3.zip)", path: package)
         }
         // Each channel names one release per package name.
         members = members.map { path, value in
@@ -189,7 +189,11 @@ extension TUFRepository {
             snapshotBytes = bytes
             let current = try TUFSnapshot(TUFMetadata(bytes: bytes, expectedType: "snapshot", name: "\(version).snapshot.json"))
             let halfLife = Timestamp(secondsSinceEpoch: current.metadata.expires.secondsSinceEpoch &- lifetimes.snapshot / 2)
-            newSnapshot = current.meta["targets.json"]?.version != targetsVersion || now >= halfLife
+            let named = current.meta["targets.json"]
+            let targetsHash = try Digest.compute(targetsBytes, algorithm: .sha256).hex
+            // Another file under the same version (replaced by hand) is a change too.
+            newSnapshot = named?.version != targetsVersion || named?.length.map { $0 != Int64(targetsBytes.count) } == true
+                || named?.hashes?["sha256"].map { $0 != targetsHash } == true || now >= halfLife
         } else {
             newSnapshot = true
         }

@@ -1,0 +1,409 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+import SignetTestSupport
+
+/// Issue 37: channels as TUF repositories. `signet repo` publishes, `signet update --repository`
+/// and `signet tuf` consume, against a real nginx (one for the suite); python-tuf on the other
+/// side both ways; what a stolen key of each role can and cannot do.
+@Suite("TUF: signet repo, signet update --repository, signet tuf against nginx and python-tuf", .serialized)
+struct TUFCLITests {
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    static let tool = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("tuf_tool.py").path
+
+    static func code(_ result: ProcessResult) -> String? {
+        (try? result.json()["error"] as? [String: Any])?["code"] as? String
+    }
+
+    static func python(_ arguments: [String], environment: [String: String?] = [:]) throws -> ProcessResult {
+        try SignetTestSupport.run("python3", [tool] + arguments, environment: environment)
+    }
+
+    /// A publisher with a repository under nginx's www/NAME (root 2 of 2, targets 2 of 2,
+    /// separate online snapshot and timestamp keys), and a device following channel `stable`.
+    final class Fleet {
+        let server: HTTPSServer
+        let work: TemporaryDirectory
+        let name: String
+        var repo: String { server.www + "/" + name }
+        var metadataURL: String { server.url(name + "/metadata/") }
+
+        init(_ name: String, lifetimes: [String] = [], targetsThreshold: Int = 2) throws {
+            server = try TUFCLITests.shared.get()
+            work = try TemporaryDirectory()
+            self.name = name
+            for key in ["root1", "root2", "rel1", "rel2", "rel3", "snap", "ts", "evil"] {
+                let made = try CLI.run(["keygen", "--out", work.file("keys/" + key), "--bits", "2048"])
+                guard made.status == 0 else { throw SupportError("keygen: \(made.stderr)") }
+            }
+            try check(CLI.run(["repo", "init", repo, "--root-key", pub("root1"), "--root-key", pub("root2"), "--root-threshold", "2",
+                               "--targets-key", pub("rel1"), "--targets-key", pub("rel2"), "--targets-threshold", String(targetsThreshold),
+                               "--snapshot-key", pub("snap"), "--timestamp-key", pub("ts")] + lifetimes))
+            try signRoot()
+        }
+
+        func pub(_ key: String) -> String { work.file("keys/\(key)/public_key.der") }
+        func priv(_ key: String) -> String { work.file("keys/\(key)/private_key.pem") }
+
+        @discardableResult
+        func check(_ result: ProcessResult) throws -> ProcessResult {
+            guard result.status == 0 else { throw SupportError("signet failed (\(result.status)): \(result.stderr)") }
+            return result
+        }
+
+        func signRoot(_ keys: [String] = ["root1", "root2"]) throws {
+            for key in keys { try check(CLI.run(["repo", "sign", repo, "--role", "root", "--key", priv(key), "--json"])) }
+        }
+
+        /// Packs release `sequence` signed by `key` into the work folder.
+        func pack(_ sequence: Int, key: String = "rel1", text: String? = nil) throws -> String {
+            let tree = work.file("tree-\(sequence)-\(key)")
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+            try Data((text ?? "release \(sequence)\n").utf8).write(to: URL(fileURLWithPath: tree + "/a.txt"))
+            try Data("same in every release\n".utf8).write(to: URL(fileURLWithPath: tree + "/b.txt"))
+            let out = work.file("app-\(sequence).zip")
+            try? FileManager.default.removeItem(atPath: out)
+            try check(CLI.run(["pack", tree, "--key", priv(key), "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", out]))
+            return out
+        }
+
+        /// Publishes release `sequence`: add, both targets signatures, refresh.
+        func release(_ sequence: Int, signers: [String] = ["rel1", "rel2"], packKey: String = "rel1") throws {
+            try check(CLI.run(["repo", "add", repo, try pack(sequence, key: packKey), "--channel", "stable", "--json"]))
+            for key in signers { try check(CLI.run(["repo", "sign", repo, "--role", "targets", "--key", priv(key), "--json"])) }
+            try refresh()
+        }
+
+        func refresh() throws {
+            try check(CLI.run(["repo", "refresh", repo, "--snapshot-key", priv("snap"), "--timestamp-key", priv("ts"), "--json"]))
+        }
+
+        /// A device: its metadata folder made from the repository's first root.
+        func device(_ label: String = "device") throws -> Device {
+            let device = Device(fleet: self, folder: work.file(label))
+            try check(CLI.run(["tuf", "init", "--metadata-dir", device.metadata, repo + "/metadata/1.root.json"]))
+            return device
+        }
+
+        /// Re-signs a published metadata file with `keys` after `edits` (an attacker's tool).
+        func resign(_ file: String, keys: [String], root: String = "1.root.json", edits: [String] = [], out: String? = nil) throws {
+            let path = repo + "/metadata/" + file
+            let result = try TUFCLITests.python(["resign", path, repo + "/metadata/" + root, out.map { repo + "/metadata/" + $0 } ?? path]
+                                                + keys.map(priv) + edits.flatMap { ["--edit", $0] })
+            guard result.status == 0 else { throw SupportError("resign: \(result.stderr)") }
+        }
+    }
+
+    struct Device {
+        let fleet: Fleet
+        let folder: String
+        var metadata: String { folder + "/metadata" }
+        var dest: String { folder + "/app" }
+
+        func update(_ extra: [String] = []) throws -> ProcessResult {
+            try CLI.run(["update", "--repository", fleet.metadataURL, "--metadata-dir", metadata, "--channel", "stable", "--dest", dest,
+                         "--tls-ca", fleet.server.root, "--json"] + extra)
+        }
+
+        func installed() -> String? { try? String(contentsOfFile: dest + "/a.txt", encoding: .utf8) }
+
+        func trustedVersion(_ role: String) -> Int? {
+            guard let data = FileManager.default.contents(atPath: "\(metadata)/\(role).json"),
+                  let json = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+            return (json["signed"] as? [String: Any])?["version"] as? Int
+        }
+    }
+
+    @Test("publish with m-of-n keys and update: installs; up to date; a new release installs; a lower sequence is refused; --check changes nothing")
+    func publishAndUpdate() throws {
+        let fleet = try Fleet("cycle")
+        try fleet.release(1)
+        let device = try fleet.device()
+        let first = try device.update()
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(try first.json()["updated"] as? Bool == true)
+        #expect(device.installed() == "release 1\n")
+
+        let again = try device.update()
+        let againReport = try again.json()
+        #expect(again.status == 0 && againReport["updated"] as? Bool == false && againReport["update_available"] as? Bool == false, "\(again.stdoutText)")
+
+        // One targets signature of two publishes nothing.
+        try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(2), "--channel", "stable"]))
+        let half = try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1"), "--json"]))
+        #expect(try half.json()["published"] as? Bool == false)
+        try fleet.refresh()
+        #expect(try device.update().json()["update_available"] as? Bool == false)
+        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel2")]))
+        try fleet.refresh()
+        let checked = try device.update(["--check"])
+        #expect(try checked.json()["update_available"] as? Bool == true)
+        #expect(device.installed() == "release 1\n")
+        let second = try device.update()
+        let secondReport = try second.json()
+        #expect(second.status == 0 && secondReport["updated"] as? Bool == true, "\(second.stderr)")
+        #expect(device.installed() == "release 2\n")
+
+        // The channel never goes back by accident; on purpose, devices say so and keep theirs.
+        let lower = try CLI.run(["repo", "add", fleet.repo, try fleet.pack(1), "--channel", "stable", "--json"])
+        #expect(lower.status == 1 && Self.code(lower) == "rollback", "\(lower.stdoutText)")
+        let republished = fleet.work.file("app-1-again.zip")
+        try FileManager.default.copyItem(atPath: try fleet.pack(1), toPath: republished)
+        try fleet.check(CLI.run(["repo", "add", fleet.repo, republished, "--channel", "stable", "--allow-lower-sequence"]))
+        for key in ["rel1", "rel2"] { try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv(key)])) }
+        try fleet.refresh()
+        let older = try device.update()
+        let olderReport = try older.json()
+        #expect(older.status == 0 && olderReport["channel_is_older"] as? Bool == true, "\(older.stdoutText)")
+        let text = try CLI.run(["update", "--repository", fleet.metadataURL, "--metadata-dir", device.metadata, "--channel", "stable",
+                                "--dest", device.dest, "--tls-ca", fleet.server.root])
+        #expect(text.stderr.contains("names an older release than installed") && !text.stdoutText.contains("up to date"), "\(text.stdoutText)\(text.stderr)")
+        #expect(device.installed() == "release 2\n")
+    }
+
+    @Test("a package not signed by a targets key is refused by repo add; keys of other roles cannot sign targets")
+    func publisherRefusals() throws {
+        let fleet = try Fleet("refusals")
+        let foreign = try CLI.run(["repo", "add", fleet.repo, try fleet.pack(1, key: "evil"), "--channel", "stable", "--json"])
+        #expect(foreign.status == 3 && Self.code(foreign) == "untrusted-signer", "\(foreign.stdoutText)")
+        try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(1), "--channel", "stable"]))
+        let wrongRole = try CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("snap"), "--json"])
+        #expect(wrongRole.status == 3 && Self.code(wrongRole) == "untrusted-signer", "\(wrongRole.stdoutText)")
+        let badThreshold = try CLI.run(["repo", "init", fleet.work.file("other"), "--root-key", fleet.pub("root1"), "--root-threshold", "2",
+                                        "--targets-key", fleet.pub("rel1"), "--snapshot-key", fleet.pub("snap"), "--timestamp-key", fleet.pub("ts"), "--json"])
+        #expect(badThreshold.status == 2 && Self.code(badThreshold) == "usage", "\(badThreshold.stdoutText)")
+    }
+
+    @Test("a stolen targets key cannot ship a package when the targets threshold is 2")
+    func stolenTargetsKey() throws {
+        let fleet = try Fleet("stolen-targets")
+        try fleet.release(1)
+        let device = try fleet.device()
+        try fleet.check(device.update())
+        // The thief has rel1 and (worse) the online keys: stages an evil release, signs it with
+        // rel1 alone, publishes it as the next targets version and refreshes.
+        try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(9, text: "evil\n"), "--channel", "stable"]))
+        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1")]))
+        try FileManager.default.copyItem(atPath: fleet.repo + "/staging/targets.json", toPath: fleet.repo + "/metadata/2.targets.json")
+        try fleet.refresh()
+        let result = try device.update()
+        #expect(result.status == 3 && Self.code(result) == "threshold-not-met", "\(result.stdoutText)")
+        #expect(device.installed() == "release 1\n")
+    }
+
+    @Test("no key of targets, snapshot or timestamp can change the keys a device trusts; m-1 root signatures rotate nothing")
+    func onlyRootChangesTrust() throws {
+        let fleet = try Fleet("trust")
+        try fleet.release(1)
+        let device = try fleet.device()
+        try fleet.check(device.update())
+        // Every online and release key together sign a root that adds the thief's key.
+        try fleet.resign("1.root.json", keys: ["rel1", "rel2", "snap", "ts"],
+                         edits: ["s['version'] = 2", "s['roles']['targets']['threshold'] = 1"], out: "2.root.json")
+        let forged = try device.update()
+        #expect(forged.status == 3 && Self.code(forged) == "threshold-not-met", "\(forged.stdoutText)")
+        #expect(device.trustedVersion("root") == 1)
+        // One root key of two: signet repo keeps it staged; copied into place, devices refuse it.
+        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/2.root.json")
+        try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--threshold", "1"]))
+        let one = try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "root", "--key", fleet.priv("root1"), "--json"]))
+        #expect(try one.json()["published"] as? Bool == false)
+        try FileManager.default.copyItem(atPath: fleet.repo + "/staging/root.json", toPath: fleet.repo + "/metadata/2.root.json")
+        let half = try device.update()
+        #expect(half.status == 3 && Self.code(half) == "threshold-not-met", "\(half.stdoutText)")
+        #expect(device.trustedVersion("root") == 1)
+    }
+
+    @Test("after rotations that replace a stolen targets key, a device offline through all of them refuses the old key and accepts the new")
+    func rotationReachesOfflineDevice() throws {
+        let fleet = try Fleet("rotation")
+        try fleet.release(1)
+        let device = try fleet.device()
+        try fleet.check(device.update())
+        // Which of the two ids is rel1's: the one `repo sign` with rel1 records on a staged file.
+        try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(2), "--channel", "stable"]))
+        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1")]))
+        let staged = try fleet.check(CLI.run(["repo", "status", fleet.repo, "--json"])).json()
+        let stolenID = try #require(((staged["staged"] as? [[String: Any]])?.first?["signed_by"] as? [String])?.first)
+        try FileManager.default.removeItem(atPath: fleet.repo + "/staging/targets.json")
+        // Rotation 1: rel1 out, rel3 in. Rotation 2: threshold 1 of {rel2, rel3}.
+        try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(stolenID.prefix(10)), "--add", fleet.pub("rel3")]))
+        try fleet.signRoot()
+        try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--threshold", "1"]))
+        try fleet.signRoot()
+        // The thief signs a release with rel1 (the old key) and publishes it with the online keys.
+        try fleet.resign("1.targets.json", keys: ["rel1"], root: "1.root.json", edits: ["s['version'] = 2"], out: "2.targets.json")
+        try fleet.refresh()
+        let refused = try device.update()
+        #expect(refused.status == 3 && Self.code(refused) == "threshold-not-met", "\(refused.stdoutText)")
+        #expect(device.trustedVersion("root") == 3, "the device walked both rotations")
+        #expect(device.installed() == "release 1\n")
+        // The publisher's next release, signed by the new key, reaches it.
+        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/2.targets.json")
+        try fleet.release(3, signers: ["rel3"], packKey: "rel3")
+        let accepted = try device.update()
+        #expect(accepted.status == 0, "\(accepted.stderr)")
+        #expect(device.installed() == "release 3\n")
+        // A package signed by the revoked key is refused by the publisher's own tool.
+        let revoked = try CLI.run(["repo", "add", fleet.repo, try fleet.pack(4, key: "rel1"), "--channel", "stable", "--json"])
+        #expect(revoked.status == 3 && Self.code(revoked) == "untrusted-signer", "\(revoked.stdoutText)")
+    }
+
+    @Test("a stolen timestamp key: a rollback is refused; freezing works only until the snapshot expires")
+    func stolenTimestampKey() throws {
+        let fleet = try Fleet("stolen-timestamp", lifetimes: ["--snapshot-expires-in", "12s"])
+        try fleet.release(1)
+        try fleet.release(2)
+        let device = try fleet.device()
+        try fleet.check(device.update())
+        // Rollback: a newer timestamp naming the older snapshot.
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 1", "s['meta']['snapshot.json'] = {'version': 1}"])
+        let rollback = try device.update()
+        #expect(rollback.status == 1 && Self.code(rollback) == "rollback", "\(rollback.stdoutText)")
+        // Freeze: fresh timestamps naming today's snapshot are accepted until it expires.
+        let snapshot = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: fleet.repo + "/metadata/2.snapshot.json"))) as? [String: Any]
+        let expires = ((snapshot?["signed"] as? [String: Any])?["expires"] as? String) ?? ""
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 1", "s['meta']['snapshot.json'] = {'version': 2}",
+                                                                  "s['expires'] = '2099-01-01T00:00:00Z'"])
+        let frozen = try device.update()
+        #expect(frozen.status == 0, "\(frozen.stdoutText)")
+        let formatter = ISO8601DateFormatter()
+        let until = formatter.date(from: expires) ?? Date()
+        Thread.sleep(until: until.addingTimeInterval(1.5))
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 1", "s['expires'] = '2099-01-01T00:00:00Z'"])
+        let stale = try device.update()
+        #expect(stale.status == 1 && Self.code(stale) == "expired-metadata", "\(stale.stdoutText)")
+    }
+
+    @Test("a stolen snapshot key cannot mix and match: a snapshot the timestamp does not bind is refused")
+    func stolenSnapshotKey() throws {
+        let fleet = try Fleet("stolen-snapshot")
+        try fleet.release(1)
+        try fleet.release(2)
+        // The thief replaces the current snapshot with one naming the old targets version.
+        try fleet.resign("2.snapshot.json", keys: ["snap"], edits: ["s['meta']['targets.json'] = {'version': 1}"])
+        let device = try fleet.device()
+        let result = try device.update()
+        #expect(result.status == 1 && Self.code(result) == "metadata-mismatch", "\(result.stdoutText)")
+        #expect(device.installed() == nil)
+    }
+
+    @Test("TUF attacks: endless data (timestamp beyond 16 KiB), malicious mirror (a package that is not the target, read by ranges or whole)")
+    func attacks() throws {
+        let fleet = try Fleet("attacks")
+        try fleet.release(1)
+        // Endless data: a timestamp far beyond 16 KiB.
+        let saved = try Data(contentsOf: URL(fileURLWithPath: fleet.repo + "/metadata/timestamp.json"))
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['padding'] = 'x' * 40000"])
+        let device = try fleet.device()
+        let endless = try device.update()
+        #expect(endless.status == 4 && Self.code(endless) == "download-too-large", "\(endless.stdoutText)")
+        try saved.write(to: URL(fileURLWithPath: fleet.repo + "/metadata/timestamp.json"))
+        // Malicious mirror: the package file is replaced by another signed package.
+        let targets = try FileManager.default.contentsOfDirectory(atPath: fleet.repo + "/targets").filter { $0.hasSuffix(".app-1.zip") }
+        let served = fleet.repo + "/targets/" + (targets.first ?? "")
+        try FileManager.default.removeItem(atPath: served)
+        try FileManager.default.copyItem(atPath: try fleet.pack(1, text: "other content\n"), toPath: served)
+        let mirror = try device.update()
+        #expect(mirror.status == 1 && Self.code(mirror) == "index-mismatch", "\(mirror.stdoutText)")
+        #expect(device.installed() == nil)
+        let whole = try device.update(["--full-download"])
+        #expect(whole.status == 1 && Self.code(whole) == "index-mismatch", "\(whole.stdoutText)")
+        #expect(device.installed() == nil)
+    }
+
+    @Test("indefinite freeze: a timestamp the cron job stopped renewing expires, and devices say so")
+    func freeze() throws {
+        let fleet = try Fleet("freeze", lifetimes: ["--timestamp-expires-in", "2s"])
+        try fleet.release(1)
+        let device = try fleet.device()
+        Thread.sleep(forTimeInterval: 2.5)
+        let expired = try device.update()
+        #expect(expired.status == 1 && Self.code(expired) == "expired-metadata", "\(expired.stdoutText)")
+        #expect(device.installed() == nil)
+    }
+
+    @Test("slow retrieval: a server that trickles is given up on at --max-time")
+    func slowRetrieval() throws {
+        let script = #"""
+        import socket, sys, time
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+        print(s.getsockname()[1], flush=True)
+        while True:
+            c, _ = s.accept()
+            c.recv(65536)
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            try:
+                for _ in range(200):
+                    c.sendall(b"x"); time.sleep(0.5)
+            except OSError:
+                pass
+            c.close()
+        """#
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        // SIGKILL: the test runner blocks SIGTERM, and python3 inherits that.
+        ExitCleanup.stopAtExit(process.processIdentifier, signal: SIGKILL)
+        defer {
+            ExitCleanup.forget(process.processIdentifier)
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let fleet = try Fleet("slow")
+        let device = try fleet.device()
+        let started = Date()
+        let result = try CLI.run(["tuf", "refresh", "--metadata-dir", device.metadata, "--metadata-url", "http://127.0.0.1:\(line)/metadata/",
+                                  "--allow-http", "--max-time", "3", "--json"])
+        #expect(result.status == 5 && Self.code(result) == "network-error", "\(result.stdoutText)")
+        #expect(Date().timeIntervalSince(started) < 15)
+    }
+
+    @Test("python-tuf's repository (RSA, ECDSA and Ed25519 keys, a delegation) is consumed by signet update and signet tuf download")
+    func pythonRepositoryToSignet() throws {
+        let server = try Self.shared.get()
+        let work = try TemporaryDirectory()
+        let repo = server.www + "/pyrepo"
+        guard try Self.python(["keys", repo + "/keys"]).status == 0 else { throw SupportError("keys") }
+        let tree = work.file("tree")
+        try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+        try Data("from python-tuf\n".utf8).write(to: URL(fileURLWithPath: tree + "/a.txt"))
+        let package = work.file("app-5.zip")
+        let packed = try CLI.run(["pack", tree, "--key", repo + "/keys/apps.pem", "--name", "app", "--version", "5.0", "--sequence", "5", "--out", package])
+        #expect(packed.status == 0, "\(packed.stderr)")
+        let made = try Self.python(["pyrepo", repo, package, "stable", "app", "5.0", "5"])
+        try #require(made.status == 0, "\(made.stderr)")
+        let metadata = work.file("metadata")
+        #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, repo + "/metadata/1.root.json"]).status == 0)
+        let update = try CLI.run(["update", "--repository", server.url("pyrepo/metadata/"), "--metadata-dir", metadata, "--channel", "stable",
+                                  "--dest", work.file("app"), "--tls-ca", server.root, "--json"])
+        #expect(update.status == 0, "\(update.stderr)")
+        #expect(try update.json()["role"] as? String == "apps")
+        #expect((try? String(contentsOfFile: work.file("app/a.txt"), encoding: .utf8)) == "from python-tuf\n")
+        let download = try CLI.run(["tuf", "download", "--metadata-dir", metadata, "--metadata-url", server.url("pyrepo/metadata/"),
+                                    "--target-name", "readme.txt", "--target-dir", work.path, "--tls-ca", server.root, "--json"])
+        #expect(download.status == 0, "\(download.stderr)")
+        #expect((try? String(contentsOfFile: work.file("readme.txt"), encoding: .utf8)) == "read me\n")
+    }
+
+    @Test("a repository made by signet repo is refreshed by python-tuf's ngclient, which downloads and verifies the package")
+    func signetRepositoryToPython() throws {
+        let fleet = try Fleet("to-python")
+        try fleet.release(1)
+        let out = fleet.work.file("python")
+        let result = try Self.python(["ngclient", fleet.metadataURL, fleet.server.url(fleet.name + "/targets/"), fleet.repo + "/metadata/1.root.json",
+                                      "app-1.zip", out], environment: ["SSL_CERT_FILE": fleet.server.root])
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try result.json()
+        let custom = (report["custom"] as? [String: Any])?["signet"] as? [String: Any]
+        #expect(custom?["sequence"] as? Int == 1 && custom?["channels"] as? [String] == ["stable"])
+        let downloaded = try Data(contentsOf: URL(fileURLWithPath: report["path"] as? String ?? ""))
+        #expect(downloaded == (try Data(contentsOf: URL(fileURLWithPath: fleet.work.file("app-1.zip")))))
+    }
+}
