@@ -336,6 +336,32 @@ rows["update-10k-1pct-100mbit-vs-full-download"] = dict(rows["update-10k-1pct-vs
     signet=lambda r: delta_unpack(r, "s", path="link100m/delta-v2.zip"),
     peer=lambda r: delta_unpack(r, "p", "--full-download", path="link100m/delta-v2.zip"))
 
+# ---- an up-to-date poll: a TUF repository against a channel index (issue 37 point 3) ------------
+# Both devices already run the channel's release. The TUF poll asks for the next root version
+# (404) and timestamp.json, on one connection; the index poll fetches the DSSE index. Target:
+# <= 1.5x the index poll's time; the report gives each side's requests and bytes.
+def poll_update(side):
+    p = f"{work}/poll"
+    if side == "tuf":
+        return (f"{S} update --repository {start_nginx()['url']}/poll/metadata/ --metadata-dir {p}/device-metadata "
+                f"--channel stable --dest {p}/device-tuf --tls-ca {start_nginx()['root']} --quiet")
+    return (f"{S} update {start_nginx()['url']}/poll/stable.json --channel stable --dest {p}/device-index "
+            f"--pubkey {p}/keys/rel/public_key.der --tls-ca {start_nginx()['root']} --quiet")
+
+
+def poll_report():
+    p = f"{work}/poll"
+    command = [S, "tuf", "refresh", "--metadata-dir", f"{p}/device-metadata", "--metadata-url", f"{start_nginx()['url']}/poll/metadata/",
+               "--tls-ca", start_nginx()["root"], "--json"]
+    report = json.loads(subprocess.run(command, capture_output=True, text=True).stdout or "{}")
+    return dict(tuf_requests=report.get("requests"), tuf_bytes=report.get("bytes_downloaded"),
+                index_requests=1, index_bytes=os.path.getsize(f"{work}/www/poll/stable.json"))
+
+
+rows["update-uptodate-tuf-vs-index"] = dict(target=1.5, prepare="poll",
+    signet=lambda r: poll_update("tuf"), peer=lambda r: poll_update("index"), report=poll_report)
+
+
 # Issue 28 point 6: the tools device makers compare Signet with. minisign (Ed25519 over a
 # BLAKE2b prehash, key without a password); rauc extract of a plain bundle (CMS signature over
 # the squashfs, then unsquashfs), with a sync as Signet's unpack makes its tree durable.
@@ -505,6 +531,35 @@ def prepare(kind):
                 with open(f"{work}/2k/f{i:04d}.txt", "w") as f:
                     f.write(f"resource {i}\n" * (1 + i % 40))
         return [f"{work}/2k"]
+    if kind == "poll":
+        start_nginx()
+        p = f"{work}/poll"
+        site = f"{work}/www/poll"
+        if not os.path.exists(f"{p}/ready"):
+            shutil.rmtree(p, ignore_errors=True)
+            shutil.rmtree(site, ignore_errors=True)
+            os.makedirs(f"{p}/app")
+            for i in range(20):
+                with open(f"{p}/app/f{i:02d}.txt", "w") as f:
+                    f.write(f"file {i}\n" * 100)
+            for k in ["root", "rel", "online"]:
+                sh(f"{S} keygen --out {p}/keys/{k} --bits 2048 > /dev/null 2>&1")
+            sh(f"{S} pack {p}/app --key {p}/keys/rel/private_key.pem --name app --version 1 --sequence 1 --out {p}/app-1.zip > /dev/null")
+            sh(f"{S} repo init {site} --root-key {p}/keys/root/public_key.der --targets-key {p}/keys/rel/public_key.der "
+               f"--snapshot-key {p}/keys/online/public_key.der --timestamp-key {p}/keys/online/public_key.der --quiet")
+            sh(f"{S} repo sign {site} --role root --key {p}/keys/root/private_key.pem --quiet")
+            sh(f"{S} repo add {site} {p}/app-1.zip --channel stable --quiet")
+            sh(f"{S} repo sign {site} --role targets --key {p}/keys/rel/private_key.pem --quiet")
+            sh(f"cp {p}/app-1.zip {site}/app-1.zip")
+            sh(f"{S} channel sign --channel stable --package {site}/app-1.zip --url app-1.zip --key {p}/keys/rel/private_key.pem "
+               f"--out {site}/stable.json --expires-in 366d --quiet")
+            sh(f"{S} tuf init --metadata-dir {p}/device-metadata {site}/metadata/1.root.json --quiet")
+            open(f"{p}/ready", "w").close()
+        # Fresh timestamps (a day's lifetime), then both devices installed: every poll is up to date.
+        sh(f"{S} repo refresh {site} --snapshot-key {p}/keys/online/private_key.pem --timestamp-key {p}/keys/online/private_key.pem --quiet")
+        sh(poll_update("tuf"))
+        sh(poll_update("index"))
+        return []
     if kind == "download-1g":
         start_nginx()
         if not os.path.exists(f"{work}/www/random.bin"):
@@ -515,7 +570,7 @@ def prepare(kind):
 
 selected = [name for name in rows if not args.only or name in args.only]
 # Rows with inputs of their own (a package on nginx).
-own_inputs = {"update-10k-1pct-vs-full-download", "update-10k-1pct-100mbit-vs-full-download", "unpack-https-256m-vs-curl+unpack",
+own_inputs = {"update-uptodate-tuf-vs-index", "update-10k-1pct-vs-full-download", "update-10k-1pct-100mbit-vs-full-download", "unpack-https-256m-vs-curl+unpack",
               "unpack-https-256m-vs-curl"}
 if any(name not in own_inputs for name in selected):
     common_data()

@@ -12,9 +12,9 @@ struct Repo: ParsableCommand {
         published) holds a new root or targets version while its key holders sign it.
 
         Example (publisher):
-          signet repo init site --root-key r1.der --root-key r2.der --root-threshold 2 \\
-            --targets-key t1.der --targets-key t2.der --targets-threshold 2 \\
-            --snapshot-key s.der --timestamp-key ts.der
+          signet repo init site --root-key r1.der --root-key r2.der \\
+            --root-threshold 2 --targets-key t1.der --targets-key t2.der \\
+            --targets-threshold 2 --snapshot-key s.der --timestamp-key ts.der
           signet repo sign site --role root --key r1.pem
           signet repo sign site --role root --key 'pkcs11:token=root2;object=root'
           signet repo add site app-1.4.2.zip --channel stable
@@ -49,8 +49,9 @@ struct Repo: ParsableCommand {
             same key as another only if you accept that one stolen key then holds both roles.
 
             Example:
-              signet repo init site --root-key r1.der --root-key r2.der --root-threshold 2 \\
-                --targets-key t1.der --snapshot-key online.der --timestamp-key online.der
+              signet repo init site --root-key r1.der --root-key r2.der \\
+                --root-threshold 2 --targets-key t1.der \\
+                --snapshot-key online.der --timestamp-key online.der
             """
         )
 
@@ -115,6 +116,10 @@ struct Repo: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "add",
             abstract: "Stage a new targets version listing a package for channels.",
+            usage: """
+            signet repo add <repo> <pkg.zip> --channel <name> [--channel <name> ...]
+                            [--allow-lower-sequence] [<options>]
+            """,
             discussion: """
             Copies PACKAGE into REPO/targets (under its SHA-256) and stages the next targets \
             version, which lists it with what binds it (name, version, sequence, the SHA-256 of \
@@ -161,13 +166,17 @@ struct Repo: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "sign",
             abstract: "Add your signature to the staged root or targets; publish it when the threshold is met.",
+            usage: """
+            signet repo sign <repo> --role root|targets --key <key> [<options>]
+            """,
             discussion: """
             Each key holder runs this on their own machine with their own key (a file, or a \
             pkcs11: URI for a key on a token). A new root needs the threshold of its own root \
             keys and of the root before it.
 
             Example:
-              signet repo sign site --role root --key 'pkcs11:token=root1;object=root' --passphrase-file pin.txt
+              signet repo sign site --role root \\
+                --key 'pkcs11:token=root1;object=root' --passphrase-file pin.txt
             """
         )
 
@@ -184,7 +193,7 @@ struct Repo: ParsableCommand {
             let signatures: Int
             let threshold: Int
             let published: Bool
-            let missing: String?
+            @Null var missing: String?
         }
 
         func run() throws {
@@ -206,6 +215,10 @@ struct Repo: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "refresh",
             abstract: "Publish a new timestamp (and a new snapshot when targets changed): the cron job.",
+            usage: """
+            signet repo refresh <repo> --snapshot-key <key> --timestamp-key <key>
+                                [<options>]
+            """,
             discussion: """
             Needs only the online keys. Run it more often than the timestamp lifetime (a \
             systemd timer or cron every hour for the default 1d): devices refuse an expired \
@@ -260,13 +273,18 @@ struct Repo: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "rotate",
             abstract: "Stage a new root version that changes a role's keys or threshold (revoke a stolen key).",
+            usage: """
+            signet repo rotate <repo> --role <role> [--add <file> ...]
+                               [--remove <file|keyid> ...] [--threshold <m>]
+                               [<options>]
+            """,
             discussion: """
             The root key holders then sign it (`signet repo sign --role root`): the threshold of \
             the current root's keys and of the new root's. Devices walk every root version, so \
             one that was offline during several rotations still ends on the newest keys.
 
             Example (replace a compromised release key):
-              signet repo rotate site --role targets --remove 3f2a91 --add new-release.der
+              signet repo rotate site --role targets --remove bob.der --add carol.der
             """
         )
 
@@ -276,14 +294,16 @@ struct Repo: ParsableCommand {
         var role: String
         @Option(name: .long, help: ArgumentHelp("A public key to add to the role; repeatable.", valueName: "file"))
         var add: [String] = []
-        @Option(name: .long, help: ArgumentHelp("The key id (or its first characters, see `signet repo status`) of a key to remove; repeatable.", valueName: "keyid"))
+        @Option(name: .long, help: ArgumentHelp("A key to remove: its public key file, or its key id (the first characters will do; see `signet repo status`); repeatable.", valueName: "file|keyid"))
         var remove: [String] = []
         @Option(name: .long, help: ArgumentHelp("The role's new threshold.", valueName: "m"))
         var threshold: Int?
         @OptionGroup var output: OutputOptions
 
         func run() throws {
-            let version = try TUFRepository(at: repository).rotate(role, add: try Repo.publicKeys(add), remove: remove, threshold: threshold)
+            let files = remove.filter { FileManager.default.fileExists(atPath: $0) }
+            let version = try TUFRepository(at: repository).rotate(role, add: try Repo.publicKeys(add), remove: remove.filter { !files.contains($0) },
+                                                                   removeKeys: try Repo.publicKeys(files), threshold: threshold)
             if output.json {
                 Output.json(["staged_root": version])
             } else if !output.quiet {
@@ -310,7 +330,7 @@ struct Repo: ParsableCommand {
             struct Role: Encodable {
                 let name: String
                 let version: Int64
-                let expires: String?
+                @Null var expires: String?
                 let keyids: [String]
                 let threshold: Int
             }

@@ -16,7 +16,8 @@ struct TUF: ParsableCommand {
         Example (a device's first start, then every poll):
           signet tuf init --metadata-dir /var/lib/signet/tuf/example root.json
           signet tuf download --metadata-dir /var/lib/signet/tuf/example \\
-            --metadata-url https://updates.example.com/metadata/ --target-name app.zip --target-dir /var/cache/app
+            --metadata-url https://updates.example.com/metadata/ \\
+            --target-name app.zip --target-dir /var/cache/app
         """,
         subcommands: [Init.self, Refresh.self, Download.self]
     )
@@ -104,10 +105,15 @@ struct TUF: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "download",
             abstract: "Refresh, then download targets verified against the trusted targets roles.",
+            usage: """
+            signet tuf download --metadata-dir <dir> --metadata-url <url>
+                                --target-name <path> [--target-name <path> ...]
+                                --target-dir <dir> [<options>]
+            """,
             discussion: """
             Refreshes the metadata, finds each --target-name through the targets role and its \
-            delegations, and writes it into --target-dir (the file name is the target path, \
-            percent-encoded) once its length and every hash match. A verified copy already \
+            delegations, and writes it into --target-dir (made if missing; the file name is the \
+            target path, percent-encoded) once its length and every hash match. A verified copy already \
             there is not fetched again. Targets are processed in order; the first failure stops.
 
             Example:
@@ -150,6 +156,11 @@ struct TUF: ParsableCommand {
             var options = TUFClientOptions(metadataDirectory: metadata.metadataDirectory, metadataURL: remote.metadataURL)
             options.download = try tls.options(trust: trust)
             let client = try TUFClient(options: options)
+            do {
+                try FileManager.default.createDirectory(atPath: targetDirectory, withIntermediateDirectories: true)
+            } catch {
+                throw SignetError(.io, "cannot create --target-dir '\(targetDirectory)': \(error.localizedDescription)", path: targetDirectory)
+            }
             let base = targetBaseURL ?? URL(string: "../targets/", relativeTo: URL(string: options.metadataURL))?.absoluteURL.absoluteString ?? options.metadataURL
             var reports: [Report] = []
             for name in targetNames {

@@ -7,7 +7,9 @@ import SignetTestSupport
 @Suite("Help text and shell completions, run as a binary")
 struct HelpCLITests {
     static let commands = ["", "keygen", "key", "key show", "sign", "verify", "pack", "inspect", "unpack", "fetch",
-                           "reverify", "status", "trust", "trust seal", "channel", "channel sign", "update"]
+                           "reverify", "status", "trust", "trust seal", "channel", "channel sign", "update",
+                           "repo", "repo init", "repo add", "repo sign", "repo refresh", "repo rotate", "repo status",
+                           "tuf", "tuf init", "tuf refresh", "tuf download"]
 
     @Test("every help page fits 80 columns, and no option's description is cut off", arguments: commands)
     func eightyColumns(_ command: String) throws {

@@ -87,6 +87,28 @@ struct JSONSchemaCLITests {
         try record("update", update)   // up to date: "installed" is a release now
         try record("update", update + ["--channel", "beta"], status: nil)
 
+        // A TUF repository (issue 37), one key for every role, and a device following it.
+        let repo = server.www + "/tuf"
+        try record("repo init", ["repo", "init", repo, "--root-key", work.publicDER, "--targets-key", work.publicDER,
+                                 "--snapshot-key", work.publicDER, "--timestamp-key", work.publicDER])
+        try record("repo sign", ["repo", "sign", repo, "--role", "root"] + key)
+        try record("repo add", ["repo", "add", repo, package, "--channel", "stable"])
+        try record("repo status", ["repo", "status", repo])
+        try record("repo sign", ["repo", "sign", repo, "--role", "targets"] + key)
+        try record("repo refresh", ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile])
+        try record("repo status", ["repo", "status", repo])
+        let metadata = work.directory.file("tuf-metadata")
+        try record("tuf init", ["tuf", "init", "--metadata-dir", metadata, repo + "/metadata/1.root.json"])
+        try record("tuf refresh", ["tuf", "refresh", "--metadata-dir", metadata, "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root])
+        try record("tuf download", ["tuf", "download", "--metadata-dir", metadata, "--metadata-url", server.url("tuf/metadata/"), "--target-name", "app.zip",
+                                    "--target-dir", work.directory.file("tuf-targets"), "--tls-ca", server.root])
+        let viaRepository = ["update", "--repository", server.url("tuf/metadata/"), "--metadata-dir", metadata, "--channel", "stable",
+                             "--dest", work.directory.file("tuf-app"), "--tls-ca", server.root]
+        try record("update --repository", viaRepository)
+        try record("update --repository", viaRepository)
+        try record("repo rotate", ["repo", "rotate", repo, "--role", "targets", "--add", work.directory.file("more-keys/public_key.der")])
+        try record("tuf refresh", ["tuf", "refresh", "--metadata-dir", work.directory.file("nowhere"), "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root], status: 5)
+
         try Self.check(documents)
     }
 

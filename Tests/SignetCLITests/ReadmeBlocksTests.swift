@@ -20,6 +20,8 @@ struct ReadmeBlocksTests {
         "device-update": "ReadmeDeviceUpdateTests.walkThrough",
         "channel-update": "ChannelCLITests.readmeChannel",
         "trust-rotation": "ChannelCLITests.readmeChannel",
+        "tuf-repository": "TUFCLITests.readmeRepository",
+        "tuf-rotation": "TUFCLITests.readmeRepository",
         "systemd": "ReadmeBlocksTests.systemd",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",

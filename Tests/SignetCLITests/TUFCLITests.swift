@@ -406,4 +406,54 @@ struct TUFCLITests {
         let downloaded = try Data(contentsOf: URL(fileURLWithPath: report["path"] as? String ?? ""))
         #expect(downloaded == (try Data(contentsOf: URL(fileURLWithPath: fleet.work.file("app-1.zip")))))
     }
+
+    @Test("README's TUF walk-through runs as written: a root key on SoftHSM2, two-person releases, the cron refresh, a device, a stolen release key replaced")
+    func readmeRepository() throws {
+        let server = try Self.shared.get()
+        let work = try TemporaryDirectory()
+        let d = work.path
+        try Data("directories.tokendir = \(d)/tokens\nobjectstore.backend = file\nlog.level = ERROR\n".utf8).write(to: URL(fileURLWithPath: d + "/softhsm2.conf"))
+        let environment: [String: String?] = [
+            "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+            "SIGNET_PASSPHRASE": "tuf walk-through",
+            "SOFTHSM2_CONF": d + "/softhsm2.conf",
+        ]
+        let setup = """
+        set -e
+        mkdir -p dist pki tokens
+        echo 'app 1.4.2' > dist/version.txt
+        echo 87654321 > so-pin.txt && echo 1234 > pin.txt && chmod 600 so-pin.txt pin.txt
+        cp '\(server.root)' pki/root.pem
+        """
+        let prepared = try run("bash", ["-c", setup], environment: environment, directory: d)
+        try #require(prepared.status == 0, "\(prepared.stderr)")
+        let www = server.www + "/readme-tuf"
+        func moved(_ block: String) -> String {
+            block.replacingOccurrences(of: "https://updates.example.com/app/", with: server.url("readme-tuf/"))
+                .replacingOccurrences(of: "/srv/www/app", with: www)
+                .replacingOccurrences(of: "/etc/", with: d + "/etc/")
+                .replacingOccurrences(of: "/opt/", with: d + "/opt/")
+                .replacingOccurrences(of: "/var/lib/", with: d + "/var/lib/")
+        }
+        let ran = try run("bash", ["-euo", "pipefail", "-c", moved(try ChannelCLITests.readmeBlock("tuf-repository"))], environment: environment, directory: d)
+        #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
+        let lines = ran.stdoutText.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.hasPrefix("update available") } && lines.contains { $0.hasPrefix("updated") } && lines.contains { $0.hasPrefix("up to date") },
+                "\(ran.stdoutText)")
+        #expect((try? String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8)) == "app 1.4.2\n")
+
+        try Data("app 1.5.0\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
+        let rotated = try run("bash", ["-euo", "pipefail", "-c", moved(try ChannelCLITests.readmeBlock("tuf-rotation"))], environment: environment, directory: d)
+        #expect(rotated.status == 0, "\(rotated.stderr)\n\(rotated.stdoutText)")
+        #expect((try? String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8)) == "app 1.5.0\n")
+        let root = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: d + "/var/lib/signet/tuf/app/root.json"))) as? [String: Any]
+        #expect((root?["signed"] as? [String: Any])?["version"] as? Int == 2)
+        // Bob's stolen key no longer counts towards a release.
+        let staged = "signet pack dist --key release-alice/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version 1.6.0 --sequence 160 --out app-1.6.0.zip && signet repo add \(www) app-1.6.0.zip --channel stable"
+        #expect(try run("bash", ["-euo", "pipefail", "-c", staged], environment: environment, directory: d).status == 0)
+        let bob = try CLI.run(["repo", "sign", www, "--role", "targets", "--key", d + "/release-bob/private_key.pem", "--passphrase-env", "SIGNET_PASSPHRASE", "--json"],
+                              environment: environment)
+        #expect(bob.status == 3 && Self.code(bob) == "untrusted-signer", "\(bob.stdoutText)")
+    }
 }
+

@@ -52,6 +52,29 @@ public enum _FuzzTargets {
                 }
             }
         },
+        // TUF metadata (issue 37): the strict reader, each role's shape, a root's own
+        // signatures (keys from the input through OpenSSL), delegation matching, the canonical
+        // and file forms.
+        "tuf-metadata": { bytes in
+            for type in ["root", "timestamp", "snapshot", "targets"] {
+                guard let metadata = try? TUFMetadata(bytes: bytes, expectedType: type, name: "fuzz") else { continue }
+                switch type {
+                case "root":
+                    if let root = try? TUFRoot(metadata) { try? root.verify(metadata, as: "root", name: "fuzz") }
+                case "timestamp":
+                    _ = try? TUFTimestamp(metadata)
+                case "snapshot":
+                    _ = try? TUFSnapshot(metadata)
+                default:
+                    guard let targets = try? TUFTargets(metadata) else { continue }
+                    for path in ["app-1.zip", "a/b/c.txt", "", "bin-00"] {
+                        for (role, _) in targets.roles(for: path) { _ = targets.delegation(to: role) }
+                    }
+                    for target in targets.targets.values { _ = TUFPackageTarget(target) }
+                }
+            }
+            if let document = try? TUFDocument(bytes: bytes, name: "fuzz") { _ = try? TUFJSON.parse(document.bytes) }
+        },
         // The manifest parser (strict JSON, then the signet/1 shape).
         "manifest": { bytes in _ = try? Manifest.parse(bytes) },
         // Private keys in every format (no passphrase source: encrypted ones stop at the question).

@@ -149,8 +149,8 @@ extension TUFRepository {
         do {
             try FileManager.default.copyItem(atPath: source, toPath: temporary)
             chmod(temporary, 0o644)
-            let fd = open(temporary, O_RDONLY | O_CLOEXEC)
-            if fd >= 0 { fsync(fd); close(fd) }
+            let copied = try InputFile.open(temporary, what: "target", followSymlinks: false)
+            fsync(copied.descriptor.rawValue)
             guard rename(temporary, destination) == 0 else { throw SignetError.posix(SystemCallFailure("rename", code: errno), "cannot publish the target", path: destination) }
         } catch {
             unlink(temporary)
@@ -255,11 +255,11 @@ extension TUFRepository {
     // MARK: Rotation (a new root version)
 
     /// Stages the next root version with `role`'s keys changed: `add` keys added, keys whose ids
-    /// start with any of `remove` removed, the threshold set when given. Its root key holders
+    /// start with any of `remove` (and the keys `removeKeys`) removed, the threshold set when given. Its root key holders
     /// then sign it (those of the current root too, for a root rotation: both thresholds).
     /// Revoking a compromised key is removing it: devices refuse its signatures from the new
     /// root on, however many versions they were behind.
-    public func rotate(_ role: String, add: [PublicKey], remove: [String], threshold: Int?, now: Timestamp = .now) throws -> Int64 {
+    public func rotate(_ role: String, add: [PublicKey], remove: [String], removeKeys: [PublicKey] = [], threshold: Int?, now: Timestamp = .now) throws -> Int64 {
         guard TUFMetadata.topLevelRoles.contains(role) else { throw SignetError(.usage, "the roles are root, targets, snapshot and timestamp, not '\(role)'") }
         var document: TUFDocument
         if let staged = try staged("root") {
@@ -276,6 +276,11 @@ extension TUFRepository {
         let current = try TUFRoot(TUFMetadata(bytes: document.bytes, expectedType: "root", name: "staging/root.json"))
         var ids = current.roles[role]?.keyIDs ?? []
         var keys = document.signed["keys"]?.objectMembers ?? []
+        for key in removeKeys {
+            let id = try TUFPublicKeyEntry(key).keyID
+            guard ids.contains(id) else { throw SignetError(.usage, "\(key.source) is not a \(role) key (its TUF key id is \(id.prefix(16))); see `signet repo status`") }
+            ids.removeAll { $0 == id }
+        }
         for prefix in remove {
             let matching = ids.filter { $0.hasPrefix(prefix.lowercased()) }
             guard matching.count == 1 else {
