@@ -4,6 +4,9 @@ import Signet
 
 /// `signet channel`: signed channel indexes that devices poll (FORMAT.md §6).
 struct Channel: ParsableCommand {
+    /// Channel indexes are superseded by TUF repositories (issue 37): said on every use.
+    static let superseded = "channel indexes (signet-channel/1) are superseded by TUF repositories (signet repo, signet update --repository; FORMAT.md §7), where no single stolen key owns the fleet; they will be removed in a later release (CHANGELOG: moving a fleet)"
+
     static let configuration = CommandConfiguration(
         commandName: "channel",
         abstract: "Publish channel indexes: what a channel's devices should run, signed and expiring.",
@@ -107,6 +110,7 @@ struct Channel: ParsableCommand {
         }
 
         func run() throws {
+            Output.warn(Channel.superseded)
             let described = try ChannelIndex.package(at: package, url: url)
             let privateKey = try key.load()
             let index = try ChannelIndex.publish(described, channel: channel, signer: Signer(key: privateKey, algorithm: algorithm),

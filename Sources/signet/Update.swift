@@ -203,6 +203,7 @@ struct Update: ParsableCommand {
         Signals.onInterrupt("the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); the staged files are removed; the next run resumes")
         if let repository { return try runRepository(repository) }
         guard let index, let dest, let channel = trust.channel else { throw ValidationError("give the index URL, --dest and --channel") }
+        Output.warn(Channel.superseded)
         if Download.isURL(index) { tls.warnIfInsecure(index) }
         var trustOptions = trust
         // --channel names the channel followed; keys at a trust directory's top level sign any
