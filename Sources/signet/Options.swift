@@ -140,7 +140,7 @@ struct TrustOptions: ParsableArguments {
     @Option(name: .customLong("trust-seal-key"), help: ArgumentHelp("Require each --trust-dir to be sealed, with the seal signed by this key (kept outside the directory).", valueName: "pub"))
     var trustSealKey: [String] = []
 
-    @Option(name: .customLong("clock-skew"), parsing: .unconditional, help: ArgumentHelp("Seconds of clock difference tolerated for expiry.", valueName: "seconds"))
+    @Option(name: .customLong("clock-skew"), parsing: .unconditional, help: ArgumentHelp("Seconds of clock difference tolerated for expiry (0 to 86400, default 300).", valueName: "seconds"))
     var clockSkew: Int64 = 300
 
     @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
@@ -148,7 +148,8 @@ struct TrustOptions: ParsableArguments {
 
     func validate() throws {
         for id in pin { _ = try PinArgument.parse(id, option: "--pin") }
-        if clockSkew < 0 { throw ValidationError("--clock-skew takes seconds from 0 up, not \(clockSkew)") }
+        // More than a day of tolerance makes expiry (the protection against a freeze) meaningless.
+        if !(0...86_400).contains(clockSkew) { throw ValidationError("--clock-skew takes 0 to 86400 seconds (a day), not \(clockSkew): more would let an expired package or index through") }
         if let expectSubject, !TrustPolicy.isValidSubject(expectSubject) {
             throw ValidationError("--expect-subject takes comma-separated TYPE=VALUE pairs such as 'CN=Release signer, O=Example', not '\(expectSubject)'")
         }

@@ -58,6 +58,19 @@ struct ChannelCLITests {
         (try? result.json()["error"] as? [String: Any])?["code"] as? String
     }
 
+    @Test("the red-team pass of issue 37: the serial does not wrap at 2^64, and --clock-skew cannot switch expiry off")
+    func serialAndSkewBounds() throws {
+        let p = try Publisher("bounds")
+        try p.release(1)
+        let top = try p.sign(1, extra: ["--serial", "18446744073709551615"])
+        #expect(top.status == 0, "\(top.stderr)")
+        let wrapped = try p.sign(1)
+        #expect(wrapped.status == 2 && Self.code(wrapped) == "usage", "\(wrapped.stdoutText)")
+        #expect(top.stdoutText.contains("\"serial\" : 18446744073709551615"), "\(top.stdoutText)")
+        let skew = try p.update("stable", ["--clock-skew", "9223372036854775807"])
+        #expect(skew.status == 2, "\(skew.stdoutText)")
+    }
+
     @Test("sign an index and update: installs; re-signed (higher serial): up to date; a new release: installs through ranges; --check changes nothing")
     func updateCycle() throws {
         let p = try Publisher("cycle")

@@ -207,7 +207,9 @@ extension ChannelIndex {
         if let expected, index.channel.utf8.elementsEqual(expected.utf8) == false {
             throw SignetError(.wrongChannel, "'\(source)' is the index of channel '\(index.channel)', not '\(expected)'; check the URL (each channel has its own index)", path: source)
         }
-        if now.secondsSinceEpoch > index.expires.secondsSinceEpoch &+ policy.clockSkew {
+        // Saturating: a skew that would overflow means "far future", never a wrapped past.
+        let (deadline, overflow) = index.expires.secondsSinceEpoch.addingReportingOverflow(max(0, policy.clockSkew))
+        if !overflow, now.secondsSinceEpoch > deadline {
             let ago = now.secondsSinceEpoch - index.expires.secondsSinceEpoch
             throw SignetError(.staleIndex, "the channel index '\(source)' expired at \(index.expires.rfc3339) (\(Self.duration(ago)) ago): the server may be holding back updates (a freeze), or the publisher stopped re-signing it. Nothing was installed", path: source)
         }
@@ -376,7 +378,10 @@ extension ChannelIndex {
         if let previous, previous.channel != channel {
             throw SignetError(.usage, "'\(out)' is the index of channel '\(previous.channel)', not '\(channel)'; each channel has its own index file", path: out)
         }
-        let floor = previous.map { $0.serial &+ 1 } ?? 1
+        if let previous, previous.serial == UInt64.max {
+            throw SignetError(.usage, "the index '\(out)' has the highest serial there is (2^64-1): no higher one exists, and devices refuse a lower one; move channels to a TUF repository (signet repo)", path: out)
+        }
+        let floor = previous.map { $0.serial + 1 } ?? 1
         let chosen: UInt64
         if let serial {
             guard serial >= floor else {
