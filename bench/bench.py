@@ -343,7 +343,7 @@ rows["update-10k-1pct-100mbit-vs-full-download"] = dict(rows["update-10k-1pct-vs
 def poll_update(side):
     p = f"{work}/poll"
     if side == "tuf":
-        return (f"{S} update --repository {start_nginx()['url']}/poll/metadata/ --metadata-dir {p}/device-metadata "
+        return (f"{S} update --repository {start_nginx()['url']}/poll/metadata/ --tuf-metadata {p}/device-metadata "
                 f"--channel stable --dest {p}/device-tuf --tls-ca {start_nginx()['root']} --quiet")
     return (f"{S} update {start_nginx()['url']}/poll/stable.json --channel stable --dest {p}/device-index "
             f"--pubkey {p}/keys/rel/public_key.der --tls-ca {start_nginx()['root']} --quiet")

@@ -114,6 +114,11 @@ struct TrustOptions: ParsableArguments {
         valueName: "dir"))
     var trustDirectory: [String] = []
 
+    @Option(name: .customLong("tuf-metadata"), help: ArgumentHelp(
+        "A TUF repository's trusted metadata folder (signet tuf init, update --repository): trust the package keys of its targets role and the roles it delegates to.",
+        valueName: "dir"))
+    var tufMetadata: String?
+
     @Option(name: .long, help: ArgumentHelp("Accept only pinned keys: a key id (64 hex characters), sha256//BASE64, or a public key or certificate file; repeatable.", valueName: "id|file"))
     var pin: [String] = []
 
@@ -159,9 +164,9 @@ struct TrustOptions: ParsableArguments {
     }
 
     /// True when some source of trust was given.
-    var hasSources: Bool { !pubkey.isEmpty || !trustDirectory.isEmpty || !ca.isEmpty }
+    var hasSources: Bool { !pubkey.isEmpty || !trustDirectory.isEmpty || !ca.isEmpty || tufMetadata != nil }
 
-    static let missingSources = "give a trust source: --pubkey PUB, --trust-dir DIR or --ca ROOT (e.g. --pubkey keys-example/public_key.der)"
+    static let missingSources = "give a trust source: --pubkey PUB, --trust-dir DIR, --ca ROOT or --tuf-metadata DIR (e.g. --pubkey keys-example/public_key.der)"
 
     /// The salt and seal keys that sealed directories (--trust-dir, --tls-ca DIR) are checked with.
     func seal() throws -> (salt: [UInt8]?, keys: [PublicKey]) {
@@ -188,6 +193,7 @@ struct TrustOptions: ParsableArguments {
         for directory in trustDirectory {
             try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt, sealKeys: sealKeys)
         }
+        if let tufMetadata { try policy.addTUFMetadata(tufMetadata) }
         policy.pins = Set(try pin.map { try PinArgument.parse($0, option: "--pin") })
         if let revoked { try policy.addRevocations(from: revoked) }
         policy.requiredChannel = channel

@@ -22,6 +22,14 @@ struct TUF: ParsableCommand {
         subcommands: [Init.self, Refresh.self, Download.self]
     )
 
+    /// `signet tuf` takes every key from the metadata folder; the trust options are there for
+    /// the seal of a --tls-ca folder only.
+    static func refuseTrustSources(_ trust: TrustOptions) throws {
+        if trust.hasSources {
+            throw ValidationError("signet tuf takes its keys from the metadata folder (--metadata-dir); --pubkey, --trust-dir, --ca and --tuf-metadata are for packages")
+        }
+    }
+
     struct MetadataOptions: ParsableArguments {
         @Option(name: .customLong("metadata-dir"), help: ArgumentHelp("The folder of trusted metadata (root.json and what refreshes verified).", valueName: "dir"))
         var metadataDirectory: String
@@ -91,6 +99,8 @@ struct TUF: ParsableCommand {
         @OptionGroup(title: "Downloads") var tls: TLSOptions
         @OptionGroup var output: OutputOptions
 
+        func validate() throws { try TUF.refuseTrustSources(trust) }
+
         func run() throws {
             tls.warnIfInsecure(remote.metadataURL)
             let options = TUFClientOptions(metadataDirectory: metadata.metadataDirectory, metadataURL: remote.metadataURL)
@@ -140,6 +150,7 @@ struct TUF: ParsableCommand {
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
+            try TUF.refuseTrustSources(trust)
             if targetNames.isEmpty { throw ValidationError("give at least one --target-name") }
             if let targetBaseURL, !Signet.Download.isURL(targetBaseURL) { throw ValidationError("--target-base-url '\(targetBaseURL)' is not an https:// URL") }
         }

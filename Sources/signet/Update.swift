@@ -39,9 +39,6 @@ struct Update: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A TUF repository's metadata URL (https://…/metadata/): the channel, the release and its package keys come from its trusted metadata.", valueName: "url"))
     var repository: String?
 
-    @Option(name: .customLong("metadata-dir"), help: ArgumentHelp("With --repository: the folder of trusted TUF metadata (`signet tuf init` puts the initial root there).", valueName: "dir"))
-    var metadataDirectory: String?
-
     @Option(name: .long, help: ArgumentHelp("With --repository: the package name to follow (default: the one DIR holds, or the only one the channel lists).", valueName: "name"))
     var package: String?
 
@@ -84,7 +81,7 @@ struct Update: ParsableCommand {
     static let configKeys: [String: Bool] = [
         // key: takes a value (false: a flag)
         "index": true, "dest": true, "state": true, "channel": true,
-        "repository": true, "metadata-dir": true, "package": true, "targets-url": true,
+        "repository": true, "tuf-metadata": true, "package": true, "targets-url": true,
         "pubkey": true, "trust-dir": true, "pin": true, "revoked": true, "ca": true, "allow-expired-cert": false,
         "expect-subject": true, "trust-salt-file": true, "trust-seal-key": true, "clock-skew": true, "allow-weak-key": false,
         "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
@@ -114,11 +111,11 @@ struct Update: ParsableCommand {
         }
         if repository != nil {
             if index != nil { throw ValidationError("give either a channel index URL or --repository, not both: a TUF repository replaces the channel index") }
-            if metadataDirectory == nil { throw ValidationError("--repository needs --metadata-dir DIR: the folder of trusted metadata, made once with `signet tuf init --metadata-dir DIR root.json`") }
-            if trust.hasSources { throw ValidationError("with --repository the package keys come from the repository's trusted metadata (the role that lists the release): leave out --pubkey, --trust-dir and --ca") }
+            if trust.tufMetadata == nil { throw ValidationError("--repository needs --tuf-metadata DIR: the folder of trusted metadata, made once with `signet tuf init --metadata-dir DIR root.json`") }
+            if !trust.pubkey.isEmpty || !trust.trustDirectory.isEmpty || !trust.ca.isEmpty { throw ValidationError("with --repository the package keys come from the repository's trusted metadata (the role that lists the release): leave out --pubkey, --trust-dir and --ca") }
             if reseal { throw ValidationError("--reseal renews trust directories; a TUF repository rotates its keys through its root instead") }
         } else {
-            for (option, value) in [("--metadata-dir", metadataDirectory), ("--package", package), ("--targets-url", targetsURL)] where value != nil {
+            for (option, value) in [("--package", package), ("--targets-url", targetsURL)] where value != nil {
                 throw ValidationError("\(option) is for --repository (a TUF repository)")
             }
         }
@@ -264,7 +261,7 @@ extension Update {
 
     /// `update --repository`: the channel's release from a TUF repository.
     func runRepository(_ repository: String) throws {
-        guard let dest, let channel = trust.channel, let metadataDirectory else { throw ValidationError("give --dest, --channel and --metadata-dir") }
+        guard let dest, let channel = trust.channel, let metadataDirectory = trust.tufMetadata else { throw ValidationError("give --dest, --channel and --tuf-metadata") }
         tls.warnIfInsecure(repository)
         var options = TUFUpdateOptions(client: TUFClientOptions(metadataDirectory: metadataDirectory, metadataURL: repository), channel: channel)
         options.package = package

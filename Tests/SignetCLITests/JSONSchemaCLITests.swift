@@ -102,7 +102,7 @@ struct JSONSchemaCLITests {
         try record("tuf refresh", ["tuf", "refresh", "--metadata-dir", metadata, "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root])
         try record("tuf download", ["tuf", "download", "--metadata-dir", metadata, "--metadata-url", server.url("tuf/metadata/"), "--target-name", "app.zip",
                                     "--target-dir", work.directory.file("tuf-targets"), "--tls-ca", server.root])
-        let viaRepository = ["update", "--repository", server.url("tuf/metadata/"), "--metadata-dir", metadata, "--channel", "stable",
+        let viaRepository = ["update", "--repository", server.url("tuf/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
                              "--dest", work.directory.file("tuf-app"), "--tls-ca", server.root]
         try record("update --repository", viaRepository)
         try record("update --repository", viaRepository)

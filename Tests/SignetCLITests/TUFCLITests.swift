@@ -103,7 +103,7 @@ struct TUFCLITests {
         var dest: String { folder + "/app" }
 
         func update(_ extra: [String] = []) throws -> ProcessResult {
-            try CLI.run(["update", "--repository", fleet.metadataURL, "--metadata-dir", metadata, "--channel", "stable", "--dest", dest,
+            try CLI.run(["update", "--repository", fleet.metadataURL, "--tuf-metadata", metadata, "--channel", "stable", "--dest", dest,
                          "--tls-ca", fleet.server.root, "--json"] + extra)
         }
 
@@ -157,10 +157,18 @@ struct TUFCLITests {
         let older = try device.update()
         let olderReport = try older.json()
         #expect(older.status == 0 && olderReport["channel_is_older"] as? Bool == true, "\(older.stdoutText)")
-        let text = try CLI.run(["update", "--repository", fleet.metadataURL, "--metadata-dir", device.metadata, "--channel", "stable",
+        let text = try CLI.run(["update", "--repository", fleet.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable",
                                 "--dest", device.dest, "--tls-ca", fleet.server.root])
         #expect(text.stderr.contains("names an older release than installed") && !text.stdoutText.contains("up to date"), "\(text.stdoutText)\(text.stderr)")
         #expect(device.installed() == "release 2\n")
+
+        // The device's one source of trust verifies its tree and packages offline too.
+        let reverified = try CLI.run(["reverify", device.dest, "--tuf-metadata", device.metadata, "--json"])
+        #expect(reverified.status == 0, "\(reverified.stdoutText)")
+        let foreign = try CLI.run(["unpack", try fleet.pack(7, key: "evil"), "--dest", fleet.work.file("other"), "--tuf-metadata", device.metadata, "--json"])
+        #expect(foreign.status == 3 && Self.code(foreign) == "untrusted-signer", "\(foreign.stdoutText)")
+        let mixed = try CLI.run(["tuf", "refresh", "--metadata-dir", device.metadata, "--metadata-url", fleet.metadataURL, "--pubkey", fleet.pub("rel1")])
+        #expect(mixed.status == 2, "\(mixed.stderr)")
     }
 
     @Test("a package not signed by a targets key is refused by repo add; keys of other roles cannot sign targets")
@@ -381,7 +389,7 @@ struct TUFCLITests {
         try #require(made.status == 0, "\(made.stderr)")
         let metadata = work.file("metadata")
         #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, repo + "/metadata/1.root.json"]).status == 0)
-        let update = try CLI.run(["update", "--repository", server.url("pyrepo/metadata/"), "--metadata-dir", metadata, "--channel", "stable",
+        let update = try CLI.run(["update", "--repository", server.url("pyrepo/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
                                   "--dest", work.file("app"), "--tls-ca", server.root, "--json"])
         #expect(update.status == 0, "\(update.stderr)")
         #expect(try update.json()["role"] as? String == "apps")

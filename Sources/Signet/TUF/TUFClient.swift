@@ -103,6 +103,30 @@ public final class TUFClient {
         fetcher = TUFFetcher(options: options.download, cancelled: cancelled)
     }
 
+    /// The package keys the metadata folder's trusted roles name (see
+    /// ``TrustPolicy/addTUFMetadata(_:)``), read without any request.
+    static func packageKeys(metadataDirectory: String) throws -> [PublicKey] {
+        try TrustedInput.check(metadataDirectory, what: "--tuf-metadata")
+        guard let rootBytes = try readStored("root.json", in: metadataDirectory, limit: 512_000) else {
+            throw SignetError(.fileNotFound, "the TUF metadata folder '\(metadataDirectory)' has no root.json: check the path (signet tuf init puts the repository's root there)", path: metadataDirectory)
+        }
+        let root = try TUFTrustedSet(root: rootBytes, now: .now).root
+        var keys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "TUF targets key \($0.prefix(16))") }
+        if let bytes = try readStored("targets.json", in: metadataDirectory, limit: 5_000_000),
+           let metadata = try? TUFMetadata(bytes: bytes, expectedType: "targets", name: "targets.json"),
+           (try? root.verify(metadata, as: "targets", name: "targets.json")) != nil,
+           let targets = try? TUFTargets(metadata) {
+            let roles = targets.delegatedRoles.map(\.role) + (targets.succinct.map { [$0.role] } ?? [])
+            for role in roles {
+                keys += role.keyIDs.compactMap { targets.delegatedKeys[$0]?.publicKey(source: "TUF delegated key \($0.prefix(16))") }
+            }
+        }
+        guard !keys.isEmpty else {
+            throw SignetError(.untrustedSigner, "the TUF metadata in '\(metadataDirectory)' names no RSA key for packages (targets role or its delegations)", path: metadataDirectory)
+        }
+        return keys
+    }
+
     // MARK: Refresh (§5.3–5.6)
 
     /// Updates the root chain, timestamp, snapshot and top-level targets. Throws

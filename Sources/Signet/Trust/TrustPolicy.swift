@@ -65,6 +65,16 @@ public struct TrustPolicy: Sendable {
         }
     }
 
+    /// Adds the package keys of a TUF repository's trusted metadata (`metadataDirectory`, as
+    /// ``TUFClient`` keeps it): the RSA keys of its root's targets role and of the roles the
+    /// stored targets metadata delegates to. Nothing is fetched: the stored root must be signed
+    /// by its own threshold and the stored targets by the root's targets threshold.
+    public mutating func addTUFMetadata(_ metadataDirectory: String) throws {
+        for key in try TUFClient.packageKeys(metadataDirectory: metadataDirectory) where !keys.contains(where: { $0.keyID == key.keyID }) {
+            keys.append(key)
+        }
+    }
+
     /// Reads a revocation list: key ids (hex or `sha256//`), one a line, `#` starts a comment.
     public mutating func addRevocations(from path: String) throws {
         let text = String(decoding: try readSmallFile(path, what: "revocation list", limit: 16 << 20), as: UTF8.self)
