@@ -211,12 +211,8 @@ struct Update: ParsableCommand {
         if reseal { options.install.reseal = try Reseal.renewal(of: dest, trust: trust, tls: tls, channel: channel) }
         let policy = try trustOptions.policy(sealedElsewhere: tls.sealsDirectories || reseal)
         options.checkOnly = check
-        options.install.force = force
-        options.install.limits = limits.limits
-        options.install.wait = wait
-        options.install.stateFile = state
-        var download = try tls.options(trust: trust)
-        download.ranges = !fullDownload
+        applyInstallOptions(to: &options.install)
+        let download = try downloadOptions()
         let chosen = options
         let report = try ProgressLine.downloading(index, options: download, output: output) { download in
             var options = chosen
@@ -244,6 +240,21 @@ struct Update: ParsableCommand {
 }
 
 extension Update {
+    /// The install options both kinds of channel share (--force, the limits, --wait, --state).
+    func applyInstallOptions(to install: inout InstallOptions) {
+        install.force = force
+        install.limits = limits.limits
+        install.wait = wait
+        install.stateFile = state
+    }
+
+    /// The TLS policy and time-outs, ranges unless --full-download.
+    func downloadOptions() throws -> DownloadOptions {
+        var download = try tls.options(trust: trust)
+        download.ranges = !fullDownload
+        return download
+    }
+
     struct RepositoryReport: Encodable {
         let channel: String
         let repository: String
@@ -267,12 +278,8 @@ extension Update {
         options.package = package
         options.targetsURL = targetsURL
         options.checkOnly = check
-        options.install.force = force
-        options.install.limits = limits.limits
-        options.install.wait = wait
-        options.install.stateFile = state
-        var download = try tls.options(trust: trust)
-        download.ranges = !fullDownload
+        applyInstallOptions(to: &options.install)
+        let download = try downloadOptions()
         let chosen = options
         let report = try ProgressLine.downloading(repository, options: download, output: output) { download in
             var options = chosen

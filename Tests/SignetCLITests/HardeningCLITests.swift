@@ -378,10 +378,13 @@ struct HardeningCLITests {
         let work = try Workspace()
         let package = work.directory.file("app.zip")
         try TrustCLITests.pack(work, extra: ["--expires", "9999-12-31T23:59:59Z"], out: package)
-        for skew in ["9223372036854775807", "0"] {
+        for skew in ["86400", "0"] {
             let inspect = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--clock-skew", skew])
             #expect(inspect.status == 0, "--clock-skew \(skew): \(inspect.status) \(inspect.stderr)")
         }
+        // Issue 37: a skew beyond a day would switch expiry off: refused, never wrapped.
+        let beyond = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--clock-skew", "9223372036854775807"])
+        #expect(beyond.status == 2 && beyond.stderr.contains("at most 86400"), "\(beyond.status) \(beyond.stderr)")
         let huge = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--max-total-size", "18446744073709551615", "--max-files", "9223372036854775807"])
         #expect(huge.status == 0, "\(huge.status) \(huge.stderr)")
         let epoch = try CLI.run(["pack", work.directory.file("src"), "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "e",
