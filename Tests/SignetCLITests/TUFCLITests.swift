@@ -285,6 +285,39 @@ struct TUFCLITests {
         #expect(stale.status == 1 && Self.code(stale) == "expired-metadata", "\(stale.stdoutText)")
     }
 
+    @Test("rollback of each role: an older snapshot, a snapshot naming an older targets version, an older targets file under a newer name")
+    func rollbackOfEachRole() throws {
+        let fleet = try Fleet("rollback")
+        try fleet.release(1)
+        try fleet.release(2)
+        let device = try fleet.device()
+        try fleet.check(device.update())
+        #expect(device.trustedVersion("snapshot") == 2 && device.trustedVersion("targets") == 2)
+        let timestamp = try Data(contentsOf: URL(fileURLWithPath: fleet.repo + "/metadata/timestamp.json"))
+        // Thief with both online keys: a new timestamp naming snapshot 3, which lists targets 1.
+        try fleet.resign("2.snapshot.json", keys: ["snap"], edits: ["s['version'] = 3", "s['meta']['targets.json'] = {'version': 1}"], out: "3.snapshot.json")
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 1", "s['meta']['snapshot.json'] = {'version': 3}"])
+        let olderTargets = try device.update()
+        #expect(olderTargets.status == 1 && Self.code(olderTargets) == "rollback", "\(olderTargets.stdoutText)")
+        // The snapshot's version itself going back (timestamp naming snapshot 1).
+        try timestamp.write(to: URL(fileURLWithPath: fleet.repo + "/metadata/timestamp.json"))
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 2", "s['meta']['snapshot.json'] = {'version': 1}"])
+        let olderSnapshot = try device.update()
+        #expect(olderSnapshot.status == 1 && Self.code(olderSnapshot) == "rollback", "\(olderSnapshot.stdoutText)")
+        // An old targets file served where the snapshot names version 2 (a fresh device, so
+        // nothing is stored): its version is not the one the snapshot binds.
+        try timestamp.write(to: URL(fileURLWithPath: fleet.repo + "/metadata/timestamp.json"))
+        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/3.snapshot.json")
+        try fleet.resign("2.snapshot.json", keys: ["snap"], edits: ["s['meta']['targets.json'] = {'version': 2}"])
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 3", "s['meta']['snapshot.json'] = {'version': 2}"])
+        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/2.targets.json")
+        try FileManager.default.copyItem(atPath: fleet.repo + "/metadata/1.targets.json", toPath: fleet.repo + "/metadata/2.targets.json")
+        let fresh = try fleet.device("fresh")
+        let oldTargets = try fresh.update()
+        #expect(oldTargets.status == 1 && Self.code(oldTargets) == "metadata-mismatch", "\(oldTargets.stdoutText)")
+        #expect(fresh.installed() == nil && device.installed() == "release 2\n")
+    }
+
     @Test("a stolen snapshot key cannot mix and match: a snapshot the timestamp does not bind is refused")
     func stolenSnapshotKey() throws {
         let fleet = try Fleet("stolen-snapshot")
