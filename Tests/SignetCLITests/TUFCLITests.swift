@@ -162,6 +162,16 @@ struct TUFCLITests {
         #expect(text.stderr.contains("names an older release than installed") && !text.stdoutText.contains("up to date"), "\(text.stdoutText)\(text.stderr)")
         #expect(device.installed() == "release 2\n")
 
+        // tuf init again (a new image) drops the stored metadata of the old root, and nothing else.
+        let other = device.metadata + "/notes.json"
+        try Data("{\"mine\": true}".utf8).write(to: URL(fileURLWithPath: other))
+        let copy = fleet.work.file("metadata-copy")
+        try FileManager.default.copyItem(atPath: device.metadata, toPath: copy)
+        try fleet.check(CLI.run(["tuf", "init", "--metadata-dir", copy, fleet.repo + "/metadata/1.root.json"]))
+        let kept = try FileManager.default.contentsOfDirectory(atPath: copy).filter { !$0.hasPrefix(".") }.sorted()
+        #expect(kept == ["notes.json", "root.json"], "\(kept)")
+        try FileManager.default.removeItem(atPath: other)
+
         // The device's one source of trust verifies its tree and packages offline too.
         let reverified = try CLI.run(["reverify", device.dest, "--tuf-metadata", device.metadata, "--json"])
         #expect(reverified.status == 0, "\(reverified.stdoutText)")

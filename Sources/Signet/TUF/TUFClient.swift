@@ -70,8 +70,8 @@ public final class TUFClient {
     private var refreshed: TUFRefreshReport? = nil
 
     /// Puts `trustedRoot` into `metadataDirectory` as `root.json` (creating the folder, mode
-    /// 0755) after checking that it is root metadata signed by its own threshold. Other
-    /// metadata there from an earlier root is removed.
+    /// 0755) after checking that it is root metadata signed by its own threshold. TUF metadata
+    /// there from an earlier root is removed; no other file is touched.
     public static func initialize(metadataDirectory: String, trustedRoot: [UInt8]) throws {
         _ = try TUFTrustedSet(root: trustedRoot, now: .now)
         do {
@@ -80,9 +80,15 @@ public final class TUFClient {
             throw SignetError(.io, "cannot create the metadata folder '\(metadataDirectory)': \(error.localizedDescription)", path: metadataDirectory)
         }
         try TrustedInput.check(metadataDirectory, what: "the metadata folder")
+        // Only TUF metadata an earlier root left is removed: a folder given by mistake keeps
+        // every other file.
         if let names = try? FileManager.default.contentsOfDirectory(atPath: metadataDirectory) {
             for name in names where name.hasSuffix(".json") && name != "root.json" {
-                unlink(metadataDirectory + "/" + name)
+                let path = metadataDirectory + "/" + name
+                guard let bytes = try? readSmallFile(path, what: "stored metadata", limit: 5_000_000),
+                      let document = try? TUFDocument(bytes: bytes, name: name),
+                      let type = document.signed["_type"]?.stringValue, TUFMetadata.topLevelRoles.contains(type) else { continue }
+                unlink(path)
             }
         }
         try AtomicFile.write(trustedRoot, to: metadataDirectory + "/root.json", mode: 0o644, replace: true)
@@ -150,7 +156,6 @@ public final class TUFClient {
     }
 
     private func updateRoot() throws -> Int {
-        let start = trusted.root.metadata.version
         var walked = 0
         while walked < options.maximumRootRotations {
             let (next, overflow) = trusted.root.metadata.version.addingReportingOverflow(1)
@@ -161,7 +166,6 @@ public final class TUFClient {
             try store("root.json", bytes)
             walked += 1
         }
-        _ = start
         try trusted.checkFinalRoot()
         return walked
     }
