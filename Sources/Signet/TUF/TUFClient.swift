@@ -68,6 +68,9 @@ public final class TUFClient {
     private var trusted: TUFTrustedSet
     private let fetcher: TUFFetcher
     private var refreshed: TUFRefreshReport? = nil
+    /// One client at a time on a metadata folder: `.NAME.signet-lock` beside it, held for the
+    /// client's life (another waits `download.wait` seconds, then exit 5).
+    private let lock: DestinationLock
 
     /// Puts `trustedRoot` into `metadataDirectory` as `root.json` (creating the folder, mode
     /// 0755) after checking that it is root metadata signed by its own threshold. TUF metadata
@@ -105,7 +108,10 @@ public final class TUFClient {
         guard let root = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) else {
             throw SignetError(.fileNotFound, "the metadata folder '\(options.metadataDirectory)' has no root.json: initialise it with the repository's trusted root first", path: options.metadataDirectory)
         }
-        trusted = try TUFTrustedSet(root: root, now: options.now ?? .now)
+        lock = try DestinationLock(options.metadataDirectory, wait: options.download.wait)
+        // Read again under the lock: another client may have walked the chain meanwhile.
+        let current = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) ?? root
+        trusted = try TUFTrustedSet(root: current, now: options.now ?? .now)
         fetcher = TUFFetcher(options: options.download, cancelled: cancelled)
     }
 
