@@ -306,7 +306,12 @@ public final class TUFClient {
     /// `baseURL` (with the hash prefix of a consistent-snapshot repository) unless a file there
     /// already has its length and hashes. The file appears only once it verified.
     public func download(_ target: TUFTarget, from baseURL: String, into directory: String) throws -> TUFDownload {
-        let path = directory + "/" + Self.quoted(target.path)
+        let fileName = Self.quoted(target.path)
+        // "", "." and ".." stay themselves when quoted: never a file name here.
+        guard !fileName.isEmpty, fileName != ".", fileName != ".." else {
+            throw SignetError(.usage, "the target path '\(target.path)' cannot name a file in --target-dir", path: target.path)
+        }
+        let path = directory + "/" + fileName
         if (try? Self.check(path, target, name: path)) != nil {
             return TUFDownload(path: path, fetched: false)
         }
