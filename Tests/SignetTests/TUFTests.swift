@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 @testable import Signet
 import SignetTestSupport
@@ -130,4 +133,61 @@ struct TUFTests {
         }
         #expect(!bins.contains("bin-100") && !bins.contains("bin-g0") && !bins.contains("other-00"))
     }
+
+    @Test("the async client refreshes a repository made with the library API; a cancelled refresh stops at once")
+    func asyncClient() async throws {
+        let server = try HTTPSServer()
+        let key = try GeneratedKey.generate(bits: 2048).privateKey
+        let site = server.www + "/library"
+        let one = TUFRepository.RoleKeys(keys: [key.publicKey])
+        let repository = try TUFRepository.create(at: site, root: one, targets: one, snapshot: one, timestamp: one)
+        #expect(try repository.sign("root", with: key).published)
+        #expect(try repository.sign("targets", with: key).published)
+        _ = try repository.refresh(snapshotKeys: [key], timestampKeys: [key])
+        let work = try TemporaryDirectory()
+        try TUFClient.initialize(metadataDirectory: work.file("metadata"), trustedRoot: Array(contents(site + "/metadata/1.root.json")))
+        var options = TUFClientOptions(metadataDirectory: work.file("metadata"), metadataURL: server.url("library/metadata/"))
+        options.download = try DownloadTests.options(server)
+        let report = try await TUFClient.refresh(options)
+        #expect(report.rootVersion == 1 && report.timestampVersion == 1 && report.snapshotVersion == 1 && report.targetsVersion == 1, "\(report)")
+        #expect(report.requests == 4, "2.root.json, timestamp, snapshot, targets: \(report)")
+
+        // A server that accepts and never answers: the cancelled task ends promptly.
+        let silent = try SilentServer()
+        var stalled = options
+        stalled.metadataURL = "http://127.0.0.1:\(silent.port)/metadata/"
+        stalled.download.tls = TLSPolicy()
+        stalled.download.tls.allowHTTP = true
+        let started = Date()
+        let task = Task { try await TUFClient.refresh(stalled) }
+        try await Task.sleep(nanoseconds: 500_000_000)
+        task.cancel()
+        await #expect(throws: CancellationError.self) { try await task.value }
+        #expect(Date().timeIntervalSince(started) < 10)
+    }
+}
+
+/// A loopback TCP listener that accepts connections and never answers.
+final class SilentServer {
+    let port: Int
+    private let socket: Int32
+
+    init() throws {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.socket = socket
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(socket, $0, length) } }
+        guard bound == 0, listen(socket, 8) == 0 else {
+            port = 0
+            throw SupportError("cannot listen")
+        }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) } }
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    deinit { Glibc.close(socket) }
 }

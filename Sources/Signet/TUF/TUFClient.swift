@@ -398,3 +398,35 @@ public final class TUFClient {
         path.split(separator: "/", omittingEmptySubsequences: false).map { quoted(String($0)) }.joined(separator: "/")
     }
 }
+
+extension TUFClient {
+    /// Refreshes the metadata folder of `options` (``refresh()``) on a thread of its own;
+    /// cancelling the task stops the request in flight (`CancellationError`; what verified
+    /// before it stays stored).
+    public static func refresh(_ options: TUFClientOptions) async throws -> TUFRefreshReport {
+        try await onOwnThread { try TUFClient(options: options, cancelled: $0).refresh() }
+    }
+
+    /// Refreshes, finds the target at `path` and writes it into `directory` as
+    /// ``download(_:from:into:)`` does, on a thread of its own; cancellable like
+    /// ``refresh(_:)``. Throws `.targetNotFound` when no trusted role lists `path`.
+    public static func download(_ path: String, options: TUFClientOptions, from baseURL: String,
+                                into directory: String) async throws -> TUFDownload {
+        try await onOwnThread { cancelled in
+            let client = try TUFClient(options: options, cancelled: cancelled)
+            guard let target = try client.target(path) else {
+                throw SignetError(.targetNotFound, "no trusted targets role lists '\(path)'", path: path)
+            }
+            return try client.download(target, from: baseURL, into: directory)
+        }
+    }
+
+    private static func onOwnThread<R: Sendable>(_ work: @escaping @Sendable (CancellationFlag) throws -> R) async throws -> R {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await OwnThreads.async { try work(cancelled) }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+}
