@@ -98,11 +98,6 @@ struct TUFRole: Sendable {
         self.keyIDs = keyIDs
         self.threshold = Int(threshold)
     }
-
-    init(keyIDs: [String], threshold: Int) {
-        self.keyIDs = keyIDs
-        self.threshold = threshold
-    }
 }
 
 /// Keys by id, as `root` and `delegations` state them.

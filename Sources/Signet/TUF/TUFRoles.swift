@@ -56,11 +56,6 @@ struct TUFRoot: TUFDelegator {
     func delegation(to role: String) -> (keys: [String: TUFKey], role: TUFRole)? {
         roles[role].map { (keys, $0) }
     }
-
-    /// The key ids and threshold of a role, to tell whether a root rotation changed them.
-    func signature(of role: String) -> (Set<String>, Int)? {
-        roles[role].map { (Set($0.keyIDs), $0.threshold) }
-    }
 }
 
 /// `timestamp`: the version (and possibly length and hashes) of the current snapshot.
