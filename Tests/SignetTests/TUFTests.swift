@@ -152,25 +152,34 @@ struct TUFTests {
         #expect(report.rootVersion == 1 && report.timestampVersion == 1 && report.snapshotVersion == 1 && report.targetsVersion == 1, "\(report)")
         #expect(report.requests == 4, "2.root.json, timestamp, snapshot, targets: \(report)")
 
-        // A server that accepts and never answers: the cancelled task ends promptly.
+        // A server that accepts and never answers. The request could wait for --max-time (300 s):
+        // a CancellationError proves the cancel ended it, and the server's own thread times how
+        // long after the cancel the connection was closed. Wall time around the task would count
+        // the cooperative threads, which other suites keep busy (CI once saw 16 s under ASan).
         let silent = try SilentServer()
         var stalled = options
         stalled.metadataURL = "http://127.0.0.1:\(silent.port)/metadata/"
         stalled.download.tls = TLSPolicy()
         stalled.download.tls.allowHTTP = true
-        let started = Date()
+        stalled.download.maxTime = 300
         let task = Task { try await TUFClient.refresh(stalled) }
-        try await Task.sleep(nanoseconds: 500_000_000)
+        #expect(silent.waitForConnection(seconds: 120), "the refresh reached the server")
+        let cancelled = Date()
         task.cancel()
         await #expect(throws: CancellationError.self) { try await task.value }
-        #expect(Date().timeIntervalSince(started) < 10)
+        let closed = try #require(silent.waitForClose(seconds: 120), "the connection was closed")
+        #expect(closed.timeIntervalSince(cancelled) < 5, "closed \(closed.timeIntervalSince(cancelled)) s after the cancel")
     }
 }
 
-/// A loopback TCP listener that accepts connections and never answers.
-final class SilentServer {
+/// A loopback TCP listener that accepts one connection and never answers; its own thread
+/// records when the connection arrived and when the client closed it.
+final class SilentServer: @unchecked Sendable {
     let port: Int
     private let socket: Int32
+    private let events = NSCondition()
+    private var connected = false
+    private var closedAt: Date?
 
     init() throws {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -182,12 +191,56 @@ final class SilentServer {
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(socket, $0, length) } }
         guard bound == 0, listen(socket, 8) == 0 else {
+            Glibc.close(socket)
             port = 0
             throw SupportError("cannot listen")
         }
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) } }
         port = Int(UInt16(bigEndian: address.sin_port))
+        let thread = Thread { [self] in serve() }
+        thread.start()
     }
 
-    deinit { Glibc.close(socket) }
+    /// Accepts one connection, reads (and ignores) until the client closes it.
+    private func serve() {
+        let connection = accept(socket, nil, nil)
+        guard connection >= 0 else { return }
+        defer { Glibc.close(connection) }
+        events.lock()
+        connected = true
+        events.broadcast()
+        events.unlock()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(connection, $0.baseAddress, $0.count) }
+            if count > 0 || (count < 0 && errno == EINTR) { continue }
+            break
+        }
+        events.lock()
+        closedAt = Date()
+        events.broadcast()
+        events.unlock()
+    }
+
+    func waitForConnection(seconds: Double) -> Bool {
+        events.lock()
+        defer { events.unlock() }
+        let limit = Date(timeIntervalSinceNow: seconds)
+        while !connected, events.wait(until: limit) {}
+        return connected
+    }
+
+    func waitForClose(seconds: Double) -> Date? {
+        events.lock()
+        defer { events.unlock() }
+        let limit = Date(timeIntervalSinceNow: seconds)
+        while closedAt == nil, events.wait(until: limit) {}
+        return closedAt
+    }
+
+    /// Closing the listener ends a pending accept (shutdown wakes it on Linux).
+    deinit {
+        shutdown(socket, Int32(SHUT_RDWR))
+        Glibc.close(socket)
+    }
 }
