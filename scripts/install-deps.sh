@@ -35,6 +35,12 @@ done
 [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
 [ -e /usr/lib/lighttpd/mod_openssl.so ] || need+=(lighttpd-mod-openssl)
 
+# The VM suite (issue 38, scripts/vm/run.sh): qemu boots a Debian 12 image that mmdebstrap
+# builds from Debian's packages; losetup mounts the replayed power-cut images.
+for pair in qemu-system-x86_64:qemu-system-x86 mmdebstrap:mmdebstrap losetup:mount; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+
 # faketime: the TUF conformance suite (scripts/tuf-conformance.sh) runs clients at other times.
 command -v faketime >/dev/null 2>&1 || need+=(faketime)
 # pip, for python-tuf below, and venv, for the conformance suite's own environment.

@@ -212,6 +212,7 @@ final class Staging {
         do {
             let root = root.rawValue
             _ = try systemCall("fchmod") { fchmod(root, 0o755) }
+            if Self.durabilityBrokenForTests { return }
             _ = try systemCall("syncfs") { signet_syncfs(root) }
         } catch let failure as SystemCallFailure where failure.code == ENOSYS {
             // Only a seccomp filter hides syncfs (Linux has had it since 2.6.39): fall back
@@ -221,6 +222,17 @@ final class Staging {
             throw SignetError.posix(error, "cannot make the staged tree durable", path: path)
         }
     }
+
+    /// A deliberately broken build for the power-cut harness (scripts/vm/run.sh, issue 38):
+    /// `SIGNET_TEST_BREAK_DURABILITY=skip-syncfs` skips the durability step before the swap, so
+    /// that the harness proves it catches the trees a power cut then leaves. Never set it
+    /// elsewhere: a power cut after such an install can leave empty or partial files in DIR.
+    /// Signet says so on standard error each time it is honoured.
+    static let durabilityBrokenForTests: Bool = {
+        guard ProcessInfo.processInfo.environment["SIGNET_TEST_BREAK_DURABILITY"] == "skip-syncfs" else { return false }
+        FileHandle.standardError.write(Data("signet: warning: SIGNET_TEST_BREAK_DURABILITY=skip-syncfs: the staged tree is NOT made durable before the swap (a test-only broken build)\n".utf8))
+        return true
+    }()
 
     /// The fallback of ``finish()``: fsync of every file and directory of the staged tree.
     private func fsyncTree() throws {

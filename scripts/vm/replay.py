@@ -1,0 +1,454 @@
+#!/usr/bin/env python3
+"""The host half of scripts/vm/run.sh (issue 38): replays the guest's dm-log-writes logs.
+
+The log format is the kernel's (drivers/md/dm-log-writes.c,
+Documentation/admin-guide/device-mapper/log-writes.rst): a super block in the first sector
+(magic, version, entry count, sector size), then one entry per sector-sized header (sector,
+sector count, flags, data length), each write's data in the sectors after its header. Writes
+are logged once a flush has made them durable, in the order the flush found them completed,
+just before that flush's own entry; FUA writes are logged when they complete.
+
+For each log, from the "empty" mark on, the device is rebuilt on this machine:
+- at every flush and FUA entry (what a power cut right after it leaves);
+- for each interval between two flushes, at a few random cut points with a random subset of
+  the interval's unflushed writes dropped (a power cut loses unflushed writes in any order).
+Each image is loop-mounted (the filesystem's journal recovery runs) and checked: DIR is
+wholly one release the phase allows (empty or release 1 before the "r1" mark, release 1 or 2
+before "r2", release 2 after), by `signet reverify`; the state file parses and records no
+more than DIR holds; and a next update (`signet unpack r2.zip`) succeeds from there.
+"""
+import argparse
+import ctypes
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+FLUSH, FUA, DISCARD, MARK = 1, 2, 4, 8
+MAGIC = 0x6A736677736872
+PHASES = {"empty": ("empty", "r1"), "r1": ("r1", "r2"), "r2": ("r2",)}
+SEQUENCES = {"r1": 1, "r2": 2}
+
+libc = ctypes.CDLL(None, use_errno=True)
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
+
+
+class LogError(Exception):
+    pass
+
+
+class Entry:
+    __slots__ = ("index", "sector", "count", "flags", "data_offset", "mark")
+
+    def __init__(self, index, sector, count, flags, data_offset, mark):
+        self.index, self.sector, self.count, self.flags = index, sector, count, flags
+        self.data_offset, self.mark = data_offset, mark
+
+
+def read_log(path, device_size):
+    """The entries of a log, every number checked against the log's and the device's size."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as log:
+        magic, version, count, sector_size = struct.unpack("<QQQI", log.read(28))
+        if magic != MAGIC or version != 1:
+            raise LogError(f"{path}: not a dm-log-writes log (magic {magic:#x}, version {version})")
+        if sector_size not in (512, 1024, 2048, 4096):
+            raise LogError(f"{path}: sector size {sector_size}")
+        if count > size // sector_size:
+            raise LogError(f"{path}: {count} entries cannot fit in {size} bytes")
+        entries, offset = [], sector_size
+        for index in range(count):
+            if offset + sector_size > size:
+                raise LogError(f"{path}: entry {index} lies past the end of the log")
+            log.seek(offset)
+            header = log.read(sector_size)
+            sector, sectors, flags, data_len = struct.unpack("<QQQQ", header[:32])
+            offset += sector_size
+            mark = None
+            if flags & MARK:
+                if data_len > sector_size - 32:
+                    raise LogError(f"{path}: entry {index}: a mark of {data_len} bytes")
+                mark = header[32:32 + data_len].decode("utf-8", "replace")
+                sectors = 0
+            if (sector + sectors) * sector_size > device_size:
+                raise LogError(f"{path}: entry {index} writes past the end of the device")
+            data_offset = offset
+            if not flags & (DISCARD | MARK):
+                offset += sectors * sector_size
+                if offset > size:
+                    raise LogError(f"{path}: entry {index}'s data lies past the end of the log")
+            entries.append(Entry(index, sector, sectors, flags, data_offset, mark))
+        return sector_size, entries
+
+
+class Replayer:
+    """Applies entries to image files."""
+
+    def __init__(self, log_path, sector_size):
+        self.log = open(log_path, "rb")
+        self.sector_size = sector_size
+
+    def apply(self, entry, image_fd):
+        if entry.flags & MARK or entry.count == 0:
+            return
+        offset, length = entry.sector * self.sector_size, entry.count * self.sector_size
+        if entry.flags & DISCARD:
+            # Discarded sectors read as zeros here (as a loop file's punched hole does).
+            if libc.fallocate(image_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                              ctypes.c_long(offset), ctypes.c_long(length)) != 0:
+                os.pwrite(image_fd, bytes(length), offset)
+            return
+        self.log.seek(entry.data_offset)
+        os.pwrite(image_fd, self.log.read(length), offset)
+
+
+def run(argv, **kwargs):
+    return subprocess.run(argv, capture_output=True, text=True, **kwargs)
+
+
+def copy_image(source, target):
+    # Sparse copies: only the written parts of the device are copied.
+    result = run(["cp", "--sparse=always", "--reflink=auto", source, target])
+    if result.returncode != 0:
+        raise RuntimeError(f"cp: {result.stderr}")
+
+
+class Checker:
+    """Mounts an image where the guest had it and checks DIR, the state file and a next update."""
+
+    def __init__(self, fs, signet, pubkey, next_package, scratch):
+        self.fs, self.signet, self.pubkey, self.next_package = fs, signet, pubkey, next_package
+        self.mount_point = f"/run/signet-vm/{fs}"
+        self.dir = self.mount_point + "/app"
+        self.state = self.mount_point + "/state.json"
+        self.scratch = scratch
+        os.makedirs(self.mount_point, exist_ok=True)
+
+    def reverify(self, state):
+        argv = [self.signet, "reverify", self.dir, "--pubkey", self.pubkey, "--expect-name", "app", "--json"]
+        if state:
+            argv += ["--state", self.state]
+        result = run(argv)
+        try:
+            trees = json.loads(result.stdout).get("trees") or [{}]
+        except ValueError:
+            trees = [{}]
+        tree = trees[0]
+        problems = [f"{f.get('path')}: {f.get('verdict')}" for f in tree.get("files") or [] if f.get("verdict") != "ok"]
+        return result.returncode, tree.get("sequence"), (tree.get("error") or {}), problems
+
+    def check(self, image, allowed):
+        outcome = {"tree": None, "state_ok": False, "next_update_ok": False, "detail": ""}
+        loop = run(["losetup", "--find", "--show", image])
+        if loop.returncode != 0:
+            raise RuntimeError(f"losetup: {loop.stderr}")
+        device = loop.stdout.strip()
+        options = ["-o", "nouuid"] if self.fs == "xfs" else []
+        try:
+            mounted = run(["mount", "-t", self.fs, *options, device, self.mount_point])
+            if mounted.returncode != 0:
+                outcome["tree"] = "unmountable"
+                outcome["detail"] = mounted.stderr.strip()
+                return outcome
+            try:
+                self.check_mounted(outcome, allowed)
+            finally:
+                for _ in range(20):
+                    if run(["umount", self.mount_point]).returncode == 0:
+                        break
+                    time.sleep(0.2)
+        finally:
+            run(["losetup", "-d", device])
+        return outcome
+
+    def check_mounted(self, outcome, allowed):
+        # DIR: absent or empty, or wholly one signed release.
+        if not os.path.isdir(self.dir) or not os.listdir(self.dir):
+            tree, installed = "empty", 0
+        else:
+            status, sequence, error, problems = self.reverify(state=False)
+            if status == 0 and sequence in SEQUENCES.values():
+                tree = f"r{sequence}"
+                installed = sequence
+            else:
+                tree, installed = "mixed", None
+                outcome["detail"] = f"reverify exit {status}: {error.get('message', '')} {problems[:5]}"
+        outcome["tree"] = tree
+        # The state file: parses, and records no more than DIR holds (absent before the first install).
+        recorded = None
+        if os.path.exists(self.state) and os.path.getsize(self.state) == 0:
+            # Created (for its lock) by the first install, not yet written: no records.
+            state_ok = installed is not None
+        elif os.path.exists(self.state):
+            try:
+                with open(self.state) as f:
+                    document = json.load(f)
+                entry = (document.get("destinations") or {}).get(self.dir)
+                recorded = entry.get("sequence") if entry else None
+                state_ok = installed is not None and (recorded or 0) <= installed
+                if state_ok and installed:
+                    state_ok = self.reverify(state=True)[0] == 0
+            except (ValueError, AttributeError) as error:
+                state_ok = False
+                outcome["detail"] += f" state file: {error}"
+        else:
+            state_ok = installed is not None
+        outcome["state_ok"] = state_ok
+        outcome["recorded"] = recorded
+        if not state_ok:
+            outcome["detail"] += f" state records {recorded} for a tree {tree}"
+        # A next update from here succeeds and leaves release 2.
+        update = run([self.signet, "unpack", self.next_package, "--dest", self.dir, "--pubkey", self.pubkey,
+                      "--state", self.state])
+        after = self.reverify(state=True)
+        outcome["next_update_ok"] = update.returncode == 0 and after[0] == 0 and after[1] == SEQUENCES["r2"]
+        if not outcome["next_update_ok"]:
+            outcome["detail"] += f" next update: exit {update.returncode}: {update.stderr.strip()[-300:]}"
+
+
+def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
+    sector_size, entries = read_log(log_path, device_size)
+    replayer = Replayer(log_path, sector_size)
+    work, base, probe = (os.path.join(scratch, name) for name in ("work.img", "base.img", "probe.img"))
+    for path in (work, base):
+        with open(path, "wb") as f:
+            f.truncate(device_size)
+    phase = None
+    summary = {"log": os.path.basename(log_path), "fs": fs, "entries": len(entries), "flush_points": 0,
+               "drop_points": 0, "states_checked": 0, "trees": {}, "mixed": 0, "broken_state": 0,
+               "unmountable": 0, "unmountable_after_drops": 0, "failures": []}
+    interval = []   # the entries since the last flush: (entry, durable-on-its-own)
+    marks = []
+    work_fd = os.open(work, os.O_RDWR)
+    base_fd = os.open(base, os.O_RDWR)
+
+    def verdict(image, label, dropped=False):
+        allowed = PHASES[phase]
+        outcome = checker.check(image, allowed)
+        tree = outcome["tree"]
+        summary["trees"][tree] = summary["trees"].get(tree, 0) + 1
+        bad = False
+        if tree != "unmountable" or not dropped:
+            summary["states_checked"] += 1
+        if tree == "unmountable" and dropped:
+            # The filesystem's own journal did not survive this subset of lost writes (seen with
+            # XFS's log): no tree to judge. Counted apart; never at a flush or FUA point.
+            summary["unmountable_after_drops"] += 1
+            if verbose:
+                print(f"  {label}: unmountable after drops: {outcome['detail'][:200]}", file=sys.stderr)
+            return
+        if tree == "unmountable":
+            summary["unmountable"] += 1
+            bad = True
+        elif tree not in allowed:
+            summary["mixed"] += 1
+            bad = True
+        if tree != "unmountable" and not (outcome["state_ok"] and outcome["next_update_ok"]):
+            summary["broken_state"] += 1
+            bad = True
+        if bad and len(summary["failures"]) < 20:
+            summary["failures"].append({"point": label, "phase": phase, **outcome})
+        if verbose:
+            print(f"  {label}: {tree} state_ok={outcome['state_ok']} next={outcome['next_update_ok']} {outcome['detail'][:200]}",
+                  file=sys.stderr)
+
+    try:
+        for entry in entries:
+            if entry.flags & MARK:
+                marks.append(entry.mark)
+                if entry.mark in PHASES:
+                    if phase is None:
+                        # The guest flushed before this mark: the made and mounted filesystem
+                        # is the starting point (power cuts during mkfs are not the question).
+                        os.close(base_fd)
+                        copy_image(work, base)
+                        base_fd = os.open(base, os.O_RDWR)
+                        interval = []
+                    phase = entry.mark
+                continue
+            replayer.apply(entry, work_fd)
+            if phase is None:
+                # Before the "empty" mark (mkfs, mount): nothing to check, but the last flush's
+                # image and the unflushed writes since are kept for the first interval after it.
+                if entry.flags & FLUSH:
+                    os.close(base_fd)
+                    copy_image(work, base)
+                    base_fd = os.open(base, os.O_RDWR)
+                    interval = []
+                else:
+                    interval.append((entry, bool(entry.flags & FUA)))
+                continue
+            if entry.flags & FLUSH:
+                # A power cut before this flush completed: the last flush's image, the FUA writes
+                # of a prefix of the interval, and any subset of its other writes.
+                if interval and drops:
+                    writes = [e for e, _ in interval]
+                    for _ in range(drops):
+                        cut = rng.randint(1, len(writes))
+                        copy_image(base, probe)
+                        probe_fd = os.open(probe, os.O_RDWR)
+                        kept = 0
+                        try:
+                            for e in writes[:cut]:
+                                if e.flags & FUA or rng.random() < 0.5:
+                                    replayer.apply(e, probe_fd)
+                                    kept += 1
+                        finally:
+                            os.close(probe_fd)
+                        summary["drop_points"] += 1
+                        verdict(probe, f"entry {entry.index}: {kept} of the first {cut} of {len(writes)} unflushed writes", dropped=True)
+                # Right after the flush (and its own data, if it carried any).
+                summary["flush_points"] += 1
+                copy_image(work, probe)
+                verdict(probe, f"entry {entry.index}: flush")
+                os.close(base_fd)
+                copy_image(work, base)
+                base_fd = os.open(base, os.O_RDWR)
+                interval = []
+            elif entry.flags & FUA:
+                summary["flush_points"] += 1
+                copy_image(work, probe)
+                verdict(probe, f"entry {entry.index}: FUA")
+                interval.append((entry, True))
+            else:
+                interval.append((entry, False))
+    finally:
+        os.close(work_fd)
+        os.close(base_fd)
+    summary["marks"] = marks
+    if "empty" not in marks or "r2" not in marks:
+        summary["failures"].append({"log": "the marks empty, r1 and r2 are not all in the log", "marks": marks})
+    return summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="run.sh's work folder")
+    parser.add_argument("--signet", required=True, help="the signet binary for the checks")
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--qemu-status", type=int, default=0)
+    parser.add_argument("--elapsed-before", type=float, default=0)
+    parser.add_argument("--drops", type=int, default=int(os.environ.get("SIGNET_VM_DROPS", "2")),
+                        help="random drop points per flush interval (default 2)")
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("SIGNET_VM_SEED", "38")))
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    started = time.time()
+    work = args.work
+    results = {}
+    try:
+        with open(os.path.join(work, "out", "results.env")) as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key:
+                    results[key] = value
+    except OSError:
+        pass
+    pubkey = os.path.join(work, "job", "pkg", "pub.der")
+    next_package = os.path.join(work, "job", "pkg", "r2.zip")
+    scratch = "/dev/shm/signet-vm-replay"
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    rng = random.Random(args.seed)
+    logs = {}
+    try:
+        for tag, fs in (("ext4", "ext4"), ("xfs", "xfs"), ("ext4b", "ext4"), ("xfsb", "xfs")):
+            log_path = os.path.join(work, f"{tag}-log.img")
+            if results.get(f"recorded_{tag}") != "true":
+                logs[tag] = {"fs": fs, "failures": [{"log": f"the guest did not record {tag}"}]}
+                continue
+            device_size = os.path.getsize(os.path.join(work, f"{tag}-data.img"))
+            checker = Checker(fs, args.signet, pubkey, next_package, scratch)
+            print(f"replay: {tag}", file=sys.stderr)
+            try:
+                logs[tag] = replay(log_path, fs, checker, device_size, args.drops, rng, scratch, args.verbose)
+            except (LogError, RuntimeError) as error:
+                logs[tag] = {"fs": fs, "failures": [{"log": str(error)}]}
+            s = logs[tag]
+            print(f"replay: {tag}: {s.get('flush_points')} flush points, {s.get('drop_points')} drop points, "
+                  f"{s.get('states_checked')} states: {s.get('trees')}; mixed {s.get('mixed')}, "
+                  f"broken state {s.get('broken_state')}, unmountable {s.get('unmountable')}", file=sys.stderr)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    good = [logs.get(tag, {}) for tag in ("ext4", "xfs")]
+    broken = [logs.get(tag, {}) for tag in ("ext4b", "xfsb")]
+
+    def total(group, key):
+        return sum(s.get(key) or 0 for s in group)
+
+    def as_int(key):
+        try:
+            return int(results.get(key, ""))
+        except ValueError:
+            return None
+
+    try:
+        exposure = float(results.get("exposure", ""))
+    except ValueError:
+        exposure = None
+    report = {
+        "flush_points": total(good, "flush_points"),
+        "drop_points": total(good, "drop_points"),
+        "states_checked": total(good, "states_checked"),
+        "mixed": total(good, "mixed"),
+        "broken_state": total(good, "broken_state"),
+        "unmountable": total(good, "unmountable"),
+        "unmountable_after_drops": total(good, "unmountable_after_drops"),
+        "broken_build_caught": any((s.get("mixed") or 0) + (s.get("broken_state") or 0) > 0 for s in broken),
+        "broken_build": {s.get("log", tag): {k: s.get(k) for k in ("states_checked", "mixed", "broken_state", "trees")}
+                         for tag, s in zip(("ext4b", "xfsb"), broken)},
+        "timer_run": results.get("timer_triggered") == "true" and results.get("timer_service_result") == "success"
+        and as_int("timer_installed_sequence") == 1,
+        "update_run": results.get("second_run_status") == "0" and as_int("second_installed_sequence") == 2,
+        "reused_under_sandbox": as_int("journal_reused") or 0,
+        "up_to_date_run": results.get("third_run_status") == "0" and (as_int("journal_up_to_date") or 0) >= 1,
+        "journal_lines": as_int("journal_lines") or 0,
+        "timeout_stopped": results.get("stuck_result") == "timeout" and results.get("stuck_unchanged") == "true",
+        "timeout_seconds": as_int("stuck_seconds"),
+        "exposure": exposure,
+        "qemu_status": args.qemu_status,
+        "seconds": {"guest_and_setup": args.elapsed_before, "replay": round(time.time() - started, 1)},
+        "logs": logs,
+        "guest": results,
+    }
+    failures = []
+    if args.qemu_status != 0:
+        failures.append(f"qemu exit {args.qemu_status}")
+    for tag in ("ext4", "xfs", "ext4b", "xfsb"):
+        for failure in logs.get(tag, {}).get("failures", []):
+            if tag in ("ext4", "xfs") or "log" in failure:
+                failures.append(f"{tag}: {failure}")
+    for key in ("mixed", "broken_state", "unmountable"):
+        if report[key]:
+            failures.append(f"{key}: {report[key]}")
+    if report["flush_points"] == 0:
+        failures.append("no flush points replayed")
+    for key in ("broken_build_caught", "timer_run", "update_run", "up_to_date_run", "timeout_stopped"):
+        if not report[key]:
+            failures.append(f"{key} is false")
+    if report["reused_under_sandbox"] <= 0:
+        failures.append("the sandboxed update reused no unchanged file")
+    if report["journal_lines"] <= 0:
+        failures.append("the journal holds no line of Signet's")
+    if exposure is None or exposure > 2.0:
+        failures.append(f"systemd-analyze security: {exposure} (at most 2.0)")
+    report["ok"] = not failures
+    report["failures"] = failures
+    with open(args.report, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    summary = {k: report[k] for k in ("flush_points", "drop_points", "states_checked", "mixed", "broken_state",
+                                      "broken_build_caught", "timer_run", "timeout_stopped", "exposure", "ok")}
+    print(json.dumps(summary), file=sys.stderr)
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
