@@ -92,6 +92,9 @@ class Replayer:
         self.log = open(log_path, "rb")
         self.sector_size = sector_size
 
+    def close(self):
+        self.log.close()
+
     def apply(self, entry, image_fd):
         if entry.flags & MARK or entry.count == 0:
             return
@@ -222,6 +225,7 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
                "drop_points": 0, "states_checked": 0, "trees": {}, "mixed": 0, "broken_state": 0,
                "unmountable": 0, "unmountable_after_drops": 0, "failures": []}
     interval = []   # the entries since the last flush: (entry, durable-on-its-own)
+    written = {}    # bytes written in each phase (install: "empty", update: "r1")
     marks = []
     work_fd = os.open(work, os.O_RDWR)
     base_fd = os.open(base, os.O_RDWR)
@@ -271,6 +275,10 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
                     phase = entry.mark
                 continue
             replayer.apply(entry, work_fd)
+            if phase is not None and not entry.flags & DISCARD:
+                # What each phase wrote (the kernel's own record): an update on XFS, whose
+                # unchanged files are reflinked, writes little more than the changed bytes.
+                written[phase] = written.get(phase, 0) + entry.count * sector_size
             if phase is None:
                 # Before the "empty" mark (mkfs, mount): nothing to check, but the last flush's
                 # image and the unflushed writes since are kept for the first interval after it.
@@ -319,7 +327,10 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
     finally:
         os.close(work_fd)
         os.close(base_fd)
+        replayer.close()
     summary["marks"] = marks
+    summary["bytes_written"] = {"install": written.get("empty", 0), "update": written.get("r1", 0),
+                                "after": written.get("r2", 0)}
     if "empty" not in marks or "r2" not in marks:
         summary["failures"].append({"log": "the marks empty, r1 and r2 are not all in the log", "marks": marks})
     return summary
@@ -402,8 +413,10 @@ def main():
         "broken_build_caught": any((s.get("mixed") or 0) + (s.get("broken_state") or 0) > 0 for s in broken),
         "broken_build": {s.get("log", tag): {k: s.get(k) for k in ("states_checked", "mixed", "broken_state", "trees")}
                          for tag, s in zip(("ext4b", "xfsb"), broken)},
+        "bytes_written": {tag: logs.get(tag, {}).get("bytes_written") for tag in ("ext4", "xfs")},
         "timer_run": results.get("timer_triggered") == "true" and results.get("timer_service_result") == "success"
         and as_int("timer_installed_sequence") == 1,
+        "timer_next_elapse": results.get("timer_next_elapse"),
         "update_run": results.get("second_run_status") == "0" and as_int("second_installed_sequence") == 2,
         "reused_under_sandbox": as_int("journal_reused") or 0,
         "up_to_date_run": results.get("third_run_status") == "0" and (as_int("journal_up_to_date") or 0) >= 1,

@@ -94,6 +94,7 @@ printf '[Timer]\nOnActiveSec=5s\nRandomizedDelaySec=0\n' > /etc/systemd/system/s
 systemctl daemon-reload
 systemctl enable --now signet-update@app.timer
 systemctl list-timers --all --no-pager signet-update@app.timer | tee "$OUT/timers.txt"
+result timer_next_elapse "$(systemctl show -P NextElapseUSecMonotonic signet-update@app.timer | tr ' ' _)"
 finished() { [ "$(systemctl show -P ExecMainExitTimestampMonotonic signet-update@app.service)" != 0 ]; }
 for _ in $(seq 1 240); do finished && break; sleep 0.5; done
 result timer_triggered "$(finished && echo true || echo false)"
