@@ -17,7 +17,11 @@ struct Unpack: ParsableCommand {
         Installing a lower sequence of the same package name is refused (--allow-downgrade). \
         A package of another name (another product signed by the same key) does not replace \
         an installed tree, nor one that --state records for DIR, unless --change-package says \
-        DIR changes product; nor does a bare package replace a tree installed from a manifest.
+        DIR changes product; nor does a bare package replace a tree installed from a manifest. \
+        The release DIR already holds (the same signed manifest) is not installed again: \
+        "up to date", nothing written. --repair checks DIR as reverify does and reinstalls \
+        only a tree that no longer checks whole (for a URL, fetching only what differs); \
+        --force reinstalls it regardless.
 
         One update of DIR at a time: unpack locks .DIR.signet-lock beside DIR from the rollback \
         check to the swap; a second unpack waits (--wait) or fails with exit 5. Installed files \
@@ -73,8 +77,11 @@ struct Unpack: ParsableCommand {
     @Flag(name: .long, help: Reseal.help)
     var reseal = false
 
-    @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
+    @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install; reinstall the release DIR already holds.")
     var force = false
+
+    @Flag(name: .long, help: "When DIR already holds this release, check it as reverify does and reinstall it if anything differs (modified, missing or added files, modes, attributes).")
+    var repair = false
 
     @Flag(name: .customLong("case-insensitive-dest"), help: "DIR's filesystem ignores case: refuse a package with two paths that differ only in case (automatic on vfat, exFAT, NTFS and SMB).")
     var caseInsensitiveDest = false
@@ -111,6 +118,8 @@ struct Unpack: ParsableCommand {
         let atomic_exchange: Bool
         @Null var leftover: String?
         @Null var transfer: Transfer?
+        let up_to_date: Bool
+        let repaired: [String]
     }
 
     /// How a URL's package was transferred.
@@ -143,6 +152,7 @@ struct Unpack: ParsableCommand {
                             + (Download.isURL(package) ? "; run the same command again to resume the download" : ""))
         var options = InstallOptions()
         options.force = force
+        options.repair = repair
         options.allowDowngrade = allowDowngrade
         options.changePackage = changePackage
         options.bare = bare
@@ -182,8 +192,17 @@ struct Unpack: ParsableCommand {
                                sequence: report.manifest?.sequence, replaced_sequence: report.replacedSequence,
                                signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
                                attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
-                               leftover: report.leftover, transfer: report.transfer.map(Transfer.init)))
+                               leftover: report.leftover, transfer: report.transfer.map(Transfer.init),
+                               up_to_date: report.upToDate, repaired: report.repaired))
             return
+        }
+        if report.upToDate, let manifest = report.manifest {
+            Output.line("up to date: \(dest) holds \(manifest.name) \(manifest.version) (sequence \(manifest.sequence))\(repair ? ", and it checks whole" : ""); nothing written (--repair checks it, --force reinstalls it)")
+            return
+        }
+        if !report.repaired.isEmpty {
+            let shown = report.repaired.prefix(5).joined(separator: ", ") + (report.repaired.count > 5 ? ", …" : "")
+            Output.line("repairing \(dest): \(report.repaired.count) finding\(report.repaired.count == 1 ? "" : "s") (\(shown))")
         }
         let what = report.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "bare package"
         let replaced = report.replacedSequence.map { ", replacing sequence \($0)" } ?? ""

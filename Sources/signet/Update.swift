@@ -17,7 +17,9 @@ struct Update: ParsableCommand {
         old index served again). When it names a newer release than DIR holds, installs it from \
         the URL it gives, as unpack URL does (range requests: only what DIR lacks), after checking \
         that the package's signed manifest is the one the index binds, before any file is \
-        fetched (exit 1, code index-mismatch). Otherwise says "up to date". DIR is unchanged on \
+        fetched (exit 1, code index-mismatch). Otherwise says "up to date" (with --repair, \
+        after checking DIR as reverify does, and reinstalling it, fetching only what differs, \
+        if anything is not ok). DIR is unchanged on \
         any failure. --check only reports.
 
         Every option can come from a config file (--config FILE, TOML): one `option = value` \
@@ -70,6 +72,9 @@ struct Update: ParsableCommand {
     @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
     var force = false
 
+    @Flag(name: .long, help: "When DIR already holds the channel's release, check it as reverify does and reinstall it if anything differs (fetching only what differs).")
+    var repair = false
+
     @OptionGroup var limits: LimitOptions
 
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
@@ -86,7 +91,7 @@ struct Update: ParsableCommand {
         "expect-subject": true, "trust-salt-file": true, "trust-seal-key": true, "clock-skew": true, "allow-weak-key": false,
         "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
         "low-speed-time": true, "max-time": true, "retries": true, "retry-delay": true,
-        "full-download": false, "reseal": false, "force": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
+        "full-download": false, "reseal": false, "force": false, "repair": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
     ]
 
     mutating func validate() throws {
@@ -188,6 +193,7 @@ struct Update: ParsableCommand {
         let updated: Bool
         let package_url: String
         @Null var transfer: Unpack.Transfer?
+        let repaired: [String]
 
         struct Release: Encodable {
             let name: String
@@ -223,12 +229,14 @@ struct Update: ParsableCommand {
         if output.json {
             Output.json(Report(channel: report.index.channel, serial: report.index.serial, expires: report.index.expires.rfc3339,
                                installed: report.installed.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) },
-                               available: available, update_available: report.updateAvailable, updated: report.install != nil,
-                               package_url: report.packageURL, transfer: report.install?.transfer.map(Unpack.Transfer.init)))
+                               available: available, update_available: report.updateAvailable, updated: report.install.map { !$0.upToDate } ?? false,
+                               package_url: report.packageURL, transfer: report.install?.transfer.map(Unpack.Transfer.init),
+                               repaired: report.install?.repaired ?? []))
             return
         }
         let expires = "index serial \(report.index.serial), expires \(report.index.expires.rfc3339)"
-        if let install = report.install {
+        Self.sayRepaired(report.install, dest: dest)
+        if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(expires)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
         } else if report.updateAvailable {
@@ -243,6 +251,7 @@ extension Update {
     /// The install options both kinds of channel share (--force, the limits, --wait, --state).
     func applyInstallOptions(to install: inout InstallOptions) {
         install.force = force
+        install.repair = repair
         install.limits = limits.limits
         install.wait = wait
         install.stateFile = state
@@ -268,6 +277,14 @@ extension Update {
         let updated: Bool
         let package_url: String
         @Null var transfer: Unpack.Transfer?
+        let repaired: [String]
+    }
+
+    /// With --repair, what the check of DIR found (the reinstall that follows replaced it).
+    static func sayRepaired(_ install: InstallReport?, dest: String) {
+        guard let repaired = install?.repaired, !repaired.isEmpty else { return }
+        let shown = repaired.prefix(5).joined(separator: ", ") + (repaired.count > 5 ? ", …" : "")
+        Output.line("repairing \(dest): \(repaired.count) finding\(repaired.count == 1 ? "" : "s") (\(shown))")
     }
 
     /// `update --repository`: the channel's release from a TUF repository.
@@ -292,11 +309,13 @@ extension Update {
             Output.json(RepositoryReport(channel: channel, repository: repository, root_version: report.refresh.rootVersion,
                                          timestamp_version: report.refresh.timestampVersion, role: report.role, installed: installed,
                                          available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
-                                         updated: report.install != nil, package_url: report.packageURL, transfer: report.install?.transfer.map(Unpack.Transfer.init)))
+                                         updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
+                                         transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? []))
             return
         }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
-        if let install = report.install {
+        Self.sayRepaired(report.install, dest: dest)
+        if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(trusted)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
         } else if report.updateAvailable {

@@ -245,14 +245,18 @@ struct DownloadCLITests {
         let rebuilt = try run("python3", ["-c", rebuild, package])
         #expect(rebuilt.status == 0, "\(rebuilt.stderr)")
         let before = try contents(dest + "/data.bin")
-        // Read in place, the tampered entry is never fetched: DIR already holds data.bin as
-        // the manifest signs it, and it is copied from there (hashed as it is copied).
-        let ranged = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"])
+        // The release DIR holds: up to date, no entry read.
+        let same = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"])
+        #expect(try same.status == 0 && same.json()["up_to_date"] as? Bool == true, "\(same.stdoutText) \(same.stderr)")
+        // Reinstalled (--force) and read in place, the tampered entry is never fetched: DIR
+        // already holds data.bin as the manifest signs it, and it is copied from there (hashed
+        // as it is copied).
+        let ranged = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--force", "--json"])
         #expect(ranged.status == 0, "\(ranged.stderr)")
         #expect((try ranged.json()["transfer"] as? [String: Any])?["files_reused"] as? Int == 1, "\(ranged.stdoutText)")
         #expect(try contents(dest + "/data.bin") == before)
         // Downloaded whole, the package is read entry by entry: refused.
-        let tampered = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--full-download"])
+        let tampered = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--full-download", "--force"])
         #expect(tampered.status == 1, "a file whose bytes changed fails the signed manifest: \(tampered.stderr)")
         #expect(try contents(dest + "/data.bin") == before)
         #expect(!FileManager.default.fileExists(atPath: work.directory.file(".installed.signet-download")), "a complete bad download is removed")

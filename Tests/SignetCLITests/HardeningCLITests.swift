@@ -362,7 +362,8 @@ struct HardeningCLITests {
         // A mount inside the installed tree: the old tree moves with it and cannot be removed.
         guard let mount = try ScratchMount.mount("tmpfs", options: "size=1m", at: app + "/busy-mount", untested: "a leftover old tree") else { return }
         defer { mount.unmount() }
-        let replaced = try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--json"])
+        // --force: the same release again is otherwise "up to date", with nothing swapped.
+        let replaced = try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force", "--json"])
         #expect(replaced.status == 0, "the install itself succeeded: \(replaced.stderr)")
         let leftover = try #require(try replaced.json()["leftover"] as? String)
         #expect(replaced.stderr.contains("signet: warning:") && replaced.stderr.contains("could not be removed"), "\(replaced.stderr)")

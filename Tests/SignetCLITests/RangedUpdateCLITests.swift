@@ -111,10 +111,12 @@ struct RangedUpdateCLITests {
         #expect(second["bytes_downloaded"] as? Int == sent, "the report counts what nginx sent")
         #expect(try Self.leftovers(besides: dest).isEmpty)
 
-        // The text report says it in words.
+        // The text report says it in words: --repair finds the missing file and fetches it alone
+        // (without --repair the release DIR holds is "up to date").
         try FileManager.default.removeItem(atPath: dest + "/" + changed[0])
-        let text = try CLI.run(["unpack", server.url("delta/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root])
+        let text = try CLI.run(["unpack", server.url("delta/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--repair"])
         #expect(text.status == 0, "\(text.stderr)")
+        #expect(text.stdoutText.contains("repairing \(dest): 1 finding (\(changed[0]): missing)"), "\(text.stdoutText)")
         #expect(text.stdoutText.contains("fetched 1 of 2,000 files") && text.stdoutText.contains("reused 1,999 from the installed tree"), "\(text.stdoutText)")
     }
 

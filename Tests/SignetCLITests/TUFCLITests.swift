@@ -181,6 +181,29 @@ struct TUFCLITests {
         #expect(mixed.status == 2, "\(mixed.stderr)")
     }
 
+    @Test("update --repair: a tree that no longer checks whole is reinstalled fetching only what differs; a whole one is up to date")
+    func repairThroughUpdate() throws {
+        let fleet = try Fleet("repair")
+        try fleet.release(1)
+        let device = try fleet.device()
+        #expect(try device.update().status == 0)
+        let whole = try device.update(["--repair"])
+        let wholeReport = try whole.json()
+        #expect(whole.status == 0 && wholeReport["updated"] as? Bool == false && (wholeReport["repaired"] as? [String]) == [], "\(whole.stdoutText)")
+
+        try Data("tampered\n".utf8).write(to: URL(fileURLWithPath: device.dest + "/a.txt"))
+        #expect(try device.update().json()["updated"] as? Bool == false, "without --repair the release is up to date")
+        #expect(device.installed() == "tampered\n")
+        let repaired = try device.update(["--repair"])
+        let report = try repaired.json()
+        #expect(repaired.status == 0 && report["updated"] as? Bool == true, "\(repaired.stdoutText) \(repaired.stderr)")
+        #expect((report["repaired"] as? [String])?.first?.hasPrefix("a.txt: ") == true, "\(report)")
+        let transfer = report["transfer"] as? [String: Any]
+        #expect(transfer?["files_fetched"] as? Int == 1 && transfer?["files_reused"] as? Int == 1, "only the damaged file is fetched: \(String(describing: transfer))")
+        #expect(device.installed() == "release 1\n")
+        #expect(try CLI.run(["reverify", device.dest, "--tuf-metadata", device.metadata]).status == 0)
+    }
+
     @Test("a package not signed by a targets key is refused by repo add; keys of other roles cannot sign targets")
     func publisherRefusals() throws {
         let fleet = try Fleet("refusals")

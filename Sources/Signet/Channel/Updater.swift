@@ -93,8 +93,10 @@ public enum Updater {
         if options.checkOnly {
             return UpdateReport(index: index, packageURL: packageURL, installed: installed, updateAvailable: newer, install: nil)
         }
+        // --repair: the release DIR holds is checked, and reinstalled if it no longer checks whole.
+        let repairing = options.install.repair && !newer && installed.map { $0.sequence == index.package.sequence } == true
         var report: InstallReport? = nil
-        if newer {
+        if newer || repairing {
             var install = options.install
             install.expectedPackage = index.package
             report = try Installer.install(downloading: packageURL, to: destination, policy: policy, options: install,

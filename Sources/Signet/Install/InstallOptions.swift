@@ -9,8 +9,14 @@ internal import SystemPackage
 
 /// Options for ``Installer/install(_:to:policy:options:)``.
 public struct InstallOptions: Sendable {
-    /// Replace a non-empty destination that Signet did not install.
+    /// Replace a non-empty destination that Signet did not install, and reinstall the release
+    /// the destination already holds (without it, that install changes nothing).
     public var force = false
+    /// When the destination already holds this release: check it as `reverify` does, and
+    /// reinstall it only if anything differs (modified, missing or added files, modes,
+    /// attributes), over ranges fetching only what differs. Without it (and without `force`),
+    /// installing the release the destination holds changes nothing (``InstallReport/upToDate``).
+    public var repair = false
     /// Told how many files and bytes have been verified and staged.
     public var progress: ProgressHandler? = nil
     /// Install a lower `sequence` over an installed tree of the same name.

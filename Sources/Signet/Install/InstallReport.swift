@@ -30,4 +30,11 @@ public struct InstallReport: Sendable {
     public let leftover: String?
     /// How a package read from a URL was transferred (nil for a package file).
     public internal(set) var transfer: TransferReport? = nil
+    /// True when the destination already held this release (the same signed manifest) and
+    /// nothing was written: without ``InstallOptions/force``, or with ``InstallOptions/repair``
+    /// and a tree that checked whole. `files` is then empty.
+    public internal(set) var upToDate = false
+    /// With ``InstallOptions/repair``: what the check of the installed tree found wrong (one
+    /// line a file, "path: verdict"), which this install then replaced. Empty otherwise.
+    public internal(set) var repaired: [String] = []
 }

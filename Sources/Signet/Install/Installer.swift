@@ -71,6 +71,25 @@ public enum Installer {
             try CaseFolding.refuseCollisions(job.resources(checked).map(\.path), package: package)
         }
 
+        // The release DIR already holds: nothing to write, unless asked to reinstall or to
+        // repair a tree that no longer checks whole.
+        var repaired: [String] = []
+        if let checked, !options.force, case .installed(let installed?) = state, Self.sameRelease(installed, checked, at: destination) {
+            if options.repair {
+                repaired = try Self.damage(of: destination, policy: policy)
+            }
+            if repaired.isEmpty {
+                if let installState, (installState.destination(destination)?.sequence ?? 0) < installed.sequence {
+                    try installState.record(checked.manifest.name, sequence: checked.manifest.sequence, destination: destination, changedFrom: nil)
+                }
+                var report = InstallReport(destination: destination, manifest: checked.manifest, files: [], signer: checked.key,
+                                           replacedSequence: installed.sequence, attributesWritten: true, exchanged: false,
+                                           leftover: stale.first, transfer: ranged?.report)
+                report.upToDate = true
+                return report
+            }
+        }
+
         // Phase 2: every resource, verified while it streams into the staging directory.
         let staging = try Staging(besides: destination)
         // The verified manifest's bytes go into the staged tree now rather than being held to
@@ -154,9 +173,28 @@ public enum Installer {
         }
         var replaced: UInt64? = nil
         if case .installed(let manifest?) = state { replaced = manifest.sequence }
-        return InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer,
-                             replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged,
-                             leftover: leftover ?? stale.first, transfer: ranged?.report)
+        var report = InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer,
+                                   replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged,
+                                   leftover: leftover ?? stale.first, transfer: ranged?.report)
+        report.repaired = repaired
+        return report
+    }
+
+    /// The installed tree holds exactly this release: the same name and sequence, and its
+    /// manifest is byte for byte the verified one.
+    static func sameRelease(_ installed: Manifest, _ checked: PackageReader.Checked, at destination: String) -> Bool {
+        guard sameName(installed.name, checked.manifest.name), installed.sequence == checked.manifest.sequence else { return false }
+        guard let file = try? InputFile.open(destination + "/" + TreeLayout.manifest, what: "the installed manifest", followSymlinks: false),
+              let bytes = try? file.readAll(limit: checked.manifestBytes.count + 1, what: "the installed manifest") else { return false }
+        return bytes == checked.manifestBytes
+    }
+
+    /// What `reverify` would find wrong in the installed tree ("path: verdict"); empty when it
+    /// checks whole.
+    static func damage(of destination: String, policy: TrustPolicy) throws -> [String] {
+        let report = try Reverifier.verifyTree(at: destination, policy: policy)
+        if report.manifestFailure != nil { return [".signet/manifest.json: \(report.manifestMessage ?? "does not verify")"] }
+        return report.files.filter { !$0.verdict.isOK }.map { "\($0.path): \($0.verdict)" }
     }
 
     /// The package must be the one a channel index binds: the same signed manifest (SHA-256 of

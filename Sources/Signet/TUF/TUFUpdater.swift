@@ -95,7 +95,9 @@ public enum TUFUpdater {
         let sameName = installed.map { Installer.sameName($0.name, release.name) } ?? false
         let newer = !sameName || release.sequence > (installed?.sequence ?? 0)
         let older = sameName && release.sequence < (installed?.sequence ?? 0)
-        guard newer, !options.checkOnly else {
+        // --repair: the release DIR holds is checked, and reinstalled if it no longer checks whole.
+        let repairing = options.install.repair && sameName && release.sequence == installed?.sequence
+        guard newer || repairing, !options.checkOnly else {
             return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
                                    updateAvailable: newer, channelIsOlder: older, install: nil)
         }
@@ -109,6 +111,6 @@ public enum TUFUpdater {
         let report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
                                            download: options.client.download, cancelled: cancelled)
         return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                               updateAvailable: true, channelIsOlder: false, install: report)
+                               updateAvailable: newer, channelIsOlder: false, install: report)
     }
 }
