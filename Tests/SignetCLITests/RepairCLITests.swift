@@ -37,6 +37,7 @@ struct RepairCLITests {
         #expect(Self.inode(dest) == tree0 && Self.inode(dest + "/a.txt") == file0)
         let json = try CLI.run(unpack + ["--json"]).json()
         #expect(json["up_to_date"] as? Bool == true && (json["files"] as? [String]) == [] && (json["repaired"] as? [String]) == [])
+        #expect(json["replaced_sequence"] is NSNull && json["atomic_exchange"] as? Bool == false, "nothing was replaced: \(json)")
 
         // Damage the tree: without --repair it stays as it is (up to date is about the release).
         try Data("tampered\n".utf8).write(to: URL(fileURLWithPath: dest + "/a.txt"))

@@ -83,7 +83,7 @@ public enum Installer {
                     try installState.record(checked.manifest.name, sequence: checked.manifest.sequence, destination: destination, changedFrom: nil)
                 }
                 var report = InstallReport(destination: destination, manifest: checked.manifest, files: [], signer: checked.key,
-                                           replacedSequence: installed.sequence, attributesWritten: true, exchanged: false,
+                                           replacedSequence: nil, attributesWritten: true, exchanged: false,
                                            leftover: stale.first, transfer: ranged?.report)
                 report.upToDate = true
                 return report
