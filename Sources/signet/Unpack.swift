@@ -200,16 +200,21 @@ struct Unpack: ParsableCommand {
             Output.line("up to date: \(dest) holds \(manifest.name) \(manifest.version) (sequence \(manifest.sequence))\(repair ? ", and it checks whole" : ""); nothing written (--repair checks it, --force reinstalls it)")
             return
         }
-        if !report.repaired.isEmpty {
-            let shown = report.repaired.prefix(5).joined(separator: ", ") + (report.repaired.count > 5 ? ", …" : "")
-            Output.line("repairing \(dest): \(report.repaired.count) finding\(report.repaired.count == 1 ? "" : "s") (\(shown))")
-        }
+        Self.sayRepaired(report, dest: dest)
         let what = report.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "bare package"
         let replaced = report.replacedSequence.map { ", replacing sequence \($0)" } ?? ""
         Output.line("installed \(what) into \(dest): \(report.files.count) file\(report.files.count == 1 ? "" : "s") verified, signed by key \(report.signer.keyID.short)\(replaced)")
         if let transfer = report.transfer {
             Output.line("  " + Self.describe(transfer))
         }
+    }
+
+    /// With --repair, what the check of DIR found (the reinstall that follows replaced it):
+    /// "repairing DIR: 2 findings (a.txt: modified, b.txt: missing)".
+    static func sayRepaired(_ install: InstallReport?, dest: String) {
+        guard let repaired = install?.repaired, !repaired.isEmpty else { return }
+        let shown = repaired.prefix(5).joined(separator: ", ") + (repaired.count > 5 ? ", …" : "")
+        Output.line("repairing \(dest): \(repaired.count) finding\(repaired.count == 1 ? "" : "s") (\(shown))")
     }
 
     /// "fetched 20 of 2,000 files (1.2 MiB of 64 MiB), reused 1,980 from DIR; 1.3 MiB in 5 requests".

@@ -235,7 +235,7 @@ struct Update: ParsableCommand {
             return
         }
         let expires = "index serial \(report.index.serial), expires \(report.index.expires.rfc3339)"
-        Self.sayRepaired(report.install, dest: dest)
+        Unpack.sayRepaired(report.install, dest: dest)
         if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(expires)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
@@ -280,13 +280,6 @@ extension Update {
         let repaired: [String]
     }
 
-    /// With --repair, what the check of DIR found (the reinstall that follows replaced it).
-    static func sayRepaired(_ install: InstallReport?, dest: String) {
-        guard let repaired = install?.repaired, !repaired.isEmpty else { return }
-        let shown = repaired.prefix(5).joined(separator: ", ") + (repaired.count > 5 ? ", …" : "")
-        Output.line("repairing \(dest): \(repaired.count) finding\(repaired.count == 1 ? "" : "s") (\(shown))")
-    }
-
     /// `update --repository`: the channel's release from a TUF repository.
     func runRepository(_ repository: String) throws {
         guard let dest, let channel = trust.channel, let metadataDirectory = trust.tufMetadata else { throw ValidationError("give --dest, --channel and --tuf-metadata") }
@@ -314,7 +307,7 @@ extension Update {
             return
         }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
-        Self.sayRepaired(report.install, dest: dest)
+        Unpack.sayRepaired(report.install, dest: dest)
         if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(trusted)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
