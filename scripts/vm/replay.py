@@ -224,7 +224,7 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
     summary = {"log": os.path.basename(log_path), "fs": fs, "entries": len(entries), "flush_points": 0,
                "drop_points": 0, "states_checked": 0, "trees": {}, "mixed": 0, "broken_state": 0,
                "unmountable": 0, "unmountable_after_drops": 0, "failures": []}
-    interval = []   # the entries since the last flush: (entry, durable-on-its-own)
+    interval = []   # the entries since the last flush (a FUA entry among them is durable on its own)
     written = {}    # bytes written in each phase (install: "empty", update: "r1")
     marks = []
     work_fd = os.open(work, os.O_RDWR)
@@ -288,13 +288,13 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
                     base_fd = os.open(base, os.O_RDWR)
                     interval = []
                 else:
-                    interval.append((entry, bool(entry.flags & FUA)))
+                    interval.append(entry)
                 continue
             if entry.flags & FLUSH:
                 # A power cut before this flush completed: the last flush's image, the FUA writes
                 # of a prefix of the interval, and any subset of its other writes.
                 if interval and drops:
-                    writes = [e for e, _ in interval]
+                    writes = interval
                     for _ in range(drops):
                         cut = rng.randint(1, len(writes))
                         copy_image(base, probe)
@@ -321,9 +321,9 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
                 summary["flush_points"] += 1
                 copy_image(work, probe)
                 verdict(probe, f"entry {entry.index}: FUA")
-                interval.append((entry, True))
+                interval.append(entry)
             else:
-                interval.append((entry, False))
+                interval.append(entry)
     finally:
         os.close(work_fd)
         os.close(base_fd)
