@@ -401,6 +401,83 @@ rows["reverify-structured-json-16m-vs-python"] = structured_row("json", 2.0)
 rows["reverify-structured-bplist-16m-vs-python"] = structured_row("bplist", 1.5)
 rows["reverify-structured-xmlplist-16m-vs-python"] = structured_row("xmlplist", 1.5)
 
+# ---- flash wear: an update writes what changed, not the app again (issue 39 point 1) ----------
+# Bytes written come from the kernel's own accounting: getrusage's ru_oublock (GNU time's %O, in
+# 512-byte units), which counts the pages the process dirtied in the page cache. Signet updates
+# an installed tree sharing its unchanged files (hard links); the peer is the same update
+# writing every file again (--force --keep-previous no: what every update did before issue 39).
+shared_dir = f"{work}/shared2k"
+
+
+def prepare_shared():
+    if os.path.exists(f"{shared_dir}/v2.zip"):
+        return
+    shutil.rmtree(shared_dir, ignore_errors=True)
+    rng = random.Random(39)
+    src = f"{shared_dir}/src"
+    for i in range(2000):   # 2,000 files, 21 MiB
+        os.makedirs(f"{src}/d{i % 40:02d}", exist_ok=True)
+        with open(f"{src}/d{i % 40:02d}/f{i:04d}.bin", "wb") as f:
+            f.write(rng.randbytes(rng.randint(1000, 21000)))
+    sh(f"{S} pack {src} {K} --name shared --version 1 --sequence 1 --out {shared_dir}/v1.zip > /dev/null")
+    with open(f"{src}/d00/f0000.bin", "wb") as f:
+        f.write(b"x" * 119)   # the one-file update of issue 39: 119 bytes
+    sh(f"{S} pack {src} {K} --name shared --version 2 --sequence 2 --out {shared_dir}/v2.zip > /dev/null")
+
+
+def written(command):
+    """Bytes the command wrote (ru_oublock x 512), after a sync so earlier writeback is not counted."""
+    os.sync()
+    with open(f"{work}/.oublock", "w+") as f:
+        sh(f"/usr/bin/time -f %O -o {f.name} {command} > /dev/null")
+        f.seek(0)
+        return int([line for line in f.read().split() if line.isdigit()][-1]) * 512
+
+
+def changed_bytes(old_zip, new_zip):
+    """Bytes of the resources the new package adds or changes."""
+    def files(package):
+        report = json.loads(subprocess.run([S, "inspect", package, "--json"], capture_output=True, text=True).stdout)
+        return {f["path"]: (f["sha256"], f["size"]) for f in report["files"]}
+    old, new = files(old_zip), files(new_zip)
+    return sum(size for path, (digest, size) in new.items() if old.get(path, (None,))[0] != digest)
+
+
+def shared_report(old_zip, new_zip, install, budget):
+    """One more update each way, untimed: the bytes written, against the issue's budget."""
+    sides = {}
+    for side, extra in (("signet", ""), ("peer", "--force --keep-previous no")):
+        target = f"{out}/w-{side}"
+        shutil.rmtree(target, ignore_errors=True)
+        sh(install(target))
+        sides[side] = written(f"{S} unpack {new_zip} --dest {target} --pubkey {pub_der} --quiet {extra}")
+        shutil.rmtree(target, ignore_errors=True)
+    changed = changed_bytes(old_zip, new_zip)
+    return dict(signet_bytes_written=sides["signet"], rewrite_bytes_written=sides["peer"], changed_bytes=changed,
+                budget_bytes=budget(changed), within_budget=sides["signet"] <= budget(changed))
+
+
+def shared_install(target):
+    prepare_shared()
+    return f"{S} unpack {shared_dir}/v1.zip --dest {target} --pubkey {pub_der} --quiet"
+
+
+rows["update-2k-1file-shared-vs-rewrite"] = dict(target=1.0,
+    setup=lambda r: f"{shared_install(f'{out}/s{r}')} && {shared_install(f'{out}/p{r}')}",
+    signet=lambda r: f"{S} unpack {shared_dir}/v2.zip --dest {out}/s{r} --pubkey {pub_der} --quiet",
+    peer=lambda r: f"{S} unpack {shared_dir}/v2.zip --dest {out}/p{r} --pubkey {pub_der} --quiet --force --keep-previous no",
+    # Issue 39: a one-file update of a 2,000-file, 21 MiB tree writes <= 2 MiB + the changed bytes.
+    report=lambda: shared_report(f"{shared_dir}/v1.zip", f"{shared_dir}/v2.zip", shared_install, lambda c: (2 << 20) + c))
+
+# The 10,000-file tree of the ranged-update rows, 1% of its files changed, from the package file.
+rows["update-10k-1pct-shared-vs-rewrite"] = dict(target=1.0, prepare="delta",
+    setup=lambda r: f"cp -a {work}/delta/v1-tree {out}/s{r} && cp -a {work}/delta/v1-tree {out}/p{r}",
+    signet=lambda r: f"{S} unpack {work}/www/delta-v2.zip --dest {out}/s{r} --pubkey {pub_der} --quiet",
+    peer=lambda r: f"{S} unpack {work}/www/delta-v2.zip --dest {out}/p{r} --pubkey {pub_der} --quiet --force --keep-previous no",
+    # Issue 39: a 1% update of 10,000 files writes <= 2 x the changed bytes + 4 MiB.
+    report=lambda: shared_report(f"{work}/www/delta-v1.zip", f"{work}/www/delta-v2.zip",
+                                 lambda t: f"cp -a {work}/delta/v1-tree {t}", lambda c: 2 * c + (4 << 20)))
+
 _prepare = prepare
 
 
@@ -570,7 +647,7 @@ def prepare(kind):
 
 selected = [name for name in rows if not args.only or name in args.only]
 # Rows with inputs of their own (a package on nginx).
-own_inputs = {"update-uptodate-tuf-vs-index", "update-10k-1pct-vs-full-download", "update-10k-1pct-100mbit-vs-full-download", "unpack-https-256m-vs-curl+unpack",
+own_inputs = {"update-uptodate-tuf-vs-index", "update-2k-1file-shared-vs-rewrite", "update-10k-1pct-shared-vs-rewrite", "update-10k-1pct-vs-full-download", "update-10k-1pct-100mbit-vs-full-download", "unpack-https-256m-vs-curl+unpack",
               "unpack-https-256m-vs-curl"}
 if any(name not in own_inputs for name in selected):
     common_data()

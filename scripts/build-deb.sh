@@ -72,10 +72,11 @@ EOF
   echo
   echo " -- Signet developers <signet@example.org>  $(date -u -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")"
 } | gzip -9n > "$root/usr/share/doc/signet/changelog.gz"
-# The update service and its timer (instance = a config in /etc/signet/update.d/), and the
+# The update service and its timer, the boot check (instance = a config in
+# /etc/signet/update.d/), and the
 # example config.
 install -d -m 0755 "$root/lib/systemd/system" "$root/usr/share/doc/signet/examples"
-install -m 0644 packaging/systemd/signet-update@.service packaging/systemd/signet-update@.timer "$root/lib/systemd/system/"
+install -m 0644 packaging/systemd/signet-update@.service packaging/systemd/signet-update@.timer packaging/systemd/signet-boot-check@.service "$root/lib/systemd/system/"
 install -m 0644 examples/update/app.conf "$root/usr/share/doc/signet/examples/update-app.conf"
 gzip -9n < CHANGELOG.md > "$root/usr/share/doc/signet/CHANGELOG.md.gz"
 gzip -9n < docs/FORMAT.md > "$root/usr/share/doc/signet/FORMAT.md.gz"

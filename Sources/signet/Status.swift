@@ -1,19 +1,26 @@
+import Foundation
 import ArgumentParser
 import Signet
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Tell where installed files came from (package, version, sequence, signer), and whether they verify now.",
+        abstract: "Tell where installed files came from (package, version, sequence, signer) and whether they verify now; for a directory, its releases.",
         discussion: """
         Reads user.signet.meta (informational: package, path in it, signer, and the URL it was \
         downloaded from when unpack or fetch downloaded it) and, with --pubkey, re-verifies the file. A file \
         without Signet's attributes is reported as not installed by Signet (exit 1); a file that \
-        does not exist is exit 5, a directory or a symbolic link given as a file exit 4. With \
+        does not exist is exit 5, a symbolic link (or a directory among several files) exit 4. With \
         several files, the exit status is the most severe: 1, then 3, 2, 4, 5.
 
-        Example:
+        One directory: the releases of an installed tree: the current one (confirmed, or \
+        pending until `signet confirm DIR`), the previous one kept for `signet rollback`, the \
+        releases refused as bad and the last rollback. Exit 1 (not-installed) when it holds no \
+        release installed by Signet.
+
+        Examples:
           signet status /opt/app/bin/tool --pubkey keys/public_key.der
+          signet status /opt/app
         """
     )
 
@@ -44,7 +51,47 @@ struct Status: ParsableCommand {
         @Null var error: Output.ErrorBody? = nil
     }
 
+    /// `status DIR --json`.
+    struct DestinationReport: Encodable {
+        struct Bad: Encodable { let name: String; let sequence: UInt64; let reason: String; let at: String }
+        struct LastRollback: Encodable { let from: UInt64; let to: UInt64; let by: String; let at: String }
+        let destination: String
+        @Null var current: Update.Report.Release?
+        @Null var previous: Update.Report.Release?
+        let pending: Bool
+        @Null var pending_since: String?
+        let bad: [Bad]
+        @Null var last_rollback: LastRollback?
+    }
+
+    /// One directory: the releases of an installed destination.
+    func showDestination(_ dir: String) throws {
+        let status = try Installer.status(of: dir)
+        guard status.current != nil || status.previous != nil || !status.bad.isEmpty else {
+            throw SignetError(.notInstalled, "'\(dir)' holds no release installed by Signet (no signed .signet/manifest.json): `status DIR` describes an installed tree, `status FILE` an installed file", path: dir)
+        }
+        func release(_ r: Signet.Release?) -> Update.Report.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
+        if output.json {
+            Output.json(DestinationReport(destination: dir, current: release(status.current), previous: release(status.previous),
+                                          pending: status.pendingSince != nil, pending_since: status.pendingSince,
+                                          bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at) },
+                                          last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) }))
+        } else {
+            var lines = ["\(dir):",
+                         "  current:  " + (status.current.map { $0.description + (status.pendingSince.map { ", pending since \($0) (signet confirm \(dir))" } ?? ", confirmed") } ?? "no release installed by Signet")]
+            lines.append("  previous: " + (status.previous.map { "\($0.description), kept for signet rollback" } ?? "none kept"))
+            for bad in status.bad { lines.append("  bad:      \(bad.name) sequence \(bad.sequence) and lower — \(bad.reason) (\(bad.at))") }
+            if let last = status.lastRollback { lines.append("  rollback: sequence \(last.from) to \(last.to) by \(last.by), \(last.at)") }
+            Output.lines(lines)
+        }
+    }
+
     func run() throws {
+        var isDirectory: ObjCBool = false
+        if files.count == 1, (try? FileManager.default.destinationOfSymbolicLink(atPath: files[0])) == nil,
+           FileManager.default.fileExists(atPath: files[0], isDirectory: &isDirectory), isDirectory.boolValue {
+            return try showDestination(files[0])
+        }
         let policy = trust.hasSources ? try trust.policy() : nil
         var entries: [Entry] = []
         var statuses: [Int32] = []

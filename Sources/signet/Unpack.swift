@@ -92,6 +92,8 @@ struct Unpack: ParsableCommand {
     @Flag(name: .customLong("change-package"), help: "DIR changes product: install a package of another name (or a bare one) over the installed tree or what --state records for DIR; the change is recorded in --state.")
     var changePackage = false
 
+    @OptionGroup(title: "Releases") var releases: ReleaseOptions
+
     @OptionGroup var limits: LimitOptions
 
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
@@ -120,6 +122,10 @@ struct Unpack: ParsableCommand {
         @Null var transfer: Transfer?
         let up_to_date: Bool
         let repaired: [String]
+        let files_shared: Int
+        let previous_kept: Bool
+        let pending: Bool
+        let hooks: [ReleaseOptions.Hook]
     }
 
     /// How a URL's package was transferred.
@@ -153,6 +159,7 @@ struct Unpack: ParsableCommand {
         var options = InstallOptions()
         options.force = force
         options.repair = repair
+        releases.apply(to: &options)
         options.allowDowngrade = allowDowngrade
         options.changePackage = changePackage
         options.bare = bare
@@ -193,7 +200,8 @@ struct Unpack: ParsableCommand {
                                signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
                                attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
                                leftover: report.leftover, transfer: report.transfer.map(Transfer.init),
-                               up_to_date: report.upToDate, repaired: report.repaired))
+                               up_to_date: report.upToDate, repaired: report.repaired, files_shared: report.filesShared,
+                               previous_kept: report.previousKept, pending: report.pending, hooks: report.hooks.map(ReleaseOptions.Hook.init)))
             return
         }
         if report.upToDate, let manifest = report.manifest {
@@ -203,10 +211,12 @@ struct Unpack: ParsableCommand {
         Self.sayRepaired(report, dest: dest)
         let what = report.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "bare package"
         let replaced = report.replacedSequence.map { ", replacing sequence \($0)" } ?? ""
-        Output.line("installed \(what) into \(dest): \(report.files.count) file\(report.files.count == 1 ? "" : "s") verified, signed by key \(report.signer.keyID.short)\(replaced)")
+        let shared = report.filesShared > 0 ? " (\(Self.count(report.filesShared)) unchanged, shared with the replaced tree)" : ""
+        Output.line("installed \(what) into \(dest): \(report.files.count) file\(report.files.count == 1 ? "" : "s") verified\(shared), signed by key \(report.signer.keyID.short)\(replaced)")
         if let transfer = report.transfer {
             Output.line("  " + Self.describe(transfer))
         }
+        ReleaseOptions.say(report)
     }
 
     /// With --repair, what the check of DIR found (the reinstall that follows replaced it):
@@ -232,7 +242,7 @@ struct Unpack: ParsableCommand {
     }
 
     /// 1,980
-    private static func count(_ value: Int) -> String {
+    static func count(_ value: Int) -> String {
         let digits = Array(String(value))
         var out = ""
         for (index, digit) in digits.enumerated() {

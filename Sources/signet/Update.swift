@@ -75,6 +75,8 @@ struct Update: ParsableCommand {
     @Flag(name: .long, help: "When DIR already holds the channel's release, check it as reverify does and reinstall it if anything differs (fetching only what differs).")
     var repair = false
 
+    @OptionGroup(title: "Releases") var releases: ReleaseOptions
+
     @OptionGroup var limits: LimitOptions
 
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
@@ -92,7 +94,7 @@ struct Update: ParsableCommand {
         "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
         "low-speed-time": true, "max-time": true, "retries": true, "retry-delay": true,
         "full-download": false, "reseal": false, "force": false, "repair": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
-    ]
+    ].merging(ReleaseOptions.configKeys) { a, _ in a }
 
     mutating func validate() throws {
         if let config {
@@ -194,6 +196,10 @@ struct Update: ParsableCommand {
         let package_url: String
         @Null var transfer: Unpack.Transfer?
         let repaired: [String]
+        let files_shared: Int
+        let previous_kept: Bool
+        let pending: Bool
+        let hooks: [ReleaseOptions.Hook]
 
         struct Release: Encodable {
             let name: String
@@ -231,7 +237,9 @@ struct Update: ParsableCommand {
                                installed: report.installed.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) },
                                available: available, update_available: report.updateAvailable, updated: report.install.map { !$0.upToDate } ?? false,
                                package_url: report.packageURL, transfer: report.install?.transfer.map(Unpack.Transfer.init),
-                               repaired: report.install?.repaired ?? []))
+                               repaired: report.install?.repaired ?? [], files_shared: report.install?.filesShared ?? 0,
+                               previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
+                               hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? []))
             return
         }
         let expires = "index serial \(report.index.serial), expires \(report.index.expires.rfc3339)"
@@ -239,6 +247,7 @@ struct Update: ParsableCommand {
         if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(expires)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
+            ReleaseOptions.say(install)
         } else if report.updateAvailable {
             Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(report.installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(expires)")
         } else {
@@ -252,6 +261,7 @@ extension Update {
     func applyInstallOptions(to install: inout InstallOptions) {
         install.force = force
         install.repair = repair
+        releases.apply(to: &install)
         install.limits = limits.limits
         install.wait = wait
         install.stateFile = state
@@ -278,6 +288,10 @@ extension Update {
         let package_url: String
         @Null var transfer: Unpack.Transfer?
         let repaired: [String]
+        let files_shared: Int
+        let previous_kept: Bool
+        let pending: Bool
+        let hooks: [ReleaseOptions.Hook]
     }
 
     /// `update --repository`: the channel's release from a TUF repository.
@@ -303,7 +317,9 @@ extension Update {
                                          timestamp_version: report.refresh.timestampVersion, role: report.role, installed: installed,
                                          available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
                                          updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
-                                         transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? []))
+                                         transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [], files_shared: report.install?.filesShared ?? 0,
+                               previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
+                               hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? []))
             return
         }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
@@ -311,6 +327,7 @@ extension Update {
         if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(trusted)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
+            ReleaseOptions.say(install)
         } else if report.updateAvailable {
             Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)")
         } else if report.channelIsOlder {

@@ -18,7 +18,7 @@ struct ErrorStyleCLITests {
         (["help", "trust", "nosuch"], 2, "there is no command 'nosuch'"),
         (["reverify", "NOSUCH", "--pubkey", "PUB"], 5, "no such file"),
         (["status", "NOSUCH"], 5, "no such file"),
-        (["status", "DIR"], 4, "it is a directory"),
+        (["status", "DIR"], 1, "holds no release installed by Signet"),
         (["sign", "NOSUCH", "--key", "KEY"], 5, "no such file"),
         (["sign"], 2, "signet: error: missing --key <key>"),
         (["status", "DIR", "--no-such-flag"], 2, "signet: error: unknown option '--no-such-flag'"),

@@ -156,7 +156,7 @@ struct Hardening3CLITests {
             #expect(failed.status == 5 && Self.errorCode(failed) == "network-error", "\(place): \(failed.status) \(failed.stdoutText) \(failed.stderr)")
             #expect(failed.stderr.contains(server.url("app.zip")), "\(place): names the URL: \(failed.stderr)")
             #expect(try contents(dest + "/stored.bin") == stored.prefix(1000), "\(place): DIR as it was")
-            let kept = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+            let kept = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
             if place.contains("entry") {
                 #expect(kept.count == 1, "\(place): the staging kept for the next run: \(kept)")
             }
@@ -164,7 +164,7 @@ struct Hardening3CLITests {
             let resumed = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"])
             #expect(resumed.status == 0, "\(place): the next run completes: \(resumed.stderr)")
             #expect(try contents(dest + "/stored.bin") == stored && contents(dest + "/deflated.txt") == deflated, "\(place)")
-            let left = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+            let left = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
             #expect(left.isEmpty, "\(place): nothing left once it completed: \(left)")
         }
     }
@@ -174,7 +174,7 @@ struct Hardening3CLITests {
     /// Bytes of the blocks every file beside `dest` (its lock aside) takes, as `du` counts them.
     static func spaceBeside(_ dest: String) throws -> Int {
         let parent = (dest as NSString).deletingLastPathComponent, name = (dest as NSString).lastPathComponent
-        let beside = try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.hasPrefix(".\(name).signet-") && !$0.hasSuffix("lock") }
+        let beside = try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.hasPrefix(".\(name).signet-") && !isKeptBesideDestination($0) }
         guard !beside.isEmpty else { return 0 }
         let du = try run("du", ["-s", "-B1", "-c"] + beside.map { parent + "/" + $0 })
         return Int(du.stdoutText.split(separator: "\n").last?.split(separator: "\t").first ?? "") ?? -1
@@ -204,7 +204,7 @@ struct Hardening3CLITests {
             let failed = try CLI.run(arguments)
             #expect(failed.status == 5 && Self.errorCode(failed) == "network-error", "attempt \(attempt): \(failed.status) \(failed.stderr)")
             let parent = work.directory.path
-            let trees = try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+            let trees = try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
             #expect(trees.count == 1, "attempt \(attempt): one staging tree beside DIR: \(trees)")
             spaces.append(try Self.spaceBeside(dest))
             #expect(try contents(dest + "/e.bin") == v1["e.bin"], "attempt \(attempt): DIR as it was")
@@ -350,7 +350,7 @@ struct Hardening3CLITests {
             #expect(result.status == 5 && Self.errorCode(result) == "content-encoding", "\(what): \(result.status) \(result.stdoutText) \(result.stderr)")
             #expect(result.stderr.contains("Content-Encoding: gzip") && result.stderr.contains("127.0.0.1:\(server.port)"), "\(what): \(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: out) && !FileManager.default.fileExists(atPath: dest), "\(what): nothing written")
-            let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.contains("signet-") && !$0.hasSuffix("lock") }
+            let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.contains("signet-") && !isKeptBesideDestination($0) }
             #expect(beside.isEmpty, "\(what): nothing beside: \(beside)")
         }
         #expect(server.requests.contains { $0.hasPrefix("app.zip ") }, "the package was asked for")

@@ -311,8 +311,8 @@ struct HardeningCLITests {
         #expect(try mode(app + "/app.conf") == 0o644)
         #expect(FileManager.default.fileExists(atPath: state))
         #expect(!FileManager.default.fileExists(atPath: state + ".lock"), "the state file locks itself")
-        let siblings = try FileManager.default.contentsOfDirectory(atPath: work.path).filter { $0.hasPrefix(".") }
-        #expect(siblings == [".app.signet-lock"], "one documented lock file beside DIR, nothing else: \(siblings)")
+        let siblings = try FileManager.default.contentsOfDirectory(atPath: work.path).filter { $0.hasPrefix(".") }.sorted()
+        #expect(siblings == [".app.signet-lock", ".app.signet-release"], "the documented lock file and release record beside DIR, nothing else: \(siblings)")
     }
 
     @Test("sign writes all signatures or none: a target that cannot be written stops every one")
@@ -363,7 +363,8 @@ struct HardeningCLITests {
         guard let mount = try ScratchMount.mount("tmpfs", options: "size=1m", at: app + "/busy-mount", untested: "a leftover old tree") else { return }
         defer { mount.unmount() }
         // --force: the same release again is otherwise "up to date", with nothing swapped.
-        let replaced = try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force", "--json"])
+        // --keep-previous no: the replaced tree is removed rather than kept for a rollback.
+        let replaced = try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force", "--keep-previous", "no", "--json"])
         #expect(replaced.status == 0, "the install itself succeeded: \(replaced.stderr)")
         let leftover = try #require(try replaced.json()["leftover"] as? String)
         #expect(replaced.stderr.contains("signet: warning:") && replaced.stderr.contains("could not be removed"), "\(replaced.stderr)")
@@ -414,7 +415,7 @@ struct HardeningCLITests {
         #expect(try run("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "chmod", "0555", home + "/app/sub"]).status == 0)
         let again = try run("setpriv", unpack)
         #expect(again.status == 0 && !again.stderr.contains("warning"), "\(again.status) \(again.stderr)")
-        let left = try FileManager.default.contentsOfDirectory(atPath: home).filter { $0 != "app" && !$0.hasSuffix(".signet-lock") }
+        let left = try FileManager.default.contentsOfDirectory(atPath: home).filter { $0 != "app" && !isKeptBesideDestination($0) }
         #expect(left.isEmpty, "the old tree with its 0555 folder was removed: \(left)")
     }
 
@@ -442,7 +443,7 @@ struct HardeningCLITests {
             #expect(result.status == 5, "\(what): \(result.status) \(result.stderr)")
             #expect(try String(decoding: contents(app + "/version.txt"), as: UTF8.self) == "1\n", "\(what): DIR unchanged")
             #expect(try CLI.run(["reverify", app, "--pubkey", work.publicDER]).status == 0, "\(what): DIR is still the whole old tree")
-            let left = try FileManager.default.contentsOfDirectory(atPath: mount.path).filter { $0 != "app" && !$0.hasSuffix(".signet-lock") }
+            let left = try FileManager.default.contentsOfDirectory(atPath: mount.path).filter { $0 != "app" && !isKeptBesideDestination($0) }
             #expect(left.isEmpty, "\(what): nothing left: \(left)")
         }
     }

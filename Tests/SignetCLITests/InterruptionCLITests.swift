@@ -71,7 +71,7 @@ struct InterruptionCLITests {
 
     /// Signet's own leftovers beside `name` in `directory` (the documented lock file excepted).
     static func leftovers(_ directory: String, _ name: String) throws -> [String] {
-        try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix(".\(name).signet-") && !$0.hasSuffix(".signet-lock") }
+        try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix(".\(name).signet-") && !isKeptBesideDestination($0) }
     }
 
     /// The installed sequence, after checking that the tree verifies as a whole.

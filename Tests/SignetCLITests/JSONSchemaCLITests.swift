@@ -67,6 +67,19 @@ struct JSONSchemaCLITests {
         try record("reverify", ["reverify", app + "/hello.txt", viaURL, "--pubkey", work.publicDER])
         try record("status", ["status", app + "/hello.txt"])
         try record("status", ["status", app + "/hello.txt", file, "--pubkey", work.publicDER], status: 1)
+        // Issue 39: a reinstall with hooks, left pending; status DIR, confirm, rollback (and
+        // one refused: no previous release is left). Twice: the tree the first replaces has the
+        // file edited above, which a rollback would refuse.
+        try record("unpack", ["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force"])
+        try record("unpack", ["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force", "--pending",
+                              "--post-install", "echo restarted", "--health-check", "true"])
+        try record("status DIR", ["status", app])
+        try record("confirm", ["confirm", app])
+        try record("rollback", ["rollback", "--boot-check", app])
+        try record("rollback", ["rollback", app])
+        try record("rollback", ["rollback", app], status: 1)
+        try FileManager.default.createDirectory(atPath: work.directory.file("never-installed"), withIntermediateDirectories: true)
+        try record("status DIR", ["status", work.directory.file("never-installed")], status: 1)
 
         let trust = work.directory.file("trust")
         try FileManager.default.createDirectory(atPath: trust, withIntermediateDirectories: true)

@@ -56,7 +56,7 @@ struct RangedUpdateCLITests {
     static func leftovers(besides dest: String) throws -> [String] {
         let parent = (dest as NSString).deletingLastPathComponent
         let name = (dest as NSString).lastPathComponent
-        return try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0 != name && $0.hasPrefix(".\(name).") && !$0.hasSuffix("signet-lock") }
+        return try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0 != name && $0.hasPrefix(".\(name).") && !isKeptBesideDestination($0) }
     }
 
     @Test("v1 then v2 of a 2,000-file package with 20 files changed: DIR is v2, a locally modified file is fetched, nginx sent at most 2% + 1 MiB; a fresh install never stores the package")

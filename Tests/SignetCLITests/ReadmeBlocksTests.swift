@@ -23,6 +23,7 @@ struct ReadmeBlocksTests {
         "tuf-repository": "TUFCLITests.readmeRepository",
         "tuf-rotation": "TUFCLITests.readmeRepository",
         "systemd": "ReadmeBlocksTests.systemd",
+        "release-bad": "ReleasesCLITests.readme",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",

@@ -158,7 +158,7 @@ struct ServersCLITests {
         let size = try FileManager.default.attributesOfItem(atPath: server.www + "/" + path)[.size] as? Int ?? -1
         #expect(logged.count == 1 && logged.first?.status == 200 && logged.first?.bytes == size, "\(name): one whole answer of \(size) bytes: \(logged)")
         try Self.expectInstalled(dest, tree, paths, "\(name) ranges off")
-        let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.contains("signet-") && !$0.hasSuffix("lock") }
+        let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.contains("signet-") && !isKeptBesideDestination($0) }
         #expect(beside.isEmpty, "\(name): the download removed: \(beside)")
 
         // inspect URL uses the whole answer too.

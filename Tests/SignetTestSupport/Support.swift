@@ -314,3 +314,11 @@ public func awaitListening(_ port: Int) throws -> Bool {
     }
     return false
 }
+
+/// The files Signet keeps beside an installed DIR on purpose (FORMAT.md §2): its lock
+/// (`.DIR.signet-lock`), its release record (`.DIR.signet-release`) and the previous release
+/// kept for a rollback (`.DIR.signet-previous`, issue 39). Anything else named `.DIR.signet-…`
+/// is a temporary that must not outlive its run.
+public func isKeptBesideDestination(_ name: String) -> Bool {
+    name.hasSuffix(".signet-lock") || name.hasSuffix(".signet-release") || name.hasSuffix(".signet-previous")
+}

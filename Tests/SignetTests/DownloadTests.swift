@@ -145,7 +145,7 @@ struct DownloadTests {
         #expect(cancelledAt.withLock { $0 } != nil, "cancelled part-way")
         #expect(throws: CancellationError.self) { try outcome.get() }
         for (name, data) in v1 { #expect(try contents(dest + "/" + name) == data, "\(name) as installed before") }
-        let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+        let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
         #expect(beside.isEmpty, "nothing left beside DIR: \(beside)")
     }
 
@@ -187,7 +187,7 @@ struct DownloadTests {
         #expect(throws: CancellationError.self) { try outcome.get() }
         #expect(try FileManager.default.contentsOfDirectory(atPath: dest).filter { !$0.hasPrefix(".") } == ["small.bin"], "DIR as it was")
         #expect(try contents(dest + "/small.bin") == v1["small.bin"])
-        let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !$0.hasSuffix("lock") }
+        let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
         #expect(beside.isEmpty || beside.allSatisfy { $0.contains("staging") }, "at most the staging kept for the next run: \(beside)")
         // The next run completes.
         let report = try await Installer.install(downloading: server.url("medium/r.zip"), to: dest, policy: policy, download: try Self.options(server))

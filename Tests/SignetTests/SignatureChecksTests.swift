@@ -92,7 +92,7 @@ struct SignatureChecksTests {
         #expect(error?.reason.contains("'\(name)'") == true, "\(error?.reason ?? "installed")")
         #expect(!FileManager.default.fileExists(atPath: dest))
         // No staging left beside the destination (the documented lock file stays).
-        let left = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { !$0.hasSuffix(".signet-lock") }.sorted()
+        let left = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { !isKeptBesideDestination($0) }.sorted()
         #expect(left == ["bad.zip", "good.zip", "tree"], "\(left)")
     }
 

@@ -14,8 +14,11 @@ For each log, from the "empty" mark on, the device is rebuilt on this machine:
   the interval's unflushed writes dropped (a power cut loses unflushed writes in any order).
 Each image is loop-mounted (the filesystem's journal recovery runs) and checked: DIR is
 wholly one release the phase allows (empty or release 1 before the "r1" mark, release 1 or 2
-before "r2", release 2 after), by `signet reverify`; the state file parses and records no
-more than DIR holds; and a next update (`signet unpack r2.zip`) succeeds from there.
+before "r2"; then `signet rollback` (issue 39): release 2 or 1 before "rb"; then an update to
+release 3 whose health check fails and swaps release 1 back: release 1 or 3 before "hc",
+release 1 after), by `signet reverify`; the state file parses and records no more than DIR
+holds; and a next update (`signet unpack r4.zip`, release 2's files as sequence 4) succeeds
+from there.
 """
 import argparse
 import ctypes
@@ -30,8 +33,8 @@ import time
 
 FLUSH, FUA, DISCARD, MARK = 1, 2, 4, 8
 MAGIC = 0x6A736677736872
-PHASES = {"empty": ("empty", "r1"), "r1": ("r1", "r2"), "r2": ("r2",)}
-SEQUENCES = {"r1": 1, "r2": 2}
+PHASES = {"empty": ("empty", "r1"), "r1": ("r1", "r2"), "r2": ("r2", "r1"), "rb": ("r1", "r3"), "hc": ("r1",)}
+SEQUENCES = {"r1": 1, "r2": 2, "r3": 3, "r4": 4}
 
 libc = ctypes.CDLL(None, use_errno=True)
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
@@ -208,7 +211,7 @@ class Checker:
         update = run([self.signet, "unpack", self.next_package, "--dest", self.dir, "--pubkey", self.pubkey,
                       "--state", self.state])
         after = self.reverify(state=True)
-        outcome["next_update_ok"] = update.returncode == 0 and after[0] == 0 and after[1] == SEQUENCES["r2"]
+        outcome["next_update_ok"] = update.returncode == 0 and after[0] == 0 and after[1] == SEQUENCES["r4"]
         if not outcome["next_update_ok"]:
             outcome["detail"] += f" next update: exit {update.returncode}: {update.stderr.strip()[-300:]}"
 
@@ -330,9 +333,11 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
         replayer.close()
     summary["marks"] = marks
     summary["bytes_written"] = {"install": written.get("empty", 0), "update": written.get("r1", 0),
-                                "after": written.get("r2", 0)}
-    if "empty" not in marks or "r2" not in marks:
-        summary["failures"].append({"log": "the marks empty, r1 and r2 are not all in the log", "marks": marks})
+                                "rollback": written.get("r2", 0), "health_check_rollback": written.get("rb", 0),
+                                "after": written.get("hc", 0)}
+    missing = [mark for mark in PHASES if mark not in marks]
+    if missing:
+        summary["failures"].append({"log": f"the marks {', '.join(PHASES)} are not all in the log (missing {', '.join(missing)})", "marks": marks})
     return summary
 
 
@@ -360,7 +365,7 @@ def main():
     except OSError:
         pass
     pubkey = os.path.join(work, "job", "pkg", "pub.der")
-    next_package = os.path.join(work, "job", "pkg", "r2.zip")
+    next_package = os.path.join(work, "job", "pkg", "r4.zip")
     scratch = "/dev/shm/signet-vm-replay"
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(scratch)

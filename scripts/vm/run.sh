@@ -93,6 +93,11 @@ openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$work/key.pem
 openssl pkey -in "$work/key.pem" -pubout -outform DER -out "$work/job/pkg/pub.der"
 (cd "$work/r1" && "$signet" pack . --key "$work/key.pem" --name app --version 1.0 --sequence 1 --out "$work/job/pkg/r1.zip" >/dev/null)
 (cd "$work/r2" && "$signet" pack . --key "$work/key.pem" --name app --version 2.0 --sequence 2 --out "$work/job/pkg/r2.zip" >/dev/null)
+# Issue 39: release 3 (release 1 and one more file) fails its health check in the guest; the
+# replay's next update is release 4 (release 2's files, sequence 4).
+rm -rf "$work/r3" && cp -a "$work/r1" "$work/r3" && echo "release 3" > "$work/r3/release3.txt"
+(cd "$work/r3" && "$signet" pack . --key "$work/key.pem" --name app --version 3.0 --sequence 3 --out "$work/job/pkg/r3.zip" >/dev/null)
+(cd "$work/r2" && "$signet" pack . --key "$work/key.pem" --name app --version 4.0 --sequence 4 --out "$work/job/pkg/r4.zip" >/dev/null)
 # The TUF repository: state a lists release 1, state b (the same repository, later) release 2.
 repo_dir=$work/tuf-repo/app
 mkdir -p "$work/tuf-repo"

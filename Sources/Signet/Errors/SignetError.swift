@@ -143,6 +143,18 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let expiredMetadata = Code("expired-metadata", exitStatus: .verificationFailed)
         /// No trusted targets role lists the target asked for.
         public static let targetNotFound = Code("target-not-found", exitStatus: .verificationFailed)
+        /// The health check of a release that was just installed failed or timed out: the
+        /// previous release was swapped back and the failed one recorded as bad (issue 39).
+        public static let healthCheckFailed = Code("health-check-failed", exitStatus: .verificationFailed)
+        /// A release this destination refused before (a failed health check, a rollback, an
+        /// unconfirmed release rolled back at boot): not installed again; a higher sequence is.
+        public static let badRelease = Code("bad-release", exitStatus: .verificationFailed)
+        /// `status DIR` of a directory that holds no release installed by Signet.
+        public static let notInstalled = Code("not-installed", exitStatus: .verificationFailed)
+        /// A rollback that cannot be made: no previous release is kept, or it no longer matches
+        /// what was installed (a file shared with the current release was changed in place).
+        /// DIR is unchanged.
+        public static let rollbackRefused = Code("rollback-refused", exitStatus: .verificationFailed)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).

@@ -19,20 +19,31 @@ enum AtomicFile {
         let temporary = temporaryPath(beside: path, tag: "tmp")
         let token = TemporaryFiles.register(temporary)
         defer { TemporaryFiles.unregister(token) }
+        let temporaryName = temporary.split(separator: "/").last.map(String.init) ?? temporary
         var committed = false
         defer {
-            if !committed { unlink(temporary) }
+            if !committed { _ = try? Paths.withParent(of: path) { parent, _ in unlinkat(parent.rawValue, temporaryName, 0) } }
         }
         try writeNew(bytes, at: temporary, mode: mode, for: path)
         try TemporaryFiles.guarded {
             if replace {
-                guard rename(temporary, path) == 0 else { throw SignetError.posix(errno, "cannot write", path: path, call: "rename") }
+                // Through the folder's descriptor: DIR may lie below a path longer than PATH_MAX.
+                try Paths.withParent(of: path) { parent, name in
+                    guard renameat(parent.rawValue, temporaryName, parent.rawValue, name) == 0 else {
+                        throw SignetError.posix(errno, "cannot write", path: path, call: "renameat")
+                    }
+                    let opened = openat(parent.rawValue, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                    if opened >= 0 {
+                        let folder = OwnedDescriptor(adopting: opened)
+                        try? folder.descriptor.sync()
+                    }
+                }
             } else {
                 try renameNoReplace(temporary, path, what: "the file")
+                syncDirectory(directory)
             }
         }
         committed = true
-        syncDirectory(directory)
     }
 
     /// Creates `temporary` (never an existing file, never through a link), writes `bytes` with

@@ -37,4 +37,14 @@ public struct InstallReport: Sendable {
     /// With ``InstallOptions/repair``: what the check of the installed tree found wrong (one
     /// line a file, "path: verdict"), which this install then replaced. Empty otherwise.
     public internal(set) var repaired: [String] = []
+    /// Resources the new tree shares with the tree it replaced (hard links to the same
+    /// inodes: unchanged content, mode and attributes), none of their bytes written again.
+    public internal(set) var filesShared = 0
+    /// The replaced release is kept beside the destination (`.DIR.signet-previous`) for
+    /// ``Installer/rollback(_:options:)``.
+    public internal(set) var previousKept = false
+    /// The release waits for ``Installer/confirm(_:wait:)`` (``InstallOptions/pending``).
+    public internal(set) var pending = false
+    /// What the hooks did (``InstallOptions/hooks``), in the order they ran.
+    public internal(set) var hooks: [HookResult] = []
 }

@@ -39,6 +39,15 @@ final class InstallState {
         var sequence: UInt64?
         /// The name this destination held before `--change-package` replaced it.
         var changed_from: String?
+        /// Set by a rollback (`signet rollback`, a failed health check, the boot check): the
+        /// sequence rolled back from. The destination may then hold `sequence`, lower than the
+        /// highest recorded for its name, without that being taken for a rollback attack.
+        var rolled_back_from: UInt64? = nil
+
+        /// Whether this destination was rolled back on purpose to `sequence` of `name`.
+        func rolledBack(to name: String, sequence: UInt64) -> Bool {
+            rolled_back_from != nil && self.sequence == sequence && Installer.sameName(self.name, name)
+        }
     }
 
     /// What `signet update` saw of one channel.
@@ -166,6 +175,17 @@ final class InstallState {
         let key = Self.key(for: destination)
         var entry = Destination(name: name, kind: name == nil ? "bare" : "manifest", sequence: sequence, changed_from: nil)
         entry.changed_from = changedFrom ?? (destinations[key]?.name == name ? destinations[key]?.changed_from : nil)
+        destinations[key] = entry
+        try write()
+    }
+
+    /// Records a rollback of `destination` to `release` (from sequence `from`): the highest
+    /// sequence of its name stays recorded, so no server can push an older release.
+    func record(rollbackOf destination: String, to release: Release, from: UInt64) throws {
+        let key = Self.key(for: destination)
+        var entry = destinations[key] ?? Destination(name: release.name, kind: "manifest", sequence: release.sequence, changed_from: nil)
+        entry.sequence = release.sequence
+        entry.rolled_back_from = from
         destinations[key] = entry
         try write()
     }

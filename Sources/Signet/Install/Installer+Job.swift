@@ -37,7 +37,8 @@ extension Installer {
             if let stateFile = options.stateFile {
                 let recorded = try InstallState(path: stateFile)
                 installState = recorded
-                if let manifest, let highest = recorded.sequences[manifest.name], manifest.sequence < highest, !options.allowDowngrade {
+                if let manifest, let highest = recorded.sequences[manifest.name], manifest.sequence < highest, !options.allowDowngrade,
+                   recorded.destination(destination)?.rolledBack(to: manifest.name, sequence: manifest.sequence) != true {
                     throw SignetError(.rollback, "\(manifest.name) sequence \(highest) was installed before (recorded in '\(stateFile)'); the package has sequence \(manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: package)
                 }
                 // What the state says this destination holds, whatever DIR holds now (a tree

@@ -90,6 +90,14 @@ public enum Installer {
             }
         }
 
+        // A release this destination refused (a failed health check, a rollback) is not
+        // installed again; a higher sequence is (--force overrides).
+        var releases = try ReleaseRecord.read(for: destination)
+        if let checked, !options.force, let bad = releases.isBad(checked.manifest.name, sequence: checked.manifest.sequence, installed: Self.release(of: state)?.sequence) {
+            throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (sequence \(bad.sequence) and lower: \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --force installs this one anyway", path: package)
+        }
+        let manifestDigest = try checked.map { try Digest.compute($0.manifestBytes, algorithm: .sha256).hex }
+
         // Phase 2: every resource, verified while it streams into the staging directory.
         let staging = try Staging(besides: destination)
         // The verified manifest's bytes go into the staged tree now rather than being held to
@@ -111,6 +119,9 @@ public enum Installer {
         let resources = job.resources(checked)
         // Over ranges: which files the installed tree already holds (copied, not fetched).
         let reused = try ranged?.prepare(resources, job: job, state: state, staging: staging, algorithm: checked?.algorithm) ?? []
+        // From a package file: the unchanged files come from the installed tree (shared, else
+        // copied) rather than from the package (issue 39).
+        let shared = ranged == nil && checked != nil && !options.force ? SharedTree(destination: destination, state: state) : nil
         let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
         // Each resource's signature is verified on the second core while the next ones stage;
         // all of them before anything is installed, and the first failure in manifest order is
@@ -125,6 +136,9 @@ public enum Installer {
                 var copied: Job.Staged? = nil
                 if let ranged, let checked, index < reused.count, reused[index] {
                     copied = try ranged.copy(file, index: index, job: job, into: staging, checked: checked, later: later)
+                } else if let shared, let checked, shared.holds(file) {
+                    copied = try shared.stage(file, job: job, into: staging, checked: checked, later: later)
+                    if copied != nil { progress?.add(bytes: Int(clamping: file.size)) }
                 }
                 let staged = try copied ?? job.stage(file, into: staging, checked: checked, signer: signer, progress: progress, later: later)
                 if copied == nil { ranged?.countFetched(file) }
@@ -163,8 +177,22 @@ public enum Installer {
 
         // Phase 3: the swap, then the record of what was installed.
         try staging.finish()
-        let (exchanged, leftover) = try staging.install(at: destination, replacing: state)
+        let previous = Self.previousPolicy(options: options, state: state, releases: releases, checked: checked)
+        if options.pending, let checked {
+            // Recorded before the swap, so that a power cut right after it leaves the new
+            // release pending, not confirmed (a pending sequence DIR does not hold is ignored).
+            releases.pending = .init(sequence: checked.manifest.sequence, boot_id: ReleaseRecord.bootID, since: Timestamp.now.rfc3339)
+            try releases.write(for: destination)
+        }
+        let (exchanged, kept) = try staging.install(at: destination, replacing: state, previous: previous)
         installed = true
+        let old = Self.release(of: state)
+        if checked != nil {
+            releases.record(installed: manifestDigest, pending: releases.pending?.sequence == checked?.manifest.sequence ? releases.pending : nil,
+                            kept: kept, previous: previous)
+            try releases.write(for: destination)
+        }
+        let leftover = staging.removeReplaced()
         progress?.finish()
         if let installState {
             let before = installState.destination(destination)?.name ?? state.installedName
@@ -177,6 +205,10 @@ public enum Installer {
                                    replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged,
                                    leftover: leftover ?? stale.first, transfer: ranged?.report)
         report.repaired = repaired
+        report.filesShared = (ranged?.linked ?? 0) + (shared?.linked ?? 0)
+        report.previousKept = kept
+        report.pending = releases.pending != nil
+        try Self.runHooks(&report, old: old, options: options, installState: installState)
         return report
     }
 

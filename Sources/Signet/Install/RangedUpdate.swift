@@ -121,6 +121,8 @@ final class RangedUpdate {
     /// What earlier runs left staged, taken over for this update.
     let leftovers: StagedLeftovers
     private var resumed = 0
+    /// Reused files shared with the installed tree (hard links), not copied.
+    private(set) var linked = 0
     /// Where each resource comes from, in manifest order.
     private enum Origin {
         /// Fetched from the package.
@@ -241,8 +243,13 @@ final class RangedUpdate {
         switch origin {
         case .fetch: staged = nil
         case .installed:
-            staged = try job.stageCopy(file, from: root?.descriptor, into: staging, checked: checked, later: later,
-                                       ownSignature: { self.installedSignature($0, digest: $1, checked: checked) })
+            let own = { (fd: FileDescriptor, digest: Digest) in self.installedSignature(fd, digest: digest, checked: checked) }
+            if let root, let shared = try job.stageShared(file, from: root.descriptor, into: staging, checked: checked, later: later, ownSignature: own) {
+                staged = shared
+                linked += 1
+            } else {
+                staged = try job.stageCopy(file, from: root?.descriptor, into: staging, checked: checked, later: later, ownSignature: own)
+            }
         case .staged:
             staged = try job.stageCopy(file, from: nil, inPlace: true, into: staging, checked: checked, later: later,
                                        ownSignature: { self.installedSignature($0, digest: $1, checked: checked) })

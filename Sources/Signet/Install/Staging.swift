@@ -20,6 +20,8 @@ final class Staging {
     private var root: FileDescriptor { rootDirectory.descriptor }
     private var token: Int
     private var asideToken: Int? = nil
+    /// The tree a swap left to remove (``removeReplaced()``).
+    private var replaced: (name: String, path: String, exchanged: Bool)? = nil
     /// Folders of the staged tree opened so far (at most 256 at once).
     private var directories: [String: SharedDescriptor] = [:]
     /// The process's umask as this install started (nil if unknown): a file created with a
@@ -167,6 +169,23 @@ final class Staging {
         return move(from: opened.descriptor)
     }
 
+    /// Hard-links the installed file `name` of `directory` into the staged tree as `relative`,
+    /// provided the name still leads to the inode `identity` (the one that was opened and
+    /// hashed): the staged tree then shares it with the installed one instead of holding a copy
+    /// (issue 39). False, with nothing staged, where the link cannot be made (another
+    /// filesystem, a link limit) or the name now leads elsewhere.
+    func link(_ relative: String, from directory: FileDescriptor, name: String, identity: stat) -> Bool {
+        guard let (target, targetName) = try? self.directory(for: relative),
+              (try? TemporaryFiles.guarded({ linkat(directory.rawValue, name, target.rawValue, targetName, 0) == 0 })) == true else { return false }
+        var linked = stat()
+        guard fstatat(target.rawValue, targetName, &linked, AT_SYMLINK_NOFOLLOW) == 0,
+              linked.st_dev == identity.st_dev, linked.st_ino == identity.st_ino else {
+            _ = unlinkat(target.rawValue, targetName, 0)
+            return false
+        }
+        return true
+    }
+
     /// Opens a file already in the staged tree (one ``moveIn(_:from:size:)`` brought) for
     /// reading and for its attributes and mode; never through a link.
     func openFile(_ relative: String) throws -> OwnedDescriptor {
@@ -253,18 +272,56 @@ final class Staging {
         }
     }
 
+    /// What becomes of the tree a swap replaces (issue 39).
+    enum Previous {
+        /// It is kept as the previous release (`.DIR.signet-previous`), replacing the one kept
+        /// before.
+        case keep
+        /// It is removed; the previous release kept before stays (the replaced release was
+        /// never confirmed: the previous one is the last good one).
+        case discard
+        /// It is removed, and so is any previous release kept before (`--keep-previous=no`).
+        case none
+    }
+
     /// Puts the staged tree at `destination`. An existing directory is swapped in one
-    /// `renameat2(RENAME_EXCHANGE)` and the old tree then removed; where the filesystem lacks
-    /// that, the old tree is moved aside first (DIR is then briefly absent). Returns whether the
-    /// atomic exchange was used, and the old tree if it could not be removed.
-    func install(at destination: String, replacing state: DestinationState) throws -> (exchanged: Bool, leftover: String?) {
+    /// `renameat2(RENAME_EXCHANGE)`; where the filesystem lacks that, the old tree is moved
+    /// aside first (DIR is then briefly absent). The old tree is then kept as the previous
+    /// release (`previous`), and DIR's parent fsynced. Returns whether the atomic exchange was
+    /// used and whether the old tree was kept; what is to be removed (the old tree, or the
+    /// previous release it replaced) is removed by ``removeReplaced()``, once the caller
+    /// recorded the new state, so that a crash while it is removed leaves a record that
+    /// already says what DIR and the previous release are.
+    func install(at destination: String, replacing state: DestinationState, previous: Previous = .none) throws -> (exchanged: Bool, kept: Bool) {
         defer { try? parentDirectory.descriptor.sync() }
+        let parent = parentDirectory.descriptor
+        let previousName = Array((ReleaseRecord.previousPath(for: destination).split(separator: "/").last.map(String.init) ?? "").utf8CString)
         // The renames happen only if no interruption is removing the staging tree meanwhile.
         let old = try TemporaryFiles.guarded { try rename(to: destination, replacing: state) }
-        guard let old else { return (false, nil) }
-        // The old tree, at the staging path or aside (still registered: an interruption while
-        // it is removed removes it too).
-        return (old.exchanged, TreeRemover.removeEntry(Array(old.name.utf8CString), in: parentDirectory.descriptor) ? nil : old.path)
+        if previous == .none { _ = TreeRemover.removeEntry(previousName, in: parent) }
+        guard let old else { return (false, false) }
+        replaced = old
+        var kept = false
+        if previous == .keep {
+            // The replaced tree takes the previous one's name in one exchange (the one kept
+            // before is then at the old tree's name, removed later), or one rename if none.
+            let oldName = Array(old.name.utf8CString)
+            kept = (try? TemporaryFiles.guarded {
+                if signet_renameat2(parent.rawValue, oldName, parent.rawValue, previousName, signet_RENAME_EXCHANGE()) == 0 { return true }
+                guard errno == ENOENT else { return false }
+                return signet_renameat2(parent.rawValue, oldName, parent.rawValue, previousName, signet_RENAME_NOREPLACE()) == 0
+            }) ?? false
+        }
+        return (old.exchanged, kept)
+    }
+
+    /// What ``install(at:replacing:previous:)`` left to remove: the old tree, or the previous
+    /// release it replaced, at the staging path or aside (still registered: an interruption
+    /// while it is removed removes it too). Returns its path if it could not be removed.
+    func removeReplaced() -> String? {
+        guard let old = replaced else { return nil }
+        replaced = nil
+        return TreeRemover.removeEntry(Array(old.name.utf8CString), in: parentDirectory.descriptor) ? nil : old.path
     }
 
     /// The renames of ``install(at:replacing:)``; returns where the old tree went, if any.

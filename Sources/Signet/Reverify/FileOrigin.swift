@@ -23,7 +23,8 @@ public struct FileOrigin: Sendable {
     public private(set) var packageName: String?
     /// The package version, from the installed tree's manifest when the file is inside one.
     public let version: String?
-    /// The package sequence.
+    /// The package sequence: the installed tree's, when the file is inside one whose manifest
+    /// lists it, else the one `user.signet.meta` records (the release that wrote the file).
     public private(set) var sequence: UInt64?
     /// The key the metadata names.
     public private(set) var keyID: KeyID?
@@ -74,6 +75,12 @@ public struct FileOrigin: Sendable {
             packagePath = entry.path
         } else {
             isInstalled = signature || meta != nil || sidecar
+            // A file a later release left unchanged is shared with it (a hard link, issue 39)
+            // and its attribute keeps the sequence of the release that wrote it: the tree's
+            // manifest says which release it belongs to now.
+            if let manifest, meta?.name == manifest.name, manifest.files.contains(where: { $0.path == relative }) {
+                sequence = manifest.sequence
+            }
         }
     }
 }

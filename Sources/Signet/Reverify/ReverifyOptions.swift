@@ -155,7 +155,8 @@ public struct ReverifyOptions: Sendable {
                 return (.otherPackage, "'\(root)' holds \(holds), but '\(stateFile)' records package '\(recorded.name ?? "?")' there: the tree was replaced by another product")
             }
         }
-        if let name, let sequence, let highest = state.sequences[name], sequence < highest {
+        if let name, let sequence, let highest = state.sequences[name], sequence < highest,
+           state.destinations[InstallState.key(for: root)]?.rolledBack(to: name, sequence: sequence) != true {
             return (.rollback, "'\(root)' holds \(name) sequence \(sequence), but sequence \(highest) was installed before (recorded in '\(stateFile)'): the tree was rolled back to an older release")
         }
         return nil

@@ -7,7 +7,9 @@
 # 1. Power cuts: for each of ext4 and XFS (and once more with the test-only broken build),
 #    DIR's filesystem sits on a dm-log-writes device whose log the host replays: mkfs, mount,
 #    mark "empty", install release 1 into the empty DIR, mark "r1", update to release 2
-#    (ranged: unchanged files come from DIR, reflinked on XFS), mark "r2", unmount.
+#    (ranged: unchanged files come from DIR, shared or reflinked), mark "r2", roll back to
+#    release 1, mark "rb", update to release 3 whose health check fails (release 1 swapped
+#    back), mark "hc", unmount.
 # 2. systemd: the shipped timer starts the shipped service, which installs from nginx through
 #    its sandbox; again for release 2 (reusing unchanged files), again "up to date"; a stuck
 #    server is stopped by TimeoutStartSec=; systemd-analyze security scores the unit.
@@ -63,6 +65,13 @@ record() {
   dmsetup message "$name" 0 mark r1
   env "${env[@]}" signet unpack https://127.0.0.1/pkg/r2.zip --dest "$mnt/app" "${TRUST[@]}" "${TLS[@]}" --state "$mnt/state.json" || return 1
   dmsetup message "$name" 0 mark r2
+  # Issue 39: the owner rolls back to release 1 (the previous release kept beside DIR); then
+  # release 3 fails its health check and release 1 is swapped back (exit 1).
+  env "${env[@]}" signet rollback "$mnt/app" --state "$mnt/state.json" || return 1
+  dmsetup message "$name" 0 mark rb
+  env "${env[@]}" signet unpack https://127.0.0.1/pkg/r3.zip --dest "$mnt/app" "${TRUST[@]}" "${TLS[@]}" --state "$mnt/state.json" \
+    --health-check false; [ $? -eq 1 ] || return 1
+  dmsetup message "$name" 0 mark hc
   umount "$mnt" && dmsetup remove "$name" || return 1
   dmsetup status 2>/dev/null | grep -q logging_disabled && { echo "guest: the log device ran out of space"; return 1; }
   return 0

@@ -1,0 +1,108 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import SystemPackage
+
+/// What Signet knows of the releases of one destination beyond the tree itself (issue 39):
+/// `.DIR.signet-release` beside DIR, written atomically under DIR's lock (FORMAT.md §2, "The
+/// previous release"). The previous release itself is the tree `.DIR.signet-previous`; this
+/// record pins it to the manifest that verified when it was installed, says whether the
+/// current release still waits to be confirmed, and which releases were refused as bad.
+///
+/// Format `signet-release/1`: `{"format": "signet-release/1", "current_manifest_sha256": HEX,
+/// "previous_manifest_sha256": HEX|absent, "pending": {"sequence": N, "boot_id": ID, "since":
+/// TIME}|absent, "bad": {NAME: {"sequence": N, "reason": TEXT, "at": TIME}}, "last_rollback":
+/// {"from": N, "to": N, "by": "owner"|"health-check"|"boot-check", "at": TIME}|absent}`.
+struct ReleaseRecord: Codable, Equatable {
+    var format = "signet-release/1"
+    /// The SHA-256 of the installed tree's manifest, as verified when it was installed.
+    var current_manifest_sha256: String? = nil
+    /// The same for the kept previous release.
+    var previous_manifest_sha256: String? = nil
+    var pending: Pending? = nil
+    var bad: [String: Bad] = [:]
+    var last_rollback: Rollback? = nil
+
+    /// An installed release not yet confirmed (`--pending`).
+    struct Pending: Codable, Equatable {
+        var sequence: UInt64
+        /// The boot it was installed in (`/proc/sys/kernel/random/boot_id`): a later boot
+        /// without a confirmation rolls it back (`rollback --boot-check`).
+        var boot_id: String
+        var since: String
+    }
+
+    /// The highest release of a name refused as bad: that sequence and lower ones are not
+    /// installed again (only a higher one is).
+    struct Bad: Codable, Equatable {
+        var sequence: UInt64
+        var reason: String
+        var at: String
+    }
+
+    struct Rollback: Codable, Equatable {
+        var from: UInt64
+        var to: UInt64
+        var by: String
+        var at: String
+    }
+
+    /// `.DIR.signet-release`.
+    static func path(for destination: String) -> String {
+        let (directory, prefix) = TemporaryFiles.prefix(besides: destination)
+        return directory + "/" + prefix + "release"
+    }
+
+    /// `.DIR.signet-previous`.
+    static func previousPath(for destination: String) -> String {
+        let (directory, prefix) = TemporaryFiles.prefix(besides: destination)
+        return directory + "/" + prefix + "previous"
+    }
+
+    /// The record beside `destination`; an empty one when there is none. A record another user
+    /// could have written is refused: it says which releases may be installed.
+    static func read(for destination: String) throws -> ReleaseRecord {
+        let path = path(for: destination)
+        guard let info = try Paths.lstatIfPresent(path) else { return ReleaseRecord() }
+        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
+            throw SignetError(.insecureFile, "the release record '\(path)' is not a regular file of this user's that only this user may write (uid \(info.st_uid), mode \(String(info.st_mode & 0o7777, radix: 8))); it says which releases may be installed, so it is not trusted. Remove it if it is not Signet's", path: path)
+        }
+        let file = try InputFile.open(path, what: "release record", followSymlinks: false)
+        let bytes = try file.readAll(limit: 1 << 20, what: "release record")
+        guard (try? StrictJSON.check(bytes, integersOnly: true)) != nil,
+              let record = try? JSONDecoder().decode(ReleaseRecord.self, from: Data(bytes)), record.format == "signet-release/1" else {
+            throw SignetError(.malformedInput, "the release record '\(path)' is not a signet-release/1 document; restore it or remove it (the bad releases and the pending confirmation it records are then forgotten)", path: path)
+        }
+        return record
+    }
+
+    /// Writes the record atomically (under DIR's lock).
+    func write(for destination: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        try AtomicFile.write(Array(try encoder.encode(self)) + [UInt8(ascii: "\n")], to: Self.path(for: destination), mode: 0o644, replace: true)
+    }
+
+    /// This boot's id.
+    static var bootID: String {
+        let bytes = (try? InputFile.open("/proc/sys/kernel/random/boot_id", what: "boot id").readAll(limit: 128, what: "boot id")) ?? []
+        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Whether `sequence` of `name` was refused as bad: the bad sequence and those below it,
+    /// down to the one DIR holds (`installed`), which stays installable.
+    func isBad(_ name: String, sequence: UInt64, installed: UInt64?) -> Bad? {
+        guard let bad = bad.first(where: { Installer.sameName($0.key, name) })?.value, sequence <= bad.sequence,
+              sequence > installed ?? 0 || installed == nil else { return nil }
+        return bad
+    }
+
+    mutating func markBad(_ name: String, sequence: UInt64, reason: String) {
+        let key = bad.keys.first(where: { Installer.sameName($0, name) }) ?? name
+        if let known = bad[key], known.sequence > sequence { return }
+        bad[key] = Bad(sequence: sequence, reason: reason, at: Timestamp.now.rfc3339)
+    }
+}

@@ -1,0 +1,89 @@
+import ArgumentParser
+import Signet
+
+/// What `unpack` and `update` do around the swap (issue 39): the previous release kept for a
+/// rollback, a release left pending until confirmed, and the hooks.
+struct ReleaseOptions: ParsableArguments {
+    enum YesNo: String, ExpressibleByArgument, CaseIterable {
+        case yes, no
+    }
+
+    @Option(name: .customLong("keep-previous"), help: ArgumentHelp("Keep the replaced release beside DIR (.DIR.signet-previous, sharing its unchanged files) for `signet rollback` and the health check: yes (the default) or no.", valueName: "yes|no"))
+    var keepPrevious: YesNo = .yes
+
+    @Flag(name: .long, help: "Leave the new release pending until `signet confirm DIR`: if the machine restarts first, the boot unit (signet-boot-check@.service) rolls it back.")
+    var pending = false
+
+    @Option(name: .customLong("post-install"), help: ArgumentHelp("A command run after each successful swap, without a shell (write sh -c '…' for one), with SIGNET_* variables in a clean environment; its output goes into the report.", valueName: "cmd"))
+    var postInstall: String?
+
+    @Option(name: .customLong("health-check"), help: ArgumentHelp("A command run after the swap (and the post-install command): if it fails or times out, the previous release is swapped back, this one is recorded as bad, and signet exits 1 (health-check-failed).", valueName: "cmd"))
+    var healthCheck: String?
+
+    @Option(name: .customLong("health-timeout"), help: ArgumentHelp("How long the health check may take: 90s, 5m or 1h (default 60s).", valueName: "duration"))
+    var healthTimeout: String = "60s"
+
+    func validate() throws {
+        for (option, value) in [("--post-install", postInstall), ("--health-check", healthCheck)] {
+            if let value, InstallHooks.words(value) == nil {
+                throw ValidationError("\(option) '\(value)' is not a command: it is empty or has an unterminated quote (commands are split into words as a shell would, without a shell)")
+            }
+        }
+        if Self.seconds(healthTimeout) == nil {
+            throw ValidationError("--health-timeout takes a number and a unit: 90s, 5m or 1h (1s to 24h), not '\(healthTimeout)'")
+        }
+        if healthCheck != nil, keepPrevious == .no {
+            throw ValidationError("--health-check needs the previous release to go back to: leave out --keep-previous=no")
+        }
+        if pending, keepPrevious == .no {
+            throw ValidationError("--pending needs the previous release to go back to: leave out --keep-previous=no")
+        }
+    }
+
+    /// "90s", "5m", "1h", or seconds alone; 1 s to 24 h.
+    static func seconds(_ text: String) -> Double? {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600]
+        var number = Substring(text)
+        var scale = 1.0
+        if let last = text.last, let unit = units[last] { number = number.dropLast(); scale = unit }
+        guard let value = Double(number), value.isFinite, value * scale >= 1, value * scale <= 86_400 else { return nil }
+        return value * scale
+    }
+
+    func apply(to options: inout InstallOptions) {
+        options.keepPrevious = keepPrevious == .yes
+        options.pending = pending
+        options.hooks.postInstall = postInstall.flatMap(InstallHooks.words)
+        options.hooks.healthCheck = healthCheck.flatMap(InstallHooks.words)
+        options.hooks.healthTimeout = Self.seconds(healthTimeout) ?? 60
+    }
+
+    /// The config keys of `update`.
+    static let configKeys: [String: Bool] = ["keep-previous": true, "pending": false, "post-install": true, "health-check": true, "health-timeout": true]
+
+    /// What the hooks did, for the text output.
+    static func say(_ report: InstallReport) {
+        if report.previousKept { Output.line("  the replaced release is kept for `signet rollback \(report.destination)`") }
+        if report.pending { Output.line("  pending: run `signet confirm \(report.destination)` once it runs well; a restart before that rolls it back") }
+        for hook in report.hooks {
+            Output.line("  \(hook.hook): \(hook.outcome)" + (hook.output.isEmpty ? "" : " — " + hook.output.split(separator: "\n").suffix(2).joined(separator: " | ")))
+        }
+        for hook in report.hooks where hook.hook == "post-install" && !hook.succeeded {
+            Output.warn("the post-install command \(hook.outcome); the release is installed")
+        }
+    }
+
+    /// The hooks in `--json`.
+    struct Hook: Encodable {
+        let hook: String
+        let command: [String]
+        @Null var exit: Int32?
+        let timed_out: Bool
+        let output: String
+        @Null var failure: String?
+
+        init(_ result: HookResult) {
+            (hook, command, exit, timed_out, output, failure) = (result.hook, result.command, result.exitStatus, result.timedOut, result.output, result.failure)
+        }
+    }
+}
