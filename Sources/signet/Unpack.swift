@@ -23,6 +23,15 @@ struct Unpack: ParsableCommand {
         only a tree that no longer checks whole (for a URL, fetching only what differs); \
         --force reinstalls it regardless.
 
+        Files DIR holds unchanged (the same path, size and SHA-256) are hashed where they are \
+        and shared with the new tree (hard links) when their mode and attributes stay the \
+        same, else copied: an update writes what changed. The replaced release is kept beside \
+        DIR (.DIR.signet-previous) for `signet rollback DIR` unless --keep-previous=no. \
+        --post-install runs a command after the swap; a failing --health-check swaps the \
+        previous release back (exit 1, health-check-failed); --pending leaves the release \
+        to be confirmed (`signet confirm DIR`) before the next boot. A release rolled back \
+        from is not installed again until a higher sequence is published (bad-release).
+
         One update of DIR at a time: unpack locks .DIR.signet-lock beside DIR from the rollback \
         check to the swap; a second unpack waits (--wait) or fails with exit 5. Installed files \
         get the manifest's modes (0644/0755) and folders 0755, whatever the umask. An \
@@ -42,6 +51,9 @@ struct Unpack: ParsableCommand {
           signet unpack app-1.4.2.zip --dest /opt/app --pubkey keys/public_key.der
           signet unpack https://updates.example.com/app-1.4.2.zip --dest /opt/app \\
             --pubkey keys/public_key.der --tls-ca /etc/app/roots --tls-pin sha256//BASE64
+          signet unpack app-1.4.3.zip --dest /opt/app --pubkey keys/public_key.der \\
+            --post-install "systemctl try-restart app.service" \\
+            --health-check "/opt/app/bin/selftest" --health-timeout 30s
         """
     )
 

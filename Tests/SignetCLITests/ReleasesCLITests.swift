@@ -216,6 +216,17 @@ struct ReleasesCLITests {
         status = try CLI.run(["status", f.dest, "--json"]).json()
         #expect(((status["last_rollback"] as? [String: Any])?["by"] as? String) == "boot-check", "\(status)")
         #expect(((status["bad"] as? [[String: Any]])?.first?["sequence"] as? Int) == 3)
+
+        // A release replacing one that was never confirmed: the pending one is dropped, and the
+        // previous release stays the last confirmed one.
+        try f.write("config.txt", "release 4\n")
+        #expect(try f.unpack(try f.pack(4), ["--pending"]).status == 0)
+        try f.write("config.txt", "release 5\n")
+        #expect(try f.unpack(try f.pack(5)).status == 0)
+        status = try CLI.run(["status", f.dest, "--json"]).json()
+        #expect((status["previous"] as? [String: Any])?["sequence"] as? Int == 2 && status["pending"] as? Bool == false, "\(status)")
+        #expect(try CLI.run(["rollback", f.dest, "--state", f.state]).status == 0)
+        #expect(f.text("config.txt") == "release 2\n")
     }
 
     @Test("README, When a release is bad: the block runs as written (rollback, a failing health check, pending and confirm)")
@@ -302,5 +313,45 @@ struct ReleasesCLITests {
         #expect(try CLI.run(["rollback", f.dest, "--state", f.state]).status == 0)
         #expect(f.text("config.txt") == "release 4\n")
         #expect(try f.reverify() == 0)
+    }
+
+    @Test("signet update takes the same from its config file: a post-install command, a health check that swaps the previous release back")
+    func updateConfig() throws {
+        let p = try ChannelCLITests.Publisher("releases-config")
+        try p.release(1)
+        try p.sign(1)
+        let log = p.work.directory.file("hook.log")
+        let path = p.work.directory.file("app.conf")
+        func config(healthCheck: String) throws {
+            let text = """
+            index = "\(p.server.url("releases-config/stable.json"))"
+            channel = "stable"
+            dest = "\(p.dest)"
+            pubkey = ["\(p.work.publicDER)"]
+            tls-ca = ["\(p.server.root)"]
+            state = "\(p.state)"
+            post-install = "sh -c 'echo $SIGNET_EVENT $SIGNET_NEW_SEQUENCE >> \(log)'"
+            health-check = "\(healthCheck)"
+            health-timeout = "20s"
+            keep-previous = "yes"
+
+            """
+            try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        }
+        try config(healthCheck: "true")
+        let first = try CLI.run(["update", "--config", path, "--json"])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect((try first.json()["hooks"] as? [[String: Any]])?.count == 2)
+        try p.release(2)
+        try p.sign(2)
+        try config(healthCheck: "sh -c 'exit 4'")
+        let second = try CLI.run(["update", "--config", path, "--json"])
+        #expect(second.status == 1 && ChannelCLITests.code(second) == "health-check-failed", "\(second.stdoutText)")
+        #expect(p.installedText() == "release 1\n")
+        #expect(try String(contentsOfFile: log, encoding: .utf8) == "install 1\ninstall 2\nrollback 1\n")
+        // The channel still names release 2: refused as bad, nothing changed.
+        let third = try CLI.run(["update", "--config", path, "--json"])
+        #expect(third.status == 1 && ChannelCLITests.code(third) == "bad-release", "\(third.stdoutText)")
+        #expect(p.installedText() == "release 1\n")
     }
 }

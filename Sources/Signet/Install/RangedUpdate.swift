@@ -344,16 +344,8 @@ extension Installer.Job {
         guard total == file.size, file.content.matches(digests[0]) else { return nil }
         // The file's own signature where it may stand for the package's entry (not fetched;
         // verified already, so not checked again).
-        let own = ownSignature(source.descriptor, digests[digests.count - 1])
-        let signature = try own ?? reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
-        if own != nil {
-            // Verified with the manifest's key over this digest by ownSignature.
-        } else if let later {
-            later(signature, digests[digests.count - 1])
-        } else if case .rejected(let failure, let message, let entry) = PackageReader.signatureCheck(file, signature: signature, digest: digests[digests.count - 1],
-                                                                                                    key: checked.key, algorithm: checked.algorithm) {
-            throw Installer.error(for: failure, message, package: package, entry: entry)
-        }
+        let digest = digests[digests.count - 1]
+        let signature = try reusedSignature(file, own: ownSignature(source.descriptor, digest), digest: digest, checked: checked, later: later)
         let finished = try finishStaged(file, fd: fd, writer: writer, copy: copyFD.map { ($0, copy!) }, signature: signature, sha256: file.sha256,
                                         signer: checked.key, checked: checked, into: staging, exactMode: inPlace)
         kept = true

@@ -108,24 +108,28 @@ extension Installer.Job {
               Verifier.check(attribute, digest: digest, key: checked.key, algorithm: checked.algorithm),
               staging.link(file.path, from: parent, name: name, identity: info) else { return nil }
         // The package's signature of the file, for the tree's record (verified like any).
-        let own = ownSignature(fd, digest)
-        let signature: [UInt8]
         do {
-            signature = try own ?? reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
+            return (checked.key, true, try reusedSignature(file, own: ownSignature(fd, digest), digest: digest, checked: checked, later: later))
         } catch {
             staging.removeFile(file.path)
             throw error
         }
-        if own != nil {
-            // Verified with the manifest's key over this digest by ownSignature.
-        } else if let later {
+    }
+
+    /// The signature a file taken from the installed tree gets in the new tree's record: its
+    /// own (`own`, already verified with the manifest's key over `digest`), else the package's
+    /// entry, verified now or handed to `later` (the batched checks).
+    func reusedSignature(_ file: Manifest.File, own: [UInt8]?, digest: Digest, checked: PackageReader.Checked,
+                         later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> [UInt8] {
+        if let own { return own }
+        let signature = try reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
+        if let later {
             later(signature, digest)
         } else if case .rejected(let failure, let message, let entry) = PackageReader.signatureCheck(file, signature: signature, digest: digest,
                                                                                                     key: checked.key, algorithm: checked.algorithm) {
-            staging.removeFile(file.path)
             throw Installer.error(for: failure, message, package: package, entry: entry)
         }
-        return (checked.key, true, signature)
+        return signature
     }
 
     /// The installed file carries exactly the IMA attribute this install writes: the one
