@@ -429,6 +429,11 @@ def main():
         "timeout_stopped": results.get("stuck_result") == "timeout" and results.get("stuck_unchanged") == "true",
         "timeout_seconds": as_int("stuck_seconds"),
         "exposure": exposure,
+        # Issue 39: a pending release, left alone by the boot check in its own boot, rolled back
+        # by it (the unit under systemd, in its sandbox) in a later one.
+        "boot_check_rolled_back": results.get("pending_install_status") == "0" and as_int("boot_check_same_boot_sequence") == 3
+        and results.get("boot_check_result") == "success" and as_int("boot_check_rolled_back_to") == 2
+        and results.get("boot_check_state_ok") == "true",
         "qemu_status": args.qemu_status,
         "seconds": {"guest_and_setup": args.elapsed_before, "replay": round(time.time() - started, 1)},
         "logs": logs,
@@ -446,7 +451,7 @@ def main():
             failures.append(f"{key}: {report[key]}")
     if report["flush_points"] == 0:
         failures.append("no flush points replayed")
-    for key in ("broken_build_caught", "timer_run", "update_run", "up_to_date_run", "timeout_stopped"):
+    for key in ("broken_build_caught", "timer_run", "update_run", "up_to_date_run", "timeout_stopped", "boot_check_rolled_back"):
         if not report[key]:
             failures.append(f"{key} is false")
     if report["reused_under_sandbox"] <= 0:
@@ -461,7 +466,7 @@ def main():
         json.dump(report, f, indent=2)
         f.write("\n")
     summary = {k: report[k] for k in ("flush_points", "drop_points", "states_checked", "mixed", "broken_state",
-                                      "broken_build_caught", "timer_run", "timeout_stopped", "exposure", "ok")}
+                                      "broken_build_caught", "timer_run", "timeout_stopped", "boot_check_rolled_back", "exposure", "ok")}
     print(json.dumps(summary), file=sys.stderr)
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)

@@ -123,6 +123,28 @@ result journal_reused "$(grep -o 'reused [0-9,]* from the installed tree' "$OUT/
 result journal_priority_noise "$(grep -c 'Failed to set thread priority' "$OUT/journal-app.txt")"
 result journal_up_to_date "$(grep -c '^up to date' "$OUT/journal-app.txt")"
 
+say "the boot check (issue 39): a pending release not confirmed before a restart is rolled back by signet-boot-check@app.service"
+# What `systemctl edit signet-boot-check@app.service` writes: the previous release is swapped
+# back beside DIR, so DIR's parent must be writable in its sandbox too.
+mkdir -p /etc/systemd/system/signet-boot-check@app.service.d
+printf '[Service]\nReadWritePaths=/opt\n' > /etc/systemd/system/signet-boot-check@app.service.d/override.conf
+systemctl daemon-reload
+systemctl enable signet-boot-check@app.service; result boot_check_enabled $?
+signet unpack "$J/pkg/r3.zip" --dest /opt/app "${TRUST[@]}" --state /var/lib/signet/app-state.json --pending > /dev/null
+result pending_install_status $?
+# In the boot the release was installed in: nothing to roll back.
+systemctl start signet-boot-check@app.service
+result boot_check_same_boot_sequence "$(installed_sequence /opt/app)"
+# The next boot (the guest cannot restart mid-job): the record's boot id is an earlier boot's.
+sed -i 's/"boot_id" : "[^"]*"/"boot_id" : "an-earlier-boot"/' /opt/.app.signet-release
+systemctl restart signet-boot-check@app.service
+result boot_check_result "$(systemctl show -P Result signet-boot-check@app.service)"
+result boot_check_rolled_back_to "$(installed_sequence /opt/app)"
+result boot_check_state_ok "$(signet reverify /opt/app "${TRUST[@]}" --state /var/lib/signet/app-state.json > /dev/null && echo true || echo false)"
+journalctl -u signet-boot-check@app.service -o cat --no-pager > "$OUT/journal-boot-check.txt"
+systemd-analyze security --no-pager signet-boot-check@app.service > "$OUT/security-boot-check.txt" 2>&1
+result boot_check_exposure "$(grep -o 'Overall exposure level for signet-boot-check@app.service: [0-9.]*' "$OUT/security-boot-check.txt" | grep -o '[0-9.]*$')"
+
 say "a server that never answers: TimeoutStartSec= stops the service, DIR stays as it was"
 signet unpack "$J/pkg/r1.zip" --dest /opt/stuck "${TRUST[@]}" > /dev/null
 signet tuf init --metadata-dir /var/lib/signet/tuf/stuck /etc/app/root.json
