@@ -71,7 +71,9 @@ struct JSONSchemaCLITests {
         // one refused: no previous release is left). Twice: the tree the first replaces has the
         // file edited above, which a rollback would refuse.
         try record("unpack", ["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force"])
-        try record("unpack", ["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force", "--pending",
+        let next = work.directory.file("app-11.zip")
+        try record("pack", ["pack", src] + key + ["--name", "app", "--version", "1.1", "--sequence", "11", "--out", next])
+        try record("unpack", ["unpack", next, "--dest", app, "--pubkey", work.publicDER, "--pending",
                               "--post-install", "echo restarted", "--health-check", "true"])
         try record("status DIR", ["status", app])
         try record("confirm", ["confirm", app])

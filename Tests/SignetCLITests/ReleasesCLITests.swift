@@ -302,7 +302,8 @@ struct ReleasesCLITests {
         #expect(try CLI.run(["status", f.dest, "--json"]).json()["previous"] is [String: Any])
 
         // Killed inside its health check (the check kills signet itself): the new release stays,
-        // whole, with the previous one kept; the owner (or --pending's boot check) rolls back.
+        // whole, with the previous one kept, recorded as unchecked: the next run checks it again
+        // though DIR is up to date (and here it fails, so release 4 is swapped back).
         try f.write("config.txt", "release 5\n")
         let five = try f.pack(5)
         let crashed = try run("bash", ["-c", "\"$@\"; echo $?", "bash", CLI.binary, "unpack", five, "--dest", f.dest, "--pubkey", f.work.publicDER,
@@ -310,7 +311,20 @@ struct ReleasesCLITests {
         #expect(crashed.stdoutText.hasSuffix("137\n"), "killed by SIGKILL: \(crashed.stdoutText) \(crashed.stderr)")
         #expect(f.text("config.txt") == "release 5\n")
         #expect(try f.reverify() == 0)
-        #expect(try CLI.run(["rollback", f.dest, "--state", f.state]).status == 0)
+        let passing = try f.unpack(five, ["--health-check", "true", "--json"])
+        let passingJSON = try passing.json()
+        #expect(passing.status == 0 && passingJSON["up_to_date"] as? Bool == true && (passingJSON["hooks"] as? [Any])?.count == 1, "\(passing.stdoutText)")
+        // Passed: not checked again.
+        let quiet = try f.unpack(five, ["--health-check", "false", "--json"])
+        let quietJSON = try quiet.json()
+        #expect(quiet.status == 0 && (quietJSON["hooks"] as? [Any])?.isEmpty == true, "\(quiet.stdoutText)")
+        // Killed again, then the check fails on the next run: release 4 comes back.
+        let again = try run("bash", ["-c", "\"$@\"; echo $?", "bash", CLI.binary, "unpack", five, "--dest", f.dest, "--pubkey", f.work.publicDER,
+                                     "--state", f.state, "--force", "--health-check", "sh -c 'kill -9 $PPID; sleep 5'"])
+        #expect(again.stdoutText.hasSuffix("137\n"), "\(again.stdoutText) \(again.stderr)")
+        let failing = try f.unpack(five, ["--health-check", "false", "--json"])
+        let failingJSON = try failing.json()
+        #expect(failing.status == 1 && (failingJSON["error"] as? [String: Any])?["code"] as? String == "health-check-failed", "\(failing.stdoutText)")
         #expect(f.text("config.txt") == "release 4\n")
         #expect(try f.reverify() == 0)
     }

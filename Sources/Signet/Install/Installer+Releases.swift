@@ -78,11 +78,15 @@ extension ReleaseRecord {
 extension Installer {
     /// What becomes of the tree the swap replaces: kept when it is a confirmed release installed
     /// from a signed manifest and pinned by the record; removed, keeping the previous release,
-    /// when it was never confirmed; removed with it under `--keep-previous=no`.
-    static func previousPolicy(options: InstallOptions, state: DestinationState, releases: ReleaseRecord, checked: PackageReader.Checked?) -> Staging.Previous {
+    /// when it was never confirmed; removed with it under `--keep-previous=no`. The same
+    /// release installed again (`--force`, `--repair`) is not kept either: the previous release
+    /// stays the one before it.
+    static func previousPolicy(options: InstallOptions, state: DestinationState, releases: ReleaseRecord, checked: PackageReader.Checked?,
+                               digest: String?) -> Staging.Previous {
         guard options.keepPrevious, checked != nil else { return .none }
-        guard case .installed(let manifest?) = state, releases.current_manifest_sha256 != nil else { return .none }
+        guard case .installed(let manifest?) = state, let current = releases.current_manifest_sha256 else { return .none }
         if let pending = releases.pending, pending.sequence == manifest.sequence { return .discard }
+        if current == digest { return .discard }
         return .keep
     }
 
@@ -95,7 +99,10 @@ extension Installer {
     /// then the health check; a failed health check swaps the previous release back, records
     /// this one as bad, runs the post-install command again for the restored release and
     /// throws `.healthCheckFailed`.
-    static func runHooks(_ report: inout InstallReport, old: Release?, options: InstallOptions, installState: InstallState?) throws {
+    ///
+    /// With `recheck`, only the health check runs: DIR already holds the release, whose check
+    /// never finished (the process was killed in it, the record says `unchecked`).
+    static func runHooks(_ report: inout InstallReport, old: Release?, options: InstallOptions, installState: InstallState?, recheck: Bool = false) throws {
         guard let manifest = report.manifest, options.hooks.postInstall != nil || options.hooks.healthCheck != nil else { return }
         let new = Release(manifest)
         func environment(event: String, from: Release?, to: Release) -> [String: String] {
@@ -110,18 +117,27 @@ extension Installer {
             env["SIGNET_REPORT"] = reportJSON(report, from: from, to: to, event: event)
             return env
         }
-        if let command = options.hooks.postInstall {
+        if let command = options.hooks.postInstall, !recheck {
             report.hooks.append(HookRunner.run("post-install", command, environment: environment(event: "install", from: old, to: new), timeout: 600))
         }
         guard let check = options.hooks.healthCheck else { return }
+        // Recorded as unchecked until it passes: a process killed inside the check leaves the
+        // release to be checked again by the next run (FORMAT.md §2, "Hooks").
+        var releases = try ReleaseRecord.read(for: report.destination)
+        releases.unchecked = new.sequence
+        try releases.write(for: report.destination)
         let result = HookRunner.run("health-check", check, environment: environment(event: "health-check", from: old, to: new), timeout: options.hooks.healthTimeout)
         report.hooks.append(result)
-        guard !result.succeeded else { return }
+        guard !result.succeeded else {
+            releases.unchecked = nil
+            try releases.write(for: report.destination)
+            return
+        }
         let tail = result.output.split(separator: "\n").suffix(3).joined(separator: " | ")
         let why = result.timedOut ? "health check timed out after \(Int(options.hooks.healthTimeout)) s" : "health check failed (\(result.outcome))"
-        var releases = try ReleaseRecord.read(for: report.destination)
         guard releases.previous_manifest_sha256 != nil, old != nil else {
             releases.markBad(new.name, sequence: new.sequence, reason: why)
+            releases.unchecked = nil
             try releases.write(for: report.destination)
             throw SignetError(.healthCheckFailed, "\(new.description) was installed into '\(report.destination)', but its \(why)\(tail.isEmpty ? "" : " (\(tail))"); there is no previous release to go back to, so it stays installed, recorded as bad", path: report.destination)
         }
@@ -182,6 +198,7 @@ extension Installer {
         releases.current_manifest_sha256 = previous.digest
         releases.previous_manifest_sha256 = nil
         releases.pending = nil
+        releases.unchecked = nil
         releases.last_rollback = .init(from: from.sequence, to: to.sequence, by: by, at: Timestamp.now.rfc3339)
         try releases.write(for: destination)
         _ = TreeRemover.removeEntry(Array(previousName.utf8CString), in: parent.descriptor)

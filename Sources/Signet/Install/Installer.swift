@@ -86,6 +86,12 @@ public enum Installer {
                                            replacedSequence: nil, attributesWritten: true, exchanged: false,
                                            leftover: stale.first, transfer: ranged?.report)
                 report.upToDate = true
+                // A health check that never finished (killed in it): run again now.
+                let releases = try ReleaseRecord.read(for: destination)
+                if options.hooks.healthCheck != nil, releases.unchecked == installed.sequence {
+                    report.pending = releases.pending?.sequence == installed.sequence
+                    try Self.runHooks(&report, old: try? Self.status(of: destination).previous, options: options, installState: installState, recheck: true)
+                }
                 return report
             }
         }
@@ -177,7 +183,7 @@ public enum Installer {
 
         // Phase 3: the swap, then the record of what was installed.
         try staging.finish()
-        let previous = Self.previousPolicy(options: options, state: state, releases: releases, checked: checked)
+        let previous = Self.previousPolicy(options: options, state: state, releases: releases, checked: checked, digest: manifestDigest)
         if options.pending, let checked {
             // Recorded before the swap, so that a power cut right after it leaves the new
             // release pending, not confirmed (a pending sequence DIR does not hold is ignored).

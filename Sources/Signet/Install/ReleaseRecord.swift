@@ -14,7 +14,7 @@ internal import SystemPackage
 ///
 /// Format `signet-release/1`: `{"format": "signet-release/1", "current_manifest_sha256": HEX,
 /// "previous_manifest_sha256": HEX|absent, "pending": {"sequence": N, "boot_id": ID, "since":
-/// TIME}|absent, "bad": {NAME: {"sequence": N, "reason": TEXT, "at": TIME}}, "last_rollback":
+/// TIME}|absent, "unchecked": N|absent, "bad": {NAME: {"sequence": N, "reason": TEXT, "at": TIME}}, "last_rollback":
 /// {"from": N, "to": N, "by": "owner"|"health-check"|"boot-check", "at": TIME}|absent}`.
 struct ReleaseRecord: Codable, Equatable {
     var format = "signet-release/1"
@@ -23,6 +23,10 @@ struct ReleaseRecord: Codable, Equatable {
     /// The same for the kept previous release.
     var previous_manifest_sha256: String? = nil
     var pending: Pending? = nil
+    /// The sequence whose health check has not passed yet: it was started and its process
+    /// killed (or the machine lost power) before it ended. The next run with a health check
+    /// runs it again, though DIR is up to date.
+    var unchecked: UInt64? = nil
     var bad: [String: Bad] = [:]
     var last_rollback: Rollback? = nil
 
