@@ -403,10 +403,13 @@ def main():
         except ValueError:
             return None
 
-    try:
-        exposure = float(results.get("exposure", ""))
-    except ValueError:
-        exposure = None
+    def as_float(key):
+        try:
+            return float(results.get(key, ""))
+        except ValueError:
+            return None
+
+    exposure = as_float("exposure")
     report = {
         "flush_points": total(good, "flush_points"),
         "drop_points": total(good, "drop_points"),
@@ -434,6 +437,7 @@ def main():
         "boot_check_rolled_back": results.get("pending_install_status") == "0" and as_int("boot_check_same_boot_sequence") == 3
         and results.get("boot_check_result") == "success" and as_int("boot_check_rolled_back_to") == 2
         and results.get("boot_check_state_ok") == "true",
+        "boot_check_exposure": as_float("boot_check_exposure"),
         "qemu_status": args.qemu_status,
         "seconds": {"guest_and_setup": args.elapsed_before, "replay": round(time.time() - started, 1)},
         "logs": logs,
@@ -460,6 +464,8 @@ def main():
         failures.append("the journal holds no line of Signet's")
     if exposure is None or exposure > 2.0:
         failures.append(f"systemd-analyze security: {exposure} (at most 2.0)")
+    if report["boot_check_exposure"] is None or report["boot_check_exposure"] > 2.0:
+        failures.append(f"systemd-analyze security of signet-boot-check@app.service: {report['boot_check_exposure']} (at most 2.0)")
     report["ok"] = not failures
     report["failures"] = failures
     with open(args.report, "w") as f:
