@@ -446,6 +446,7 @@ def changed_bytes(old_zip, new_zip):
 def shared_report(old_zip, new_zip, install, budget):
     """One more update each way, untimed: the bytes written, against the issue's budget."""
     sides = {}
+    os.makedirs(out, exist_ok=True)
     for side, extra in (("signet", ""), ("peer", "--force --keep-previous no")):
         target = f"{out}/w-{side}"
         shutil.rmtree(target, ignore_errors=True)
