@@ -368,4 +368,21 @@ struct ReleasesCLITests {
         #expect(third.status == 1 && ChannelCLITests.code(third) == "bad-release", "\(third.stdoutText)")
         #expect(p.installedText() == "release 1\n")
     }
+
+    @Test("a swap that fails leaves the record as it was: a release that was pending stays pending")
+    func failedSwapKeepsPending() throws {
+        let f = try Fixture()
+        #expect(try f.unpack(try f.pack(1)).status == 0)
+        try f.write("config.txt", "release 2\n")
+        #expect(try f.unpack(try f.pack(2), ["--pending"]).status == 0)
+        try f.write("config.txt", "release 3\n")
+        let three = try f.pack(3)
+        // The exchange fails (EIO injected into renameat2): exit 5, DIR still release 2, pending.
+        let failed = try run("strace", ["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:error=EIO",
+                                        CLI.binary, "unpack", three, "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state, "--pending"])
+        #expect(failed.status == 5, "\(failed.stderr)")
+        #expect(f.text("config.txt") == "release 2\n")
+        let status = try CLI.run(["status", f.dest, "--json"]).json()
+        #expect(status["pending"] as? Bool == true && (status["current"] as? [String: Any])?["sequence"] as? Int == 2, "\(status)")
+    }
 }

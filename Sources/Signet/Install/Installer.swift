@@ -184,13 +184,25 @@ public enum Installer {
         // Phase 3: the swap, then the record of what was installed.
         try staging.finish()
         let previous = Self.previousPolicy(options: options, state: state, releases: releases, checked: checked, digest: manifestDigest)
+        let pendingBefore = releases.pending
         if options.pending, let checked {
             // Recorded before the swap, so that a power cut right after it leaves the new
             // release pending, not confirmed (a pending sequence DIR does not hold is ignored).
             releases.pending = .init(sequence: checked.manifest.sequence, boot_id: ReleaseRecord.bootID, since: Timestamp.now.rfc3339)
             try releases.write(for: destination)
         }
-        let (exchanged, kept) = try staging.install(at: destination, replacing: state, previous: previous)
+        let exchanged: Bool, kept: Bool
+        do {
+            (exchanged, kept) = try staging.install(at: destination, replacing: state, previous: previous)
+        } catch {
+            // DIR is as it was: so is what the record says of it (a release of DIR's that was
+            // pending stays pending).
+            if options.pending, releases.pending != pendingBefore {
+                releases.pending = pendingBefore
+                try? releases.write(for: destination)
+            }
+            throw error
+        }
         installed = true
         let old = Self.release(of: state)
         if checked != nil {
