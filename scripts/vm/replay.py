@@ -15,10 +15,12 @@ For each log, from the "empty" mark on, the device is rebuilt on this machine:
 Each image is loop-mounted (the filesystem's journal recovery runs) and checked: DIR is
 wholly one release the phase allows (empty or release 1 before the "r1" mark, release 1 or 2
 before "r2"; then `signet rollback` (issue 39): release 2 or 1 before "rb"; then an update to
-release 3 whose health check fails and swaps release 1 back: release 1 or 3 before "hc",
-release 1 after), by `signet reverify`; the state file parses and records no more than DIR
-holds; and a next update (`signet unpack r4.zip`, release 2's files as sequence 4) succeeds
-from there.
+release 3 whose health check fails and swaps release 1 back: release 1 or 3 before "hc";
+then release 4 installed pending: 1 or 4 before "pd"; confirmed:
+4 before "cf"; release 5 pending: 4 or 5 before "p5"; rolled back by the boot check: 5 or 4
+before "bc", 4 after), by `signet reverify`; the state file parses and records no more than
+DIR holds, and `signet status DIR` reads the release record; and a next update (`signet
+unpack r6.zip`, release 2's files as sequence 6) succeeds from there.
 """
 import argparse
 import ctypes
@@ -33,8 +35,9 @@ import time
 
 FLUSH, FUA, DISCARD, MARK = 1, 2, 4, 8
 MAGIC = 0x6A736677736872
-PHASES = {"empty": ("empty", "r1"), "r1": ("r1", "r2"), "r2": ("r2", "r1"), "rb": ("r1", "r3"), "hc": ("r1",)}
-SEQUENCES = {"r1": 1, "r2": 2, "r3": 3, "r4": 4}
+PHASES = {"empty": ("empty", "r1"), "r1": ("r1", "r2"), "r2": ("r2", "r1"), "rb": ("r1", "r3"), "hc": ("r1", "r4"),
+          "pd": ("r4",), "cf": ("r4", "r5"), "p5": ("r5", "r4"), "bc": ("r4",)}
+SEQUENCES = {"r1": 1, "r2": 2, "r3": 3, "r4": 4, "r5": 5, "r6": 6}
 
 libc = ctypes.CDLL(None, use_errno=True)
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
@@ -198,6 +201,12 @@ class Checker:
                 state_ok = installed is not None and (recorded or 0) <= installed
                 if state_ok and installed:
                     state_ok = self.reverify(state=True)[0] == 0
+                if state_ok and installed:
+                    # The release record beside DIR parses (issue 39).
+                    status = run([self.signet, "status", self.dir, "--json"])
+                    state_ok = status.returncode == 0
+                    if not state_ok:
+                        outcome["detail"] += f" status DIR: exit {status.returncode}: {status.stderr.strip()[-200:]}"
             except (ValueError, AttributeError) as error:
                 state_ok = False
                 outcome["detail"] += f" state file: {error}"
@@ -211,7 +220,7 @@ class Checker:
         update = run([self.signet, "unpack", self.next_package, "--dest", self.dir, "--pubkey", self.pubkey,
                       "--state", self.state])
         after = self.reverify(state=True)
-        outcome["next_update_ok"] = update.returncode == 0 and after[0] == 0 and after[1] == SEQUENCES["r4"]
+        outcome["next_update_ok"] = update.returncode == 0 and after[0] == 0 and after[1] == SEQUENCES["r6"]
         if not outcome["next_update_ok"]:
             outcome["detail"] += f" next update: exit {update.returncode}: {update.stderr.strip()[-300:]}"
 
@@ -334,7 +343,8 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose):
     summary["marks"] = marks
     summary["bytes_written"] = {"install": written.get("empty", 0), "update": written.get("r1", 0),
                                 "rollback": written.get("r2", 0), "health_check_rollback": written.get("rb", 0),
-                                "after": written.get("hc", 0)}
+                                "pending_install": written.get("hc", 0), "confirm": written.get("pd", 0),
+                                "boot_check_rollback": written.get("p5", 0), "after": written.get("bc", 0)}
     missing = [mark for mark in PHASES if mark not in marks]
     if missing:
         summary["failures"].append({"log": f"the marks {', '.join(PHASES)} are not all in the log (missing {', '.join(missing)})", "marks": marks})
@@ -365,7 +375,7 @@ def main():
     except OSError:
         pass
     pubkey = os.path.join(work, "job", "pkg", "pub.der")
-    next_package = os.path.join(work, "job", "pkg", "r4.zip")
+    next_package = os.path.join(work, "job", "pkg", "r6.zip")
     scratch = "/dev/shm/signet-vm-replay"
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(scratch)

@@ -93,11 +93,16 @@ openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$work/key.pem
 openssl pkey -in "$work/key.pem" -pubout -outform DER -out "$work/job/pkg/pub.der"
 (cd "$work/r1" && "$signet" pack . --key "$work/key.pem" --name app --version 1.0 --sequence 1 --out "$work/job/pkg/r1.zip" >/dev/null)
 (cd "$work/r2" && "$signet" pack . --key "$work/key.pem" --name app --version 2.0 --sequence 2 --out "$work/job/pkg/r2.zip" >/dev/null)
-# Issue 39: release 3 (release 1 and one more file) fails its health check in the guest; the
-# replay's next update is release 4 (release 2's files, sequence 4).
+# Issue 39: release 3 (release 1 and one more file) fails its health check in the guest;
+# release 4 (release 2's files, sequence 4) is installed pending and confirmed.
 rm -rf "$work/r3" && cp -a "$work/r1" "$work/r3" && echo "release 3" > "$work/r3/release3.txt"
 (cd "$work/r3" && "$signet" pack . --key "$work/key.pem" --name app --version 3.0 --sequence 3 --out "$work/job/pkg/r3.zip" >/dev/null)
 (cd "$work/r2" && "$signet" pack . --key "$work/key.pem" --name app --version 4.0 --sequence 4 --out "$work/job/pkg/r4.zip" >/dev/null)
+# Release 5 (release 2 and one more file) is installed pending and rolled back by the boot
+# check; the replay's next update is release 6 (release 2's files, sequence 6).
+rm -rf "$work/r5" && cp -a "$work/r2" "$work/r5" && echo "release 5" > "$work/r5/release5.txt"
+(cd "$work/r5" && "$signet" pack . --key "$work/key.pem" --name app --version 5.0 --sequence 5 --out "$work/job/pkg/r5.zip" >/dev/null)
+(cd "$work/r2" && "$signet" pack . --key "$work/key.pem" --name app --version 6.0 --sequence 6 --out "$work/job/pkg/r6.zip" >/dev/null)
 # The TUF repository: state a lists release 1, state b (the same repository, later) release 2.
 repo_dir=$work/tuf-repo/app
 mkdir -p "$work/tuf-repo"

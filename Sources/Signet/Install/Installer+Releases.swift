@@ -228,7 +228,7 @@ extension Installer {
                   let pending = releases.pending, pending.sequence == current.sequence else {
                 return RollbackReport(from: nil, to: nil, skipped: "no release of '\(destination)' waits to be confirmed")
             }
-            guard pending.boot_id != ReleaseRecord.bootID else {
+            guard pending.boot_id != (try ReleaseRecord.bootID()) else {
                 return RollbackReport(from: nil, to: nil, skipped: "\(Release(current).description) waits to be confirmed since \(pending.since), in this boot")
             }
             (by, reason) = ("boot-check", "not confirmed before the machine restarted (installed pending \(pending.since))")

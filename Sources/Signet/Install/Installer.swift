@@ -103,6 +103,8 @@ public enum Installer {
             throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (sequence \(bad.sequence) and lower: \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --force installs this one anyway", path: package)
         }
         let manifestDigest = try checked.map { try Digest.compute($0.manifestBytes, algorithm: .sha256).hex }
+        // --pending records this boot's id: read before anything is written.
+        let bootID = options.pending ? try ReleaseRecord.bootID() : ""
 
         // Phase 2: every resource, verified while it streams into the staging directory.
         let staging = try Staging(besides: destination)
@@ -188,7 +190,7 @@ public enum Installer {
         if options.pending, let checked {
             // Recorded before the swap, so that a power cut right after it leaves the new
             // release pending, not confirmed (a pending sequence DIR does not hold is ignored).
-            releases.pending = .init(sequence: checked.manifest.sequence, boot_id: ReleaseRecord.bootID, since: Timestamp.now.rfc3339)
+            releases.pending = .init(sequence: checked.manifest.sequence, boot_id: bootID, since: Timestamp.now.rfc3339)
             try releases.write(for: destination)
         }
         let exchanged: Bool, kept: Bool

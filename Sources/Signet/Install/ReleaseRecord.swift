@@ -90,10 +90,20 @@ struct ReleaseRecord: Codable, Equatable {
         try AtomicFile.write(Array(try encoder.encode(self)) + [UInt8(ascii: "\n")], to: Self.path(for: destination), mode: 0o644, replace: true)
     }
 
-    /// This boot's id.
-    static var bootID: String {
-        let bytes = (try? InputFile.open("/proc/sys/kernel/random/boot_id", what: "boot id").readAll(limit: 128, what: "boot id")) ?? []
-        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`). Refused rather than guessed when
+    /// it cannot be read (a sandbox with `ProcSubset=pid` hides it): a wrong id would make the
+    /// boot check roll back a release in the boot it was installed in, or never.
+    static func bootID() throws -> String {
+        let path = "/proc/sys/kernel/random/boot_id"
+        let bytes: [UInt8]
+        do { bytes = try InputFile.open(path, what: "boot id").readAll(limit: 128, what: "boot id") } catch let error as SignetError {
+            throw SignetError(.io, "cannot read this boot's id from \(path) (\(error.reason)); a pending release and the boot check need it. Under systemd, do not set ProcSubset=pid", path: path)
+        }
+        let id = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard id.count >= 16 else {
+            throw SignetError(.io, "\(path) holds no boot id ('\(id)'); a pending release and the boot check need it", path: path)
+        }
+        return id
     }
 
     /// Whether `sequence` of `name` was refused as bad: the bad sequence and those below it,

@@ -9,7 +9,8 @@
 #    mark "empty", install release 1 into the empty DIR, mark "r1", update to release 2
 #    (ranged: unchanged files come from DIR, shared or reflinked), mark "r2", roll back to
 #    release 1, mark "rb", update to release 3 whose health check fails (release 1 swapped
-#    back), mark "hc", unmount.
+#    back), mark "hc", install release 4 pending, mark "pd", confirm it, mark "cf", install
+#    release 5 pending, mark "p5", roll it back by the boot check, mark "bc", unmount.
 # 2. systemd: the shipped timer starts the shipped service, which installs from nginx through
 #    its sandbox; again for release 2 (reusing unchanged files), again "up to date"; a stuck
 #    server is stopped by TimeoutStartSec=; systemd-analyze security scores the unit.
@@ -72,6 +73,18 @@ record() {
   env "${env[@]}" signet unpack https://127.0.0.1/pkg/r3.zip --dest "$mnt/app" "${TRUST[@]}" "${TLS[@]}" --state "$mnt/state.json" \
     --health-check false; [ $? -eq 1 ] || return 1
   dmsetup message "$name" 0 mark hc
+  # A pending release confirmed; then another pending one that the boot check rolls back once
+  # the machine "restarted" (the record's boot id made an earlier boot's: the guest cannot
+  # reboot mid-recording).
+  env "${env[@]}" signet unpack https://127.0.0.1/pkg/r4.zip --dest "$mnt/app" "${TRUST[@]}" "${TLS[@]}" --state "$mnt/state.json" --pending || return 1
+  dmsetup message "$name" 0 mark pd
+  env "${env[@]}" signet confirm "$mnt/app" || return 1
+  dmsetup message "$name" 0 mark cf
+  env "${env[@]}" signet unpack https://127.0.0.1/pkg/r5.zip --dest "$mnt/app" "${TRUST[@]}" "${TLS[@]}" --state "$mnt/state.json" --pending || return 1
+  dmsetup message "$name" 0 mark p5
+  sed -i 's/"boot_id" : "[^"]*"/"boot_id" : "an-earlier-boot"/' "$mnt/.app.signet-release" || return 1
+  env "${env[@]}" signet rollback --boot-check "$mnt/app" --state "$mnt/state.json" || return 1
+  dmsetup message "$name" 0 mark bc
   umount "$mnt" && dmsetup remove "$name" || return 1
   dmsetup status 2>/dev/null | grep -q logging_disabled && { echo "guest: the log device ran out of space"; return 1; }
   return 0
