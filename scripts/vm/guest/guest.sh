@@ -82,7 +82,11 @@ record() {
   dmsetup message "$name" 0 mark cf
   env "${env[@]}" signet unpack https://127.0.0.1/pkg/r5.zip --dest "$mnt/app" "${TRUST[@]}" "${TLS[@]}" --state "$mnt/state.json" --pending || return 1
   dmsetup message "$name" 0 mark p5
-  sed -i 's/"boot_id" : "[^"]*"/"boot_id" : "an-earlier-boot"/' "$mnt/.app.signet-release" || return 1
+  # Replaced durably, as Signet writes it (fsync, rename, fsync of the folder): `sed -i` alone
+  # renames an unsynced file, which a power cut on XFS leaves empty (the harness's own write,
+  # not Signet's, found by the replay).
+  sed 's/"boot_id" : "[^"]*"/"boot_id" : "an-earlier-boot"/' "$mnt/.app.signet-release" > "$mnt/.boot-id.tmp" || return 1
+  sync "$mnt/.boot-id.tmp" && mv "$mnt/.boot-id.tmp" "$mnt/.app.signet-release" && sync "$mnt" || return 1
   env "${env[@]}" signet rollback --boot-check "$mnt/app" --state "$mnt/state.json" || return 1
   dmsetup message "$name" 0 mark bc
   umount "$mnt" && dmsetup remove "$name" || return 1
