@@ -264,7 +264,7 @@ struct Hardening2CLITests {
         // place with range requests: there is no download file to wait for).
         let lockFile = work.directory.file(".fresh.signet-lock")
         let deadline = Date().addingTimeInterval(60)
-        while ((try? String(contentsOfFile: lockFile, encoding: .utf8)) ?? "").isEmpty && first.isRunning && Date() < deadline { usleep(10_000) }
+        while (try? contents(lockFile))?.isEmpty ?? true && first.isRunning && Date() < deadline { usleep(10_000) }
         let busy = try CLI.run(["unpack", server.url("slow/v2.zip"), "--dest", fresh, "--pubkey", work.publicDER, "--tls-ca", server.root, "--wait", "0"])
         #expect(busy.status == 5, "\(busy.stderr)")
         #expect(busy.stderr.contains("process \(first.processIdentifier)"), "\(busy.stderr)")
