@@ -7,7 +7,7 @@ import SignetTestSupport
 /// them fails here, without a fuzzing toolchain.
 @Suite("Fuzz corpus: seeds and past crashes run clean")
 struct FuzzCorpusTests {
-    static let targets = ["zip", "zip-pipelined", "manifest", "private-key", "public-key", "attributes", "seal", "structured", "tuf-metadata"]
+    static let targets = ["zip", "zip-pipelined", "manifest", "private-key", "public-key", "attributes", "seal", "structured", "tuf-metadata", "multipart"]
 
     static var corpus: String { Bundle.module.url(forResource: "FuzzCorpus", withExtension: nil)!.path }
 

@@ -246,13 +246,16 @@ struct Hardening3CLITests {
 
     /// The byte ranges a ScriptedServer was asked for (`bytes=A-B`; the suffix probe aside).
     static func askedRanges(_ server: ScriptedServer, size: Int) -> [Range<Int>] {
-        server.requests.compactMap { line -> Range<Int>? in
-            guard let header = line.split(separator: " ").last, header.hasPrefix("bytes=") else { return nil }
-            let bounds = header.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false)
-            guard bounds.count == 2 else { return nil }
-            if bounds[0].isEmpty, let suffix = Int(bounds[1]) { return max(0, size - suffix)..<size }
-            guard let start = Int(bounds[0]), let end = Int(bounds[1]) else { return nil }
-            return start..<(end + 1)
+        // Every range of every request (several in one: "bytes=A-B,C-D").
+        server.requests.flatMap { line -> [Range<Int>] in
+            guard let header = line.split(separator: " ").last, header.hasPrefix("bytes=") else { return [] }
+            return header.dropFirst(6).split(separator: ",").compactMap { spec -> Range<Int>? in
+                let bounds = spec.split(separator: "-", omittingEmptySubsequences: false)
+                guard bounds.count == 2 else { return nil }
+                if bounds[0].isEmpty, let suffix = Int(bounds[1]) { return max(0, size - suffix)..<size }
+                guard let start = Int(bounds[0]), let end = Int(bounds[1]) else { return nil }
+                return start..<(end + 1)
+            }
         }
     }
 

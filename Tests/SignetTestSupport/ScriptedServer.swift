@@ -32,9 +32,36 @@ public final class ScriptedServer {
         public var cutAt: Int?
         /// ... or, with `stall`, the server sends nothing more for 60 s instead (a time-out).
         public var stall: Bool
+        /// How a request for several ranges is answered (with `honourRange`).
+        public var parts: Parts
+
+        /// Answers to a request for several ranges: `multipart/byteranges` as a server should,
+        /// or one of the ways a server may do otherwise (honestly or not).
+        public enum Parts: String, Codable, Sendable {
+            /// A part per range, in order.
+            case honest
+            /// Only the first range, as a plain 206 (a server that serves one range).
+            case firstOnly
+            /// One part from the first range's start to the last's end (coalesced).
+            case coalesced
+            /// The whole file with 200 (a server without multipart answers).
+            case whole
+            /// The parts in reverse order.
+            case reversed
+            /// The second part's Content-Range shifted by one byte (bytes not asked for).
+            case shiftedSecond
+            /// The second part one byte longer than its Content-Range says.
+            case longerSecond
+            /// No closing delimiter.
+            case unclosed
+            /// A delimiter other than the Content-Type's boundary.
+            case wrongBoundary
+            /// 64 KiB after the closing delimiter.
+            case endlessEpilogue
+        }
 
         public init(status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:],
-                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false) {
+                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false, parts: Parts = .honest) {
             self.status = status
             self.from = from
             self.to = to
@@ -46,6 +73,7 @@ public final class ScriptedServer {
             self.extraBytes = extraBytes
             self.cutAt = cutAt
             self.stall = stall
+            self.parts = parts
         }
     }
 
@@ -82,6 +110,34 @@ public final class ScriptedServer {
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             def log_message(self, *args): pass
+            def several(self, data, ranges, a):
+                kind, total, boundary = a.get("parts", "honest"), len(data), "SIGNETTESTBOUNDARY"
+                def single(start, end, status=206):
+                    body = data[start:end + 1]
+                    self.send_response(status)
+                    if status == 206: self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, total))
+                    self.send_header("Content-Length", str(len(body)))
+                    for k, v in a.get("headers", {}).items(): self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(body)
+                if kind == "firstOnly": return single(*ranges[0])
+                if kind == "coalesced": return single(ranges[0][0], ranges[-1][1])
+                if kind == "whole": return single(0, total - 1, 200)
+                if kind == "reversed": ranges = list(reversed(ranges))
+                body = b""
+                for i, (start, end) in enumerate(ranges):
+                    shown = (start + 1, end + 1) if kind == "shiftedSecond" and i == 1 else (start, end)
+                    sent = data[start:end + 2] if kind == "longerSecond" and i == 1 else data[start:end + 1]
+                    delimiter = "OTHERBOUNDARY" if kind == "wrongBoundary" else boundary
+                    body += ("\r\n--%s\r\nContent-Type: application/zip\r\nContent-Range: bytes %d-%d/%d\r\n\r\n" % (delimiter, shown[0], shown[1], total)).encode() + sent
+                if kind != "unclosed": body += ("\r\n--%s--\r\n" % boundary).encode()
+                if kind == "endlessEpilogue": body += b"x" * 65536
+                self.send_response(206)
+                self.send_header("Content-Type", "multipart/byteranges; boundary=" + boundary)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in a.get("headers", {}).items(): self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
             def do_GET(self):
                 path = self.path.lstrip("/")
                 with open(log_path, "a") as log:
@@ -96,6 +152,9 @@ public final class ScriptedServer {
                 n = counts.get(path, 0); counts[path] = n + 1
                 a = answers[min(n, len(answers) - 1)]
                 wanted = self.headers.get("Range")
+                if a.get("honourRange") and wanted and wanted.startswith("bytes=") and "," in wanted:
+                    self.several(data, [tuple(int(x) for x in r.split("-")) for r in wanted[6:].split(",")], a)
+                    return
                 if a.get("honourRange") and wanted and wanted.startswith("bytes="):
                     first, last = wanted[6:].split("-")
                     if first == "":

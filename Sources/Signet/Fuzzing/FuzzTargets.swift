@@ -88,6 +88,33 @@ public enum _FuzzTargets {
         },
         // The trust seal document.
         "seal": { bytes in _ = TrustStoreSeal.parse(bytes) },
+        // A server's answer to a request for several ranges (issue 40): the first line is the
+        // Content-Type (its boundary), the first byte of the rest sets how the body arrives in
+        // chunks (1 to 64 bytes), the rest is the body; three ranges of a 200,000-byte file asked.
+        "multipart": { bytes in
+            guard let newline = bytes.firstIndex(of: 0x0A), newline + 1 < bytes.count else { return }
+            let type = String(decoding: bytes[..<newline], as: UTF8.self)
+            let step = Int(bytes[newline + 1] % 64) + 1
+            let body = Array(bytes[(newline + 2)...])
+            let asked: [ClosedRange<Int64>] = [0...9, 100...109, 5000...5009]
+            guard var parser = try? MultipartRanges(contentType: type, asked: asked, total: 200_000) else { return }
+            var received = 0
+            body.withUnsafeBytes { buffer in
+                var start = 0
+                while start < buffer.count {
+                    let end = min(buffer.count, start + step)
+                    do {
+                        try parser.take(UnsafeRawBufferPointer(rebasing: buffer[start..<end])) { offset, chunk in
+                            // Every byte handed on lies inside a range asked (or between two coalesced).
+                            precondition(offset >= 0 && offset + Int64(chunk.count) <= 5010)
+                            received += chunk.count
+                        }
+                    } catch { return }
+                    start = end
+                }
+            }
+            if (try? parser.finish()) != nil { precondition(received <= 5010 && parser.covered <= asked.count) }
+        },
         // Structured resources as reverify reads an edited one: JSON, XML and binary property
         // lists, then the key comparison against itself; and rules-file key paths.
         "structured": { bytes in

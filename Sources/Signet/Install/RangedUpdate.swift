@@ -192,12 +192,14 @@ final class RangedUpdate {
         // What the earlier trees still hold is not part of the new tree.
         leftovers.remove()
         input.plan(spans)
+        // Signature entries are small and many, and theirs is metadata: the gaps between them
+        // are read through rather than asked for as parts of their own.
         if installedSignatures {
-            input.plan(signatureSpans, gap: RangedInput.signatureGapLimit)
+            input.plan(signatureSpans, gap: RangedInput.signatureGapLimit, exactGap: RangedInput.signatureGapLimit)
         } else {
             signatureSpans += reusedSignatureSpans
             reusedSignatureSpans = []
-            input.plan(signatureSpans)
+            input.plan(signatureSpans, exactGap: RangedInput.signatureGapLimit)
         }
         planned = (spans + signatureSpans).reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
         return origins.map { if case .fetch = $0 { false } else { true } }
@@ -221,7 +223,7 @@ final class RangedUpdate {
             return signature
         }
         installedSignatures = false
-        input.plan(reusedSignatureSpans)
+        input.plan(reusedSignatureSpans, exactGap: RangedInput.signatureGapLimit)
         planned = planned.map { $0 &+ reusedSignatureSpans.reduce(0) { $0 &+ UInt64($1.count) } }
         reusedSignatureSpans = []
         return nil

@@ -21,8 +21,11 @@ internal import CSignetShims
 /// directory, which is kept (with the 64 KiB before it, which libzip reads when it opens a
 /// window of entries) while it is at most ``pinLimit``. Below the first `.signet/` entry (the
 /// resources of a Signet package) nothing is fetched but the byte ranges a caller planned
-/// (``plan(_:)``), each group of entries closer than ``gapLimit`` in one request of at most
-/// ``planRequest`` bytes, read as they are needed. Elsewhere (the package's own entries)
+/// (``plan(_:gap:exactGap:)``), read as they are needed: where the server answers several
+/// ranges at once (``RangeClient/multipart``), exactly those ranges, up to ``maximumParts`` of
+/// them and ``planRequest`` bytes in one request (``MultipartRanges`` checks the answer);
+/// elsewhere each group of entries closer than ``gapLimit`` in one request of at most
+/// ``planRequest`` bytes. Elsewhere (the package's own entries)
 /// sequential reads fetch ahead, from the byte asked for, never before it. Memory is bounded:
 /// the kept directory plus at most ``cacheLimit`` of fetched ranges.
 final class RangedInput: ArchiveInput {
@@ -40,6 +43,13 @@ final class RangedInput: ArchiveInput {
     static let signatureGapLimit: Int64 = 4 << 10
     /// Most bytes one request for planned ranges asks for.
     static let planRequest: Int64 = 4 << 20
+    /// Most ranges asked for in one request (Apache's default MaxRanges is 200; nginx has no
+    /// limit; a longer Range header than this is refused by some proxies).
+    static let maximumParts = 100
+    /// Bytes each part of a multipart answer costs beyond its range (its delimiter and
+    /// headers, about 100 bytes for nginx and Apache): planned ranges closer than this are
+    /// asked for as one.
+    static let partOverhead: Int64 = 128
     /// Largest central directory kept whole.
     static let pinLimit: Int64 = 32 << 20
     /// Most fetched bytes kept besides the directory.
@@ -57,8 +67,13 @@ final class RangedInput: ArchiveInput {
     private var pinned: (start: Int64, bytes: [UInt8])?
     /// Below this offset only planned ranges are fetched (the first `.signet/` entry).
     private var floor: Int64 = 0
-    /// Planned ranges, merged and sorted.
+    /// Planned ranges, merged and sorted: for one request each, where the server cannot send
+    /// several ranges in one answer.
     private var groups: [Range<Int64>] = []
+    /// The planned ranges themselves, merged only where they touch or are apart by less than
+    /// ``partOverhead``: asked for together, up to ``maximumParts`` and ``planRequest`` bytes
+    /// in one request, where the server answers several ranges at once.
+    private var exact: [Range<Int64>] = []
     private var run: Int64 = 1
     private var lastEnd: Int64 = -1
 
@@ -126,7 +141,9 @@ final class RangedInput: ArchiveInput {
     /// Ranges that will be read: entries to fetch, merged with each other where closer than
     /// `gap` (``gapLimit`` unless said: a gap read through costs less than another request),
     /// then with those planned before where they touch.
-    func plan(_ ranges: [Range<Int64>], gap: Int64 = RangedInput.gapLimit) {
+    /// `exactGap` is the gap read through where several ranges go in one request: only a part's
+    /// own overhead for resources, more for signature entries (metadata, small and many).
+    func plan(_ ranges: [Range<Int64>], gap: Int64 = RangedInput.gapLimit, exactGap: Int64 = RangedInput.partOverhead) {
         func merge(_ ranges: [Range<Int64>], gap: Int64) -> [Range<Int64>] {
             var merged: [Range<Int64>] = []
             for range in ranges.filter({ !$0.isEmpty }).sorted(by: { $0.lowerBound < $1.lowerBound }) {
@@ -139,6 +156,52 @@ final class RangedInput: ArchiveInput {
             return merged
         }
         groups = merge(groups + merge(ranges, gap: gap), gap: 0)
+        exact = merge(exact + merge(ranges, gap: exactGap), gap: 0)
+    }
+
+    /// The planned ranges from `position` on that are not held yet, for one request: the
+    /// one holding `position` (from there), then the next ones, up to ``maximumParts`` ranges
+    /// and ``planRequest`` bytes. Empty when `position` is in no planned range.
+    private func spans(from position: Int64) -> [ClosedRange<Int64>] {
+        guard let first = exact.firstIndex(where: { $0.upperBound > position }), exact[first].lowerBound <= position else { return [] }
+        var spans: [ClosedRange<Int64>] = [position...(exact[first].upperBound - 1)]
+        var bytes = exact[first].upperBound - position
+        let most = min(Self.maximumParts, client.partsPerRequest ?? Self.maximumParts)
+        for range in exact[(first + 1)...] {
+            guard spans.count < most, bytes + Int64(range.count) <= Self.planRequest else { break }
+            if isHeld(range) { continue }
+            spans.append(range.lowerBound...(range.upperBound - 1))
+            bytes += Int64(range.count)
+        }
+        return spans
+    }
+
+    /// Whether `range` is wholly in the kept directory or in one cached answer.
+    private func isHeld(_ range: Range<Int64>) -> Bool {
+        if let pinned, range.lowerBound >= pinned.start, range.upperBound <= pinned.start + Int64(pinned.bytes.count) { return true }
+        return cached.contains { range.lowerBound >= $0.start && range.upperBound <= $0.start + Int64($0.bytes.count) }
+    }
+
+    /// Fetches `spans` in one request and keeps each part; false when the server would not
+    /// answer several ranges at once (then nothing is kept and the caller asks for one).
+    private func fetchSeveral(_ spans: [ClosedRange<Int64>]) throws -> Bool {
+        var parts: [(start: Int64, bytes: [UInt8])] = []
+        let report = received
+        do {
+            _ = try client.fetch(several: spans, restart: { parts.removeAll() }) { offset, chunk in
+                if let last = parts.last, last.start + Int64(last.bytes.count) == offset {
+                    parts[parts.count - 1].bytes.append(contentsOf: chunk)
+                } else {
+                    parts.append((offset, Array(chunk)))
+                }
+                report?(chunk.count)
+            }
+        } catch is RangeClient.SeveralUnsupported {
+            return false
+        }
+        for part in parts { remember(part.start, part.bytes) }
+        if let last = parts.last { lastEnd = last.start + Int64(last.bytes.count) }
+        return !parts.isEmpty
     }
 
     func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -165,6 +228,11 @@ final class RangedInput: ArchiveInput {
         if let index = cached.lastIndex(where: { position >= $0.start && position - $0.start < Int64($0.bytes.count) }) {
             let hit = cached[index]
             if index != cached.count - 1 { cached.remove(at: index); cached.append(hit) }
+            return hit.bytes.withUnsafeBytes { body(hit.start, $0) }
+        }
+        if client.multipart != false, case let several = spans(from: position), several.count > 1,
+           try fetchSeveral(several), let index = cached.lastIndex(where: { position >= $0.start && position - $0.start < Int64($0.bytes.count) }) {
+            let hit = cached[index]
             return hit.bytes.withUnsafeBytes { body(hit.start, $0) }
         }
         let end: Int64
@@ -204,217 +272,6 @@ final class RangedInput: ArchiveInput {
         cachedBytes += bytes.count
         while cachedBytes > Self.cacheLimit, cached.count > 1 {
             cachedBytes -= cached.removeFirst().bytes.count
-        }
-    }
-}
-
-/// One connection that fetches byte ranges of one URL (``RangedInput``), under Signet's TLS
-/// policy and time limits (``Downloader/configure(_:url:options:check:errorBuffer:)``).
-final class RangeClient {
-    /// The server answered a range request with the whole file, or gave no validator: ranges
-    /// cannot be used for this package (the caller downloads it whole).
-    struct Unsupported: Error {
-        let reason: String
-        /// The whole package, when the first request was answered with it and the caller gave
-        /// a ``Downloader/FullDownload`` to stream it into (complete; nil otherwise).
-        var download: DownloadResult? = nil
-        /// Range requests made and body bytes they received (the full download's aside), for
-        /// the report of every pass.
-        var requests = 0
-        var bytesReceived: UInt64 = 0
-    }
-
-    /// Where the body goes when the first request is answered with the whole file, instead of
-    /// being aborted and asked for again (nil: aborted, for a caller that cannot use it).
-    var whole: Downloader.FullDownload?
-    /// The full download the first request became.
-    private var takenOver: Downloader.TakenOver?
-
-    let url: String
-    let options: DownloadOptions
-    private let request: CurlRequest
-    private let deadline: UInt64
-    /// The first answer's validator, sent as `If-Range` with every later request.
-    private(set) var validator: String?
-    private(set) var total: Int64 = -1
-    private(set) var requests = 0
-    private(set) var bytesReceived: UInt64 = 0
-
-    // The answer being received.
-    private var status = 0
-    private var response = ResponseHeaders()
-    private var contentRange: (start: Int64, end: Int64, total: Int64)? { response.contentRange }
-    private var wanted: (start: Int64, end: Int64)?
-    private var received: Int64 = 0
-    private var sink: ((UnsafeRawBufferPointer) throws -> Void)?
-    private var stop: (any Error)?
-
-    /// Set when the caller's task was cancelled: the request in flight stops.
-    private let cancelled: CancellationFlag?
-
-    init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil) throws {
-        self.cancelled = cancelled
-        try Downloader.checkScheme(url, policy: options.tls)
-        request = try CurlRequest(url: url, options: options)
-        self.url = url
-        self.options = options
-        deadline = Downloader.deadline(options)
-    }
-
-    /// The last `length` bytes (all of a smaller file): where they start and the file's size.
-    func probe(suffix length: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> (start: Int64, total: Int64) {
-        try retrying(restart: restart) { try perform(range: "-\(length)", wanted: nil, body) }
-        guard status == 206, let range = contentRange else {
-            throw unsupported("the server answered a range request with HTTP \(status)")
-        }
-        guard let validator = response.validator else {
-            throw unsupported("the server gives no strong validator (a strong ETag, or a Last-Modified at least 60 s older than its Date) to pin range requests to one file")
-        }
-        guard range.total > 0, range.end == range.total - 1, received == range.end - range.start + 1 else {
-            throw refused("answered the first range request with bytes \(range.start)-\(range.end)/\(range.total) and \(received) bytes")
-        }
-        self.validator = validator
-        total = range.total
-        return (range.start, range.total)
-    }
-
-    /// ``Unsupported`` with what the requests so far cost.
-    private func unsupported(_ reason: String, download: DownloadResult? = nil) -> Unsupported {
-        Unsupported(reason: reason, download: download, requests: requests, bytesReceived: bytesReceived)
-    }
-
-    /// A failure another attempt may not have (``Downloader/isTransient(_:status:)``).
-    private struct Transient: Error {
-        let error: SignetError
-    }
-
-    /// Bytes `start...end` of the same file, to `body`. A transient failure (connection reset,
-    /// time-out, a body cut short, HTTP 5xx) is tried again up to `--retries` times after
-    /// `--retry-delay` seconds, doubled each time; `restart` is called first, and `body` then
-    /// sees the range from its start again.
-    func fetch(_ start: Int64, _ end: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
-        try retrying(restart: restart) { try fetchOnce(start, end, body) }
-    }
-
-    /// Runs `request`, again after a transient failure, up to `--retries` more times.
-    private func retrying<R>(restart: () -> Void, _ request: () throws -> R) throws -> R {
-        let attempts = 1 + max(0, options.retries)
-        for attempt in 1...attempts {
-            do {
-                return try request()
-            } catch let failure as Transient {
-                guard attempt < attempts else { throw failure.error }
-                try Downloader.pauseBeforeRetry(min(30, max(0, options.retryDelay) * pow(2, Double(attempt - 1))), cancelled: cancelled)
-                restart()
-            }
-        }
-        throw SignetError(.network, "cannot read '\(Download.redacted(url))'")   // not reached: the last attempt throws
-    }
-
-    private func fetchOnce(_ start: Int64, _ end: Int64, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
-        guard validator != nil, start >= 0, start <= end, end < total else {
-            throw SignetError(.io, "an internal range request \(start)-\(end) outside the package of \(total) bytes")
-        }
-        try perform(range: "\(start)-\(end)", wanted: (start, end), body)
-        guard received == end - start + 1 else {
-            throw refused("sent \(received) bytes for the range \(start)-\(end), not \(end - start + 1)")
-        }
-    }
-
-    /// The whole file instead of the range: `If-Range` did not match (the package was replaced
-    /// on the server), or the server stopped answering ranges.
-    private func changed(_ status: Int) -> SignetError {
-        SignetError(.packageChanged, "'\(Download.redacted(url))' answered a range request with HTTP \(status): the package changed on the server during the update (or the server stopped answering ranges). Nothing was installed; run again")
-    }
-
-    private func refused(_ what: String) -> SignetError {
-        SignetError(.network, "'\(Download.redacted(url))' \(what); a range answer must be exactly what was asked (the package may have changed on the server). Nothing was installed; try again, or use --full-download")
-    }
-
-    private func perform(range: String, wanted: (start: Int64, end: Int64)?, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
-        status = 0
-        response = ResponseHeaders()
-        received = 0
-        stop = nil
-        self.wanted = wanted
-        sink = body
-        defer { sink = nil }
-        let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
-        guard left > 0 else {
-            throw SignetError(.network, "cannot read '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s")
-        }
-        requests += 1
-        request.onHeader = { [unowned self] in self.header($0) }
-        request.onBody = { [unowned self] in self.body($0) }
-        request.onTick = { [unowned self] in !TemporaryFiles.isInterrupted && self.cancelled?.isSet != true }
-        // Every request after the first is pinned to the first answer's file.
-        let outcome = try request.perform(range: range, headers: wanted == nil ? [] : validator.map { ["If-Range: " + $0] } ?? [], timeout: Int(left))
-        if let taken = takenOver {
-            takenOver = nil
-            let reason = "the server answered a range request with HTTP \(outcome.status)"
-            do {
-                throw unsupported(reason, download: try taken.conclude(outcome))
-            } catch let failure as Downloader.Transfer.Failure {
-                // Cut short: the full download continues (or starts over) from what arrived.
-                guard failure.transient else { throw failure.error }
-                throw unsupported(reason)
-            }
-        }
-        if let stop { throw stop }
-        if outcome.code == CURLE_ABORTED_BY_CALLBACK, TemporaryFiles.isInterrupted {
-            throw SignetError(.interrupted, "interrupted; nothing was installed")
-        }
-        if outcome.code == CURLE_ABORTED_BY_CALLBACK, cancelled?.isSet == true { throw CancellationError() }
-        guard outcome.code == CURLE_OK else {
-            let error = Downloader.error(outcome.code, status: status, message: outcome.message, effectiveURL: outcome.effectiveURL, check: request.check)
-            if Downloader.isTransient(outcome.code, status: status) { throw Transient(error: error) }
-            throw error
-        }
-        status = outcome.status
-        if wanted != nil, status != 206 {
-            throw status == 200 ? changed(status) : refused("answered a range request with HTTP \(status)")
-        }
-    }
-
-    /// Response headers of the final answer (a redirect's are reset by its status line).
-    private func header(_ line: String) {
-        response.take(line)
-        status = response.status
-    }
-
-    /// Body bytes: checked against what was asked before `sink` sees them.
-    private func body(_ chunk: UnsafeRawBufferPointer) -> Bool {
-        do {
-            if received == 0 {
-                if let refusal = response.refusedEncoding(url: Download.redacted(url)) { throw refusal }
-                let current = request.status
-                if current == 200, wanted == nil, let whole {
-                    // The whole file: it becomes the full download from this first byte on.
-                    let taken = try Downloader.TakenOver(whole, request: request, response: response, deadline: deadline)
-                    takenOver = taken
-                    return taken.receive(chunk)
-                }
-                if current != 206 {
-                    // The whole file (ranges ignored, or If-Range failed: the file changed).
-                    throw wanted == nil ? unsupported("the server answered a range request with HTTP \(current)")
-                        : changed(current)
-                }
-                if let wanted {
-                    guard let range = contentRange, range.start == wanted.start, range.end == wanted.end, range.total == total else {
-                        let shown = contentRange.map { "\($0.start)-\($0.end)/\($0.total)" } ?? "none"
-                        throw refused("answered the range \(wanted.start)-\(wanted.end) of \(total) bytes with Content-Range \(shown)")
-                    }
-                }
-            }
-            let limit = wanted.map { $0.end - $0.start + 1 } ?? contentRange.map { $0.end - $0.start + 1 } ?? Int64.max
-            guard received + Int64(chunk.count) <= limit else { throw refused("sent more bytes than the range it was asked for") }
-            received += Int64(chunk.count)
-            bytesReceived += UInt64(chunk.count)
-            try sink?(chunk)
-            return true
-        } catch {
-            stop = error
-            return false
         }
     }
 }

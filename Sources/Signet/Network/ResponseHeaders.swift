@@ -28,6 +28,8 @@ struct ResponseHeaders {
     private(set) var contentRange: (start: Int64, end: Int64, total: Int64)?
     /// The response's `Content-Encoding` (lower case), unless absent or `identity`.
     private(set) var contentEncoding: String?
+    /// The response's `Content-Type` (a multipart answer's boundary is in it).
+    private(set) var contentType: String?
 
     /// Takes one header line as libcurl hands it over (with its line end).
     mutating func take(_ line: String) {
@@ -45,6 +47,7 @@ struct ResponseHeaders {
         case "last-modified": lastModified = value
         case "date": date = value
         case "content-range": contentRange = Self.contentRange(value)
+        case "content-type": contentType = value
         case "content-encoding":
             // Several codings may be listed (and the header repeated): any but identity counts.
             let codings = value.lowercased().split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && $0 != "identity" }
