@@ -68,6 +68,9 @@ struct Pack: ParsableCommand {
     @Option(name: .customLong("compression-level"), parsing: .unconditional, help: "Deflate level, 1 (fast) to 9 (small).")
     var compressionLevel: Int = 6
 
+    @Option(name: .customLong("chunk-threshold"), parsing: .unconditional, help: ArgumentHelp("Resources of at least this many bytes are stored (not deflated) with a chunk index in the manifest, so that devices updating them fetch only the chunks they lack; 0: none (default 4194304, 4 MiB).", valueName: "bytes"))
+    var chunkThreshold: UInt64 = PackOptions.defaultChunkThreshold
+
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
     var followSymlinks = false
 
@@ -104,6 +107,7 @@ struct Pack: ParsableCommand {
         options.structured = structured
         options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
         options.replace = force
+        options.chunkThreshold = chunkThreshold == 0 ? nil : chunkThreshold
         let result = try ProgressLine.showing("packing " + out, output: output) { progress in
             options.progress = progress
             return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)

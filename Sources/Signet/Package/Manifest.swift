@@ -29,6 +29,8 @@ public struct Manifest: Sendable, Equatable {
         public var structured: StructuredFormat?
         /// The SHA-256, held as its 32 bytes (a manifest of 50,000 files keeps 50,000 of these).
         var content: ContentHash
+        /// The content-defined chunks of a large resource (FORMAT.md §2, "Chunk indexes").
+        var chunks: ChunkIndex? = nil
 
         /// Creates an entry.
         public init(path: String, size: UInt64, sha256: String, mode: FileMode, structured: StructuredFormat? = nil) {
@@ -176,6 +178,9 @@ public struct Manifest: Sendable, Equatable {
                 if index > 0 { writer.raw(",\n") }
                 writer.indent(2)
                 writer.raw("{\n")
+                if let chunks = file.chunks {
+                    writer.field("chunks", indent: 3) { $0.string(chunks.encoded) }
+                }
                 writer.field("mode", indent: 3) { $0.string(file.mode.rawValue) }
                 writer.field("path", indent: 3) { $0.string(file.path) }
                 writer.field("sha256", indent: 3) { $0.string(file.sha256) }

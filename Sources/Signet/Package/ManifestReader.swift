@@ -34,6 +34,7 @@ struct ManifestReader: StrictJSON.Handler {
         var size: StrictJSON.Scalar?
         var mode: StrictJSON.Scalar?
         var structured: StrictJSON.Scalar?
+        var chunks: StrictJSON.Scalar?
     }
 
     private func wrongType(_ what: String) -> Failure { Failure(reason: "the field \"\(what)\" has the wrong type") }
@@ -102,6 +103,7 @@ struct ManifestReader: StrictJSON.Handler {
             case "size": entry.size = value
             case "mode": entry.mode = value
             case "structured": entry.structured = value
+            case "chunks": entry.chunks = value
             default: break
             }
         default: throw Failure(reason: "it is not a JSON object")
@@ -172,6 +174,22 @@ struct ManifestReader: StrictJSON.Handler {
             }
             structured = format
         }
-        files.append(Manifest.File(path: path, size: size, content: content, mode: mode, structured: structured))
+        var file = Manifest.File(path: path, size: size, content: content, mode: mode, structured: structured)
+        if let value = entry.chunks {
+            guard let text = text(value) else {
+                fileFailure = absentOrWrong("chunks", value)
+                return
+            }
+            do {
+                file.chunks = try ChunkIndex(parsing: text, size: size)
+            } catch let refusal as ChunkIndex.Refused {
+                fileFailure = Failure(reason: "file \"\(path)\" has \(refusal.reason)")
+                return
+            } catch {
+                fileFailure = Failure(reason: "file \"\(path)\" has a chunk index that cannot be read")
+                return
+            }
+        }
+        files.append(file)
     }
 }

@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -42,9 +43,15 @@ final class PackLedger: @unchecked Sendable {
 
     /// Counts what was read, for a progress handler.
     let progress: ProgressCounter?
+    /// Resources of at least this size are chunked as they are read (nil: none).
+    let chunkThreshold: UInt64?
+    /// The chunk indexes made, by resource index (each written by the one source reading it).
+    private let chunkIndexes = Mutex<[Int: ChunkIndex]>([:])
 
-    init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:], progress: ProgressHandler? = nil) {
+    init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:], progress: ProgressHandler? = nil,
+         chunkThreshold: UInt64? = nil) {
         self.inputs = inputs
+        self.chunkThreshold = chunkThreshold
         self.structured = structured
         self.progress = ProgressCounter.make(progress, items: inputs.count, bytes: inputs.reduce(0) { $0 &+ $1.size })
         self.signer = signer
@@ -70,6 +77,11 @@ final class PackLedger: @unchecked Sendable {
             offset += value.bytes.count
         }
         complete[index] = true
+    }
+
+    /// Keeps resource `index`'s chunk index.
+    func record(_ chunks: ChunkIndex, at index: Int) {
+        chunkIndexes.withLock { $0[index] = chunks }
     }
 
     /// The SHA-256 of resource `index`, as lowercase hex for the manifest.
@@ -143,7 +155,12 @@ final class PackLedger: @unchecked Sendable {
                 }
                 format = checked.format
             }
-            return Manifest.File(path: input.packagePath, size: input.size, sha256: sha256, mode: input.mode, structured: format)
+            var file = Manifest.File(path: input.packagePath, size: input.size, sha256: sha256, mode: input.mode, structured: format)
+            file.chunks = chunkIndexes.withLock { $0[index] }
+            if let threshold = chunkThreshold, input.size >= threshold, file.chunks == nil {
+                throw SignetError(.io, "resource '\(input.diskPath)' was not chunked as it was read", path: input.diskPath)
+            }
+            return file
         }
     }
 
@@ -166,11 +183,13 @@ final class ResourceSource: ZipEntrySource {
     private final class Reading {
         let file: InputFile
         let hashers: [Digest.Hasher]
+        let chunker: ContentChunker?
         var count: UInt64 = 0
 
-        init(file: InputFile, hashers: [Digest.Hasher]) {
+        init(file: InputFile, hashers: [Digest.Hasher], chunker: ContentChunker?) {
             self.file = file
             self.hashers = hashers
+            self.chunker = chunker
         }
     }
 
@@ -187,7 +206,8 @@ final class ResourceSource: ZipEntrySource {
         let input = input
         let file = try InputFile.open(input.diskPath, what: "resource", followSymlinks: true)
         guard UInt64(file.size) == input.size else { throw changed() }
-        reading = Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) })
+        let chunked = ledger.chunkThreshold.map { input.size >= $0 } ?? false
+        reading = Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil)
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -197,6 +217,7 @@ final class ResourceSource: ZipEntrySource {
         guard reading.count <= input.size else { throw changed() }
         if n == 0 {
             guard reading.count == input.size else { throw changed() }
+            if let chunker = reading.chunker { ledger.record(try chunker.finish(), at: index) }
             ledger.record(try reading.hashers.map { try $0.finalize() }, at: index)
             ledger.progress?.add(items: 1)
             self.reading = nil   // close the file and free the digest contexts now
@@ -205,6 +226,7 @@ final class ResourceSource: ZipEntrySource {
         ledger.progress?.add(bytes: n)
         let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
         for hasher in reading.hashers { hasher.update(chunk) }
+        try reading.chunker?.update(chunk)
         return n
     }
 

@@ -78,10 +78,10 @@ public enum PackageBuilder {
 
         let ledger = PackLedger(inputs: inputs, signer: signer,
                                 structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
-                                progress: options.progress)
+                                progress: options.progress, chunkThreshold: options.chunkThreshold)
         // Judging a file reads a little of it (all of a small one): on every core.
-        let compression = options.compression
-        let methods = try parallelMap(inputs) { input in Swift.Result { try CompressionPolicy.choose(for: input, policy: compression) } }.map { try $0.get() }
+        let compression = options.compression, chunkThreshold = options.chunkThreshold
+        let methods = try parallelMap(inputs) { input in Swift.Result { try CompressionPolicy.choose(for: input, policy: compression, chunkThreshold: chunkThreshold) } }.map { try $0.get() }
         // Deflate is the slow part and libzip runs it on one thread, so independent files are
         // compressed on every core first, each worker into its own temporary archive beside the
         // output; the package then copies those deflate streams as they are.

@@ -1,0 +1,103 @@
+import Foundation
+import Testing
+@testable import Signet
+import SignetTestSupport
+
+/// Issue 40, point 1: content-defined chunks of large resources, in the signed manifest.
+@Suite("Chunk indexes: FastCDC cuts, the manifest's field, strict parsing")
+struct ChunkIndexTests {
+    static func random(_ count: Int) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
+
+    static func chunk(_ bytes: [UInt8], step: Int) throws -> ChunkIndex {
+        let chunker = try ContentChunker()
+        var start = 0
+        while start < bytes.count {
+            let end = min(bytes.count, start + step)
+            try bytes[start..<end].withUnsafeBytes { try chunker.update($0) }
+            start = end
+        }
+        return try chunker.finish()
+    }
+
+    @Test("cuts depend on the bytes only (not on how they arrive); every chunk hashes to its entry; sizes within bounds")
+    func cuts() throws {
+        let bytes = Self.random(6 << 20)
+        let whole = try Self.chunk(bytes, step: bytes.count)
+        for step in [1 << 10, 65_537, 1 << 20] { #expect(try Self.chunk(bytes, step: step) == whole, "step \(step)") }
+        var offset = 0
+        for (index, span) in whole.spans.enumerated() {
+            #expect(span.offset == UInt64(offset))
+            let digest = try Digest.compute(Array(bytes[offset..<(offset + Int(span.length))]), algorithm: .sha256)
+            #expect(Array(whole.hash(index)) == digest.bytes)
+            #expect(span.length <= UInt64(ContentChunker.maximum) && (index == whole.count - 1 || span.length >= UInt64(ContentChunker.minimum)))
+            offset += Int(span.length)
+        }
+        #expect(offset == bytes.count)
+        // Near the average: 6 MiB of random bytes in 40 to 200 chunks.
+        #expect((40...200).contains(whole.count), "\(whole.count) chunks")
+        // Zeros never match a mask: every chunk is cut at the maximum.
+        let zeros = try Self.chunk([UInt8](repeating: 0, count: 1 << 20), step: 1 << 20)
+        #expect(zeros.lengths == [UInt32](repeating: UInt32(ContentChunker.maximum), count: 4))
+    }
+
+    @Test("1 MiB inserted in the middle: the chunks after it are found again (content-defined)")
+    func insertion() throws {
+        let old = Self.random(8 << 20)
+        let new = Array(old[..<(4 << 20)]) + Self.random(1 << 20) + Array(old[(4 << 20)...])
+        let a = try Self.chunk(old, step: 1 << 20), b = try Self.chunk(new, step: 1 << 20)
+        let known = Set((0..<a.count).map { Array(a.hash($0)) })
+        let fresh = (0..<b.count).filter { !known.contains(Array(b.hash($0))) }.reduce(0) { $0 + Int(b.lengths[$1]) }
+        #expect(fresh <= (1 << 20) + 2 * ContentChunker.maximum, "\(fresh) bytes in chunks not known before")
+    }
+
+    @Test("the manifest's string round-trips; a wrong one is refused with the reason")
+    func parsing() throws {
+        let bytes = Self.random(1 << 20)
+        let index = try Self.chunk(bytes, step: 1 << 16)
+        #expect(try ChunkIndex(parsing: index.encoded, size: UInt64(bytes.count)) == index)
+        let body = String(index.encoded.dropFirst(ChunkIndex.scheme.count))
+        var record = [UInt8](repeating: 0, count: ChunkIndex.recordSize)
+        func encoded(_ lengths: [Int]) -> String {
+            ChunkIndex.scheme + Data(lengths.flatMap { length -> [UInt8] in
+                record[0] = UInt8(length >> 16); record[1] = UInt8(length >> 8 & 0xFF); record[2] = UInt8(length & 0xFF)
+                return record
+            }).base64EncodedString()
+        }
+        let cases: [(String, UInt64, String)] = [
+            ("gearcdc:" + body, UInt64(bytes.count), "unknown scheme"),
+            (ChunkIndex.scheme + "!!!!", UInt64(bytes.count), "not whole records"),
+            (ChunkIndex.scheme + String(body.dropLast(4)), UInt64(bytes.count), "not whole records"),
+            (index.encoded, UInt64(bytes.count) + 1, "in all for a file of"),
+            (encoded([100, 100]), 40_000, "a chunk of 100 bytes"),
+            (encoded([0]), 0, "a chunk of 0 bytes"),
+            (encoded([ContentChunker.maximum + 1]), UInt64(ContentChunker.maximum + 1), "a chunk of"),
+            // More records than the file's size allows: refused before it is decoded.
+            (encoded([Int](repeating: ContentChunker.minimum, count: 8)), UInt64(ContentChunker.minimum), "not whole records"),
+        ]
+        for (text, size, words) in cases {
+            do {
+                _ = try ChunkIndex(parsing: text, size: size)
+                Issue.record("accepted: \(words)")
+            } catch let refusal as ChunkIndex.Refused {
+                #expect(refusal.reason.contains(words), "\(words): \(refusal.reason)")
+            }
+        }
+    }
+
+    @Test("a manifest with a chunk index parses to it; a malformed one is a malformed manifest naming the file")
+    func inManifest() throws {
+        let bytes = Self.random(1 << 20)
+        var file = Manifest.File(path: "big.img", size: UInt64(bytes.count), sha256: try Digest.compute(bytes, algorithm: .sha256).hex, mode: .regular)
+        file.chunks = try Self.chunk(bytes, step: 1 << 20)
+        let manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
+                                keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
+        let encoded = try manifest.encoded()
+        #expect(try Manifest.parse(encoded) == manifest)
+        let text = String(decoding: encoded, as: UTF8.self).replacingOccurrences(of: "\"chunks\" : \"fastcdc1:", with: "\"chunks\" : \"fastcdc1:AAAA")
+        let error = signetError { _ = try Manifest.parse(Array(text.utf8)) }
+        #expect(error?.code == .malformedManifest && error?.reason.contains("big.img") == true, "\(error?.reason ?? "accepted")")
+    }
+}
