@@ -151,6 +151,10 @@ struct Unpack: ParsableCommand {
         let bytes_fetched: UInt64
         let bytes_total: UInt64
         let package_size: UInt64
+        let chunks_reused: Int
+        let chunk_bytes_reused: UInt64
+        let chunks_fetched: Int
+        let chunk_bytes_fetched: UInt64
 
         init(_ report: TransferReport) {
             mode = report.mode.rawValue
@@ -162,6 +166,10 @@ struct Unpack: ParsableCommand {
             bytes_fetched = report.bytesFetched
             bytes_total = report.bytesTotal
             package_size = report.packageSize
+            chunks_reused = report.chunksReused
+            chunk_bytes_reused = report.chunkBytesReused
+            chunks_fetched = report.chunksFetched
+            chunk_bytes_fetched = report.chunkBytesFetched
         }
     }
 
@@ -246,6 +254,10 @@ struct Unpack: ParsableCommand {
         if transfer.mode == .ranges {
             text += ", reused \(count(transfer.filesReused)) from the installed tree"
             if transfer.filesResumed > 0 { text += ", \(count(transfer.filesResumed)) staged by an interrupted run" }
+            if transfer.chunksReused > 0 {
+                text += "; large files rebuilt from \(count(transfer.chunksReused)) chunk\(transfer.chunksReused == 1 ? "" : "s") already here (\(ProgressLine.bytes(transfer.chunkBytesReused)))"
+                    + " and \(count(transfer.chunksFetched)) fetched (\(ProgressLine.bytes(transfer.chunkBytesFetched)))"
+            }
             text += "; \(ProgressLine.bytes(transfer.bytesDownloaded)) downloaded in \(count(transfer.requests)) range request\(transfer.requests == 1 ? "" : "s")"
         } else {
             text += "; the whole package downloaded (\(ProgressLine.bytes(transfer.packageSize)))"

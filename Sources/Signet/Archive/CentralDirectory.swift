@@ -91,15 +91,18 @@ enum CentralDirectory {
     /// Checks the local header (and data descriptor) of the record at `position` of a directory
     /// read with ``LocalHeaders/deferred``: as the up-front check does, and the entry must end
     /// exactly where the next one starts.
-    static func checkLocalHeader(of position: Int, in directory: Directory, file: any ArchiveInput, archive: String) throws {
-        guard let span = directory.span(ofRecord: position) else { return }
+    /// Returns where the entry's data starts (nil for a record without a span).
+    @discardableResult
+    static func checkLocalHeader(of position: Int, in directory: Directory, file: any ArchiveInput, archive: String) throws -> UInt64? {
+        guard let span = directory.span(ofRecord: position) else { return nil }
         let reader = Reader(file: file, archive: archive)
-        let end = try reader.checkLocalHeader(directory[position], in: directory, limit: span.upperBound)
+        let (data, end) = try reader.checkLocalHeader(directory[position], in: directory, limit: span.upperBound)
         guard end == span.upperBound else {
             let shown = directory.shownName(of: directory[position])
             throw reader.malformed(end < span.upperBound ? "there are \(span.upperBound - end) bytes after the entry '\(shown)' that belong to no entry"
                                                           : "the entry '\(shown)' runs into the one after it")
         }
+        return data
     }
 
     /// The end of central directory, resolved through ZIP64 where used.
@@ -331,7 +334,7 @@ enum CentralDirectory {
                     throw malformed(record.localHeaderOffset < expected ? "the entry '\(shown)' overlaps the one before it"
                                                                         : "there are \(record.localHeaderOffset - expected) bytes before the entry '\(shown)' that belong to no entry")
                 }
-                expected = try checkLocalHeader(record, in: records, limit: directoryOffset)
+                expected = try checkLocalHeader(record, in: records, limit: directoryOffset).end
             }
             guard expected == directoryOffset else {
                 throw malformed(expected < directoryOffset ? "there are \(directoryOffset - expected) bytes before the central directory that belong to no entry"
@@ -340,9 +343,9 @@ enum CentralDirectory {
         }
 
         /// One entry's local header against its central record, and its data descriptor;
-        /// returns where the entry ends. Nothing is read at or past `limit` but a descriptor's
-        /// probe up to it.
-        func checkLocalHeader(_ record: Record, in records: Directory, limit: UInt64) throws -> UInt64 {
+        /// returns where the entry's data starts and where the entry ends. Nothing is read at or
+        /// past `limit` but a descriptor's probe up to it.
+        func checkLocalHeader(_ record: Record, in records: Directory, limit: UInt64) throws -> (data: UInt64, end: UInt64) {
             let shown = records.shownName(of: record)
             let header = try read(record.localHeaderOffset, 30)
             guard header[0] == 0x50, header[1] == 0x4b, header[2] == 3, header[3] == 4 else {
@@ -376,7 +379,8 @@ enum CentralDirectory {
                     throw malformed("the stored entry '\(shown)' has \(record.compressedSize) bytes of data but claims \(record.size)")
                 }
             }
-            var end = try sum(try sum(record.localHeaderOffset, UInt64(30 + nameLength + extraLength)), record.compressedSize)
+            let data = try sum(record.localHeaderOffset, UInt64(30 + nameLength + extraLength))
+            var end = try sum(data, record.compressedSize)
             if descriptor {
                 // Optional signature, CRC, then both sizes in 8 bytes with ZIP64, else 4.
                 let wide = localZip64 != nil
@@ -392,7 +396,7 @@ enum CentralDirectory {
                 }
                 end = try sum(end, UInt64(body + plain))
             }
-            return end
+            return (data, end)
         }
     }
 }

@@ -199,6 +199,19 @@ final class ZipReader {
                      method: record.method, crc: record.crc, encrypted: record.isEncrypted, unixMode: record.unixMode)
     }
 
+    /// Where a stored entry's bytes are in the archive, once its local header agrees with the
+    /// central directory (checked now if it was not): byte N of the entry is at the range's
+    /// start + N. Nil for a deflated or encrypted entry.
+    func storedData(of entry: Entry) throws -> Range<UInt64>? {
+        guard entry.method == 0, !entry.encrypted, entry.size == entry.compressedSize else { return nil }
+        let position = Int(entry.index)
+        guard let start = try CentralDirectory.checkLocalHeader(of: position, in: directory, file: file, archive: path) else { return nil }
+        if position < headersChecked.count { headersChecked[position] = true }
+        let (end, overflow) = start.addingReportingOverflow(entry.size)
+        guard !overflow, let span = span(of: entry), end <= span.upperBound else { return nil }
+        return start..<end
+    }
+
     /// Every entry, in archive order.
     func entries() -> [Entry] { (0..<count).map(entry(at:)) }
 

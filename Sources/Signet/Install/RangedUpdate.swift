@@ -37,6 +37,13 @@ public struct TransferReport: Sendable, Equatable {
     public let bytesTotal: UInt64
     /// The package's size on the server.
     public let packageSize: UInt64
+    /// Chunks of changed large resources taken from the installed copies (FORMAT.md §2,
+    /// "chunks"), and their bytes.
+    public var chunksReused = 0
+    public var chunkBytesReused: UInt64 = 0
+    /// Chunks of changed large resources fetched from the package, and their bytes.
+    public var chunksFetched = 0
+    public var chunkBytesFetched: UInt64 = 0
 }
 
 /// Staging trees that earlier runs of an update left beside DIR (killed, or their link
@@ -108,6 +115,10 @@ final class RangedUpdate {
     let input: RangedInput
     let destination: String
     private var installed: [String: (size: UInt64, sha256: String)] = [:]
+    /// The installed files' chunk indexes, by path (from DIR's verified manifest).
+    private var installedChunks: [String: ChunkIndex] = [:]
+    /// What rebuilding changed large resources from their chunks did.
+    private var chunkCounts = ChunkCounts()
     /// The installed tree (nil: none, or it cannot be opened).
     private var root: SharedDescriptor? = nil
     private var fetched = 0
@@ -132,6 +143,8 @@ final class RangedUpdate {
         /// Already in the staging tree (an earlier run staged it); `unchanged`: the installed
         /// tree holds the same content (counted as reused, not resumed).
         case staged(unchanged: Bool)
+        /// Rebuilt from the installed copy's chunks and the fetched rest.
+        case rebuild(ChunkPlan)
     }
     private var origins: [Origin] = []
     /// Whether a reused file's signature may come from its own `user.signet.sig` instead of
@@ -154,9 +167,14 @@ final class RangedUpdate {
     }
 
     var report: TransferReport {
-        TransferReport(mode: .ranges, bytesDownloaded: earlier.bytes &+ input.bytesReceived, requests: earlier.requests + input.requests, filesFetched: fetched,
-                       filesReused: reusedCount, filesResumed: resumed, bytesFetched: bytesFetched, bytesTotal: bytesTotal,
-                       packageSize: UInt64(input.size))
+        var report = TransferReport(mode: .ranges, bytesDownloaded: earlier.bytes &+ input.bytesReceived, requests: earlier.requests + input.requests, filesFetched: fetched,
+                                    filesReused: reusedCount, filesResumed: resumed, bytesFetched: bytesFetched, bytesTotal: bytesTotal,
+                                    packageSize: UInt64(input.size))
+        report.chunksReused = chunkCounts.reused
+        report.chunkBytesReused = chunkCounts.bytesReused
+        report.chunksFetched = chunkCounts.fetched
+        report.chunkBytesFetched = chunkCounts.bytesFetched
+        return report
     }
 
     /// Called once the manifest verified (the staging tree made): decides, per resource in
@@ -168,11 +186,16 @@ final class RangedUpdate {
         bytesTotal = resources.reduce(0) { $0 &+ $1.size }
         if case .installed(let manifest?) = state {
             installed.reserveCapacity(manifest.files.count)
-            for file in manifest.files { installed[file.path] = (file.size, file.sha256) }
+            for file in manifest.files {
+                installed[file.path] = (file.size, file.sha256)
+                if let chunks = file.chunks { installedChunks[file.path] = chunks }
+            }
             if let opened = try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) { root = SharedDescriptor(opened) }
         }
         origins = [Origin](repeating: .fetch, count: resources.count)
         var spans: [Range<Int64>] = [], signatureSpans: [Range<Int64>] = []
+        /// Changed files with a chunk index the installed copy also has: perhaps rebuilt.
+        var chunked: [(index: Int, file: Manifest.File, installed: ChunkIndex)] = []
         for (index, file) in resources.enumerated() {
             let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]
             let unchanged = old.map { $0.size == file.size && $0.sha256 == file.sha256 } ?? false
@@ -183,12 +206,28 @@ final class RangedUpdate {
             } else if unchanged {
                 origins[index] = .installed
                 reusedSignatureSpans += signature.map { [$0] } ?? []
+            } else if root != nil, !job.options.force, file.chunks != nil, let old = installedChunks[file.path] {
+                chunked.append((index, file, old))
             } else {
                 spans += span(of: file, job: job).map { [$0] } ?? []
                 signatureSpans += signature.map { [$0] } ?? []
             }
         }
+        // Their local headers first, in one request where the server answers several ranges.
+        input.plan(chunked.compactMap { candidate in
+            span(of: candidate.file, job: job).map { $0.lowerBound..<min($0.upperBound, $0.lowerBound + 30 + Int64(candidate.file.path.utf8.count) + 128) }
+        })
+        for (index, file, old) in chunked {
+            if let plan = chunkPlan(file, installed: old, job: job) {
+                origins[index] = .rebuild(plan)
+                spans += plan.fetchRanges
+            } else {
+                spans += span(of: file, job: job).map { [$0] } ?? []
+            }
+            signatureSpans += signatureSpan(of: file, job: job).map { [$0] } ?? []
+        }
         installed.removeAll()
+        installedChunks.removeAll()
         // What the earlier trees still hold is not part of the new tree.
         leftovers.remove()
         input.plan(spans)
@@ -203,6 +242,14 @@ final class RangedUpdate {
         }
         planned = (spans + signatureSpans).reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
         return origins.map { if case .fetch = $0 { false } else { true } }
+    }
+
+    /// How `file` is rebuilt from the installed copy of `installed` chunks: nil when its entry
+    /// is not stored or shares no chunk. Reads the entry's local header (planned first).
+    private func chunkPlan(_ file: Manifest.File, installed: ChunkIndex, job: Installer.Job) -> ChunkPlan? {
+        guard let chunks = file.chunks, let entry = job.layout.resource(file.path), entry.method == 0, entry.size == file.size,
+              let data = try? job.reader.storedData(of: entry) else { return nil }
+        return ChunkPlan(chunks: chunks, installed: installed, data: data)
     }
 
     /// The bytes of `file`'s signature entry.
@@ -244,6 +291,16 @@ final class RangedUpdate {
         let staged: Installer.Job.Staged?
         switch origin {
         case .fetch: staged = nil
+        case .rebuild(let plan):
+            let before = chunkCounts
+            if let root, let rebuilt = try job.stageRebuilt(file, plan: plan, from: root.descriptor, input: input, into: staging, checked: checked,
+                                                            counts: &chunkCounts, later: later) {
+                fetched += 1
+                bytesFetched &+= chunkCounts.bytesFetched - before.bytesFetched
+                return rebuilt
+            }
+            chunkCounts = before
+            staged = nil
         case .installed:
             let own = { (fd: FileDescriptor, digest: Digest) in self.installedSignature(fd, digest: digest, checked: checked) }
             if let root, let shared = try job.stageShared(file, from: root.descriptor, into: staging, checked: checked, later: later, ownSignature: own) {

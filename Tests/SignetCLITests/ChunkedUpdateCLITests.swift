@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+import SignetTestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 40, points 1, 2 and 5: large resources carry a chunk index in the signed manifest; an
+/// update over ranges rebuilds them from the chunks the installed copy holds and fetches only
+/// the rest, against a real nginx (one for the suite).
+@Suite("Chunked updates: large files rebuilt from the chunks a device holds", .serialized)
+struct ChunkedUpdateCLITests {
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+
+    static func pack(_ work: Workspace, _ tree: String, sequence: Int, out: String, _ extra: [String] = []) throws {
+        let packed = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
+                                  "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out + ".new"] + extra)
+        guard packed.status == 0 else { throw SupportError("pack failed: \(packed.stderr)") }
+        guard rename(out + ".new", out) == 0 else { throw SupportError("rename failed: \(errno)") }
+    }
+
+    /// Every resource of the package with its compression method and, when it has a chunk index,
+    /// whether each chunk's SHA-256 matches the stored entry's bytes at its offset (Python's
+    /// zipfile and hashlib: read independently of Signet).
+    static func chunkCheck(_ package: String) throws -> [String: (method: Int, chunks: Int, valid: Bool)] {
+        let script = """
+        import base64, hashlib, json, struct, sys, zipfile
+        z = zipfile.ZipFile(sys.argv[1]); raw = open(sys.argv[1], "rb").read()
+        manifest = json.loads(z.read(".signet/manifest.json")); out = {}
+        for f in manifest["files"]:
+            info = z.getinfo(f["path"]); chunks = 0; valid = True
+            if "chunks" in f:
+                scheme, body = f["chunks"].split(":", 1); records = base64.b64decode(body)
+                name_length, extra_length = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+                start = info.header_offset + 30 + name_length + extra_length; offset = 0
+                for i in range(0, len(records), 35):
+                    length = int.from_bytes(records[i:i + 3], "big")
+                    valid = valid and hashlib.sha256(raw[start + offset:start + offset + length]).digest() == records[i + 3:i + 35]
+                    offset += length; chunks += 1
+                valid = valid and offset == f["size"] and scheme == "fastcdc1"
+            out[f["path"]] = [info.compress_type, chunks, valid]
+        print(json.dumps(out))
+        """
+        let result = try run(try which("python3"), ["-c", script, package])
+        guard result.status == 0, let object = try JSONSerialization.jsonObject(with: result.stdout) as? [String: [Any]] else {
+            throw SupportError("python: \(result.stderr)")
+        }
+        return object.mapValues { ($0[0] as? Int ?? -1, $0[1] as? Int ?? -1, $0[2] as? Bool ?? false) }
+    }
+
+    @Test("pack: resources of at least --chunk-threshold bytes are stored with a chunk index every chunk of which hashes right; smaller ones and --chunk-threshold 0 have none")
+    func packed() throws {
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        _ = try tree.writeRandom("big.img", count: 6 << 20)
+        _ = try tree.write("notes.txt", Data(String(repeating: "compressible text\n", count: 400_000).utf8))
+        _ = try tree.writeRandom("small.bin", count: 100_000)
+        let package = work.directory.file("app.zip")
+        try Self.pack(work, tree.path, sequence: 1, out: package)
+        let checked = try Self.chunkCheck(package)
+        #expect(checked["big.img"]?.method == 0 && (checked["big.img"]?.chunks ?? 0) > 20 && checked["big.img"]?.valid == true, "\(checked)")
+        // 7 MiB of text: above the threshold, so stored and chunked rather than deflated.
+        #expect(checked["notes.txt"]?.method == 0 && (checked["notes.txt"]?.chunks ?? 0) > 0 && checked["notes.txt"]?.valid == true, "\(checked)")
+        #expect(checked["small.bin"]?.chunks == 0, "\(checked)")
+        let plain = work.directory.file("plain.zip")
+        try Self.pack(work, tree.path, sequence: 1, out: plain, ["--chunk-threshold", "0"])
+        let unchunked = try Self.chunkCheck(plain)
+        #expect(unchunked.values.allSatisfy { $0.chunks == 0 } && unchunked["notes.txt"]?.method == 8, "\(unchunked)")
+        // The manifest stays what older Signets read: they skip the field (python's json view of
+        // an entry is the same keys plus "chunks").
+        #expect(try CLI.run(["unpack", package, "--dest", work.directory.file("app"), "--pubkey", work.publicDER]).status == 0)
+    }
+
+    @Test("1 MiB inserted into a 24 MiB file: the update fetches about that MiB (≤ 3% + 1 MiB), rebuilds the rest from the installed copy, and the report equals nginx's log; a locally damaged copy is still rebuilt right")
+    func insertion() throws {
+        let server = try Self.shared.get()
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        try FileManager.default.createDirectory(atPath: tree.file("data"), withIntermediateDirectories: true)
+        let original = try tree.writeRandom("data/big.img", count: 24 << 20)
+        _ = try tree.write("version.txt", Data("1\n".utf8))
+        try FileManager.default.createDirectory(atPath: server.www + "/insert", withIntermediateDirectories: true)
+        try Self.pack(work, tree.path, sequence: 1, out: server.www + "/insert/app.zip")
+        let dest = work.directory.file("app")
+        let unpack = ["unpack", server.url("insert/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"]
+        #expect(try CLI.run(unpack).status == 0)
+
+        var bytes = try contents(original)
+        bytes.insert(contentsOf: Data((0..<(1 << 20)).map { _ in UInt8.random(in: 0...255) }), at: 12 << 20)
+        try bytes.write(to: URL(fileURLWithPath: original))
+        _ = try tree.write("version.txt", Data("2\n".utf8))
+        try Self.pack(work, tree.path, sequence: 2, out: server.www + "/insert/app.zip")
+        let offset = server.accessLogSize
+        let update = try CLI.run(unpack)
+        #expect(update.status == 0, "\(update.stderr)")
+        #expect(try contents(dest + "/data/big.img") == bytes)
+        let transfer = try #require(try update.json()["transfer"] as? [String: Any], "\(update.stdoutText)")
+        let downloaded = transfer["bytes_downloaded"] as? Int ?? .max
+        #expect(downloaded <= bytes.count * 3 / 100 + (1 << 20), "\(transfer)")
+        #expect((transfer["chunks_reused"] as? Int ?? 0) > 300 && (transfer["chunk_bytes_fetched"] as? Int ?? .max) <= (1 << 20) + 4 * (256 << 10), "\(transfer)")
+        let logged = try server.answers(of: "insert/app.zip", from: offset)
+        #expect(logged.count == transfer["requests"] as? Int && logged.reduce(0) { $0 + $1.bytes } == downloaded, "\(logged) \(transfer)")
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+
+        // v3 (one more MiB inserted) onto a copy damaged in place at 3 MiB: the chunk there
+        // does not hash right, so it is fetched instead; the result is still exactly v3.
+        bytes.insert(contentsOf: Data((0..<(1 << 20)).map { _ in UInt8.random(in: 0...255) }), at: 20 << 20)
+        try bytes.write(to: URL(fileURLWithPath: original))
+        try Self.pack(work, tree.path, sequence: 3, out: server.www + "/insert/app.zip")
+        let damaged = try FileHandle(forWritingTo: URL(fileURLWithPath: dest + "/data/big.img"))
+        try damaged.seek(toOffset: 3 << 20)
+        try damaged.write(contentsOf: Data(repeating: 0x55, count: 100))
+        try damaged.close()
+        let again = try CLI.run(unpack)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try contents(dest + "/data/big.img") == bytes)
+        let second = try #require(try again.json()["transfer"] as? [String: Any])
+        #expect((second["chunks_fetched"] as? Int ?? 0) >= 2 && (second["bytes_downloaded"] as? Int ?? .max) <= bytes.count * 3 / 100 + (1 << 20), "\(second)")
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+    }
+
+    @Test("a fetched chunk that does not match the signed index (the server's bytes altered) is refused, exit 1, DIR unchanged")
+    func alteredChunk() throws {
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        let original = try tree.writeRandom("big.img", count: 8 << 20)
+        let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
+        try Self.pack(work, tree.path, sequence: 1, out: v1)
+        let dest = work.directory.file("app")
+        #expect(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+        var bytes = try contents(original)
+        bytes.replaceSubrange((4 << 20)..<((4 << 20) + 4096), with: Data(repeating: 7, count: 4096))
+        try bytes.write(to: URL(fileURLWithPath: original))
+        try Self.pack(work, tree.path, sequence: 2, out: v2)
+        // The byte at 4 MiB + 100 of the entry, in a chunk the device lacks, flipped on the server.
+        let python = try run(try which("python3"), ["-c", """
+            import struct, sys, zipfile
+            info = zipfile.ZipFile(sys.argv[1]).getinfo("big.img"); raw = bytearray(open(sys.argv[1], "rb").read())
+            n, e = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+            raw[info.header_offset + 30 + n + e + (4 << 20) + 100] ^= 0xFF
+            open(sys.argv[1], "wb").write(raw)
+            """, v2])
+        try #require(python.status == 0, "\(python.stderr)")
+        let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true)]])
+        try FileManager.default.copyItem(atPath: v2, toPath: server.file("app.zip"))
+        let before = try contents(dest + "/big.img")
+        let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--json"])
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains("does not match the chunk index"), "\(result.stderr)")
+        #expect(try contents(dest + "/big.img") == before)
+        #expect(server.requests.allSatisfy { $0.contains("bytes=") }, "ranges only, never the whole package: \(server.requests)")
+    }
+}
