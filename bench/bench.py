@@ -6,6 +6,7 @@ page cache right before each timing (BENCHMARKING.md: the cache is paged out aft
 reads each child's peak RSS from wait4(), and reports the median time of each side and the
 median of the per-pair ratios Signet/peer, against the targets of issue 6.
 """
+import glob
 import argparse, io, json, os, platform, random, shutil, statistics, subprocess, sys, time
 
 parser = argparse.ArgumentParser()
@@ -248,10 +249,13 @@ def start_nginx():
             && printf 'subjectAltName=DNS:localhost\\n' > leaf.ext \\
             && openssl x509 -req -in leaf.csr -CA root.pem -CAkey root.key -CAcreateserial -out leaf.pem -days 365 -extfile leaf.ext 2>/dev/null \\
             && cp leaf.pem chain.pem""")
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    def free_port():
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        found = probe.getsockname()[1]
+        probe.close()
+        return found
+    port, http_port = free_port(), free_port()
     user = "user root root;" if os.geteuid() == 0 else ""
     with open(f"{d}/nginx.conf", "w") as f:
         f.write(f"""daemon off; {user} pid {d}/nginx.pid; error_log {d}/error.log; worker_processes 1;
@@ -259,6 +263,8 @@ events {{ worker_connections 64; }}
 http {{ access_log off; sendfile on; client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;
   uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;
   server {{ listen 127.0.0.1:{port} ssl; server_name localhost; ssl_certificate {d}/chain.pem; ssl_certificate_key {d}/leaf.key; root {work}/www;
+    location /link100m/ {{ alias {work}/www/; limit_rate 12500k; }} }}
+  server {{ listen 127.0.0.1:{http_port}; server_name localhost; root {work}/www; access_log {d}/http-access.log;
     location /link100m/ {{ alias {work}/www/; limit_rate 12500k; }} }} }}
 """)
     nginx = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else shutil.which("nginx")
@@ -270,7 +276,8 @@ http {{ access_log off; sendfile on; client_body_temp_path {d}/tmp; proxy_temp_p
             break
         except OSError:
             time.sleep(0.05)
-    server.update(port=port, root=f"{d}/root.pem", url=f"https://localhost:{port}")
+    server.update(port=port, root=f"{d}/root.pem", url=f"https://localhost:{port}", http=f"http://127.0.0.1:{http_port}",
+                  http_log=f"{d}/http-access.log")
     return server
 
 
@@ -335,6 +342,86 @@ rows["update-10k-1pct-vs-full-download"] = dict(target=1.0, prepare="delta",
 rows["update-10k-1pct-100mbit-vs-full-download"] = dict(rows["update-10k-1pct-vs-full-download"], target=0.2,
     signet=lambda r: delta_unpack(r, "s", path="link100m/delta-v2.zip"),
     peer=lambda r: delta_unpack(r, "p", "--full-download", path="link100m/delta-v2.zip"))
+
+# ---- large files by their changed chunks, against zsync and casync (issue 40 point 4) ----------
+# A 1 GiB image (x --scale) installed from v1; v2 changes 1% of its 4 KiB blocks at random, v3
+# inserts 1 MiB in the middle of v1. Signet updates the installed tree over ranges; zsync
+# (its .zsync control file beside the image) and casync (a chunk store and .caibx index, the
+# installed image as the seed) rebuild the image from v1. All three over plain HTTP from the same
+# nginx (zsync has no HTTPS); the peers are followed by a sync (Signet's tree is fsynced).
+chunk_size = int(GiB * args.scale)
+
+
+def chunk_url(name, link=""):
+    return f"{start_nginx()['http']}/{link}c40/{name}"
+
+
+def chunk_signet(r, case, link=""):
+    return (f"{S} unpack {chunk_url(case + '.zip', link)} --allow-http --dest {out}/s{r} --pubkey {pub_der} --quiet 2>/dev/null")
+
+
+def chunk_peer(r, case, peer, link=""):
+    c = f"{work}/c40"
+    if peer == "zsync":
+        return f"cd {out} && zsync -q -i {c}/v1.img -o {out}/p{r}.img {chunk_url(case + '.img.zsync', link)} && sync {out}/p{r}.img"
+    return (f"casync extract --store={chunk_url('store.castr', link)} --seed={c}/v1.img {chunk_url(case + '.caibx', link)} "
+            f"{out}/p{r}.img && sync {out}/p{r}.img")
+
+
+def chunk_bytes(command):
+    """Body bytes nginx's plain-HTTP log shows for one run of `command`."""
+    log = start_nginx()["http_log"]
+    before = os.path.getsize(log) if os.path.exists(log) else 0
+    sh(command)
+    time.sleep(0.2)
+    with open(log, "rb") as f:
+        f.seek(before)
+        lines = f.read().decode().splitlines()
+    return sum(int(line.split('"')[2].split()[1]) for line in lines if line.count('"') >= 4), len(lines)
+
+
+def chunk_report(case):
+    """One more update by each of the three, untimed: bytes and requests, against the issue's budget."""
+    def run():
+        c = f"{work}/c40"
+        results = {}
+        target = f"{work}/c40/check"
+        shutil.rmtree(target, ignore_errors=True)
+        sh(f"cp -a {c}/v1-tree {target}")
+        results["signet"] = chunk_bytes(f"{S} unpack {chunk_url(case + '.zip')} --allow-http --dest {target} --pubkey {pub_der} --quiet 2>/dev/null")
+        shutil.rmtree(target, ignore_errors=True)
+        os.makedirs(out, exist_ok=True)
+        for peer in ["zsync", "casync"]:
+            results[peer] = chunk_bytes(chunk_peer("-report", case, peer))
+            for leftover in glob.glob(f"{out}/p-report.img*"):
+                os.remove(leftover)
+        budget = chunk_size * (2 if case == "v2" else 3) // 100 + (1 << 20)
+        best = min(results["zsync"][0], results["casync"][0])
+        return dict(signet_bytes=results["signet"][0], signet_requests=results["signet"][1], zsync_bytes=results["zsync"][0],
+                    casync_bytes=results["casync"][0], casync_requests=results["casync"][1], image_bytes=chunk_size,
+                    bytes_budget=budget, within_budget=results["signet"][0] <= budget, at_most_peers=results["signet"][0] <= best)
+    return run
+
+
+for case, label in [("v2", "1pct"), ("v3", "insert1m")]:
+    for peer in ["zsync", "casync"]:
+        rows[f"update-1g-{label}-chunks-vs-{peer}"] = dict(target=1.0, prepare="chunks",
+            setup=lambda r: f"cp -a {work}/c40/v1-tree {out}/s{r}",
+            signet=lambda r, case=case: chunk_signet(r, case), peer=lambda r, case=case, peer=peer: chunk_peer(r, case, peer),
+            report=chunk_report(case))
+        rows[f"update-1g-{label}-chunks-100mbit-vs-{peer}"] = dict(target=1.0, prepare="chunks",
+            setup=lambda r: f"cp -a {work}/c40/v1-tree {out}/s{r}",
+            signet=lambda r, case=case: chunk_signet(r, case, "link100m/"), peer=lambda r, case=case, peer=peer: chunk_peer(r, case, peer, "link100m/"))
+    # The full download over the same link: Signet's update should take at most a tenth of it.
+    rows[f"update-1g-{label}-chunks-100mbit-vs-full-download"] = dict(target=0.1, prepare="chunks",
+        setup=lambda r: f"cp -a {work}/c40/v1-tree {out}/s{r} && cp -a {work}/c40/v1-tree {out}/p{r}",
+        signet=lambda r, case=case: chunk_signet(r, case, "link100m/"),
+        peer=lambda r, case=case: f"{S} unpack {chunk_url(case + '.zip', 'link100m/')} --allow-http --full-download --dest {out}/p{r} --pubkey {pub_der} --quiet 2>/dev/null")
+
+# pack's chunking cost: a 1 GiB stored resource with its chunk index against the same without.
+rows["pack-1g-stored-chunked-vs-unchunked"] = dict(target=1.3, inputs=[f"{work}/random.bin"],
+    signet=lambda r: f"{S} pack {work}/random.bin {K} --name p --version 1 --store --out {out}/s{r}.zip",
+    peer=lambda r: f"{S} pack {work}/random.bin {K} --name p --version 1 --store --chunk-threshold 0 --out {out}/p{r}.zip")
 
 # ---- an up-to-date poll: a TUF repository against a channel index (issue 37 point 3) ------------
 # Both devices already run the channel's release. The TUF poll asks for the next root version
@@ -638,6 +725,41 @@ def prepare(kind):
         sh(poll_update("tuf"))
         sh(poll_update("index"))
         return []
+    if kind == "chunks":
+        start_nginx()
+        c = f"{work}/c40"
+        site = f"{work}/www/c40"
+        tag = f"{c}/made-for-{chunk_size}"
+        if not os.path.exists(tag):
+            shutil.rmtree(c, ignore_errors=True)
+            shutil.rmtree(site, ignore_errors=True)
+            os.makedirs(f"{c}/src")
+            os.makedirs(site)
+            import random
+            rng = random.Random(40)
+            make_random(f"{c}/v1.img", chunk_size)
+            with open(f"{c}/v1.img", "rb") as f:
+                image = bytearray(f.read())
+            v2 = bytearray(image)
+            blocks = len(v2) // 4096
+            for b in rng.sample(range(blocks), blocks // 100):
+                v2[b * 4096:(b + 1) * 4096] = os.urandom(4096)
+            middle = len(image) // 2
+            v3 = image[:middle] + os.urandom(1 << 20) + image[middle:]
+            for name, data in [("v1", image), ("v2", v2), ("v3", v3)]:
+                with open(f"{c}/{name}.img", "wb") as f:
+                    f.write(data)
+                os.makedirs(f"{c}/src-{name}")
+                os.link(f"{c}/{name}.img", f"{c}/src-{name}/image.img")
+                sh(f"{S} pack {c}/src-{name} {K} --name image --version 1 --sequence {name[1]} --out {site}/{name}.zip > /dev/null")
+                if name != "v1":
+                    os.link(f"{c}/{name}.img", f"{site}/{name}.img")
+                    sh(f"cd {site} && zsyncmake -u {name}.img -o {name}.img.zsync {name}.img > /dev/null 2>&1")
+                    sh(f"casync make --store={site}/store.castr {site}/{name}.caibx {c}/{name}.img > /dev/null")
+            del image, v2, v3
+            sh(f"{S} unpack {site}/v1.zip --dest {c}/v1-tree --pubkey {pub_der} > /dev/null")
+            open(tag, "w").close()
+        return [f"{c}/v1.img"]
     if kind == "download-1g":
         start_nginx()
         if not os.path.exists(f"{work}/www/random.bin"):
@@ -648,7 +770,11 @@ def prepare(kind):
 
 selected = [name for name in rows if not args.only or name in args.only]
 # Rows with inputs of their own (a package on nginx).
-own_inputs = {"update-uptodate-tuf-vs-index", "update-2k-1file-shared-vs-rewrite", "update-10k-1pct-shared-vs-rewrite", "update-10k-1pct-vs-full-download", "update-10k-1pct-100mbit-vs-full-download", "unpack-https-256m-vs-curl+unpack",
+own_inputs = {"update-1g-1pct-chunks-vs-zsync", "update-1g-1pct-chunks-vs-casync", "update-1g-insert1m-chunks-vs-zsync",
+              "update-1g-insert1m-chunks-vs-casync", "update-1g-1pct-chunks-100mbit-vs-zsync", "update-1g-1pct-chunks-100mbit-vs-casync",
+              "update-1g-insert1m-chunks-100mbit-vs-zsync", "update-1g-insert1m-chunks-100mbit-vs-casync",
+              "update-1g-1pct-chunks-100mbit-vs-full-download", "update-1g-insert1m-chunks-100mbit-vs-full-download",
+              "update-uptodate-tuf-vs-index", "update-2k-1file-shared-vs-rewrite", "update-10k-1pct-shared-vs-rewrite", "update-10k-1pct-vs-full-download", "update-10k-1pct-100mbit-vs-full-download", "unpack-https-256m-vs-curl+unpack",
               "unpack-https-256m-vs-curl"}
 if any(name not in own_inputs for name in selected):
     common_data()

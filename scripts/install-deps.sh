@@ -23,7 +23,8 @@ done
 # The peers bench/run.sh compares Signet with (issue 28): minisign, and rauc (which builds its
 # bundles with mksquashfs).
 # /usr/bin/time measures each side's peak RSS (bench/bench.py).
-for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools; do
+# zsync and casync, the peers of issue 40's chunked updates.
+for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools zsync:zsync zsyncmake:zsync casync:casync; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ -x /usr/bin/time ] || need+=(time)

@@ -119,6 +119,35 @@ struct ChunkedUpdateCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
+    @Test("1% of a 16 MiB file's 4 KiB blocks changed in place: only those blocks are fetched (by their block hashes), the rest of each chunk read from the installed copy")
+    func blocksInPlace() throws {
+        let server = try Self.shared.get()
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        let original = try tree.writeRandom("image.img", count: 16 << 20)
+        try FileManager.default.createDirectory(atPath: server.www + "/blocks", withIntermediateDirectories: true)
+        try Self.pack(work, tree.path, sequence: 1, out: server.www + "/blocks/app.zip")
+        let dest = work.directory.file("app")
+        let unpack = ["unpack", server.url("blocks/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"]
+        #expect(try CLI.run(unpack).status == 0)
+        var bytes = try contents(original)
+        var generator = SystemRandomNumberGenerator()
+        let changed = Array((0..<(bytes.count / 4096)).shuffled(using: &generator).prefix(bytes.count / 4096 / 100))
+        for block in changed {
+            bytes.replaceSubrange((block * 4096)..<((block + 1) * 4096), with: Data((0..<4096).map { _ in UInt8.random(in: 0...255) }))
+        }
+        try bytes.write(to: URL(fileURLWithPath: original))
+        try Self.pack(work, tree.path, sequence: 2, out: server.www + "/blocks/app.zip")
+        let update = try CLI.run(unpack)
+        #expect(update.status == 0, "\(update.stderr)")
+        #expect(try contents(dest + "/image.img") == bytes)
+        let transfer = try #require(try update.json()["transfer"] as? [String: Any], "\(update.stdoutText)")
+        // The changed blocks (1%), their part headers and the manifest with both indexes: within 2% + 1 MiB.
+        #expect((transfer["chunk_bytes_fetched"] as? Int ?? .max) == changed.count * 4096, "\(transfer)")
+        #expect((transfer["bytes_downloaded"] as? Int ?? .max) <= bytes.count / 50 + (1 << 20), "\(transfer)")
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+    }
+
     @Test("a fetched chunk that does not match the signed index (the server's bytes altered) is refused, exit 1, DIR unchanged")
     func alteredChunk() throws {
         let work = try Workspace()

@@ -57,7 +57,22 @@ struct ChunkIndexTests {
     func parsing() throws {
         let bytes = Self.random(1 << 20)
         let index = try Self.chunk(bytes, step: 1 << 16)
-        #expect(try ChunkIndex(parsing: index.encoded, size: UInt64(bytes.count)) == index)
+        var parsed = try ChunkIndex(parsing: index.encoded, size: UInt64(bytes.count))
+        try parsed.parseBlocks(index.encodedBlocks, size: UInt64(bytes.count))
+        #expect(parsed == index && parsed.blockCount == 256)
+        // One 4-byte hash per 4 KiB block: a block's hash is its SHA-256's first bytes.
+        #expect(Array(index.block(3)) == Array(try Digest.compute(Array(bytes[12288..<16384]), algorithm: .sha256).bytes.prefix(4)))
+        for (text, size, words) in [("md5-4096:" + index.encodedBlocks.dropFirst(ChunkIndex.blockScheme.count), UInt64(bytes.count), "unknown scheme"),
+                                    (index.encodedBlocks, UInt64(bytes.count) + 4096, "not one per"),
+                                    (String(index.encodedBlocks.dropLast(8)), UInt64(bytes.count), "not one per")] {
+            var copy = parsed
+            do {
+                try copy.parseBlocks(String(text), size: size)
+                Issue.record("blocks accepted: \(words)")
+            } catch let refusal as ChunkIndex.Refused {
+                #expect(refusal.reason.contains(words), "\(words): \(refusal.reason)")
+            }
+        }
         let body = String(index.encoded.dropFirst(ChunkIndex.scheme.count))
         var record = [UInt8](repeating: 0, count: ChunkIndex.recordSize)
         func encoded(_ lengths: [Int]) -> String {

@@ -13,10 +13,18 @@ internal import SystemPackage
 struct ChunkPlan {
     /// The new file's chunks.
     let chunks: ChunkIndex
-    /// For each new chunk, its offset in the installed file (nil: fetched).
-    let sources: [UInt64?]
     /// Where the entry's bytes are in the package (checked against its local header).
     let data: Range<UInt64>
+    /// Per new chunk, where its bytes come from, in order.
+    let pieces: [[Piece]]
+
+    /// Bytes of the new file at `offset`: from the installed file at `installed`, or fetched.
+    struct Piece {
+        let offset: UInt64
+        let length: UInt64
+        /// Offset in the installed file; nil: fetched from the package.
+        let installed: UInt64?
+    }
 
     /// A chunk's SHA-256, as the lookup key of the installed file's chunks (its first 16 bytes;
     /// every chunk read is hashed whole before it is used).
@@ -28,32 +36,61 @@ struct ChunkPlan {
         }
     }
 
-    /// The plan for `chunks` against an installed file of `installed` chunks; nil when the
-    /// installed file shares none of them (then the entry is fetched whole, as before).
-    init?(chunks: ChunkIndex, installed: ChunkIndex, data: Range<UInt64>) {
+    /// The plan for a file of `chunks` (and its blocks) against an installed copy of
+    /// `installedSize` bytes and `installed` chunks and blocks: a chunk the installed copy holds
+    /// anywhere is read from there; of any other chunk, each 4 KiB block whose hash equals the
+    /// installed copy's block at the same offset (a change in place) is read from there, and
+    /// the rest is fetched. Nil when nothing would come from the installed copy.
+    init?(chunks: ChunkIndex, installed: ChunkIndex, installedSize: UInt64, data: Range<UInt64>) {
         var held: [Key: UInt64] = [:]
         held.reserveCapacity(installed.count)
-        for (index, span) in installed.spans.enumerated() { held[Key(installed.hash(index))] = held[Key(installed.hash(index))] ?? span.offset }
-        let sources = (0..<chunks.count).map { held[Key(chunks.hash($0))] }
-        guard sources.contains(where: { $0 != nil }) else { return nil }
+        for (index, span) in installed.spans.enumerated() where held[Key(installed.hash(index))] == nil {
+            held[Key(installed.hash(index))] = span.offset
+        }
+        let size = UInt64(data.count), block = UInt64(ChunkIndex.blockSize)
+        var reused = false
+        var pieces: [[Piece]] = []
+        pieces.reserveCapacity(chunks.count)
+        for (index, span) in chunks.spans.enumerated() {
+            if let old = held[Key(chunks.hash(index))] {
+                pieces.append([Piece(offset: span.offset, length: span.length, installed: old)])
+                reused = true
+                continue
+            }
+            var list: [Piece] = []
+            var position = span.offset
+            let end = span.offset + span.length
+            while position < end {
+                let number = position / block
+                let blockEnd = min((number + 1) * block, size)
+                let partEnd = min(end, blockEnd)
+                let same = Int(number) < installed.blockCount && Int(number) < chunks.blockCount
+                    && min((number + 1) * block, installedSize) == blockEnd && chunks.block(Int(number)) == installed.block(Int(number))
+                let source: UInt64? = same ? position : nil
+                if let last = list.last, (last.installed == nil) == (source == nil), last.offset + last.length == position {
+                    list[list.count - 1] = Piece(offset: last.offset, length: last.length + partEnd - position, installed: last.installed)
+                } else {
+                    list.append(Piece(offset: position, length: partEnd - position, installed: source))
+                }
+                reused = reused || same
+                position = partEnd
+            }
+            pieces.append(list)
+        }
+        guard reused else { return nil }
         self.chunks = chunks
-        self.sources = sources
         self.data = data
+        self.pieces = pieces
     }
 
-    /// The package's byte ranges of the chunks to fetch (neighbours merged).
+    /// The package's byte ranges of the pieces to fetch (neighbours merged).
     var fetchRanges: [Range<Int64>] {
         var ranges: [Range<Int64>] = []
-        for (index, span) in chunks.spans.enumerated() where sources[index] == nil {
-            let start = Int64(data.lowerBound + span.offset), end = start + Int64(span.length)
+        for piece in pieces.joined() where piece.installed == nil {
+            let start = Int64(data.lowerBound + piece.offset), end = start + Int64(piece.length)
             if let last = ranges.last, last.upperBound == start { ranges[ranges.count - 1] = last.lowerBound..<end } else { ranges.append(start..<end) }
         }
         return ranges
-    }
-
-    /// Bytes to fetch.
-    var fetchBytes: UInt64 {
-        chunks.spans.enumerated().reduce(0) { $0 + (sources[$1.offset] == nil ? $1.element.length : 0) }
     }
 }
 
@@ -85,35 +122,44 @@ extension Installer.Job {
         let chunkHasher = try Digest.Hasher(.sha256)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ContentChunker.maximum, alignment: 64)
         defer { buffer.deallocate() }
-        /// Reads `length` bytes at `offset` of `source` into the buffer; whether they are the chunk.
-        func read(_ index: Int, length: Int, at offset: UInt64, from source: (UInt64, UnsafeMutableRawBufferPointer) throws -> Int) throws -> Bool {
-            let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
-            guard try source(offset, chunk) == length else { return false }
-            try chunkHasher.restart()
-            chunkHasher.update(UnsafeRawBufferPointer(chunk))
-            return try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(index))
-        }
         for (index, span) in plan.chunks.spans.enumerated() {
             let length = Int(span.length)
-            var fromInstalled = false
-            if let old = plan.sources[index] {
-                fromInstalled = (try? read(index, length: length, at: old) { try installed.read(fullyAt: Int64($0), into: $1) }) ?? false
+            let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
+            /// Whether the chunk's bytes in the buffer are the chunk.
+            func matches() throws -> Bool {
+                try chunkHasher.restart()
+                chunkHasher.update(UnsafeRawBufferPointer(chunk))
+                return try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(index))
             }
-            if fromInstalled {
-                counts.reused += 1
-                counts.bytesReused += span.length
-            } else {
-                let at = plan.data.lowerBound + span.offset
-                guard try read(index, length: length, at: at, from: { try input.read(fullyAt: Int64($0), into: $1) }) else {
+            var reused: UInt64 = 0, fetched: UInt64 = 0, complete = true
+            for piece in plan.pieces[index] {
+                let into = UnsafeMutableRawBufferPointer(rebasing: chunk[Int(piece.offset - span.offset)..<Int(piece.offset - span.offset + piece.length)])
+                if let old = piece.installed {
+                    complete = complete && (try? installed.read(fullyAt: Int64(old), into: into)) == into.count
+                    reused += piece.length
+                } else {
+                    let read = try input.read(fullyAt: Int64(plan.data.lowerBound + piece.offset), into: into)
+                    complete = complete && read == into.count
+                    fetched += piece.length
+                }
+            }
+            let whole = try complete && matches()
+            if !whole {
+                // A piece of the installed copy that is not what its index says (a local change,
+                // or a block hash that matched by chance): the whole chunk from the package.
+                let again = reused > 0 ? try input.read(fullyAt: Int64(plan.data.lowerBound + span.offset), into: chunk) : 0
+                guard again == length, try matches() else {
                     throw Installer.error(for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
                                           package: package, entry: file.path)
                 }
-                counts.fetched += 1
-                counts.bytesFetched += span.length
+                (reused, fetched) = (0, span.length)
             }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<length])
-            hashers.forEach { $0.update(chunk) }
-            try writer.write(chunk)
+            if fetched == 0 { counts.reused += 1 } else { counts.fetched += 1 }
+            counts.bytesReused += reused
+            counts.bytesFetched += fetched
+            let bytes = UnsafeRawBufferPointer(chunk)
+            hashers.forEach { $0.update(bytes) }
+            try writer.write(bytes)
         }
         let digests = try hashers.map { try $0.finalize() }
         guard file.content.matches(digests[0]) else {

@@ -116,7 +116,7 @@ final class RangedUpdate {
     let destination: String
     private var installed: [String: (size: UInt64, sha256: String)] = [:]
     /// The installed files' chunk indexes, by path (from DIR's verified manifest).
-    private var installedChunks: [String: ChunkIndex] = [:]
+    private var installedChunks: [String: (chunks: ChunkIndex, size: UInt64)] = [:]
     /// What rebuilding changed large resources from their chunks did.
     private var chunkCounts = ChunkCounts()
     /// The installed tree (nil: none, or it cannot be opened).
@@ -188,14 +188,14 @@ final class RangedUpdate {
             installed.reserveCapacity(manifest.files.count)
             for file in manifest.files {
                 installed[file.path] = (file.size, file.sha256)
-                if let chunks = file.chunks { installedChunks[file.path] = chunks }
+                if let chunks = file.chunks { installedChunks[file.path] = (chunks, file.size) }
             }
             if let opened = try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) { root = SharedDescriptor(opened) }
         }
         origins = [Origin](repeating: .fetch, count: resources.count)
         var spans: [Range<Int64>] = [], signatureSpans: [Range<Int64>] = []
         /// Changed files with a chunk index the installed copy also has: perhaps rebuilt.
-        var chunked: [(index: Int, file: Manifest.File, installed: ChunkIndex)] = []
+        var chunked: [(index: Int, file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64))] = []
         for (index, file) in resources.enumerated() {
             let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]
             let unchanged = old.map { $0.size == file.size && $0.sha256 == file.sha256 } ?? false
@@ -246,10 +246,10 @@ final class RangedUpdate {
 
     /// How `file` is rebuilt from the installed copy of `installed` chunks: nil when its entry
     /// is not stored or shares no chunk. Reads the entry's local header (planned first).
-    private func chunkPlan(_ file: Manifest.File, installed: ChunkIndex, job: Installer.Job) -> ChunkPlan? {
+    private func chunkPlan(_ file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64), job: Installer.Job) -> ChunkPlan? {
         guard let chunks = file.chunks, let entry = job.layout.resource(file.path), entry.method == 0, entry.size == file.size,
               let data = try? job.reader.storedData(of: entry) else { return nil }
-        return ChunkPlan(chunks: chunks, installed: installed, data: data)
+        return ChunkPlan(chunks: chunks, installed: installed.chunks, installedSize: installed.size, data: data)
     }
 
     /// The bytes of `file`'s signature entry.

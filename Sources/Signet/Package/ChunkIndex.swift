@@ -19,6 +19,42 @@ struct ChunkIndex: Sendable, Equatable {
     private(set) var lengths: [UInt32] = []
     /// The chunks' SHA-256s, 32 bytes each, in order.
     private(set) var hashes: [UInt8] = []
+    /// The file's fixed blocks (``blockSize`` bytes, the last perhaps shorter): the first
+    /// ``blockHashSize`` bytes of each one's SHA-256, in order (the manifest's `"blocks"`).
+    private(set) var blocks: [UInt8] = []
+
+    /// Bytes of a fixed block.
+    static let blockSize = 4096
+    /// Bytes of a block's hash kept: enough to tell a changed block from the one at the same
+    /// offset (a false match, 1 in 2^32, is caught by the chunk's whole SHA-256 and fetched).
+    static let blockHashSize = 4
+    /// The prefix naming the block hashes.
+    static let blockScheme = "sha256t4-4096:"
+
+    var blockCount: Int { blocks.count / Self.blockHashSize }
+
+    /// Block `index`'s hash.
+    func block(_ index: Int) -> ArraySlice<UInt8> { blocks[(index * Self.blockHashSize)..<((index + 1) * Self.blockHashSize)] }
+
+    mutating func appendBlock(_ sha256: Digest) {
+        blocks.append(contentsOf: sha256.bytes.prefix(Self.blockHashSize))
+    }
+
+    /// The manifest's `"blocks"` string.
+    var encodedBlocks: String { Self.blockScheme + Data(blocks).base64EncodedString() }
+
+    /// Adds a manifest's `"blocks"` string for a file of `size` bytes: exactly one hash per block.
+    mutating func parseBlocks(_ text: String, size: UInt64) throws {
+        let count = Int((size + UInt64(Self.blockSize) - 1) / UInt64(Self.blockSize))
+        guard text.hasPrefix(Self.blockScheme) else {
+            throw Refused(reason: "block hashes of an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.blockScheme.dropLast()))")
+        }
+        guard text.utf8.count - Self.blockScheme.utf8.count == (count * Self.blockHashSize + 2) / 3 * 4,
+              let binary = Data(base64Encoded: String(text.dropFirst(Self.blockScheme.count))), binary.count == count * Self.blockHashSize else {
+            throw Refused(reason: "block hashes that are not one per \(Self.blockSize)-byte block of base64")
+        }
+        blocks = Array(binary)
+    }
 
     var count: Int { lengths.count }
 

@@ -30,13 +30,36 @@ final class ContentChunker {
     private var fingerprint: UInt64 = 0
     private var length = 0
     private(set) var index = ChunkIndex()
+    /// The fixed 4 KiB blocks' hashes (``ChunkIndex/blockSize``), beside the chunks.
+    private let blockHasher: Digest.Hasher
+    private var blockFill = 0
 
     init() throws {
         hasher = try Digest.Hasher(.sha256)
+        blockHasher = try Digest.Hasher(.sha256)
+    }
+
+    /// Hashes the bytes into their 4 KiB blocks.
+    private func updateBlocks(_ bytes: UnsafeRawBufferPointer) throws {
+        var position = 0
+        while position < bytes.count {
+            let take = min(ChunkIndex.blockSize - blockFill, bytes.count - position)
+            blockHasher.update(UnsafeRawBufferPointer(rebasing: bytes[position..<(position + take)]))
+            blockFill += take
+            position += take
+            if blockFill == ChunkIndex.blockSize { try endBlock() }
+        }
+    }
+
+    private func endBlock() throws {
+        index.appendBlock(try blockHasher.finalize())
+        try blockHasher.restart()
+        blockFill = 0
     }
 
     /// The next bytes of the stream.
     func update(_ bytes: UnsafeRawBufferPointer) throws {
+        try updateBlocks(bytes)
         let count = bytes.count
         var start = 0
         var position = 0
@@ -77,6 +100,7 @@ final class ContentChunker {
     /// Ends the stream: the last chunk, and the index.
     func finish() throws -> ChunkIndex {
         if length > 0 { try cut() }
+        if blockFill > 0 { try endBlock() }
         return index
     }
 

@@ -179,6 +179,7 @@ public struct Manifest: Sendable, Equatable {
                 writer.indent(2)
                 writer.raw("{\n")
                 if let chunks = file.chunks {
+                    writer.field("blocks", indent: 3) { $0.string(chunks.encodedBlocks) }
                     writer.field("chunks", indent: 3) { $0.string(chunks.encoded) }
                 }
                 writer.field("mode", indent: 3) { $0.string(file.mode.rawValue) }

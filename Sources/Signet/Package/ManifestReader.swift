@@ -35,6 +35,7 @@ struct ManifestReader: StrictJSON.Handler {
         var mode: StrictJSON.Scalar?
         var structured: StrictJSON.Scalar?
         var chunks: StrictJSON.Scalar?
+        var blocks: StrictJSON.Scalar?
     }
 
     private func wrongType(_ what: String) -> Failure { Failure(reason: "the field \"\(what)\" has the wrong type") }
@@ -104,6 +105,7 @@ struct ManifestReader: StrictJSON.Handler {
             case "mode": entry.mode = value
             case "structured": entry.structured = value
             case "chunks": entry.chunks = value
+            case "blocks": entry.blocks = value
             default: break
             }
         default: throw Failure(reason: "it is not a JSON object")
@@ -176,12 +178,18 @@ struct ManifestReader: StrictJSON.Handler {
         }
         var file = Manifest.File(path: path, size: size, content: content, mode: mode, structured: structured)
         if let value = entry.chunks {
-            guard let text = text(value) else {
+            guard let chunkText = text(value) else {
                 fileFailure = absentOrWrong("chunks", value)
                 return
             }
+            guard let blockText = entry.blocks.flatMap({ text($0) }) else {
+                fileFailure = absentOrWrong("blocks", entry.blocks)
+                return
+            }
             do {
-                file.chunks = try ChunkIndex(parsing: text, size: size)
+                var chunks = try ChunkIndex(parsing: chunkText, size: size)
+                try chunks.parseBlocks(blockText, size: size)
+                file.chunks = chunks
             } catch let refusal as ChunkIndex.Refused {
                 fileFailure = Failure(reason: "file \"\(path)\" has \(refusal.reason)")
                 return
@@ -189,6 +197,9 @@ struct ManifestReader: StrictJSON.Handler {
                 fileFailure = Failure(reason: "file \"\(path)\" has a chunk index that cannot be read")
                 return
             }
+        } else if entry.blocks != nil {
+            fileFailure = Failure(reason: "file \"\(path)\" has block hashes without a chunk index")
+            return
         }
         files.append(file)
     }

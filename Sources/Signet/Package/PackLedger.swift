@@ -183,13 +183,14 @@ final class ResourceSource: ZipEntrySource {
     private final class Reading {
         let file: InputFile
         let hashers: [Digest.Hasher]
-        let chunker: ContentChunker?
+        /// Chunks on the second core (``PipelinedHasher``) while this thread hashes the file.
+        let chunking: (pipeline: PipelinedHasher, chunker: ContentChunker)?
         var count: UInt64 = 0
 
-        init(file: InputFile, hashers: [Digest.Hasher], chunker: ContentChunker?) {
+        init(file: InputFile, hashers: [Digest.Hasher], chunker: ContentChunker?) throws {
             self.file = file
             self.hashers = hashers
-            self.chunker = chunker
+            chunking = try chunker.map { (try PipelinedHasher([], chunker: $0), $0) }
         }
     }
 
@@ -207,7 +208,7 @@ final class ResourceSource: ZipEntrySource {
         let file = try InputFile.open(input.diskPath, what: "resource", followSymlinks: true)
         guard UInt64(file.size) == input.size else { throw changed() }
         let chunked = ledger.chunkThreshold.map { input.size >= $0 } ?? false
-        reading = Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil)
+        reading = try Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil)
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -217,7 +218,10 @@ final class ResourceSource: ZipEntrySource {
         guard reading.count <= input.size else { throw changed() }
         if n == 0 {
             guard reading.count == input.size else { throw changed() }
-            if let chunker = reading.chunker { ledger.record(try chunker.finish(), at: index) }
+            if let chunking = reading.chunking {
+                _ = try chunking.pipeline.finalize()
+                ledger.record(try chunking.chunker.finish(), at: index)
+            }
             ledger.record(try reading.hashers.map { try $0.finalize() }, at: index)
             ledger.progress?.add(items: 1)
             self.reading = nil   // close the file and free the digest contexts now
@@ -226,7 +230,7 @@ final class ResourceSource: ZipEntrySource {
         ledger.progress?.add(bytes: n)
         let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
         for hasher in reading.hashers { hasher.update(chunk) }
-        try reading.chunker?.update(chunk)
+        reading.chunking?.pipeline.update(chunk)
         return n
     }
 

@@ -29,7 +29,14 @@ final class PipelinedHasher {
     /// The digests' state: used by the queued blocks, so it outlives a hasher dropped mid-way.
     private final class Hashers: @unchecked Sendable {
         let all: [Digest.Hasher]
-        init(_ all: [Digest.Hasher]) { self.all = all }
+        /// Cuts and hashes chunks on the second core too (pack, for a large resource).
+        let chunker: ContentChunker?
+        /// The chunker's failure (its digests could not finish), reported by ``finalize()``.
+        var failure: (any Error)?
+        init(_ all: [Digest.Hasher], chunker: ContentChunker? = nil) {
+            self.all = all
+            self.chunker = chunker
+        }
     }
 
     /// A full buffer on its way to the second core, which alone touches it until it is idle again.
@@ -37,8 +44,8 @@ final class PipelinedHasher {
         let buffer: UnsafeMutableRawBufferPointer
     }
 
-    init(_ algorithms: [DigestAlgorithm]) throws {
-        hashers = Hashers(try algorithms.map { try Digest.Hasher($0) })
+    init(_ algorithms: [DigestAlgorithm], chunker: ContentChunker? = nil) throws {
+        hashers = Hashers(try algorithms.map { try Digest.Hasher($0) }, chunker: chunker)
         pool = BufferPool(count: Self.bufferCount, size: Self.bufferSize)
     }
 
@@ -66,6 +73,7 @@ final class PipelinedHasher {
     func finalize() throws -> [Digest] {
         handOver()
         queue.sync {}
+        if let failure = hashers.failure { throw failure }
         return try hashers.all.map { try $0.finalize() }
     }
 
@@ -78,6 +86,9 @@ final class PipelinedHasher {
         queue.async { [pool, hashers] in
             let bytes = UnsafeRawBufferPointer(rebasing: handed.buffer[0..<count])
             for hasher in hashers.all { hasher.update(bytes) }
+            if let chunker = hashers.chunker, hashers.failure == nil {
+                do { try chunker.update(bytes) } catch { hashers.failure = error }
+            }
             pool.give(handed.buffer)
         }
     }
