@@ -48,6 +48,16 @@ struct ChunkPlan {
             held[Key(installed.hash(index))] = span.offset
         }
         let size = UInt64(data.count), block = UInt64(ChunkIndex.blockSize)
+        // The installed copy's whole blocks by hash, for content shifted by a multiple of 4 KiB
+        // (a block not at the same offset); 4-byte keys, so a match is only a candidate, which
+        // the chunk's full SHA-256 confirms.
+        var blocksHeld: [UInt32: UInt64] = [:]
+        let wholeBlocks = Int(installedSize / block)
+        blocksHeld.reserveCapacity(min(wholeBlocks, installed.blockCount))
+        for number in 0..<min(wholeBlocks, installed.blockCount) {
+            let key = installed.block(number).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            if blocksHeld[key] == nil { blocksHeld[key] = UInt64(number) * block }
+        }
         var reused = false
         var pieces: [[Piece]] = []
         pieces.reserveCapacity(chunks.count)
@@ -66,13 +76,18 @@ struct ChunkPlan {
                 let partEnd = min(end, blockEnd)
                 let same = Int(number) < installed.blockCount && Int(number) < chunks.blockCount
                     && min((number + 1) * block, installedSize) == blockEnd && chunks.block(Int(number)) == installed.block(Int(number))
-                let source: UInt64? = same ? position : nil
-                if let last = list.last, (last.installed == nil) == (source == nil), last.offset + last.length == position {
+                var source: UInt64? = same ? position : nil
+                if source == nil, blockEnd - number * block == block, Int(number) < chunks.blockCount,
+                   let shifted = blocksHeld[chunks.block(Int(number)).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }] {
+                    source = shifted + (position - number * block)
+                }
+                if let last = list.last, last.offset + last.length == position,
+                   last.installed.map({ old in source == old + (position - last.offset) }) ?? (source == nil) {
                     list[list.count - 1] = Piece(offset: last.offset, length: last.length + partEnd - position, installed: last.installed)
                 } else {
                     list.append(Piece(offset: position, length: partEnd - position, installed: source))
                 }
-                reused = reused || same
+                reused = reused || source != nil
                 position = partEnd
             }
             pieces.append(list)
