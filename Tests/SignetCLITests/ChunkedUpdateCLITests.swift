@@ -148,6 +148,37 @@ struct ChunkedUpdateCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
+    @Test("a chunked update whose package is replaced on the server: once, it is read again and installs; twice, package-changed (exit 5), DIR unchanged")
+    func replacedMidway() throws {
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        let original = try tree.writeRandom("big.img", count: 8 << 20)
+        let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
+        try Self.pack(work, tree.path, sequence: 1, out: v1)
+        var bytes = try contents(original)
+        bytes.replaceSubrange((5 << 20)..<((5 << 20) + 10_000), with: Data(repeating: 9, count: 10_000))
+        try bytes.write(to: URL(fileURLWithPath: original))
+        try Self.pack(work, tree.path, sequence: 2, out: v2)
+        let one = ["ETag": "\"v1\""], two = ["ETag": "\"v2\""]
+        for (name, answers, status) in [
+            ("once", [ScriptedServer.Answer(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true)], Int32(0)),
+            ("twice", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true), .init(headers: one)], 5),
+        ] {
+            let dest = work.directory.file("app-" + name)
+            #expect(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+            let before = try contents(dest + "/big.img")
+            let server = try ScriptedServer(script: ["app.zip": answers])
+            try FileManager.default.copyItem(atPath: v2, toPath: server.file("app.zip"))
+            let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"])
+            #expect(result.status == status, "\(name): \(result.stderr) \(server.requests)")
+            #expect(try contents(dest + "/big.img") == (status == 0 ? bytes : before), "\(name)")
+            if status == 0 {
+                let transfer = try #require(try result.json()["transfer"] as? [String: Any])
+                #expect((transfer["chunks_reused"] as? Int ?? 0) > 0, "\(name): \(transfer)")
+            }
+        }
+    }
+
     @Test("a fetched chunk that does not match the signed index (the server's bytes altered) is refused, exit 1, DIR unchanged")
     func alteredChunk() throws {
         let work = try Workspace()
