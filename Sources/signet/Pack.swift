@@ -68,7 +68,7 @@ struct Pack: ParsableCommand {
     @Option(name: .customLong("compression-level"), parsing: .unconditional, help: "Deflate level, 1 (fast) to 9 (small).")
     var compressionLevel: Int = 6
 
-    @Option(name: .customLong("chunk-threshold"), parsing: .unconditional, help: ArgumentHelp("Resources of at least this many bytes are stored (not deflated) with a chunk index in the manifest, so that devices updating them fetch only the chunks they lack; 0: none (default 4194304, 4 MiB).", valueName: "bytes"))
+    @Option(name: .customLong("chunk-threshold"), parsing: .unconditional, help: ArgumentHelp("Stored resources (already compressed or incompressible; all with --store) of at least this many bytes get a chunk index in the manifest, so that devices updating them fetch only the chunks and blocks they lack; 0: none (default 4194304, 4 MiB).", valueName: "bytes"))
     var chunkThreshold: UInt64 = PackOptions.defaultChunkThreshold
 
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")

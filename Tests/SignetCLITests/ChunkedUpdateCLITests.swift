@@ -48,7 +48,7 @@ struct ChunkedUpdateCLITests {
         return object.mapValues { ($0[0] as? Int ?? -1, $0[1] as? Int ?? -1, $0[2] as? Bool ?? false) }
     }
 
-    @Test("pack: resources of at least --chunk-threshold bytes are stored with a chunk index every chunk of which hashes right; smaller ones and --chunk-threshold 0 have none")
+    @Test("pack: stored resources of at least --chunk-threshold bytes get a chunk index every chunk of which hashes right; deflated and smaller ones, and --chunk-threshold 0, have none; --store chunks compressible ones too")
     func packed() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -59,13 +59,17 @@ struct ChunkedUpdateCLITests {
         try Self.pack(work, tree.path, sequence: 1, out: package)
         let checked = try Self.chunkCheck(package)
         #expect(checked["big.img"]?.method == 0 && (checked["big.img"]?.chunks ?? 0) > 20 && checked["big.img"]?.valid == true, "\(checked)")
-        // 7 MiB of text: above the threshold, so stored and chunked rather than deflated.
-        #expect(checked["notes.txt"]?.method == 0 && (checked["notes.txt"]?.chunks ?? 0) > 0 && checked["notes.txt"]?.valid == true, "\(checked)")
+        // 7 MiB of text: deflated, as before (a deflated entry is not addressable by range).
+        #expect(checked["notes.txt"]?.method == 8 && checked["notes.txt"]?.chunks == 0, "\(checked)")
         #expect(checked["small.bin"]?.chunks == 0, "\(checked)")
+        let stored = work.directory.file("stored.zip")
+        try Self.pack(work, tree.path, sequence: 1, out: stored, ["--store"])
+        let storedCheck = try Self.chunkCheck(stored)
+        #expect(storedCheck["notes.txt"]?.method == 0 && (storedCheck["notes.txt"]?.chunks ?? 0) > 0 && storedCheck["notes.txt"]?.valid == true, "\(storedCheck)")
         let plain = work.directory.file("plain.zip")
         try Self.pack(work, tree.path, sequence: 1, out: plain, ["--chunk-threshold", "0"])
         let unchunked = try Self.chunkCheck(plain)
-        #expect(unchunked.values.allSatisfy { $0.chunks == 0 } && unchunked["notes.txt"]?.method == 8, "\(unchunked)")
+        #expect(unchunked.values.allSatisfy { $0.chunks == 0 } && unchunked["big.img"]?.method == 0, "\(unchunked)")
         // The manifest stays what older Signets read: they skip the field (python's json view of
         // an entry is the same keys plus "chunks").
         #expect(try CLI.run(["unpack", package, "--dest", work.directory.file("app"), "--pubkey", work.publicDER]).status == 0)

@@ -20,10 +20,8 @@ enum CompressionPolicy {
     /// Above this many bits of entropy per byte, deflate cannot shrink the data in practice.
     static let incompressibleEntropy = 7.95
 
-    static func choose(for input: PackInput, policy: PackOptions.Compression, chunkThreshold: UInt64? = nil) throws -> ZipCompression {
+    static func choose(for input: PackInput, policy: PackOptions.Compression) throws -> ZipCompression {
         guard case .automatic(let level) = policy else { return .store }
-        // A chunked resource is stored: its chunks are read by range, at their own offsets.
-        if let chunkThreshold, input.size >= chunkThreshold { return .store }
         if let dot = input.packagePath.lastIndex(of: "."),
            compressedExtensions.contains(input.packagePath[input.packagePath.index(after: dot)...].lowercased()) {
             return .store

@@ -43,15 +43,15 @@ final class PackLedger: @unchecked Sendable {
 
     /// Counts what was read, for a progress handler.
     let progress: ProgressCounter?
-    /// Resources of at least this size are chunked as they are read (nil: none).
-    let chunkThreshold: UInt64?
+    /// Which resources are chunked as they are read (by index; empty: none).
+    let chunked: [Bool]
     /// The chunk indexes made, by resource index (each written by the one source reading it).
     private let chunkIndexes = Mutex<[Int: ChunkIndex]>([:])
 
     init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:], progress: ProgressHandler? = nil,
-         chunkThreshold: UInt64? = nil) {
+         chunked: [Bool] = []) {
         self.inputs = inputs
-        self.chunkThreshold = chunkThreshold
+        self.chunked = chunked
         self.structured = structured
         self.progress = ProgressCounter.make(progress, items: inputs.count, bytes: inputs.reduce(0) { $0 &+ $1.size })
         self.signer = signer
@@ -157,7 +157,7 @@ final class PackLedger: @unchecked Sendable {
             }
             var file = Manifest.File(path: input.packagePath, size: input.size, sha256: sha256, mode: input.mode, structured: format)
             file.chunks = chunkIndexes.withLock { $0[index] }
-            if let threshold = chunkThreshold, input.size >= threshold, file.chunks == nil {
+            if index < chunked.count, chunked[index], file.chunks == nil {
                 throw SignetError(.io, "resource '\(input.diskPath)' was not chunked as it was read", path: input.diskPath)
             }
             return file
@@ -207,7 +207,7 @@ final class ResourceSource: ZipEntrySource {
         let input = input
         let file = try InputFile.open(input.diskPath, what: "resource", followSymlinks: true)
         guard UInt64(file.size) == input.size else { throw changed() }
-        let chunked = ledger.chunkThreshold.map { input.size >= $0 } ?? false
+        let chunked = index < ledger.chunked.count && ledger.chunked[index]
         reading = try Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil)
     }
 

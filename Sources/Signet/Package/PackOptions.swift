@@ -51,9 +51,10 @@ public struct PackOptions: Sendable {
     public var structured: [String] = []
     /// Told how many files and bytes have been read and packed, from pack's threads.
     public var progress: ProgressHandler? = nil
-    /// Resources of at least this many bytes get a chunk index in the manifest and are stored,
-    /// not deflated, so that an update can fetch only the chunks a device lacks (FORMAT.md §2,
-    /// "Chunk indexes"); nil: none. 4 MiB by default.
+    /// Stored resources (already compressed or incompressible, or every one with
+    /// ``Compression/store``) of at least this many bytes get a chunk index in the manifest, so
+    /// that an update can fetch only the chunks and blocks a device lacks (FORMAT.md §2,
+    /// `chunks`); nil: none. 4 MiB by default.
     public var chunkThreshold: UInt64? = PackOptions.defaultChunkThreshold
     /// The default ``chunkThreshold``: 4 MiB.
     public static let defaultChunkThreshold: UInt64 = 4 << 20

@@ -76,12 +76,15 @@ public enum PackageBuilder {
         var committed = false
         defer { if !committed { unlink(temporary) } }
 
+        // Judging a file reads a little of it (all of a small one): on every core.
+        let compression = options.compression
+        let methods = try parallelMap(inputs) { input in Swift.Result { try CompressionPolicy.choose(for: input, policy: compression) } }.map { try $0.get() }
+        // Large stored resources get a chunk index (their bytes are read by range at their own
+        // offsets); a deflated one would not be addressable, so it has none.
+        let chunked = inputs.indices.map { index in methods[index] == .store && options.chunkThreshold.map { inputs[index].size >= $0 } == true }
         let ledger = PackLedger(inputs: inputs, signer: signer,
                                 structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
-                                progress: options.progress, chunkThreshold: options.chunkThreshold)
-        // Judging a file reads a little of it (all of a small one): on every core.
-        let compression = options.compression, chunkThreshold = options.chunkThreshold
-        let methods = try parallelMap(inputs) { input in Swift.Result { try CompressionPolicy.choose(for: input, policy: compression, chunkThreshold: chunkThreshold) } }.map { try $0.get() }
+                                progress: options.progress, chunked: chunked)
         // Deflate is the slow part and libzip runs it on one thread, so independent files are
         // compressed on every core first, each worker into its own temporary archive beside the
         // output; the package then copies those deflate streams as they are.
