@@ -237,8 +237,10 @@ extension RangedUpdateCLITests {
 }
 
 extension RangedUpdateCLITests {
-    @Test("unpack URL: wrong range answers are refused with DIR unchanged; a package replaced once is read again from the start, twice is package-changed (exit 5)")
-    func wrongAnswers() throws {
+    /// 400 files of 8 KiB packed as v1 (`staging/v1.zip`, the files also copied to `v1`), then
+    /// the files `changing` picks rewritten and packed as v2 (`staging/v2.zip`).
+    static func twoVersions(changing: ([String]) -> [String]) throws
+        -> (work: Workspace, staging: TemporaryDirectory, tree: TemporaryDirectory, paths: [String], v1: TemporaryDirectory) {
         let work = try Workspace()
         let staging = try TemporaryDirectory()
         let (tree, paths) = try Self.tree(400, size: 8 * 1024)
@@ -250,8 +252,14 @@ extension RangedUpdateCLITests {
         try Self.pack(work, tree, sequence: 1, out: staging.file("v1.zip"))
         let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
         defer { try? random.close() }
-        for path in paths.prefix(10) { try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
+        for path in changing(paths) { try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
         try Self.pack(work, tree, sequence: 2, out: staging.file("v2.zip"))
+        return (work, staging, tree, paths, v1)
+    }
+
+    @Test("unpack URL: wrong range answers are refused with DIR unchanged; a package replaced once is read again from the start, twice is package-changed (exit 5)")
+    func wrongAnswers() throws {
+        let (work, staging, tree, paths, v1) = try Self.twoVersions { paths in Array(paths.prefix(10)) }
 
         let one = ["ETag": "\"v1\""], two = ["ETag": "\"v2\""]
         let cases: [(String, [ScriptedServer.Answer], Int32, String)] = [
@@ -282,22 +290,8 @@ extension RangedUpdateCLITests {
 
     @Test("several ranges in one request: multipart answers are read strictly; a server that serves fewer, coalesces or sends 200 is asked singly; lying parts are refused with DIR unchanged")
     func multipartAnswers() throws {
-        let work = try Workspace()
-        let staging = try TemporaryDirectory()
-        let (tree, paths) = try Self.tree(400, size: 8 * 1024)
-        let v1 = try TemporaryDirectory()
-        for path in paths {
-            try FileManager.default.createDirectory(atPath: (v1.file(path) as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try FileManager.default.copyItem(atPath: tree.file(path), toPath: v1.file(path))
-        }
-        try Self.pack(work, tree, sequence: 1, out: staging.file("v1.zip"))
-        let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
-        defer { try? random.close() }
         // Every 20th file changes: entries far apart, each its own range.
-        for path in paths.enumerated().filter({ $0.offset % 20 == 0 }).map(\.element) {
-            try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path)))
-        }
-        try Self.pack(work, tree, sequence: 2, out: staging.file("v2.zip"))
+        let (work, staging, tree, paths, v1) = try Self.twoVersions { paths in paths.enumerated().filter { $0.offset % 20 == 0 }.map(\.element) }
         let cases: [(ScriptedServer.Answer.Parts, Int32, String)] = [
             (.honest, 0, ""), (.firstOnly, 0, ""), (.coalesced, 0, ""), (.whole, 0, ""),
             (.reversed, 5, "where the range"), (.shiftedSecond, 5, "where the range"), (.longerSecond, 5, "more bytes after a part"),
