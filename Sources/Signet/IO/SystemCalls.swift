@@ -153,7 +153,10 @@ enum DirectoryEntries {
                 if errno != 0 { throw SystemCallFailure("readdir", Errno(rawValue: errno)) }
                 return
             }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix { $0 != 0 }.map { CChar(bitPattern: $0) } }
+            // The name in place, up to its NUL: glibc allocates each record only as long as its
+            // name, so copying `d_name` whole (256 bytes) would read past the last record.
+            let namePointer = UnsafeRawPointer(entry).advanced(by: MemoryLayout<dirent>.offset(of: \dirent.d_name)!).assumingMemoryBound(to: CChar.self)
+            let name = Array(UnsafeBufferPointer(start: namePointer, count: strlen(namePointer)))
             if name == [0x2e] || name == [0x2e, 0x2e] { continue }
             try body(Entry(rawName: name + [0], type: entry.pointee.d_type))
         }

@@ -37,12 +37,15 @@ public struct TransferReport: Sendable, Equatable {
     public let bytesTotal: UInt64
     /// The package's size on the server.
     public let packageSize: UInt64
-    /// Chunks of changed large resources taken from the installed copies (FORMAT.md §2,
-    /// "chunks"), and their bytes.
+    /// Chunks of changed large resources rebuilt wholly from the installed copies (FORMAT.md
+    /// §2, `chunks`).
     public var chunksReused = 0
+    /// Bytes of changed large resources read from the installed copies (whole chunks and
+    /// unchanged blocks of the others).
     public var chunkBytesReused: UInt64 = 0
-    /// Chunks of changed large resources fetched from the package, and their bytes.
+    /// Chunks of changed large resources that needed bytes from the package.
     public var chunksFetched = 0
+    /// Bytes of changed large resources fetched from the package.
     public var chunkBytesFetched: UInt64 = 0
 }
 
