@@ -110,11 +110,16 @@ enum Output {
                   call: error.call, errno: error.systemError)
     }
 
-    /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
+    /// Reports `error` and exits with its status: on stderr as text, or with --json as the one
+    /// error document on stdout and nothing on stderr (FORMAT.md §4: a pipeline reads one
+    /// document; the message is in it).
     static func fail(_ error: SignetError, json wantsJSON: Bool) -> Never {
-        releaseHeld()
-        if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
-        Output.error(error.description)
+        if wantsJSON {
+            json(ErrorDocument(error: errorBody(error)))
+        } else {
+            releaseHeld()
+            Output.error(error.description)
+        }
         exit(error.code.exitStatus.rawValue)
     }
 
@@ -122,7 +127,10 @@ enum Output {
     /// then what ArgumentParser adds to its own first line (the option's help, the usage line).
     static func usageFailure(message: String, fullText: String, json wantsJSON: Bool) -> Never {
         let error = SignetError(.usage, message.isEmpty ? "invalid arguments" : ArgumentErrors.restyle(message))
-        if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
+        if wantsJSON {
+            json(ErrorDocument(error: errorBody(error)))
+            exit(error.code.exitStatus.rawValue)
+        }
         var rest = fullText.split(separator: "\n", omittingEmptySubsequences: false)
         if let first = rest.first, first.hasPrefix("Error: ") { rest.removeFirst() }
         let more = rest.joined(separator: "\n").trimmingCharacters(in: .newlines)

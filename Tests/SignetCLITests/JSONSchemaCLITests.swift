@@ -2,10 +2,12 @@ import Foundation
 import Testing
 import SignetTestSupport
 
-/// Issue 29: every command's `--json` output has the types docs/json-schema.json documents
-/// (numbers are numbers, booleans booleans, a field that does not apply is null), checked by
-/// Tests/SignetCLITests/json_types.py over documents from real runs, failures included.
-@Suite("--json of every command against docs/json-schema.json, run as a binary")
+/// Issues 29 and 41: every command's `--json` output is valid against its JSON Schema (draft
+/// 2020-12) in docs/schema/ (numbers are numbers, booleans booleans, a field that does not apply
+/// is null, no field undocumented), checked with the `jsonschema` package from PyPI over
+/// documents from real runs, failures included; a failure prints its error document on stdout
+/// and no error on stderr.
+@Suite("--json of every command against docs/schema/, run as a binary")
 struct JSONSchemaCLITests {
     static let here = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
 
@@ -17,6 +19,8 @@ struct JSONSchemaCLITests {
         func record(_ command: String, _ arguments: [String], status expected: Int32? = 0) throws {
             let result = try CLI.run(arguments + ["--json"])
             if let expected { #expect(result.status == expected, "\(arguments): \(result.stderr)") }
+            // A failure is its document on stdout alone (warnings may still be on stderr).
+            #expect(!result.stderr.contains("signet: error:"), "\(arguments): with --json the error is in the document; stderr has \(result.stderr)")
             documents.append((command, result.stdout))
         }
         let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile]
@@ -125,23 +129,36 @@ struct JSONSchemaCLITests {
         try record("tuf refresh", ["tuf", "refresh", "--metadata-dir", work.directory.file("nowhere"), "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root], status: 5)
 
         try Self.check(documents)
+        // Every schema is exercised here, except the token listing (TokenCLITests, SoftHSM2).
+        let used = Set(documents.map { Self.schemaName($0.command) }).union(["error", "key-show-token"])
+        let shipped = try FileManager.default.contentsOfDirectory(atPath: Self.schemaDirectory)
+            .filter { $0.hasSuffix(".schema.json") }.map { String($0.dropLast(".schema.json".count)) }
+        #expect(Set(shipped) == used, "schemas without a run: \(Set(shipped).subtracting(used)); runs without a schema: \(used.subtracting(shipped))")
     }
 
-    /// Checks `documents` (a command's name in docs/json-schema.json, and what it printed)
-    /// against the schema with json_types.py; every mismatch is a failed expectation.
+    static var schemaDirectory: String { here.appendingPathComponent("../../docs/schema").standardized.path }
+
+    /// The schema file's stem for a command: "update --repository" → "update-repository".
+    static func schemaName(_ command: String) -> String {
+        let words = command.lowercased().split { !($0.isLetter || $0.isNumber) }
+        return words.joined(separator: "-")
+    }
+
+    /// Validates `documents` (a command's name, and what it printed) against the command's
+    /// schema in docs/schema/ (or error.schema.json for an error document) with
+    /// json_schema_check.py and PyPI's `jsonschema`; every error is a failed expectation.
     static func check(_ documents: [(command: String, stdout: Data)]) throws {
         let work = try TemporaryDirectory()
         let collected = try JSONSerialization.data(withJSONObject: try documents.map { entry -> [String: Any] in
             guard let object = try? JSONSerialization.jsonObject(with: entry.stdout) else {
                 throw SupportError("\(entry.command): stdout is not one JSON document: \(String(decoding: entry.stdout, as: UTF8.self))")
             }
-            return ["command": entry.command, "document": object]
+            return ["schema": Self.schemaName(entry.command), "document": object]
         })
         let path = work.file("documents.json")
         try collected.write(to: URL(fileURLWithPath: path))
-        let schema = Self.here.appendingPathComponent("../../docs/json-schema.json").path
-        let checked = try SignetTestSupport.run("python3", [Self.here.appendingPathComponent("json_types.py").path, schema, path])
+        let checked = try SignetTestSupport.run("python3", [Self.here.appendingPathComponent("json_schema_check.py").path, Self.schemaDirectory, path])
         #expect(checked.status == 0, "\(checked.stdoutText)\(checked.stderr)")
-        #expect(checked.stdoutText.contains("\(documents.count) documents, 0 problems"), "\(checked.stdoutText)")
+        #expect(checked.stdoutText.contains("\(documents.count) documents,") && checked.stdoutText.contains(" schemas, 0 problems"), "\(checked.stdoutText)")
     }
 }
