@@ -41,6 +41,22 @@ enum ArgumentErrors {
         return close.min { $0.1 < $1.1 }?.0
     }
 
+    /// The first `--option` in `arguments` that the command they name does not have (before a
+    /// `--` that ends the options), or nil. ArgumentParser checks a command's own rules (such as
+    /// `sign --out` with one FILE) before it reports an unknown option, so a mistyped option
+    /// whose value was then taken as an argument was reported as that rule (issue 41): the
+    /// unknown option is what to say first.
+    static func firstUnknownOption(in arguments: [String]) -> String? {
+        let known = Set(options(of: command(for: arguments)) + ["--help", "--version", "--json"])
+        for word in arguments {
+            if word == "--" { break }
+            guard word.hasPrefix("--"), word.count > 2 else { continue }
+            let name = String(word.prefix { $0 != "=" })
+            if !known.contains(name) { return name }
+        }
+        return nil
+    }
+
     /// The subcommand the arguments name (the root command when none).
     static func command(for arguments: [String]) -> ParsableCommand.Type {
         var command: ParsableCommand.Type = SignetCommand.self

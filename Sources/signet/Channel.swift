@@ -35,7 +35,8 @@ struct Channel: ParsableCommand {
 
             Example:
               signet channel sign --channel stable --package app-1.4.2.zip \\
-                --url app-1.4.2.zip --key keys/private_key.pem --out stable.json --expires-in 7d
+                --url app-1.4.2.zip --key keys/private_key.pem --out stable.json \\
+                --expires-in 7d
             """
         )
 

@@ -27,9 +27,11 @@ struct Fetch: ParsableCommand {
         over --max-download-size, 1 or 3 when --signature does not verify.
 
         Examples:
-          signet fetch https://updates.example.com/app-1.4.2.zip --out app.zip --tls-pin sha256//BASE64
+          signet fetch https://updates.example.com/app-1.4.2.zip --out app.zip \\
+            --tls-pin sha256//BASE64
           signet fetch https://updates.example.com/fw.bin --out fw.bin \\
-            --signature https://updates.example.com/fw.bin.sig --pubkey keys/public_key.der
+            --signature https://updates.example.com/fw.bin.sig \\
+            --pubkey keys/public_key.der
         """
     )
 

@@ -25,8 +25,8 @@ struct Key: ParsableCommand {
               signet key show keys/private_key.pem
               signet key show 'pkcs11:token=release' --passphrase-file pin.txt
               signet key show 'pkcs11:token=release;object=signing-2026' \\
-                  --pkcs11-module /usr/lib/softhsm/libsofthsm2.so --passphrase-file pin.txt \\
-                  --pubout release.der
+                  --pkcs11-module /usr/lib/softhsm/libsofthsm2.so \\
+                  --passphrase-file pin.txt --pubout release.der
             """
         )
 

@@ -9,8 +9,10 @@ struct Keygen: ParsableCommand {
         usage: "signet keygen --out <dir> [--bits <bits>] [--days <days>] [<options>]",
         discussion: """
         Writes into DIR (created if missing, never overwriting anything):
-          private_key.pem   PKCS#8 PEM, encrypted with AES-256 when a passphrase is given (mode 0600)
-          private_key.p12   PKCS#12 with the key and certificate, for tools that want one (mode 0600)
+          private_key.pem   PKCS#8 PEM, encrypted with AES-256 when a passphrase
+                            is given (mode 0600)
+          private_key.p12   PKCS#12 with the key and certificate, for tools that
+                            want one (mode 0600)
           public_key.der    DER SubjectPublicKeyInfo: give this to clients (--pubkey)
           certificate.der   self-signed X.509 with the codeSigning extended key usage
 

@@ -38,8 +38,10 @@ struct Reverify: ParsableCommand {
         Examples:
           signet reverify /opt/app --pubkey keys/public_key.der --exclude '*.log'
           signet reverify /opt/app/bin/tool --pubkey keys/public_key.der
-          signet reverify /opt/app --pubkey keys/public_key.der --allow-key 'Info.plist:CFBundleVersion'
-          signet reverify /opt/app --pubkey keys/public_key.der --rules /etc/app/reverify.json
+          signet reverify /opt/app --pubkey keys/public_key.der \\
+            --allow-key 'Info.plist:CFBundleVersion'
+          signet reverify /opt/app --pubkey keys/public_key.der \\
+            --rules /etc/app/reverify.json
         """
     )
 

@@ -5,6 +5,7 @@ struct Rollback: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rollback",
         abstract: "Swap the previous release back into DIR (the one unpack and update keep beside it).",
+        usage: "signet rollback <dir> [--boot-check] [--wait <seconds>] [<options>]\nsignet rollback --boot-check --config <file> [<options>]",
         discussion: """
         The previous release (.DIR.signet-previous) is checked first: its manifest must be the \
         one that verified when it was installed, and every file must match it (a file it shares \

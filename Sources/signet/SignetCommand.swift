@@ -97,9 +97,16 @@ enum Main {
             // Foundation's text (FORMAT.md §4).
             Output.fail(SignetError.environment(error), json: wantsJSON)
         } catch {
+            let code = SignetCommand.exitCode(for: error)
+            // An unknown option is said before any rule about the other arguments (its value,
+            // perhaps a secret, was taken as one of them); the value is never repeated.
+            if code != .success, let unknown = ArgumentErrors.firstUnknownOption(in: arguments),
+               !SignetCommand.message(for: error).hasPrefix("Unknown option") {
+                Output.usageFailure(message: "Unknown option '\(unknown)'",
+                                    fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
+            }
             // ArgumentParser wraps what validate() throws; a SignetError recorded there keeps its code.
             if let failure = ValidationFailure.recorded { Output.fail(failure, json: wantsJSON) }
-            let code = SignetCommand.exitCode(for: error)
             if code == .success {
                 // --help and --version.
                 print(SignetCommand.fullMessage(for: error))

@@ -50,7 +50,8 @@ struct Unpack: ParsableCommand {
         Examples:
           signet unpack app-1.4.2.zip --dest /opt/app --pubkey keys/public_key.der
           signet unpack https://updates.example.com/app-1.4.2.zip --dest /opt/app \\
-            --pubkey keys/public_key.der --tls-ca /etc/app/roots --tls-pin sha256//BASE64
+            --pubkey keys/public_key.der --tls-ca /etc/app/roots \\
+            --tls-pin sha256//BASE64
           signet unpack app-1.4.3.zip --dest /opt/app --pubkey keys/public_key.der \\
             --post-install "systemctl try-restart app.service" \\
             --health-check "/opt/app/bin/selftest" --health-timeout 30s

@@ -29,7 +29,8 @@ struct Update: ParsableCommand {
 
         Examples:
           signet update https://updates.example.com/stable.json --channel stable \\
-            --dest /opt/app --trust-dir /etc/app/trust --tls-ca /etc/app/roots --state /var/lib/app/state.json
+            --dest /opt/app --trust-dir /etc/app/trust --tls-ca /etc/app/roots \\
+            --state /var/lib/app/state.json
           signet update --config /etc/signet/update.d/app.conf
           signet update --config /etc/signet/update.d/app.conf --check --json
         """
@@ -153,7 +154,12 @@ struct Update: ParsableCommand {
         do {
             table = try TOMLTable(string: text)
         } catch let error as TOMLParseError {
-            throw ValidationError("\(path):\(error.source.begin.line): \(error.description)")
+            let number = error.source.begin.line
+            let line = text.split(separator: "\n", omittingEmptySubsequences: false).dropFirst(max(0, number - 1)).first.map(String.init) ?? ""
+            if let hint = Config.unquotedValueHint(line) {
+                throw ValidationError("\(path):\(number): \(hint)")
+            }
+            throw ValidationError("\(path):\(number): \(error.description)")
         }
         var arguments: [String] = []
         for (key, value) in table {
@@ -356,6 +362,18 @@ enum Config {
             throw SignetError(.permissionDenied, "cannot read config file '\(path)'", path: path)
         }
         return Array(data)
+    }
+
+    /// For a TOML line `key = value` whose value is not a TOML value (TOMLKit's "could not
+    /// determine value type"), the usual mistake said plainly: a string left unquoted.
+    static func unquotedValueHint(_ line: String) -> String? {
+        let parts = line.split(separator: "=", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let key = parts[0].trimmingCharacters(in: .whitespaces)
+        let value = parts[1].trimmingCharacters(in: .whitespaces)
+        guard !key.isEmpty, !value.isEmpty, let first = value.first, !"\"'[{".contains(first),
+              !["true", "false"].contains(value), Int(value) == nil else { return nil }
+        return "the value of '\(key)' is not quoted: strings in TOML are quoted, as in \(key) = \"\(value)\""
     }
 
     /// The line (from 1) where `key` is set in a TOML text, for messages (TOMLKit keeps no

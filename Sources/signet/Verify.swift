@@ -18,7 +18,8 @@ struct Verify: ParsableCommand {
 
         Examples:
           signet verify app.tar --pubkey keys/public_key.der
-          signet verify app.tar --signature release/app.tar.sig --pubkey keys/public_key.der
+          signet verify app.tar --signature release/app.tar.sig \\
+            --pubkey keys/public_key.der
         """
     )
 

@@ -7,7 +7,7 @@ import SignetTestSupport
 @Suite("Help text and shell completions, run as a binary")
 struct HelpCLITests {
     static let commands = ["", "keygen", "key", "key show", "sign", "verify", "pack", "inspect", "unpack", "fetch",
-                           "reverify", "status", "trust", "trust seal", "channel", "channel sign", "update",
+                           "reverify", "status", "rollback", "confirm", "trust", "trust seal", "channel", "channel sign", "update",
                            "repo", "repo init", "repo add", "repo sign", "repo refresh", "repo rotate", "repo status",
                            "tuf", "tuf init", "tuf refresh", "tuf download"]
 
@@ -21,6 +21,45 @@ struct HelpCLITests {
         #expect(result.stdoutText.contains("USAGE: signet"))
         // A wrapped description continues on an indented line; none ends mid-word with a hyphen.
         #expect(!lines.contains { $0.hasSuffix("-") && !$0.hasSuffix(" -") && !$0.hasSuffix("--") }, "\(result.stdoutText)")
+    }
+
+    /// Issue 41, point 7: examples in the help (the indented lines before USAGE) are pasted
+    /// into a shell; at 80 columns none may wrap, or the rest of a command lands on a line of
+    /// its own and runs as another command. Each must appear whole in the 80-column page, and a
+    /// line ending in a backslash continues on an indented line.
+    @Test("no example line in any help page wraps at 80 columns", arguments: commands)
+    func examplesDoNotWrap(_ command: String) throws {
+        let arguments = ["help"] + command.split(separator: " ").map(String.init)
+        let wide = try CLI.run(arguments, environment: ["COLUMNS": "1000"]).stdoutText
+        let narrow = try CLI.run(arguments, environment: ["COLUMNS": "80"]).stdoutText
+        let before = { (text: String) in text.components(separatedBy: "\nUSAGE:").first ?? text }
+        let narrowLines = Set(before(narrow).split(separator: "\n").map(String.init))
+        let wideLines = before(wide).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        for (index, line) in wideLines.enumerated() where line.hasPrefix("  ") {
+            #expect(narrowLines.contains(line), "signet \(arguments.joined(separator: " ")): this line wraps at 80 columns (\(line.count)): \(line)")
+            if line.hasSuffix("\\"), index + 1 < wideLines.count {
+                #expect(wideLines[index + 1].hasPrefix("   "), "signet \(arguments.joined(separator: " ")): a continuation is not indented: \(wideLines[index + 1])")
+            }
+        }
+    }
+
+    /// The list above is every command the binary has (from each group's SUBCOMMANDS).
+    @Test("the help tests cover every command")
+    func everyCommandListed() throws {
+        var found: [String] = [""]
+        var queue = [""]
+        while let group = queue.popLast() {
+            let arguments = ["help"] + group.split(separator: " ").map(String.init)
+            let text = try CLI.run(arguments, environment: ["COLUMNS": "1000"]).stdoutText
+            guard let section = text.components(separatedBy: "SUBCOMMANDS:\n").dropFirst().first else { continue }
+            for line in section.split(separator: "\n") {
+                guard line.hasPrefix("  "), !line.hasPrefix("   "), let name = line.split(separator: " ").first, name != "See" else { continue }
+                let command = group.isEmpty ? String(name) : group + " " + name
+                found.append(command)
+                queue.append(command)
+            }
+        }
+        #expect(Set(found) == Set(Self.commands), "missing: \(Set(found).subtracting(Self.commands)); gone: \(Set(Self.commands).subtracting(found))")
     }
 
     @Test("bash, zsh and fish completions name every command and the options of each", arguments: ["bash", "zsh", "fish"])

@@ -35,6 +35,22 @@ extension SignetError {
         return error
     }
 
+    /// The systemd service this process runs under (`signet-update@app.service`), when systemd
+    /// started it (`$INVOCATION_ID` is set) and its cgroup names a `.service`; nil otherwise.
+    static func systemdService(cgroupFile: String = "/proc/self/cgroup") -> String? {
+        guard getenv("INVOCATION_ID") != nil,
+              let bytes = try? InputFile.open(cgroupFile, what: "cgroup").readAll(limit: 64 * 1024, what: "cgroup") else { return nil }
+        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+            // "0::/system.slice/system-signet\x2dupdate.slice/signet-update@app.service"
+            guard let last = line.split(separator: "/").last, last.hasSuffix(".service") else { continue }
+            let unit = String(last)
+            // Only a plain unit name is repeated in the message.
+            guard unit.allSatisfy({ $0.isLetter || $0.isNumber || "@._-:\\".contains($0) }) else { return nil }
+            return unit
+        }
+        return nil
+    }
+
     private static func describe(_ err: Int32, _ action: String, path: String,
                                  fileID: StaticString, line: UInt) -> SignetError {
         let text = String(cString: strerror(err))
@@ -53,6 +69,13 @@ extension SignetError {
             return SignetError(.permissionDenied, "\(action) '\(path)': permission denied; \(hint)",
                                path: path, fileID: fileID, line: line)
         case EROFS:
+            if let unit = systemdService() {
+                // Under the signet-update@ unit, ProtectSystem=strict makes every path read-only
+                // except /var/lib/signet and what a drop-in adds: the real fix is the drop-in.
+                let folder = (path as NSString).deletingLastPathComponent
+                return SignetError(.io, "\(action) '\(path)': read-only for this service: \(unit) runs sandboxed (ProtectSystem=strict), where only the paths in ReadWritePaths= may be written; add the folder with a drop-in: systemctl edit \(unit), then under [Service] the line ReadWritePaths=\(folder.isEmpty ? "/" : folder)",
+                                   path: path, fileID: fileID, line: line)
+            }
             return SignetError(.io, "\(action) '\(path)': the filesystem is mounted read-only; choose a path on a writable filesystem (or remount it read-write)",
                                path: path, fileID: fileID, line: line)
         case EEXIST:

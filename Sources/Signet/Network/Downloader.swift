@@ -222,7 +222,12 @@ enum Downloader {
         let refusedByPolicy = code == CURLE_SSL_CONNECT_ERROR && (check.refusal != nil || !check.presentedPins.isEmpty)
         if code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE || refusedByPolicy {
             let reason = check.refusal ?? (message.isEmpty ? "the certificate chain did not verify" : message)
-            return SignetError(.tlsRefused, "TLS refused for '\(host)': \(reason)\(pins)")
+            // Which roots the chain was checked against: without --tls-ca, the system's store,
+            // which a private CA is not in (the usual reason a first setup is refused).
+            let roots = check.policy.roots.isEmpty
+                ? "; the chain was checked against the system's CA store (no --tls-ca was given): for a server whose certificate a private CA issued, give that CA with --tls-ca FILE"
+                : "; the chain was checked against the --tls-ca roots only"
+            return SignetError(.tlsRefused, "TLS refused for '\(host)': \(reason)\(pins)\(roots)")
         }
         switch code {
         case CURLE_UNSUPPORTED_PROTOCOL:

@@ -36,14 +36,19 @@ public struct TLSPolicy: Sendable {
     public mutating func addRoots(from path: String, salt: [UInt8]? = nil, sealKeys: [PublicKey] = []) throws {
         var found: [(file: String, der: [UInt8])] = []
         if Reverifier.isDirectory(atPath: path) {
-            try TrustStoreSeal.check(path, salt: salt, sealKeys: sealKeys)
             let files = try TrustStoreSeal.files(in: path)
+            // A directory of package keys (what --trust-dir takes) given here by mistake: said
+            // as such, before its seal's demands or its first file's parse error.
+            if !files.isEmpty, files.allSatisfy({ Self.isPublicKey(atPath: path + "/" + $0.0) }) {
+                throw SignetError(.malformedKey, "--tls-ca directory '\(path)' is a trust directory of public keys (package keys, for --trust-dir), not CA certificates; --tls-ca takes the CA certificates that issued the server's certificate, PEM or DER, as a file or a directory of them", path: path)
+            }
+            try TrustStoreSeal.check(path, salt: salt, sealKeys: sealKeys)
             guard !files.isEmpty else {
                 throw SignetError(.malformedInput, "--tls-ca directory '\(path)' holds no certificate files", path: path)
             }
-            for (file, _) in files { found += try Self.certificates(inFile: path + "/" + file).map { (path + "/" + file, $0) } }
+            for (file, _) in files { found += try Self.certificates(inFile: path + "/" + file, option: "--tls-ca").map { (path + "/" + file, $0) } }
         } else {
-            found = try Self.certificates(inFile: path).map { (path, $0) }
+            found = try Self.certificates(inFile: path, option: "--tls-ca").map { (path, $0) }
         }
         for (file, der) in found {
             guard let (certificate, _) = parseDER(der, { d2i_X509(nil, $0, $1) }) else { continue }
@@ -58,14 +63,33 @@ public struct TLSPolicy: Sendable {
 
     /// Accepts a server whose leaf certificate is the one in `path` (PEM or DER).
     public mutating func addCertificate(from path: String) throws {
-        certificates += try Self.certificates(inFile: path)
+        certificates += try Self.certificates(inFile: path, option: "--tls-cert")
     }
 
-    /// The certificates in a PEM file (every CERTIFICATE block) or a DER file, as DER.
-    static func certificates(inFile path: String) throws -> [[UInt8]] {
+    /// True when `path` holds a bare public key (SubjectPublicKeyInfo or PKCS#1, PEM or DER)
+    /// rather than a certificate.
+    static func isPublicKey(atPath path: String) -> Bool {
+        defer { OpenSSLErrorQueue.clear() }
+        guard let key = try? PublicKey(contentsOf: path, allowWeakKey: true) else { return false }
+        return key.certificateDER == nil
+    }
+
+    /// The refusal of a public key where a certificate was expected: what it is, and what
+    /// `option` takes instead.
+    static func publicKeyGiven(_ path: String, option: String) -> SignetError {
+        let wanted = option == "--tls-cert"
+            ? "--tls-cert takes the server's own certificate (PEM or DER)"
+            : "--tls-ca takes the CA certificates that issued the server's certificate (PEM or DER)"
+        return SignetError(.malformedKey, "'\(path)' is a public key, not a certificate: \(wanted). To trust the server by its public key, give its pin with --tls-pin sha256//... (signet key show prints it); a package's signing key goes with --pubkey or --trust-dir", path: path)
+    }
+
+    /// The certificates in a PEM file (every CERTIFICATE block) or a DER file, as DER. `option`
+    /// names the option in messages.
+    static func certificates(inFile path: String, option: String = "--tls-ca") throws -> [[UInt8]] {
         let bytes = try readSmallFile(path, what: "certificate", limit: 4 << 20)
         guard looksLikePEM(bytes) else {
             guard let (certificate, complete) = parseDER(bytes, { d2i_X509(nil, $0, $1) }) else {
+                if isPublicKey(atPath: path) { throw publicKeyGiven(path, option: option) }
                 throw OpenSSLErrorQueue.error(.malformedKey, "'\(path)' is not a certificate (PEM or DER)", path: path)
             }
             X509_free(certificate)
@@ -96,6 +120,7 @@ public struct TLSPolicy: Sendable {
         }
         OpenSSLErrorQueue.clear()   // the end of the PEM stream leaves a "no start line" error
         guard !found.isEmpty else {
+            if isPublicKey(atPath: path) { throw publicKeyGiven(path, option: option) }
             throw SignetError(.malformedKey, "'\(path)' holds no CERTIFICATE block", path: path)
         }
         return found

@@ -85,6 +85,10 @@ public enum TrustStoreSeal {
             stored = try InputFile.open(sealPath, what: "trust seal", followSymlinks: false).readAll(limit: 16 << 20, what: "trust seal")
         } catch let error as SignetError where error.code == .fileNotFound {
             if salt == nil && sealKeys.isEmpty { return }
+            // A mistyped directory is a wrong path, not a broken seal: say so, as without a salt.
+            do { _ = try Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+                throw SignetError.posix(error, "cannot read trust directory", path: directory)
+            }
             let demand = sealKeys.isEmpty ? "--trust-salt-file" : "--trust-seal-key"
             throw broken("it has no seal (\(fileName)), but \(demand) requires one")
         }
