@@ -22,13 +22,26 @@ struct Pack: ParsableCommand {
         --max-ratio, with unpack's defaults) and refuses one that a default unpack would refuse; \
         give the same flags to pack and to the clients' unpack to go beyond them.
 
+        --exclude leaves files and folders out (a folder left out is not walked). A package \
+        carries each resource's signature itself, so detached signatures made with signet sign \
+        (FILE.sig beside FILE) are not resources: pack warns when it finds one, and \
+        --exclude '*.sig' leaves them out.
+
+        Without --sequence, the sequence is SOURCE_DATE_EPOCH if set, else the current Unix \
+        time, and pack says which. Devices refuse a sequence lower than the one installed, so a \
+        fleet that numbers its releases (142, 143, ...) must give --sequence every time: one \
+        package made without it carries a time-sized number that the next ones cannot exceed.
+
         --structured marks JSON and property list (XML or binary) resources whose keys may \
         legitimately change after installation (a serial number, a server URL): each is parsed \
         now (a file that does not parse is exit 4) and recorded in the manifest, so that \
         reverify --allow-key can accept changes to named keys and report every other one.
 
-        Example:
+        Examples:
           signet pack dist/ --key keys/private_key.pem --name app --version 1.4.2 \\
+            --sequence 142 --out app-1.4.2.zip
+          signet pack dist/ --exclude '*.sig' --exclude 'tmp/' \\
+            --key keys/private_key.pem --name app --version 1.4.2 --sequence 142 \\
             --out app-1.4.2.zip
         """
     )
@@ -80,6 +93,9 @@ struct Pack: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("JSON or property list files that reverify may compare key by key; a glob with .gitignore's rules ('*.json' a name anywhere, 'config/*.json' only directly in config/, 'config/**/*.json' at any depth); repeatable.", valueName: "glob"))
     var structured: [String] = []
 
+    @Option(name: .long, help: ArgumentHelp("Leave out files and folders: a glob with .gitignore's rules, as for --structured ('*.sig', 'build/', 'docs/**/*.tmp'); repeatable.", valueName: "glob"))
+    var exclude: [String] = []
+
     @OptionGroup var limits: LimitOptions
 
     @OptionGroup var output: OutputOptions
@@ -105,6 +121,7 @@ struct Pack: ParsableCommand {
         options.chain = try chain.map { try certificateDER($0) }
         options.limits = limits.limits
         options.structured = structured
+        options.exclude = exclude
         options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
         options.replace = force
         options.chunkThreshold = chunkThreshold == 0 ? nil : chunkThreshold
@@ -113,15 +130,57 @@ struct Pack: ParsableCommand {
             return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
         }
         let manifest = result.manifest
+        let signatures = Self.detachedSignatures(manifest.files.map(\.path))
+        if !signatures.isEmpty {
+            let shown = signatures.prefix(3).map { "'\($0)'" }.joined(separator: ", ") + (signatures.count > 3 ? ", ..." : "")
+            Output.warn("\(signatures.count) resource\(signatures.count == 1 ? " is a detached signature" : "s are detached signatures") of another resource (\(shown)); a package carries each resource's signature itself: leave them out with --exclude '*.sig'")
+        }
+        let source = SequenceSource(given: sequence != nil)
         if output.json {
-            Output.json(PackageReport(package: out, manifest: manifest,
-                                      storage: { [compression = result.compression, sizes = result.compressedSizes] path in
-                                          compression[path].map { (compression: $0, compressedSize: sizes[path]) } }))
+            Output.json(PackReport(package: PackageReport(package: out, manifest: manifest,
+                                                          storage: { [compression = result.compression, sizes = result.compressedSizes] path in
+                                                              compression[path].map { (compression: $0, compressedSize: sizes[path]) } }),
+                                   sequence_source: source.rawValue))
             return
         }
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }
         Output.line("packed \(manifest.files.count) file\(manifest.files.count == 1 ? "" : "s") (\(total) bytes) into \(out)")
         Output.line("  \(manifest.name) \(manifest.version), sequence \(manifest.sequence), \(manifest.algorithm.id), key \(manifest.keyID.short)")
+        switch source {
+        case .option: break
+        case .sourceDateEpoch:
+            Output.line("  sequence \(manifest.sequence) is SOURCE_DATE_EPOCH (no --sequence given)")
+        case .time:
+            Output.line("  sequence \(manifest.sequence) is the current Unix time (no --sequence given); a fleet that numbers its releases gives --sequence N, as devices refuse a lower sequence than the one installed")
+        }
+    }
+
+    /// Where the sequence came from (`sequence_source` in --json).
+    enum SequenceSource: String {
+        case option, sourceDateEpoch = "source-date-epoch", time
+        init(given: Bool) {
+            self = given ? .option : PackOptions.sourceDateEpoch != nil ? .sourceDateEpoch : .time
+        }
+    }
+
+    /// The resources that are another resource's detached signature (`a.txt.sig` beside `a.txt`).
+    static func detachedSignatures(_ paths: [String]) -> [String] {
+        let all = Set(paths)
+        return paths.filter { $0.hasSuffix(".sig") && all.contains(String($0.dropLast(4))) }
+    }
+
+    /// pack's --json: the package (as inspect reports it) and where its sequence came from.
+    struct PackReport: Encodable {
+        let package: PackageReport
+        /// "option" (--sequence), "source-date-epoch" or "time" (the current Unix time).
+        let sequence_source: String
+
+        private enum Keys: String, CodingKey { case sequence_source }
+        func encode(to encoder: Encoder) throws {
+            try package.encode(to: encoder)
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(sequence_source, forKey: .sequence_source)
+        }
     }
 
     /// An RFC 3339 UTC time, or a date alone (`2027-01-01`), which means its midnight UTC.

@@ -146,6 +146,67 @@ struct NewUser3CLITests {
         #expect(!unit.stderr.contains("remount"), "\(unit.stderr)")
     }
 
+    @Test("point 8: pack --exclude leaves files and folders out; detached signatures packed as resources are warned about")
+    func packExclude() throws {
+        let work = try Workspace()
+        let root = work.directory.file("dist")
+        try FileManager.default.createDirectory(atPath: root + "/bin", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: root + "/tmp/deep", withIntermediateDirectories: true)
+        for name in ["app.conf", "bin/tool", "bin/helper"] { _ = try work.directory.write("dist/" + name, Data("\(name)\n".utf8)) }
+        _ = try work.directory.write("dist/tmp/deep/scratch", Data("x".utf8))
+        #expect(try CLI.run(["sign", root + "/app.conf", root + "/bin/tool", root + "/bin/helper", "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--sequence", "3"]
+
+        let all = try CLI.run(["pack", root] + key + ["--out", work.directory.file("all.zip"), "--json"])
+        #expect(all.status == 0, "\(all.stderr)")
+        #expect(((try all.json()["files"]) as? [Any])?.count == 7)
+        #expect(all.stderr.contains("3 resources are detached signatures of another resource") && all.stderr.contains("--exclude '*.sig'"), "\(all.stderr)")
+
+        let out = work.directory.file("app.zip")
+        let some = try CLI.run(["pack", root] + key + ["--exclude", "*.sig", "--exclude", "tmp/", "--out", out, "--json"])
+        #expect(some.status == 0, "\(some.stderr)")
+        #expect(!some.stderr.contains("detached"), "\(some.stderr)")
+        let paths = ((try some.json()["files"]) as? [[String: Any]])?.compactMap { $0["path"] as? String }
+        #expect(paths == ["app.conf", "bin/helper", "bin/tool"], "\(String(describing: paths))")
+        // What unzip sees: the three resources and Signet's own entries, nothing excluded.
+        let listed = try SignetTestSupport.run("unzip", ["-Z1", out]).stdoutText.split(separator: "\n").map(String.init)
+        #expect(!listed.contains { $0.hasPrefix("tmp/") || (!$0.hasPrefix(".signet/") && $0.hasSuffix(".sig")) }, "\(listed)")
+        #expect(try CLI.run(["unpack", out, "--dest", work.directory.file("app"), "--pubkey", work.publicDER]).status == 0)
+
+        // Anchored patterns as elsewhere: 'bin/helper' only that file; nothing left is exit 2.
+        let one = try CLI.run(["pack", root] + key + ["--exclude", "*.sig", "--exclude", "/bin/helper", "--exclude", "tmp", "--out", work.directory.file("one.zip"), "--json"])
+        #expect(((try one.json()["files"]) as? [[String: Any]])?.compactMap { $0["path"] as? String } == ["app.conf", "bin/tool"])
+        let none = try CLI.run(["pack", root] + key + ["--exclude", "*", "--out", work.directory.file("none.zip")])
+        #expect(none.status == 2 && none.stderr.contains("--exclude leaves no file"), "\(none.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.directory.file("none.zip")))
+    }
+
+    @Test("point 9: pack says where the sequence came from, in text and JSON")
+    func sequenceSource() throws {
+        let work = try Workspace()
+        let root = try PackCLITests.tree(work)
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--force"]
+        let out = ["--out", work.directory.file("app.zip")]
+        let now = Int(Date().timeIntervalSince1970)
+
+        let timed = try CLI.run(["pack", root] + key + out, environment: ["SOURCE_DATE_EPOCH": nil])
+        #expect(timed.status == 0 && timed.stdoutText.contains("is the current Unix time (no --sequence given)")
+                && timed.stdoutText.contains("--sequence N"), "\(timed.stdoutText)")
+        let timedJSON = try CLI.run(["pack", root] + key + out + ["--json"], environment: ["SOURCE_DATE_EPOCH": nil]).json()
+        #expect(timedJSON["sequence_source"] as? String == "time")
+        #expect(((timedJSON["sequence"] as? Int) ?? 0) >= now)
+
+        let epoch = try CLI.run(["pack", root] + key + out, environment: ["SOURCE_DATE_EPOCH": "1700000000"])
+        #expect(epoch.stdoutText.contains("sequence 1700000000 is SOURCE_DATE_EPOCH"), "\(epoch.stdoutText)")
+        let epochJSON = try CLI.run(["pack", root] + key + out + ["--json"], environment: ["SOURCE_DATE_EPOCH": "1700000000"]).json()
+        #expect(epochJSON["sequence_source"] as? String == "source-date-epoch" && epochJSON["sequence"] as? Int == 1_700_000_000)
+
+        let given = try CLI.run(["pack", root] + key + out + ["--sequence", "142"])
+        #expect(given.status == 0 && !given.stdoutText.contains("no --sequence"), "\(given.stdoutText)")
+        let givenJSON = try CLI.run(["pack", root] + key + out + ["--sequence", "143", "--json"]).json()
+        #expect(givenJSON["sequence_source"] as? String == "option" && givenJSON["sequence"] as? Int == 143)
+    }
+
     /// A writable cgroup v2 hierarchy: the one mounted, or one mounted for the test.
     static func cgroup2Root(_ work: Workspace) throws -> (path: String, mountedHere: Bool) {
         let mounts = try String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)

@@ -49,6 +49,9 @@ public struct PackOptions: Sendable {
     /// "Patterns") of JSON and property list resources that are parsed now and recorded as
     /// structured, so that re-verification can compare them key by key.
     public var structured: [String] = []
+    /// Glob patterns (`.gitignore`'s rules, as for ``structured``) of files and folders left out
+    /// of the package, matched against package paths; an excluded folder is not walked.
+    public var exclude: [String] = []
     /// Told how many files and bytes have been read and packed, from pack's threads.
     public var progress: ProgressHandler? = nil
     /// Stored resources (already compressed or incompressible, or every one with

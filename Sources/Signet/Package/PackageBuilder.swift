@@ -48,8 +48,11 @@ public enum PackageBuilder {
     static func pack(_ paths: [String], to output: String, signer: Signer, options: PackOptions, workers: Int) throws -> Result {
         try validate(options, signer: signer)
         try PackOptions.checkSourceDateEpoch()
-        var inputs = try collect(paths, followSymlinks: options.followSymlinks)
+        var inputs = try collect(paths, followSymlinks: options.followSymlinks, exclude: options.exclude)
         inputs = withoutOwnOutput(inputs, output: output, named: paths)
+        if inputs.isEmpty, !options.exclude.isEmpty {
+            throw SignetError(.usage, "--exclude leaves no file to pack; narrow the patterns")
+        }
         try checkLimits(inputs, options: options)
         try FileIdentity.refuseOverwriting(targets: [output], inputs: inputs.map { ($0.diskPath, "resource being packed") } + options.protecting.map { ($0, "input") },
                                            what: "the package")
@@ -223,8 +226,10 @@ public enum PackageBuilder {
     }
 
     /// Walks the inputs: regular files only, sorted by the bytes of their package paths, with no
-    /// two resources under one name (also after Unicode normalisation).
-    public static func collect(_ paths: [String], followSymlinks: Bool) throws -> [PackInput] {
+    /// two resources under one name (also after Unicode normalisation). A file or folder whose
+    /// package path an `exclude` pattern matches (``PackOptions/exclude``) is left out, and an
+    /// excluded folder is not walked.
+    public static func collect(_ paths: [String], followSymlinks: Bool, exclude: [String] = []) throws -> [PackInput] {
         guard !paths.isEmpty else { throw SignetError(.usage, "name at least one file or directory to pack") }
         var inputs: [PackInput] = []
         for path in paths {
@@ -232,10 +237,11 @@ public enum PackageBuilder {
             switch info.st_mode & S_IFMT {
             case S_IFREG:
                 let name = path.split(separator: "/").last.map(String.init) ?? path
+                if exclude.contains(where: { ResourcePath.matches(pattern: $0, name) }) { continue }
                 inputs.append(try input(diskPath: path, packagePath: name, info: info))
             case S_IFDIR:
                 var visited = Set<[UInt64]>()
-                try walk(directory: path, prefix: "", followSymlinks: followSymlinks, visited: &visited, into: &inputs)
+                try walk(directory: path, prefix: "", followSymlinks: followSymlinks, exclude: exclude, visited: &visited, into: &inputs)
             default:
                 throw notRegular(path, info.st_mode)
             }
@@ -259,7 +265,8 @@ public enum PackageBuilder {
     /// Walks a directory one folder at a time, without recursion (no depth exhausts a thread's
     /// stack) and holding one folder's descriptor at a time (no depth exhausts descriptors);
     /// folders are opened in pieces where their path is longer than PATH_MAX.
-    private static func walk(directory: String, prefix: String, followSymlinks: Bool, visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
+    private static func walk(directory: String, prefix: String, followSymlinks: Bool, exclude: [String],
+                             visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
         var pending: [(path: String, prefix: String)] = [(directory, prefix)]
         while let (directory, prefix) = pending.popLast() {
             let opened: OwnedDescriptor
@@ -286,6 +293,7 @@ public enum PackageBuilder {
                 // Exactly sized: `+` leaves growth room in each of 50,000 paths kept until the end.
                 let child = directory.hasSuffix("/") ? String(joining: directory, name) : String(joining: directory, "/", name)
                 let packagePath = prefix.isEmpty ? name : String(joining: prefix, "/", name)
+                if !exclude.isEmpty, exclude.contains(where: { ResourcePath.matches(pattern: $0, packagePath) }) { continue }
                 var childInfo = stat()
                 do {
                     _ = try systemCall("fstatat") { fstatat(fd.rawValue, name, &childInfo, AT_SYMLINK_NOFOLLOW) }
