@@ -84,7 +84,7 @@ struct Fetch: ParsableCommand {
             if Download.isURL(signature) {
                 var small = options
                 small.maxSize = 64 * 1024
-                let path = try Blocking.wait { [small] in try await Download.temporaryCopy(of: signature, options: small) }
+                let path = try Blocking.wait { [small] in try await Download.temporaryCopyAsync(of: signature, options: small) }
                 defer { Download.removeTemporaryCopy(path) }
                 signatureBytes = try SignatureFiles.read(path)
             } else {
@@ -93,7 +93,7 @@ struct Fetch: ParsableCommand {
         }
         let (url, out, algorithm, force) = (url, out, algorithm, force)
         let result = try ProgressLine.downloading(url, options: options, output: output) { [signatureBytes, policy] in
-            try await Download.file(url, to: out, options: $0, signature: signatureBytes, algorithm: algorithm, policy: policy, replace: force)
+            try await Download.fileAsync(url, to: out, options: $0, signature: signatureBytes, algorithm: algorithm, policy: policy, replace: force)
         }
         if output.json {
             Output.json(Report(url: url, file: out, size: result.size, resumed_from: result.resumedFrom, verified: signatureBytes != nil))

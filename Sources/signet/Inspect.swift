@@ -122,7 +122,7 @@ struct Inspect: ParsableCommand {
         if remote && (bare || fullDownload) {
             let package = package
             file = try ProgressLine.downloading(package, options: try tls.options(trust: trust), output: output) {
-                try await Download.temporaryCopy(of: package, options: $0)
+                try await Download.temporaryCopyAsync(of: package, options: $0)
             }
         }
         defer { if file != package { Download.removeTemporaryCopy(file) } }

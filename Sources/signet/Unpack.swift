@@ -200,7 +200,7 @@ struct Unpack: ParsableCommand {
             var download = try tls.options(trust: trust)
             download.ranges = !fullDownload
             report = try ProgressLine.downloading(package, options: download, output: output) {
-                try await Installer.install(downloading: package, to: dest, policy: policy, options: options, download: $0)
+                try await Installer.installAsync(downloading: package, to: dest, policy: policy, options: options, download: $0)
             }
         } else {
             report = try ProgressLine.showing("installing " + dest, output: output) { progress in

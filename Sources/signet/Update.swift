@@ -235,7 +235,7 @@ struct Update: ParsableCommand {
         let report = try ProgressLine.downloading(index, options: download, output: output) { download in
             var options = chosen
             options.download = download
-            return try await Updater.update(index: index, to: dest, policy: policy, options: options)
+            return try await Updater.updateAsync(index: index, to: dest, policy: policy, options: options)
         }
         let available = Report.Release(name: report.index.package.name, version: report.index.package.version, sequence: report.index.package.sequence)
         if output.json {
@@ -314,7 +314,7 @@ extension Update {
         let report = try ProgressLine.downloading(repository, options: download, output: output) { download in
             var options = chosen
             options.client.download = download
-            return try await TUFUpdater.update(to: dest, options: options)
+            return try await TUFUpdater.updateAsync(to: dest, options: options)
         }
         let available = Report.Release(name: report.release.name, version: report.release.version, sequence: report.release.sequence)
         let installed = report.installed.map { Report.Release(name: $0.name, version: $0.version, sequence: $0.sequence) }

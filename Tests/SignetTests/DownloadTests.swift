@@ -22,7 +22,7 @@ struct DownloadTests {
         let seen = Mutex<[DownloadProgress]>([])
         var options = try Self.options(server)
         options.progress = { progress in seen.withLock { $0.append(progress) } }
-        let result = try await Download.file(server.url("slow/p.bin"), to: work.file("p.bin"), options: options)
+        let result = try await Download.fileAsync(server.url("slow/p.bin"), to: work.file("p.bin"), options: options)
         #expect(result.size == 400_000)
         #expect(try contents(work.file("p.bin")) == body)
         let reports = seen.withLock { $0 }
@@ -54,7 +54,7 @@ struct DownloadTests {
                 }
             }
         }
-        let task = Task { try await Download.file(url, to: target, options: options) }
+        let task = Task { try await Download.fileAsync(url, to: target, options: options) }
         handle.withLock { $0 = task }
         let partial = work.file(".c.bin.signet-download")
         func size() -> Int { (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0 }
@@ -70,7 +70,7 @@ struct DownloadTests {
         #expect(kept - atCancel < 400_000, "stops promptly: \(atCancel) bytes at the cancel, \(kept) kept")
         usleep(500_000)
         #expect(size() == kept, "and nothing more arrives")
-        let result = try await Download.file(url, to: target, options: options)
+        let result = try await Download.fileAsync(url, to: target, options: options)
         #expect(result.resumedFrom > 0)
         #expect(try contents(target) == body)
         #expect(try server.statuses(of: "slow/c.bin").last == 206)
@@ -83,7 +83,7 @@ struct DownloadTests {
         let (root, package) = try InstallTests.package(directory)
         try FileManager.default.copyItem(atPath: package, toPath: server.www + "/p.zip")
         let dest = directory.file("installed")
-        let report = try await Installer.install(downloading: server.url("p.zip") + "?token=abc#x", to: dest, policy: InstallTests.policy,
+        let report = try await Installer.installAsync(downloading: server.url("p.zip") + "?token=abc#x", to: dest, policy: InstallTests.policy,
                                                  download: try Self.options(server))
         #expect(report.files.count == 6)
         for file in report.files {
@@ -117,7 +117,7 @@ struct DownloadTests {
         let seen = Mutex<[DownloadProgress]>([])
         var options = try Self.options(server)
         options.progress = { progress in seen.withLock { $0.append(progress) } }
-        let report = try await Installer.install(downloading: server.url("slow/r.zip"), to: dest, policy: policy, download: options)
+        let report = try await Installer.installAsync(downloading: server.url("slow/r.zip"), to: dest, policy: policy, download: options)
         #expect(report.transfer?.mode == .ranges && report.transfer?.filesFetched == 3, "\(String(describing: report.transfer))")
         let reports = seen.withLock { $0 }
         #expect(reports.count >= 3, "several progress reports: \(reports.count)")
@@ -139,7 +139,7 @@ struct DownloadTests {
                 }
             }
         }
-        let task = Task { [options] in try await Installer.install(downloading: server.url("slow/r.zip"), to: dest, policy: policy, download: options) }
+        let task = Task { [options] in try await Installer.installAsync(downloading: server.url("slow/r.zip"), to: dest, policy: policy, download: options) }
         handle.withLock { $0 = task }
         let outcome = await task.result
         #expect(cancelledAt.withLock { $0 } != nil, "cancelled part-way")
@@ -179,7 +179,7 @@ struct DownloadTests {
             }
         }
         let url = server.url("medium/r.zip")
-        let task = Task { [options] in try await Installer.install(downloading: url, to: dest, policy: policy, download: options) }
+        let task = Task { [options] in try await Installer.installAsync(downloading: url, to: dest, policy: policy, download: options) }
         handle.withLock { $0 = task }
         let outcome = await task.result
         let at = try #require(cancelledAt.withLock { $0 }, "cancelled part-way")
@@ -190,7 +190,7 @@ struct DownloadTests {
         let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
         #expect(beside.isEmpty || beside.allSatisfy { $0.contains("staging") }, "at most the staging kept for the next run: \(beside)")
         // The next run completes.
-        let report = try await Installer.install(downloading: server.url("medium/r.zip"), to: dest, policy: policy, download: try Self.options(server))
+        let report = try await Installer.installAsync(downloading: server.url("medium/r.zip"), to: dest, policy: policy, download: try Self.options(server))
         #expect(report.files.count == 2)
         #expect(try contents(dest + "/large.bin") == large)
     }

@@ -15,7 +15,7 @@ struct ReadmeStartupExampleTests {
             let policy = try TrustPolicy(publicKeyFiles: [key])
             // exclude, only and allow_keys, as `signet reverify --rules` reads them
             let rules = try ReverifyOptions(rulesFile: rulesFile)
-            let report = try await Reverifier.verifyTree(at: tree, policy: policy, options: rules)
+            let report = try await Reverifier.verifyTreeAsync(at: tree, policy: policy, options: rules)
             for file in report.files where file.verdict.isOK && !file.changedKeys.isEmpty {
                 log("resource check: \(file.path): allowed keys changed: \(file.changedKeys.map(\.path))")
             }

@@ -394,14 +394,14 @@ struct ReverifyTests {
     func asyncAPI() async throws {
         let directory = try TemporaryDirectory()
         let app = try Self.installed(directory)
-        let report = try await Reverifier.verifyTree(at: app, policy: Self.policy)
+        let report = try await Reverifier.verifyTreeAsync(at: app, policy: Self.policy)
         #expect(report.isOK && report.files.count == 6 && report.duration >= 0)
-        #expect(await Reverifier.verifyFile(at: app + "/run.sh", policy: try Self.policy).verdict == .ok)
+        #expect(await Reverifier.verifyFileAsync(at: app + "/run.sh", policy: try Self.policy).verdict == .ok)
         // Cancelled before it starts: the cancellation handler runs first, so no file is checked.
         let policy = try Self.policy
         let cancelled = Task { () async throws -> TreeReport in
             withUnsafeCurrentTask { $0?.cancel() }
-            return try await Reverifier.verifyTree(at: app, policy: policy)
+            return try await Reverifier.verifyTreeAsync(at: app, policy: policy)
         }
         await #expect(throws: CancellationError.self) { _ = try await cancelled.value }
         // And the flag the async wrapper sets stops the synchronous walk.

@@ -228,24 +228,24 @@ struct StructuredTests {
 
         var rules = ReverifyOptions()
         rules.allow(try #require(KeyPath("server.url")), in: "app.json")
-        let report = try await Reverifier.verifyTree(at: target, policy: Fixtures.trust("rsa2048-spki.der"), options: rules)
+        let report = try await Reverifier.verifyTreeAsync(at: target, policy: Fixtures.trust("rsa2048-spki.der"), options: rules)
         #expect(report.isOK)
         #expect(report.files.first?.changedKeys.map(\.description) == ["server.url (changed, allowed)"])
 
-        let strict = try await Reverifier.verifyTree(at: target, policy: Fixtures.trust("rsa2048-spki.der"))
+        let strict = try await Reverifier.verifyTreeAsync(at: target, policy: Fixtures.trust("rsa2048-spki.der"))
         #expect(!strict.isOK)
         #expect(strict.files.first?.changedKeys.map { "\($0.path)" } == ["server.url"])
 
         var wrong = ReverifyOptions()
         wrong.allow(try #require(KeyPath("server.host")), in: "app.json")
         await #expect(throws: SignetError(.usage, "")) {
-            _ = try await Reverifier.verifyTree(at: target, policy: Fixtures.trust("rsa2048-spki.der"), options: wrong)
+            _ = try await Reverifier.verifyTreeAsync(at: target, policy: Fixtures.trust("rsa2048-spki.der"), options: wrong)
         }
         // A rules file read by the library, merged with options.
         try Data(#"{"allow_keys": {"app.json": ["server.url"]}, "exclude": ["*.log"]}"#.utf8).write(to: URL(fileURLWithPath: directory.file("rules.json")))
         var merged = ReverifyOptions()
         merged.merge(try ReverifyOptions(rulesFile: directory.file("rules.json")))
         #expect(merged.exclude == ["*.log"])
-        #expect(try await Reverifier.verifyTree(at: target, policy: Fixtures.trust("rsa2048-spki.der"), options: merged).isOK)
+        #expect(try await Reverifier.verifyTreeAsync(at: target, policy: Fixtures.trust("rsa2048-spki.der"), options: merged).isOK)
     }
 }

@@ -148,7 +148,7 @@ struct TUFTests {
         try TUFClient.initialize(metadataDirectory: work.file("metadata"), trustedRoot: Array(contents(site + "/metadata/1.root.json")))
         var options = TUFClientOptions(metadataDirectory: work.file("metadata"), metadataURL: server.url("library/metadata/"))
         options.download = try DownloadTests.options(server)
-        let report = try await TUFClient.refresh(options)
+        let report = try await TUFClient.refreshAsync(options)
         #expect(report.rootVersion == 1 && report.timestampVersion == 1 && report.snapshotVersion == 1 && report.targetsVersion == 1, "\(report)")
         #expect(report.requests == 4, "2.root.json, timestamp, snapshot, targets: \(report)")
 
@@ -162,7 +162,7 @@ struct TUFTests {
         stalled.download.tls = TLSPolicy()
         stalled.download.tls.allowHTTP = true
         stalled.download.maxTime = 300
-        let task = Task { try await TUFClient.refresh(stalled) }
+        let task = Task { try await TUFClient.refreshAsync(stalled) }
         #expect(silent.waitForConnection(seconds: 120), "the refresh reached the server")
         let cancelled = Date()
         task.cancel()

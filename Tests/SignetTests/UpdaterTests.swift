@@ -30,7 +30,7 @@ struct UpdaterTests {
         var options = UpdateOptions(channel: "stable")
         options.download = try DownloadTests.options(server)
         options.download.progress = { progress in seen.withLock { $0.append(progress) } }
-        let report = try await Updater.update(index: server.url("slow/stable.json"), to: dest, policy: policy, options: options)
+        let report = try await Updater.updateAsync(index: server.url("slow/stable.json"), to: dest, policy: policy, options: options)
         #expect(report.install != nil && report.index.serial == published.serial)
         for (name, data) in v1 { #expect(try contents(dest + "/" + name) == data) }
         #expect(seen.withLock { $0.count } >= 2, "progress reported")
@@ -45,7 +45,7 @@ struct UpdaterTests {
                 if !done { done = true; task.cancel() }
             }
         }
-        let task = Task { [options] in try await Updater.update(index: server.url("slow/stable.json"), to: dest, policy: policy, options: options) }
+        let task = Task { [options] in try await Updater.updateAsync(index: server.url("slow/stable.json"), to: dest, policy: policy, options: options) }
         handle.withLock { $0 = task }
         let outcome = await task.result
         #expect(cancelled.withLock { $0 }, "cancelled part-way")

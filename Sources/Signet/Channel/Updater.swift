@@ -63,8 +63,8 @@ public enum Updater {
     /// The same on a thread of its own; cancelling the task stops the transfer in progress
     /// (`CancellationError`, the destination unchanged). Progress is reported through
     /// `options.download.progress`.
-    public static func update(index indexURL: String, to destination: String, policy: TrustPolicy,
-                              options: UpdateOptions) async throws -> UpdateReport {
+    public static func updateAsync(index indexURL: String, to destination: String, policy: TrustPolicy,
+                                   options: UpdateOptions) async throws -> UpdateReport {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async {
@@ -73,6 +73,13 @@ public enum Updater {
         } onCancel: {
             cancelled.set()
         }
+    }
+
+    /// The old name of ``updateAsync(index:to:policy:options:)``.
+    @available(*, deprecated, renamed: "updateAsync(index:to:policy:options:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func update(index indexURL: String, to destination: String, policy: TrustPolicy,
+                              options: UpdateOptions) async throws -> UpdateReport {
+        try await updateAsync(index: indexURL, to: destination, policy: policy, options: options)
     }
 
     static func update(index indexURL: String, to destination: String, policy: TrustPolicy, options: UpdateOptions,

@@ -161,8 +161,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let crypto = Code("crypto-failure", exitStatus: .environment)
     }
 
-    /// Process exit status per FORMAT.md §4.
-    public struct ExitStatus: Hashable, Sendable {
+    /// Process exit status per FORMAT.md §4. Printed as its number and meaning:
+    /// `"4 (malformed input)"`.
+    public struct ExitStatus: Hashable, Sendable, CustomStringConvertible {
         /// The numeric status.
         public let rawValue: Int32
         /// Creates a status from its number.
@@ -180,6 +181,21 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let malformed = ExitStatus(rawValue: 4)
         /// 5: environment (I/O, permissions, space).
         public static let environment = ExitStatus(rawValue: 5)
+
+        /// The number and what it means, as FORMAT.md §4 names it: `"3 (untrusted signer)"`.
+        public var description: String {
+            let meaning: String
+            switch rawValue {
+            case 0: meaning = "success"
+            case 1: meaning = "verification failed"
+            case 2: meaning = "usage error"
+            case 3: meaning = "untrusted signer"
+            case 4: meaning = "malformed input"
+            case 5: meaning = "environment error"
+            default: return String(rawValue)
+            }
+            return "\(rawValue) (\(meaning))"
+        }
     }
 
     /// What kind of failure this is.

@@ -1,3 +1,4 @@
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -11,6 +12,14 @@ internal import SystemPackage
 /// in pieces, each below the descriptor of the one before (`openat`), which resolves them as
 /// the kernel would (links on the way are followed, as `open` follows them).
 enum Paths {
+    /// The path of a `file:` URL; any other URL is a usage error (a local path was wanted).
+    static func fileSystemPath(of url: URL) throws -> String {
+        guard url.isFileURL else {
+            throw SignetError(.usage, "'\(url.absoluteString)' is not a file URL; a local file was expected here (use the download forms for https:// URLs)")
+        }
+        return url.path
+    }
+
     /// Longest piece handed to the kernel at once.
     private static let piece = 3072
 

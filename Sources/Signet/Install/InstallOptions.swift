@@ -7,7 +7,7 @@ import Musl
 internal import CSignetShims
 internal import SystemPackage
 
-/// Options for ``Installer/install(_:to:policy:options:)``.
+/// Options for ``Installer/install(_:to:policy:options:)-(String,_,_,_)``.
 public struct InstallOptions: Sendable {
     /// Replace a non-empty destination that Signet did not install, and reinstall the release
     /// the destination already holds (without it, that install changes nothing).

@@ -5,7 +5,7 @@ import Glibc
 import Musl
 #endif
 internal import CSignetShims
-internal import SystemPackage
+public import SystemPackage
 
 /// Installs packages (FORMAT.md §2 "Installing"): everything is verified before DIR changes; the
 /// new tree is built in a staging directory beside DIR (same filesystem), each file written
@@ -25,6 +25,16 @@ public enum Installer {
         let lock = try DestinationLock(destination, wait: options.wait)
         defer { lock.release() }
         return try install(package, to: destination, policy: policy, options: options, holding: lock)
+    }
+
+    /// ``install(_:to:policy:options:)-(String,_,_,_)`` on a thread of its own (not Swift concurrency's shared
+    /// pool, which blocking file I/O would hold). A task cancelled before it starts throws
+    /// `CancellationError` with DIR untouched; once started, the installation runs to its end,
+    /// so that DIR is never left between the old tree and the new one.
+    public static func installAsync(_ package: String, to destination: String, policy: TrustPolicy,
+                                    options: InstallOptions = InstallOptions()) async throws -> InstallReport {
+        try Task.checkCancellation()
+        return try await OwnThreads.async { try install(package, to: destination, policy: policy, options: options) }
     }
 
     /// The destination as it is locked and swapped: without trailing slashes ("dir/" would
@@ -336,5 +346,36 @@ public enum Installer {
 
     static func error(for failure: PackageVerification.Failure, _ message: String, package: String, entry: String?) -> SignetError {
         return SignetError(SignetError.Code(failure), "'\(package)': \(message); nothing was installed", path: package, entry: entry)
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension Installer {
+    /// Verifies `package` and installs it at `destination` (`install(_:to:policy:options:)`).
+    public static func install(_ package: FilePath, to destination: FilePath, policy: TrustPolicy,
+                               options: InstallOptions = InstallOptions()) throws -> InstallReport {
+        try install(package.string, to: destination.string, policy: policy, options: options)
+    }
+
+    /// `installAsync(_:to:policy:options:)` with `FilePath`s.
+    public static func installAsync(_ package: FilePath, to destination: FilePath, policy: TrustPolicy,
+                                    options: InstallOptions = InstallOptions()) async throws -> InstallReport {
+        try await installAsync(package.string, to: destination.string, policy: policy, options: options)
+    }
+
+    /// Downloads the package at `url` and installs it at `destination`, blocking.
+    public static func install(downloading url: URL, to destination: FilePath, policy: TrustPolicy,
+                               options: InstallOptions = InstallOptions(),
+                               download: DownloadOptions = DownloadOptions()) throws -> InstallReport {
+        try install(downloading: url.absoluteString, to: destination.string, policy: policy, options: options, download: download)
+    }
+
+    /// Downloads the package at `url` and installs it at `destination`, on a thread of its own;
+    /// cancellable as `installAsync(downloading:to:policy:options:download:)` is.
+    public static func installAsync(downloading url: URL, to destination: FilePath, policy: TrustPolicy,
+                                    options: InstallOptions = InstallOptions(),
+                                    download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
+        try await installAsync(downloading: url.absoluteString, to: destination.string, policy: policy, options: options, download: download)
     }
 }

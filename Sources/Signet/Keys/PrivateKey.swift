@@ -1,3 +1,4 @@
+public import SystemPackage
 import Foundation
 internal import COpenSSL
 internal import CSignetShims
@@ -462,5 +463,24 @@ enum LegacyProvider {
             existing = context
             return context
         }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension PrivateKey {
+    /// Loads a private key file (`init(contentsOf:passphrase:allowWeakKey:)`).
+    public init(contentsOf path: FilePath, passphrase: PassphraseSource? = nil, allowWeakKey: Bool = false) throws {
+        try self.init(contentsOf: path.string, passphrase: passphrase, allowWeakKey: allowWeakKey)
+    }
+
+    /// Loads a private key from a `file:` URL.
+    public init(contentsOf url: URL, passphrase: PassphraseSource? = nil, allowWeakKey: Bool = false) throws {
+        try self.init(contentsOf: try Paths.fileSystemPath(of: url), passphrase: passphrase, allowWeakKey: allowWeakKey)
+    }
+
+    /// Loads a private key from bytes in memory (`Data`, a slice, ...).
+    public init(bytes: some DataProtocol, name: String = "<memory>", passphrase: PassphraseSource? = nil, allowWeakKey: Bool = false) throws {
+        try self.init(bytes: [UInt8](bytes), name: name, passphrase: passphrase, allowWeakKey: allowWeakKey)
     }
 }

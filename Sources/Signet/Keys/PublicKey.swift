@@ -1,3 +1,5 @@
+import Foundation
+public import SystemPackage
 internal import COpenSSL
 internal import CSignetShims
 
@@ -162,5 +164,46 @@ enum PublicKeyLoader {
             return true
         }
         return false
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension PublicKey {
+    /// Loads a public key or certificate file (`init(contentsOf:allowWeakKey:)`).
+    public init(contentsOf path: FilePath, allowWeakKey: Bool = false) throws {
+        try self.init(contentsOf: path.string, allowWeakKey: allowWeakKey)
+    }
+
+    /// Loads a public key or certificate from a `file:` URL.
+    public init(contentsOf url: URL, allowWeakKey: Bool = false) throws {
+        try self.init(contentsOf: try Paths.fileSystemPath(of: url), allowWeakKey: allowWeakKey)
+    }
+
+    /// Loads a public key or certificate from bytes in memory (`Data`, a slice, ...).
+    public init(bytes: some DataProtocol, name: String = "<memory>", allowWeakKey: Bool = false) throws {
+        try self.init(bytes: [UInt8](bytes), name: name, allowWeakKey: allowWeakKey)
+    }
+
+    /// Whether `signature` is this key's valid signature over `data`, by `algorithm`: the one-key
+    /// check, without a ``TrustPolicy`` or a ``Verifier``. A signature that is not exactly this
+    /// key's length is never valid.
+    ///
+    /// ```swift
+    /// let key = try PublicKey(contentsOf: FilePath("keys/public_key.der"))
+    /// guard key.isValidSignature(signature, for: firmware) else { throw Refused() }
+    /// ```
+    public func isValidSignature(_ signature: some DataProtocol, for data: some DataProtocol,
+                                 algorithm: SignatureAlgorithm = .default) -> Bool {
+        guard let digest = try? Digest.compute([UInt8](data), algorithm: algorithm.digest) else { return false }
+        return Verifier(policy: TrustPolicy(keys: [self])).verify(signature: [UInt8](signature), digest: digest, algorithm: algorithm).isValid
+    }
+
+    /// Whether `signature` is this key's valid signature over the file at `path`, which is
+    /// streamed. Throws only when the file cannot be read.
+    public func isValidSignature(_ signature: some DataProtocol, forFileAt path: FilePath,
+                                 algorithm: SignatureAlgorithm = .default) throws -> Bool {
+        let digest = try Digest.compute(fileAt: path.string, algorithm: algorithm.digest)
+        return Verifier(policy: TrustPolicy(keys: [self])).verify(signature: [UInt8](signature), digest: digest, algorithm: algorithm).isValid
     }
 }

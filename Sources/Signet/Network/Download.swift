@@ -6,7 +6,7 @@ import Musl
 #endif
 internal import CCurl
 internal import CSignetShims
-internal import SystemPackage
+public import SystemPackage
 
 /// Downloads for applications: one file, resumable, under a ``TLSPolicy``.
 public enum Download {
@@ -46,13 +46,13 @@ public enum Download {
         try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, replace: replace, cancelled: nil)
     }
 
-    /// ``file(_:to:options:signature:algorithm:policy:replace:)`` on a thread of its own (not Swift
+    /// ``file(_:to:options:signature:algorithm:policy:replace:)-h96i`` on a thread of its own (not Swift
     /// concurrency's shared pool, which a blocking transfer would hold); cancelling the task
     /// stops the transfer, keeps what arrived for the next call, and throws `CancellationError`.
     /// Progress goes to ``DownloadOptions/progress``.
-    public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
-                            signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
-                            policy: TrustPolicy? = nil, replace: Bool = true) async throws -> DownloadResult {
+    public static func fileAsync(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
+                                 signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
+                                 policy: TrustPolicy? = nil, replace: Bool = true) async throws -> DownloadResult {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async {
@@ -118,14 +118,28 @@ public enum Download {
         try temporaryCopy(of: url, options: options, cancelled: nil)
     }
 
-    /// ``temporaryCopy(of:options:)`` on a thread of its own; cancelling the task stops it.
-    public static func temporaryCopy(of url: String, options: DownloadOptions = DownloadOptions()) async throws -> String {
+    /// ``temporaryCopy(of:options:)-8d91m`` on a thread of its own; cancelling the task stops it.
+    public static func temporaryCopyAsync(of url: String, options: DownloadOptions = DownloadOptions()) async throws -> String {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async { try temporaryCopy(of: url, options: options, cancelled: cancelled) }
         } onCancel: {
             cancelled.set()
         }
+    }
+
+    /// The old name of ``temporaryCopyAsync(of:options:)``.
+    @available(*, deprecated, renamed: "temporaryCopyAsync(of:options:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func temporaryCopy(of url: String, options: DownloadOptions = DownloadOptions()) async throws -> String {
+        try await temporaryCopyAsync(of: url, options: options)
+    }
+
+    /// The old name of ``fileAsync(_:to:options:signature:algorithm:policy:replace:)-(String,_,_,_,_,_,_)``.
+    @available(*, deprecated, renamed: "fileAsync(_:to:options:signature:algorithm:policy:replace:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func file(_ url: String, to path: String, options: DownloadOptions = DownloadOptions(),
+                            signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
+                            policy: TrustPolicy? = nil, replace: Bool = true) async throws -> DownloadResult {
+        try await fileAsync(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, replace: replace)
     }
 
     /// Removes a file `temporaryCopy(of:options:)` returned, and its private folder.
@@ -165,5 +179,23 @@ public enum Download {
         // Used on the downloading thread only.
         var hasher: Digest.Hasher
         init(_ hasher: Digest.Hasher) { self.hasher = hasher }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension Download {
+    /// Downloads `url` to `path`, blocking (`file(_:to:options:signature:algorithm:policy:replace:)`).
+    public static func file(_ url: URL, to path: FilePath, options: DownloadOptions = DownloadOptions(),
+                            signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
+                            policy: TrustPolicy? = nil, replace: Bool = true) throws -> DownloadResult {
+        try file(url.absoluteString, to: path.string, options: options, signature: signature, algorithm: algorithm, policy: policy, replace: replace)
+    }
+
+    /// Downloads `url` to `path` on a thread of its own; cancelling the task stops the transfer.
+    public static func fileAsync(_ url: URL, to path: FilePath, options: DownloadOptions = DownloadOptions(),
+                                 signature: [UInt8]? = nil, algorithm: SignatureAlgorithm = .default,
+                                 policy: TrustPolicy? = nil, replace: Bool = true) async throws -> DownloadResult {
+        try await fileAsync(url.absoluteString, to: path.string, options: options, signature: signature, algorithm: algorithm, policy: policy, replace: replace)
     }
 }

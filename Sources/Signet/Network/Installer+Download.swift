@@ -10,7 +10,7 @@ internal import SystemPackage
 
 extension Installer {
     /// Installs the package at `url` (https://) at `destination`, verified exactly as
-    /// ``install(_:to:policy:options:)``.
+    /// ``install(_:to:policy:options:)-(String,_,_,_)``.
     ///
     /// Where the server answers range requests (and `download.ranges` is on), the package is
     /// read in place (FORMAT.md §5, "Updates over range requests"): its directory and manifest
@@ -38,9 +38,9 @@ extension Installer {
     /// and throws `CancellationError`, with the destination as it was. Once everything is
     /// fetched and verified, the installation itself runs to its end, so that DIR is never
     /// left between the old tree and the new one.
-    public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
-                               options: InstallOptions = InstallOptions(),
-                               download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
+    public static func installAsync(downloading url: String, to destination: String, policy: TrustPolicy,
+                                    options: InstallOptions = InstallOptions(),
+                                    download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async {
@@ -49,6 +49,14 @@ extension Installer {
         } onCancel: {
             cancelled.set()
         }
+    }
+
+    /// The old name of ``installAsync(downloading:to:policy:options:download:)-(String,_,_,_,_)``.
+    @available(*, deprecated, renamed: "installAsync(downloading:to:policy:options:download:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
+                               options: InstallOptions = InstallOptions(),
+                               download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
+        try await installAsync(downloading: url, to: destination, policy: policy, options: options, download: download)
     }
 
     static func install(downloading url: String, to destination: String, policy: TrustPolicy,

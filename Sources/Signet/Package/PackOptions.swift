@@ -6,7 +6,7 @@ import Musl
 internal import CSignetShims
 internal import SystemPackage
 
-/// Options for ``PackageBuilder/pack(_:to:signer:options:)``.
+/// Options for ``PackageBuilder/pack(_:to:signer:options:)-(_,String,_,_)``.
 public struct PackOptions: Sendable {
     /// How resources are compressed.
     public enum Compression: Sendable, Equatable {

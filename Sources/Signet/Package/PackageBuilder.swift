@@ -4,11 +4,11 @@ import Glibc
 import Musl
 #endif
 internal import CSignetShims
-internal import SystemPackage
+public import SystemPackage
 
 /// Makes packages (FORMAT.md §2): resources, one signature each, and a signed manifest, in a zip.
 public enum PackageBuilder {
-    /// What ``pack(_:to:signer:options:)`` made.
+    /// What ``pack(_:to:signer:options:)-(_,String,_,_)`` made.
     public struct Result: Sendable {
         /// The manifest as written.
         public let manifest: Manifest
@@ -368,5 +368,14 @@ extension String {
             }
             return at
         }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension PackageBuilder {
+    /// Packs files and directories into a package at `output`.
+    public static func pack(_ paths: [FilePath], to output: FilePath, signer: Signer, options: PackOptions) throws -> Result {
+        try pack(paths.map(\.string), to: output.string, signer: signer, options: options)
     }
 }

@@ -49,7 +49,7 @@ public struct PackageContents: Sendable {
     public let path: String
     /// Resources in archive order.
     public let resources: Resources
-    /// The manifest, parsed. Not trustworthy until ``PackageReader/verify(_:policy:limits:now:progress:)`` says so.
+    /// The manifest, parsed. Not trustworthy until ``PackageReader/verify(_:policy:limits:now:progress:)-(String,_,_,_,_)`` says so.
     public let manifest: Manifest
     /// Whether the package carries a signer certificate.
     public let hasSignerCertificate: Bool

@@ -1,3 +1,4 @@
+public import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -13,7 +14,7 @@ public enum PackageReader {
         try contents(of: try ZipReader(path: path, maximumEntries: limits.maximumEntries), limits: limits)
     }
 
-    /// ``contents(of:limits:)`` for a package on an HTTPS server: read with range requests
+    /// ``contents(of:limits:)-(String,_)`` for a package on an HTTPS server: read with range requests
     /// (only the end of the zip, its directory and the manifest), or downloaded into a private
     /// temporary folder and removed when the server does not answer ranges.
     public static func contents(downloading url: String, download: DownloadOptions = DownloadOptions(),
@@ -23,7 +24,7 @@ public enum PackageReader {
         }
     }
 
-    /// ``verify(_:policy:limits:now:progress:)`` for a package on an HTTPS server, read with
+    /// ``verify(_:policy:limits:now:progress:)-(String,_,_,_,_)`` for a package on an HTTPS server, read with
     /// range requests over one connection (each pinned to the first answer's validator with
     /// `If-Range`), never stored on the device; a server that does not answer ranges gets the
     /// whole package downloaded into a private temporary folder, removed afterwards.
@@ -481,5 +482,20 @@ public enum PackageReader {
             PackageContents(path: path, resources: .init(directory: directory, positions: resourcePositions, byName: resourcesByName),
                             manifest: manifest, hasSignerCertificate: signerCertificate != nil)
         }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension PackageReader {
+    /// Reads a package's manifest and entries without verifying them.
+    public static func contents(of path: FilePath, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
+        try contents(of: path.string, limits: limits)
+    }
+
+    /// Verifies a package file without installing it.
+    public static func verify(_ path: FilePath, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
+                              now: Timestamp = .now, progress handler: ProgressHandler? = nil) throws -> PackageVerification {
+        try verify(path.string, policy: policy, limits: limits, now: now, progress: handler)
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -69,4 +70,16 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     public static let representable: ClosedRange<Int64> = -62_167_219_200...253_402_300_799
 
     public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool { lhs.secondsSinceEpoch < rhs.secondsSinceEpoch }
+}
+
+// MARK: Foundation's Date (issue 41)
+
+extension Timestamp {
+    /// The second `date` falls in (a fraction is dropped, toward the past).
+    public init(_ date: Date) {
+        self.init(secondsSinceEpoch: Int64(date.timeIntervalSince1970.rounded(.down)))
+    }
+
+    /// The same instant as a `Date`.
+    public var date: Date { Date(timeIntervalSince1970: TimeInterval(secondsSinceEpoch)) }
 }

@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 internal import CSignetShims
-internal import SystemPackage
+public import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -208,20 +208,56 @@ public enum Reverifier {
 
     // MARK: Async
 
-    /// ``verifyFile(at:policy:)`` on a thread of its own (not Swift concurrency's shared pool).
-    public static func verifyFile(at path: String, policy: TrustPolicy) async -> FileReport {
+    /// ``verifyFile(at:policy:)-4or4t`` on a thread of its own (not Swift concurrency's shared pool).
+    public static func verifyFileAsync(at path: String, policy: TrustPolicy) async -> FileReport {
         await OwnThreads.async { verifyFile(at: path, policy: policy) }
     }
 
-    /// ``verifyTree(at:policy:options:)`` on threads of its own (not Swift concurrency's shared
+    /// The old name of ``verifyFileAsync(at:policy:)-(String,_)``.
+    @available(*, deprecated, renamed: "verifyFileAsync(at:policy:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func verifyFile(at path: String, policy: TrustPolicy) async -> FileReport {
+        await verifyFileAsync(at: path, policy: policy)
+    }
+
+    /// `verifyTree(at:policy:options:)` (the blocking form) on threads of its own (not Swift concurrency's shared
     /// pool, which blocking file I/O would starve); cancelling the task stops it between files
     /// and throws `CancellationError`.
-    public static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) async throws -> TreeReport {
+    public static func verifyTreeAsync(at root: String, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) async throws -> TreeReport {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async { try verifyTree(at: root, policy: policy, options: options, cancelled: cancelled) }
         } onCancel: {
             cancelled.set()
         }
+    }
+
+    /// The old name of ``verifyTreeAsync(at:policy:options:)-(String,_,_)``.
+    @available(*, deprecated, renamed: "verifyTreeAsync(at:policy:options:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) async throws -> TreeReport {
+        try await verifyTreeAsync(at: root, policy: policy, options: options)
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension Reverifier {
+    /// Re-verifies one installed file, blocking.
+    public static func verifyFile(at path: FilePath, policy: TrustPolicy) -> FileReport {
+        verifyFile(at: path.string, policy: policy)
+    }
+
+    /// Re-verifies one installed file on a thread of its own.
+    public static func verifyFileAsync(at path: FilePath, policy: TrustPolicy) async -> FileReport {
+        await verifyFileAsync(at: path.string, policy: policy)
+    }
+
+    /// Re-verifies an installed tree, blocking.
+    public static func verifyTree(at root: FilePath, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) throws -> TreeReport {
+        try verifyTree(at: root.string, policy: policy, options: options)
+    }
+
+    /// Re-verifies an installed tree on threads of its own; cancelling the task stops it.
+    public static func verifyTreeAsync(at root: FilePath, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) async throws -> TreeReport {
+        try await verifyTreeAsync(at: root.string, policy: policy, options: options)
     }
 }

@@ -1,3 +1,5 @@
+import Foundation
+public import SystemPackage
 internal import COpenSSL
 
 /// A hash function Signet uses. An open set: new members can be added.
@@ -142,5 +144,19 @@ public struct Digest: Hashable, Sendable {
             }
             return digest
         }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension Digest {
+    /// The digest of bytes in memory (`Data`, a slice, ...).
+    public static func compute(_ data: some DataProtocol, algorithm: DigestAlgorithm) throws -> Digest {
+        try compute([UInt8](data), algorithm: algorithm)
+    }
+
+    /// The digest of a file, streamed.
+    public static func compute(fileAt path: FilePath, algorithm: DigestAlgorithm) throws -> Digest {
+        try compute(fileAt: path.string, algorithm: algorithm)
     }
 }

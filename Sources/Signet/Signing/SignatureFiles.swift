@@ -1,3 +1,4 @@
+public import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -90,5 +91,14 @@ public enum SignatureFiles {
             }
             committed.append((entry.target, backup))
         }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension SignatureFiles {
+    /// Reads a raw signature file.
+    public static func read(_ path: FilePath) throws -> [UInt8] {
+        try read(path.string)
     }
 }

@@ -1,3 +1,4 @@
+public import SystemPackage
 import Dispatch
 import Foundation
 import Synchronization
@@ -249,4 +250,18 @@ private final class ResultSlots<R>: @unchecked Sendable {
 
     /// Called after every worker has finished.
     func collect() -> [R] { buffer.map { $0! } }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension Signer {
+    /// Signs bytes in memory (`Data`, a slice, ...).
+    public func sign(_ data: some DataProtocol) throws -> Signature {
+        try sign([UInt8](data))
+    }
+
+    /// Signs a file, streaming it.
+    public func sign(fileAt path: FilePath) throws -> Signature {
+        try sign(fileAt: path.string)
+    }
 }

@@ -1,3 +1,5 @@
+import Foundation
+public import SystemPackage
 internal import COpenSSL
 
 /// The outcome of checking one signature. A verdict, not an error: "this signature is wrong"
@@ -114,5 +116,19 @@ public struct Verifier: Sendable {
         defer { EVP_PKEY_CTX_free(context) }
         guard EVP_PKEY_verify_init(context) == 1, algorithm.configure(context) else { return false }
         return EVP_PKEY_verify(context, signature, signature.count, digest.bytes, digest.bytes.count) == 1
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension Verifier {
+    /// Verifies a signature over bytes in memory (`Data`, a slice, ...).
+    public func verify(signature: some DataProtocol, bytes: some DataProtocol, algorithm: SignatureAlgorithm = .default) throws -> VerificationResult {
+        try verify(signature: [UInt8](signature), bytes: [UInt8](bytes), algorithm: algorithm)
+    }
+
+    /// Verifies a signature over a regular file, streaming it. Throws only for I/O problems.
+    public func verify(signature: some DataProtocol, fileAt path: FilePath, algorithm: SignatureAlgorithm = .default) throws -> VerificationResult {
+        try verify(signature: [UInt8](signature), fileAt: path.string, algorithm: algorithm)
     }
 }

@@ -403,15 +403,21 @@ extension TUFClient {
     /// Refreshes the metadata folder of `options` (``refresh()``) on a thread of its own;
     /// cancelling the task stops the request in flight (`CancellationError`; what verified
     /// before it stays stored).
-    public static func refresh(_ options: TUFClientOptions) async throws -> TUFRefreshReport {
+    public static func refreshAsync(_ options: TUFClientOptions) async throws -> TUFRefreshReport {
         try await onOwnThread { try TUFClient(options: options, cancelled: $0).refresh() }
+    }
+
+    /// The old name of ``refreshAsync(_:)``.
+    @available(*, deprecated, renamed: "refreshAsync(_:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func refresh(_ options: TUFClientOptions) async throws -> TUFRefreshReport {
+        try await refreshAsync(options)
     }
 
     /// Refreshes, finds the target at `path` and writes it into `directory` as
     /// ``download(_:from:into:)`` does, on a thread of its own; cancellable like
-    /// ``refresh(_:)``. Throws `.targetNotFound` when no trusted role lists `path`.
-    public static func download(_ path: String, options: TUFClientOptions, from baseURL: String,
-                                into directory: String) async throws -> TUFDownload {
+    /// ``refreshAsync(_:)``. Throws `.targetNotFound` when no trusted role lists `path`.
+    public static func downloadAsync(_ path: String, options: TUFClientOptions, from baseURL: String,
+                                     into directory: String) async throws -> TUFDownload {
         try await onOwnThread { cancelled in
             let client = try TUFClient(options: options, cancelled: cancelled)
             guard let target = try client.target(path) else {
@@ -419,6 +425,13 @@ extension TUFClient {
             }
             return try client.download(target, from: baseURL, into: directory)
         }
+    }
+
+    /// The old name of ``downloadAsync(_:options:from:into:)``.
+    @available(*, deprecated, renamed: "downloadAsync(_:options:from:into:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func download(_ path: String, options: TUFClientOptions, from baseURL: String,
+                                into directory: String) async throws -> TUFDownload {
+        try await downloadAsync(path, options: options, from: baseURL, into: directory)
     }
 
     private static func onOwnThread<R: Sendable>(_ work: @escaping @Sendable (CancellationFlag) throws -> R) async throws -> R {

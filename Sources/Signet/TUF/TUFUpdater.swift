@@ -57,13 +57,19 @@ public enum TUFUpdater {
     }
 
     /// The same on a thread of its own; cancelling the task stops the transfer in progress.
-    public static func update(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
+    public static func updateAsync(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async { try update(to: destination, options: options, cancelled: cancelled) }
         } onCancel: {
             cancelled.set()
         }
+    }
+
+    /// The old name of ``updateAsync(to:options:)``.
+    @available(*, deprecated, renamed: "updateAsync(to:options:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func update(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
+        try await updateAsync(to: destination, options: options)
     }
 
     static func update(to destination: String, options: TUFUpdateOptions, cancelled: CancellationFlag?) throws -> TUFUpdateReport {

@@ -1,3 +1,4 @@
+public import SystemPackage
 import Foundation
 
 /// Which signers a verification accepts. There is always a policy: Signet has no "trust anyone".
@@ -47,7 +48,7 @@ public struct TrustPolicy: Sendable {
         self.keys = keys.filter { seen.insert($0.keyID).inserted }
     }
 
-    /// Loads each file with ``PublicKey/init(contentsOf:allowWeakKey:)`` and trusts them all.
+    /// Loads each file with ``PublicKey/init(contentsOf:allowWeakKey:)-(String,_)`` and trusts them all.
     public init(publicKeyFiles paths: [String], allowWeakKeys: Bool = false) throws {
         try self.init(keys: paths.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKeys) })
     }
@@ -132,5 +133,20 @@ public struct TrustPolicy: Sendable {
             if !accepted.keys.contains(where: { $0.keyID == key.keyID }) { accepted.keys.append(key) }
             return (accepted, nil)
         }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+
+extension TrustPolicy {
+    /// Trusts the keys in these files.
+    public init(publicKeyFiles paths: [FilePath], allowWeakKeys: Bool = false) throws {
+        try self.init(publicKeyFiles: paths.map(\.string), allowWeakKeys: allowWeakKeys)
+    }
+
+    /// Adds the keys of a trust directory, checked against its seal first.
+    public mutating func addTrustDirectory(_ directory: FilePath, allowWeakKeys: Bool = false, salt: [UInt8]? = nil,
+                                           sealKeys: [PublicKey] = []) throws {
+        try addTrustDirectory(directory.string, allowWeakKeys: allowWeakKeys, salt: salt, sealKeys: sealKeys)
     }
 }
