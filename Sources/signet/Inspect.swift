@@ -100,11 +100,11 @@ struct Inspect: ParsableCommand {
             }
         }
         if let failure {
-            if !output.json { Output.error(failure.reason) }
+            Output.error(failure.reason)
             throw ExitCode(failure.code.exitStatus.rawValue)
         }
         if !trust.hasSources, let unsigned = package.files.first(where: { !$0.hasSignature }) {
-            if !output.json { Output.error("'\(unsigned.path)' has no signature '\(unsigned.path).sig' in the bare package '\(self.package)'; unpack --bare would refuse it") }
+            Output.error("'\(unsigned.path)' has no signature '\(unsigned.path).sig' in the bare package '\(self.package)'; unpack --bare would refuse it")
             throw ExitCode(1)
         }
     }
@@ -183,7 +183,7 @@ struct Inspect: ParsableCommand {
             }
         }
         if let failure {
-            if !output.json { Output.error("\(package): \(failure.reason)") }
+            Output.error("\(package): \(failure.reason)")
             throw ExitCode(failure.code.exitStatus.rawValue)
         }
     }

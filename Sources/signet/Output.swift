@@ -110,16 +110,11 @@ enum Output {
                   call: error.call, errno: error.systemError)
     }
 
-    /// Reports `error` and exits with its status: on stderr as text, or with --json as the one
-    /// error document on stdout and nothing on stderr (FORMAT.md §4: a pipeline reads one
-    /// document; the message is in it).
+    /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
     static func fail(_ error: SignetError, json wantsJSON: Bool) -> Never {
-        if wantsJSON {
-            json(ErrorDocument(error: errorBody(error)))
-        } else {
-            releaseHeld()
-            Output.error(error.description)
-        }
+        releaseHeld()
+        if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
+        Output.error(error.description)
         exit(error.code.exitStatus.rawValue)
     }
 
@@ -127,10 +122,7 @@ enum Output {
     /// then what ArgumentParser adds to its own first line (the option's help, the usage line).
     static func usageFailure(message: String, fullText: String, json wantsJSON: Bool) -> Never {
         let error = SignetError(.usage, message.isEmpty ? "invalid arguments" : ArgumentErrors.restyle(message))
-        if wantsJSON {
-            json(ErrorDocument(error: errorBody(error)))
-            exit(error.code.exitStatus.rawValue)
-        }
+        if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
         var rest = fullText.split(separator: "\n", omittingEmptySubsequences: false)
         if let first = rest.first, first.hasPrefix("Error: ") { rest.removeFirst() }
         let more = rest.joined(separator: "\n").trimmingCharacters(in: .newlines)

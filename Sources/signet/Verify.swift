@@ -88,10 +88,8 @@ struct Verify: ParsableCommand {
                                error: failure.map(Output.errorBody)))
         }
         if let failure {
-            if !output.json {
-                Output.line("FAILED \(file)")
-                Output.error("\(file): \(failure.reason)")
-            }
+            if !output.json { Output.line("FAILED \(file)") }
+            Output.error("\(file): \(failure.reason)")
             throw ExitCode(failure.code.exitStatus.rawValue)
         }
         if !output.json, let signer = result.signer {

@@ -485,9 +485,8 @@ public enum PackageReader {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
-
 extension PackageReader {
+    // Swift-native forms (issue 41): FilePath paths.
     /// Reads a package's manifest and entries without verifying them.
     public static func contents(of path: FilePath, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
         try contents(of: path.string, limits: limits)
