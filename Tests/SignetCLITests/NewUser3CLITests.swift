@@ -52,6 +52,8 @@ struct NewUser3CLITests {
             #expect(given.stderr.contains("is a public key, not a certificate") && given.stderr.contains("--tls-pin"), "\(given.stderr)")
             #expect(!given.stderr.contains("asn1") && !given.stderr.contains("serialNumber"), "no ASN.1 stack: \(given.stderr)")
         }
+        let privateKey = try CLI.run(unpack + ["--tls-ca", work.privatePEM])
+        #expect(privateKey.status == 4 && privateKey.stderr.contains("is a private key, not a certificate"), "\(privateKey.stderr)")
         let leaf = try CLI.run(unpack + ["--tls-cert", work.publicDER])
         #expect(leaf.status == 4 && leaf.stderr.contains("--tls-cert takes the server's own certificate"), "\(leaf.stderr)")
 

@@ -121,6 +121,9 @@ public struct TLSPolicy: Sendable {
         OpenSSLErrorQueue.clear()   // the end of the PEM stream leaves a "no start line" error
         guard !found.isEmpty else {
             if isPublicKey(atPath: path) { throw publicKeyGiven(path, option: option) }
+            if String(decoding: bytes, as: UTF8.self).contains("PRIVATE KEY-----") {
+                throw SignetError(.malformedKey, "'\(path)' is a private key, not a certificate: \(option) takes certificates (PEM or DER). A private key has no place on a device that downloads; give the CA's certificate", path: path)
+            }
             throw SignetError(.malformedKey, "'\(path)' holds no CERTIFICATE block", path: path)
         }
         return found
