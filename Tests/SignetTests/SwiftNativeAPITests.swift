@@ -81,6 +81,70 @@ struct SwiftNativeAPITests {
         #expect(Timestamp(Timestamp(rfc3339: "2027-01-01T00:00:00Z")!.date) == Timestamp(rfc3339: "2027-01-01T00:00:00Z"))
     }
 
+    @Test("point 14, every entry point with a path: key generation, a channel index and its update, a TUF repository, client and update, and the kept release take FilePath and URL")
+    func filePathsEverywhere() async throws {
+        let server = try HTTPSServer()
+        let work = try TemporaryDirectory()
+        let download = try DownloadTests.options(server)
+
+        // Key generation into a FilePath; a second write there is refused.
+        let keys = FilePath(work.file("keys"))
+        let written = try GeneratedKey.generate(bits: 2048).write(to: keys, passphrase: nil)
+        #expect(written.paths.count == 4)
+        let existing = #expect(throws: SignetError.self) { try GeneratedKey.refuseExisting(in: keys) }
+        #expect(existing?.code == .fileExists)
+
+        // Release 10 through a channel index: described, published and followed by FilePath and URL.
+        let (_, v10) = try InstallTests.package(work, sequence: 10, name: "v10.zip")
+        let site = FilePath(server.www + "/native")
+        try FileManager.default.createDirectory(atPath: site.string, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: v10, toPath: site.string + "/app.zip")
+        let described = try ChannelIndex.package(at: FilePath(v10), url: "app.zip")
+        #expect(described.sequence == 10)
+        try ChannelIndex.publish(described, channel: "stable", signer: Signer(key: Fixtures.signingKey()), lifetime: 3600,
+                                 out: site.appending("stable.json"))
+        let dest = FilePath(work.file("installed"))
+        var update = UpdateOptions(channel: "stable")
+        update.download = download
+        let channel = try Updater.update(index: try #require(URL(string: server.url("native/stable.json"))), to: dest,
+                                         policy: try InstallTests.policy, options: update)
+        #expect(channel.install != nil && channel.index.package.sequence == 10)
+
+        // Release 11 through a TUF repository made, filled and read by FilePath, URL and Data.
+        let key = try Fixtures.signingKey()
+        let one = TUFRepository.RoleKeys(keys: [key.publicKey])
+        let repository = try TUFRepository.create(at: site.appending("tuf"), root: one, targets: one, snapshot: one, timestamp: one)
+        _ = try repository.sign("root", with: key)
+        _ = try repository.sign("targets", with: key)
+        let (_, v11) = try InstallTests.package(work, sequence: 11, name: "v11.zip")
+        let reopened = try TUFRepository(at: site.appending("tuf"))
+        #expect(try reopened.add(package: FilePath(v11), channels: ["stable"]).sequence == 11)
+        _ = try reopened.sign("targets", with: key)
+        _ = try reopened.refresh(snapshotKeys: [key], timestampKeys: [key])
+        let metadata = FilePath(work.file("tuf-metadata"))
+        try TUFClient.initialize(metadataDirectory: metadata, trustedRoot: Data(try contents(site.string + "/tuf/metadata/1.root.json")))
+        var client = TUFClientOptions(metadataDirectory: metadata, metadataURL: try #require(URL(string: server.url("native/tuf/metadata"))))
+        client.download = download
+        let report = try await TUFUpdater.updateAsync(to: dest, options: TUFUpdateOptions(client: client, channel: "stable"))
+        #expect(report.install != nil && report.release.sequence == 11)
+        let targets = try #require(URL(string: server.url("native/tuf/targets")))
+        // A folder that is not there: an error that names it (not a bare errno), nothing written.
+        let missing = await #expect(throws: SignetError.self) {
+            try await TUFClient.downloadAsync(report.release.target, options: client, from: targets, into: FilePath(work.file("none")))
+        }
+        #expect(missing?.path == work.file("none") && missing?.reason.contains("no such file") == true, "\(String(describing: missing))")
+        try FileManager.default.createDirectory(atPath: work.file("targets"), withIntermediateDirectories: false)
+        let target = try await TUFClient.downloadAsync(report.release.target, options: client, from: targets, into: FilePath(work.file("targets")))
+        #expect(try contents(target.path) == contents(v11))
+
+        // The kept release, by FilePath: 10 is kept behind 11, and rolling back brings it back.
+        #expect(try Installer.status(of: dest).previous?.sequence == 10)
+        #expect(try Installer.confirm(dest) == nil)
+        let rolledBack = try Installer.rollback(dest)
+        #expect(rolledBack.from?.sequence == 11 && rolledBack.to?.sequence == 10)
+        #expect(try Installer.status(of: dest).current?.sequence == 10)
+    }
+
     @Test("point 15: one key, one signature, one line; wrong content, length or key is false")
     func oneLineCheck() throws {
         let key = try PublicKey(contentsOf: Self.publicKeyPath)

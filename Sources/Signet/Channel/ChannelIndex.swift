@@ -1,4 +1,5 @@
 import Foundation
+public import SystemPackage
 
 /// A signed, expiring channel index (FORMAT.md §6): what a channel's devices should run now,
 /// re-signed on a schedule so that a mirror that keeps serving an old one is found out when it
@@ -400,5 +401,21 @@ extension ChannelIndex {
     /// Verifies the envelope `bytes` (read from `source`) for a device following `channel`.
     public static func verify(_ bytes: [UInt8], source: String, policy: TrustPolicy, channel: String?, now: Timestamp = .now) throws -> ChannelIndex {
         try verified(bytes, source: source, policy: policy, channel: channel, now: now).0
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath
+
+extension ChannelIndex {
+    /// ``package(at:url:limits:)-(String,_,_)`` with a `FilePath`.
+    public static func package(at path: FilePath, url: String, limits: PackageLimits = PackageLimits()) throws -> Package {
+        try package(at: path.string, url: url, limits: limits)
+    }
+
+    /// ``publish(_:channel:signer:lifetime:serial:out:now:)-(_,_,_,_,_,String,_)`` with a `FilePath`.
+    @discardableResult
+    public static func publish(_ package: Package, channel: String, signer: Signer, lifetime: Int64, serial: UInt64? = nil,
+                               out: FilePath, now: Timestamp = .now) throws -> ChannelIndex {
+        try publish(package, channel: channel, signer: signer, lifetime: lifetime, serial: serial, out: out.string, now: now)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+public import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -75,7 +76,7 @@ public enum Updater {
         }
     }
 
-    /// The old name of ``updateAsync(index:to:policy:options:)``.
+    /// The old name of ``updateAsync(index:to:policy:options:)-(String,String,_,_)``.
     @available(*, deprecated, renamed: "updateAsync(index:to:policy:options:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
     public static func update(index indexURL: String, to destination: String, policy: TrustPolicy,
                               options: UpdateOptions) async throws -> UpdateReport {
@@ -138,5 +139,21 @@ public enum Updater {
             throw SignetError(.malformedIndex, "the package URL '\(url)' of the channel index '\(Download.redacted(index))' is not a URL", path: index)
         }
         return resolved
+    }
+}
+
+// MARK: Swift-native forms (issue 41): URL and FilePath
+
+extension Updater {
+    /// `update(index:to:policy:options:)` with a `URL` and a `FilePath`.
+    public static func update(index indexURL: URL, to destination: FilePath, policy: TrustPolicy,
+                              options: UpdateOptions) throws -> UpdateReport {
+        try update(index: indexURL.absoluteString, to: destination.string, policy: policy, options: options)
+    }
+
+    /// ``updateAsync(index:to:policy:options:)-(String,String,_,_)`` with a `URL` and a `FilePath`.
+    public static func updateAsync(index indexURL: URL, to destination: FilePath, policy: TrustPolicy,
+                                   options: UpdateOptions) async throws -> UpdateReport {
+        try await updateAsync(index: indexURL.absoluteString, to: destination.string, policy: policy, options: options)
     }
 }

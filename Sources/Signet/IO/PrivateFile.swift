@@ -20,10 +20,9 @@ enum PrivateFile {
         for _ in 0..<8 {
             do {
                 return try Paths.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
-            } catch let failure as SystemCallFailure where failure.code == EEXIST {
-                // Below: judge what is there.
             } catch {
-                throw SignetError.posix(error, "cannot create the \(what)", path: path)
+                // EEXIST: judge what is there, below.
+                guard error.code == EEXIST else { throw SignetError.posix(error, "cannot create the \(what)", path: path) }
             }
             // O_NONBLOCK: a FIFO planted under the name must not hang the open.
             do {

@@ -66,11 +66,11 @@ public struct InstallOptions: Sendable {
     public var reseal: SealRenewal? = nil
 
     /// Keep the release a swap replaces beside the destination (`.DIR.signet-previous`),
-    /// sharing its unchanged files with the new one, so that ``Installer/rollback(_:options:)``
+    /// sharing its unchanged files with the new one, so that ``Installer/rollback(_:options:)-(String,_)``
     /// can swap it back (issue 39). Off: the replaced tree is removed, and so is any previous
     /// release kept before (`--keep-previous=no`).
     public var keepPrevious = true
-    /// Leave the new release pending until ``Installer/confirm(_:wait:)``: a boot without a
+    /// Leave the new release pending until ``Installer/confirm(_:wait:)-(String,_)``: a boot without a
     /// confirmation rolls it back (`signet rollback --boot-check`, the boot unit).
     public var pending = false
     /// Commands run after a successful swap: a post-install command and a health check.

@@ -41,9 +41,9 @@ public struct InstallReport: Sendable {
     /// inodes: unchanged content, mode and attributes), none of their bytes written again.
     public internal(set) var filesShared = 0
     /// The replaced release is kept beside the destination (`.DIR.signet-previous`) for
-    /// ``Installer/rollback(_:options:)``.
+    /// ``Installer/rollback(_:options:)-(String,_)``.
     public internal(set) var previousKept = false
-    /// The release waits for ``Installer/confirm(_:wait:)`` (``InstallOptions/pending``).
+    /// The release waits for ``Installer/confirm(_:wait:)-(String,_)`` (``InstallOptions/pending``).
     public internal(set) var pending = false
     /// What the hooks did (``InstallOptions/hooks``), in the order they ran.
     public internal(set) var hooks: [HookResult] = []

@@ -5,7 +5,7 @@ import Glibc
 import Musl
 #endif
 internal import CSignetShims
-internal import SystemPackage
+public import SystemPackage
 
 /// One release, as `status`, `rollback` and the hooks name it.
 public struct Release: Sendable, Equatable {
@@ -21,7 +21,7 @@ public struct Release: Sendable, Equatable {
     public var description: String { "\(name) \(version) (sequence \(sequence))" }
 }
 
-/// Options of ``Installer/rollback(_:options:)``.
+/// Options of ``Installer/rollback(_:options:)-(String,_)``.
 public struct RollbackOptions: Sendable {
     /// Roll back only a release that is still pending (``InstallOptions/pending``) and was
     /// installed in an earlier boot: the boot unit's check. Otherwise nothing is done.
@@ -36,7 +36,7 @@ public struct RollbackOptions: Sendable {
     public init() {}
 }
 
-/// What ``Installer/rollback(_:options:)`` did.
+/// What ``Installer/rollback(_:options:)-(String,_)`` did.
 public struct RollbackReport: Sendable {
     /// The release swapped out (now recorded as bad); nil when nothing was done.
     public let from: Release?
@@ -324,5 +324,24 @@ struct PreviousTree {
             throw SignetError(.rollbackRefused, "the previous release \(Release(manifest).description) no longer matches its manifest: \(damaged.joined(separator: ", ")); it is not rolled back to, and '\(destination)' is unchanged. Install a release instead (unpack or update)", path: path)
         }
         return PreviousTree(manifest: manifest, digest: digest)
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath paths
+
+extension Installer {
+    /// ``rollback(_:options:)-(String,_)`` with a `FilePath`.
+    public static func rollback(_ destination: FilePath, options: RollbackOptions = RollbackOptions()) throws -> RollbackReport {
+        try rollback(destination.string, options: options)
+    }
+
+    /// ``confirm(_:wait:)-(String,_)`` with a `FilePath`.
+    public static func confirm(_ destination: FilePath, wait: Double = 10) throws -> Release? {
+        try confirm(destination.string, wait: wait)
+    }
+
+    /// ``status(of:)-(String)`` with a `FilePath`.
+    public static func status(of destination: FilePath) throws -> DestinationStatus {
+        try status(of: destination.string)
     }
 }

@@ -5,6 +5,7 @@ import Musl
 #endif
 internal import COpenSSL
 internal import CSignetShims
+public import SystemPackage
 
 /// A freshly generated signing identity: an RSA key and a self-signed code-signing certificate.
 public struct GeneratedKey: Sendable {
@@ -13,7 +14,7 @@ public struct GeneratedKey: Sendable {
     /// The self-signed X.509 certificate (codeSigning EKU), DER.
     public let certificateDER: [UInt8]
 
-    /// The file names ``write(to:passphrase:replace:)`` creates, in the order it creates them.
+    /// The file names ``write(to:passphrase:replace:)-(String,_,_)`` creates, in the order it creates them.
     public static let fileNames = ["private_key.pem", "private_key.p12", "public_key.der", "certificate.der"]
 
     /// Longest certificate validity accepted, in days (200 years; X.509 times end at year 9999).
@@ -77,7 +78,7 @@ public struct GeneratedKey: Sendable {
         return try derEncode("PKCS#12 file") { i2d_PKCS12(p12, $0) }
     }
 
-    /// What ``write(to:passphrase:replace:)`` wrote.
+    /// What ``write(to:passphrase:replace:)-(String,_,_)`` wrote.
     public struct WrittenFiles: Sendable {
         /// The directory.
         public let directory: String
@@ -184,5 +185,19 @@ extension Optional {
     func unwrapped(or error: @autoclosure () -> Error) throws -> Wrapped {
         guard let self else { throw error() }
         return self
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath
+
+extension GeneratedKey {
+    /// ``refuseExisting(in:)-(String)`` with a `FilePath`.
+    public static func refuseExisting(in directory: FilePath) throws {
+        try refuseExisting(in: directory.string)
+    }
+
+    /// ``write(to:passphrase:replace:)-(String,_,_)`` with a `FilePath`.
+    public func write(to directory: FilePath, passphrase: Passphrase?, replace: Bool = false) throws -> WrittenFiles {
+        try write(to: directory.string, passphrase: passphrase, replace: replace)
     }
 }

@@ -4,11 +4,11 @@ import Glibc
 import Musl
 #endif
 import Foundation
-internal import SystemPackage
+public import SystemPackage
 
 /// Where a TUF client keeps its trusted metadata and where it finds the repository.
 public struct TUFClientOptions: Sendable {
-    /// The metadata folder: `root.json` (the trusted root, put there by ``TUFClient/initialize(metadataDirectory:trustedRoot:)``),
+    /// The metadata folder: `root.json` (the trusted root, put there by ``TUFClient/initialize(metadataDirectory:trustedRoot:)-(String,_)``),
     /// and the newest verified `timestamp.json`, `snapshot.json`, `targets.json` and delegated
     /// roles (file names percent-encoded). It conveys trust: owned by root or this user, not
     /// writable by others.
@@ -50,7 +50,7 @@ public struct TUFRefreshReport: Sendable, Equatable {
     public let bytesReceived: UInt64
 }
 
-/// A target written to disk by ``TUFClient/download(_:from:into:)``.
+/// A target written to disk by ``TUFClient/download(_:from:into:)-(_,String,String)``.
 public struct TUFDownload: Sendable {
     /// Where the verified file is.
     public let path: String
@@ -320,7 +320,12 @@ public final class TUFClient {
         defer { TemporaryFiles.unregister(token) }
         var committed = false
         defer { if !committed { unlink(temporary) } }
-        let fd = try FileDescriptor.open(temporary, .readWrite, options: [.create, .exclusiveCreate, .noFollow, .closeOnExec], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(temporary, .readWrite, options: [.create, .exclusiveCreate, .noFollow, .closeOnExec], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        } catch {
+            throw SignetError.posix(error, "cannot write target '\(target.path)' into", path: directory)
+        }
         let written: Int64
         do {
             defer { try? fd.close() }
@@ -414,7 +419,7 @@ extension TUFClient {
     }
 
     /// Refreshes, finds the target at `path` and writes it into `directory` as
-    /// ``download(_:from:into:)`` does, on a thread of its own; cancellable like
+    /// ``download(_:from:into:)-(_,String,String)`` does, on a thread of its own; cancellable like
     /// ``refreshAsync(_:)``. Throws `.targetNotFound` when no trusted role lists `path`.
     public static func downloadAsync(_ path: String, options: TUFClientOptions, from baseURL: String,
                                      into directory: String) async throws -> TUFDownload {
@@ -427,7 +432,7 @@ extension TUFClient {
         }
     }
 
-    /// The old name of ``downloadAsync(_:options:from:into:)``.
+    /// The old name of ``downloadAsync(_:options:from:into:)-(_,_,String,String)``.
     @available(*, deprecated, renamed: "downloadAsync(_:options:from:into:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
     public static func download(_ path: String, options: TUFClientOptions, from baseURL: String,
                                 into directory: String) async throws -> TUFDownload {
@@ -441,5 +446,32 @@ extension TUFClient {
         } onCancel: {
             cancelled.set()
         }
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath, URL and DataProtocol
+
+extension TUFClientOptions {
+    /// Options for the repository at `metadataURL`, trusted metadata in `metadataDirectory`.
+    public init(metadataDirectory: FilePath, metadataURL: URL) {
+        self.init(metadataDirectory: metadataDirectory.string, metadataURL: metadataURL.absoluteString)
+    }
+}
+
+extension TUFClient {
+    /// ``initialize(metadataDirectory:trustedRoot:)-(String,_)`` with a `FilePath` and any bytes.
+    public static func initialize(metadataDirectory: FilePath, trustedRoot: some DataProtocol) throws {
+        try initialize(metadataDirectory: metadataDirectory.string, trustedRoot: Array(trustedRoot))
+    }
+
+    /// ``download(_:from:into:)-(_,String,String)`` with a `URL` and a `FilePath`.
+    public func download(_ target: TUFTarget, from baseURL: URL, into directory: FilePath) throws -> TUFDownload {
+        try download(target, from: baseURL.absoluteString, into: directory.string)
+    }
+
+    /// ``downloadAsync(_:options:from:into:)-(_,_,String,String)`` with a `URL` and a `FilePath`.
+    public static func downloadAsync(_ path: String, options: TUFClientOptions, from baseURL: URL,
+                                     into directory: FilePath) async throws -> TUFDownload {
+        try await downloadAsync(path, options: options, from: baseURL.absoluteString, into: directory.string)
     }
 }

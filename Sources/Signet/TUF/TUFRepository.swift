@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+public import SystemPackage
 
 /// A TUF repository kept by a publisher as plain files (FORMAT.md §7): `metadata/` and
 /// `targets/` are what a static HTTPS server publishes; `staging/` (never published) holds the
@@ -294,5 +295,26 @@ extension TUFRepository {
             packages = targets.targets.values.compactMap(TUFPackageTarget.init).sorted { ($0.name, $0.sequence) < ($1.name, $1.sequence) }
         }
         return Status(roles: roles, staged: waiting, packages: packages)
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath
+
+extension TUFRepository {
+    /// Opens the repository at `path` (``init(at:)-(String)``).
+    public init(at path: FilePath) throws {
+        try self.init(at: path.string)
+    }
+
+    /// ``create(at:root:targets:snapshot:timestamp:lifetimes:now:)-(String,_,_,_,_,_,_)`` with a `FilePath`.
+    @discardableResult
+    public static func create(at path: FilePath, root: RoleKeys, targets: RoleKeys, snapshot: RoleKeys, timestamp: RoleKeys,
+                              lifetimes: Lifetimes = Lifetimes(), now: Timestamp = .now) throws -> TUFRepository {
+        try create(at: path.string, root: root, targets: targets, snapshot: snapshot, timestamp: timestamp, lifetimes: lifetimes, now: now)
+    }
+
+    /// ``add(package:channels:allowLower:now:)-(String,_,_,_)`` with a `FilePath`.
+    public func add(package: FilePath, channels: [String], allowLower: Bool = false, now: Timestamp = .now) throws -> TUFPackageTarget {
+        try add(package: package.string, channels: channels, allowLower: allowLower, now: now)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+public import SystemPackage
 
 /// Options for ``TUFUpdater``.
 public struct TUFUpdateOptions: Sendable {
@@ -66,7 +67,7 @@ public enum TUFUpdater {
         }
     }
 
-    /// The old name of ``updateAsync(to:options:)``.
+    /// The old name of ``updateAsync(to:options:)-(String,_)``.
     @available(*, deprecated, renamed: "updateAsync(to:options:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
     public static func update(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
         try await updateAsync(to: destination, options: options)
@@ -118,5 +119,19 @@ public enum TUFUpdater {
                                            download: options.client.download, cancelled: cancelled)
         return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
                                updateAvailable: newer, channelIsOlder: false, install: report)
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath
+
+extension TUFUpdater {
+    /// `update(to:options:)` with a `FilePath`.
+    public static func update(to destination: FilePath, options: TUFUpdateOptions) throws -> TUFUpdateReport {
+        try update(to: destination.string, options: options)
+    }
+
+    /// ``updateAsync(to:options:)-(String,_)`` with a `FilePath`.
+    public static func updateAsync(to destination: FilePath, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
+        try await updateAsync(to: destination.string, options: options)
     }
 }
