@@ -42,7 +42,10 @@ struct TUF: ParsableCommand {
             discussion: """
             Checks that ROOT is TUF root metadata signed by its own root threshold, creates the \
             folder (mode 0755) and writes ROOT there as root.json; other metadata from an earlier \
-            root is removed. Nothing is fetched. Ship ROOT in the device image.
+            root is removed. Nothing is fetched. Ship ROOT in the device image. A folder \
+            that already trusts a higher root version is refused (exit 1, naming both \
+            versions): the chain only moves forward. --force replaces it, for a device moved \
+            to a repository made anew.
 
             Example:
               signet tuf init --metadata-dir /var/lib/signet/tuf/example root.json
@@ -54,11 +57,14 @@ struct TUF: ParsableCommand {
         @Argument(help: ArgumentHelp("The repository's trusted root.json.", valueName: "root.json"))
         var root: String
 
+        @Flag(name: .long, help: "Replace a trusted root even when it is a higher version than ROOT.")
+        var force = false
+
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             let bytes = try TUFRootFile.read(root)
-            try TUFClient.initialize(metadataDirectory: metadata.metadataDirectory, trustedRoot: bytes)
+            try TUFClient.initialize(metadataDirectory: metadata.metadataDirectory, trustedRoot: bytes, force: force)
             if output.json {
                 Output.json(["metadata_dir": metadata.metadataDirectory])
             } else if !output.quiet {

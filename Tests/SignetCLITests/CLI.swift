@@ -22,10 +22,11 @@ enum CLI {
     }
 
     /// Runs signet and returns its peak RSS in KiB (ru_maxrss of RUSAGE_CHILDREN, read by python3).
-    static func peakRSS(_ arguments: [String]) throws -> Int {
+    /// `status` is the exit status signet must end with (0 unless a refusal is measured).
+    static func peakRSS(_ arguments: [String], status: Int32 = 0) throws -> Int {
         let measure = "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
         let result = try SignetTestSupport.run("python3", ["-c", measure, binary] + arguments)
-        guard result.status == 0, let kib = Int(result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+        guard result.status == status, let kib = Int(result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) else {
             throw SupportError("signet \(arguments) failed: \(result.status) \(result.stderr)")
         }
         return kib

@@ -34,6 +34,9 @@ public final class ScriptedServer {
         public var stall: Bool
         /// How a request for several ranges is answered (with `honourRange`).
         public var parts: Parts
+        /// A suffix range (`bytes=-N`) answered as 206 with the whole file from its first byte
+        /// (`bytes 0-(N-1)/N`): more than was asked.
+        public var suffixFromStart: Bool
 
         /// Answers to a request for several ranges: `multipart/byteranges` as a server should,
         /// or one of the ways a server may do otherwise (honestly or not).
@@ -61,7 +64,9 @@ public final class ScriptedServer {
         }
 
         public init(status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:],
-                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false, parts: Parts = .honest) {
+                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false, parts: Parts = .honest,
+                    suffixFromStart: Bool = false) {
+            self.suffixFromStart = suffixFromStart
             self.status = status
             self.from = from
             self.to = to
@@ -157,7 +162,9 @@ public final class ScriptedServer {
                     return
                 if a.get("honourRange") and wanted and wanted.startswith("bytes="):
                     first, last = wanted[6:].split("-")
-                    if first == "":
+                    if first == "" and a.get("suffixFromStart"):
+                        start, end = 0, len(data) - 1
+                    elif first == "":
                         start, end = max(0, len(data) - int(last)), len(data) - 1
                     else:
                         start, end = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)

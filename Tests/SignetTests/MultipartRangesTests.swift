@@ -97,4 +97,31 @@ struct MultipartRangesTests {
         // One part that ends where no range asked ends.
         #expect(throws: MultipartRanges.Refused.self) { try MultipartRanges(single: (0, 50, 200_000), asked: Self.asked, total: 200_000) }
     }
+
+    /// Issue 48, point 12: a server that "coalesced" two ends of a file into one part sent
+    /// 134.7 MB for 0.5 MB asked, all of it accepted and held. The gap a part may carry between
+    /// asked ranges is bounded, whether the part is one of many or the whole answer.
+    @Test("a part coalesced across more than 64 KiB that was not asked for is refused at its headers")
+    func coalescedAcrossAGap() throws {
+        let apart: [ClosedRange<Int64>] = [0...9, 70_000...70_009, 150_000...150_009]
+        #expect(throws: MultipartRanges.Refused.self) { try MultipartRanges(single: (0, 150_009, 200_000), asked: apart, total: 200_000) }
+        #expect(throws: MultipartRanges.Refused.self) { try MultipartRanges(single: (0, 70_009, 200_000), asked: apart, total: 200_000) }
+        // Refused before any byte of the part is handed on.
+        let body = Self.part("g", 0...70_009) + Self.part("g", 150_000...150_009) + Array("\r\n--g--\r\n".utf8)
+        var handed = 0
+        do {
+            var parser = try MultipartRanges(contentType: "multipart/byteranges; boundary=g", asked: apart, total: 200_000)
+            try body.withUnsafeBytes { try parser.take($0) { _, data in handed += data.count } }
+            Issue.record("a part across a 69,990-byte gap was accepted")
+        } catch let refusal as MultipartRanges.Refused {
+            #expect(refusal.reason.contains("not asked for"), "\(refusal.reason)")
+        }
+        #expect(handed == 0)
+        // Within the bound it is still read (a gap of 90 bytes joined, as in otherAnswers).
+        let near: [ClosedRange<Int64>] = [0...9, 100...109, 60_000...60_009]
+        var joined = try MultipartRanges(single: (0, 60_009, 200_000), asked: near, total: 200_000)
+        try Array(Self.file[0...60_009]).withUnsafeBytes { try joined.take($0) { _, _ in } }
+        try joined.finish()
+        #expect(joined.covered == 3)
+    }
 }

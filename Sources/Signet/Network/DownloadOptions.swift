@@ -41,6 +41,21 @@ public struct DownloadOptions: Sendable {
     /// when the body is complete) and before each retry. Keep it short: the transfer waits.
     public var progress: (@Sendable (DownloadProgress) -> Void)? = nil
 
+    /// The length signed metadata states for the file (a TUF target's `length`, a channel
+    /// index's `size`): ``maxSize`` is lowered to it, and a server that sends more is stopped at
+    /// the first byte over, as a mismatch with what was signed (`.indexMismatch`).
+    var signedLength: UInt64? = nil {
+        didSet { if let signedLength { maxSize = min(maxSize, signedLength) } }
+    }
+
+    /// The error for a body larger than allowed: the signed length, else `--max-download-size`.
+    func tooLarge(_ url: String, path: String?) -> SignetError {
+        if let signedLength, signedLength <= maxSize {
+            return SignetError(.indexMismatch, "'\(Download.redacted(url))' sends more than the \(signedLength) bytes its signed metadata states for it: stopped at the first byte over. Nothing was installed", path: path ?? url)
+        }
+        return SignetError(.downloadTooLarge, "'\(Download.redacted(url))' is larger than \(maxSize) bytes (--max-download-size); refusing to download more", path: path ?? url)
+    }
+
     /// The defaults.
     public init() {}
 }

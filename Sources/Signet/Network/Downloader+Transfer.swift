@@ -219,7 +219,7 @@ extension Downloader {
         }
 
         private func tooLarge() -> SignetError {
-            SignetError(.downloadTooLarge, "'\(url)' is larger than \(options.maxSize) bytes (--max-download-size); refusing to download more", path: partial)
+            options.tooLarge(url, path: partial)
         }
 
         /// A chunk of the body: written to the partial download (and to `body`). False stops the

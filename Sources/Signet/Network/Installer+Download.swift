@@ -73,6 +73,9 @@ extension Installer {
         let partial = Downloader.partialPath(besides: destination)
         var download = download
         download.wait = min(download.wait, options.wait)
+        // A package that signed metadata binds (a TUF target, a channel index entry) is never
+        // received past its signed length, whole or by ranges.
+        if let expected = options.expectedPackage { download.signedLength = expected.size }
         // Not fsynced: the download is read at once and removed. After a power cut, what is on
         // disk of it may be incomplete; it is then continued or downloaded anew, and verified
         // before anything is installed, so the worst case is a second download.

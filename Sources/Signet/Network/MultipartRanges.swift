@@ -22,10 +22,17 @@ struct MultipartRanges {
     static let headerLimit = 8192
     /// Most bytes after the closing delimiter.
     static let epilogueLimit = 1024
+    /// Most bytes one part may hold between the ranges asked that it coalesces (RFC 9110
+    /// §14.2 lets a server join ranges apart by less than a part's overhead; Signet asks for
+    /// ranges at least 128 bytes apart).
+    static let coalescedGapLimit: Int64 = 64 << 10
 
     /// Why the answer is not what was asked (the caller words the error).
     struct Refused: Error {
         let reason: String
+        /// A part that coalesced ranges across more than ``coalescedGapLimit``: not a lie about
+        /// the file, but an answer too costly to take (the caller asks for the ranges singly).
+        var coalescedGap = false
     }
 
     private let asked: [ClosedRange<Int64>]
@@ -197,6 +204,14 @@ struct MultipartRanges {
               let last = asked[covered...].firstIndex(where: { $0.upperBound == range.end }) else {
             let next = covered < asked.count ? "\(asked[covered].lowerBound)-\(asked[covered].upperBound)" : "none"
             throw Refused(reason: "answered with the part \(range.start)-\(range.end)/\(range.total) where the range \(next) of \(total) bytes was next")
+        }
+        // Coalescing may join neighbours, never bring a gap worth fetching (FORMAT §5: the
+        // bytes between asked ranges are not added to what is kept or counted as needed).
+        var gaps: Int64 = 0
+        for index in covered..<last { gaps += asked[index + 1].lowerBound - asked[index].upperBound - 1 }
+        guard gaps <= Self.coalescedGapLimit else {
+            throw Refused(reason: "answered with the part \(range.start)-\(range.end)/\(range.total), which coalesces \(last - covered + 1) ranges across \(gaps) bytes that were not asked for (at most \(Self.coalescedGapLimit))",
+                          coalescedGap: true)
         }
         return .body(next: range.start, end: range.end, ranges: last + 1)
     }

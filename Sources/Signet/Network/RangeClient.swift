@@ -44,6 +44,8 @@ final class RangeClient {
     private var response = ResponseHeaders()
     private var contentRange: (start: Int64, end: Int64, total: Int64)? { response.contentRange }
     private var wanted: (start: Int64, end: Int64)?
+    /// The suffix the probe asked for: its answer is never longer.
+    private var probeLength: Int64?
     private var received: Int64 = 0
     private var sink: ((UnsafeRawBufferPointer) throws -> Void)?
     private var stop: (any Error)?
@@ -78,7 +80,12 @@ final class RangeClient {
     }
 
     /// The last `length` bytes (all of a smaller file): where they start and the file's size.
+    /// The answer is bounded by what was asked: a part longer than `length`, or a file larger
+    /// than `--max-download-size` (or than its signed length), is refused at its first byte,
+    /// never held.
     func probe(suffix length: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> (start: Int64, total: Int64) {
+        probeLength = length
+        defer { probeLength = nil }
         try retrying(restart: restart) { try perform(range: "-\(length)", wanted: nil, body) }
         guard status == 206, let range = contentRange else {
             throw unsupported("the server answered a range request with HTTP \(status)")
@@ -263,6 +270,9 @@ final class RangeClient {
                             throw refused("answered a request for several ranges with neither parts nor a Content-Range")
                         }
                     } catch let refusal as MultipartRanges.Refused {
+                        // A part coalesced across a gap too large to take: the transfer stops at its
+                        // headers, nothing of it kept, and the ranges are asked for singly.
+                        if refusal.coalescedGap { throw SeveralUnsupported() }
                         throw refused(refusal.reason)
                     }
                 }
@@ -276,6 +286,17 @@ final class RangeClient {
                     // The whole file (ranges ignored, or If-Range failed: the file changed).
                     throw wanted == nil ? unsupported("the server answered a range request with HTTP \(current)")
                         : changed(current)
+                }
+                if let probeLength, let range = contentRange {
+                    guard range.total >= 0, UInt64(range.total) <= options.maxSize else {
+                        throw options.tooLarge(url, path: nil)
+                    }
+                    if let signed = options.signedLength, UInt64(range.total) != signed {
+                        throw SignetError(.indexMismatch, "'\(Download.redacted(url))' is \(range.total) bytes; its signed metadata states \(signed). Nothing was installed", path: url)
+                    }
+                    guard range.end >= range.start, range.end - range.start + 1 <= probeLength else {
+                        throw refused("answered a request for its last \(probeLength) bytes with bytes \(range.start)-\(range.end)/\(range.total)")
+                    }
                 }
                 if let wanted {
                     guard let range = contentRange, range.start == wanted.start, range.end == wanted.end, range.total == total else {
@@ -292,6 +313,9 @@ final class RangeClient {
                 do {
                     try parser.take(chunk, partSink)
                 } catch let refusal as MultipartRanges.Refused {
+                    // A part coalesced across a gap too large to take: the transfer stops at its
+                    // headers, nothing of it kept, and the ranges are asked for singly.
+                    if refusal.coalescedGap { throw SeveralUnsupported() }
                     throw refused(refusal.reason)
                 }
                 parts = parser

@@ -8,7 +8,7 @@ public import SystemPackage
 
 /// Where a TUF client keeps its trusted metadata and where it finds the repository.
 public struct TUFClientOptions: Sendable {
-    /// The metadata folder: `root.json` (the trusted root, put there by ``TUFClient/initialize(metadataDirectory:trustedRoot:)-(String,_)``),
+    /// The metadata folder: `root.json` (the trusted root, put there by ``TUFClient/initialize(metadataDirectory:trustedRoot:force:)-(String,_,_)``),
     /// and the newest verified `timestamp.json`, `snapshot.json`, `targets.json` and delegated
     /// roles (file names percent-encoded). It conveys trust: owned by root or this user, not
     /// writable by others.
@@ -74,9 +74,16 @@ public final class TUFClient {
 
     /// Puts `trustedRoot` into `metadataDirectory` as `root.json` (creating the folder, mode
     /// 0755) after checking that it is root metadata signed by its own threshold. TUF metadata
-    /// there from an earlier root is removed; no other file is touched.
-    public static func initialize(metadataDirectory: String, trustedRoot: [UInt8]) throws {
-        _ = try TUFTrustedSet(root: trustedRoot, now: .now)
+    /// there from an earlier root is removed; no other file is touched. A trusted root never
+    /// moves backwards silently: when the folder already trusts a higher root version (one that
+    /// verifies by its own threshold), this throws `.rollback` naming both versions, unless
+    /// `force` (a device deliberately moved to a repository made anew).
+    public static func initialize(metadataDirectory: String, trustedRoot: [UInt8], force: Bool = false) throws {
+        let new = try TUFTrustedSet(root: trustedRoot, now: .now).root.metadata.version
+        if !force, let stored = try? readStored("root.json", in: metadataDirectory, limit: 512_000),
+           let current = try? TUFTrustedSet(root: stored, now: .now).root.metadata.version, current > new {
+            throw SignetError(.rollback, "'\(metadataDirectory)' already trusts root version \(current); the root given is version \(new), older: refused, so that a device never goes back to keys its repository revoked. Nothing was changed. A device whose root is current needs no init (`signet update` and `signet tuf refresh` walk the chain); to move it to a repository made anew on purpose, give --force", path: metadataDirectory)
+        }
         do {
             try FileManager.default.createDirectory(atPath: metadataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         } catch {
@@ -280,7 +287,9 @@ public final class TUFClient {
         while !queue.isEmpty, visited < options.maximumDelegations {
             let next = queue.removeFirst()
             visited += 1
-            guard let targets = try? loadTargets(next.role, delegator: next.delegator, delegatorParent: next.delegatorParent) else { continue }
+            // Every role the walk reaches must load: a damaged, expired or under-signed one
+            // fails the refresh with its code, never skipped (which would hide what it lists).
+            let targets = try loadTargets(next.role, delegator: next.delegator, delegatorParent: next.delegatorParent)
             for path in targets.targets.keys.sorted() where seen.insert(path).inserted { paths.append(path) }
             let children = targets.succinct == nil ? targets.delegatedRoles.map(\.name) : []
             queue.append(contentsOf: children.map { ($0, next.role, next.delegator) })
@@ -459,9 +468,9 @@ extension TUFClientOptions {
 }
 
 extension TUFClient {
-    /// ``initialize(metadataDirectory:trustedRoot:)-(String,_)`` with a `FilePath` and any bytes.
-    public static func initialize(metadataDirectory: FilePath, trustedRoot: some DataProtocol) throws {
-        try initialize(metadataDirectory: metadataDirectory.string, trustedRoot: Array(trustedRoot))
+    /// ``initialize(metadataDirectory:trustedRoot:force:)-(String,_,_)`` with a `FilePath` and any bytes.
+    public static func initialize(metadataDirectory: FilePath, trustedRoot: some DataProtocol, force: Bool = false) throws {
+        try initialize(metadataDirectory: metadataDirectory.string, trustedRoot: Array(trustedRoot), force: force)
     }
 
     /// ``download(_:from:into:)-(_,String,String)`` with a `URL` and a `FilePath`.

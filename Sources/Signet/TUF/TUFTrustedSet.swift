@@ -57,11 +57,11 @@ struct TUFTrustedSet {
         try root.verify(metadata, as: "timestamp", name: name)
         if let old = timestamp {
             guard metadata.version >= old.metadata.version else {
-                throw SignetError(.rollback, "\(name) has version \(metadata.version), lower than version \(old.metadata.version) already trusted: an older timestamp served again (a rollback)", path: name)
+                throw SignetError(.rollback, "\(name) has version \(metadata.version), lower than version \(old.metadata.version) already trusted: an older timestamp served again (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
             }
             if metadata.version == old.metadata.version { return false }
             guard new.snapshot.version >= old.snapshot.version else {
-                throw SignetError(.rollback, "\(name) names snapshot version \(new.snapshot.version), lower than version \(old.snapshot.version) already trusted (a rollback)", path: name)
+                throw SignetError(.rollback, "\(name) names snapshot version \(new.snapshot.version), lower than version \(old.snapshot.version) already trusted (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
             }
         }
         timestamp = new
@@ -92,10 +92,10 @@ struct TUFTrustedSet {
         if let old = snapshot {
             for (file, info) in old.meta {
                 guard let now = new.meta[file] else {
-                    throw SignetError(.rollback, "\(name) no longer lists '\(file)', which the trusted snapshot lists: refused", path: name)
+                    throw SignetError(.rollback, "\(name) no longer lists '\(file)', which the trusted snapshot lists: refused. If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
                 }
                 guard now.version >= info.version else {
-                    throw SignetError(.rollback, "\(name) lists '\(file)' at version \(now.version), lower than version \(info.version) already trusted (a rollback)", path: name)
+                    throw SignetError(.rollback, "\(name) lists '\(file)' at version \(now.version), lower than version \(info.version) already trusted (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
                 }
             }
         }
