@@ -2,10 +2,13 @@
 
   keys DIR                      RSA root and targets keys, an ECDSA timestamp key, an Ed25519
                                 snapshot key and an RSA key for a delegated role, as PEM files.
-  pyrepo DIR PACKAGE CHANNEL    a repository made with python-tuf's Metadata API from those
+  pyrepo DIR PACKAGE CHANNEL NAME VERSION SEQUENCE [HIJACK]
+                                a repository made with python-tuf's Metadata API from those
                                 keys: PACKAGE listed by the delegated role 'apps' (paths
                                 'app-*.zip') with custom.signet for CHANNEL, and 'readme.txt'
-                                listed by targets; consistent snapshots.
+                                listed by targets; consistent snapshots. With HIJACK, a second
+                                role 'community' (paths 'community/*') lists it as
+                                community/tool.zip under NAME with sequence 99.
   ngclient METADATA_URL TARGETS_URL ROOT TARGET OUTDIR
                                 python-tuf's ngclient refreshes and downloads TARGET; prints its
                                 custom object as JSON.
@@ -73,7 +76,7 @@ def manifest_sha256(package):
         return hashlib.sha256(z.read(".signet/manifest.json")).hexdigest()
 
 
-def pyrepo(directory, package, channel, name, version, sequence):
+def pyrepo(directory, package, channel, name, version, sequence, hijack=None):
     k = f"{directory}/keys"
     signers = {
         "root": signer(f"{k}/root.pem"),
@@ -96,7 +99,9 @@ def pyrepo(directory, package, channel, name, version, sequence):
         target = TargetFile.from_data(path, data, ["sha256"])
         if custom is not None:
             target.unrecognized_fields["custom"] = custom
-        with open(f"{tg}/{target.hashes['sha256']}.{path}", "wb") as f:
+        folder, base = os.path.split(path)
+        os.makedirs(os.path.join(tg, folder), exist_ok=True)
+        with open(os.path.join(tg, folder, f"{target.hashes['sha256']}.{base}"), "wb") as f:
             f.write(data)
         return target
 
@@ -110,14 +115,25 @@ def pyrepo(directory, package, channel, name, version, sequence):
 
     targets = Metadata(Targets(expires=expires))
     targets.signed.targets["readme.txt"] = artifact("readme.txt", b"read me\n")
-    targets.signed.delegations = Delegations(
-        keys={apps.public_key.keyid: apps.public_key},
-        roles={"apps": DelegatedRole("apps", [apps.public_key.keyid], 1, True, paths=["app-*.zip"])},
-    )
+    roles = {"apps": DelegatedRole("apps", [apps.public_key.keyid], 1, False, paths=["app-*.zip"])}
+    community = None
+    if hijack is not None:
+        # A role delegated only community/* lists community/tool.zip under another role's
+        # package name, with a higher sequence (issue 48's hijack).
+        roles["community"] = DelegatedRole("community", [apps.public_key.keyid], 1, False, paths=["community/*"])
+        community = Metadata(Targets(expires=expires))
+        with open(hijack, "rb") as f:
+            hijack_bytes = f.read()
+        hijack_custom = {"signet": {"name": name, "version": "99", "sequence": 99,
+                                    "manifest_sha256": manifest_sha256(hijack), "channels": [channel]}}
+        community.signed.targets["community/tool.zip"] = artifact("community/tool.zip", hijack_bytes, hijack_custom)
+    targets.signed.delegations = Delegations(keys={apps.public_key.keyid: apps.public_key}, roles=roles)
 
     snapshot = Metadata(Snapshot(expires=expires))
     snapshot.signed.meta["targets.json"] = MetaFile(1)
     snapshot.signed.meta["apps.json"] = MetaFile(1)
+    if community is not None:
+        snapshot.signed.meta["community.json"] = MetaFile(1)
     timestamp = Metadata(Timestamp(expires=expires))
 
     def write(metadata, role_signer, filename):
@@ -129,6 +145,8 @@ def pyrepo(directory, package, channel, name, version, sequence):
 
     write(root, signers["root"], "1.root.json")
     write(delegated, apps, "1.apps.json")
+    if community is not None:
+        write(community, apps, "1.community.json")
     write(targets, signers["targets"], "1.targets.json")
     snapshot_bytes = write(snapshot, signers["snapshot"], "1.snapshot.json")
     timestamp.signed.snapshot_meta = MetaFile(1, len(snapshot_bytes), {"sha256": hashlib.sha256(snapshot_bytes).hexdigest()})

@@ -131,7 +131,6 @@ public enum PackageReader {
         case checked(Checked)
         case rejected(PackageVerification)
     }
-
     /// The trusted key and algorithm whose signature over the manifest bytes, as stored, verifies.
     /// Every supported algorithm is tried, so nothing in the unverified bytes is believed first.
     static func manifestSigner(_ bytes: [UInt8], signature: [UInt8], policy: TrustPolicy) throws -> (PublicKey, SignatureAlgorithm)? {
@@ -165,7 +164,6 @@ public enum PackageReader {
                               now: Timestamp) throws -> ManifestCheck {
         let manifestBytes = try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: TreeLayout.manifest)
         let signature = try reader.readAll(layout.manifestSignature!, limit: 64 * 1024, name: TreeLayout.manifestSignature)
-
         // The policy for this package: its signer certificate may vouch for its key.
         let signerCertificate = try layout.signerCertificate.map { try reader.readAll($0, limit: 1 << 20, name: TreeLayout.signerCertificate) }
         let chain = try layout.certificates.filter { TreeLayout.chainIndex(of: $0.name) != nil }
@@ -188,6 +186,8 @@ public enum PackageReader {
         guard key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
             return verdict(.badManifestSignature, "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)", entry: TreeLayout.manifest)
         }
+        // A key trusted only through TUF metadata vouches only for what its role lists.
+        if let refusal = resolved.tufRefusal(signer: key.keyID, manifestBytes: manifestBytes, manifest: manifest) { return verdict(.untrustedSigner, refusal, entry: TreeLayout.manifest) }
         // Saturating: a clock skew near Int64.max means "never expired", not a trap.
         if let expires = manifest.expires,
            case let (deadline, overflow) = expires.secondsSinceEpoch.addingReportingOverflow(max(0, policy.clockSkew)),

@@ -119,6 +119,10 @@ extension Reverifier {
                                 ?? "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
                               files: [], attributesSupported: true, duration: elapsed())
         }
+        if let refusal = resolved.tufRefusal(signer: key.keyID, manifestBytes: manifestBytes, manifest: manifest) {
+            return TreeReport(root: root, manifest: manifest, signer: nil, manifestFailure: .untrustedSigner,
+                              manifestMessage: "'\(root)' holds \(refusal)", files: [], attributesSupported: true, duration: elapsed())
+        }
         if let (failure, message) = try options.expectationFailure(name: manifest.name, sequence: manifest.sequence, root: root) {
             return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: failure, manifestMessage: message,
                               files: [], attributesSupported: true, duration: elapsed())

@@ -122,30 +122,6 @@ public final class TUFClient {
         fetcher = TUFFetcher(options: options.download, cancelled: cancelled)
     }
 
-    /// The package keys the metadata folder's trusted roles name (see
-    /// ``TrustPolicy/addTUFMetadata(_:)``), read without any request.
-    static func packageKeys(metadataDirectory: String) throws -> [PublicKey] {
-        try TrustedInput.check(metadataDirectory, what: "--tuf-metadata")
-        guard let rootBytes = try readStored("root.json", in: metadataDirectory, limit: 512_000) else {
-            throw SignetError(.fileNotFound, "the TUF metadata folder '\(metadataDirectory)' has no root.json: check the path (signet tuf init puts the repository's root there)", path: metadataDirectory)
-        }
-        let root = try TUFTrustedSet(root: rootBytes, now: .now).root
-        var keys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "TUF targets key \($0.prefix(16))") }
-        if let bytes = try readStored("targets.json", in: metadataDirectory, limit: 5_000_000),
-           let metadata = try? TUFMetadata(bytes: bytes, expectedType: "targets", name: "targets.json"),
-           (try? root.verify(metadata, as: "targets", name: "targets.json")) != nil,
-           let targets = try? TUFTargets(metadata) {
-            let roles = targets.delegatedRoles.map(\.role) + (targets.succinct.map { [$0.role] } ?? [])
-            for role in roles {
-                keys += role.keyIDs.compactMap { targets.delegatedKeys[$0]?.publicKey(source: "TUF delegated key \($0.prefix(16))") }
-            }
-        }
-        guard !keys.isEmpty else {
-            throw SignetError(.untrustedSigner, "the TUF metadata in '\(metadataDirectory)' names no RSA key for packages (targets role or its delegations)", path: metadataDirectory)
-        }
-        return keys
-    }
-
     // MARK: Refresh (§5.3–5.6)
 
     /// Updates the root chain, timestamp, snapshot and top-level targets. Throws
@@ -246,7 +222,7 @@ public final class TUFClient {
 
     /// The target at `path` and the keys of the role that listed it (the keys a Signet
     /// package listed there must be signed with).
-    func listing(_ path: String) throws -> (target: TUFTarget, keys: [TUFKey], role: String)? {
+    func listing(_ path: String) throws -> (target: TUFTarget, keys: [TUFKey], role: String, threshold: Int)? {
         try refresh()
         var toVisit: [(role: String, delegator: String, delegatorParent: String?)] = [("targets", "root", nil)]
         var visited: Set<String> = []
@@ -259,7 +235,7 @@ public final class TUFClient {
                     ? trusted.root.delegation(to: next.role)
                     : next.delegatorParent.flatMap { trusted.loadedTargets(next.delegator, delegator: $0) }?.delegation(to: next.role)
                 let keys = delegation.map { d in d.role.keyIDs.compactMap { d.keys[$0] } } ?? []
-                return (found, keys, next.role)
+                return (found, keys, next.role, delegation?.role.threshold ?? 1)
             }
             visited.insert(key)
             var children: [(String, String, String?)] = []
@@ -295,6 +271,18 @@ public final class TUFClient {
             queue.append(contentsOf: children.map { ($0, next.role, next.delegator) })
         }
         return paths
+    }
+
+    /// Every Signet package the trusted roles list (refreshing first), in the order the walk
+    /// reaches them, each found through ``listing(_:)`` and kept where the name rule allows it
+    /// (``TUFPackageListing``): a delegated role cannot claim another role's package name.
+    func packageListings() throws -> [TUFPackageListing] {
+        var listings: [TUFPackageListing] = []
+        for path in try listedPaths() {
+            guard let found = try listing(path), let release = TUFPackageTarget(found.target) else { continue }
+            listings.append(TUFPackageListing(release: release, target: found.target, keys: found.keys, role: found.role, threshold: found.threshold))
+        }
+        return TUFPackageListing.owned(listings)
     }
 
     /// Where `target` is on the server: `baseURL` and its path, with the hash prefix of a

@@ -84,11 +84,10 @@ public enum TUFUpdater {
         let installed = try Updater.installed(destination, force: options.install.replacesForeign(destination))
         let wanted = options.package ?? installed?.name
         var candidates: [(TUFPackageTarget, TUFTarget, [TUFKey], String)] = []
-        for path in try client.listedPaths() {
-            guard let (target, keys, role) = try client.listing(path), let release = TUFPackageTarget(target),
-                  release.channels.contains(options.channel) else { continue }
-            if let wanted, !Installer.sameName(wanted, release.name) { continue }
-            candidates.append((release, target, keys, role))
+        // Each package name only from the role it belongs to (the name rule, FORMAT §7).
+        for listing in try client.packageListings() where listing.release.channels.contains(options.channel) {
+            if let wanted, !Installer.sameName(wanted, listing.release.name) { continue }
+            candidates.append((listing.release, listing.target, listing.keys, listing.role))
         }
         let names = Set(candidates.map { $0.0.name })
         guard names.count <= 1 else {
