@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <sys/syscall.h>
 #include <linux/openat2.h>
 #include <linux/fs.h>
@@ -90,6 +91,10 @@ int signet_start_writeback(int fd, long long offset, long long length) {
 
 int signet_syncfs(int fd) {
     return syncfs(fd);
+}
+
+int signet_spawn_closefrom(posix_spawn_file_actions_t *actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, from);
 }
 
 int signet_clone_file(int destination, int source) {

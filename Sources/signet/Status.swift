@@ -60,6 +60,7 @@ struct Status: ParsableCommand {
         @Null var previous: Update.Report.Release?
         let pending: Bool
         @Null var pending_since: String?
+        let unchecked: Bool
         let bad: [Bad]
         @Null var last_rollback: LastRollback?
     }
@@ -73,14 +74,24 @@ struct Status: ParsableCommand {
         func release(_ r: Signet.Release?) -> Update.Report.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
         if output.json {
             Output.json(DestinationReport(destination: dir, current: release(status.current), previous: release(status.previous),
-                                          pending: status.pendingSince != nil, pending_since: status.pendingSince,
+                                          pending: status.pendingSince != nil, pending_since: status.pendingSince, unchecked: status.unchecked,
                                           bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at) },
                                           last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) }))
         } else {
-            var lines = ["\(dir):",
-                         "  current:  " + (status.current.map { $0.description + (status.pendingSince.map { ", pending since \($0) (signet confirm \(dir))" } ?? ", confirmed") } ?? "no release installed by Signet")]
+            // Never "confirmed" and bad at once: an unchecked release says so, one the record
+            // refused says so, and a bad range is said from above the release DIR holds.
+            func state(_ current: Signet.Release) -> String {
+                if status.bad.contains(where: { $0.name == current.name && $0.sequence == current.sequence }) { return ", refused as bad (see below)" }
+                if status.unchecked { return ", unchecked: its health check has not passed (the next run with the health check runs it)" }
+                return status.pendingSince.map { ", pending since \($0) (signet confirm \(dir))" } ?? ", confirmed"
+            }
+            var lines = ["\(dir):", "  current:  " + (status.current.map { $0.description + state($0) } ?? "no release installed by Signet")]
             lines.append("  previous: " + (status.previous.map { "\($0.description), kept for signet rollback" } ?? "none kept"))
-            for bad in status.bad { lines.append("  bad:      \(bad.name) sequence \(bad.sequence) and lower — \(bad.reason) (\(bad.at))") }
+            for bad in status.bad {
+                let running = status.current.flatMap { $0.name == bad.name && $0.sequence < bad.sequence ? $0.sequence : nil }
+                let range = running.map { $0 + 1 == bad.sequence ? "sequence \(bad.sequence)" : "sequences \($0 + 1) to \(bad.sequence)" } ?? "sequence \(bad.sequence) and lower"
+                lines.append("  bad:      \(bad.name) \(range) — \(bad.reason) (\(bad.at))")
+            }
             if let last = status.lastRollback { lines.append("  rollback: sequence \(last.from) to \(last.to) by \(last.by), \(last.at)") }
             Output.lines(lines)
         }

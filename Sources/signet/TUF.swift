@@ -39,6 +39,7 @@ struct TUF: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "init",
             abstract: "Trust ROOT (the repository's root.json) in a new metadata folder.",
+            usage: "signet tuf init --metadata-dir <dir> <root.json> [--force] [<options>]",
             discussion: """
             Checks that ROOT is TUF root metadata signed by its own root threshold, creates the \
             folder (mode 0755) and writes ROOT there as root.json; other metadata from an earlier \

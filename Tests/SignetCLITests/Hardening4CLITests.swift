@@ -50,4 +50,105 @@ struct Hardening4CLITests {
         #expect(result.stderr.contains("--max-download-size"), "\(result.stderr)")
         #expect(server.requests.count == 1, "\(server.requests)")
     }
+
+    /// Point 7: a hook got a connected AF_UNIX socket pair without close-on-exec. The hook
+    /// lists its shell's descriptors; the update went over HTTPS first (libcurl and OpenSSL
+    /// loaded, a connection made), DIR's lock is held.
+    @Test("hooks get descriptors 0, 1 and 2 only, after an install over HTTPS")
+    func hookDescriptors() throws {
+        let server = try RangedUpdateCLITests.shared.get()
+        let f = try ReleasesCLITests.Fixture()
+        let name = "fds-\(getpid()).zip"
+        try FileManager.default.copyItem(atPath: try f.pack(1), toPath: server.www + "/" + name)
+        let listing = f.work.directory.file("fds.txt")
+        // Every descriptor open in the hook's process (a shell would add its own).
+        let script = try f.work.directory.write("fds.py", Data("""
+            import os, sys
+            fds = []
+            for fd in range(0, 4096):
+                try:
+                    os.fstat(fd)
+                    fds.append(str(fd))
+                except OSError:
+                    pass
+            open(sys.argv[1], "w").write("\\n".join(fds))
+            """.utf8))
+        let hook = "python3 \(script) \(listing)"
+        let result = try CLI.run(["unpack", server.url(name), "--dest", f.dest, "--pubkey", f.work.publicDER, "--tls-ca", server.root,
+                                  "--post-install", hook, "--health-check", hook])
+        #expect(result.status == 0, "\(result.stderr)")
+        let fds = try String(contentsOfFile: listing, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(fds == ["0", "1", "2"], "\(fds)")
+    }
+
+    /// Runs signet with `arguments`, waits for the hook to write its pid into `marker`, sends
+    /// `signal` to signet, and reports signet's exit and whether the hook's process group is
+    /// still there 3 s later (its pid, to end it).
+    static let interrupter = #"""
+    import json, os, signal, subprocess, sys, time
+    marker, number, command = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    p = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        if os.path.exists(marker) and open(marker).read().strip(): break
+        if p.poll() is not None: break
+        time.sleep(0.01)
+    group = int(open(marker).read().strip()) if os.path.exists(marker) else 0
+    p.send_signal(number)
+    status = p.wait()
+    alive = group != 0
+    for _ in range(30):
+        try: os.killpg(group, 0)
+        except OSError: alive = False; break
+        time.sleep(0.1)
+    print(json.dumps({"status": status, "alive": alive, "group": group}))
+    """#
+
+    /// Point 8: an update killed during --post-install left a release that was never
+    /// health-checked marked confirmed, and the next run said "up to date".
+    @Test("a run killed in its post-install hook leaves the release unchecked: SIGTERM ends the hook's group; after SIGKILL the next run runs the health check")
+    func interruptedHooks() throws {
+        let f = try ReleasesCLITests.Fixture()
+        #expect(try f.unpack(try f.pack(1), ["--health-check", "true"]).status == 0)
+        func interrupt(_ package: String, _ number: Int32) throws -> [String: Any] {
+            let marker = f.work.directory.file("hook-\(number).pid")
+            let arguments = ["unpack", package, "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state,
+                             "--post-install", "sh -c 'echo $$ > \(marker); exec sleep 30'", "--health-check", "true"]
+            let result = try run("python3", ["-c", Self.interrupter, marker, String(number), CLI.binary] + arguments)
+            return try result.json()
+        }
+        func status() throws -> (json: [String: Any], text: String) {
+            (try CLI.run(["status", f.dest, "--json"]).json(), try CLI.run(["status", f.dest]).stdoutText)
+        }
+
+        // SIGKILL in the post-install hook: the hook outlives signet (nothing can end it then),
+        // the release is unchecked, never confirmed; the next run runs the health check.
+        try f.write("config.txt", "release 2\n")
+        let two = try f.pack(2)
+        let killed = try interrupt(two, SIGKILL)
+        if let group = killed["group"] as? Int32, group > 0 { kill(-group, SIGKILL) }
+        #expect(killed["status"] as? Int == -Int(SIGKILL), "\(killed)")
+        var (json, text) = try status()
+        #expect(json["unchecked"] as? Bool == true && !text.contains("confirmed") && text.contains("unchecked"), "\(json) \(text)")
+        let next = try f.unpack(two, ["--health-check", "sh -c 'echo checked'", "--json"])
+        #expect(next.status == 0, "\(next.stderr)")
+        let hooks = try next.json()["hooks"] as? [[String: Any]] ?? []
+        #expect(hooks.map { $0["hook"] as? String } == ["health-check"] && hooks.first?["output"] as? String == "checked\n", "\(hooks)")
+        (json, text) = try status()
+        #expect(json["unchecked"] as? Bool == false && text.contains("confirmed"), "\(text)")
+
+        // SIGTERM: signet ends the hook's process group before it dies; the next run's failing
+        // check swaps the previous release back.
+        try f.write("config.txt", "release 3\n")
+        let three = try f.pack(3)
+        let terminated = try interrupt(three, SIGTERM)
+        #expect(terminated["alive"] as? Bool == false, "the hook's group outlived signet: \(terminated)")
+        if let group = terminated["group"] as? Int32, group > 0 { kill(-group, SIGKILL) }
+        #expect(try status().json["unchecked"] as? Bool == true)
+        let failing = try f.unpack(three, ["--health-check", "sh -c 'exit 3'", "--json"])
+        #expect(failing.status == 1 && (try? failing.json()["error"] as? [String: Any])?["code"] as? String == "health-check-failed", "\(failing.stdoutText)")
+        #expect(f.text("config.txt") == "release 2\n")
+        (json, text) = try status()
+        #expect(json["unchecked"] as? Bool == false, "\(json)")
+        #expect(text.contains("confirmed") && text.contains("bad:      app sequence 3 —"), "\(text)")
+    }
 }

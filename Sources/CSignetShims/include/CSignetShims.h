@@ -9,6 +9,7 @@
 // <sys/xattr.h> is not part of Swift's Glibc module; importing it here gives Signet
 // fgetxattr/fsetxattr/fremovexattr/flistxattr.
 #include <sys/xattr.h>
+#include <spawn.h>
 
 /// BIO_get_mem_data is a macro over BIO_ctrl.
 long signet_BIO_get_mem_data(BIO *bio, char **data);
@@ -56,6 +57,10 @@ int signet_start_writeback(int fd, long long offset, long long length);
 /// that holds `fd` and waits for it (journal commit included); -1 with errno on failure,
 /// including writeback errors since `fd` was opened (Linux 5.8 and later).
 int signet_syncfs(int fd);
+
+/// posix_spawn_file_actions_addclosefrom_np (glibc 2.34) is declared only under _GNU_SOURCE.
+/// Adds an action that closes every descriptor from `from` up in the child.
+int signet_spawn_closefrom(posix_spawn_file_actions_t *actions, int from);
 
 /// ioctl(FICLONE): makes `destination` share `source`'s data extents (a reflink, on btrfs, XFS
 /// with reflink, bcachefs...). -1 with errno (EOPNOTSUPP, EXDEV, EINVAL) where it cannot.

@@ -17,6 +17,7 @@ public enum Interruption {
     /// Removes every temporary file and staging directory in progress. For a signal-handling
     /// thread about to exit the process; Signet's work in progress is not usable afterwards.
     public static func removeTemporaryFiles() {
+        HookRunner.endRunning()
         TemporaryFiles.removeAllForExit()
     }
 }

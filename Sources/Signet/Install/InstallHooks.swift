@@ -1,4 +1,6 @@
 import Foundation
+import Synchronization
+internal import CSignetShims
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -84,12 +86,35 @@ enum HookRunner {
     static let path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     static let outputLimit = 64 * 1024
 
+    /// The process group of the hook running now (its pid), for an interruption to end.
+    private static let running = Mutex<pid_t?>(nil)
+    /// Set once an interruption ended (or forbade) hooks: nothing after a hook is recorded.
+    private static let stopped = Mutex(false)
+    static var isStopped: Bool { stopped.withLock { $0 } }
+
+    /// Ends the running hook's process group (SIGTERM, then SIGKILL after at most a second):
+    /// for a signal-handling thread about to exit the process, so that no hook (or what it
+    /// started) outlives an interrupted Signet. The release stays `unchecked` in its record.
+    static func endRunning() {
+        stopped.withLock { $0 = true }
+        guard let group = running.withLock({ $0 }) else { return }
+        kill(-group, SIGTERM)
+        for _ in 0..<20 {
+            usleep(50_000)
+            if kill(-group, 0) != 0 { return }
+            var status: Int32 = 0
+            if waitpid(group, &status, WNOHANG) == group, kill(-group, 0) != 0 { return }
+        }
+        kill(-group, SIGKILL)
+    }
+
     /// Runs `command` with `environment` (added to the clean one), waiting at most `timeout`
     /// seconds (nil: no limit) before killing its process group.
     static func run(_ hook: String, _ command: [String], environment: [String: String], timeout: Double?) -> HookResult {
         func failed(_ why: String) -> HookResult {
             HookResult(hook: hook, command: command, exitStatus: nil, timedOut: false, output: "", failure: why)
         }
+        guard !isStopped else { return failed("interrupted") }
         guard let program = resolve(command[0]) else {
             return failed("'\(command[0])' is not an executable file (commands run without a shell; a name without a slash is looked up in \(path))")
         }
@@ -106,6 +131,10 @@ enum HookRunner {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
         posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
+        // Descriptors 0, 1 and 2 only (FORMAT §2): whatever else is open in this process (a
+        // library's socket pair without close-on-exec, DIR's lock) never reaches a hook or a
+        // daemon it leaves running.
+        signet_spawn_closefrom(&actions, 3)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -125,6 +154,8 @@ enum HookRunner {
         }
         writing = nil
         guard started == 0 else { return failed(String(cString: strerror(started))) }
+        running.withLock { $0 = pid }
+        defer { running.withLock { $0 = nil } }
         let deadline = timeout.map { DispatchTime.now().uptimeNanoseconds + UInt64(max(0, $0) * 1e9) }
         var output: [UInt8] = []
         var timedOut = false

@@ -55,6 +55,9 @@ public struct DestinationStatus: Sendable {
     public let previous: Release?
     /// The current release waits to be confirmed, since this time.
     public let pendingSince: String?
+    /// The current release was installed with a health check that has not passed yet (a run
+    /// interrupted in a hook): it is neither confirmed nor known to be good.
+    public var unchecked: Bool = false
     /// Releases refused as bad: name, highest refused sequence, why, when.
     public let bad: [(name: String, sequence: UInt64, reason: String, at: String)]
     /// The last rollback: from, to, by whom ("owner", "health-check", "boot-check"), when.
@@ -117,8 +120,15 @@ extension Installer {
             env["SIGNET_REPORT"] = reportJSON(report, from: from, to: to, event: event)
             return env
         }
+        // Interrupted in a hook (SIGINT, SIGTERM): its process group was ended, and nothing is
+        // recorded after it; the release stays unchecked for the next run.
+        func checkInterrupted(_ hook: String) throws {
+            guard HookRunner.isStopped else { return }
+            throw SignetError(.interrupted, "interrupted in the \(hook) hook; \(new.description) is installed in '\(report.destination)'\(options.hooks.healthCheck != nil ? " but unchecked: the next run with the health check runs it" : "")", path: report.destination)
+        }
         if let command = options.hooks.postInstall, !recheck {
             report.hooks.append(HookRunner.run("post-install", command, environment: environment(event: "install", from: old, to: new), timeout: 600))
+            try checkInterrupted("post-install")
         }
         guard let check = options.hooks.healthCheck else { return }
         // Recorded as unchecked until it passes: a process killed inside the check leaves the
@@ -128,6 +138,7 @@ extension Installer {
         try releases.write(for: report.destination)
         let result = HookRunner.run("health-check", check, environment: environment(event: "health-check", from: old, to: new), timeout: options.hooks.healthTimeout)
         report.hooks.append(result)
+        try checkInterrupted("health-check")
         guard !result.succeeded else {
             releases.unchecked = nil
             try releases.write(for: report.destination)
@@ -266,9 +277,11 @@ extension Installer {
             : try? readSmallFile(ReleaseRecord.previousPath(for: destination) + "/" + TreeLayout.manifest, what: "previous manifest", limit: 64 << 20)
         let previous = previousManifest.flatMap { try? Manifest.parse($0) }.map(Release.init)
         let pending = releases.pending.flatMap { $0.sequence == current?.sequence ? $0.since : nil }
-        return DestinationStatus(destination: destination, current: current, previous: previous, pendingSince: pending,
-                                 bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at) },
-                                 lastRollback: releases.last_rollback.map { ($0.from, $0.to, $0.by, $0.at) })
+        var status = DestinationStatus(destination: destination, current: current, previous: previous, pendingSince: pending,
+                                       bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at) },
+                                       lastRollback: releases.last_rollback.map { ($0.from, $0.to, $0.by, $0.at) })
+        status.unchecked = current != nil && releases.unchecked == current?.sequence
+        return status
     }
 }
 

@@ -201,16 +201,22 @@ public enum Installer {
             // Recorded before the swap, so that a power cut right after it leaves the new
             // release pending, not confirmed (a pending sequence DIR does not hold is ignored).
             releases.pending = .init(sequence: checked.manifest.sequence, boot_id: bootID, since: Timestamp.now.rfc3339)
-            try releases.write(for: destination)
         }
+        // With a health check, the new release is unchecked from before the swap until the
+        // check passes: a process killed anywhere after the swap (in the post-install command
+        // too) leaves it to be checked by the next run, never confirmed (FORMAT §2, "Hooks").
+        let uncheckedBefore = releases.unchecked
+        if options.hooks.healthCheck != nil, let checked { releases.unchecked = checked.manifest.sequence }
+        if releases.pending != pendingBefore || releases.unchecked != uncheckedBefore { try releases.write(for: destination) }
         let exchanged: Bool, kept: Bool
         do {
             (exchanged, kept) = try staging.install(at: destination, replacing: state, previous: previous)
         } catch {
             // DIR is as it was: so is what the record says of it (a release of DIR's that was
             // pending stays pending).
-            if options.pending, releases.pending != pendingBefore {
+            if releases.pending != pendingBefore || releases.unchecked != uncheckedBefore {
                 releases.pending = pendingBefore
+                releases.unchecked = uncheckedBefore
                 try? releases.write(for: destination)
             }
             throw error
