@@ -718,9 +718,9 @@ def prepare(kind):
             sh(f"{S} pack {p}/app --key {p}/keys/rel/private_key.pem --name app --version 1 --sequence 1 --out {p}/app-1.zip > /dev/null")
             sh(f"{S} repo init {site} --root-key {p}/keys/root/public_key.der --targets-key {p}/keys/rel/public_key.der "
                f"--snapshot-key {p}/keys/online/public_key.der --timestamp-key {p}/keys/online/public_key.der --quiet")
-            sh(f"{S} repo sign {site} --role root --key {p}/keys/root/private_key.pem --quiet")
+            sh(f"{S} repo sign {site} --role root --key {p}/keys/root/private_key.pem --digest $({S} repo status {site} --staged-digest root) --quiet")
             sh(f"{S} repo add {site} {p}/app-1.zip --channel stable --quiet")
-            sh(f"{S} repo sign {site} --role targets --key {p}/keys/rel/private_key.pem --quiet")
+            sh(f"{S} repo sign {site} --role targets --key {p}/keys/rel/private_key.pem --digest $({S} repo status {site} --staged-digest targets) --quiet")
             sh(f"cp {p}/app-1.zip {site}/app-1.zip")
             sh(f"{S} channel sign --channel stable --package {site}/app-1.zip --url app-1.zip --key {p}/keys/rel/private_key.pem "
                f"--out {site}/stable.json --expires-in 366d --quiet")

@@ -104,10 +104,12 @@ struct Repo: ParsableCommand {
                                      snapshot: .init(keys: try Repo.publicKeys(snapshotKeys), threshold: snapshotThreshold),
                                      timestamp: .init(keys: try Repo.publicKeys(timestampKeys), threshold: timestampThreshold),
                                      lifetimes: lifetimes)
+            let repo = try TUFRepository(at: repository)
+            let root = try repo.review("root")?.digest ?? "", targets = try repo.review("targets")?.digest ?? ""
             if output.json {
-                Output.json(["repository": repository, "staged": "root targets"])
+                Output.json(["repository": repository, "staged": "root targets", "root_digest": root, "targets_digest": targets])
             } else if !output.quiet {
-                Output.line("made \(repository): root v1 and targets v1 staged; next: `signet repo sign \(repository) --role root --key KEY` by \(rootThreshold) root key holder\(rootThreshold == 1 ? "" : "s")")
+                Output.line("made \(repository): root v1 (digest \(root)) and targets v1 (digest \(targets)) staged; next: `signet repo sign \(repository) --role root --key KEY --digest \(root.prefix(16))` by \(rootThreshold) root key holder\(rootThreshold == 1 ? "" : "s"), then the same with --role targets")
             }
         }
     }
@@ -150,14 +152,20 @@ struct Repo: ParsableCommand {
             let version: String
             let sequence: UInt64
             let channels: [String]
+            let manifest_sha256: String
+            let digest: String
         }
 
         func run() throws {
-            let added = try TUFRepository(at: repository).add(package: package, channels: channel, allowLower: allowLower)
+            let repo = try TUFRepository(at: repository)
+            let added = try repo.add(package: package, channels: channel, allowLower: allowLower)
+            let digest = try repo.review("targets")?.digest ?? ""
             if output.json {
-                Output.json(Report(target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels))
+                Output.json(Report(target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels,
+                                   manifest_sha256: added.manifestSHA256, digest: digest))
             } else if !output.quiet {
-                Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence)) for \(added.channels.joined(separator: ", ")); next: the targets key holders run `signet repo sign \(repository) --role targets --key KEY`")
+                Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence), manifest SHA-256 \(added.manifestSHA256)) for \(added.channels.joined(separator: ", "))")
+                Output.line("staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`")
             }
         }
     }
@@ -174,7 +182,17 @@ struct Repo: ParsableCommand {
             pkcs11: URI for a key on a token). A new root needs the threshold of its own root \
             keys and of the root before it.
 
+            You sign what you reviewed: `signet repo status` shows the staged file against \
+            the published one (packages added, changed and removed with their manifest \
+            SHA-256; delegations; keys and thresholds; expiry) and its digest. Give that \
+            digest (at least its first 16 hex digits) with --digest; on a terminal without \
+            --digest, the review is shown and you are asked. A staged file that changed since \
+            is refused, as is a package that does not match its file in targets/; fields \
+            signet repo never writes need --accept-unrecognized.
+
             Example:
+              signet repo status site
+              signet repo sign site --role targets --key t1.pem --digest 3f9c0a1b2c3d4e5f
               signet repo sign site --role root \\
                 --key 'pkcs11:token=root1;object=root' --passphrase-file pin.txt
             """
@@ -184,12 +202,17 @@ struct Repo: ParsableCommand {
         var repository: String
         @Option(name: .long, help: ArgumentHelp("root or targets.", valueName: "role"))
         var role: String
+        @Option(name: .long, help: ArgumentHelp("The digest `signet repo status` showed for the staged file you reviewed (16 to 64 hex digits).", valueName: "hex"))
+        var digest: String?
+        @Flag(name: .customLong("accept-unrecognized"), help: "Sign even though the staged file holds fields signet repo never writes (delegations, other hashes) or a longer expiry.")
+        var acceptUnrecognized = false
         @OptionGroup var key: SigningKeyOptions
         @OptionGroup var output: OutputOptions
 
         struct Report: Encodable {
             let role: String
             let version: Int64
+            let digest: String
             let signatures: Int
             let threshold: Int
             let published: Bool
@@ -197,11 +220,29 @@ struct Repo: ParsableCommand {
         }
 
         func run() throws {
-            let outcome = try TUFRepository(at: repository).sign(role, with: try key.load())
+            let repo = try TUFRepository(at: repository)
+            guard let review = try repo.review(role) else {
+                throw SignetError(.fileNotFound, "nothing of role \(role) is waiting for signatures (staging/\(role).json): \(role == "root" ? "`signet repo rotate` stages a new root" : "`signet repo add` stages a new targets version")", path: repository)
+            }
+            var reviewed = digest
+            if reviewed == nil {
+                // Asked on a terminal, after the review; never signed blind.
+                guard Terminal.isInteractive, !output.json else {
+                    throw ValidationError("review what you sign: run `signet repo status \(repository)` and give the staged \(role) file's digest with --digest (it is \(review.digest.prefix(16))… now; check what it lists before you copy it)")
+                }
+                review.lines.forEach { Output.standardError(Output.escaped($0) + "\n") }
+                Output.standardError("Sign staged \(role) v\(review.version) (digest \(review.digest.prefix(16))…)? Type yes to sign: ")
+                guard readLine()?.trimmingCharacters(in: .whitespaces).lowercased() == "yes" else {
+                    throw SignetError(.usage, "not signed: you did not answer yes")
+                }
+                reviewed = review.digest
+            }
+            let outcome = try repo.sign(role, with: try key.load(), reviewed: reviewed ?? "", acceptUnrecognized: acceptUnrecognized)
             if output.json {
-                Output.json(Report(role: outcome.role, version: outcome.version, signatures: outcome.signatures, threshold: outcome.threshold,
+                Output.json(Report(role: outcome.role, version: outcome.version, digest: review.digest, signatures: outcome.signatures, threshold: outcome.threshold,
                                    published: outcome.published, missing: outcome.missing))
             } else if !output.quiet {
+                if digest != nil { Output.lines(review.lines) }
                 if outcome.published {
                     Output.line("published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(outcome.role == "targets" ? "; devices see it after the next `signet repo refresh`" : "")")
                 } else {
@@ -304,11 +345,17 @@ struct Repo: ParsableCommand {
             let files = remove.filter { FileManager.default.fileExists(atPath: $0) }
             let version = try TUFRepository(at: repository).rotate(role, add: try Repo.publicKeys(add), remove: remove.filter { !files.contains($0) },
                                                                    removeKeys: try Repo.publicKeys(files), threshold: threshold)
+            let digest = try TUFRepository(at: repository).review("root")?.digest ?? ""
             if output.json {
-                Output.json(["staged_root": version])
+                Output.json(RotateReport(staged_root: version, digest: digest))
             } else if !output.quiet {
-                Output.line("staged root v\(version); next: its root key holders (and those of the current root) run `signet repo sign \(repository) --role root --key KEY`")
+                Output.line("staged root v\(version), digest \(digest); next: its root key holders (and those of the current root) review it (`signet repo status \(repository)`) and run `signet repo sign \(repository) --role root --key KEY --digest \(digest.prefix(16))`")
             }
+        }
+
+        struct RotateReport: Encodable {
+            let staged_root: Int64
+            let digest: String
         }
     }
 
@@ -317,13 +364,22 @@ struct Repo: ParsableCommand {
             commandName: "status",
             abstract: "Show each role's version, expiry, keys and threshold, what waits for signatures, and the channels.",
             discussion: """
+            A staged root or targets file is shown against the published one: targets \
+            added, changed and removed (name, version, sequence, channels, length, SHA-256, \
+            manifest SHA-256), delegations, keys and thresholds, expiry, and its digest — \
+            what `signet repo sign --digest` takes — with any problem found (a package that \
+            does not match its file in targets/, fields signet repo never writes).
+
             Example:
               signet repo status site
+              signet repo status site --staged-digest targets
             """
         )
 
         @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
         var repository: String
+        @Option(name: .customLong("staged-digest"), help: ArgumentHelp("Print only the digest of the staged root or targets file (for a script, after the review).", valueName: "role"))
+        var stagedDigest: String?
         @OptionGroup var output: OutputOptions
 
         struct Report: Encodable {
@@ -335,9 +391,61 @@ struct Repo: ParsableCommand {
                 let threshold: Int
             }
             struct Staged: Encodable {
+                struct Target: Encodable {
+                    let target: String
+                    let length: Int64
+                    @Null var sha256: String?
+                    @Null var name: String?
+                    @Null var version: String?
+                    @Null var sequence: UInt64?
+                    @Null var channels: [String]?
+                    @Null var manifest_sha256: String?
+                }
+                struct Change: Encodable {
+                    let change: String
+                    @Null var staged: Target?
+                    @Null var published: Target?
+                }
+                struct RoleChange: Encodable {
+                    let name: String
+                    let keyids: [String]
+                    let threshold: Int
+                    let published_keyids: [String]
+                    let published_threshold: Int
+                }
+                struct Problem: Encodable {
+                    let kind: String
+                    let message: String
+                }
                 let role: String
                 let version: Int64
+                let published_version: Int64
+                let digest: String
+                @Null var expires: String?
+                @Null var published_expires: String?
                 let signed_by: [String]
+                let targets: [Change]
+                let delegations: [String]
+                let roles: [RoleChange]
+                let problems: [Problem]
+
+                init(_ review: TUFStagedReview) {
+                    func target(_ t: TUFStagedReview.Target?) -> Target? {
+                        t.map { Target(target: $0.path, length: $0.length, sha256: $0.hashes["sha256"], name: $0.package?.name, version: $0.package?.version,
+                                       sequence: $0.package?.sequence, channels: $0.package?.channels, manifest_sha256: $0.package?.manifestSHA256) }
+                    }
+                    role = review.role
+                    version = review.version
+                    published_version = review.publishedVersion
+                    digest = review.digest
+                    expires = review.expires?.rfc3339
+                    published_expires = review.publishedExpires?.rfc3339
+                    signed_by = review.signedBy
+                    targets = review.targets.map { Change(change: $0.change, staged: target($0.staged), published: target($0.published)) }
+                    delegations = review.delegations
+                    roles = review.roles.map { RoleChange(name: $0.name, keyids: $0.keyIDs, threshold: $0.threshold, published_keyids: $0.publishedKeyIDs, published_threshold: $0.publishedThreshold) }
+                    problems = review.problems.map { Problem(kind: $0.kind, message: $0.message) }
+                }
             }
             struct Package: Encodable {
                 let target: String
@@ -352,21 +460,28 @@ struct Repo: ParsableCommand {
         }
 
         func run() throws {
-            let status = try TUFRepository(at: repository).status()
+            let repo = try TUFRepository(at: repository)
+            if let stagedDigest {
+                guard let review = try repo.review(stagedDigest) else {
+                    throw SignetError(.fileNotFound, "nothing of role \(stagedDigest) is staged in '\(repository)'", path: repository)
+                }
+                return Output.line(review.digest)
+            }
+            let status = try repo.status()
+            let reviews = try ["root", "targets"].compactMap { try repo.review($0) }
             let report = Report(roles: status.roles.map { .init(name: $0.name, version: $0.version, expires: $0.expires?.rfc3339, keyids: $0.keyIDs, threshold: $0.threshold) },
-                                staged: status.staged.map { .init(role: $0.role, version: $0.version, signed_by: $0.signatures) },
+                                staged: reviews.map(Report.Staged.init),
                                 packages: status.packages.map { .init(target: $0.target, name: $0.name, version: $0.version, sequence: $0.sequence, channels: $0.channels) })
             if output.json { return Output.json(report) }
             for role in report.roles {
                 let keys = role.keyids.map { String($0.prefix(12)) }.joined(separator: " ")
                 Output.line("\(role.name): v\(role.version)\(role.expires.map { ", expires \($0)" } ?? " (not published)"), \(role.threshold) of \(role.keyids.count) keys: \(keys)")
             }
-            for staged in report.staged {
-                Output.line("staged: \(staged.role) v\(staged.version), signed by \(staged.signed_by.isEmpty ? "nobody yet" : staged.signed_by.map { String($0.prefix(12)) }.joined(separator: " "))")
-            }
             for package in report.packages {
-                Output.line("package: \(package.target): \(package.name) \(package.version) (sequence \(package.sequence))\(package.channels.isEmpty ? "" : ", channels \(package.channels.joined(separator: ", "))")")
+                Output.line("published package: \(package.target): \(package.name) \(package.version) (sequence \(package.sequence))\(package.channels.isEmpty ? "" : ", channels \(package.channels.joined(separator: ", "))")")
             }
+            // What waits for signatures, against what is published: what a signer signs.
+            for review in reviews { Output.lines(review.lines) }
         }
     }
 }

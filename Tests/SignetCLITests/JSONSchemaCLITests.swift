@@ -115,10 +115,12 @@ struct JSONSchemaCLITests {
         let repo = server.www + "/tuf"
         try record("repo init", ["repo", "init", repo, "--root-key", work.publicDER, "--targets-key", work.publicDER,
                                  "--snapshot-key", work.publicDER, "--timestamp-key", work.publicDER])
-        try record("repo sign", ["repo", "sign", repo, "--role", "root"] + key)
+        try record("repo sign", ["repo", "sign", repo, "--role", "root", "--digest",
+                                 try CLI.run(["repo", "status", repo, "--staged-digest", "root"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)] + key)
         try record("repo add", ["repo", "add", repo, package, "--channel", "stable"])
         try record("repo status", ["repo", "status", repo])
-        try record("repo sign", ["repo", "sign", repo, "--role", "targets"] + key)
+        try record("repo sign", ["repo", "sign", repo, "--role", "targets", "--digest",
+                                 try CLI.run(["repo", "status", repo, "--staged-digest", "targets"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)] + key)
         try record("repo refresh", ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile])
         try record("repo status", ["repo", "status", repo])
         let metadata = work.directory.file("tuf-metadata")

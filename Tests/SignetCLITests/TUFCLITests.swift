@@ -54,7 +54,23 @@ struct TUFCLITests {
         }
 
         func signRoot(_ keys: [String] = ["root1", "root2"]) throws {
-            for key in keys { try check(CLI.run(["repo", "sign", repo, "--role", "root", "--key", priv(key), "--json"])) }
+            for key in keys { try check(sign("root", key)) }
+        }
+
+        /// The newest targets version published.
+        func trustedTargetsVersion() -> Int {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: repo + "/metadata")) ?? []
+            return names.compactMap { $0.hasSuffix(".targets.json") ? Int($0.dropLast(".targets.json".count)) : nil }.max() ?? 0
+        }
+
+        /// The digest of the staged `role` (what `repo status` shows a signer).
+        func digest(_ role: String) throws -> String {
+            try check(CLI.run(["repo", "status", repo, "--staged-digest", role])).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+
+        /// `repo sign` with `key`, for the staged `role` as it is now.
+        func sign(_ role: String, _ key: String, _ extra: [String] = []) throws -> ProcessResult {
+            try CLI.run(["repo", "sign", repo, "--role", role, "--key", priv(key), "--digest", try digest(role), "--json"] + extra)
         }
 
         /// Packs release `sequence` signed by `key` into the work folder.
@@ -72,7 +88,7 @@ struct TUFCLITests {
         /// Publishes release `sequence`: add, both targets signatures, refresh.
         func release(_ sequence: Int, signers: [String] = ["rel1", "rel2"], packKey: String = "rel1") throws {
             try check(CLI.run(["repo", "add", repo, try pack(sequence, key: packKey), "--channel", "stable", "--json"]))
-            for key in signers { try check(CLI.run(["repo", "sign", repo, "--role", "targets", "--key", priv(key), "--json"])) }
+            for key in signers { try check(sign("targets", key)) }
             try refresh()
         }
 
@@ -132,11 +148,11 @@ struct TUFCLITests {
 
         // One targets signature of two publishes nothing.
         try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(2), "--channel", "stable"]))
-        let half = try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1"), "--json"]))
+        let half = try fleet.check(fleet.sign("targets", "rel1"))
         #expect(try half.json()["published"] as? Bool == false)
         try fleet.refresh()
         #expect(try device.update().json()["update_available"] as? Bool == false)
-        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel2")]))
+        try fleet.check(fleet.sign("targets", "rel2"))
         try fleet.refresh()
         let checked = try device.update(["--check"])
         #expect(try checked.json()["update_available"] as? Bool == true)
@@ -152,7 +168,7 @@ struct TUFCLITests {
         let republished = fleet.work.file("app-1-again.zip")
         try FileManager.default.copyItem(atPath: try fleet.pack(1), toPath: republished)
         try fleet.check(CLI.run(["repo", "add", fleet.repo, republished, "--channel", "stable", "--allow-lower-sequence"]))
-        for key in ["rel1", "rel2"] { try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv(key)])) }
+        for key in ["rel1", "rel2"] { try fleet.check(fleet.sign("targets", key)) }
         try fleet.refresh()
         let older = try device.update()
         let olderReport = try older.json()
@@ -210,7 +226,7 @@ struct TUFCLITests {
         let foreign = try CLI.run(["repo", "add", fleet.repo, try fleet.pack(1, key: "evil"), "--channel", "stable", "--json"])
         #expect(foreign.status == 3 && Self.code(foreign) == "untrusted-signer", "\(foreign.stdoutText)")
         try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(1), "--channel", "stable"]))
-        let wrongRole = try CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("snap"), "--json"])
+        let wrongRole = try fleet.sign("targets", "snap")
         #expect(wrongRole.status == 3 && Self.code(wrongRole) == "untrusted-signer", "\(wrongRole.stdoutText)")
         let badThreshold = try CLI.run(["repo", "init", fleet.work.file("other"), "--root-key", fleet.pub("root1"), "--root-threshold", "2",
                                         "--targets-key", fleet.pub("rel1"), "--snapshot-key", fleet.pub("snap"), "--timestamp-key", fleet.pub("ts"), "--json"])
@@ -226,7 +242,7 @@ struct TUFCLITests {
         // The thief has rel1 and (worse) the online keys: stages an evil release, signs it with
         // rel1 alone, publishes it as the next targets version and refreshes.
         try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(9, text: "evil\n"), "--channel", "stable"]))
-        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1")]))
+        try fleet.check(fleet.sign("targets", "rel1"))
         try FileManager.default.copyItem(atPath: fleet.repo + "/staging/targets.json", toPath: fleet.repo + "/metadata/2.targets.json")
         try fleet.refresh()
         let result = try device.update()
@@ -249,7 +265,7 @@ struct TUFCLITests {
         // One root key of two: signet repo keeps it staged; copied into place, devices refuse it.
         try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/2.root.json")
         try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--threshold", "1"]))
-        let one = try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "root", "--key", fleet.priv("root1"), "--json"]))
+        let one = try fleet.check(fleet.sign("root", "root1"))
         #expect(try one.json()["published"] as? Bool == false)
         try FileManager.default.copyItem(atPath: fleet.repo + "/staging/root.json", toPath: fleet.repo + "/metadata/2.root.json")
         let half = try device.update()
@@ -265,7 +281,7 @@ struct TUFCLITests {
         try fleet.check(device.update())
         // Which of the two ids is rel1's: the one `repo sign` with rel1 records on a staged file.
         try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(2), "--channel", "stable"]))
-        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1")]))
+        try fleet.check(fleet.sign("targets", "rel1"))
         let staged = try fleet.check(CLI.run(["repo", "status", fleet.repo, "--json"])).json()
         let stolenID = try #require(((staged["staged"] as? [[String: Any]])?.first?["signed_by"] as? [String])?.first)
         try FileManager.default.removeItem(atPath: fleet.repo + "/staging/targets.json")
@@ -525,7 +541,9 @@ struct TUFCLITests {
         // Bob's stolen key no longer counts towards a release.
         let staged = "signet pack dist --key release-alice/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version 1.6.0 --sequence 160 --out app-1.6.0.zip && signet repo add \(www) app-1.6.0.zip --channel stable"
         #expect(try run("bash", ["-euo", "pipefail", "-c", staged], environment: environment, directory: d).status == 0)
-        let bob = try CLI.run(["repo", "sign", www, "--role", "targets", "--key", d + "/release-bob/private_key.pem", "--passphrase-env", "SIGNET_PASSPHRASE", "--json"],
+        let digest = try CLI.run(["repo", "status", www, "--staged-digest", "targets"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let bob = try CLI.run(["repo", "sign", www, "--role", "targets", "--key", d + "/release-bob/private_key.pem", "--passphrase-env", "SIGNET_PASSPHRASE",
+                               "--digest", digest, "--json"],
                               environment: environment)
         #expect(bob.status == 3 && Self.code(bob) == "untrusted-signer", "\(bob.stdoutText)")
     }

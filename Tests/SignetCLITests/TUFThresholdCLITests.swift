@@ -124,4 +124,99 @@ struct TUFThresholdCLITests {
         #expect(!damaged.stdoutText.contains("up to date"))
         #expect(!FileManager.default.fileExists(atPath: work.file("damaged/app")))
     }
+
+    /// Length, SHA-256 and manifest SHA-256 of a package file, as a targets entry states them.
+    static func entry(_ package: String) throws -> (length: Int, sha256: String, manifest: String) {
+        let script = "import hashlib, os, sys, zipfile; p = sys.argv[1]; print(os.path.getsize(p), hashlib.sha256(open(p, 'rb').read()).hexdigest(), hashlib.sha256(zipfile.ZipFile(p).read('.signet/manifest.json')).hexdigest())"
+        let parts = try run("python3", ["-c", script, package]).stdoutText.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        guard parts.count == 3, let length = Int(parts[0]) else { throw SupportError("entry of \(package)") }
+        return (length, parts[1], parts[2])
+    }
+
+    /// Point 1: the second targets holder signed blind. One holder stages a reviewed release,
+    /// signs it, then points the staged entry at another package signed with their own key.
+    @Test("a co-signer signs only what they reviewed: a staged file changed after review, a package that does not match its file, or an unannounced delegation is refused; the root the same; the honest flow publishes")
+    func noBlindSigning() throws {
+        let fleet = try Fleet("review")
+        try fleet.release(1)
+        let device = try fleet.device()
+        try fleet.check(device.update())
+        let staging = fleet.repo + "/staging/targets.json"
+
+        // Alice stages release 2 and signs it; the digest she announces is what Bob will sign.
+        let honest = fleet.work.file("honest/app-2.zip")
+        try FileManager.default.createDirectory(atPath: fleet.work.file("honest"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: try fleet.pack(2), toPath: honest)
+        let publishedBefore = fleet.trustedTargetsVersion()
+        let added = try fleet.check(CLI.run(["repo", "add", fleet.repo, honest, "--channel", "stable", "--json"])).json()
+        let announced = try #require(added["digest"] as? String)
+        #expect(added["manifest_sha256"] as? String == (try Self.entry(honest).manifest))
+        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1"), "--digest", announced]))
+
+        // Then she points the staged entry at a package of her own and signs that.
+        let evil = fleet.work.file("evil/app-2.zip")
+        try FileManager.default.createDirectory(atPath: fleet.work.file("evil"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: try fleet.pack(2, key: "rel1", text: "evil\n"), toPath: evil)
+        let (length, sha256, manifest) = try Self.entry(evil)
+        try FileManager.default.copyItem(atPath: evil, toPath: fleet.repo + "/targets/\(sha256).app-2.zip")
+        func resignStaged(_ edits: [String], keys: [String] = ["rel1"]) throws {
+            let result = try TUFCLITests.python(["resign", staging, fleet.repo + "/metadata/1.root.json", staging] + keys.map(fleet.priv) + edits.flatMap { ["--edit", $0] })
+            guard result.status == 0 else { throw SupportError("resign: \(result.stderr)") }
+        }
+        let entry = "s['targets']['app-2.zip']"
+        try resignStaged(["\(entry)['length'] = \(length)", "\(entry)['hashes']['sha256'] = '\(sha256)'",
+                          "\(entry)['custom']['signet']['manifest_sha256'] = '\(manifest)'"])
+
+        // Bob reviews: status shows the staged entry (the other manifest), not the published list.
+        let status = try fleet.check(CLI.run(["repo", "status", fleet.repo, "--json"])).json()
+        let staged = (status["staged"] as? [[String: Any]])?.first { $0["role"] as? String == "targets" }
+        let change = (staged?["targets"] as? [[String: Any]])?.first { ($0["staged"] as? [String: Any])?["target"] as? String == "app-2.zip" }
+        #expect(change?["change"] as? String == "added" && (change?["staged"] as? [String: Any])?["manifest_sha256"] as? String == manifest, "\(String(describing: staged))")
+        #expect(staged?["digest"] as? String != announced)
+        let text = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
+        #expect(text.contains("manifest sha256 \(manifest)") && text.contains("digest"), "\(text)")
+        // Bob signs what was announced: refused, nothing signed.
+        let bob = try CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel2"), "--digest", announced, "--json"])
+        #expect(bob.status == 1 && TUFCLITests.code(bob) == "metadata-mismatch" && bob.stderr.contains("not what you reviewed"), "\(bob.stdoutText)")
+        #expect(fleet.trustedTargetsVersion() == publishedBefore)
+        // Without a digest and without a terminal: a usage error that says how to review.
+        let blind = try CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel2")])
+        #expect(blind.status == 2 && blind.stderr.contains("signet repo status"), "\(blind.stderr)")
+
+        // An entry whose manifest SHA-256 is not its file's: refused whatever the digest.
+        try resignStaged(["\(entry)['custom']['signet']['manifest_sha256'] = '\(String(repeating: "0", count: 64))'"])
+        let mismatch = try fleet.sign("targets", "rel2", ["--accept-unrecognized"])
+        #expect(mismatch.status == 1 && mismatch.stderr.contains("do not match their files") && mismatch.stderr.contains("manifest SHA-256"), "\(mismatch.stderr)")
+
+        // A delegation to a key only Alice has: shown, and refused unless accepted on purpose.
+        try resignStaged(["\(entry)['custom']['signet']['manifest_sha256'] = '\(manifest)'",
+                          "s['delegations'] = {'keys': {}, 'roles': [{'name': 'mine', 'keyids': [], 'threshold': 1, 'terminating': False, 'paths': ['*']}]}"])
+        let delegated = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
+        #expect(delegated.contains("delegation: staged delegations: 'mine' for *") && delegated.contains("PROBLEM (unrecognized)"), "\(delegated)")
+        let refusedDelegation = try fleet.sign("targets", "rel2")
+        #expect(refusedDelegation.status == 1 && refusedDelegation.stderr.contains("--accept-unrecognized"), "\(refusedDelegation.stderr)")
+
+        // The root the same: rotated and signed by root1, then edited to add a key to targets.
+        try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "timestamp", "--add", fleet.pub("evil")]))
+        let rootDigest = try fleet.digest("root")
+        try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "root", "--key", fleet.priv("root1"), "--digest", rootDigest]))
+        let stagedRoot = fleet.repo + "/staging/root.json"
+        let edited = try TUFCLITests.python(["resign", stagedRoot, fleet.repo + "/metadata/1.root.json", stagedRoot, fleet.priv("root1"),
+                                             "--edit", "s['roles']['targets']['threshold'] = 1"])
+        try #require(edited.status == 0, "\(edited.stderr)")
+        let rootStatus = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
+        #expect(rootStatus.contains("role targets: 1 of"), "\(rootStatus)")
+        let root2 = try CLI.run(["repo", "sign", fleet.repo, "--role", "root", "--key", fleet.priv("root2"), "--digest", rootDigest])
+        #expect(root2.status == 1 && root2.stderr.contains("not what you reviewed"), "\(root2.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: fleet.repo + "/metadata/2.root.json"))
+
+        // The honest flow still publishes: staged again, both sign what they reviewed.
+        try FileManager.default.removeItem(atPath: staging)
+        try FileManager.default.removeItem(atPath: stagedRoot)
+        try fleet.check(CLI.run(["repo", "add", fleet.repo, honest, "--channel", "stable"]))
+        for key in ["rel1", "rel2"] { try fleet.check(fleet.sign("targets", key)) }
+        try fleet.refresh()
+        try fleet.check(device.update())
+        #expect(device.installed() == "release 2\n")
+    }
 }

@@ -141,8 +141,8 @@ struct TUFTests {
         let site = server.www + "/library"
         let one = TUFRepository.RoleKeys(keys: [key.publicKey])
         let repository = try TUFRepository.create(at: site, root: one, targets: one, snapshot: one, timestamp: one)
-        #expect(try repository.sign("root", with: key).published)
-        #expect(try repository.sign("targets", with: key).published)
+        #expect(try repository.sign("root", with: key, reviewed: try repository.review("root")!.digest).published)
+        #expect(try repository.sign("targets", with: key, reviewed: try repository.review("targets")!.digest).published)
         _ = try repository.refresh(snapshotKeys: [key], timestampKeys: [key])
         let work = try TemporaryDirectory()
         try TUFClient.initialize(metadataDirectory: work.file("metadata"), trustedRoot: Array(contents(site + "/metadata/1.root.json")))

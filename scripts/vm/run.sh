@@ -108,12 +108,12 @@ repo_dir=$work/tuf-repo/app
 mkdir -p "$work/tuf-repo"
 "$signet" repo init "$repo_dir" --root-key "$work/job/pkg/pub.der" --targets-key "$work/job/pkg/pub.der" \
   --snapshot-key "$work/job/pkg/pub.der" --timestamp-key "$work/job/pkg/pub.der" >/dev/null
-"$signet" repo sign "$repo_dir" --role root --key "$work/key.pem" >/dev/null
+"$signet" repo sign "$repo_dir" --role root --key "$work/key.pem" --digest "$("$signet" repo status "$repo_dir" --staged-digest root)" >/dev/null
 cp "$repo_dir/metadata/1.root.json" "$work/job/tuf/root.json"
 for state in a b; do
   release=$([ $state = a ] && echo r1 || echo r2)
   "$signet" repo add "$repo_dir" "$work/job/pkg/$release.zip" --channel stable >/dev/null
-  "$signet" repo sign "$repo_dir" --role targets --key "$work/key.pem" >/dev/null
+  "$signet" repo sign "$repo_dir" --role targets --key "$work/key.pem" --digest "$("$signet" repo status "$repo_dir" --staged-digest targets)" >/dev/null
   "$signet" repo refresh "$repo_dir" --snapshot-key "$work/key.pem" --timestamp-key "$work/key.pem" >/dev/null
   mkdir -p "$work/job/tuf/$state"
   cp -a "$repo_dir" "$work/job/tuf/$state/app"

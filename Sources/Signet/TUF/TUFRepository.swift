@@ -184,12 +184,29 @@ public struct TUFRepository: Sendable {
 
     /// Adds the signature of `key` to the staged `role` (`root` or `targets`) and publishes it
     /// when its thresholds are met. The key must be one the role's metadata names.
-    public func sign(_ role: String, with key: PrivateKey, now: Timestamp = .now) throws -> SignOutcome {
+    ///
+    /// What is signed is what the signer reviewed: `reviewed` is the digest of
+    /// ``review(_:now:)`` the signer saw (at least its first 16 hex digits); a staged file that
+    /// changed since is refused (`.metadataMismatch`), as is one whose review found a package
+    /// that does not match its file (`problems` of kind `package`), and one with fields Signet's
+    /// publisher never writes or a longer expiry unless `acceptUnrecognized`.
+    public func sign(_ role: String, with key: PrivateKey, reviewed: String, acceptUnrecognized: Bool = false, now: Timestamp = .now) throws -> SignOutcome {
         guard role == "root" || role == "targets" else {
             throw SignetError(.usage, "only root and targets are signed by hand; snapshot and timestamp are signed by `signet repo refresh` with the online keys")
         }
-        guard var document = try staged(role) else {
+        guard var document = try staged(role), let review = try review(role, now: now) else {
             throw SignetError(.fileNotFound, "nothing of role \(role) is waiting for signatures (staging/\(role).json): \(role == "root" ? "`signet repo rotate` stages a new root" : "`signet repo add` stages a new targets version")", path: stagingDirectory)
+        }
+        guard review.matches(reviewed), try Digest.compute(document.signed.canonical, algorithm: .sha256).hex == review.digest else {
+            throw SignetError(.metadataMismatch, "staging/\(role).json is not what you reviewed: its digest is \(review.digest), you gave \(reviewed) (at least 16 hex digits of it are needed). It changed since, or the digest is another version's. Nothing was signed: review it again with `signet repo status \(path)`", path: "staging/\(role).json")
+        }
+        let packages = review.problems.filter { $0.kind == "package" }
+        guard packages.isEmpty else {
+            throw SignetError(.metadataMismatch, "staging/\(role).json lists packages that do not match their files in targets/: \(packages.map(\.message).joined(separator: " | ")). Nothing was signed", path: "staging/\(role).json")
+        }
+        let others = review.problems.filter { $0.kind != "package" }
+        guard others.isEmpty || acceptUnrecognized else {
+            throw SignetError(.metadataMismatch, "staging/\(role).json holds what signet repo never writes: \(others.map(\.message).joined(separator: " | ")). Nothing was signed; if you meant to sign it, give --accept-unrecognized", path: "staging/\(role).json")
         }
         let keyID = try TUFPublicKeyEntry(key.publicKey).keyID
         let name = "\(document.version).\(role).json"
