@@ -186,11 +186,19 @@ final class ResourceSource: ZipEntrySource {
         /// Chunks on the second core (``PipelinedHasher``) while this thread hashes the file.
         let chunking: (pipeline: PipelinedHasher, chunker: ContentChunker)?
         var count: UInt64 = 0
+        /// Size, modification and change times when it was opened: the same at the end, or
+        /// the file was rewritten in place while it was read (a torn mix of two versions).
+        let stamp: [Int]
 
         init(file: InputFile, hashers: [Digest.Hasher], chunker: ContentChunker?) throws {
             self.file = file
             self.hashers = hashers
             chunking = try chunker.map { (try PipelinedHasher([], chunker: $0), $0) }
+            stamp = Self.stamp(try file.descriptor.status())
+        }
+
+        static func stamp(_ info: stat) -> [Int] {
+            [Int(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
         }
     }
 
@@ -217,7 +225,7 @@ final class ResourceSource: ZipEntrySource {
         reading.count += UInt64(n)
         guard reading.count <= input.size else { throw changed() }
         if n == 0 {
-            guard reading.count == input.size else { throw changed() }
+            guard reading.count == input.size, Reading.stamp(try reading.file.descriptor.status()) == reading.stamp else { throw changed() }
             if let chunking = reading.chunking {
                 _ = try chunking.pipeline.finalize()
                 ledger.record(try chunking.chunker.finish(), at: index)
@@ -240,7 +248,7 @@ final class ResourceSource: ZipEntrySource {
 
     private func changed() -> SignetError {
         let input = input
-        return SignetError(.io, "resource '\(input.diskPath)' changed while it was being packed (it should be \(input.size) bytes); pack again once nothing writes to it", path: input.diskPath)
+        return SignetError(.io, "resource '\(input.diskPath)' changed while it was being packed (its size, modification or change time is not what it was when it was opened, \(input.size) bytes); pack again once nothing writes to it", path: input.diskPath)
     }
 }
 
