@@ -178,4 +178,41 @@ struct Hardening4CLITests {
         #expect(!FileManager.default.fileExists(atPath: work.file("img.zip")))
         #expect(try CLI.run(arguments).status == 0)
     }
+
+    /// Point 5: `rollback` checked each listed file's type, size, mode and SHA-256 and looked
+    /// for extra files outside `.signet/`, no more: a previous tree with a folder of mode 0777
+    /// owned by nobody rolled back with exit 0, and `reverify` then called it FAILED.
+    @Test("rollback refuses a previous tree reverify would refuse: folder mode and owner, file owner, a lost signature attribute, an extra entry under .signet/; DIR unchanged each time")
+    func rollbackRefusesWhatReverifyRefuses() throws {
+        let f = try ReleasesCLITests.Fixture()
+        #expect(try f.unpack(try f.pack(1)).status == 0)
+        try f.write("config.txt", "release 2\n")
+        #expect(try f.unpack(try f.pack(2)).status == 0)
+        let previous = f.previous
+        let tampers: [(String, () throws -> Void, () throws -> Void)] = [
+            ("folder 0777", { chmod(previous + "/lib", 0o777) }, { chmod(previous + "/lib", 0o755) }),
+            ("folder owned by nobody", { chown(previous + "/lib", 65534, 65534) }, { chown(previous + "/lib", 0, 0) }),
+            ("file owned by nobody", { chown(previous + "/config.txt", 65534, 65534) }, { chown(previous + "/config.txt", 0, 0) }),
+            ("signature attribute removed", {
+                let saved = try run("getfattr", ["--absolute-names", "--only-values", "-n", "user.signet.sig", previous + "/config.txt"]).stdout
+                try saved.write(to: URL(fileURLWithPath: f.work.directory.file("saved.sig")))
+                #expect(try run("setfattr", ["-x", "user.signet.sig", previous + "/config.txt"]).status == 0)
+            }, {
+                let saved = try Data(contentsOf: URL(fileURLWithPath: f.work.directory.file("saved.sig")))
+                #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0x" + saved.map { String(format: "%02x", $0) }.joined(), previous + "/config.txt"]).status == 0)
+            }),
+            ("extra entry under .signet", { try Data("x".utf8).write(to: URL(fileURLWithPath: previous + "/.signet/extra")) }, { try FileManager.default.removeItem(atPath: previous + "/.signet/extra") }),
+        ]
+        for (name, tamper, undo) in tampers {
+            try tamper()
+            let result = try CLI.run(["rollback", f.dest, "--state", f.state, "--json"])
+            #expect(result.status == 1 && (try? result.json()["error"] as? [String: Any])?["code"] as? String == "rollback-refused", "\(name): \(result.stdoutText)")
+            #expect(f.text("config.txt") == "release 2\n", "\(name): DIR changed")
+            try undo()
+        }
+        let back = try CLI.run(["rollback", f.dest, "--state", f.state])
+        #expect(back.status == 0, "\(back.stderr)")
+        #expect(f.text("config.txt") == "release 1\n")
+        #expect(try f.reverify() == 0)
+    }
 }

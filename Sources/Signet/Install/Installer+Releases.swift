@@ -67,13 +67,18 @@ public struct DestinationStatus: Sendable {
 extension ReleaseRecord {
     /// After a swap: the installed tree's manifest digest; the previous one's as `previous`
     /// made it.
-    mutating func record(installed digest: String?, pending: Pending?, kept: Bool, previous: Staging.Previous) {
+    mutating func record(installed digest: String?, signer: PublicKey?, pending: Pending?, kept: Bool, previous: Staging.Previous) {
         switch previous {
-        case .keep: previous_manifest_sha256 = kept ? current_manifest_sha256 : nil
+        case .keep:
+            previous_manifest_sha256 = kept ? current_manifest_sha256 : nil
+            previous_signer = kept ? current_signer : nil
         case .discard: break
-        case .none: previous_manifest_sha256 = nil
+        case .none:
+            previous_manifest_sha256 = nil
+            previous_signer = nil
         }
         current_manifest_sha256 = digest
+        current_signer = signer.map { Data($0.subjectPublicKeyInfo).base64EncodedString() }
         self.pending = pending
     }
 }
@@ -185,7 +190,7 @@ extension Installer {
         guard info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
             throw SignetError(.rollbackRefused, "'\(previousPath)' is not a directory of this user's that only it may write; it is not rolled back to", path: previousPath)
         }
-        let previous = try PreviousTree.verify(previousPath, pinned: releases.previous_manifest_sha256, destination: destination)
+        let previous = try PreviousTree.verify(previousPath, pinned: releases.previous_manifest_sha256, signer: releases.previous_signer, destination: destination)
         let (directory, name) = (AtomicFile.parentDirectory(of: destination), destination.split(separator: "/").last.map(String.init) ?? destination)
         let parent = try openDirectory(directory, what: "the directory")
         let previousName = previousPath.split(separator: "/").last.map(String.init)!
@@ -207,7 +212,9 @@ extension Installer {
         // release, and the next install replaces what is left of it.
         releases.markBad(from.name, sequence: from.sequence, reason: reason)
         releases.current_manifest_sha256 = previous.digest
+        releases.current_signer = releases.previous_signer
         releases.previous_manifest_sha256 = nil
+        releases.previous_signer = nil
         releases.pending = nil
         releases.unchecked = nil
         releases.last_rollback = .init(from: from.sequence, to: to.sequence, by: by, at: Timestamp.now.rfc3339)
@@ -294,7 +301,7 @@ struct PreviousTree {
     /// manifest's size, SHA-256 and mode, and the tree no file the manifest does not list.
     /// Files it shares with the current release (hard links) are the ones an in-place edit
     /// would have changed: such a rollback is refused, naming them.
-    static func verify(_ path: String, pinned: String?, destination: String) throws -> PreviousTree {
+    static func verify(_ path: String, pinned: String?, signer: String?, destination: String) throws -> PreviousTree {
         let root = try Installer.openDirectory(path, what: "the previous release")
         let fd = root.descriptor
         guard let bytes = try InputFile.readBeneath(fd, TreeLayout.manifest, rootPath: path, what: "previous manifest", limit: 64 << 20) else {
@@ -333,10 +340,40 @@ struct PreviousTree {
             let extra = try Reverifier.diskFiles(fd, root: path).filter { !listed.contains($0) && !$0.hasPrefix(".signet/") }
             damaged += extra.prefix(5).map { "\($0) (added)" }
         }
+        if damaged.isEmpty {
+            damaged = try reverified(path, root: fd, signer: signer)
+        }
         guard damaged.isEmpty else {
             throw SignetError(.rollbackRefused, "the previous release \(Release(manifest).description) no longer matches its manifest: \(damaged.joined(separator: ", ")); it is not rolled back to, and '\(destination)' is unchanged. Install a release instead (unpack or update)", path: path)
         }
         return PreviousTree(manifest: manifest, digest: digest)
+    }
+
+    /// What `reverify` would refuse in the previous tree (issue 48): with the key pinned when
+    /// it was installed, the whole tree check (each file's signature attribute or the signature
+    /// record, file and folder modes, anything unexpected under `.signet/`); and, always, every
+    /// file and folder owned by this user and not writable by others beyond the manifest's mode.
+    private static func reverified(_ path: String, root fd: FileDescriptor, signer: String?) throws -> [String] {
+        var damaged: [String] = []
+        let me = geteuid()
+        let tree = try Reverifier.diskTree(fd, root: path)
+        for relative in tree.folders.map({ $0.path + "/" }) + tree.files + (try Reverifier.signetFiles(fd, root: path)) {
+            var info = stat()
+            let name = relative.hasSuffix("/") ? String(relative.dropLast()) : relative
+            guard fstatat(fd.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            if info.st_uid != me { damaged.append("\(relative) (owned by uid \(info.st_uid), not \(me))") }
+            if damaged.count >= 5 { return damaged }
+        }
+        guard let signer, let der = Data(base64Encoded: signer), let key = try? PublicKey(bytes: Array(der), name: "the previous release's signer") else {
+            return damaged
+        }
+        let report = try Reverifier.verifyTree(at: path, policy: TrustPolicy(keys: [key]))
+        if let failure = report.manifestFailure { damaged.append("its manifest (\(failure))") }
+        for file in report.files where !file.verdict.isOK {
+            guard damaged.count < 5 else { break }
+            damaged.append("\(file.path) (\(file.verdict.name): \(file.detail))")
+        }
+        return damaged
     }
 }
 

@@ -224,7 +224,7 @@ public enum Installer {
         installed = true
         let old = Self.release(of: state)
         if checked != nil {
-            releases.record(installed: manifestDigest, pending: releases.pending?.sequence == checked?.manifest.sequence ? releases.pending : nil,
+            releases.record(installed: manifestDigest, signer: checked?.key, pending: releases.pending?.sequence == checked?.manifest.sequence ? releases.pending : nil,
                             kept: kept, previous: previous)
             try releases.write(for: destination)
         }

@@ -13,7 +13,8 @@ internal import SystemPackage
 /// current release still waits to be confirmed, and which releases were refused as bad.
 ///
 /// Format `signet-release/1`: `{"format": "signet-release/1", "current_manifest_sha256": HEX,
-/// "previous_manifest_sha256": HEX|absent, "pending": {"sequence": N, "boot_id": ID, "since":
+/// "previous_manifest_sha256": HEX|absent, "current_signer": BASE64|absent, "previous_signer":
+/// BASE64|absent, "pending": {"sequence": N, "boot_id": ID, "since":
 /// TIME}|absent, "unchecked": N|absent, "bad": {NAME: {"sequence": N, "reason": TEXT, "at": TIME}}, "last_rollback":
 /// {"from": N, "to": N, "by": "owner"|"health-check"|"boot-check", "at": TIME}|absent}`.
 struct ReleaseRecord: Codable, Equatable {
@@ -22,6 +23,11 @@ struct ReleaseRecord: Codable, Equatable {
     var current_manifest_sha256: String? = nil
     /// The same for the kept previous release.
     var previous_manifest_sha256: String? = nil
+    /// The public key (base64 DER SubjectPublicKeyInfo) that verified the installed and the
+    /// kept previous release's manifests when they were installed: a rollback re-verifies the
+    /// previous tree with it, as `reverify` would (issue 48). Absent in older records.
+    var current_signer: String? = nil
+    var previous_signer: String? = nil
     var pending: Pending? = nil
     /// The sequence whose health check has not passed yet: it was started and its process
     /// killed (or the machine lost power) before it ended. The next run with a health check
