@@ -439,6 +439,8 @@ def main():
         "reused_under_sandbox": as_int("journal_reused") or 0,
         "up_to_date_run": results.get("third_run_status") == "0" and (as_int("journal_up_to_date") or 0) >= 1,
         "journal_lines": as_int("journal_lines") or 0,
+        # Issue 48, point 13: libdispatch's "Failed to set thread priority" under the units.
+        "journal_priority_noise": sum(as_int(key) or 0 for key in ("journal_priority_noise", "boot_check_priority_noise", "stuck_priority_noise")),
         "timeout_stopped": results.get("stuck_result") == "timeout" and results.get("stuck_unchanged") == "true",
         "timeout_seconds": as_int("stuck_seconds"),
         "exposure": exposure,
@@ -472,6 +474,8 @@ def main():
         failures.append("the sandboxed update reused no unchanged file")
     if report["journal_lines"] <= 0:
         failures.append("the journal holds no line of Signet's")
+    if report["journal_priority_noise"] != 0:
+        failures.append(f"the units' journals hold {report['journal_priority_noise']} 'Failed to set thread priority' lines (0 required)")
     if exposure is None or exposure > 2.0:
         failures.append(f"systemd-analyze security: {exposure} (at most 2.0)")
     if report["boot_check_exposure"] is None or report["boot_check_exposure"] > 2.0:

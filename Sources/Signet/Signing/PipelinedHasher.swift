@@ -20,7 +20,7 @@ final class PipelinedHasher {
     static let bufferCount = 4
 
     private let pool: BufferPool
-    private let queue = DispatchQueue(label: "signet.pipelined-hash")
+    private let queue = SerialWorker()
     private let hashers: Hashers
     /// The buffer being filled by the caller, and how much of it is.
     private var current: UnsafeMutableRawBufferPointer?
@@ -53,6 +53,7 @@ final class PipelinedHasher {
     /// filled goes back; queued blocks still hold the pool and give theirs back as they finish.
     deinit {
         if let current { pool.give(current) }
+        queue.stop()
     }
 
     /// Copies `chunk` into the buffers, handing each full one to the second core.
@@ -72,7 +73,7 @@ final class PipelinedHasher {
     /// Waits for every byte to be hashed; the digests, in the order of the algorithms given.
     func finalize() throws -> [Digest] {
         handOver()
-        queue.sync {}
+        queue.drain()
         if let failure = hashers.failure { throw failure }
         return try hashers.all.map { try $0.finalize() }
     }

@@ -29,7 +29,7 @@ final class SignatureChecks: @unchecked Sendable {
 
     private let key: PublicKey
     private let algorithm: SignatureAlgorithm
-    private let queue = DispatchQueue(label: "signet.signature-checks")
+    private let queue = SerialWorker()
     /// Balanced on every path: each `wait` is followed by a block that holds `self` and
     /// signals when it ends, so the semaphore is back at its start value before it can be freed
     /// (libdispatch traps on freeing one that is not: issue 36).
@@ -42,6 +42,10 @@ final class SignatureChecks: @unchecked Sendable {
     init(key: PublicKey, algorithm: SignatureAlgorithm) {
         self.key = key
         self.algorithm = algorithm
+    }
+
+    deinit {
+        queue.stop()
     }
 
     /// Queues the check of file number `index` (in manifest order); waits while ``window``
@@ -83,7 +87,7 @@ final class SignatureChecks: @unchecked Sendable {
     /// Waits for every queued check; the first file (in manifest order) whose signature failed.
     private func finish() -> Failure? {
         handOver()
-        queue.sync {}
+        queue.drain()
         lock.lock()
         defer { lock.unlock() }
         return failure

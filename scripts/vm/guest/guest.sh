@@ -159,6 +159,7 @@ result boot_check_result "$(systemctl show -P Result signet-boot-check@app.servi
 result boot_check_rolled_back_to "$(installed_sequence /opt/app)"
 result boot_check_state_ok "$(signet reverify /opt/app "${TRUST[@]}" --state /var/lib/signet/app-state.json > /dev/null && echo true || echo false)"
 journalctl -u signet-boot-check@app.service -o cat --no-pager > "$OUT/journal-boot-check.txt"
+result boot_check_priority_noise "$(grep -c 'Failed to set thread priority' "$OUT/journal-boot-check.txt")"
 systemd-analyze security --no-pager signet-boot-check@app.service > "$OUT/security-boot-check.txt" 2>&1
 result boot_check_exposure "$(grep -o 'Overall exposure level for signet-boot-check@app.service: [0-9.]*' "$OUT/security-boot-check.txt" | grep -o '[0-9.]*$')"
 
@@ -182,6 +183,7 @@ after=$(tree_digest /opt/stuck)
 result stuck_unchanged "$([ "$before" = "$after" ] && signet reverify /opt/stuck "${TRUST[@]}" > /dev/null && echo true || echo false)"
 kill "$silent"
 journalctl -u signet-update@stuck.service -o cat --no-pager > "$OUT/journal-stuck.txt"
+result stuck_priority_noise "$(grep -c 'Failed to set thread priority' "$OUT/journal-stuck.txt")"
 
 say "systemd-analyze security"
 systemd-analyze security --no-pager signet-update@app.service > "$OUT/security.txt" 2>&1
