@@ -65,7 +65,7 @@ public struct TUFRepository: Sendable {
     // MARK: Making a repository
 
     /// Makes a repository: root version 1 and an empty targets version 1, staged for their key
-    /// holders' signatures (``sign(_:with:now:)``), and the roles' lifetimes.
+    /// holders' signatures (``sign(_:with:reviewed:acceptUnrecognized:now:)``, after ``review(_:now:)``), and the roles' lifetimes.
     @discardableResult
     public static func create(at path: String, root: RoleKeys, targets: RoleKeys, snapshot: RoleKeys, timestamp: RoleKeys,
                               lifetimes: Lifetimes = Lifetimes(), now: Timestamp = .now) throws -> TUFRepository {
