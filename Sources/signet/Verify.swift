@@ -68,7 +68,11 @@ struct Verify: ParsableCommand {
     }
 
     func run() throws {
-        let policy = try trust.policy()
+        // Keys from --tuf-metadata vouch only for the packages their roles list (issue 48).
+        let policy = try trust.policy().forRawSignatures
+        if policy.keys.isEmpty, policy.certificateAuthorities.isEmpty {
+            throw SignetError(.untrustedSigner, "the keys of --tuf-metadata vouch only for the packages their TUF roles list, each by its threshold (check those with signet inspect or unpack), never for a raw signature over a file: give the signer's key with --pubkey", path: file)
+        }
         let verifier = Verifier(policy: policy)
         let signature = self.signature ?? file + ".sig"
         if self.signature == nil, !Self.exists(signature) {

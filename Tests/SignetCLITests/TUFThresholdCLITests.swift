@@ -38,6 +38,11 @@ struct TUFThresholdCLITests {
         try fleet.check(CLI.run(["unpack", lone, "--dest", fleet.work.file("lone"), "--pubkey", fleet.pub("rel1")]))
         let reverified = try CLI.run(["reverify", fleet.work.file("lone"), "--tuf-metadata", device.metadata])
         #expect(reverified.status != 0 && reverified.stdoutText.contains("one key cannot vouch"), "\(reverified.stdoutText) \(reverified.stderr)")
+        // A raw signature by one targets key: nothing the metadata vouches for.
+        try Data("a file\n".utf8).write(to: URL(fileURLWithPath: fleet.work.file("raw.txt")))
+        try fleet.check(CLI.run(["sign", fleet.work.file("raw.txt"), "--key", fleet.priv("rel1")]))
+        let raw = try CLI.run(["verify", fleet.work.file("raw.txt"), "--tuf-metadata", device.metadata])
+        #expect(raw.status == 3 && raw.stderr.contains("never for a raw signature"), "\(raw.status) \(raw.stderr)")
         // The same key given as a key of its own is the user's choice.
         #expect(try CLI.run(["reverify", fleet.work.file("lone"), "--tuf-metadata", device.metadata, "--pubkey", fleet.pub("rel1")]).status == 0)
 

@@ -95,6 +95,16 @@ public struct TrustPolicy: Sendable {
         tufSource = metadataDirectory
     }
 
+    /// The policy for a raw signature over a file (`signet verify`): keys trusted only through
+    /// TUF metadata vouch for the packages their roles list, never for a raw signature alone.
+    public var forRawSignatures: TrustPolicy {
+        var raw = self
+        raw.keys.removeAll { tufOnlyKeys.contains($0.keyID) }
+        raw.tufOnlyKeys = []
+        raw.tufListings = []
+        return raw
+    }
+
     /// A package that TUF metadata lists (``addTUFMetadata(_:)``).
     struct TUFListed: Sendable {
         let name: String
