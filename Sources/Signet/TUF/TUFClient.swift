@@ -372,7 +372,8 @@ public final class TUFClient {
         try AtomicFile.write(bytes, to: options.metadataDirectory + "/" + name, mode: 0o644, replace: true)
     }
 
-    private static func readStored(_ name: String, in directory: String, limit: Int) throws -> [UInt8]? {
+    /// A stored metadata file (not followed through a link), nil when there is none.
+    static func readStored(_ name: String, in directory: String, limit: Int) throws -> [UInt8]? {
         let path = directory + "/" + name
         var info = stat()
         guard lstat(path, &info) == 0 else { return nil }

@@ -58,11 +58,11 @@ struct TUFPackageListing: Sendable {
     /// this is what the device verified when it last refreshed.
     static func stored(in metadataDirectory: String, maximumRoles: Int = 32) throws -> [TUFPackageListing] {
         try TrustedInput.check(metadataDirectory, what: "--tuf-metadata")
-        guard let rootBytes = try storedFile("root.json", in: metadataDirectory, limit: 512_000) else {
+        guard let rootBytes = try TUFClient.readStored("root.json", in: metadataDirectory, limit: 512_000) else {
             throw SignetError(.fileNotFound, "the TUF metadata folder '\(metadataDirectory)' has no root.json: check the path (signet tuf init puts the repository's root there)", path: metadataDirectory)
         }
         let root = try TUFTrustedSet(root: rootBytes, now: .now).root
-        guard let bytes = try storedFile("targets.json", in: metadataDirectory, limit: 5_000_000) else {
+        guard let bytes = try TUFClient.readStored("targets.json", in: metadataDirectory, limit: 5_000_000) else {
             throw SignetError(.fileNotFound, "the TUF metadata folder '\(metadataDirectory)' has no targets.json yet: the device refreshes it with `signet update --repository` (or `signet tuf refresh`) before it can vouch for packages", path: metadataDirectory)
         }
         let metadata = try TUFMetadata(bytes: bytes, expectedType: "targets", name: "targets.json")
@@ -97,7 +97,7 @@ struct TUFPackageListing: Sendable {
             let next = queue.removeFirst()
             visited += 1
             guard let (keys, role) = next.delegator.delegation(to: next.name),
-                  let bytes = try storedFile(TUFClient.quoted(next.name) + ".json", in: metadataDirectory, limit: 5_000_000),
+                  let bytes = try TUFClient.readStored(TUFClient.quoted(next.name) + ".json", in: metadataDirectory, limit: 5_000_000),
                   let metadata = try? TUFMetadata(bytes: bytes, expectedType: "targets", name: next.name + ".json"),
                   (try? next.delegator.verify(metadata, as: next.name, name: next.name + ".json")) != nil,
                   let targets = try? TUFTargets(metadata) else { continue }
@@ -105,12 +105,5 @@ struct TUFPackageListing: Sendable {
             enqueue(targets, above: next.allows)
         }
         return owned(listings)
-    }
-
-    private static func storedFile(_ name: String, in directory: String, limit: Int) throws -> [UInt8]? {
-        let path = directory + "/" + name
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
-        return try readSmallFile(path, what: "stored metadata", limit: limit)
     }
 }
