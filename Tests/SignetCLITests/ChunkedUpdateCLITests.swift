@@ -126,6 +126,27 @@ struct ChunkedUpdateCLITests {
         let second = try #require(try again.json()["transfer"] as? [String: Any])
         #expect((second["chunks_fetched"] as? Int ?? 0) >= 2 && (second["bytes_downloaded"] as? Int ?? .max) <= bytes.count * 3 / 100 + (1 << 20), "\(second)")
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
+
+        // Issue 48, point 12: v4 (100 bytes changed near the end) onto a copy damaged in 24 places, one a
+        // MiB: each damaged chunk was one request (856 for 64 MiB). They are planned at the
+        // first one found: a few requests carry them all, and the result is still exactly v4.
+        bytes.replaceSubrange((25 << 20)..<((25 << 20) + 100), with: Data(repeating: 0x77, count: 100))
+        try bytes.write(to: URL(fileURLWithPath: original))
+        try Self.pack(work, tree.path, sequence: 4, out: server.www + "/insert/app.zip")
+        let spread = try FileHandle(forWritingTo: URL(fileURLWithPath: dest + "/data/big.img"))
+        for mib in 1...24 {
+            try spread.seek(toOffset: UInt64(mib) << 20)
+            try spread.write(contentsOf: Data(repeating: 0x33, count: 64))
+        }
+        try spread.close()
+        let before = server.accessLogSize
+        let repaired = try CLI.run(unpack)
+        #expect(repaired.status == 0, "\(repaired.stderr)")
+        #expect(try contents(dest + "/data/big.img") == bytes)
+        let third = try #require(try repaired.json()["transfer"] as? [String: Any])
+        let requests = try server.answers(of: "insert/app.zip", from: before)
+        #expect((third["chunks_fetched"] as? Int ?? 0) >= 20 && requests.count <= 8, "\(requests.count) requests: \(third)")
+        #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
     @Test("1% of a 16 MiB file's 4 KiB blocks changed in place: only those blocks are fetched (by their block hashes), the rest of each chunk read from the installed copy")

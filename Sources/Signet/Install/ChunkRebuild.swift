@@ -138,6 +138,32 @@ extension Installer.Job {
         let chunkHasher = try Digest.Hasher(.sha256)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ContentChunker.maximum, alignment: 64)
         defer { buffer.deallocate() }
+        var scanned = false
+        /// At the first chunk the installed copy does not hold right (damaged in place): every
+        /// later chunk made only of installed pieces is read and hashed now, and those that do
+        /// not match are planned as ranges of the package, so that they arrive several to a
+        /// request (FORMAT §5's bound) instead of one request each (issue 48, point 12).
+        func planDamaged(from first: Int) throws {
+            guard !scanned, let ranged = input as? RangedInput else { return }
+            scanned = true
+            var damaged: [Range<Int64>] = []
+            for later in first..<plan.chunks.spans.count where plan.pieces[later].allSatisfy({ $0.installed != nil }) {
+                let span = plan.chunks.spans[later]
+                var complete = true
+                for piece in plan.pieces[later] {
+                    let into = UnsafeMutableRawBufferPointer(rebasing: buffer[Int(piece.offset - span.offset)..<Int(piece.offset - span.offset + piece.length)])
+                    complete = complete && (try? installed.read(fullyAt: Int64(piece.installed!), into: into)) == into.count
+                }
+                try chunkHasher.restart()
+                chunkHasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(span.length)]))
+                let matching = try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(later))
+                if !complete || !matching {
+                    let start = Int64(plan.data.lowerBound) + Int64(span.offset)
+                    damaged.append(start..<(start + Int64(span.length)))
+                }
+            }
+            ranged.plan(damaged)
+        }
         for (index, span) in plan.chunks.spans.enumerated() {
             let length = Int(span.length)
             let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
@@ -163,6 +189,7 @@ extension Installer.Job {
             if !whole {
                 // A piece of the installed copy that is not what its index says (a local change,
                 // or a block hash that matched by chance): the whole chunk from the package.
+                if reused > 0 { try planDamaged(from: index) }
                 let again = reused > 0 ? try input.read(fullyAt: Int64(plan.data.lowerBound + span.offset), into: chunk) : 0
                 guard again == length, try matches() else {
                     throw Installer.error(for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
