@@ -228,7 +228,7 @@ struct Repo: ParsableCommand {
             if reviewed == nil {
                 // Asked on a terminal, after the review; never signed blind.
                 guard Terminal.isInteractive, !output.json else {
-                    throw ValidationError("review what you sign: run `signet repo status \(repository)` and give the staged \(role) file's digest with --digest (it is \(review.digest.prefix(16))… now; check what it lists before you copy it)")
+                    throw SignetError(.usage, "review what you sign: run `signet repo status \(repository)` and give the staged \(role) file's digest with --digest (it is \(review.digest.prefix(16))… now; check what it lists before you copy it)")
                 }
                 review.lines.forEach { Output.standardError(Output.escaped($0) + "\n") }
                 Output.standardError("Sign staged \(role) v\(review.version) (digest \(review.digest.prefix(16))…)? Type yes to sign: ")

@@ -92,7 +92,8 @@ public struct TUFStagedReview: Sendable {
         if role == "targets", targets.isEmpty { out.append("  targets unchanged") }
         for delegation in delegations { out.append("  delegation: \(delegation)") }
         for change in roles {
-            out.append("  role \(change.name): \(change.threshold) of \(change.keyIDs.map { String($0.prefix(12)) }.joined(separator: " ")) (published: \(change.publishedThreshold) of \(change.publishedKeyIDs.map { String($0.prefix(12)) }.joined(separator: " ")))")
+            let before = change.publishedKeyIDs.isEmpty ? "none" : "\(change.publishedThreshold) of \(change.publishedKeyIDs.map { String($0.prefix(12)) }.joined(separator: " "))"
+            out.append("  role \(change.name): \(change.threshold) of \(change.keyIDs.map { String($0.prefix(12)) }.joined(separator: " ")) (published: \(before))")
         }
         if role == "root", roles.isEmpty { out.append("  keys and thresholds unchanged") }
         for problem in problems { out.append("  PROBLEM (\(problem.kind)): \(problem.message)") }
