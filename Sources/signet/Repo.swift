@@ -48,10 +48,17 @@ struct Repo: ParsableCommand {
             certificates (RSA; `signet key` prints a token key's public key). Give a role the \
             same key as another only if you accept that one stolen key then holds both roles.
 
-            Example:
+            A small publisher can start with one key for every role: --key KEY (the private \
+            key) makes root and targets version 1 with it and signs them at once; `repo add \
+            --key KEY` then stages and signs each release. The trade-off: whoever steals that \
+            key owns every device, and nothing is kept offline. Move to separate, offline keys \
+            later with `signet repo rotate`.
+
+            Examples:
               signet repo init site --root-key r1.der --root-key r2.der \\
                 --root-threshold 2 --targets-key t1.der \\
                 --snapshot-key online.der --timestamp-key online.der
+              signet repo init site --key release/private_key.pem
             """
         )
 
@@ -84,15 +91,27 @@ struct Repo: ParsableCommand {
         @Option(name: .customLong("timestamp-expires-in"), help: ArgumentHelp("Lifetime of each timestamp (default 1d): refresh more often than this.", valueName: "duration"))
         var timestampLifetime = "1d"
 
+        @Option(name: .customLong("key"), help: ArgumentHelp("One private key for every role (a small publisher: one stolen key owns every device); root and targets v1 are signed with it at once.", valueName: "key"))
+        var singleKey: String?
+        @OptionGroup var passphrase: PassphraseOptions
+        @OptionGroup var token: TokenOptions
+
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
+            if singleKey != nil {
+                if !(rootKeys + targetsKeys + snapshotKeys + timestampKeys).isEmpty || rootThreshold != 1 || targetsThreshold != 1 || snapshotThreshold != 1 || timestampThreshold != 1 {
+                    throw ValidationError("--key is one key for every role: leave out --root-key, --targets-key, --snapshot-key, --timestamp-key and the thresholds")
+                }
+                return
+            }
             for (option, keys) in [("--root-key", rootKeys), ("--targets-key", targetsKeys), ("--snapshot-key", snapshotKeys), ("--timestamp-key", timestampKeys)] where keys.isEmpty {
-                throw ValidationError("give at least one \(option)")
+                throw ValidationError("give at least one \(option) (or --key KEY: one key for every role)")
             }
         }
 
         func run() throws {
+            if let singleKey { return try runSingleKey(singleKey) }
             var lifetimes = TUFRepository.Lifetimes()
             lifetimes.root = try Repo.seconds(rootLifetime, option: "--root-expires-in")
             lifetimes.targets = try Repo.seconds(targetsLifetime, option: "--targets-expires-in")
@@ -112,6 +131,32 @@ struct Repo: ParsableCommand {
                 Output.line("made \(repository): root v1 (digest \(root)) and targets v1 (digest \(targets)) staged; next: `signet repo sign \(repository) --role root --key KEY --digest \(root.prefix(16))` by \(rootThreshold) root key holder\(rootThreshold == 1 ? "" : "s"), then the same with --role targets")
             }
         }
+
+        /// `--key`: every role the one key; root and targets v1 signed with it (what its holder
+        /// just made is what they sign).
+        func runSingleKey(_ spec: String) throws {
+            let key = try token.load(spec, passphrase: passphrase)
+            key.warnings.forEach(Output.warn)
+            var lifetimes = TUFRepository.Lifetimes()
+            lifetimes.root = try Repo.seconds(rootLifetime, option: "--root-expires-in")
+            lifetimes.targets = try Repo.seconds(targetsLifetime, option: "--targets-expires-in")
+            lifetimes.snapshot = try Repo.seconds(snapshotLifetime, option: "--snapshot-expires-in")
+            lifetimes.timestamp = try Repo.seconds(timestampLifetime, option: "--timestamp-expires-in")
+            let one = TUFRepository.RoleKeys(keys: [key.publicKey])
+            let repo = try TUFRepository.create(at: repository, root: one, targets: one, snapshot: one, timestamp: one, lifetimes: lifetimes)
+            var digests: [String] = []
+            for role in ["root", "targets"] {
+                let review = try repo.review(role)!
+                digests.append(review.digest)
+                _ = try repo.sign(role, with: key, reviewed: review.digest)
+            }
+            if output.json {
+                Output.json(["repository": repository, "staged": "", "root_digest": digests[0], "targets_digest": digests[1]])
+            } else if !output.quiet {
+                Output.warn("one key holds every role of \(repository): whoever steals it owns every device that trusts this repository; move to separate, offline keys with `signet repo rotate` when you can")
+                Output.line("made \(repository) with one key for every role: root v1 and targets v1 published; next: `signet repo add \(repository) PKG.zip --channel stable --key KEY`, then `signet repo refresh` hourly")
+            }
+        }
     }
 
     struct Add: ParsableCommand {
@@ -120,7 +165,7 @@ struct Repo: ParsableCommand {
             abstract: "Stage a new targets version listing a package for channels.",
             usage: """
             signet repo add <repo> <pkg.zip> --channel <name> [--channel <name> ...]
-                            [--allow-lower-sequence] [<options>]
+                            [--allow-lower-sequence] [--key <key>] [<options>]
             """,
             discussion: """
             Copies PACKAGE into REPO/targets (under its SHA-256) and stages the next targets \
@@ -144,6 +189,10 @@ struct Repo: ParsableCommand {
         var channel: [String] = []
         @Flag(name: .customLong("allow-lower-sequence"), help: "Let a channel name a release with a lower sequence than it names now (a deliberate roll-back).")
         var allowLower = false
+        @Option(name: .customLong("key"), help: ArgumentHelp("Also sign the staged targets with this targets key (what you just staged is what you sign): for a repository one key holds, this publishes it.", valueName: "key"))
+        var signingKey: String?
+        @OptionGroup var passphrase: PassphraseOptions
+        @OptionGroup var token: TokenOptions
         @OptionGroup var output: OutputOptions
 
         struct Report: Encodable {
@@ -158,96 +207,27 @@ struct Repo: ParsableCommand {
 
         func run() throws {
             let repo = try TUFRepository(at: repository)
+            // The key first: a wrong passphrase stages nothing.
+            let key = try signingKey.map { spec in
+                let key = try token.load(spec, passphrase: passphrase)
+                key.warnings.forEach(Output.warn)
+                return key
+            }
             let added = try repo.add(package: package, channels: channel, allowLower: allowLower)
             let digest = try repo.review("targets")?.digest ?? ""
+            if let key {
+                let outcome = try repo.sign("targets", with: key, reviewed: digest)
+                if !output.json, !output.quiet {
+                    Output.line(outcome.published ? "published \(outcome.version).targets.json with \(added.target); devices see it after the next `signet repo refresh`"
+                                : "signed targets v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
+                }
+            }
             if output.json {
                 Output.json(Report(target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels,
                                    manifest_sha256: added.manifestSHA256, digest: digest))
-            } else if !output.quiet {
+            } else if !output.quiet, key == nil {
                 Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence), manifest SHA-256 \(added.manifestSHA256)) for \(added.channels.joined(separator: ", "))")
                 Output.line("staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`")
-            }
-        }
-    }
-
-    struct Sign: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "sign",
-            abstract: "Add your signature to the staged root or targets; publish it when the threshold is met.",
-            usage: """
-            signet repo sign <repo> --role root|targets --key <key> [<options>]
-            """,
-            discussion: """
-            Each key holder runs this on their own machine with their own key (a file, or a \
-            pkcs11: URI for a key on a token). A new root needs the threshold of its own root \
-            keys and of the root before it.
-
-            You sign what you reviewed: `signet repo status` shows the staged file against \
-            the published one (packages added, changed and removed with their manifest \
-            SHA-256; delegations; keys and thresholds; expiry) and its digest. Give that \
-            digest (at least its first 16 hex digits) with --digest; on a terminal without \
-            --digest, the review is shown and you are asked. A staged file that changed since \
-            is refused, as is a package that does not match its file in targets/; fields \
-            signet repo never writes need --accept-unrecognized.
-
-            Example:
-              signet repo status site
-              signet repo sign site --role targets --key t1.pem --digest 3f9c0a1b2c3d4e5f
-              signet repo sign site --role root \\
-                --key 'pkcs11:token=root1;object=root' --passphrase-file pin.txt
-            """
-        )
-
-        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
-        var repository: String
-        @Option(name: .long, help: ArgumentHelp("root or targets.", valueName: "role"))
-        var role: String
-        @Option(name: .long, help: ArgumentHelp("The digest `signet repo status` showed for the staged file you reviewed (16 to 64 hex digits).", valueName: "hex"))
-        var digest: String?
-        @Flag(name: .customLong("accept-unrecognized"), help: "Sign even though the staged file holds fields signet repo never writes (delegations, other hashes) or a longer expiry.")
-        var acceptUnrecognized = false
-        @OptionGroup var key: SigningKeyOptions
-        @OptionGroup var output: OutputOptions
-
-        struct Report: Encodable {
-            let role: String
-            let version: Int64
-            let digest: String
-            let signatures: Int
-            let threshold: Int
-            let published: Bool
-            @Null var missing: String?
-        }
-
-        func run() throws {
-            let repo = try TUFRepository(at: repository)
-            guard let review = try repo.review(role) else {
-                throw SignetError(.fileNotFound, "nothing of role \(role) is waiting for signatures (staging/\(role).json): \(role == "root" ? "`signet repo rotate` stages a new root" : "`signet repo add` stages a new targets version")", path: repository)
-            }
-            var reviewed = digest
-            if reviewed == nil {
-                // Asked on a terminal, after the review; never signed blind.
-                guard Terminal.isInteractive, !output.json else {
-                    throw SignetError(.usage, "review what you sign: run `signet repo status \(repository)` and give the staged \(role) file's digest with --digest (it is \(review.digest.prefix(16))… now; check what it lists before you copy it)")
-                }
-                review.lines.forEach { Output.standardError(Output.escaped($0) + "\n") }
-                Output.standardError("Sign staged \(role) v\(review.version) (digest \(review.digest.prefix(16))…)? Type yes to sign: ")
-                guard readLine()?.trimmingCharacters(in: .whitespaces).lowercased() == "yes" else {
-                    throw SignetError(.usage, "not signed: you did not answer yes")
-                }
-                reviewed = review.digest
-            }
-            let outcome = try repo.sign(role, with: try key.load(), reviewed: reviewed ?? "", acceptUnrecognized: acceptUnrecognized)
-            if output.json {
-                Output.json(Report(role: outcome.role, version: outcome.version, digest: review.digest, signatures: outcome.signatures, threshold: outcome.threshold,
-                                   published: outcome.published, missing: outcome.missing))
-            } else if !output.quiet {
-                if digest != nil { Output.lines(review.lines) }
-                if outcome.published {
-                    Output.line("published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(outcome.role == "targets" ? "; devices see it after the next `signet repo refresh`" : "")")
-                } else {
-                    Output.line("signed \(outcome.role) v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
-                }
             }
         }
     }
@@ -359,129 +339,4 @@ struct Repo: ParsableCommand {
         }
     }
 
-    struct Status: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "status",
-            abstract: "Show each role's version, expiry, keys and threshold, what waits for signatures, and the channels.",
-            discussion: """
-            A staged root or targets file is shown against the published one: targets \
-            added, changed and removed (name, version, sequence, channels, length, SHA-256, \
-            manifest SHA-256), delegations, keys and thresholds, expiry, and its digest — \
-            what `signet repo sign --digest` takes — with any problem found (a package that \
-            does not match its file in targets/, fields signet repo never writes).
-
-            Example:
-              signet repo status site
-              signet repo status site --staged-digest targets
-            """
-        )
-
-        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
-        var repository: String
-        @Option(name: .customLong("staged-digest"), help: ArgumentHelp("Print only the digest of the staged root or targets file (for a script, after the review).", valueName: "role"))
-        var stagedDigest: String?
-        @OptionGroup var output: OutputOptions
-
-        struct Report: Encodable {
-            struct Role: Encodable {
-                let name: String
-                let version: Int64
-                @Null var expires: String?
-                let keyids: [String]
-                let threshold: Int
-            }
-            struct Staged: Encodable {
-                struct Target: Encodable {
-                    let target: String
-                    let length: Int64
-                    @Null var sha256: String?
-                    @Null var name: String?
-                    @Null var version: String?
-                    @Null var sequence: UInt64?
-                    @Null var channels: [String]?
-                    @Null var manifest_sha256: String?
-                }
-                struct Change: Encodable {
-                    let change: String
-                    @Null var staged: Target?
-                    @Null var published: Target?
-                }
-                struct RoleChange: Encodable {
-                    let name: String
-                    let keyids: [String]
-                    let threshold: Int
-                    let published_keyids: [String]
-                    let published_threshold: Int
-                }
-                struct Problem: Encodable {
-                    let kind: String
-                    let message: String
-                }
-                let role: String
-                let version: Int64
-                let published_version: Int64
-                let digest: String
-                @Null var expires: String?
-                @Null var published_expires: String?
-                let signed_by: [String]
-                let targets: [Change]
-                let delegations: [String]
-                let roles: [RoleChange]
-                let problems: [Problem]
-
-                init(_ review: TUFStagedReview) {
-                    func target(_ t: TUFStagedReview.Target?) -> Target? {
-                        t.map { Target(target: $0.path, length: $0.length, sha256: $0.hashes["sha256"], name: $0.package?.name, version: $0.package?.version,
-                                       sequence: $0.package?.sequence, channels: $0.package?.channels, manifest_sha256: $0.package?.manifestSHA256) }
-                    }
-                    role = review.role
-                    version = review.version
-                    published_version = review.publishedVersion
-                    digest = review.digest
-                    expires = review.expires?.rfc3339
-                    published_expires = review.publishedExpires?.rfc3339
-                    signed_by = review.signedBy
-                    targets = review.targets.map { Change(change: $0.change, staged: target($0.staged), published: target($0.published)) }
-                    delegations = review.delegations
-                    roles = review.roles.map { RoleChange(name: $0.name, keyids: $0.keyIDs, threshold: $0.threshold, published_keyids: $0.publishedKeyIDs, published_threshold: $0.publishedThreshold) }
-                    problems = review.problems.map { Problem(kind: $0.kind, message: $0.message) }
-                }
-            }
-            struct Package: Encodable {
-                let target: String
-                let name: String
-                let version: String
-                let sequence: UInt64
-                let channels: [String]
-            }
-            let roles: [Role]
-            let staged: [Staged]
-            let packages: [Package]
-        }
-
-        func run() throws {
-            let repo = try TUFRepository(at: repository)
-            if let stagedDigest {
-                guard let review = try repo.review(stagedDigest) else {
-                    throw SignetError(.fileNotFound, "nothing of role \(stagedDigest) is staged in '\(repository)'", path: repository)
-                }
-                return Output.line(review.digest)
-            }
-            let status = try repo.status()
-            let reviews = try ["root", "targets"].compactMap { try repo.review($0) }
-            let report = Report(roles: status.roles.map { .init(name: $0.name, version: $0.version, expires: $0.expires?.rfc3339, keyids: $0.keyIDs, threshold: $0.threshold) },
-                                staged: reviews.map(Report.Staged.init),
-                                packages: status.packages.map { .init(target: $0.target, name: $0.name, version: $0.version, sequence: $0.sequence, channels: $0.channels) })
-            if output.json { return Output.json(report) }
-            for role in report.roles {
-                let keys = role.keyids.map { String($0.prefix(12)) }.joined(separator: " ")
-                Output.line("\(role.name): v\(role.version)\(role.expires.map { ", expires \($0)" } ?? " (not published)"), \(role.threshold) of \(role.keyids.count) keys: \(keys)")
-            }
-            for package in report.packages {
-                Output.line("published package: \(package.target): \(package.name) \(package.version) (sequence \(package.sequence))\(package.channels.isEmpty ? "" : ", channels \(package.channels.joined(separator: ", "))")")
-            }
-            // What waits for signatures, against what is published: what a signer signs.
-            for review in reviews { Output.lines(review.lines) }
-        }
-    }
 }

@@ -22,6 +22,7 @@ struct ReadmeBlocksTests {
         "trust-rotation": "ChannelCLITests.readmeChannel",
         "tuf-repository": "TUFCLITests.readmeRepository",
         "tuf-rotation": "TUFCLITests.readmeRepository",
+        "tuf-one-key": "TUFThresholdCLITests.readmeOneKey",
         "systemd": "ReadmeBlocksTests.systemd",
         "release-bad": "ReleasesCLITests.readme",
         "hsm": "ReadmeBlocksTests.hsm",

@@ -224,4 +224,31 @@ struct TUFThresholdCLITests {
         try fleet.check(device.update())
         #expect(device.installed() == "release 2\n")
     }
+
+    /// Point 10's small publisher: README's one-key repository in five commands, run as
+    /// written against nginx, and a device that installs from it.
+    @Test("README's one-key repository runs as written (five commands), and a device installs from it")
+    func readmeOneKey() throws {
+        let server = try TUFCLITests.shared.get()
+        let work = try TemporaryDirectory()
+        let d = work.path
+        try FileManager.default.createDirectory(atPath: d + "/dist", withIntermediateDirectories: true)
+        try Data("app 1.0.0\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
+        let environment: [String: String?] = [
+            "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+            "SIGNET_PASSPHRASE": "one key",
+        ]
+        let www = server.www + "/one-key-\(getpid())"
+        let block = try ChannelCLITests.readmeBlock("tuf-one-key").replacingOccurrences(of: "/srv/www/app", with: www)
+        #expect(block.split(separator: "\n").filter { !$0.hasPrefix(" ") }.count == 5, "five commands: \(block)")
+        let ran = try run("bash", ["-euo", "pipefail", "-c", block], environment: environment, directory: d)
+        try #require(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
+        #expect(ran.stderr.contains("whoever steals it owns every device"), "\(ran.stderr)")
+        let metadata = d + "/metadata"
+        #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, www + "/metadata/1.root.json"]).status == 0)
+        let update = try CLI.run(["update", "--repository", server.url("one-key-\(getpid())/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
+                                  "--dest", d + "/app", "--tls-ca", server.root, "--json"])
+        #expect(update.status == 0, "\(update.stderr)")
+        #expect((try? String(contentsOfFile: d + "/app/version.txt", encoding: .utf8)) == "app 1.0.0\n")
+    }
 }
