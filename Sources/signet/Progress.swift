@@ -151,21 +151,62 @@ extension ProgressLine {
     }
 }
 
-/// Runs the library's async API from a synchronous command: the work runs on Signet's own
-/// threads, so the calling thread may wait.
+/// Runs the library's async API from a synchronous command, on the calling thread: the task
+/// prefers an executor whose jobs that thread runs until the work is done. Swift's global
+/// executor is never used: its worker threads are libdispatch's, which set their priority from
+/// a QoS class as they start, and a systemd unit that refuses that (`@resources`) would log
+/// "Failed to set thread priority" on every run (issue 48, point 13). The library's blocking
+/// work runs on its own threads and resumes the task here.
 enum Blocking {
     private final class Box<R>: @unchecked Sendable {
         var result: Result<R, any Error>?
     }
 
+    /// The calling thread as a task executor: jobs are queued and run by ``run(until:)``.
+    private final class CallingThread: TaskExecutor, @unchecked Sendable {
+        private let condition = NSCondition()
+        private var jobs: [UnownedJob] = []
+        private var finished = false
+
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            condition.lock()
+            jobs.append(job)
+            condition.signal()
+            condition.unlock()
+        }
+
+        /// Marks the work done (from a job, so on the calling thread).
+        func finish() {
+            condition.lock()
+            finished = true
+            condition.unlock()
+        }
+
+        /// Runs the queued jobs in order until ``finish()`` was called and none is left.
+        func run() {
+            while true {
+                condition.lock()
+                while jobs.isEmpty && !finished { condition.wait() }
+                if jobs.isEmpty {
+                    condition.unlock()
+                    return
+                }
+                let job = jobs.removeFirst()
+                condition.unlock()
+                job.runSynchronously(on: asUnownedTaskExecutor())
+            }
+        }
+    }
+
     static func wait<R: Sendable>(_ work: @escaping @Sendable () async throws -> R) throws -> R {
         let box = Box<R>()
-        let done = DispatchSemaphore(value: 0)
-        Task {
+        let executor = CallingThread()
+        Task(executorPreference: executor) {
             do { box.result = .success(try await work()) } catch { box.result = .failure(error) }
-            done.signal()
+            executor.finish()
         }
-        done.wait()
+        executor.run()
         return try box.result!.get()
     }
 }
