@@ -30,7 +30,7 @@ struct Confirm: ParsableCommand {
 
     struct Report: Encodable {
         let destination: String
-        @Null var confirmed: Update.Report.Release?
+        @Null var confirmed: Update.Release?
     }
 
     func run() throws {

@@ -100,7 +100,6 @@ struct Key: ParsableCommand {
             } else {
                 // A private key file or a key on a token: the same loading as sign and pack.
                 let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: true)
-                privateKey.warnings.forEach(Output.warn)
                 (publicKey, format) = (privateKey.publicKey, privateKey.format.description)
             }
             if let pubout {

@@ -76,9 +76,7 @@ struct SigningKeyOptions: ParsableArguments {
 
     /// Loads the key, printing its warnings (key file readable by others, legacy PKCS#12) on stderr.
     func load() throws -> PrivateKey {
-        let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: allowWeakKey)
-        privateKey.warnings.forEach(Output.warn)
-        return privateKey
+        try token.load(key, passphrase: passphrase, allowWeakKey: allowWeakKey)
     }
 }
 
@@ -89,15 +87,20 @@ struct TokenOptions: ParsableArguments {
         valueName: "path"))
     var module: String?
 
-    /// A key from a file, or from a token when `key` is a `pkcs11:` URI.
+    /// A key from a file, or from a token when `key` is a `pkcs11:` URI; its warnings (a key
+    /// file others can read) are printed.
     func load(_ key: String, passphrase: PassphraseOptions, allowWeakKey: Bool = false) throws -> PrivateKey {
+        let loaded: PrivateKey
         if PrivateKey.isTokenURI(key) {
-            return try PrivateKey(pkcs11: key, module: module, pin: passphrase.source, allowWeakKey: allowWeakKey)
+            loaded = try PrivateKey(pkcs11: key, module: module, pin: passphrase.source, allowWeakKey: allowWeakKey)
+        } else {
+            if module != nil {
+                throw ValidationError("--pkcs11-module is for keys on a token; '\(key)' is a key file (a token key is a pkcs11: URI)")
+            }
+            loaded = try PrivateKey(contentsOf: key, passphrase: passphrase.source, allowWeakKey: allowWeakKey)
         }
-        if module != nil {
-            throw ValidationError("--pkcs11-module is for keys on a token; '\(key)' is a key file (a token key is a pkcs11: URI)")
-        }
-        return try PrivateKey(contentsOf: key, passphrase: passphrase.source, allowWeakKey: allowWeakKey)
+        loaded.warnings.forEach(Output.warn)
+        return loaded
     }
 }
 
@@ -209,37 +212,6 @@ struct TrustOptions: ParsableArguments {
         policy.expectedSubject = expectSubject
         policy.clockSkew = clockSkew
         return policy
-    }
-}
-
-/// `--reseal` of unpack and update: DIR is a sealed directory that the package replaces.
-enum Reseal {
-    static let help = ArgumentHelp(
-        "DIR is a sealed --trust-dir or --tls-ca folder that this package replaces (key rotation through a channel): seal the new tree with --trust-salt-file's salt before it is put in place, once it verified and still trusts a key for the channel.")
-
-    /// The renewal of `destination`'s seal, with what the trust and TLS options use it as.
-    static func renewal(of destination: String, trust: TrustOptions, tls: TLSOptions, channel: String?) throws -> SealRenewal {
-        guard let saltFile = trust.trustSaltFile else {
-            throw SignetError(.usage, "--reseal seals the new tree with this device's salt: give --trust-salt-file FILE (the salt '\(destination)' is sealed with)")
-        }
-        guard trust.trustSealKey.isEmpty else {
-            throw SignetError(.usage, "--reseal cannot renew a seal signed with --trust-seal-key (the device does not hold that key): seal the new tree with signet trust seal DIR --key KEY before packing it, and install it without --reseal")
-        }
-        let salt = try TrustStoreSeal.readSalt(from: saltFile, option: "--trust-salt-file")
-        func identity(_ path: String) -> [UInt64]? {
-            var info = stat()
-            return stat(path, &info) == 0 ? [UInt64(info.st_dev), UInt64(info.st_ino)] : nil
-        }
-        let destinationIdentity = identity(destination)
-        func isDestination(_ path: String) -> Bool { destinationIdentity != nil && identity(path) == destinationIdentity }
-        var renewal = SealRenewal(salt: salt)
-        if trust.trustDirectory.contains(where: isDestination) {
-            renewal.use = .trustDirectory(channel: channel)
-        } else if tls.tlsCA.contains(where: isDestination) {
-            renewal.use = .tlsRoots
-        }
-        renewal.allowWeakKeys = trust.allowWeakKey
-        return renewal
     }
 }
 

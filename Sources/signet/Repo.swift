@@ -30,10 +30,21 @@ struct Repo: ParsableCommand {
         try paths.map { try PublicKey(contentsOf: $0) }
     }
 
+    /// `90s`, `30m`, `12h`, `7d` (at most 366 days) or `1y` (at most 10 years) in seconds.
     static func seconds(_ text: String, option: String) throws -> Int64 {
-        guard let seconds = Channel.Sign.seconds(text) ?? (text.hasSuffix("y") ? Int64(text.dropLast()).flatMap { $0 > 0 && $0 <= 10 ? $0 * 365 * 86_400 : nil } : nil) else {
-            throw ValidationError("\(option) takes a number and a unit: 90s, 30m, 12h, 7d (at most 366d) or 1y (at most 10y), not '\(text)'")
+        let refused = ValidationError("\(option) takes a number and a unit: 90s, 30m, 12h, 7d (at most 366d) or 1y (at most 10y), not '\(text)'")
+        guard let unit = text.last, let value = Int64(text.dropLast()), value > 0 else { throw refused }
+        let (scale, limit): (Int64, Int64)
+        switch unit {
+        case "s": (scale, limit) = (1, 366 * 86_400)
+        case "m": (scale, limit) = (60, 366 * 86_400)
+        case "h": (scale, limit) = (3_600, 366 * 86_400)
+        case "d": (scale, limit) = (86_400, 366 * 86_400)
+        case "y": (scale, limit) = (365 * 86_400, 10 * 365 * 86_400)
+        default: throw refused
         }
+        let (seconds, overflow) = value.multipliedReportingOverflow(by: scale)
+        guard !overflow, seconds <= limit else { throw refused }
         return seconds
     }
 
@@ -136,7 +147,6 @@ struct Repo: ParsableCommand {
         /// just made is what they sign).
         func runSingleKey(_ spec: String) throws {
             let key = try token.load(spec, passphrase: passphrase)
-            key.warnings.forEach(Output.warn)
             var lifetimes = TUFRepository.Lifetimes()
             lifetimes.root = try Repo.seconds(rootLifetime, option: "--root-expires-in")
             lifetimes.targets = try Repo.seconds(targetsLifetime, option: "--targets-expires-in")
@@ -208,11 +218,7 @@ struct Repo: ParsableCommand {
         func run() throws {
             let repo = try TUFRepository(at: repository)
             // The key first: a wrong passphrase stages nothing.
-            let key = try signingKey.map { spec in
-                let key = try token.load(spec, passphrase: passphrase)
-                key.warnings.forEach(Output.warn)
-                return key
-            }
+            let key = try signingKey.map { try token.load($0, passphrase: passphrase) }
             let added = try repo.add(package: package, channels: channel, allowLower: allowLower)
             let digest = try repo.review("targets")?.digest ?? ""
             if let key {
@@ -274,11 +280,7 @@ struct Repo: ParsableCommand {
 
         func run() throws {
             func load(_ keys: [String]) throws -> [PrivateKey] {
-                try keys.map { spec in
-                    let key = try token.load(spec, passphrase: passphrase)
-                    key.warnings.forEach(Output.warn)
-                    return key
-                }
+                try keys.map { try token.load($0, passphrase: passphrase) }
             }
             let outcome = try TUFRepository(at: repository).refresh(snapshotKeys: try load(snapshotKeys), timestampKeys: try load(timestampKeys))
             if output.json {

@@ -64,8 +64,8 @@ struct Rollback: ParsableCommand {
     struct Report: Encodable {
         let destination: String
         let rolled_back: Bool
-        @Null var from: Update.Report.Release?
-        @Null var to: Update.Report.Release?
+        @Null var from: Update.Release?
+        @Null var to: Update.Release?
         @Null var skipped: String?
     }
 
@@ -76,7 +76,7 @@ struct Rollback: ParsableCommand {
         options.stateFile = stateFile
         options.wait = wait
         let report = try Installer.rollback(dest, options: options)
-        func release(_ r: Signet.Release?) -> Update.Report.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
+        func release(_ r: Signet.Release?) -> Update.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
         if output.json {
             Output.json(Report(destination: dest, rolled_back: report.to != nil, from: release(report.from), to: release(report.to), skipped: report.skipped))
             return

@@ -36,7 +36,7 @@ struct SignetCommand: ParsableCommand {
         // every subcommand, and `signet pack --version 1.0` (FORMAT.md) would misparse.
         // `signet --version` is recognised in main() instead.
         subcommands: [Keygen.self, Key.self, Sign.self, Verify.self, Pack.self, Inspect.self, Unpack.self, Fetch.self, Reverify.self, Status.self, Rollback.self, Confirm.self, Trust.self,
-                      Channel.self, Update.self, Repo.self, TUF.self]
+                      Update.self, Repo.self, TUF.self]
     )
 
     func run() throws {

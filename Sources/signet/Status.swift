@@ -56,8 +56,8 @@ struct Status: ParsableCommand {
         struct Bad: Encodable { let name: String; let sequence: UInt64; let reason: String; let at: String }
         struct LastRollback: Encodable { let from: UInt64; let to: UInt64; let by: String; let at: String }
         let destination: String
-        @Null var current: Update.Report.Release?
-        @Null var previous: Update.Report.Release?
+        @Null var current: Update.Release?
+        @Null var previous: Update.Release?
         let pending: Bool
         @Null var pending_since: String?
         let unchecked: Bool
@@ -71,7 +71,7 @@ struct Status: ParsableCommand {
         guard status.current != nil || status.previous != nil || !status.bad.isEmpty else {
             throw SignetError(.notInstalled, "'\(dir)' holds no release installed by Signet (no signed .signet/manifest.json): `status DIR` describes an installed tree, `status FILE` an installed file", path: dir)
         }
-        func release(_ r: Signet.Release?) -> Update.Report.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
+        func release(_ r: Signet.Release?) -> Update.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
         if output.json {
             Output.json(DestinationReport(destination: dir, current: release(status.current), previous: release(status.previous),
                                           pending: status.pendingSince != nil, pending_since: status.pendingSince, unchecked: status.unchecked,

@@ -48,9 +48,7 @@ struct Trust: ParsableCommand {
         func run() throws {
             let salt = try saltFile.map { try TrustStoreSeal.readSalt(from: $0) }
             let signer = try key.map { path -> Signer in
-                let privateKey = try token.load(path, passphrase: passphrase)
-                privateKey.warnings.forEach(Output.warn)
-                return Signer(key: privateKey)
+                Signer(key: try token.load(path, passphrase: passphrase))
             }
             let count = try TrustStoreSeal.seal(directory, salt: salt, signer: signer)
             if output.json {

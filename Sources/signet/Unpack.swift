@@ -87,9 +87,6 @@ struct Unpack: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A file recording the highest sequence installed per package name, across destinations (locked, updated atomically).", valueName: "file"))
     var state: String?
 
-    @Flag(name: .long, help: Reseal.help)
-    var reseal = false
-
     @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install; reinstall the release DIR already holds.")
     var force = false
 
@@ -190,9 +187,7 @@ struct Unpack: ParsableCommand {
         options.wait = wait
         options.stateFile = state
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
-        // --reseal's own mistakes first (usage), then the policy (which checks the seal).
-        if reseal { options.reseal = try Reseal.renewal(of: dest, trust: trust, tls: tls, channel: trust.channel) }
-        let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories || reseal)
+        let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
         let report: InstallReport
         if Download.isURL(package) {
             tls.warnIfInsecure(package)

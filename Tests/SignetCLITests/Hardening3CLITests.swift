@@ -323,19 +323,31 @@ struct Hardening3CLITests {
         let work = try Workspace()
         let package = work.directory.file("app.zip")
         try Hardening2CLITests.pack(work, ["a.txt": Data(String(repeating: "text ", count: 20_000).utf8)], sequence: 3, out: package)
-        let signed = try CLI.run(["channel", "sign", "--channel", "stable", "--package", package, "--url", "app.zip", "--key", work.privatePEM,
-                                  "--passphrase-file", work.passFile, "--out", work.directory.file("stable.json")])
-        try #require(signed.status == 0, "\(signed.stderr)")
         let gzip = ["Content-Encoding": "gzip", "ETag": "\"e\""]
-        let server = try ScriptedServer(script: ["app.zip": [.init(headers: gzip, honourRange: true)], "stable.json": [.init(headers: gzip)],
-                                                 "plain.json": [.init(headers: ["ETag": "\"p\""])]])
+        // Two one-key repositories on the server: one whose timestamp comes gzipped, one whose
+        // package does.
+        let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile]
+        let server = try ScriptedServer(script: [:])
+        var encoded: [String: String] = ["app.zip": package]
+        for site in ["meta", "pkg"] {
+            let repo = server.file(site)
+            for step in [["repo", "init", repo] + key, ["repo", "add", repo, package, "--channel", "stable"] + key,
+                         ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile],
+                         ["tuf", "init", "--metadata-dir", work.directory.file("tuf-" + site), repo + "/metadata/1.root.json"]] {
+                let made = try CLI.run(step)
+                try #require(made.status == 0, "\(step.prefix(2)): \(made.stderr)")
+            }
+            let target = try #require(try FileManager.default.contentsOfDirectory(atPath: repo + "/targets").first { $0.hasSuffix(".zip") })
+            encoded[site == "meta" ? "meta/metadata/timestamp.json" : "pkg/targets/" + target] = server.file(site == "meta" ? "meta/metadata/timestamp.json" : "pkg/targets/" + target)
+        }
+        try server.replace(script: Dictionary(uniqueKeysWithValues: encoded.keys.map { ($0, [ScriptedServer.Answer(headers: gzip, honourRange: true)]) }))
         // What a gzip-forcing server sends: the gzip of each file, with the header.
-        for name in ["app.zip", "stable.json"] {
-            let source = name == "app.zip" ? package : work.directory.file(name)
-            let made = try run("python3", ["-c", "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))", source, server.file(name)])
+        for (name, source) in encoded {
+            let copy = work.directory.file("plain-" + name.replacingOccurrences(of: "/", with: "_"))
+            try FileManager.default.copyItem(atPath: source, toPath: copy)
+            let made = try run("python3", ["-c", "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))", copy, server.file(name)])
             try #require(made.status == 0)
         }
-        try FileManager.default.copyItem(atPath: work.directory.file("stable.json"), toPath: server.file("plain.json"))
         try run("openssl", ["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", server.file("app.zip.sig"), package])
         let out = work.directory.file("fetched.zip"), dest = work.directory.file("dest")
         let common = ["--allow-http", "--retries", "0", "--json"]
@@ -345,8 +357,10 @@ struct Hardening3CLITests {
             ("unpack URL", ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER] + common),
             ("unpack URL --full-download", ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--full-download"] + common),
             ("inspect URL", ["inspect", server.url("app.zip"), "--pubkey", work.publicDER] + common),
-            ("update (encoded index)", ["update", server.url("stable.json"), "--channel", "stable", "--dest", dest, "--pubkey", work.publicDER] + common),
-            ("update (encoded package)", ["update", server.url("plain.json"), "--channel", "stable", "--dest", dest, "--pubkey", work.publicDER] + common),
+            ("update (encoded metadata)", ["update", "--repository", server.url("meta/metadata/"), "--tuf-metadata", work.directory.file("tuf-meta"),
+                                           "--channel", "stable", "--dest", dest] + common),
+            ("update (encoded package)", ["update", "--repository", server.url("pkg/metadata/"), "--tuf-metadata", work.directory.file("tuf-pkg"),
+                                          "--channel", "stable", "--dest", dest] + common),
         ]
         for (what, arguments) in runs {
             let result = try CLI.run(arguments)

@@ -9,7 +9,7 @@ import SignetTestSupport
 /// marker or with one it does not know, so that a new block cannot go untested.
 @Suite("README.md: every shell block runs as written")
 struct ReadmeBlocksTests {
-    static let repository = ChannelCLITests.repository
+    static let repository = UpdateCLITests.repository
 
     /// Where each marked block runs: here, or in the test named.
     static let runners: [String: String] = [
@@ -18,8 +18,6 @@ struct ReadmeBlocksTests {
         "cli": "ReadmeBlocksTests.cli",
         "key-rotation": "ReadmeBlocksTests.keyRotation",
         "device-update": "ReadmeDeviceUpdateTests.walkThrough",
-        "channel-update": "ChannelCLITests.readmeChannel",
-        "trust-rotation": "ChannelCLITests.readmeChannel",
         "tuf-repository": "TUFCLITests.readmeRepository",
         "tuf-rotation": "TUFCLITests.readmeRepository",
         "tuf-one-key": "TUFThresholdCLITests.readmeOneKey",

@@ -331,19 +331,12 @@ struct ReleasesCLITests {
 
     @Test("signet update takes the same from its config file: a post-install command, a health check that swaps the previous release back")
     func updateConfig() throws {
-        let p = try ChannelCLITests.Publisher("releases-config")
+        let p = try UpdateCLITests.Publisher("releases-config")
         try p.release(1)
-        try p.sign(1)
         let log = p.work.directory.file("hook.log")
         let path = p.work.directory.file("app.conf")
         func config(healthCheck: String) throws {
-            let text = """
-            index = "\(p.server.url("releases-config/stable.json"))"
-            channel = "stable"
-            dest = "\(p.dest)"
-            pubkey = ["\(p.work.publicDER)"]
-            tls-ca = ["\(p.server.root)"]
-            state = "\(p.state)"
+            let text = p.configLines + """
             post-install = "sh -c 'echo $SIGNET_EVENT $SIGNET_NEW_SEQUENCE >> \(log)'"
             health-check = "\(healthCheck)"
             health-timeout = "20s"
@@ -357,15 +350,14 @@ struct ReleasesCLITests {
         #expect(first.status == 0, "\(first.stderr)")
         #expect((try first.json()["hooks"] as? [[String: Any]])?.count == 2)
         try p.release(2)
-        try p.sign(2)
         try config(healthCheck: "sh -c 'exit 4'")
         let second = try CLI.run(["update", "--config", path, "--json"])
-        #expect(second.status == 1 && ChannelCLITests.code(second) == "health-check-failed", "\(second.stdoutText)")
+        #expect(second.status == 1 && UpdateCLITests.code(second) == "health-check-failed", "\(second.stdoutText)")
         #expect(p.installedText() == "release 1\n")
         #expect(try String(contentsOfFile: log, encoding: .utf8) == "install 1\ninstall 2\nrollback 1\n")
         // The channel still names release 2: refused as bad, nothing changed.
         let third = try CLI.run(["update", "--config", path, "--json"])
-        #expect(third.status == 1 && ChannelCLITests.code(third) == "bad-release", "\(third.stdoutText)")
+        #expect(third.status == 1 && UpdateCLITests.code(third) == "bad-release", "\(third.stdoutText)")
         #expect(p.installedText() == "release 1\n")
     }
 

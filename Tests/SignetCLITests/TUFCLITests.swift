@@ -525,7 +525,7 @@ struct TUFCLITests {
                 .replacingOccurrences(of: "/opt/", with: d + "/opt/")
                 .replacingOccurrences(of: "/var/lib/", with: d + "/var/lib/")
         }
-        let ran = try run("bash", ["-euo", "pipefail", "-c", moved(try ChannelCLITests.readmeBlock("tuf-repository"))], environment: environment, directory: d)
+        let ran = try run("bash", ["-euo", "pipefail", "-c", moved(try UpdateCLITests.readmeBlock("tuf-repository"))], environment: environment, directory: d)
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         let lines = ran.stdoutText.split(separator: "\n").map(String.init)
         #expect(lines.contains { $0.hasPrefix("update available") } && lines.contains { $0.hasPrefix("updated") } && lines.contains { $0.hasPrefix("up to date") },
@@ -533,7 +533,7 @@ struct TUFCLITests {
         #expect((try? String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8)) == "app 1.4.2\n")
 
         try Data("app 1.5.0\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
-        let rotated = try run("bash", ["-euo", "pipefail", "-c", moved(try ChannelCLITests.readmeBlock("tuf-rotation"))], environment: environment, directory: d)
+        let rotated = try run("bash", ["-euo", "pipefail", "-c", moved(try UpdateCLITests.readmeBlock("tuf-rotation"))], environment: environment, directory: d)
         #expect(rotated.status == 0, "\(rotated.stderr)\n\(rotated.stdoutText)")
         #expect((try? String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8)) == "app 1.5.0\n")
         let root = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: d + "/var/lib/signet/tuf/app/root.json"))) as? [String: Any]

@@ -239,7 +239,7 @@ struct TUFThresholdCLITests {
             "SIGNET_PASSPHRASE": "one key",
         ]
         let www = server.www + "/one-key-\(getpid())"
-        let block = try ChannelCLITests.readmeBlock("tuf-one-key").replacingOccurrences(of: "/srv/www/app", with: www)
+        let block = try UpdateCLITests.readmeBlock("tuf-one-key").replacingOccurrences(of: "/srv/www/app", with: www)
         #expect(block.split(separator: "\n").filter { !$0.hasPrefix(" ") }.count == 5, "five commands: \(block)")
         let ran = try run("bash", ["-euo", "pipefail", "-c", block], environment: environment, directory: d)
         try #require(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")

@@ -23,7 +23,12 @@ struct TrustFilesCLITests {
         try FileManager.default.copyItem(atPath: work.certificate, toPath: d.file("roots/root.der"))
         try d.write("salt", Data(repeating: 7, count: 32), mode: 0o600)
         try #require(try CLI.run(["unpack", package, "--dest", d.file("other"), "--pubkey", work.publicDER, "--state", d.file("state.json")]).status == 0)
-        try d.write("update.conf", Data("index = \"https://localhost:9/stable.json\"\nchannel = \"stable\"\ndest = \"\(d.file("dest"))\"\npubkey = \"\(work.publicDER)\"\n".utf8))
+        // A device's trusted TUF metadata, made from a one-key repository's first root.
+        for step in [["repo", "init", d.file("repo"), "--key", work.privatePEM, "--passphrase-file", work.passFile],
+                     ["tuf", "init", "--metadata-dir", d.file("tuf"), d.file("repo/metadata/1.root.json")]] {
+            try #require(try CLI.run(step).status == 0, "\(step.prefix(2))")
+        }
+        try d.write("update.conf", Data("repository = \"https://localhost:9/metadata/\"\ntuf-metadata = \"\(d.file("tuf"))\"\nchannel = \"stable\"\ndest = \"\(d.file("dest"))\"\n".utf8))
         let url = "https://localhost:9/app.zip"
         let dest = d.file("dest")
         // (what is made untrustworthy, the command)
@@ -38,6 +43,8 @@ struct TrustFilesCLITests {
             (d.file("roots"), ["unpack", url, "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", d.file("roots")]),
             (work.certificate, ["fetch", url, "--out", d.file("out"), "--tls-cert", work.certificate]),
             (d.file("update.conf"), ["update", "--config", d.file("update.conf")]),
+            (d.file("tuf"), ["update", "--config", d.file("update.conf")]),
+            (d.file("tuf/root.json"), ["update", "--config", d.file("update.conf")]),
         ]
         for (target, arguments) in cases {
             // Each case starts from trustworthy files: the command works up to the network.
@@ -132,7 +139,7 @@ struct TrustFilesCLITests {
 
     @Test("the shipped unit bounds a run with TimeoutStartSec, below which --max-time is documented")
     func unitTimeout() throws {
-        let unit = try String(contentsOfFile: ChannelCLITests.repository + "/packaging/systemd/signet-update@.service", encoding: .utf8)
+        let unit = try String(contentsOfFile: UpdateCLITests.repository + "/packaging/systemd/signet-update@.service", encoding: .utf8)
         let line = try #require(unit.split(separator: "\n").first { $0.hasPrefix("TimeoutStartSec=") }, "TimeoutStartSec= is set")
         #expect(line == "TimeoutStartSec=1h")
         let help = try CLI.run(["update", "--help"])

@@ -10,7 +10,7 @@ import SignetTestSupport
 struct VMReplayTests {
     @Test("replay.py replays writes, discards, flushes and marks; refuses damaged logs")
     func replayTool() throws {
-        let script = ChannelCLITests.repository + "/scripts/vm/test_replay.py"
+        let script = UpdateCLITests.repository + "/scripts/vm/test_replay.py"
         let result = try run("python3", ["-B", script], environment: ["PYTHONDONTWRITEBYTECODE": "1"])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stderr.contains("Ran 2 tests") && result.stderr.contains("OK"), "\(result.stderr)")

@@ -81,7 +81,7 @@ struct SwiftNativeAPITests {
         #expect(Timestamp(Timestamp(rfc3339: "2027-01-01T00:00:00Z")!.date) == Timestamp(rfc3339: "2027-01-01T00:00:00Z"))
     }
 
-    @Test("point 14, every entry point with a path: key generation, a channel index and its update, a TUF repository, client and update, and the kept release take FilePath and URL")
+    @Test("point 14, every entry point with a path: key generation, a package binding, a TUF repository, client and update, and the kept release take FilePath and URL")
     func filePathsEverywhere() async throws {
         let server = try HTTPSServer()
         let work = try TemporaryDirectory()
@@ -94,21 +94,28 @@ struct SwiftNativeAPITests {
         let existing = #expect(throws: SignetError.self) { try GeneratedKey.refuseExisting(in: keys) }
         #expect(existing?.code == .fileExists)
 
-        // Release 10 through a channel index: described, published and followed by FilePath and URL.
+        // Release 10 described by FilePath and installed from a URL into a FilePath, bound to
+        // that description; a binding it does not match is refused before anything is written.
         let (_, v10) = try InstallTests.package(work, sequence: 10, name: "v10.zip")
         let site = FilePath(server.www + "/native")
         try FileManager.default.createDirectory(atPath: site.string, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: v10, toPath: site.string + "/app.zip")
-        let described = try ChannelIndex.package(at: FilePath(v10), url: "app.zip")
-        #expect(described.sequence == 10)
-        try ChannelIndex.publish(described, channel: "stable", signer: Signer(key: Fixtures.signingKey()), lifetime: 3600,
-                                 out: site.appending("stable.json"))
+        let described = try PackageBinding.describing(FilePath(v10))
+        let whole = try Digest.compute(fileAt: FilePath(v10), algorithm: .sha256)
+        #expect(described.sequence == 10 && described.sha256 == whole.hex)
         let dest = FilePath(work.file("installed"))
-        var update = UpdateOptions(channel: "stable")
-        update.download = download
-        let channel = try Updater.update(index: try #require(URL(string: server.url("native/stable.json"))), to: dest,
-                                         policy: try InstallTests.policy, options: update)
-        #expect(channel.install != nil && channel.index.package.sequence == 10)
+        let packageURL = try #require(URL(string: server.url("native/app.zip")))
+        var wrong = InstallOptions()
+        wrong.expectedPackage = PackageBinding(name: described.name, version: described.version, sequence: described.sequence, size: described.size,
+                                               sha256: described.sha256, manifestSHA256: String(repeating: "0", count: 64))
+        let mismatch = #expect(throws: SignetError.self) {
+            try Installer.install(downloading: packageURL, to: dest, policy: try InstallTests.policy, options: wrong, download: download)
+        }
+        #expect(mismatch?.code == .indexMismatch && !FileManager.default.fileExists(atPath: dest.string), "\(String(describing: mismatch))")
+        var bound = InstallOptions()
+        bound.expectedPackage = described
+        let installed = try Installer.install(downloading: packageURL, to: dest, policy: try InstallTests.policy, options: bound, download: download)
+        #expect(!installed.upToDate)
 
         // Release 11 through a TUF repository made, filled and read by FilePath, URL and Data.
         let key = try Fixtures.signingKey()

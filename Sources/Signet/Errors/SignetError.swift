@@ -113,22 +113,12 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// roots, a salt, the install state) could be changed by another user: owned by one,
         /// writable by group or others, or reached through such a folder.
         public static let insecureFile = Code("insecure-file", exitStatus: .environment)
-        /// A channel index expired: the server may be holding back updates (a freeze attack),
-        /// or the publisher stopped re-signing it.
-        public static let staleIndex = Code("stale-index", exitStatus: .verificationFailed)
-        /// A channel index of another channel than the one configured.
-        public static let wrongChannel = Code("wrong-channel", exitStatus: .verificationFailed)
-        /// A package that is not the one its channel index binds (manifest, size or SHA-256).
+        /// A package that is not the one its signed metadata (a TUF target) binds: manifest,
+        /// name, sequence, size or SHA-256.
         public static let indexMismatch = Code("index-mismatch", exitStatus: .verificationFailed)
-        /// A channel index that is not a well-formed signed index (garbage, truncated, too large).
-        public static let malformedIndex = Code("malformed-index", exitStatus: .malformed)
         /// The package on the server changed while it was read with range requests (twice in
         /// one update): nothing was installed; run again.
         public static let packageChanged = Code("package-changed", exitStatus: .environment)
-        /// A trust directory (or folder of TLS roots) that an update would replace with one the
-        /// device could not verify its next update with (`--reseal`): no usable key, or none for
-        /// the channel. Nothing was installed.
-        public static let trustLockout = Code("trust-lockout", exitStatus: .verificationFailed)
         /// TUF metadata that is not well-formed (not strict JSON, a missing or mistyped field,
         /// another role's type, a key id listed twice).
         public static let malformedMetadata = Code("malformed-metadata", exitStatus: .malformed)

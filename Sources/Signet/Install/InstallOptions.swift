@@ -48,23 +48,12 @@ public struct InstallOptions: Sendable {
     public var imaAttribute: String? = nil
     /// How long to wait, in seconds, for another process that is updating the destination.
     public var wait: Double = 10
-    /// The package a channel index names (`signet update`): once the manifest verified, and
-    /// before any resource is read or fetched, its SHA-256, name and sequence must be these
-    /// (`.indexMismatch`, exit 1, otherwise); a package downloaded whole must also have this
-    /// size and SHA-256.
-    public var expectedPackage: ChannelIndex.Package? = nil
+    /// The package signed metadata names (`signet update`): the install is bound to it
+    /// (``PackageBinding``).
+    public var expectedPackage: PackageBinding? = nil
     /// Where the package came from (a URL), recorded as `source` in each file's
     /// `user.signet.meta`; set by `Installer.install(downloading:to:policy:options:download:)`.
     public var source: String? = nil
-    /// The destination is a sealed directory (a trust directory, a folder of TLS roots) that
-    /// this install replaces: seal the new tree with the device's salt before the swap, after
-    /// checking that it can be used as the old one was (``SealRenewal``). A sealed destination
-    /// that Signet did not install, and that matches its seal with this salt, may then be
-    /// replaced without `force`. Without it, a sealed destination is replaced only by a package
-    /// that brings its own seal (`.destinationRefused`, exit 5, otherwise): an install never
-    /// leaves a directory unsealed that was sealed.
-    public var reseal: SealRenewal? = nil
-
     /// Keep the release a swap replaces beside the destination (`.DIR.signet-previous`),
     /// sharing its unchanged files with the new one, so that ``Installer/rollback(_:options:)-(String,_)``
     /// can swap it back (issue 39). Off: the replaced tree is removed, and so is any previous
@@ -78,10 +67,4 @@ public struct InstallOptions: Sendable {
 
     /// The defaults: refuse to replace foreign directories and to roll back.
     public init() {}
-
-    /// Whether a destination Signet did not install may be replaced: `force`, or a sealed
-    /// directory that `reseal` adopts.
-    func replacesForeign(_ destination: String) -> Bool {
-        force || reseal?.adopts(destination) == true
-    }
 }

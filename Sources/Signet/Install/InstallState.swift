@@ -18,8 +18,8 @@ import Musl
 ///
 /// Format `signet-state/2`: `{"format": "signet-state/2", "packages": {NAME: SEQUENCE},
 /// "destinations": {ABSOLUTE-DIR: {"name": NAME|null, "kind": "manifest"|"bare", "sequence": N|null,
-/// "changed_from": NAME (only after --change-package)}}, "channels": {CHANNEL: {"serial": N,
-/// "expires": TIME}} (only after `signet update`)}`. The first format (an object of names
+/// "changed_from": NAME (only after --change-package)}}}`; a member it does not name (an
+/// earlier build's `channels`) is ignored and not written back. The first format (an object of names
 /// and sequences) is read as `packages` and written in the new format on the next update.
 final class InstallState {
     let path: String
@@ -27,8 +27,6 @@ final class InstallState {
     private let lock: OwnedDescriptor
     private(set) var sequences: [String: UInt64]
     private(set) var destinations: [String: Destination]
-    /// The highest channel index serial seen per channel (`signet update`).
-    private(set) var channels: [String: Channel]
 
     /// What was installed in one destination.
     struct Destination: Codable, Equatable {
@@ -50,27 +48,17 @@ final class InstallState {
         }
     }
 
-    /// What `signet update` saw of one channel.
-    struct Channel: Codable, Equatable {
-        /// The highest index serial seen: a lower one is a replay (`rollback`).
-        var serial: UInt64
-        /// When that index expires.
-        var expires: String?
-    }
-
-    /// The document. `channels` is optional: an older Signet reads the rest and ignores it.
+    /// The document.
     private struct Document: Codable {
         let format: String
         let packages: [String: UInt64]
         let destinations: [String: Destination]
-        let channels: [String: Channel]?
     }
 
     /// A state file's contents.
     struct Contents {
         var sequences: [String: UInt64] = [:]
         var destinations: [String: Destination] = [:]
-        var channels: [String: Channel] = [:]
     }
 
     /// Opens (creating if needed) and locks the state; blocks while another install holds it.
@@ -91,7 +79,7 @@ final class InstallState {
             throw SignetError.posix(failure, "cannot read install state", path: path)
         }
         let contents = try Self.parse(bytes, path: path)
-        (sequences, destinations, channels) = (contents.sequences, contents.destinations, contents.channels)
+        (sequences, destinations) = (contents.sequences, contents.destinations)
         lock = file
     }
 
@@ -130,7 +118,7 @@ final class InstallState {
         }
         if let document = try? JSONDecoder().decode(Document.self, from: Data(bytes)), document.format == "signet-state/2",
            document.destinations.values.allSatisfy({ $0.kind == "manifest" || $0.kind == "bare" }) {
-            return Contents(sequences: document.packages, destinations: document.destinations, channels: document.channels ?? [:])
+            return Contents(sequences: document.packages, destinations: document.destinations)
         }
         if let decoded = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) {
             return Contents(sequences: decoded)   // the first format
@@ -190,17 +178,10 @@ final class InstallState {
         try write()
     }
 
-    /// Records the serial of a channel index that verified, if it is the highest seen.
-    func record(channel: String, serial: UInt64, expires: Timestamp) throws {
-        guard serial >= channels[channel]?.serial ?? 0 else { return }
-        channels[channel] = Channel(serial: serial, expires: expires.rfc3339)
-        try write()
-    }
-
     private func write() throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        let document = Document(format: "signet-state/2", packages: sequences, destinations: destinations, channels: channels.isEmpty ? nil : channels)
+        let document = Document(format: "signet-state/2", packages: sequences, destinations: destinations)
         try AtomicFile.write(Array(try encoder.encode(document)) + [UInt8(ascii: "\n")], to: path, mode: 0o644, replace: true)
     }
 }

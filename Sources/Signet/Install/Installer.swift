@@ -59,7 +59,7 @@ public enum Installer {
                         options: InstallOptions, holding lock: DestinationLock) throws -> InstallReport {
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)
-        let state = try DestinationState.inspect(destination, force: options.replacesForeign(destination))
+        let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
         return try install(reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,
                            options: options, ranged: nil)
@@ -191,8 +191,6 @@ public enum Installer {
             try staging.writeFile(TreeLayout.bareMarker, Array("signet-bare/1\n".utf8))
         }
 
-        try options.reseal?.renew(staged: staging.path, destination: destination, package: package)
-
         // Phase 3: the swap, then the record of what was installed.
         try staging.finish()
         let previous = Self.previousPolicy(options: options, state: state, releases: releases, checked: checked, digest: manifestDigest)
@@ -265,23 +263,22 @@ public enum Installer {
         return report.files.filter { !$0.verdict.isOK }.map { "\($0.path): \($0.verdict)" }
     }
 
-    /// The package must be the one a channel index binds: the same signed manifest (SHA-256 of
-    /// its bytes), name and sequence.
-    /// A sealed destination (`.signet-trust`) is replaced only by a tree that is sealed too:
-    /// resealed with the device's salt (`reseal`), or bringing the publisher's seal.
+    /// A sealed destination (`.signet-trust`) is replaced only by a tree that brings the
+    /// publisher's seal: an install never leaves a sealed directory unsealed.
     static func checkSeal(of destination: String, replacedBy paths: [String], options: InstallOptions, package: String) throws {
-        if let reseal = options.reseal { return try reseal.refuseOwnSeal(paths, package: package) }
         guard TrustStoreSeal.isSealed(destination), !paths.contains(where: { $0.utf8.elementsEqual(TrustStoreSeal.fileName.utf8) }) else { return }
-        throw SignetError(.destinationRefused, "'\(destination)' is a sealed directory (it has \(TrustStoreSeal.fileName)) and '\(package)' brings no seal: installed as it is, the directory would be left unsealed. Pass --reseal with --trust-salt-file to seal the new tree with this device's salt, or remove \(TrustStoreSeal.fileName) first if it should no longer be sealed", path: destination)
+        throw SignetError(.destinationRefused, "'\(destination)' is a sealed directory (it has \(TrustStoreSeal.fileName)) and '\(package)' brings no seal: installed as it is, the directory would be left unsealed. Publish the tree sealed (signet trust seal DIR --key KEY before packing it; devices check it with --trust-seal-key), or remove \(TrustStoreSeal.fileName) first if it should no longer be sealed", path: destination)
     }
 
-    static func checkBinding(_ expected: ChannelIndex.Package, checked: PackageReader.Checked?, package: String) throws {
+    /// The package must be the one signed metadata binds: the same signed manifest (SHA-256 of
+    /// its bytes), name and sequence.
+    static func checkBinding(_ expected: PackageBinding, checked: PackageReader.Checked?, package: String) throws {
         guard let checked else {
-            throw SignetError(.indexMismatch, "'\(package)' is a bare package; the channel index names \(expected.name) sequence \(expected.sequence). Nothing was installed", path: package)
+            throw SignetError(.indexMismatch, "'\(package)' is a bare package; its signed metadata names \(expected.name) sequence \(expected.sequence). Nothing was installed", path: package)
         }
         let digest = try Digest.compute(checked.manifestBytes, algorithm: .sha256)
         guard digest.matches(hex: expected.manifestSHA256), sameName(checked.manifest.name, expected.name), checked.manifest.sequence == expected.sequence else {
-            throw SignetError(.indexMismatch, "'\(package)' is \(checked.manifest.name) sequence \(checked.manifest.sequence) with manifest SHA-256 \(digest.hex); the channel index binds \(expected.name) sequence \(expected.sequence) with manifest SHA-256 \(expected.manifestSHA256). The package on the server is not the one the index was signed for. Nothing was installed", path: package)
+            throw SignetError(.indexMismatch, "'\(package)' is \(checked.manifest.name) sequence \(checked.manifest.sequence) with manifest SHA-256 \(digest.hex); its signed metadata binds \(expected.name) sequence \(expected.sequence) with manifest SHA-256 \(expected.manifestSHA256). The package on the server is not the one the metadata was signed for. Nothing was installed", path: package)
         }
     }
 

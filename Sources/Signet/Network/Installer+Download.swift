@@ -73,14 +73,14 @@ extension Installer {
         let partial = Downloader.partialPath(besides: destination)
         var download = download
         download.wait = min(download.wait, options.wait)
-        // A package that signed metadata binds (a TUF target, a channel index entry) is never
+        // A package that signed metadata binds (a TUF target) is never
         // received past its signed length, whole or by ranges.
         if let expected = options.expectedPackage { download.signedLength = expected.size }
         // Not fsynced: the download is read at once and removed. After a power cut, what is on
         // disk of it may be incomplete; it is then continued or downloaded anew, and verified
         // before anything is installed, so the worst case is a second download.
-        // A package a channel index names is hashed as it arrives: its size and SHA-256 must be
-        // the index's before it is opened.
+        // A package signed metadata binds is hashed as it arrives: its size and SHA-256 must be
+        // the metadata's before it is opened.
         var hashing = try options.expectedPackage.map { _ in try Digest.Hasher(.sha256) }
         let binds = hashing != nil
         let full = Downloader.FullDownload(partial: partial, options: download, cancelled: cancelled,
@@ -106,7 +106,7 @@ extension Installer {
         if let expected = options.expectedPackage, let hashing {
             let digest = try hashing.finalize()
             guard result.size == expected.size, digest.matches(hex: expected.sha256) else {
-                throw SignetError(.indexMismatch, "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); the channel index binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed", path: url)
+                throw SignetError(.indexMismatch, "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); its signed metadata binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed", path: url)
             }
         }
         var report: InstallReport
@@ -180,7 +180,7 @@ extension Installer {
                                       options: InstallOptions, download: DownloadOptions) throws -> InstallReport {
         let url = input.url
         let stale = TemporaryFiles.removeStale(besides: destination)
-        let state = try DestinationState.inspect(destination, force: options.replacesForeign(destination))
+        let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(input: input, maximumEntries: options.limits.maximumEntries, localHeaders: .deferred)
         if let progress = download.progress {
             // The bytes of the planned requests: what the progress line counts to.

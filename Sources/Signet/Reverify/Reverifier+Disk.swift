@@ -14,9 +14,9 @@ extension Reverifier {
     /// The paths of `onDisk` (sorted by their bytes) that `manifest` does not list, compared
     /// byte for byte (what the filesystem compares): one merge when the manifest is in byte
     /// order too (as pack writes it), else a set of the manifest's paths.
-    /// Whether `path` is the seal an install with `--reseal` wrote at the top of the tree
-    /// (FORMAT.md §6): a regular `.signet-trust` holding a signet-trust/1 document. It is the
-    /// device's, not the package's, and not reported as added.
+    /// Whether `path` is a seal the device wrote at the top of the tree (`signet trust seal`
+    /// on an installed trust directory): a regular `.signet-trust` holding a signet-trust/1
+    /// document. It is the device's, not the package's, and not reported as added.
     static func isDeviceSeal(_ path: String, rootFD: FileDescriptor, root: String) -> Bool {
         guard path.utf8.elementsEqual(TrustStoreSeal.fileName.utf8),
               let bytes = try? InputFile.readBeneath(rootFD, path, rootPath: root, what: "trust seal", limit: 16 << 20) else { return false }

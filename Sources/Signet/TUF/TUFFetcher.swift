@@ -94,13 +94,25 @@ final class TUFFetcher {
         }
         requests += 1
         let cancelled = self.cancelled
+        // Signet asks for identity: a body sent encoded (gzip, br) is not the file, and is
+        // refused by name before a byte of it is used (as every other download is).
+        var response = ResponseHeaders()
+        var refusal: SignetError? = nil
+        var started = false
+        request.onHeader = { response.take($0) }
         request.onBody = { [unowned self] chunk in
+            if !started {
+                started = true
+                refusal = response.refusedEncoding(url: Download.redacted(url))
+                if refusal != nil { return false }
+            }
             bytesReceived &+= UInt64(chunk.count)
             return body(chunk)
         }
         request.onTick = { !(cancelled?.isSet ?? false) }
         let outcome = try request.perform(range: nil, timeout: Int(clamping: left))
         if cancelled?.isSet ?? false { throw CancellationError() }
+        if let refusal { throw refusal }
         if outcome.code == CURLE_OPERATION_TIMEDOUT {
             throw SignetError(.network, "cannot fetch \(what) from '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s (a slow or stalling server)", path: Download.redacted(url))
         }

@@ -85,11 +85,11 @@ extension TUFRepository {
     /// Returns the target as devices will see it; key holders then sign the staged targets.
     public func add(package: String, channels: [String], allowLower: Bool = false, now: Timestamp = .now) throws -> TUFPackageTarget {
         guard !channels.isEmpty else { throw SignetError(.usage, "name at least one channel (--channel stable)") }
-        for channel in channels where !ChannelIndex.isValidChannel(channel) {
+        for channel in channels where !PackageBinding.isValidChannel(channel) {
             throw SignetError(.usage, "the channel name '\(channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
         }
         let root = try publishedRoot()
-        let described = try ChannelIndex.package(at: package, url: "")
+        let described = try PackageBinding.describing(package)
         // Devices take the package keys from the role that lists it: a manifest signed by
         // another key would be refused on every device.
         let keys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }

@@ -220,7 +220,7 @@ extension TUFRepository {
     private func checkPackage(_ target: TUFStagedReview.Target, _ package: TUFPackageTarget, keys: [PublicKey], now: Timestamp) -> String? {
         guard let sha256 = target.hashes["sha256"], !target.path.contains("/") else { return nil }
         let file = "\(targetsDirectory)/\(sha256).\(target.path)"
-        guard let described = try? ChannelIndex.package(at: file, url: "") else {
+        guard let described = try? PackageBinding.describing(file) else {
             return "\(target.path): targets/\(sha256.prefix(16))….\(target.path) is missing or not a readable Signet package"
         }
         var wrong: [String] = []

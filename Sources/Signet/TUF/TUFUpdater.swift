@@ -33,7 +33,7 @@ public struct TUFUpdateReport: Sendable {
     /// Where the package is.
     public let packageURL: String
     /// What DIR held before (nil: no installed package).
-    public let installed: UpdateReport.Installed?
+    public let installed: InstalledRelease?
     /// True when the channel names a newer release than DIR holds.
     public let updateAvailable: Bool
     /// True when the channel names an older release than DIR holds (nothing is installed:
@@ -74,14 +74,14 @@ public enum TUFUpdater {
     }
 
     static func update(to destination: String, options: TUFUpdateOptions, cancelled: CancellationFlag?) throws -> TUFUpdateReport {
-        guard ChannelIndex.isValidChannel(options.channel) else {
+        guard PackageBinding.isValidChannel(options.channel) else {
             throw SignetError(.usage, "the channel name '\(options.channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
         }
         var clientOptions = options.client
         clientOptions.now = clientOptions.now ?? options.install.now
         let client = try TUFClient(options: clientOptions, cancelled: cancelled)
         let refresh = try client.refresh()
-        let installed = try Updater.installed(destination, force: options.install.replacesForeign(destination))
+        let installed = try InstalledRelease.inspect(destination, force: options.install.force)
         let wanted = options.package ?? installed?.name
         var candidates: [(TUFPackageTarget, TUFTarget, [TUFKey], String)] = []
         // Each package name only from the role it belongs to (the name rule, FORMAT §7).
@@ -112,8 +112,8 @@ public enum TUFUpdater {
             throw SignetError(.untrustedSigner, "role '\(role)', which lists \(release.target), has no RSA key: Signet packages are signed with RSA keys of the role that lists them", path: release.target)
         }
         var install = options.install
-        install.expectedPackage = ChannelIndex.Package(name: release.name, version: release.version, sequence: release.sequence, url: packageURL,
-                                                       size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
+        install.expectedPackage = PackageBinding(name: release.name, version: release.version, sequence: release.sequence,
+                                                 size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
         let report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
                                            download: options.client.download, cancelled: cancelled)
         return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,

@@ -208,3 +208,11 @@ public enum TrustStoreSeal {
         return Array(try encoder.encode(Document(files: entries, format: "signet-trust/1", salted: salt != nil))) + [UInt8(ascii: "\n")]
     }
 }
+
+extension TrustStoreSeal {
+    /// Whether `directory` holds a seal file (`.signet-trust`, not through a link).
+    static func isSealed(_ directory: String) -> Bool {
+        var info = stat()
+        return lstat(directory + "/" + fileName, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+    }
+}
