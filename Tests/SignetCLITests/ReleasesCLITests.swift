@@ -193,12 +193,22 @@ struct ReleasesCLITests {
         let same = try CLI.run(["rollback", "--boot-check", f.dest])
         #expect(same.status == 0 && same.stdoutText.contains("nothing to roll back"), "\(same.stdoutText)")
         #expect(f.text("config.txt") == "release 2\n")
-        // Confirmed: stays across restarts.
+        // A mistyped DIR (issue 49, point 6): refused, exit 1, nothing made beside it; the real
+        // DIR's release is still pending (it exited 0 with "nothing to confirm").
+        let typo = f.dest + "-typo"
+        let mistyped = try CLI.run(["confirm", typo, "--json"])
+        #expect(mistyped.status == 1 && UpdateCLITests.code(mistyped) == "not-installed", "\(mistyped.stdoutText)")
+        let beside = try FileManager.default.contentsOfDirectory(atPath: (f.dest as NSString).deletingLastPathComponent).filter { $0.contains("typo") }
+        #expect(beside.isEmpty, "\(beside)")
+        #expect(try CLI.run(["status", f.dest, "--json"]).json()["pending"] as? Bool == true)
+        // Confirmed: stays across restarts; again: nothing to confirm, exit 0.
         let confirmed = try CLI.run(["confirm", f.dest, "--json"])
         let confirmedJSON = try confirmed.json()
         #expect(confirmed.status == 0 && (confirmedJSON["confirmed"] as? [String: Any])?["sequence"] as? Int == 2)
         status = try CLI.run(["status", f.dest, "--json"]).json()
         #expect(status["pending"] as? Bool == false)
+        let twice = try CLI.run(["confirm", f.dest])
+        #expect(twice.status == 0 && twice.stdoutText.contains("nothing to confirm"), "\(twice.stdoutText)")
 
         // Pending again, then a restart (the record's boot id is another boot's): rolled back.
         try f.write("config.txt", "release 3\n")

@@ -257,9 +257,14 @@ extension Installer {
     }
 
     /// `signet confirm DIR`: the pending release is good; it stays installed across reboots.
-    /// Returns the release confirmed, or nil when none was pending.
+    /// Returns the release confirmed, or nil when none was pending. A DIR that holds no release
+    /// Signet installed (a mistyped path) is refused (`.notInstalled`) before anything is made
+    /// beside it: "nothing to confirm" there would let the next boot roll the real one back.
     public static func confirm(_ destination: String, wait: Double = 10) throws -> Release? {
         let destination = try normalizedDestination(destination)
+        guard case .installed(_?) = try DestinationState.inspect(destination, force: true) else {
+            throw SignetError(.notInstalled, "'\(destination)' holds no release installed by Signet (no signed .signet/manifest.json), so there is nothing there to confirm: is the path the DIR the release was installed to?", path: destination)
+        }
         let lock = try DestinationLock(destination, wait: wait)
         defer { lock.release() }
         var releases = try ReleaseRecord.read(for: destination)
