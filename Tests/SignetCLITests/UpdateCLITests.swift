@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 import SignetTestSupport
 
@@ -108,6 +111,23 @@ struct UpdateCLITests {
         try Data("index = \"https://updates.example.com/app/stable.json\"\nchannel = \"stable\"\n".utf8).write(to: URL(fileURLWithPath: path))
         let old = try CLI.run(["update", "--config", path])
         #expect(old.status == 2 && old.stderr.contains("'index'") && old.stderr.contains("repository ="), "\(old.stderr)")
+    }
+
+    @Test("--wait bounds the wait for the metadata folder's lock too: another client holding it is exit 5 after --wait, not 10 s")
+    func waitForMetadataLock() throws {
+        let p = try Publisher("update-wait")
+        try p.release(1)
+        let lockPath = (p.metadata as NSString).deletingLastPathComponent + "/.metadata.signet-lock"
+        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "the test holds the metadata lock")
+        defer { close(fd) }
+        let started = Date()
+        let waited = try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest,
+                                  "--tls-ca", p.server.root, "--wait", "1", "--json"])
+        let seconds = Date().timeIntervalSince(started)
+        #expect(waited.status == 5, "\(waited.stdoutText)")
+        #expect(seconds < 5, "waited \(seconds) s for --wait 1")
+        #expect(p.installedText() == nil)
     }
 
     @Test("the channel index and --reseal are gone: channel sign, update INDEX_URL and --reseal are usage errors (exit 2), and help no longer offers them")

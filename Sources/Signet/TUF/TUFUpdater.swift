@@ -79,6 +79,9 @@ public enum TUFUpdater {
         }
         var clientOptions = options.client
         clientOptions.now = clientOptions.now ?? options.install.now
+        // One bound on waiting for another process, whatever it holds: the metadata folder's
+        // lock as well as DIR's (`--wait`; the metadata lock waited 10 s whatever it said).
+        clientOptions.download.wait = min(clientOptions.download.wait, options.install.wait)
         let client = try TUFClient(options: clientOptions, cancelled: cancelled)
         let refresh = try client.refresh()
         let installed = try InstalledRelease.inspect(destination, force: options.install.force)
