@@ -52,6 +52,7 @@ extension Repo {
             let threshold: Int
             let published: Bool
             @Null var missing: String?
+            let already_signed: Bool
         }
 
         func run() throws {
@@ -75,13 +76,14 @@ extension Repo {
             let outcome = try repo.sign(role, with: try key.load(), reviewed: reviewed ?? "", acceptUnrecognized: acceptUnrecognized)
             if output.json {
                 Output.json(Report(role: outcome.role, version: outcome.version, digest: review.digest, signatures: outcome.signatures, threshold: outcome.threshold,
-                                   published: outcome.published, missing: outcome.missing))
+                                   published: outcome.published, missing: outcome.missing, already_signed: outcome.alreadySigned))
             } else if !output.quiet {
                 if digest != nil { Output.lines(review.lines) }
                 if outcome.published {
                     Output.line("published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(outcome.role == "targets" ? "; devices see it after the next `signet repo refresh`" : "")")
                 } else {
-                    Output.line("signed \(outcome.role) v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
+                    let again = outcome.alreadySigned ? "already signed by this key (it counts once), " : "signed "
+                    Output.line("\(again)\(outcome.role) v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures") (another holder's)")
                 }
             }
         }

@@ -219,7 +219,15 @@ struct TUFThresholdCLITests {
         try FileManager.default.removeItem(atPath: staging)
         try FileManager.default.removeItem(atPath: stagedRoot)
         try fleet.check(CLI.run(["repo", "add", fleet.repo, honest, "--channel", "stable"]))
-        for key in ["rel1", "rel2"] { try fleet.check(fleet.sign("targets", key)) }
+        try fleet.check(fleet.sign("targets", "rel1"))
+        // Alice again (issue 49, point 15): already signed by this key, it counts once.
+        let again = try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1"),
+                                             "--digest", try fleet.digest("targets")]))
+        #expect(again.stdoutText.contains("already signed by this key") && again.stdoutText.contains("1 of 2"), "\(again.stdoutText)")
+        let againJSON = try fleet.check(fleet.sign("targets", "rel1")).json()
+        #expect(againJSON["already_signed"] as? Bool == true && againJSON["signatures"] as? Int == 1 && againJSON["published"] as? Bool == false, "\(againJSON)")
+        let second = try fleet.check(fleet.sign("targets", "rel2")).json()
+        #expect(second["already_signed"] as? Bool == false && second["published"] as? Bool == true, "\(second)")
         try fleet.refresh()
         try fleet.check(device.update())
         #expect(device.installed() == "release 2\n")

@@ -180,6 +180,9 @@ public struct TUFRepository: Sendable {
         public let published: Bool
         /// What else is needed, for a person.
         public let missing: String?
+        /// True when this key had signed the staged file already: its signature was made again,
+        /// and counts once.
+        public var alreadySigned = false
     }
 
     /// Adds the signature of `key` to the staged `role` (`root` or `targets`) and publishes it
@@ -210,6 +213,14 @@ public struct TUFRepository: Sendable {
         }
         let keyID = try TUFPublicKeyEntry(key.publicKey).keyID
         let name = "\(document.version).\(role).json"
+        let again = document.signatures.contains { $0.keyID == keyID }
+        var outcome = try sign(&document, role: role, name: name, key: key, keyID: keyID)
+        outcome.alreadySigned = again
+        return outcome
+    }
+
+    /// Signs `document` (the staged `role`) with `key` and publishes it when its thresholds are met.
+    private func sign(_ document: inout TUFDocument, role: String, name: String, key: PrivateKey, keyID: String) throws -> SignOutcome {
         if role == "root" {
             let new = try TUFRoot(document.metadata(as: "root", name: name))
             let previous = document.version > 1 ? try publishedRoot() : nil
