@@ -99,9 +99,13 @@ struct TokenOptions: ParsableArguments {
             }
             loaded = try PrivateKey(contentsOf: key, passphrase: passphrase.source, allowWeakKey: allowWeakKey)
         }
-        loaded.warnings.forEach(Output.warn)
+        for warning in loaded.warnings where Self.warned.insert(warning).inserted { Output.warn(warning) }
         return loaded
     }
+
+    /// Key warnings already printed by this process: a key given twice (the same file as the
+    /// snapshot and the timestamp key) is warned about once.
+    nonisolated(unsafe) private static var warned = Set<String>()
 }
 
 /// Who is trusted: keys, trust directories and certificate authorities, with pins, revocations
