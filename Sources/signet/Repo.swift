@@ -220,6 +220,11 @@ struct Repo: ParsableCommand {
             // The key first: a wrong passphrase stages nothing.
             let key = try signingKey.map { try token.load($0, passphrase: passphrase) }
             let added = try repo.add(package: package, channels: channel, allowLower: allowLower)
+            // What pack takes without --sequence (the clock, SOURCE_DATE_EPOCH): once listed, every
+            // later release of the name needs a higher one, so numbering releases is over.
+            if (1_000_000_000..<10_000_000_000).contains(added.sequence) {
+                Output.warn("\(added.name)'s sequence \(added.sequence) looks like a Unix time (what pack uses without --sequence): devices refuse a lower one, so every later release of \(added.name) needs a sequence above it; if you number releases (--sequence 143), pack this one again with its number before anyone signs it")
+            }
             let digest = try repo.review("targets")?.digest ?? ""
             if let key {
                 let outcome = try repo.sign("targets", with: key, reviewed: digest)

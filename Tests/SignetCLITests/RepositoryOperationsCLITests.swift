@@ -20,4 +20,22 @@ struct RepositoryOperationsCLITests {
         let warnings = refreshed.stderr.split(separator: "\n").filter { $0.contains("warning") && $0.contains("exposed.pem") }
         #expect(warnings.count == 1, "\(refreshed.stderr)")
     }
+
+    @Test("repo add warns about a sequence that looks like a Unix time (pack without --sequence), as pack does; a numbered one is not warned about")
+    func unixTimeSequence() throws {
+        let p = try UpdateCLITests.Publisher("ops-sequence")
+        let tree = try TemporaryDirectory()
+        try Data("a\n".utf8).write(to: URL(fileURLWithPath: tree.file("a.txt")))
+        let key = ["--key", p.work.privatePEM, "--passphrase-file", p.work.passFile]
+        for (sequence, warned) in [(nil, true), ("143", false)] as [(String?, Bool)] {
+            let package = p.work.directory.file("app-\(sequence ?? "time").zip")
+            let packed = try CLI.run(["pack", tree.path, "--name", "app", "--version", "1", "--out", package] + key + (sequence.map { ["--sequence", $0] } ?? []),
+                                     environment: ["SOURCE_DATE_EPOCH": nil])
+            try #require(packed.status == 0, "\(packed.stderr)")
+            let added = try CLI.run(["repo", "add", p.repo, package, "--channel", sequence == nil ? "time" : "numbered"])
+            #expect(added.status == 0, "\(added.stderr)")
+            #expect(added.stderr.contains("looks like a Unix time") == warned, "\(sequence ?? "time"): \(added.stderr)")
+            try FileManager.default.removeItem(atPath: p.repo + "/staging/targets.json")
+        }
+    }
 }
