@@ -216,6 +216,12 @@ struct Repo: ParsableCommand {
         }
 
         func run() throws {
+            // The arguments swapped (`repo add app.zip site`): say so, not "not a repository".
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: package + "/metadata", isDirectory: &isFolder), isFolder.boolValue,
+               !FileManager.default.fileExists(atPath: repository + "/metadata") {
+                throw ValidationError("'\(package)' is a repository and '\(repository)' is not: the repository comes first, `signet repo add \(package) \(repository) --channel NAME`")
+            }
             let repo = try TUFRepository(at: repository)
             // The key first: a wrong passphrase stages nothing.
             let key = try signingKey.map { try token.load($0, passphrase: passphrase) }

@@ -21,7 +21,7 @@ struct RepositoryOperationsCLITests {
         #expect(warnings.count == 1, "\(refreshed.stderr)")
     }
 
-    @Test("repo add warns about a sequence that looks like a Unix time (pack without --sequence), as pack does; a numbered one is not warned about")
+    @Test("repo add warns about a sequence that looks like a Unix time (pack without --sequence), as pack does, and not about a numbered one; its arguments swapped are named as such")
     func unixTimeSequence() throws {
         let p = try UpdateCLITests.Publisher("ops-sequence")
         let tree = try TemporaryDirectory()
@@ -37,5 +37,9 @@ struct RepositoryOperationsCLITests {
             #expect(added.stderr.contains("looks like a Unix time") == warned, "\(sequence ?? "time"): \(added.stderr)")
             try FileManager.default.removeItem(atPath: p.repo + "/staging/targets.json")
         }
+        // The arguments swapped (point 11): a usage error naming the order, nothing staged.
+        let swapped = try CLI.run(["repo", "add", p.work.directory.file("app-143.zip"), p.repo, "--channel", "stable"])
+        #expect(swapped.status == 2 && swapped.stderr.contains("the repository comes first"), "\(swapped.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: p.repo + "/staging/targets.json"))
     }
 }
