@@ -42,4 +42,15 @@ struct RepositoryOperationsCLITests {
         #expect(swapped.status == 2 && swapped.stderr.contains("the repository comes first"), "\(swapped.stderr)")
         #expect(!FileManager.default.fileExists(atPath: p.repo + "/staging/targets.json"))
     }
+
+    @Test("--repository without metadata/: the 404 names the metadata folder to try (point 11)")
+    func repositoryURLWithoutMetadata() throws {
+        let p = try UpdateCLITests.Publisher("ops-url")
+        try p.release(1)
+        let url = p.server.url("ops-url/")
+        let result = try CLI.run(["update", "--repository", url, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest,
+                                  "--tls-ca", p.server.root, "--retries", "0"])
+        #expect(result.status == 5 && result.stderr.contains("'\(url)metadata/'"), "\(result.stderr)")
+        #expect(p.installedText() == nil)
+    }
 }

@@ -364,7 +364,11 @@ public final class TUFClient {
         switch try fetcher.get(options.metadataURL + name, limit: limit, what: name) {
         case .found(let bytes): return bytes
         case .absent(let status):
-            throw SignetError(.network, "the repository has no \(name) (HTTP \(status) from '\(Download.redacted(options.metadataURL + name))')", path: name)
+            // The timestamp is the first file every repository has: its absence usually means
+            // the URL names the repository's folder, not its metadata/ folder.
+            let hint = name == "timestamp.json" && !options.metadataURL.hasSuffix("/metadata/")
+                ? "; is the URL the repository's metadata folder? Signet's repositories serve it as …/metadata/ (try '\(Download.redacted(options.metadataURL))metadata/')" : ""
+            throw SignetError(.network, "the repository has no \(name) (HTTP \(status) from '\(Download.redacted(options.metadataURL + name))')\(hint)", path: name)
         }
     }
 
