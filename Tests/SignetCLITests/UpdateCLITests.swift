@@ -101,6 +101,8 @@ struct UpdateCLITests {
         // The command line wins: a channel the repository does not list is refused.
         let overridden = try CLI.run(["update", "--config", path, "--channel", "beta", "--json"])
         #expect(overridden.status != 0 && Self.code(overridden) == "target-not-found", "\(overridden.stdoutText)")
+        // Issue 49, point 11: the channels that exist are named.
+        #expect(overridden.stderr.contains("channel 'beta'") && overridden.stderr.contains("channels for 'app': stable"), "\(overridden.stderr)")
         #expect(p.installedText() == "release 1\n")
         // An unknown key, on line 3.
         try Data("channel = \"stable\"\n# a comment\ndestination = \"/opt/x\"\n".utf8).write(to: URL(fileURLWithPath: path))

@@ -87,8 +87,9 @@ public enum TUFUpdater {
         let installed = try InstalledRelease.inspect(destination, force: options.install.force)
         let wanted = options.package ?? installed?.name
         var candidates: [(TUFPackageTarget, TUFTarget, [TUFKey], String)] = []
+        let listings = try client.packageListings()
         // Each package name only from the role it belongs to (the name rule, FORMAT §7).
-        for listing in try client.packageListings() where listing.release.channels.contains(options.channel) {
+        for listing in listings where listing.release.channels.contains(options.channel) {
             if let wanted, !Installer.sameName(wanted, listing.release.name) { continue }
             candidates.append((listing.release, listing.target, listing.keys, listing.role))
         }
@@ -97,7 +98,8 @@ public enum TUFUpdater {
             throw SignetError(.usage, "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
         }
         guard let (release, target, keys, role) = candidates.max(by: { $0.0.sequence < $1.0.sequence }) else {
-            throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)' (its targets carry the channels in custom.signet)", path: options.client.metadataURL)
+            let channels = Set(listings.filter { wanted == nil || Installer.sameName(wanted, $0.release.name) }.flatMap(\.release.channels)).sorted()
+            throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)'; \(channels.isEmpty ? "it lists \(wanted == nil ? "no package" : "none of that name") on any channel" : "its channels\(wanted.map { " for '\($0)'" } ?? ""): \(channels.joined(separator: ", "))")", path: options.client.metadataURL)
         }
         let base = options.targetsURL ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
         let packageURL = client.url(of: target, base: base)
