@@ -53,4 +53,16 @@ struct RepositoryOperationsCLITests {
         #expect(result.status == 5 && result.stderr.contains("'\(url)metadata/'"), "\(result.stderr)")
         #expect(p.installedText() == nil)
     }
+
+    @Test("tuf init with the staged, unsigned root says to use the published metadata/1.root.json (point 11)")
+    func tufInitStagedRoot() throws {
+        let work = try Workspace()
+        let repo = work.directory.file("repo")
+        let made = try CLI.run(["repo", "init", repo, "--root-key", work.publicDER, "--targets-key", work.publicDER,
+                                "--snapshot-key", work.publicDER, "--timestamp-key", work.publicDER])
+        try #require(made.status == 0, "\(made.stderr)")
+        let result = try CLI.run(["tuf", "init", "--metadata-dir", work.directory.file("device"), repo + "/staging/root.json"])
+        #expect(result.status == 3 && result.stderr.contains("metadata/1.root.json") && result.stderr.contains("staging/root.json"), "\(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.directory.file("device/root.json")))
+    }
 }

@@ -79,7 +79,14 @@ public final class TUFClient {
     /// verifies by its own threshold), this throws `.rollback` naming both versions, unless
     /// `force` (a device deliberately moved to a repository made anew).
     public static func initialize(metadataDirectory: String, trustedRoot: [UInt8], force: Bool = false) throws {
-        let new = try TUFTrustedSet(root: trustedRoot, now: .now).root.metadata.version
+        let new: Int64
+        do {
+            new = try TUFTrustedSet(root: trustedRoot, now: .now).root.metadata.version
+        } catch var error as SignetError where error.code == .thresholdNotMet {
+            // A staged root (REPO/staging/root.json) before its holders signed it: say what to use.
+            error.reason += ". A device starts from a root its threshold signed: the repository's metadata/1.root.json once `signet repo sign --role root` published it, not staging/root.json"
+            throw error
+        }
         if !force, let stored = try? readStored("root.json", in: metadataDirectory, limit: 512_000),
            let current = try? TUFTrustedSet(root: stored, now: .now).root.metadata.version, current > new {
             throw SignetError(.rollback, "'\(metadataDirectory)' already trusts root version \(current); the root given is version \(new), older: refused, so that a device never goes back to keys its repository revoked. Nothing was changed. A device whose root is current needs no init (`signet update` and `signet tuf refresh` walk the chain); to move it to a repository made anew on purpose, give --force", path: metadataDirectory)
