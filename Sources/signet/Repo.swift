@@ -27,7 +27,15 @@ struct Repo: ParsableCommand {
 
     /// Public keys given on the command line (public key files or certificates).
     static func publicKeys(_ paths: [String]) throws -> [PublicKey] {
-        try paths.map { try PublicKey(contentsOf: $0) }
+        try paths.map { path in
+            do {
+                return try PublicKey(contentsOf: path)
+            } catch var error as SignetError where error.code == .wrongKeyKind {
+                // A repository names public keys; each private key stays with its holder.
+                error.reason = "'\(path)' is a private key; a repository names each role's public keys (public_key.der beside it, or `signet key show KEY --pubout FILE`), and the private key stays with its holder, who signs with `signet repo sign`"
+                throw error
+            }
+        }
     }
 
     /// `90s`, `30m`, `12h`, `7d` (at most 366 days) or `1y` (at most 10 years) in seconds.

@@ -54,7 +54,7 @@ struct RepositoryOperationsCLITests {
         #expect(p.installedText() == nil)
     }
 
-    @Test("tuf init with the staged, unsigned root says to use the published metadata/1.root.json (point 11)")
+    @Test("tuf init with the staged, unsigned root says to use the published metadata/1.root.json; a private key given as a role key is named (point 11)")
     func tufInitStagedRoot() throws {
         let work = try Workspace()
         let repo = work.directory.file("repo")
@@ -64,5 +64,10 @@ struct RepositoryOperationsCLITests {
         let result = try CLI.run(["tuf", "init", "--metadata-dir", work.directory.file("device"), repo + "/staging/root.json"])
         #expect(result.status == 3 && result.stderr.contains("metadata/1.root.json") && result.stderr.contains("staging/root.json"), "\(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.directory.file("device/root.json")))
+        // A private key where a role's public key is meant: named as such, nothing made.
+        let wrongKind = try CLI.run(["repo", "init", work.directory.file("repo2"), "--root-key", work.privatePEM, "--targets-key", work.publicDER,
+                                     "--snapshot-key", work.publicDER, "--timestamp-key", work.publicDER])
+        #expect(wrongKind.status != 0 && wrongKind.stderr.contains("is a private key") && wrongKind.stderr.contains("public keys"), "\(wrongKind.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.directory.file("repo2")))
     }
 }
