@@ -109,7 +109,13 @@ struct Update: ParsableCommand {
                 ValidationFailure.record(failure)
                 throw failure
             }
-            self = try Update.parse(arguments + rest)
+            do {
+                self = try Update.parse(arguments + rest)
+            } catch {
+                // The parser's own error wraps the message: say only the message (issue 49,
+                // point 8: "commandError(commandStack: …)" was printed, in JSON too).
+                throw ValidationError(Update.message(for: error))
+            }
             return
         }
         guard repository != nil else {

@@ -70,4 +70,24 @@ struct RepositoryOperationsCLITests {
         #expect(wrongKind.status != 0 && wrongKind.stderr.contains("is a private key") && wrongKind.stderr.contains("public keys"), "\(wrongKind.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.directory.file("repo2")))
     }
+
+    @Test("a config value the options refuse is said as the option's own message, in text and JSON, never as a Swift error dump (point 8)")
+    func configValueMessage() throws {
+        let work = try TemporaryDirectory()
+        let config = try work.write("app.conf", Data("""
+        repository = "https://updates.example.com/app/metadata/"
+        tuf-metadata = "\(work.file("metadata"))"
+        channel = "stable"
+        dest = "\(work.file("app"))"
+        health-check = "true"
+        health-timeout = "20 seconds"
+
+        """.utf8), mode: 0o600)
+        for json in [false, true] {
+            let result = try CLI.run(["update", "--config", config] + (json ? ["--json"] : []))
+            let said = json ? result.stdoutText : result.stderr
+            #expect(result.status == 2 && said.contains("--health-timeout takes a number and a unit"), "\(said)")
+            #expect(!said.contains("commandError") && !said.contains("ParserError"), "\(said)")
+        }
+    }
 }
