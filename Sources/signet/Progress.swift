@@ -162,7 +162,7 @@ enum Blocking {
         var result: Result<R, any Error>?
     }
 
-    /// The calling thread as a task executor: jobs are queued and run by ``run(until:)``.
+    /// The calling thread as a task executor: jobs are queued and run by ``run()``.
     private final class CallingThread: TaskExecutor, @unchecked Sendable {
         private let condition = NSCondition()
         private var jobs: [UnownedJob] = []
