@@ -45,6 +45,8 @@ struct Key: ParsableCommand {
 
         struct Report: Encodable {
             let key_id: String
+            /// The key id TUF metadata gives the same key (`repo status` shows both).
+            let tuf_keyid: String
             let pin: String
             let bits: Int
             let format: String
@@ -106,10 +108,12 @@ struct Key: ParsableCommand {
                 try publicKey.writeDER(to: pubout, replace: force, protecting: SigningKeyOptions.files(key: key, passphrase: passphrase))
             }
             if output.json {
-                Output.json(Report(key_id: publicKey.keyID.hex, pin: publicKey.keyID.pin, bits: publicKey.bits,
+                Output.json(Report(key_id: publicKey.keyID.hex, tuf_keyid: try publicKey.tufKeyID(), pin: publicKey.keyID.pin, bits: publicKey.bits,
                                    format: format, source: publicKey.source, pubout: pubout))
             } else {
                 Output.line("key id  \(publicKey.keyID.hex)")
+                // The same key as TUF metadata names it (`signet repo status` shows both).
+                Output.line("TUF id  \(try publicKey.tufKeyID())")
                 Output.line("pin     \(publicKey.keyID.pin)")
                 Output.line("size    \(publicKey.bits)-bit RSA")
                 Output.line("format  \(format)")

@@ -22,7 +22,7 @@ struct Repo: ParsableCommand {
           signet repo sign site --role targets --key t2.pem
           signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
         """,
-        subcommands: [Init.self, Add.self, Sign.self, Refresh.self, Rotate.self, Status.self]
+        subcommands: [Init.self, Add.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Status.self]
     )
 
     /// Public keys given on the command line (public key files or certificates).
@@ -36,6 +36,18 @@ struct Repo: ParsableCommand {
                 throw error
             }
         }
+    }
+
+    /// `in 5 days` or `expired 3 hours ago`, from `now`.
+    static func relative(_ time: Timestamp, now: Timestamp) -> String {
+        let left = time.secondsSinceEpoch &- now.secondsSinceEpoch
+        return left > 0 ? "in \(span(left))" : "EXPIRED \(span(-left)) ago"
+    }
+
+    /// `3 days`, `5 hours`, `12 minutes`.
+    static func span(_ seconds: Int64) -> String {
+        let (value, unit): (Int64, String) = seconds >= 2 * 86_400 ? (seconds / 86_400, "day") : seconds >= 2 * 3_600 ? (seconds / 3_600, "hour") : (max(1, seconds / 60), "minute")
+        return "\(value) \(unit)\(value == 1 ? "" : "s")"
     }
 
     /// `90s`, `30m`, `12h`, `7d` (at most 366 days) or `1y` (at most 10 years) in seconds.
@@ -270,6 +282,12 @@ struct Repo: ParsableCommand {
             systemd timer or cron every hour for the default 1d): devices refuse an expired \
             timestamp, which is how a server holding back releases is found out.
 
+            Root and targets need their key holders, so a refresh cannot renew them: it exits 1 \
+            (after publishing the timestamp) when either has expired or expires within \
+            --warn-within, naming the command that renews it (`signet repo renew`). A signed \
+            root that changes the targets, snapshot or timestamp keys is held until what it \
+            changes is signed again; the refresh given the keys it names publishes it.
+
             Example:
               signet repo refresh site --snapshot-key online.pem --timestamp-key online.pem
             """
@@ -281,6 +299,8 @@ struct Repo: ParsableCommand {
         var snapshotKeys: [String] = []
         @Option(name: .customLong("timestamp-key"), help: ArgumentHelp("A timestamp key (file or pkcs11: URI); repeatable.", valueName: "key"))
         var timestampKeys: [String] = []
+        @Option(name: .customLong("warn-within"), help: ArgumentHelp("Exit 1 when root or targets (which need their key holders) expires within this long (default 14d; 90s, 30m, 12h, 7d).", valueName: "duration"))
+        var warnWithin = "14d"
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var token: TokenOptions
         @OptionGroup var output: OutputOptions
@@ -290,23 +310,40 @@ struct Repo: ParsableCommand {
         }
 
         struct Report: Encodable {
+            struct Alert: Encodable {
+                let role: String
+                let kind: String
+                let message: String
+            }
             let snapshot: Int64
             let new_snapshot: Bool
             let timestamp: Int64
             let timestamp_expires: String
             let targets: Int64
+            @Null var published_root: Int64?
+            @Null var held: String?
+            let expiring: [Alert]
         }
 
         func run() throws {
             func load(_ keys: [String]) throws -> [PrivateKey] {
                 try keys.map { try token.load($0, passphrase: passphrase) }
             }
-            let outcome = try TUFRepository(at: repository).refresh(snapshotKeys: try load(snapshotKeys), timestampKeys: try load(timestampKeys))
+            let window = try Repo.seconds(warnWithin, option: "--warn-within")
+            let outcome = try TUFRepository(at: repository).refresh(snapshotKeys: try load(snapshotKeys), timestampKeys: try load(timestampKeys), warnWithin: window)
             if output.json {
                 Output.json(Report(snapshot: outcome.snapshotVersion, new_snapshot: outcome.newSnapshot, timestamp: outcome.timestampVersion,
-                                   timestamp_expires: outcome.timestampExpires.rfc3339, targets: outcome.targetsVersion))
+                                   timestamp_expires: outcome.timestampExpires.rfc3339, targets: outcome.targetsVersion, published_root: outcome.publishedRoot,
+                                   held: outcome.held, expiring: outcome.expiring.map { .init(role: $0.role, kind: $0.kind, message: $0.message) }))
             } else if !output.quiet {
-                Output.line("published timestamp v\(outcome.timestampVersion) (expires \(outcome.timestampExpires.rfc3339)), snapshot v\(outcome.snapshotVersion)\(outcome.newSnapshot ? " (new)" : ""), targets v\(outcome.targetsVersion)")
+                let root = outcome.publishedRoot.map { ", root v\($0) (held until now)" } ?? ""
+                Output.line("published timestamp v\(outcome.timestampVersion) (expires \(outcome.timestampExpires.rfc3339)), snapshot v\(outcome.snapshotVersion)\(outcome.newSnapshot ? " (new)" : ""), targets v\(outcome.targetsVersion)\(root)")
+            }
+            if let held = outcome.held { Output.warn(held) }
+            // What this job cannot sign and will strand devices: the timer's unit fails loudly.
+            guard outcome.expiring.isEmpty else {
+                for alert in outcome.expiring { Output.error(alert.message) }
+                throw ExitCode(SignetError.Code.expiredMetadata.exitStatus.rawValue)
             }
         }
     }
@@ -346,17 +383,32 @@ struct Repo: ParsableCommand {
             let files = remove.filter { FileManager.default.fileExists(atPath: $0) }
             let version = try TUFRepository(at: repository).rotate(role, add: try Repo.publicKeys(add), remove: remove.filter { !files.contains($0) },
                                                                    removeKeys: try Repo.publicKeys(files), threshold: threshold)
-            let digest = try TUFRepository(at: repository).review("root")?.digest ?? ""
+            let repo = try TUFRepository(at: repository)
+            let digest = try repo.review("root")?.digest ?? ""
+            // Changing what signs targets, snapshot or timestamp needs more than root signatures.
+            let again = try repo.rolesToSignAgain()
+            let targets = again.contains("targets") ? try repo.review("targets") : nil
             if output.json {
-                Output.json(RotateReport(staged_root: version, digest: digest))
+                Output.json(RotateReport(staged_root: version, digest: digest, staged_targets: targets?.version, targets_digest: targets?.digest))
             } else if !output.quiet {
-                Output.line("staged root v\(version), digest \(digest); next: its root key holders (and those of the current root) review it (`signet repo status \(repository)`) and run `signet repo sign \(repository) --role root --key KEY --digest \(digest.prefix(16))`")
+                Output.line("staged root v\(version), digest \(digest)")
+                Output.line("next: its root key holders (and those of the current root) review it (`signet repo status \(repository)`) and run `signet repo sign \(repository) --role root --key KEY --digest \(digest.prefix(16))`")
+                if let targets {
+                    Output.line("next: targets is staged again as v\(targets.version) (digest \(targets.digest)): devices accept targets only when the new key set signs it, so the targets key holders of root v\(version) sign it too: `signet repo sign \(repository) --role targets --key KEY --digest \(targets.digest.prefix(16))`")
+                }
+                if !again.isEmpty {
+                    let online = again.filter { $0 != "targets" }
+                    let keys = online.isEmpty ? "" : " with the \(online.joined(separator: " and ")) keys root v\(version) names (change the cron job's keys)"
+                    Output.line("next: root v\(version) is held until then, so no device sees it early; `signet repo refresh \(repository)`\(keys) publishes it")
+                }
             }
         }
 
         struct RotateReport: Encodable {
             let staged_root: Int64
             let digest: String
+            @Null var staged_targets: Int64?
+            @Null var targets_digest: String?
         }
     }
 

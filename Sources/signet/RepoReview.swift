@@ -80,7 +80,17 @@ extension Repo {
             } else if !output.quiet {
                 if digest != nil { Output.lines(review.lines) }
                 if outcome.published {
-                    Output.line("published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(outcome.role == "targets" ? "; devices see it after the next `signet repo refresh`" : "")")
+                    let seen = outcome.heldRootVersion.map { "; devices see it when the next `signet repo refresh \(repository)` publishes root v\($0) with it" }
+                        ?? (outcome.role == "targets" ? "; devices see it after the next `signet repo refresh`" : "")
+                    Output.line("published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(seen)")
+                } else if !outcome.heldFor.isEmpty {
+                    // Signed, and held: published now it would strand every device.
+                    Output.line("root v\(outcome.version) has every signature it needs (\(outcome.signatures) of \(outcome.threshold)); it changes the \(outcome.heldFor.joined(separator: ", ")) keys, so it is held until what devices read is signed again under it")
+                    let status = try repo.status()
+                    for alert in status.alerts where alert.kind == "held" { Output.line("next: \(alert.message)") }
+                    if outcome.heldFor.contains("targets"), let staged = try repo.review("targets") {
+                        Output.line("staged targets v\(staged.version) (same packages, for the new keys), digest \(staged.digest): `signet repo sign \(repository) --role targets --key KEY --digest \(staged.digest.prefix(16))`")
+                    }
                 } else {
                     let again = outcome.alreadySigned ? "already signed by this key (it counts once), " : "signed "
                     Output.line("\(again)\(outcome.role) v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures") (another holder's)")
@@ -110,6 +120,8 @@ extension Repo {
         var repository: String
         @Option(name: .customLong("staged-digest"), help: ArgumentHelp("Print only the digest of the staged root or targets file (for a script, after the review).", valueName: "role"))
         var stagedDigest: String?
+        @Option(name: .customLong("warn-within"), help: ArgumentHelp("Flag root and targets expiring within this long (default 14d; 90s, 30m, 12h, 7d).", valueName: "duration"))
+        var warnWithin = "14d"
         @OptionGroup var output: OutputOptions
 
         struct Report: Encodable {
@@ -118,7 +130,13 @@ extension Repo {
                 let version: Int64
                 @Null var expires: String?
                 let keyids: [String]
+                let signet_keyids: [String]
                 let threshold: Int
+            }
+            struct Alert: Encodable {
+                let role: String
+                let kind: String
+                let message: String
             }
             struct Staged: Encodable {
                 struct Target: Encodable {
@@ -187,6 +205,7 @@ extension Repo {
             let roles: [Role]
             let staged: [Staged]
             let packages: [Package]
+            let alerts: [Alert]
         }
 
         func run() throws {
@@ -197,16 +216,22 @@ extension Repo {
                 }
                 return Output.line(review.digest)
             }
-            let status = try repo.status()
+            let status = try repo.status(warnWithin: try Repo.seconds(warnWithin, option: "--warn-within"))
             let reviews = try ["root", "targets"].compactMap { try repo.review($0) }
-            let report = Report(roles: status.roles.map { .init(name: $0.name, version: $0.version, expires: $0.expires?.rfc3339, keyids: $0.keyIDs, threshold: $0.threshold) },
+            let report = Report(roles: status.roles.map { .init(name: $0.name, version: $0.version, expires: $0.expires?.rfc3339, keyids: $0.keyIDs,
+                                                                 signet_keyids: $0.signetKeyIDs, threshold: $0.threshold) },
                                 staged: reviews.map(Report.Staged.init),
-                                packages: status.packages.map { .init(target: $0.target, name: $0.name, version: $0.version, sequence: $0.sequence, channels: $0.channels) })
+                                packages: status.packages.map { .init(target: $0.target, name: $0.name, version: $0.version, sequence: $0.sequence, channels: $0.channels) },
+                                alerts: status.alerts.map { .init(role: $0.role, kind: $0.kind, message: $0.message) })
             if output.json { return Output.json(report) }
-            for role in report.roles {
-                let keys = role.keyids.map { String($0.prefix(12)) }.joined(separator: " ")
-                Output.line("\(role.name): v\(role.version)\(role.expires.map { ", expires \($0)" } ?? " (not published)"), \(role.threshold) of \(role.keyids.count) keys: \(keys)")
+            let now = Timestamp.now
+            for role in status.roles {
+                // Each key by its Signet id (what keygen, key show and pack print) and its TUF id.
+                let keys = zip(role.signetKeyIDs, role.keyIDs).map { $0.isEmpty ? "TUF \($1.prefix(16))" : "\($0) (TUF \($1.prefix(12)))" }.joined(separator: ", ")
+                let expiry = role.expires.map { ", expires \($0.rfc3339) (\(Repo.relative($0, now: now)))" } ?? " (not published)"
+                Output.line("\(role.name): v\(role.version)\(expiry), \(role.threshold) of \(role.keyIDs.count) keys: \(keys)")
             }
+            for alert in status.alerts { Output.line("NEEDS ATTENTION (\(alert.role), \(alert.kind)): \(alert.message)") }
             for package in report.packages {
                 Output.line("published package: \(package.target): \(package.name) \(package.version) (sequence \(package.sequence))\(package.channels.isEmpty ? "" : ", channels \(package.channels.joined(separator: ", "))")")
             }

@@ -127,6 +127,11 @@ struct JSONSchemaCLITests {
         try record("update", viaRepository)   // up to date: "installed" is a release now
         try record("update", viaRepository + ["--channel", "beta"], status: nil)
         try record("repo rotate", ["repo", "rotate", repo, "--role", "targets", "--add", work.directory.file("more-keys/public_key.der")])
+        try record("repo renew", ["repo", "renew", repo, "--role", "targets"] + key)
+        // Issue 49: a cron job told to warn a year ahead reports what expires, and exits 1.
+        try record("repo refresh", ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM,
+                                    "--passphrase-file", work.passFile, "--warn-within", "366d"], status: 1)
+        try record("repo status", ["repo", "status", repo, "--warn-within", "366d"])
         try record("tuf refresh", ["tuf", "refresh", "--metadata-dir", work.directory.file("nowhere"), "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root], status: 5)
 
         try Self.check(documents)

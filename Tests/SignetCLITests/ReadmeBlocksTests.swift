@@ -20,6 +20,7 @@ struct ReadmeBlocksTests {
         "device-update": "ReadmeDeviceUpdateTests.walkThrough",
         "tuf-repository": "TUFCLITests.readmeRepository",
         "tuf-rotation": "TUFCLITests.readmeRepository",
+        "tuf-keeping": "TUFCLITests.readmeRepository",
         "tuf-one-key": "TUFThresholdCLITests.readmeOneKey",
         "systemd": "ReadmeBlocksTests.systemd",
         "release-bad": "ReleasesCLITests.readme",

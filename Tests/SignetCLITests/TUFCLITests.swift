@@ -286,19 +286,29 @@ struct TUFCLITests {
         let stolenID = try #require(((staged["staged"] as? [[String: Any]])?.first?["signed_by"] as? [String])?.first)
         try FileManager.default.removeItem(atPath: fleet.repo + "/staging/targets.json")
         // Rotation 1: rel1 out, rel3 in. Rotation 2: threshold 1 of {rel2, rel3}.
+        // The first rotation is held until targets is signed again by the new set (issue 49).
         try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(stolenID.prefix(10)), "--add", fleet.pub("rel3")]))
         try fleet.signRoot()
+        for key in ["rel2", "rel3"] { try fleet.check(fleet.sign("targets", key)) }
+        try fleet.refresh()
         try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--threshold", "1"]))
         try fleet.signRoot()
-        // The thief signs a release with rel1 (the old key) and publishes it with the online keys.
-        try fleet.resign("1.targets.json", keys: ["rel1"], root: "1.root.json", edits: ["s['version'] = 2"], out: "2.targets.json")
-        try fleet.refresh()
+        // The thief signs a release with rel1 (the old key) and publishes it with the online
+        // keys, with a tool of their own (signet repo refresh names only targets the root accepts).
+        let targets = fleet.trustedTargetsVersion()
+        let snapshots = try FileManager.default.contentsOfDirectory(atPath: fleet.repo + "/metadata")
+            .compactMap { $0.hasSuffix(".snapshot.json") ? Int($0.dropLast(".snapshot.json".count)) : nil }.max() ?? 0
+        try fleet.resign("1.targets.json", keys: ["rel1"], root: "1.root.json", edits: ["s['version'] = \(targets + 1)"], out: "\(targets + 1).targets.json")
+        try fleet.resign("\(snapshots).snapshot.json", keys: ["snap"], edits: ["s['version'] = \(snapshots + 1)", "s['meta'] = {'targets.json': {'version': \(targets + 1)}}"],
+                         out: "\(snapshots + 1).snapshot.json")
+        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 1", "s['meta'] = {'snapshot.json': {'version': \(snapshots + 1)}}"])
         let refused = try device.update()
         #expect(refused.status == 3 && Self.code(refused) == "threshold-not-met", "\(refused.stdoutText)")
         #expect(device.trustedVersion("root") == 3, "the device walked both rotations")
         #expect(device.installed() == "release 1\n")
         // The publisher's next release, signed by the new key, reaches it.
-        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/2.targets.json")
+        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/\(targets + 1).targets.json")
+        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/\(snapshots + 1).snapshot.json")
         try fleet.release(3, signers: ["rel3"], packKey: "rel3")
         let accepted = try device.update()
         #expect(accepted.status == 0, "\(accepted.stderr)")
@@ -546,6 +556,16 @@ struct TUFCLITests {
                                "--digest", digest, "--json"],
                               environment: environment)
         #expect(bob.status == 3 && Self.code(bob) == "untrusted-signer", "\(bob.stdoutText)")
+        try FileManager.default.removeItem(atPath: www + "/staging/targets.json")
+
+        // Issue 49: renewal without a release, the online key and a root key replaced; the
+        // device follows every root and nothing needs attention.
+        let kept = try run("bash", ["-euo", "pipefail", "-c", moved(try UpdateCLITests.readmeBlock("tuf-keeping"))], environment: environment, directory: d)
+        #expect(kept.status == 0, "\(kept.stderr)\n\(kept.stdoutText)")
+        #expect(kept.stdoutText.contains("up to date") && !kept.stdoutText.contains("NEEDS ATTENTION"), "\(kept.stdoutText)")
+        let after = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: d + "/var/lib/signet/tuf/app/root.json"))) as? [String: Any]
+        #expect((after?["signed"] as? [String: Any])?["version"] as? Int == 4)
+        #expect(FileManager.default.fileExists(atPath: www + "/metadata/4.root.json") && !FileManager.default.fileExists(atPath: www + "/staging/root.json"))
     }
 }
 

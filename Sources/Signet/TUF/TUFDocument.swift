@@ -82,3 +82,11 @@ extension TUFKey {
         return try? PublicKey(key: evp, format: .pemSPKI, certificateDER: nil, source: source)
     }
 }
+
+extension PublicKey {
+    /// The key's id as TUF metadata names it (the SHA-256 of its canonical TUF key object, as
+    /// securesystemslib computes it), which `signet repo status` shows beside ``keyID``.
+    public func tufKeyID() throws -> String {
+        try TUFPublicKeyEntry(self).keyID
+    }
+}

@@ -61,7 +61,7 @@ extension TUFRepository {
 
     /// The targets document new changes go into: the staged one (its signatures dropped: its
     /// content changes), else the newest published one as the next version.
-    private func nextTargets(now: Timestamp) throws -> TUFDocument {
+    func nextTargets(now: Timestamp) throws -> TUFDocument {
         if var staged = try staged("targets") {
             staged.signatures = []
             return staged
@@ -88,7 +88,8 @@ extension TUFRepository {
         for channel in channels where !PackageBinding.isValidChannel(channel) {
             throw SignetError(.usage, "the channel name '\(channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
         }
-        let root = try publishedRoot()
+        // A root held for the targets keys it names: the package is signed for it.
+        let root = try effectiveRoot()
         let described = try PackageBinding.describing(package)
         // Devices take the package keys from the role that lists it: a manifest signed by
         // another key would be refused on every device.
@@ -169,33 +170,73 @@ extension TUFRepository {
         public let timestampVersion: Int64
         public let timestampExpires: Timestamp
         public let targetsVersion: Int64
+        /// The held root this refresh published (nil: none).
+        public var publishedRoot: Int64? = nil
+        /// Why a signed root stays held (nil: none is).
+        public var held: String? = nil
+        /// Root or targets, which a refresh cannot sign, expired or expiring within the
+        /// warning window: a cron job must fail loudly, not keep serving a repository that
+        /// strands devices (kinds `expired` and `expiring`).
+        public var expiring: [Status.Alert] = []
     }
 
-    /// Publishes a new snapshot when the newest targets version is not the one the snapshot
-    /// names or the snapshot is past half its lifetime, and always a new timestamp: the job a
-    /// cron timer runs with the online keys only. The keys must be the root's snapshot and
-    /// timestamp keys (enough of them to meet each threshold).
-    public func refresh(snapshotKeys: [PrivateKey], timestampKeys: [PrivateKey], now: Timestamp = .now) throws -> RefreshOutcome {
-        let root = try publishedRoot()
-        guard let (targetsVersion, targetsBytes) = try latest("targets") else {
+    /// Publishes a new snapshot when the targets version to name is not the one the snapshot
+    /// names, the snapshot is past half its lifetime, or the root changed; and always a new
+    /// timestamp: the job a cron timer runs with the online keys only. The keys must be the
+    /// root's snapshot and timestamp keys (enough of them to meet each threshold).
+    ///
+    /// A signed root held in staging (one that changes the keys of targets, snapshot or
+    /// timestamp) is published here, once the targets version it accepts is published and the
+    /// keys given are the ones it names: snapshot first, then the root, then the timestamp, so
+    /// a device reads a root together with metadata it accepts. Until then the refresh goes on
+    /// under the published root, and ``RefreshOutcome/held`` says what the root waits for.
+    public func refresh(snapshotKeys: [PrivateKey], timestampKeys: [PrivateKey], now: Timestamp = .now,
+                        warnWithin: Int64 = 14 * 86_400) throws -> RefreshOutcome {
+        let published = try publishedRoot()
+        guard try latest("targets") != nil else {
             throw SignetError(.fileNotFound, "no targets metadata is published yet: its key holders sign staging/targets.json first", path: metadataDirectory)
         }
         let lifetimes = self.lifetimes
         var snapshotVersion: Int64 = 0
+        var current: TUFSnapshot? = nil
         var snapshotBytes: [UInt8]? = nil
-        var newSnapshot = false
         if let (version, bytes) = try latest("snapshot") {
             snapshotVersion = version
             snapshotBytes = bytes
-            let current = try TUFSnapshot(TUFMetadata(bytes: bytes, expectedType: "snapshot", name: "\(version).snapshot.json"))
+            current = try TUFSnapshot(TUFMetadata(bytes: bytes, expectedType: "snapshot", name: "\(version).snapshot.json"))
+        }
+        let namedVersion = current?.meta["targets.json"]?.version ?? 1
+        // The root to publish under: a held one when everything it needs is there.
+        var root = published
+        var rootDocument: TUFDocument? = nil
+        var held: String? = nil
+        var other: TUFRoot? = nil
+        if let pending = try completeStagedRoot() {
+            let keysMeet = try meets(pending.root, "snapshot", snapshotKeys) && meets(pending.root, "timestamp", timestampKeys)
+            let targetsReady = try newestTargets(acceptedBy: pending.root, atLeast: namedVersion) != nil
+            if keysMeet && targetsReady {
+                (root, rootDocument, other) = (pending.root, pending.document, published)
+            } else {
+                other = pending.root
+                var waits = targetsReady ? [] : ["targets"]
+                if try !meets(pending.root, "snapshot", snapshotKeys) { waits.append("snapshot") }
+                if try !meets(pending.root, "timestamp", timestampKeys) { waits.append("timestamp") }
+                held = heldMessage(version: pending.document.version, failing: waits)
+            }
+        }
+        guard let (targetsVersion, targetsBytes) = try newestTargets(acceptedBy: root, atLeast: namedVersion) else {
+            throw SignetError(.thresholdNotMet, "no published targets version from v\(namedVersion) on meets the targets threshold of root v\(root.metadata.version): devices would refuse it. Stage it again with `signet repo renew \(path) --role targets` and have the targets key holders sign it", path: metadataDirectory)
+        }
+        var newSnapshot = true
+        if let current {
             let halfLife = Timestamp(secondsSinceEpoch: current.metadata.expires.secondsSinceEpoch &- lifetimes.snapshot / 2)
             let named = current.meta["targets.json"]
             let targetsHash = try Digest.compute(targetsBytes, algorithm: .sha256).hex
-            // Another file under the same version (replaced by hand) is a change too.
+            // Another file under the same version (replaced by hand) is a change too; so is a
+            // snapshot the root no longer accepts (its keys rotated).
             newSnapshot = named?.version != targetsVersion || named?.length.map { $0 != Int64(targetsBytes.count) } == true
-                || named?.hashes?["sha256"].map { $0 != targetsHash } == true || now >= halfLife
-        } else {
-            newSnapshot = true
+                || named?.hashes?["sha256"].map { $0 != targetsHash } == true || now >= halfLife || rootDocument != nil
+                || !accepts(root, "snapshot", file: "\(snapshotVersion).snapshot.json")
         }
         if newSnapshot {
             let (next, overflow) = snapshotVersion.addingReportingOverflow(1)
@@ -208,7 +249,7 @@ extension TUFRepository {
                 ("_type", .string("snapshot")), ("spec_version", .string(Self.specVersion)), ("version", .number(String(next))),
                 ("expires", .string(Self.expiry(now, lifetimes.snapshot))), ("meta", meta),
             ]))
-            try signOnline(&document, role: "snapshot", keys: snapshotKeys, root: root)
+            try signOnline(&document, role: "snapshot", keys: snapshotKeys, root: root, other: other, held: held)
             try publish("\(next).snapshot.json", document.bytes)
             snapshotVersion = next
             snapshotBytes = document.bytes
@@ -230,18 +271,37 @@ extension TUFRepository {
                 ("hashes", .object([("sha256", .string(try Digest.compute(snapshot, algorithm: .sha256).hex))])),
             ]))])),
         ]))
-        try signOnline(&timestamp, role: "timestamp", keys: timestampKeys, root: root)
+        try signOnline(&timestamp, role: "timestamp", keys: timestampKeys, root: root, other: other, held: held)
+        if let rootDocument {
+            try publish("\(rootDocument.version).root.json", rootDocument.bytes)
+            unlink("\(stagingDirectory)/root.json")
+        }
         try publish("timestamp.json", timestamp.bytes, replace: true)
-        return RefreshOutcome(snapshotVersion: snapshotVersion, newSnapshot: newSnapshot, timestampVersion: nextTimestamp,
-                              timestampExpires: Timestamp(rfc3339: expires) ?? now, targetsVersion: targetsVersion)
+        var outcome = RefreshOutcome(snapshotVersion: snapshotVersion, newSnapshot: newSnapshot, timestampVersion: nextTimestamp,
+                                     timestampExpires: Timestamp(rfc3339: expires) ?? now, targetsVersion: targetsVersion)
+        outcome.publishedRoot = rootDocument?.version
+        outcome.held = held
+        outcome.expiring = try status(now: now, warnWithin: warnWithin).alerts.filter {
+            ($0.role == "root" || $0.role == "targets") && ($0.kind == "expired" || $0.kind == "expiring")
+        }
+        return outcome
     }
 
-    private func signOnline(_ document: inout TUFDocument, role: String, keys: [PrivateKey], root: TUFRoot) throws {
+    /// Whether `keys` meet `role`'s threshold in `root` (keys it does not name do not count).
+    private func meets(_ root: TUFRoot, _ role: String, _ keys: [PrivateKey]) throws -> Bool {
+        guard let delegated = root.roles[role] else { return false }
+        let ids = Set(try keys.map { try TUFPublicKeyEntry($0.publicKey).keyID })
+        return ids.intersection(delegated.keyIDs).count >= delegated.threshold
+    }
+
+    private func signOnline(_ document: inout TUFDocument, role: String, keys: [PrivateKey], root: TUFRoot, other: TUFRoot?, held: String?) throws {
         guard let delegated = root.roles[role] else { return }
         for key in keys {
             let id = try TUFPublicKeyEntry(key.publicKey).keyID
             guard delegated.keyIDs.contains(id) else {
-                throw SignetError(.untrustedSigner, "key \(id.prefix(16)) is not a \(role) key of root version \(root.metadata.version)", path: nil)
+                // While a root is held, the keys of the root before or after it may be given too.
+                if other?.roles[role]?.keyIDs.contains(id) == true { continue }
+                throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(id.prefix(12))) is not a \(role) key of root version \(root.metadata.version)\(held.map { "; \($0)" } ?? "")", path: nil)
             }
             try document.sign(with: key, keyID: id)
         }
@@ -282,9 +342,11 @@ extension TUFRepository {
             ids.removeAll { $0 == id }
         }
         for prefix in remove {
-            let matching = ids.filter { $0.hasPrefix(prefix.lowercased()) }
-            guard matching.count == 1 else {
-                throw SignetError(.usage, matching.isEmpty ? "no \(role) key has an id starting with '\(prefix)' (see `signet repo status`)" : "'\(prefix)' matches \(matching.count) \(role) keys: give more of the id")
+            // A key's Signet id (what keygen, key show and pack print) or its TUF key id.
+            let text = prefix.lowercased()
+            let matching = ids.filter { $0.hasPrefix(text) || (current.keys[$0]?.publicKey(source: role)?.keyID.hex.hasPrefix(text) ?? false) }
+            guard !text.isEmpty, matching.count == 1 else {
+                throw SignetError(.usage, matching.isEmpty ? "no \(role) key has a Signet or TUF key id starting with '\(prefix)' (`signet repo status` lists both)" : "'\(prefix)' matches \(matching.count) \(role) keys: give more of the id")
             }
             ids.removeAll { $0 == matching[0] }
         }
@@ -295,6 +357,10 @@ extension TUFRepository {
         }
         let newThreshold = threshold ?? current.roles[role]?.threshold ?? 1
         try Self.checkThreshold(newThreshold, keys: ids.count, role: role)
+        // A root that changes nothing would cost every key holder a signature for nothing.
+        if ids == current.roles[role]?.keyIDs, newThreshold == current.roles[role]?.threshold {
+            throw SignetError(.usage, "nothing changes: the \(role) role is already \(newThreshold) of \(ids.count) with these keys. To extend root's expiry, `signet repo renew \(path) --role root`")
+        }
         var roles = document.signed["roles"]?.objectMembers ?? []
         if let index = roles.firstIndex(where: { $0.0 == role }) { roles[index].1 = Self.roleJSON(ids, threshold: newThreshold) }
         // Keys no role names any more leave the root.
@@ -302,6 +368,11 @@ extension TUFRepository {
         keys.removeAll { !used.contains($0.0) }
         document.set([("keys", .object(keys)), ("roles", .object(roles)), ("expires", .string(Self.expiry(now, lifetimes.root)))])
         try writeStaged("root", document)
+        // Targets the new root would not accept is staged again now, so its key holders can
+        // review and sign it while the root is signed (the root is held until they have).
+        if let new = try? TUFRoot(document.metadata(as: "root", name: "staging/root.json")), rolesFailing(under: new).contains("targets") {
+            try restageTargets(now: now)
+        }
         return document.version
     }
 }

@@ -183,6 +183,14 @@ public struct TUFRepository: Sendable {
         /// True when this key had signed the staged file already: its signature was made again,
         /// and counts once.
         public var alreadySigned = false
+        /// A root with every signature it needs that changes the keys of these roles (of
+        /// targets, snapshot and timestamp) is held in staging, not published, until what
+        /// devices read of them is signed again under it; `repo refresh` then publishes it
+        /// (``TUFRepository/status(now:warnWithin:)`` says what it waits for).
+        public var heldFor: [String] = []
+        /// For targets signed under a held root: published as a file, and seen by devices when
+        /// `repo refresh` publishes that root with it.
+        public var heldRootVersion: Int64? = nil
     }
 
     /// Adds the signature of `key` to the staged `role` (`root` or `targets`) and publishes it
@@ -214,19 +222,19 @@ public struct TUFRepository: Sendable {
         let keyID = try TUFPublicKeyEntry(key.publicKey).keyID
         let name = "\(document.version).\(role).json"
         let again = document.signatures.contains { $0.keyID == keyID }
-        var outcome = try sign(&document, role: role, name: name, key: key, keyID: keyID)
+        var outcome = try sign(&document, role: role, name: name, key: key, keyID: keyID, now: now)
         outcome.alreadySigned = again
         return outcome
     }
 
     /// Signs `document` (the staged `role`) with `key` and publishes it when its thresholds are met.
-    private func sign(_ document: inout TUFDocument, role: String, name: String, key: PrivateKey, keyID: String) throws -> SignOutcome {
+    private func sign(_ document: inout TUFDocument, role: String, name: String, key: PrivateKey, keyID: String, now: Timestamp) throws -> SignOutcome {
         if role == "root" {
             let new = try TUFRoot(document.metadata(as: "root", name: name))
             let previous = document.version > 1 ? try publishedRoot() : nil
             let allowed = Set(new.roles["root"]?.keyIDs ?? []).union(previous?.roles["root"]?.keyIDs ?? [])
             guard allowed.contains(keyID) else {
-                throw SignetError(.untrustedSigner, "key \(keyID.prefix(16)) is not a root key of root version \(document.version)\(previous == nil ? "" : " or of the version before it"): its signature would not count", path: name)
+                throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a root key of root version \(document.version)\(previous == nil ? "" : " or of the version before it"): its signature would not count", path: name)
             }
             if let previous, previous.metadata.version + 1 != document.version {
                 throw SignetError(.usage, "staging/root.json is version \(document.version) but the published root is version \(previous.metadata.version): stage it again with `signet repo rotate`", path: name)
@@ -239,6 +247,18 @@ public struct TUFRepository: Sendable {
             let ownMet = ownCount >= new.roles["root"]!.threshold
             let previousMet = previous.map { previousCount! >= $0.roles["root"]!.threshold } ?? true
             if ownMet && previousMet {
+                // A root that changes the keys of what devices read next is held until that is
+                // signed again under it: published now, it would strand every device.
+                let failing = previous == nil ? [] : rolesFailing(under: new)
+                guard failing.isEmpty else {
+                    if failing.contains("targets") {
+                        try restageTargets(now: now)
+                        try publishStagedTargets(under: new)
+                    }
+                    var outcome = SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: false, missing: nil)
+                    outcome.heldFor = failing
+                    return outcome
+                }
                 try publish(name, document.bytes)
                 unlink("\(stagingDirectory)/root.json")
                 return SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: true, missing: nil)
@@ -249,21 +269,46 @@ public struct TUFRepository: Sendable {
             return SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: false,
                                missing: missing.joined(separator: " and "))
         }
-        let root = try publishedRoot()
-        guard let targetsRole = root.roles["targets"], targetsRole.keyIDs.contains(keyID) else {
-            throw SignetError(.untrustedSigner, "key \(keyID.prefix(16)) is not a targets key of root version \(root.metadata.version): its signature would not count", path: name)
+        // Under a complete root held in staging, its targets keys count (what it waits for);
+        // the keys of a staged root still being signed may sign too, and count once it is.
+        let published = try publishedRoot()
+        let held = try completeStagedRoot()
+        let root = held?.root ?? published
+        let stagedRoot = held == nil ? (try? staged("root")).flatMap { try? TUFRoot($0.metadata(as: "root", name: "staging/root.json")) } : nil
+        guard let targetsRole = root.roles["targets"] else { throw SignetError(.malformedMetadata, "root has no targets role", path: name) }
+        guard targetsRole.keyIDs.contains(keyID) || stagedRoot?.roles["targets"]?.keyIDs.contains(keyID) == true else {
+            throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a targets key of root version \(root.metadata.version)\(stagedRoot == nil ? "" : " or of the staged root"): its signature would not count", path: name)
         }
         try document.sign(with: key, keyID: keyID)
         try writeStaged(role, document)
         let metadata = try document.metadata(as: "targets", name: name)
         let valid = count(metadata, keys: root.keys, role: targetsRole)
         guard valid >= targetsRole.threshold else {
+            if let stagedRoot, let future = stagedRoot.roles["targets"] {
+                let counted = count(metadata, keys: stagedRoot.keys, role: future)
+                if counted >= future.threshold {
+                    return SignOutcome(role: role, version: document.version, signatures: counted, threshold: future.threshold, published: false,
+                                       missing: "root v\(stagedRoot.metadata.version)'s signatures: it names these targets keys, and targets is published once it is signed")
+                }
+            }
             return SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: false,
                                missing: "\(targetsRole.threshold - valid) more targets key\(targetsRole.threshold - valid == 1 ? "" : "s")")
         }
         try publish(name, document.bytes)
         unlink("\(stagingDirectory)/targets.json")
-        return SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: true, missing: nil)
+        var outcome = SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: true, missing: nil)
+        outcome.heldRootVersion = held?.document.version
+        return outcome
+    }
+
+    /// Publishes the staged targets when `root` (a complete root, held) accepts it: devices
+    /// see it when `repo refresh` publishes that root with a snapshot naming it.
+    func publishStagedTargets(under root: TUFRoot) throws {
+        guard let document = try staged("targets"), let role = root.roles["targets"] else { return }
+        let name = "\(document.version).targets.json"
+        guard count(try document.metadata(as: "targets", name: name), keys: root.keys, role: role) >= role.threshold else { return }
+        try publish(name, document.bytes)
+        unlink("\(stagingDirectory)/targets.json")
     }
 
     /// Valid signatures on `metadata` by distinct keys of `role`.
@@ -272,57 +317,6 @@ public struct TUFRepository: Sendable {
             guard let key = keys[id], let signature = metadata.signatures[id] ?? nil else { return false }
             return key.verifies(signature, over: metadata.signedBytes)
         }.count
-    }
-}
-
-extension TUFRepository {
-    /// What a repository holds now: each role's published version, expiry, keys and threshold;
-    /// what waits for signatures; the packages its targets list.
-    public struct Status: Sendable {
-        public struct Role: Sendable {
-            public let name: String
-            public let version: Int64
-            public let expires: Timestamp?
-            public let keyIDs: [String]
-            public let threshold: Int
-        }
-        public struct Staged: Sendable {
-            public let role: String
-            public let version: Int64
-            public let signatures: [String]
-        }
-        public let roles: [Role]
-        public let staged: [Staged]
-        public let packages: [TUFPackageTarget]
-    }
-
-    /// Reads the repository's state (nothing is changed).
-    public func status() throws -> Status {
-        let root = try? publishedRoot()
-        var roles: [Status.Role] = []
-        for name in ["root", "targets", "snapshot", "timestamp"] {
-            var version: Int64 = 0
-            var expires: Timestamp? = nil
-            if name == "timestamp" {
-                if let bytes = try? readSmallFile(metadataDirectory + "/timestamp.json", what: "timestamp", limit: 1 << 20),
-                   let metadata = try? TUFMetadata(bytes: bytes, expectedType: name, name: name) {
-                    (version, expires) = (metadata.version, metadata.expires)
-                }
-            } else if let (latestVersion, bytes) = try latest(name), let metadata = try? TUFMetadata(bytes: bytes, expectedType: name, name: name) {
-                (version, expires) = (latestVersion, metadata.expires)
-            }
-            roles.append(Status.Role(name: name, version: version, expires: expires, keyIDs: root?.roles[name]?.keyIDs ?? [], threshold: root?.roles[name]?.threshold ?? 0))
-        }
-        var waiting: [Status.Staged] = []
-        for name in ["root", "targets"] {
-            if let document = try staged(name) { waiting.append(Status.Staged(role: name, version: document.version, signatures: document.signatures.map(\.keyID))) }
-        }
-        var packages: [TUFPackageTarget] = []
-        if let (version, bytes) = try latest("targets") {
-            let targets = try TUFTargets(TUFMetadata(bytes: bytes, expectedType: "targets", name: "\(version).targets.json"))
-            packages = targets.targets.values.compactMap(TUFPackageTarget.init).sorted { ($0.name, $0.sequence) < ($1.name, $1.sequence) }
-        }
-        return Status(roles: roles, staged: waiting, packages: packages)
     }
 }
 

@@ -140,7 +140,7 @@ extension TUFRepository {
                 }
             }
             // Before the first root is published (right after `repo init`) nothing can be listed.
-            let root = try? publishedRoot()
+            let root = try? effectiveRoot()
             let keys = (root?.roles["targets"]?.keyIDs ?? []).compactMap { root?.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
             // Added packages, and changed ones whose binding changed (a channel moved away from
             // an old release is not a new package: it was checked when it was listed).
