@@ -20,6 +20,9 @@ struct ReleaseOptions: ParsableArguments {
     @Option(name: .customLong("health-check"), help: ArgumentHelp("A command run after the swap (and the post-install command): if it fails or times out, the previous release is swapped back, this one is recorded as bad, and signet exits 1 (health-check-failed).", valueName: "cmd"))
     var healthCheck: String?
 
+    @Flag(name: .customLong("retry-bad"), help: "Install a release DIR refused as bad (its health check failed, or it was rolled back) all the same, once what made it fail is fixed.")
+    var retryBad = false
+
     @Option(name: .customLong("health-timeout"), help: ArgumentHelp("How long the health check may take: 90s, 5m or 1h (default 60s).", valueName: "duration"))
     var healthTimeout: String = "60s"
 
@@ -53,13 +56,14 @@ struct ReleaseOptions: ParsableArguments {
     func apply(to options: inout InstallOptions) {
         options.keepPrevious = keepPrevious == .yes
         options.pending = pending
+        options.retryBad = retryBad
         options.hooks.postInstall = postInstall.flatMap(InstallHooks.words)
         options.hooks.healthCheck = healthCheck.flatMap(InstallHooks.words)
         options.hooks.healthTimeout = Self.seconds(healthTimeout) ?? 60
     }
 
     /// The config keys of `update`.
-    static let configKeys: [String: Bool] = ["keep-previous": true, "pending": false, "post-install": true, "health-check": true, "health-timeout": true]
+    static let configKeys: [String: Bool] = ["keep-previous": true, "pending": false, "retry-bad": false, "post-install": true, "health-check": true, "health-timeout": true]
 
     /// What the hooks did, for the text output.
     static func say(_ report: InstallReport) {

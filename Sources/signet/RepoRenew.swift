@@ -23,7 +23,7 @@ extension Repo {
             Examples:
               signet repo renew site --role targets
               signet repo sign site --role targets --key t1.pem --digest 3f9c0a1b2c3d4e5f
-              signet repo renew site --role targets --key release.pem   (one key holds targets)
+              signet repo renew site --role targets --key release.pem
             """
         )
 

@@ -103,7 +103,18 @@ extension Repo {
         static let configuration = CommandConfiguration(
             commandName: "status",
             abstract: "Show each role's version, expiry, keys and threshold, what waits for signatures, and the channels.",
+            usage: """
+            signet repo status <repo> [--staged-digest <role>]
+                               [--warn-within <duration>] [<options>]
+            """,
             discussion: """
+            NEEDS ATTENTION lines say what strands devices unless someone acts, each with \
+            the command that fixes it: a published role the root does not accept, a signed \
+            root held until what it changes is signed again, any role expired, root or \
+            targets expiring within --warn-within. Keys are shown by their Signet id (what \
+            keygen, key show and pack print) with the TUF key id the metadata uses.
+
+
             A staged root or targets file is shown against the published one: targets \
             added, changed and removed (name, version, sequence, channels, length, SHA-256, \
             manifest SHA-256), delegations, keys and thresholds, expiry, and its digest — \

@@ -24,7 +24,8 @@ struct Rollback: ParsableCommand {
 
         Examples:
           signet rollback /opt/app
-          signet rollback /opt/app --state /var/lib/signet/app-state.json
+          signet rollback /opt/app --state /var/lib/signet/app-state.json \\
+            --post-install 'systemctl restart app'
           signet rollback --boot-check --config /etc/signet/update.d/app.conf
         """
     )
@@ -44,21 +45,27 @@ struct Rollback: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
+    @Option(name: .customLong("post-install"), help: ArgumentHelp("The app's post-install command, run after the swap with SIGNET_EVENT=rollback (with --config: the config's post-install).", valueName: "cmd"))
+    var postInstall: String?
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if dest == nil && config == nil { throw ValidationError("name the installed directory (or --config FILE of its update)") }
         if dest != nil && config != nil { throw ValidationError("give either DIR or --config FILE, not both") }
         if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
+        if let postInstall, InstallHooks.words(postInstall) == nil {
+            throw ValidationError("--post-install '\(postInstall)' is not a command: it is empty or has an unterminated quote (commands are split into words as a shell would, without a shell)")
+        }
     }
 
-    /// DIR and --state, from the arguments or the update config.
-    static func destination(_ dest: String?, state: String?, config: String?) throws -> (dest: String, state: String?) {
-        guard let config else { return (dest!, state) }
+    /// DIR, --state and --post-install, from the arguments or the update config.
+    static func destination(_ dest: String?, state: String?, config: String?, postInstall: String? = nil) throws -> (dest: String, state: String?, postInstall: String?) {
+        guard let config else { return (dest!, state, postInstall) }
         let arguments = try Update.arguments(fromConfig: config, overriddenBy: [])
         func value(_ option: String) -> String? { arguments.firstIndex(of: option).flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil } }
         guard let dest = value("--dest") else { throw SignetError(.usage, "config file '\(config)' has no dest = \"…\"", path: config) }
-        return (dest, state ?? value("--state"))
+        return (dest, state ?? value("--state"), postInstall ?? value("--post-install"))
     }
 
     struct Report: Encodable {
@@ -67,24 +74,34 @@ struct Rollback: ParsableCommand {
         @Null var from: Update.Release?
         @Null var to: Update.Release?
         @Null var skipped: String?
+        let hooks: [ReleaseOptions.Hook]
     }
 
     func run() throws {
-        let (dest, stateFile) = try Self.destination(dest, state: state, config: config)
+        let (dest, stateFile, command) = try Self.destination(dest, state: state, config: config, postInstall: postInstall)
         var options = RollbackOptions()
         options.bootCheck = bootCheck
         options.stateFile = stateFile
         options.wait = wait
+        options.postInstall = command.flatMap(InstallHooks.words)
         let report = try Installer.rollback(dest, options: options)
         func release(_ r: Signet.Release?) -> Update.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
         if output.json {
-            Output.json(Report(destination: dest, rolled_back: report.to != nil, from: release(report.from), to: release(report.to), skipped: report.skipped))
+            Output.json(Report(destination: dest, rolled_back: report.to != nil, from: release(report.from), to: release(report.to), skipped: report.skipped,
+                               hooks: report.hooks.map(ReleaseOptions.Hook.init)))
             return
         }
         if let skipped = report.skipped {
             Output.line("nothing to roll back: \(skipped)")
         } else if let from = report.from, let to = report.to {
-            Output.line("rolled back \(dest) from \(from.description) to \(to.description); sequence \(from.sequence) is recorded as bad (a higher sequence installs)")
+            Output.line("rolled back \(dest) from \(from.description) to \(to.description); sequence \(from.sequence) is recorded as bad (a higher sequence installs; `--retry-bad` installs it again)")
+            if stateFile == nil {
+                Output.line("  not recorded in an install state (no --state): `reverify --state` accepts it from the record beside \(dest)")
+            }
+            for hook in report.hooks {
+                Output.line("  \(hook.hook): \(hook.outcome)" + (hook.output.isEmpty ? "" : " — " + hook.output.split(separator: "\n").suffix(2).joined(separator: " | ")))
+                if !hook.succeeded { Output.warn("the post-install command \(hook.outcome); the rollback is made") }
+            }
         }
     }
 }

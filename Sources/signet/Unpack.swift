@@ -133,6 +133,7 @@ struct Unpack: ParsableCommand {
         let up_to_date: Bool
         let repaired: [String]
         let files_shared: Int
+        let files_copied: Int
         let previous_kept: Bool
         let pending: Bool
         let hooks: [ReleaseOptions.Hook]
@@ -216,7 +217,7 @@ struct Unpack: ParsableCommand {
                                signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
                                attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
                                leftover: report.leftover, transfer: report.transfer.map(Transfer.init),
-                               up_to_date: report.upToDate, repaired: report.repaired, files_shared: report.filesShared,
+                               up_to_date: report.upToDate, repaired: report.repaired, files_shared: report.filesShared, files_copied: report.filesCopied,
                                previous_kept: report.previousKept, pending: report.pending, hooks: report.hooks.map(ReleaseOptions.Hook.init)))
             return
         }
@@ -227,12 +228,23 @@ struct Unpack: ParsableCommand {
         Self.sayRepaired(report, dest: dest)
         let what = report.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "bare package"
         let replaced = report.replacedSequence.map { ", replacing sequence \($0)" } ?? ""
-        let shared = report.filesShared > 0 ? " (\(Self.count(report.filesShared)) unchanged, shared with the replaced tree)" : ""
-        Output.line("installed \(what) into \(dest): \(report.files.count) file\(report.files.count == 1 ? "" : "s") verified\(shared), signed by key \(report.signer.keyID.short)\(replaced)")
+        Output.line("installed \(what) into \(dest): \(report.files.count) file\(report.files.count == 1 ? "" : "s") verified, signed by key \(report.signer.keyID.short)\(replaced)")
         if let transfer = report.transfer {
             Output.line("  " + Self.describe(transfer))
         }
+        Self.sayShared(report)
         ReleaseOptions.say(report)
+    }
+
+    /// Unchanged files shared with the replaced tree and copied from it: a one-file update
+    /// writes one file only when the releases are signed by the same key (issue 49).
+    static func sayShared(_ report: InstallReport) {
+        guard report.filesShared + report.filesCopied > 0 else { return }
+        var text = "  unchanged files: \(count(report.filesShared)) shared with the replaced tree (nothing written)"
+        if report.filesCopied > 0 {
+            text += ", \(count(report.filesCopied)) copied (written again: a file is shared only when the release that wrote it was signed by the same key, key \(report.signer.keyID.short) here, with the same mode and attributes)"
+        }
+        Output.line(text)
     }
 
     /// With --repair, what the check of DIR found (the reinstall that follows replaced it):

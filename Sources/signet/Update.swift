@@ -233,9 +233,18 @@ extension Update {
         @Null var transfer: Unpack.Transfer?
         let repaired: [String]
         let files_shared: Int
+        let files_copied: Int
         let previous_kept: Bool
         let pending: Bool
         let hooks: [ReleaseOptions.Hook]
+        @Null var replaced: Release?
+        @Null var refused: Refused?
+    }
+
+    struct Refused: Encodable {
+        let sequence: UInt64
+        let reason: String
+        let at: String
     }
 
     /// `update --repository`: the channel's release from a TUF repository.
@@ -256,14 +265,18 @@ extension Update {
         }
         let available = Release(name: report.release.name, version: report.release.version, sequence: report.release.sequence)
         let installed = report.installed.map { Release(name: $0.name, version: $0.version, sequence: $0.sequence) }
+        let updated = report.install.map { !$0.upToDate } ?? false
         if output.json {
+            // `installed` is what DIR holds after the run; `replaced` what it held before an update.
             Output.json(RepositoryReport(channel: channel, repository: repository, root_version: report.refresh.rootVersion,
-                                         timestamp_version: report.refresh.timestampVersion, role: report.role, installed: installed,
+                                         timestamp_version: report.refresh.timestampVersion, role: report.role, installed: updated ? available : installed,
                                          available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
                                          updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
                                          transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [], files_shared: report.install?.filesShared ?? 0,
+                                         files_copied: report.install?.filesCopied ?? 0,
                                previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
-                               hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? []))
+                               hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
+                               refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) }))
             return
         }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
@@ -271,7 +284,11 @@ extension Update {
         if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(trusted)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
+            Unpack.sayShared(install)
             ReleaseOptions.say(install)
+        } else if let refused = report.refused {
+            // Not a failure: the device keeps what runs until the publisher ships a fix.
+            Output.line("held back: channel \(channel) names \(available.name) \(available.version) (sequence \(available.sequence)), which \(dest) refused (\(refused.reason), \(refused.at)); keeping \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "what it holds") until a higher sequence is published (--retry-bad installs it again); \(trusted)")
         } else if report.updateAvailable {
             Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)")
         } else if report.channelIsOlder {

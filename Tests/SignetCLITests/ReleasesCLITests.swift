@@ -123,6 +123,8 @@ struct ReleasesCLITests {
         #expect(again.status == 1, "\(again.stdoutText)")
         let againJSON = try again.json()
         #expect((againJSON["error"] as? [String: Any])?["code"] as? String == "bad-release")
+        #expect(again.stderr.contains("--retry-bad") && !again.stderr.contains("--force"), "\(again.stderr)")
+        #expect(try f.unpack(two, ["--force"]).status == 1, "--force is not a retry (issue 49)")
         // The release DIR holds again: up to date (not a rollback, not bad).
         let current = try f.unpack(one)
         #expect(current.status == 0 && current.stdoutText.contains("up to date"), "\(current.stdoutText) \(current.stderr)")
@@ -365,10 +367,63 @@ struct ReleasesCLITests {
         #expect(second.status == 1 && UpdateCLITests.code(second) == "health-check-failed", "\(second.stdoutText)")
         #expect(p.installedText() == "release 1\n")
         #expect(try String(contentsOfFile: log, encoding: .utf8) == "install 1\ninstall 2\nrollback 1\n")
-        // The channel still names release 2: refused as bad, nothing changed.
+        // The channel still names release 2: held back, and the hourly run succeeds (issue 49,
+        // point 5: it failed with bad-release until a higher sequence was published).
         let third = try CLI.run(["update", "--config", path, "--json"])
-        #expect(third.status == 1 && UpdateCLITests.code(third) == "bad-release", "\(third.stdoutText)")
+        let thirdJSON = try third.json()
+        #expect(third.status == 0 && (thirdJSON["refused"] as? [String: Any])?["sequence"] as? Int == 2, "\(third.stdoutText)")
+        #expect(thirdJSON["updated"] as? Bool == false && thirdJSON["update_available"] as? Bool == false, "\(thirdJSON)")
+        let text = try CLI.run(["update", "--config", path])
+        #expect(text.status == 0 && text.stdoutText.contains("held back") && text.stdoutText.contains("--retry-bad") && !text.stdoutText.contains("--force"), "\(text.stdoutText)")
         #expect(p.installedText() == "release 1\n")
+        // --force is what it says (replace a DIR Signet did not install), not a retry.
+        try config(healthCheck: "true")
+        let forced = try CLI.run(["update", "--config", path, "--force", "--json"])
+        let forcedRefused = try forced.json()["refused"] as? [String: Any]
+        #expect(forced.status == 0 && forcedRefused != nil && p.installedText() == "release 1\n", "\(forced.stdoutText)")
+        // --retry-bad installs it; the JSON says what DIR holds now, and what it replaced (point 14).
+        let retried = try CLI.run(["update", "--config", path, "--retry-bad", "--json"])
+        let retriedJSON = try retried.json()
+        #expect(retried.status == 0 && p.installedText() == "release 2\n", "\(retried.stderr)")
+        #expect((retriedJSON["installed"] as? [String: Any])?["sequence"] as? Int == 2 && (retriedJSON["replaced"] as? [String: Any])?["sequence"] as? Int == 1, "\(retriedJSON)")
+    }
+
+    @Test("issue 49, point 10: a rollback by hand or by its config runs the post-install command (event rollback); without --state, reverify --state accepts it; a DIR Signet did not install is refused without a --force hint")
+    func rollbackRunsPostInstall() throws {
+        let f = try Fixture()
+        let log = f.work.directory.file("events.log")
+        let hook = "sh -c 'echo $SIGNET_EVENT $SIGNET_OLD_SEQUENCE $SIGNET_NEW_SEQUENCE >> \(log)'"
+        #expect(try f.unpack(try f.pack(1)).status == 0)
+        try f.write("config.txt", "release 2\n")
+        #expect(try f.unpack(try f.pack(2)).status == 0)
+        // By hand, without --state: the app hears of it, and reverify --state accepts DIR.
+        let back = try CLI.run(["rollback", f.dest, "--post-install", hook, "--json"])
+        let hooks = try back.json()["hooks"] as? [[String: Any]]
+        #expect(back.status == 0 && hooks?.count == 1, "\(back.stdoutText) \(back.stderr)")
+        #expect(try String(contentsOfFile: log, encoding: .utf8) == "rollback 2 1\n")
+        #expect(try f.reverify() == 0)
+        // By its config (what the boot unit runs): the config's post-install.
+        try f.write("config.txt", "release 3\n")
+        #expect(try f.unpack(try f.pack(3)).status == 0)
+        let config = f.work.directory.file("app.conf")
+        try Data("""
+        repository = "https://updates.example.com/app/metadata/"
+        tuf-metadata = "\(f.work.directory.file("metadata"))"
+        channel = "stable"
+        dest = "\(f.dest)"
+        state = "\(f.state)"
+        post-install = "\(hook)"
+
+        """.utf8).write(to: URL(fileURLWithPath: config))
+        let byConfig = try CLI.run(["rollback", "--config", config])
+        #expect(byConfig.status == 0 && byConfig.stdoutText.contains("post-install: exit 0"), "\(byConfig.stdoutText) \(byConfig.stderr)")
+        #expect(try String(contentsOfFile: log, encoding: .utf8) == "rollback 2 1\nrollback 3 1\n")
+        // A mistyped DIR: refused as what it is, no --force (rollback has none).
+        let other = f.work.directory.file("other")
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: other + "/x"))
+        let wrong = try CLI.run(["rollback", other])
+        #expect(wrong.status == 1 && wrong.stderr.contains("holds no release Signet installed") && !wrong.stderr.contains("--force"), "\(wrong.stderr)")
     }
 
     @Test("a swap that fails leaves the record as it was: a release that was pending stays pending")

@@ -151,6 +151,25 @@ struct RepositoryKeepingCLITests {
         #expect(try CLI.run(["repo", "renew", p.repo, "--role", "timestamp"]).status == 2)
     }
 
+    @Test("point 3: after a release signed by another targets key the unchanged files are copied, not shared, and the report counts and explains both")
+    func sharedAndCopied() throws {
+        let fleet = try Fleet("keeping-shared", targetsThreshold: 1)
+        try fleet.release(1, signers: ["rel1"], packKey: "rel1")
+        let device = try fleet.device()
+        try fleet.check(device.update())
+        try fleet.release(2, signers: ["rel1"], packKey: "rel1")
+        let same = try fleet.check(device.update()).json()
+        #expect(same["files_shared"] as? Int == 1 && same["files_copied"] as? Int == 0, "\(same)")
+        try fleet.release(3, signers: ["rel2"], packKey: "rel2")
+        let text = try CLI.run(["update", "--repository", fleet.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable", "--dest", device.dest,
+                                "--tls-ca", fleet.server.root])
+        #expect(text.status == 0 && text.stdoutText.contains("0 shared with the replaced tree") && text.stdoutText.contains("1 copied")
+                && text.stdoutText.contains("signed by the same key"), "\(text.stdoutText)")
+        try fleet.release(4, signers: ["rel2"], packKey: "rel2")
+        let back = try fleet.check(device.update()).json()
+        #expect(back["files_shared"] as? Int == 1 && back["files_copied"] as? Int == 0, "\(back)")
+    }
+
     @Test("one key id: repo status shows the Signet id key show prints beside the TUF id; rotate removes a key by its Signet id; a rotation that changes nothing is refused")
     func oneKeyID() throws {
         let fleet = try Fleet("keeping-ids", targetsThreshold: 1)

@@ -12,6 +12,10 @@ public struct InstallOptions: Sendable {
     /// Replace a non-empty destination that Signet did not install, and reinstall the release
     /// the destination already holds (without it, that install changes nothing).
     public var force = false
+    /// Install a release this destination refused as bad (its health check failed, or it was
+    /// rolled back) all the same: `--retry-bad`. `force` does not (issue 49: one name, one
+    /// meaning).
+    public var retryBad = false
     /// When the destination already holds this release: check it as `reverify` does, and
     /// reinstall it only if anything differs (modified, missing or added files, modes,
     /// attributes), over ranges fetching only what differs. Without it (and without `force`),

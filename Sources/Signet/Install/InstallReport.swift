@@ -40,6 +40,12 @@ public struct InstallReport: Sendable {
     /// Resources the new tree shares with the tree it replaced (hard links to the same
     /// inodes: unchanged content, mode and attributes), none of their bytes written again.
     public internal(set) var filesShared = 0
+    /// Unchanged resources copied from the tree it replaced instead of shared (issue 49): a
+    /// file is shared only when the inode is exactly what the new release installs — written
+    /// by a release signed with the same key, with the same mode and attributes — so after a
+    /// release signed by another key (m-of-n targets keys: whoever packs signs) they are
+    /// written again.
+    public internal(set) var filesCopied = 0
     /// The replaced release is kept beside the destination (`.DIR.signet-previous`) for
     /// ``Installer/rollback(_:options:)-(String,_)``.
     public internal(set) var previousKept = false

@@ -32,6 +32,10 @@ public struct RollbackOptions: Sendable {
     public var stateFile: String? = nil
     /// How long to wait, in seconds, for another process updating the destination.
     public var wait: Double = 10
+    /// The post-install command (``InstallHooks/postInstall``), run after the swap with
+    /// `SIGNET_EVENT=rollback`, as after a health check's rollback (issue 49: the app learns
+    /// of every rollback, whoever made it).
+    public var postInstall: [String]? = nil
 
     public init() {}
 }
@@ -44,6 +48,8 @@ public struct RollbackReport: Sendable {
     public let to: Release?
     /// Why nothing was done (``RollbackOptions/bootCheck``), when nothing was.
     public let skipped: String?
+    /// The post-install command's run (``RollbackOptions/postInstall``), when there was one.
+    public var hooks: [HookResult] = []
 }
 
 /// What `signet status DIR` shows of an installed destination.
@@ -180,7 +186,7 @@ extension Installer {
     /// out is removed and recorded as bad.
     static func swapBack(_ destination: String, releases: inout ReleaseRecord, by: String, reason: String,
                          installState: InstallState?) throws -> (from: Release, to: Release) {
-        guard case .installed(let current?) = try DestinationState.inspect(destination, force: false) else {
+        guard case .installed(let current?) = try inspectForRollback(destination) else {
             throw SignetError(.rollbackRefused, "'\(destination)' holds no release installed from a signed package; nothing to roll back from", path: destination)
         }
         let previousPath = ReleaseRecord.previousPath(for: destination)
@@ -224,6 +230,16 @@ extension Installer {
         return (from, to)
     }
 
+    /// DIR's state for a rollback: a DIR Signet did not install is refused as such, without
+    /// the `--force` of unpack's message (rollback has none; issue 49, point 10).
+    static func inspectForRollback(_ destination: String) throws -> DestinationState {
+        do {
+            return try DestinationState.inspect(destination, force: false)
+        } catch let error as SignetError where error.code == .destinationRefused || error.code == .relabelledTree {
+            throw SignetError(.rollbackRefused, "'\(destination)' holds no release Signet installed (no readable .signet/manifest.json): there is nothing to roll back; check the path", path: destination)
+        }
+    }
+
     static func openDirectory(_ path: String, what: String) throws -> OwnedDescriptor {
         do { return try Paths.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) } catch {
             throw SignetError.posix(error, "cannot open \(what)", path: path)
@@ -242,7 +258,7 @@ extension Installer {
         var releases = try ReleaseRecord.read(for: destination)
         var by = "owner", reason = "rolled back by its owner (signet rollback)"
         if options.bootCheck {
-            guard case .installed(let current?) = try DestinationState.inspect(destination, force: false),
+            guard case .installed(let current?) = try inspectForRollback(destination),
                   let pending = releases.pending, pending.sequence == current.sequence else {
                 return RollbackReport(from: nil, to: nil, skipped: "no release of '\(destination)' waits to be confirmed")
             }
@@ -253,7 +269,18 @@ extension Installer {
         }
         let installState = try options.stateFile.map { try InstallState(path: $0) }
         let (from, to) = try swapBack(destination, releases: &releases, by: by, reason: reason, installState: installState)
-        return RollbackReport(from: from, to: to, skipped: nil)
+        var report = RollbackReport(from: from, to: to, skipped: nil)
+        if let command = options.postInstall {
+            var environment = ["SIGNET_EVENT": "rollback", "SIGNET_DEST": destination, "SIGNET_PENDING": "0",
+                               "SIGNET_NEW_NAME": to.name, "SIGNET_NEW_VERSION": to.version, "SIGNET_NEW_SEQUENCE": String(to.sequence),
+                               "SIGNET_OLD_NAME": from.name, "SIGNET_OLD_VERSION": from.version, "SIGNET_OLD_SEQUENCE": String(from.sequence)]
+            let object: [String: Any] = ["event": "rollback", "destination": destination, "by": by,
+                                         "old": ["name": from.name, "version": from.version, "sequence": from.sequence],
+                                         "new": ["name": to.name, "version": to.version, "sequence": to.sequence]]
+            environment["SIGNET_REPORT"] = String(decoding: (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data(), as: UTF8.self)
+            report.hooks.append(HookRunner.run("post-install", command, environment: environment, timeout: 600))
+        }
+        return report
     }
 
     /// `signet confirm DIR`: the pending release is good; it stays installed across reboots.

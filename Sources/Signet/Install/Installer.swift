@@ -107,10 +107,10 @@ public enum Installer {
         }
 
         // A release this destination refused (a failed health check, a rollback) is not
-        // installed again; a higher sequence is (--force overrides).
+        // installed again; a higher sequence is (--retry-bad overrides).
         var releases = try ReleaseRecord.read(for: destination)
-        if let checked, !options.force, let bad = releases.isBad(checked.manifest.name, sequence: checked.manifest.sequence, installed: Self.release(of: state)?.sequence) {
-            throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (sequence \(bad.sequence) and lower: \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --force installs this one anyway", path: package)
+        if let checked, !options.retryBad, let bad = releases.isBad(checked.manifest.name, sequence: checked.manifest.sequence, installed: Self.release(of: state)?.sequence) {
+            throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (sequence \(bad.sequence) and lower: \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --retry-bad installs this one anyway", path: package)
         }
         let manifestDigest = try checked.map { try Digest.compute($0.manifestBytes, algorithm: .sha256).hex }
         // --pending records this boot's id: read before anything is written.
@@ -240,6 +240,7 @@ public enum Installer {
                                    leftover: leftover ?? stale.first, transfer: ranged?.report)
         report.repaired = repaired
         report.filesShared = (ranged?.linked ?? 0) + (shared?.linked ?? 0)
+        report.filesCopied = max(0, (ranged?.report.filesReused ?? 0) - (ranged?.linked ?? 0)) + (shared?.copied ?? 0)
         report.previousKept = kept
         report.pending = releases.pending != nil
         try Self.runHooks(&report, old: old, options: options, installState: installState)

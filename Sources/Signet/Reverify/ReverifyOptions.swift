@@ -157,7 +157,12 @@ public struct ReverifyOptions: Sendable {
         }
         if let name, let sequence, let highest = state.sequences[name], sequence < highest,
            state.destinations[InstallState.key(for: root)]?.rolledBack(to: name, sequence: sequence) != true {
-            return (.rollback, "'\(root)' holds \(name) sequence \(sequence), but sequence \(highest) was installed before (recorded in '\(stateFile)'): the tree was rolled back to an older release")
+            // `signet rollback` without --state: its own record beside DIR (ours, written under
+            // DIR's lock) says this release was swapped back on purpose (issue 49, point 10).
+            if let record = try? ReleaseRecord.read(for: root), let last = record.last_rollback, last.to == sequence, last.from > sequence {
+                return nil
+            }
+            return (.rollback, "'\(root)' holds \(name) sequence \(sequence), but sequence \(highest) was installed before (recorded in '\(stateFile)'), and no `signet rollback` of it is recorded beside it: the tree was rolled back to an older release")
         }
         return nil
     }

@@ -42,6 +42,18 @@ public struct TUFUpdateReport: Sendable {
     public let channelIsOlder: Bool
     /// The installation, when one was made.
     public let install: InstallReport?
+    /// Set when the channel's release is one this destination refused as bad (its health
+    /// check failed, or it was rolled back): nothing is installed, and it is not an error —
+    /// the device keeps its release until a higher sequence is published (issue 49).
+    public var refused: RefusedRelease? = nil
+}
+
+/// A release a destination refused as bad: the highest refused sequence, why, and when.
+public struct RefusedRelease: Sendable, Equatable {
+    public let sequence: UInt64
+    public let reason: String
+    /// RFC 3339.
+    public let at: String
 }
 
 /// Keeps a destination on what its channel names in a TUF repository (FORMAT.md §7): refreshes
@@ -108,6 +120,15 @@ public enum TUFUpdater {
         let older = sameName && release.sequence < (installed?.sequence ?? 0)
         // --repair: the release DIR holds is checked, and reinstalled if it no longer checks whole.
         let repairing = options.install.repair && sameName && release.sequence == installed?.sequence
+        // A release this device refused (a failed health check, a rollback) is not news every
+        // hour: it is held back, and the run succeeds (--retry-bad installs it).
+        if newer, !options.install.retryBad,
+           let bad = try ReleaseRecord.read(for: destination).isBad(release.name, sequence: release.sequence, installed: sameName ? installed?.sequence : nil) {
+            var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                                         updateAvailable: false, channelIsOlder: false, install: nil)
+            report.refused = RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)
+            return report
+        }
         guard newer || repairing, !options.checkOnly else {
             return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
                                    updateAvailable: newer, channelIsOlder: older, install: nil)
