@@ -90,4 +90,26 @@ struct RepositoryOperationsCLITests {
             #expect(!said.contains("commandError") && !said.contains("ParserError"), "\(said)")
         }
     }
+
+    @Test("point 7: as another user, status DIR reads root's release record, and update --check and unpack are told to run as root, never to remove Signet's lock or record")
+    func readOnlyAsAnotherUser() throws {
+        let p = try UpdateCLITests.Publisher("ops-nonroot")
+        try p.release(1)
+        try p.release(2)
+        let config = try p.work.directory.write("app.conf", Data(p.configLines.utf8), mode: 0o644)
+        try p.check(CLI.run(["update", "--config", config]))
+        try p.check(CLI.run(["update", "--config", config]))
+        chmod(p.work.path, 0o755)
+        chmod(p.work.directory.file("opt"), 0o755)
+        // What another user may read: the TLS root and the public key (a device's are public).
+        let root = try p.work.directory.write("tls-root.pem", try Data(contentsOf: URL(fileURLWithPath: p.server.root)), mode: 0o644)
+        let publicKey = try p.work.directory.write("release.der", try Data(contentsOf: URL(fileURLWithPath: p.work.publicDER)), mode: 0o644)
+        try Data(p.configLines.replacingOccurrences(of: p.server.root, with: root).utf8).write(to: URL(fileURLWithPath: config))
+        guard let status = try Hardening2CLITests.asUser(65534, CLI.binary, ["status", p.dest]) else { return }
+        #expect(status.status == 0 && status.stdoutText.contains("current:") && status.stdoutText.contains("sequence 2"), "\(status.stdoutText) \(status.stderr)")
+        for arguments in [["update", "--config", config, "--check"], ["unpack", p.work.directory.file("app-1.zip"), "--dest", p.dest, "--pubkey", publicKey]] {
+            let refused = try #require(try Hardening2CLITests.asUser(65534, CLI.binary, arguments))
+            #expect(refused.status != 0 && refused.stderr.contains("Run this as root") && !refused.stderr.contains("Remove it"), "\(arguments[0]): \(refused.stderr)")
+        }
+    }
 }
