@@ -18,7 +18,9 @@ enum ArgumentErrors {
                 let value = parts[1], option = parts[3].split(separator: " ").first ?? parts[3]
                 let negative = value.hasPrefix("-") && value.dropFirst().allSatisfy(\.isNumber)
                 let number = value.allSatisfy(\.isNumber)
-                text = "\(option) '\(value)' is \(negative || number ? "out of range" : "not a whole number")" + text[range.upperBound...]
+                // An option with named values (yes|no): the values are what it takes, not numbers.
+                let named = text[range.upperBound...].contains("Please provide one of")
+                text = "\(option) '\(value)' is \(named ? "not one of its values" : negative || number ? "out of range" : "not a whole number")" + text[range.upperBound...]
             }
         } else if let range = text.range(of: #"^Unknown option '([^']*)'(\. Did you mean '[^']*'\?)?"#, options: .regularExpression) {
             let typed = String(text[range].split(separator: "'")[1])

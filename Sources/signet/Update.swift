@@ -52,6 +52,9 @@ struct Update: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A TOML file of options (the long option names; command-line options override it).", valueName: "file"))
     var config: String?
 
+    @Option(name: .long, help: ArgumentHelp("Leave out a key of --config FILE (a list, a command or a flag it sets: --unset health-check); repeatable.", valueName: "key"))
+    var unset: [String] = []
+
     @Flag(name: .long, help: "Only report whether an update is available; change nothing.")
     var check = false
 
@@ -109,8 +112,17 @@ struct Update: ParsableCommand {
                 ValidationFailure.record(failure)
                 throw failure
             }
+            // --unset did its work on the file's keys.
+            var kept: [String] = []
+            var skip = false
+            for word in rest {
+                if skip { skip = false; continue }
+                if word == "--unset" { skip = true; continue }
+                if word.hasPrefix("--unset=") { continue }
+                kept.append(word)
+            }
             do {
-                self = try Update.parse(arguments + rest)
+                self = try Update.parse(arguments + kept)
             } catch {
                 // The parser's own error wraps the message: say only the message (issue 49,
                 // point 8: "commandError(commandStack: …)" was printed, in JSON too).
@@ -118,6 +130,7 @@ struct Update: ParsableCommand {
             }
             return
         }
+        if !unset.isEmpty { throw ValidationError("--unset leaves out keys of --config FILE; without --config, leave the option out") }
         guard repository != nil else {
             throw ValidationError("give --repository URL: the TUF repository's metadata URL (or repository = \"…\" in --config FILE)")
         }
@@ -153,7 +166,20 @@ struct Update: ParsableCommand {
             if let hint = Config.unquotedValueHint(line) {
                 throw ValidationError("\(path):\(number): \(hint)")
             }
+            // TOMLKit reads an unclosed string into the next line and names what it met there.
+            if line.filter({ $0 == "\"" }).count % 2 == 1 {
+                throw ValidationError("\(path):\(number): a string on this line is not closed: a \" is missing at its end (\(line.trimmingCharacters(in: .whitespaces)))")
+            }
             throw ValidationError("\(path):\(number): \(error.description)")
+        }
+        // --unset KEY: the config's KEY left out (a list or a flag cannot be emptied otherwise).
+        var unset: Set<String> = []
+        for (index, word) in given.enumerated() {
+            if word == "--unset", index + 1 < given.count { unset.insert(given[index + 1]) }
+            if word.hasPrefix("--unset=") { unset.insert(String(word.dropFirst("--unset=".count))) }
+        }
+        for key in unset where configKeys[key] == nil {
+            throw ValidationError("--unset \(key): not a config key; the keys are the long options of signet update: \(configKeys.keys.sorted().joined(separator: ", "))")
         }
         var arguments: [String] = []
         for (key, value) in table {
@@ -165,7 +191,7 @@ struct Update: ParsableCommand {
                 throw ValidationError("\(path)\(line): unknown key '\(key)'; the keys are the long options of signet update: \(configKeys.keys.sorted().joined(separator: ", "))")
             }
             let option = "--" + key
-            if given.contains(where: { $0 == option || $0.hasPrefix(option + "=") }) { continue }
+            if unset.contains(key) || given.contains(where: { $0 == option || $0.hasPrefix(option + "=") }) { continue }
             let values: [TOMLValueConvertible]
             if let array = value.array { values = Array(array) } else { values = [value] }
             for element in values {
@@ -176,7 +202,9 @@ struct Update: ParsableCommand {
                     continue
                 }
                 let text: String
-                if let string = item.string { text = string }
+                if let flag = item.bool, key == "keep-previous" { text = flag ? "yes" : "no" }   // what people write
+                else if item.bool != nil { throw ValidationError("\(path)\(line): '\(key)' takes a value in quotes (\(key) = \"…\"), not true or false") }
+                else if let string = item.string { text = string }
                 else if let int = item.int { text = String(int) }
                 else if let double = item.double { text = String(double) }
                 else { throw ValidationError("\(path)\(line): '\(key)' takes a string or a number") }

@@ -112,4 +112,32 @@ struct RepositoryOperationsCLITests {
             #expect(refused.status != 0 && refused.stderr.contains("Run this as root") && !refused.stderr.contains("Remove it"), "\(arguments[0]): \(refused.stderr)")
         }
     }
+
+    @Test("point 8 and 11: a config key is left out with --unset; keep-previous = false is read as no; an unclosed string and a wrong yes/no value are said plainly")
+    func configKeysPlainly() throws {
+        let p = try UpdateCLITests.Publisher("ops-config-keys")
+        try p.release(1)
+        let log = p.work.directory.file("post.log")
+        let config = try p.work.directory.write("app.conf", Data((p.configLines + """
+        health-check = "false"
+        post-install = "sh -c 'echo ran >> \(log)'"
+        keep-previous = false
+
+        """).utf8), mode: 0o644)
+        // The config's health check would fail the install: left out, with the post-install.
+        let unset = try CLI.run(["update", "--config", config, "--unset", "health-check", "--unset=post-install"])
+        #expect(unset.status == 0 && p.installedText() == "release 1\n", "\(unset.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: log))
+        #expect(!FileManager.default.fileExists(atPath: p.work.directory.file("opt/.app.signet-previous")))
+        let unknown = try CLI.run(["update", "--config", config, "--unset", "healthcheck"])
+        #expect(unknown.status == 2 && unknown.stderr.contains("--unset healthcheck: not a config key"), "\(unknown.stderr)")
+        let alone = try CLI.run(["update", "--unset", "health-check"])
+        #expect(alone.status == 2 && alone.stderr.contains("--unset leaves out keys of --config"), "\(alone.stderr)")
+
+        let unclosed = try p.work.directory.write("unclosed.conf", Data("repository = \"https://updates.example.com/app/metadata/\ndest = \"/opt/app\"\n".utf8), mode: 0o644)
+        let open = try CLI.run(["update", "--config", unclosed])
+        #expect(open.status == 2 && open.stderr.contains("unclosed.conf:1: a string on this line is not closed"), "\(open.stderr)")
+        let word = try CLI.run(["update", "--config", config, "--keep-previous", "false"])
+        #expect(word.status == 2 && word.stderr.contains("not one of its values") && word.stderr.contains("'yes' and 'no'") && !word.stderr.contains("whole number"), "\(word.stderr)")
+    }
 }
