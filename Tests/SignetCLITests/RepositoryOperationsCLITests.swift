@@ -140,4 +140,26 @@ struct RepositoryOperationsCLITests {
         let word = try CLI.run(["update", "--config", config, "--keep-previous", "false"])
         #expect(word.status == 2 && word.stderr.contains("not one of its values") && word.stderr.contains("'yes' and 'no'") && !word.stderr.contains("whole number"), "\(word.stderr)")
     }
+
+    @Test("point 11 and 15: a device whose clock is two years off is told to check it (local time); an expired timestamp names repo refresh; a missing newer root is named, not read as a targets threshold problem")
+    func causesNamed() throws {
+        let p = try UpdateCLITests.Publisher("ops-causes")
+        try p.release(1)
+        let update = ["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root, "--retries", "0"]
+        let early = try RepositoryKeepingCLITests.later("-730d", update)
+        #expect(early.status != 0 && early.stderr.contains("not yet valid") && early.stderr.contains("this device's clock reads 20") && early.stderr.contains("set the clock"), "\(early.stderr)")
+        let stale = try RepositoryKeepingCLITests.later("+2d", update)
+        #expect(stale.status == 1 && stale.stderr.contains("timestamp.json") && stale.stderr.contains("signet repo refresh"), "\(stale.stderr)")
+        #expect(p.installedText() == nil)
+
+        let fleet = try TUFCLITests.Fleet("ops-missing-root", targetsThreshold: 1)
+        try fleet.release(1, signers: ["rel1"])
+        try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", fleet.pub("rel1"), "--remove", fleet.pub("rel2"), "--add", fleet.pub("rel3")]))
+        try fleet.signRoot()
+        try fleet.check(fleet.sign("targets", "rel3"))
+        try fleet.refresh()
+        try FileManager.default.removeItem(atPath: fleet.repo + "/metadata/2.root.json")
+        let stuck = try fleet.device().update()
+        #expect(stuck.status == 3 && stuck.stderr.contains("trusts root v1") && stuck.stderr.contains("2.root.json"), "\(stuck.stderr)")
+    }
 }

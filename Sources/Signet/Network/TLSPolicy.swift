@@ -200,6 +200,9 @@ final class TLSCheck: @unchecked Sendable {
             let depth = X509_STORE_CTX_get_error_depth(storeContext)
             let place = depth == 0 ? "the server's certificate" : "the certificate \(depth) up the chain"
             refusal = "\(String(cString: X509_verify_cert_error_string(Int(code)))) (\(place))"
+            if code == X509_V_ERR_CERT_NOT_YET_VALID || code == X509_V_ERR_CERT_HAS_EXPIRED || code == X509_V_ERR_CRL_NOT_YET_VALID || code == X509_V_ERR_CRL_HAS_EXPIRED {
+                refusal! += "; \(Timestamp.clockReading)"
+            }
             return 0
         }
         var chain: [OpaquePointer] = []

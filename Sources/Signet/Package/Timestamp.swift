@@ -19,6 +19,18 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     /// The current time, truncated to the second.
     public static var now: Timestamp { Timestamp(secondsSinceEpoch: Int64(time(nil))) }
 
+    /// "this device's clock reads 2026-11-28 10:55:02 CET": said beside every refusal a wrong
+    /// clock causes (a certificate not yet valid, metadata expired), in local time, so that a
+    /// clock two years off is seen for what it is (issue 49).
+    static var clockReading: String {
+        var seconds = time(nil)
+        var parts = tm()
+        localtime_r(&seconds, &parts)
+        var buffer = [CChar](repeating: 0, count: 64)
+        let count = strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M:%S %Z", &parts)
+        return "this device's clock reads \(String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)): if that is wrong, set the clock (NTP)"
+    }
+
     /// Parses `YYYY-MM-DDTHH:MM:SSZ` exactly (UTC, no fraction, no offset); nil otherwise.
     public init?(rfc3339 text: String) {
         let bytes = Array(text.utf8)

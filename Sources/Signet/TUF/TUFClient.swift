@@ -139,9 +139,18 @@ public final class TUFClient {
     public func refresh() throws -> TUFRefreshReport {
         if let refreshed { return refreshed }
         let walked = try updateRoot()
-        try updateTimestamp()
-        try updateSnapshot()
-        let targets = try loadTargets("targets", delegator: "root", delegatorParent: nil)
+        let targets: TUFTargets
+        do {
+            try updateTimestamp()
+            try updateSnapshot()
+            targets = try loadTargets("targets", delegator: "root", delegatorParent: nil)
+        } catch var error as SignetError where error.code == .thresholdNotMet {
+            // Signed by keys this root does not name: most often a newer root the server lacks
+            // (issue 49: a deleted 2.root.json read as a targets threshold problem).
+            let version = trusted.root.metadata.version
+            error.reason += "; this device trusts root v\(version) and the server has no \(version + 1).root.json: if the repository's keys were rotated since, the publisher must put the newer root back (metadata/\(version + 1).root.json)"
+            throw error
+        }
         let report = TUFRefreshReport(rootVersion: trusted.root.metadata.version, rootsWalked: walked,
                                       timestampVersion: trusted.timestamp?.metadata.version ?? 0,
                                       snapshotVersion: trusted.snapshot?.metadata.version ?? 0,

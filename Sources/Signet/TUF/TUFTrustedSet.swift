@@ -41,7 +41,7 @@ struct TUFTrustedSet {
     /// §5.3.10: the final root must not be expired.
     func checkFinalRoot() throws {
         if root.metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "the newest root (version \(root.metadata.version)) expired at \(root.metadata.expires): the repository's root keys must sign a new root; nothing was updated", path: "root.json")
+            throw SignetError(.expiredMetadata, "the newest root (version \(root.metadata.version)) expired at \(root.metadata.expires): the repository's root keys must sign a new root (the publisher: `signet repo renew --role root`); nothing was updated; \(Timestamp.clockReading)", path: "root.json")
         }
     }
 
@@ -72,7 +72,7 @@ struct TUFTrustedSet {
     func checkFinalTimestamp() throws {
         guard let timestamp else { return }
         if timestamp.metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "timestamp.json (version \(timestamp.metadata.version)) expired at \(timestamp.metadata.expires): the repository may be holding back updates (a freeze attack), or its timestamp key stopped signing", path: "timestamp.json")
+            throw SignetError(.expiredMetadata, "timestamp.json (version \(timestamp.metadata.version)) expired at \(timestamp.metadata.expires): the publisher must run `signet repo refresh` (its hourly job has stopped, or its timestamp key no longer signs), or the repository is holding back updates (a freeze attack); \(Timestamp.clockReading)", path: "timestamp.json")
         }
     }
 
@@ -106,7 +106,7 @@ struct TUFTrustedSet {
     func checkFinalSnapshot() throws {
         guard let snapshot, let timestamp else { return }
         if snapshot.metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "snapshot.json (version \(snapshot.metadata.version)) expired at \(snapshot.metadata.expires): the repository may be holding back updates (a freeze attack)", path: "snapshot.json")
+            throw SignetError(.expiredMetadata, "snapshot.json (version \(snapshot.metadata.version)) expired at \(snapshot.metadata.expires): the publisher must run `signet repo refresh`, or the repository is holding back updates (a freeze attack); \(Timestamp.clockReading)", path: "snapshot.json")
         }
         guard snapshot.metadata.version == timestamp.snapshot.version else {
             throw SignetError(.metadataMismatch, "snapshot.json has version \(snapshot.metadata.version); the timestamp names version \(timestamp.snapshot.version)", path: "snapshot.json")
@@ -143,7 +143,7 @@ struct TUFTrustedSet {
             throw SignetError(.metadataMismatch, "\(name) has version \(metadata.version); the snapshot names version \(info.version)", path: name)
         }
         if metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "\(name) (version \(metadata.version)) expired at \(metadata.expires)", path: name)
+            throw SignetError(.expiredMetadata, "\(name) (version \(metadata.version)) expired at \(metadata.expires): its key holders must sign it again (the publisher: `signet repo renew --role targets`, or a new release); \(Timestamp.clockReading)", path: name)
         }
         targets["\(delegator)\u{0}\(role)"] = new
         return new
