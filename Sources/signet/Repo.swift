@@ -22,7 +22,7 @@ struct Repo: ParsableCommand {
           signet repo sign site --role targets --key t2.pem
           signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
         """,
-        subcommands: [Init.self, Add.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Status.self]
+        subcommands: [Init.self, Add.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Discard.self, Status.self]
     )
 
     /// Public keys given on the command line (public key files or certificates).

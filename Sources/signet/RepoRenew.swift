@@ -2,7 +2,8 @@ import ArgumentParser
 import Foundation
 import Signet
 
-/// `signet repo renew`: root and targets kept from expiring without a new release (issue 49).
+/// `signet repo renew` and `signet repo discard`: staged versions made without a release, and
+/// dropped when no one will sign them (issue 49).
 extension Repo {
     struct Renew: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -72,6 +73,43 @@ extension Repo {
             if !output.quiet, key == nil {
                 Output.line("staged \(role) v\(version) (same content, expires \(review?.expires?.rfc3339 ?? "?")), digest \(digest)")
                 Output.line("next: each \(role) key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role \(role) --key KEY --digest \(digest.prefix(16))`\(role == "targets" ? "; then `signet repo refresh` publishes it" : "")")
+            }
+        }
+    }
+
+    struct Discard: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "discard",
+            abstract: "Drop the staged root or targets (and the packages only it lists) without publishing anything.",
+            discussion: """
+            A staged version no one will sign (the wrong package added, a rotation abandoned) \
+            is removed from REPO/staging, and for targets every package file that `repo add` \
+            copied into REPO/targets for it and that no published version lists. What is \
+            published is not touched. `signet repo status` shows what is staged first.
+
+            Example:
+              signet repo status site
+              signet repo discard site --role targets
+            """
+        )
+
+        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
+        var repository: String
+        @Option(name: .long, help: ArgumentHelp("root or targets.", valueName: "role"))
+        var role: String
+        @OptionGroup var output: OutputOptions
+
+        struct Report: Encodable {
+            let role: String
+            let version: Int64
+            let removed: [String]
+        }
+
+        func run() throws {
+            let (version, removed) = try TUFRepository(at: repository).discard(role)
+            if output.json { return Output.json(Report(role: role, version: version, removed: removed)) }
+            if !output.quiet {
+                Output.line("discarded staged \(role) v\(version)\(removed.isEmpty ? "" : "; removed from targets/: \(removed.joined(separator: ", "))"); nothing published changed")
             }
         }
     }

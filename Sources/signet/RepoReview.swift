@@ -247,7 +247,10 @@ extension Repo {
                 Output.line("published package: \(package.target): \(package.name) \(package.version) (sequence \(package.sequence))\(package.channels.isEmpty ? "" : ", channels \(package.channels.joined(separator: ", "))")")
             }
             // What waits for signatures, against what is published: what a signer signs.
-            for review in reviews { Output.lines(review.lines) }
+            for review in reviews {
+                Output.lines(review.lines)
+                Output.line("  (to drop it unsigned: `signet repo discard \(repository) --role \(review.role)`)")
+            }
         }
     }
 }

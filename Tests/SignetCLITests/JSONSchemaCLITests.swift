@@ -128,6 +128,7 @@ struct JSONSchemaCLITests {
         try record("update", viaRepository + ["--channel", "beta"], status: nil)
         try record("repo rotate", ["repo", "rotate", repo, "--role", "targets", "--add", work.directory.file("more-keys/public_key.der")])
         try record("repo renew", ["repo", "renew", repo, "--role", "targets"] + key)
+        try record("repo discard", ["repo", "discard", repo, "--role", "root"])
         // Issue 49: a cron job told to warn a year ahead reports what expires, and exits 1.
         try record("repo refresh", ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM,
                                     "--passphrase-file", work.passFile, "--warn-within", "366d"], status: 1)

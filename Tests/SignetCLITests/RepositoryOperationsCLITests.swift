@@ -162,4 +162,29 @@ struct RepositoryOperationsCLITests {
         let stuck = try fleet.device().update()
         #expect(stuck.status == 3 && stuck.stderr.contains("trusts root v1") && stuck.stderr.contains("2.root.json"), "\(stuck.stderr)")
     }
+
+    @Test("point 13: a staged targets version is seen in repo status and discarded with the package only it lists; the published one and its package stay")
+    func discardStaged() throws {
+        let p = try UpdateCLITests.Publisher("ops-discard")
+        try p.release(1)
+        let tree = try TemporaryDirectory()
+        try Data("two\n".utf8).write(to: URL(fileURLWithPath: tree.file("a.txt")))
+        let package = p.work.directory.file("app-2.zip")
+        try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "2", "--sequence", "2", "--out", package] + p.key))
+        try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable"]))
+        let before = try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").sorted()
+        #expect(before.count == 2, "\(before)")
+        let status = try p.check(CLI.run(["repo", "status", p.repo])).stdoutText
+        #expect(status.contains("staged targets v") && status.contains("signet repo discard \(p.repo) --role targets"), "\(status)")
+        let discarded = try p.check(CLI.run(["repo", "discard", p.repo, "--role", "targets", "--json"])).json()
+        #expect((discarded["removed"] as? [String])?.count == 1 && (discarded["removed"] as? [String])?.first?.hasSuffix(".app-2.zip") == true, "\(discarded)")
+        #expect(!FileManager.default.fileExists(atPath: p.repo + "/staging/targets.json"))
+        let after = try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets")
+        #expect(after.count == 1 && after[0].hasSuffix(".app-1.zip"), "\(after)")
+        let again = try CLI.run(["repo", "discard", p.repo, "--role", "targets"])
+        #expect(again.status == 5 && again.stderr.contains("nothing of role targets is staged"), "\(again.stderr)")
+        // The device still installs the published release.
+        try p.check(CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root]))
+        #expect(p.installedText() == "release 1\n")
+    }
 }

@@ -117,6 +117,45 @@ extension TUFRepository {
         return next
     }
 
+    // MARK: Discarding what is staged
+
+    /// Removes the staged `role` (`root` or `targets`) and, for targets, every package file in
+    /// `targets/` that no published targets version lists (what `repo add` copied for it):
+    /// how a staged version no one will sign is dropped (issue 49; deleting
+    /// `staging/targets.json` by hand left the package behind). Returns the version discarded
+    /// and the package files removed. Nothing published changes.
+    public func discard(_ role: String) throws -> (version: Int64, removed: [String]) {
+        guard role == "root" || role == "targets" else {
+            throw SignetError(.usage, "only root and targets are staged for signatures, not '\(role)'")
+        }
+        guard let document = try staged(role) else {
+            throw SignetError(.fileNotFound, "nothing of role \(role) is staged in '\(path)'", path: stagingDirectory)
+        }
+        guard unlink("\(stagingDirectory)/\(role).json") == 0 || errno == ENOENT else {
+            throw SignetError.posix(SystemCallFailure("unlink", code: errno), "cannot remove the staged \(role)", path: "\(stagingDirectory)/\(role).json")
+        }
+        AtomicFile.syncDirectory(stagingDirectory)
+        guard role == "targets" else { return (document.version, []) }
+        // What any published version lists stays: a device may be on any of them.
+        var listed: Set<String> = []
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: metadataDirectory)) ?? []
+        for name in names where name.hasSuffix(".targets.json") {
+            guard let bytes = try? readSmallFile("\(metadataDirectory)/\(name)", what: "targets metadata", limit: 64 << 20),
+                  let published = try? TUFDocument(bytes: bytes, name: name) else { continue }
+            for (target, value) in published.signed["targets"]?.objectMembers ?? [] {
+                if let sha256 = value["hashes"]?["sha256"]?.stringValue { listed.insert("\(sha256).\(target)") }
+            }
+        }
+        var removed: [String] = []
+        for (target, value) in document.signed["targets"]?.objectMembers ?? [] {
+            guard let sha256 = value["hashes"]?["sha256"]?.stringValue, !target.contains("/") else { continue }
+            let file = "\(sha256).\(target)"
+            if !listed.contains(file), unlink("\(targetsDirectory)/\(file)") == 0 { removed.append(file) }
+        }
+        if !removed.isEmpty { AtomicFile.syncDirectory(targetsDirectory) }
+        return (document.version, removed)
+    }
+
     // MARK: Status
 
     /// What a repository holds now: each role's published version, expiry, keys and threshold;
