@@ -189,7 +189,7 @@ struct Reverify: ParsableCommand {
                 trees.append(TreeEntry(root: tree.root, ok: tree.isOK, name: tree.manifest?.name, version: tree.manifest?.version, sequence: tree.manifest?.sequence,
                                        signer: tree.signer?.keyID.hex, error: failure.map(Output.errorBody), attributes: tree.attributesSupported ? "xattr" : "sidecar",
                                        counts: Dictionary(uniqueKeysWithValues: tree.counts.map { ($0.key.name, $0.value) }),
-                                       duration_seconds: tree.duration, files: tree.files.map(FileEntry.init)))
+                                       duration_seconds: tree.duration, files: (summary ? Self.summarized(tree.files) : tree.files).map(FileEntry.init)))
             } catch let error as SignetError where paths.count > 1 {
                 // One tree that cannot be checked does not hide the others' results.
                 statuses.append(error.code.exitStatus.rawValue)
@@ -213,6 +213,17 @@ struct Reverify: ParsableCommand {
         }
         let status = Output.mostSevere(statuses)
         if status != 0 { throw ExitCode(status) }
+    }
+
+    /// --summary in JSON too (issue 49: it was as large as without): at most five files of each
+    /// verdict other than ok, in the tree's order; `counts` has every verdict's total.
+    static func summarized(_ files: [FileReport]) -> [FileReport] {
+        var shown: [String: Int] = [:]
+        return files.filter { file in
+            guard file.verdict != .ok || !file.changedKeys.isEmpty else { return false }
+            shown[file.verdict.name, default: 0] += 1
+            return shown[file.verdict.name, default: 0] <= 5
+        }
     }
 
     private func show(_ tree: TreeReport) {

@@ -246,5 +246,12 @@ struct NewUserCLITests {
         #expect(lines.count == 3, "one line per verdict and the result: \(summary.stdoutText)")
         #expect(summary.stdoutText.contains("attributes-lost 11: f0.txt, f1.txt, f10.txt, f11.txt, f2.txt, and 6 more"), "\(summary.stdoutText)")
         #expect(summary.stdoutText.contains("modified        1: f3.txt"), "\(summary.stdoutText)")
+        // In JSON too (issue 49, point 14): five files of each verdict, every count.
+        let json = try CLI.run(["reverify", copy, "--pubkey", work.publicDER, "--summary", "--json"])
+        let full = try CLI.run(["reverify", copy, "--pubkey", work.publicDER, "--json"])
+        let tree = (try json.json()["trees"] as? [[String: Any]])?.first
+        let files = tree?["files"] as? [[String: Any]] ?? []
+        #expect(files.count == 6 && (tree?["counts"] as? [String: Int])?["attributes-lost"] == 11, "\(json.stdoutText)")
+        #expect(json.stdout.count < full.stdout.count, "\(json.stdout.count) vs \(full.stdout.count)")
     }
 }
