@@ -15,6 +15,8 @@ final class ProgressLine: Sendable {
         var last: UInt64 = 0
         var shown = false
         var baseline: UInt64? = nil
+        /// What is being done now, when it changed since the line started (``relabel(_:)``).
+        var label: String? = nil
     }
 
     private let label: String
@@ -40,7 +42,7 @@ final class ProgressLine: Sendable {
             state.baseline = baseline
             let seconds = Double(now &- state.start) / 1e9
             let rate = seconds > 0.2 && done > baseline ? Double(done - baseline) / seconds : nil
-            var parts = [label + ":", Self.bytes(done)]
+            var parts = [(state.label ?? label) + ":", Self.bytes(done)]
             if let total, total > 0 {
                 parts[1] += " of " + Self.bytes(total) + String(format: " (%.0f%%)", min(100, Double(done) * 100 / Double(total)))
             }
@@ -88,6 +90,20 @@ final class ProgressLine: Sendable {
         return try work { line.update($0) }
     }
 
+    /// Names what the line shows from now on (the package after the metadata: issue 49), with
+    /// its own rate. Returns false when it already did.
+    @discardableResult
+    func relabel(_ text: String) -> Bool {
+        let escaped = Output.escaped(text)
+        return state.withLock { state in
+            guard (state.label ?? label) != escaped else { return false }
+            state.label = escaped
+            state.start = DispatchTime.now().uptimeNanoseconds
+            state.baseline = nil
+            return true
+        }
+    }
+
     /// Clears the line, so that what follows starts on a clean one.
     func finish() {
         guard enabled else { return }
@@ -129,6 +145,8 @@ extension ProgressLine {
     static func download(_ url: String, output: OutputOptions) -> (ProgressLine, @Sendable (DownloadProgress) -> Void) {
         let line = ProgressLine("downloading " + url, output: output)
         return (line, { progress in
+            // A repository's metadata first, then the package: the line names what it shows.
+            if !progress.url.isEmpty { line.relabel("downloading " + progress.url) }
             if let retry = progress.retry {
                 line.warn("\(retry.reason); trying again in \(String(format: "%g", retry.delay)) s (attempt \(retry.attempt) of \(retry.attempts))")
             } else {

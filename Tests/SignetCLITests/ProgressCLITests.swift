@@ -58,4 +58,15 @@ struct ProgressCLITests {
         let piped = try CLI.run(["reverify", dest, "--pubkey", work.publicDER])
         #expect(!piped.stderr.contains("\u{1B}[K") && !piped.stdoutText.contains("\u{1B}[K"))
     }
+
+    @Test("update from a repository: the progress line names the package it downloads, not the metadata URL (issue 49, point 15)")
+    func updateNamesPackage() throws {
+        let p = try UpdateCLITests.Publisher("progress-package")
+        try p.release(1)
+        let (status, shown, _) = try Self.onTerminal(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable",
+                                                      "--dest", p.dest, "--tls-ca", p.server.root, "--full-download"])
+        #expect(status == 0, "\(shown)")
+        let lines = Self.updates(shown, "downloading ")
+        #expect(lines.contains { $0.contains("/targets/") && $0.contains(".app-1.zip:") }, "\(lines)")
+    }
 }
