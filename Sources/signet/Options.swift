@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Signet
 #if canImport(Glibc)
 import Glibc
@@ -174,7 +175,22 @@ struct TrustOptions: ParsableArguments {
     /// True when some source of trust was given.
     var hasSources: Bool { !pubkey.isEmpty || !trustDirectory.isEmpty || !ca.isEmpty || tufMetadata != nil }
 
-    static let missingSources = "give a trust source: --pubkey PUB, --trust-dir DIR, --ca ROOT or --tuf-metadata DIR (e.g. --pubkey keys-example/public_key.der)"
+    /// What to give without a trust source, for where it runs (issue 49): the metadata folders
+    /// this device's update configs name, else the repository's example key when run inside a
+    /// checkout, else the publisher's key — never the example key on a device.
+    static var missingSources: String {
+        var folders: [String] = []
+        let directory = "/etc/signet/update.d"
+        for name in ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted() where name.hasSuffix(".conf") {
+            guard let arguments = try? Update.arguments(fromConfig: directory + "/" + name, overriddenBy: []),
+                  let at = arguments.firstIndex(of: "--tuf-metadata"), at + 1 < arguments.count else { continue }
+            folders.append(arguments[at + 1])
+        }
+        let example = !folders.isEmpty ? "this device follows a TUF repository: --tuf-metadata \(folders.joined(separator: " or "))"
+            : FileManager.default.fileExists(atPath: "keys-example/public_key.der") ? "e.g. --pubkey keys-example/public_key.der"
+            : "e.g. --pubkey release.der, the publisher's public key; on a device that updates from a TUF repository, --tuf-metadata with its config's tuf-metadata folder"
+        return "give a trust source: --pubkey PUB, --trust-dir DIR, --ca ROOT or --tuf-metadata DIR (\(example))"
+    }
 
     /// The salt and seal keys that sealed directories (--trust-dir, --tls-ca DIR) are checked with.
     func seal() throws -> (salt: [UInt8]?, keys: [PublicKey]) {

@@ -136,8 +136,11 @@ struct Repo: ParsableCommand {
                 }
                 return
             }
-            for (option, keys) in [("--root-key", rootKeys), ("--targets-key", targetsKeys), ("--snapshot-key", snapshotKeys), ("--timestamp-key", timestampKeys)] where keys.isEmpty {
-                throw ValidationError("give at least one \(option) (or --key KEY: one key for every role)")
+            // Every missing role named at once (issue 49: only the first was).
+            let missing = [("--root-key", rootKeys), ("--targets-key", targetsKeys), ("--snapshot-key", snapshotKeys), ("--timestamp-key", timestampKeys)]
+                .filter { $0.1.isEmpty }.map(\.0)
+            if !missing.isEmpty {
+                throw ValidationError("give at least one \(missing.joined(separator: ", ")) (or --key KEY: one key for every role)")
             }
         }
 
@@ -306,7 +309,8 @@ struct Repo: ParsableCommand {
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
-            if snapshotKeys.isEmpty || timestampKeys.isEmpty { throw ValidationError("give --snapshot-key and --timestamp-key") }
+            let missing = [("--snapshot-key", snapshotKeys), ("--timestamp-key", timestampKeys)].filter { $0.1.isEmpty }.map(\.0)
+            if !missing.isEmpty { throw ValidationError("give \(missing.joined(separator: " and ")): the online keys that sign the snapshot and the timestamp") }
         }
 
         struct Report: Encodable {

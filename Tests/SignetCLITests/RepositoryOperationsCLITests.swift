@@ -187,4 +187,40 @@ struct RepositoryOperationsCLITests {
         try p.check(CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root]))
         #expect(p.installedText() == "release 1\n")
     }
+
+    @Test("point 15: every missing role key named at once; an empty metadata folder names tuf init; reverify outside a checkout does not suggest the example key; a full disk says needed and free; a shared folder for --state is named as the folder")
+    func polish() throws {
+        let work = try Workspace()
+        let repo = work.directory.file("repo")
+        let init1 = try CLI.run(["repo", "init", repo, "--root-key", work.publicDER, "--targets-key", work.publicDER])
+        #expect(init1.status == 2 && init1.stderr.contains("--snapshot-key, --timestamp-key"), "\(init1.stderr)")
+        let refresh = try CLI.run(["repo", "refresh", repo])
+        #expect(refresh.status == 2 && refresh.stderr.contains("--snapshot-key and --timestamp-key"), "\(refresh.stderr)")
+
+        let empty = work.directory.file("metadata")
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+        let noRoot = try CLI.run(["update", "--repository", "https://127.0.0.1:1/metadata/", "--tuf-metadata", empty, "--channel", "stable", "--dest", work.directory.file("app")])
+        #expect(noRoot.status == 5 && noRoot.stderr.contains("signet tuf init --metadata-dir \(empty)"), "\(noRoot.stderr)")
+
+        let elsewhere = try CLI.run(["reverify", work.directory.path], directory: work.directory.path)
+        #expect(elsewhere.status == 2 && !elsewhere.stderr.contains("keys-example") && elsewhere.stderr.contains("--tuf-metadata"), "\(elsewhere.stderr)")
+
+        // A 1 MiB tmpfs: 2 MB of files do not fit; a world-writable folder is not --state's.
+        let small = work.directory.file("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
+        let mounted = try SignetTestSupport.run("mount", ["-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", small])
+        try #require(mounted.status == 0, "tests run as root (README): \(mounted.stderr)")
+        defer { _ = try? SignetTestSupport.run("umount", [small]) }
+        let tree = work.directory.file("tree")
+        try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+        _ = try work.directory.writeRandom("tree/big.bin", count: 2_000_000)
+        let package = work.directory.file("big.zip")
+        #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "big", "--version", "1", "--out", package, "--store"]).status == 0)
+        let full = try CLI.run(["unpack", package, "--dest", small + "/app", "--pubkey", work.publicDER])
+        #expect(full.status == 5 && full.stderr.contains("no space left") && full.stderr.contains("unpacks to 1.9 MiB") && full.stderr.contains("is free on that filesystem"), "\(full.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: small).isEmpty)
+        chmod(small, 0o1777)
+        let shared = try CLI.run(["unpack", package, "--dest", work.directory.file("app2"), "--pubkey", work.publicDER, "--state", small + "/state.json"])
+        #expect(shared.status == 5 && shared.stderr.contains("the folder of --state") && shared.stderr.contains("'\(small)'"), "\(shared.stderr)")
+    }
 }

@@ -85,7 +85,8 @@ extension SignetError {
             return SignetError(.malformedInput, "\(action) '\(path)': it is a directory, not a file",
                                path: path, fileID: fileID, line: line)
         case ENOSPC, EDQUOT:
-            return SignetError(.io, "\(action) '\(path)': no space left on the device; free some space and try again",
+            // What was needed and what is free, the caller adds where it knows (issue 49).
+            return SignetError(.io, "\(action) '\(path)': no space left on the device\(err == EDQUOT ? " (this user's quota)" : ""); free some space and try again",
                                path: path, fileID: fileID, line: line)
         default:
             return SignetError(.io, "\(action) '\(path)': \(text)", path: path, fileID: fileID, line: line)
@@ -106,5 +107,16 @@ extension SignetError {
         case (nil, 4), (nil, 260): return posix(ENOENT, "cannot use", path: path)
         default: return SignetError(.io, "cannot use '\(path)': an I/O error occurred; check the file and try again", path: path)
         }
+    }
+}
+
+extension SignetError {
+    /// "1.2 MiB", "3.4 GiB": a size in a message.
+    static func size(_ bytes: UInt64) -> String {
+        let units = ["bytes", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
+        return unit == 0 ? "\(bytes) bytes" : String(format: "%.1f %@", value, units[unit])
     }
 }

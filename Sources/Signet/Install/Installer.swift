@@ -61,8 +61,24 @@ public enum Installer {
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
-        return try install(reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,
-                           options: options, ranged: nil)
+        return try sayingRoom(reader, destination) {
+            try install(reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,
+                        options: options, ranged: nil)
+        }
+    }
+
+    /// `body`, with a full disk said as what the package needs beside what is free (issue 49),
+    /// measured once the staged files are gone.
+    static func sayingRoom<R>(_ reader: ZipReader, _ destination: String, _ body: () throws -> R) throws -> R {
+        do {
+            return try body()
+        } catch var error as SignetError where error.code == .io && error.reason.contains("no space left") {
+            let needed = reader.entries().reduce(UInt64(0)) { $0 &+ $1.size }
+            var info = statvfs()
+            let free = statvfs(AtomicFile.parentDirectory(of: destination), &info) == 0 ? UInt64(info.f_bavail) &* UInt64(info.f_frsize) : nil
+            error.reason += "; the package unpacks to \(SignetError.size(needed)) at most (unchanged files shared with '\(destination)' take none)\(free.map { ", and \(SignetError.size($0)) is free on that filesystem" } ?? "")"
+            throw error
+        }
     }
 
     /// The installation proper, from an open reader: a local package, or one read with range

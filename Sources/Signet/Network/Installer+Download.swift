@@ -197,7 +197,9 @@ extension Installer {
             }
         }
         defer { input.received = nil }
-        return try install(reader: reader, package: input.path, to: destination, state: state, stale: stale, policy: policy,
-                           options: options, ranged: update)
+        return try sayingRoom(reader, destination) {
+            try install(reader: reader, package: input.path, to: destination, state: state, stale: stale, policy: policy,
+                        options: options, ranged: update)
+        }
     }
 }

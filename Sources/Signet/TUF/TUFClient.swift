@@ -120,7 +120,7 @@ public final class TUFClient {
         self.options = options
         try TrustedInput.check(options.metadataDirectory, what: "the metadata folder")
         guard let root = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) else {
-            throw SignetError(.fileNotFound, "the metadata folder '\(options.metadataDirectory)' has no root.json: initialise it with the repository's trusted root first", path: options.metadataDirectory)
+            throw SignetError(.fileNotFound, "the metadata folder '\(options.metadataDirectory)' has no root.json: initialise it with the repository's trusted root first (`signet tuf init --metadata-dir \(options.metadataDirectory) ROOT.json`, ROOT.json being the repository's metadata/1.root.json)", path: options.metadataDirectory)
         }
         lock = try DestinationLock(options.metadataDirectory, wait: options.download.wait)
         // Read again under the lock: another client may have walked the chain meanwhile.

@@ -42,7 +42,8 @@ package enum TrustedInput {
         if lstat(path, &info) == 0 { return try check(path, what: what) }
         let slash = path.lastIndex(of: "/")
         let parent = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-        try check(parent, what: what, contents: false)
+        // Named as the folder it is, not as the file (issue 49: a tmpfs folder was called --state).
+        try check(parent, what: "the folder of \(what) (where '\(path)' is to be made)", contents: false)
     }
 
     /// Each of `paths` (an option given several times).
