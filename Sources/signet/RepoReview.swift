@@ -73,7 +73,10 @@ extension Repo {
                 }
                 reviewed = review.digest
             }
-            let outcome = try repo.sign(role, with: try key.load(), reviewed: reviewed ?? "", acceptUnrecognized: acceptUnrecognized)
+            let signer = try key.load()
+            let outcome = try repo.sign(role, with: signer, reviewed: reviewed ?? "", acceptUnrecognized: acceptUnrecognized)
+            // The key by the id its holder knows (keygen, key show), with the TUF id (issue 49).
+            let by = "key \(signer.publicKey.keyID.short) (TUF \(try signer.publicKey.tufKeyID().prefix(12)))"
             if output.json {
                 Output.json(Report(role: outcome.role, version: outcome.version, digest: review.digest, signatures: outcome.signatures, threshold: outcome.threshold,
                                    published: outcome.published, missing: outcome.missing, already_signed: outcome.alreadySigned))
@@ -82,7 +85,7 @@ extension Repo {
                 if outcome.published {
                     let seen = outcome.heldRootVersion.map { "; devices see it when the next `signet repo refresh \(repository)` publishes root v\($0) with it" }
                         ?? (outcome.role == "targets" ? "; devices see it after the next `signet repo refresh`" : "")
-                    Output.line("published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(seen)")
+                    Output.line("signed by \(by); published \(outcome.version).\(outcome.role).json (\(outcome.signatures) of \(outcome.threshold) signatures)\(seen)")
                 } else if !outcome.heldFor.isEmpty {
                     // Signed, and held: published now it would strand every device.
                     Output.line("root v\(outcome.version) has every signature it needs (\(outcome.signatures) of \(outcome.threshold)); it changes the \(outcome.heldFor.joined(separator: ", ")) keys, so it is held until what devices read is signed again under it")
@@ -92,8 +95,8 @@ extension Repo {
                         Output.line("staged targets v\(staged.version) (same packages, for the new keys), digest \(staged.digest): `signet repo sign \(repository) --role targets --key KEY --digest \(staged.digest.prefix(16))`")
                     }
                 } else {
-                    let again = outcome.alreadySigned ? "already signed by this key (it counts once), " : "signed "
-                    Output.line("\(again)\(outcome.role) v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures") (another holder's)")
+                    let again = outcome.alreadySigned ? "already signed by this key, \(by) (it counts once): " : "signed by \(by): "
+                    Output.line("\(again)\(outcome.role) v\(outcome.version) has \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures") (another holder's)")
                 }
             }
         }

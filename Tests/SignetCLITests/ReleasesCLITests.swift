@@ -375,6 +375,9 @@ struct ReleasesCLITests {
         #expect(thirdJSON["updated"] as? Bool == false && thirdJSON["update_available"] as? Bool == false, "\(thirdJSON)")
         let text = try CLI.run(["update", "--config", path])
         #expect(text.status == 0 && text.stdoutText.contains("held back") && text.stdoutText.contains("--retry-bad") && !text.stdoutText.contains("--force"), "\(text.stdoutText)")
+        // status names the bad range above the running release, never "and lower" of it.
+        let status = try CLI.run(["status", p.dest]).stdoutText
+        #expect(status.contains("bad:      app sequence 2 — ") && !status.contains("and lower"), "\(status)")
         #expect(p.installedText() == "release 1\n")
         // --force is what it says (replace a DIR Signet did not install), not a retry.
         try config(healthCheck: "true")

@@ -183,7 +183,11 @@ struct RepositoryKeepingCLITests {
         let removed = try CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(signetID.prefix(12))])
         #expect(removed.status == 0, "\(removed.stderr)")
         let review = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
-        #expect(review.contains("role targets: 1 of"), "\(review)")
+        #expect(review.contains("role targets: 1 of") && review.contains("(published: 1 of ") && review.contains(String(signetID.prefix(16)) + " (TUF "), "\(review)")
+        // Signing shows the signer by its Signet id too.
+        let rootID = try #require(try fleet.check(CLI.run(["key", "show", fleet.pub("root1"), "--json"])).json()["key_id"] as? String)
+        let signed = try CLI.run(["repo", "sign", fleet.repo, "--role", "root", "--key", fleet.priv("root1"), "--digest", try fleet.digest("root")])
+        #expect(signed.status == 0 && signed.stdoutText.contains("signed by key " + String(rootID.prefix(16))), "\(signed.stdoutText)")
         // Point 15: the same threshold again changes nothing, and says how to renew instead.
         try FileManager.default.removeItem(atPath: fleet.repo + "/staging/root.json")
         let noop = try CLI.run(["repo", "rotate", fleet.repo, "--role", "root", "--threshold", "2"])

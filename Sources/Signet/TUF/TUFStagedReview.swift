@@ -62,6 +62,14 @@ public struct TUFStagedReview: Sendable {
     public let delegations: [String]
     public let roles: [RoleChange]
     public let problems: [Problem]
+    /// TUF key id → the same key's Signet id (16 hex digits), for the keys this review names
+    /// that Signet reads: people know a key by the id `keygen` and `key show` print (issue 49).
+    public var signetKeyIDs: [String: String] = [:]
+
+    /// A key as the review shows it: its Signet id with the TUF id, or the TUF id alone.
+    func shown(_ tufID: String) -> String {
+        signetKeyIDs[tufID].map { "\($0) (TUF \(tufID.prefix(12)))" } ?? "TUF \(tufID.prefix(12))"
+    }
 
     /// Whether `given` (at least 16 hex digits, any case) names this review's digest.
     public func matches(_ given: String) -> Bool {
@@ -73,7 +81,7 @@ public struct TUFStagedReview: Sendable {
     public var lines: [String] {
         var out = ["staged \(role) v\(version) (published: \(publishedVersion == 0 ? "none" : "v\(publishedVersion)")), digest \(digest)"]
         out.append("  expires \(expires?.rfc3339 ?? "?")\(publishedExpires.map { " (published: \($0.rfc3339))" } ?? "")")
-        out.append("  signed by \(signedBy.isEmpty ? "nobody yet" : signedBy.map { String($0.prefix(12)) }.joined(separator: " "))")
+        out.append("  signed by \(signedBy.isEmpty ? "nobody yet" : signedBy.map(shown).joined(separator: ", "))")
         func describe(_ target: Target) -> String {
             if let package = target.package {
                 return "\(target.path): \(package.name) \(package.version) (sequence \(package.sequence)), channels \(package.channels.isEmpty ? "none" : package.channels.joined(separator: ", ")), \(target.length) bytes, sha256 \(target.hashes["sha256"] ?? "none"), manifest sha256 \(package.manifestSHA256)"
@@ -92,8 +100,8 @@ public struct TUFStagedReview: Sendable {
         if role == "targets", targets.isEmpty { out.append("  targets unchanged") }
         for delegation in delegations { out.append("  delegation: \(delegation)") }
         for change in roles {
-            let before = change.publishedKeyIDs.isEmpty ? "none" : "\(change.publishedThreshold) of \(change.publishedKeyIDs.map { String($0.prefix(12)) }.joined(separator: " "))"
-            out.append("  role \(change.name): \(change.threshold) of \(change.keyIDs.map { String($0.prefix(12)) }.joined(separator: " ")) (published: \(before))")
+            let before = change.publishedKeyIDs.isEmpty ? "none" : "\(change.publishedThreshold) of \(change.publishedKeyIDs.map(shown).joined(separator: ", "))"
+            out.append("  role \(change.name): \(change.threshold) of \(change.keyIDs.map(shown).joined(separator: ", ")) (published: \(before))")
         }
         if role == "root", roles.isEmpty { out.append("  keys and thresholds unchanged") }
         for problem in problems { out.append("  PROBLEM (\(problem.kind)): \(problem.message)") }
@@ -188,10 +196,17 @@ extension TUFRepository {
             }
         }
         let published0 = published?.version ?? 0
-        return TUFStagedReview(role: role, version: document.version, publishedVersion: published0, digest: digest, expires: expires,
+        // Every key the published and staged roots name, by its Signet id too.
+        var keys = (try? publishedRoot())?.keys ?? [:]
+        if let stagedRoot = try? staged("root").flatMap({ try TUFRoot($0.metadata(as: "root", name: "staging/root.json")) }) {
+            keys.merge(stagedRoot.keys) { old, _ in old }
+        }
+        var review = TUFStagedReview(role: role, version: document.version, publishedVersion: published0, digest: digest, expires: expires,
                                publishedExpires: published?.signed["expires"]?.stringValue.flatMap(Timestamp.init(rfc3339:)),
                                signedBy: document.signatures.map(\.keyID), targets: targetChanges, delegations: delegations,
                                roles: roleChanges, problems: problems)
+        for (id, _) in keys { if let signet = signetKeyID(id, in: keys) { review.signetKeyIDs[id] = signet } }
+        return review
     }
 
     /// A version's targets, each with the Signet package it binds; fields Signet never writes
