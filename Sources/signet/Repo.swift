@@ -391,6 +391,12 @@ struct Repo: ParsableCommand {
             let digest = try repo.review("root")?.digest ?? ""
             // Changing what signs targets, snapshot or timestamp needs more than root signatures.
             let again = try repo.rolesToSignAgain()
+            // A release signed by a key this root removes: devices that lack it would refuse it.
+            if role == "targets" {
+                for package in try repo.packagesRefusedByStagedRoot() {
+                    Output.warn("\(package.target) (\(package.name) \(package.version), sequence \(package.sequence), channels \(package.channels.joined(separator: ", "))) is not signed by a targets key root v\(version) keeps: once it is published, devices that do not have it refuse it. Pack that release again with a key it keeps, with a higher --sequence, and `signet repo add` it")
+                }
+            }
             let targets = again.contains("targets") ? try repo.review("targets") : nil
             if output.json {
                 Output.json(RotateReport(staged_root: version, digest: digest, staged_targets: targets?.version, targets_digest: targets?.digest))

@@ -35,6 +35,7 @@ struct RepositoryKeepingCLITests {
         // Targets: rel2 leaves, rel3 joins (2 of 2). Rotate re-stages targets for the new set.
         let rotated = try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", fleet.pub("rel2"), "--add", fleet.pub("rel3")]))
         #expect(rotated.stdoutText.contains("targets is staged again as v2") && rotated.stdoutText.contains("--role targets"), "\(rotated.stdoutText)")
+        #expect(!rotated.stderr.contains("warning"), "release 1 is signed by rel1, which stays: \(rotated.stderr)")
         try deviceUpdates("rotate")
         try fleet.signRoot()
         #expect(!FileManager.default.fileExists(atPath: fleet.repo + "/metadata/2.root.json"), "the root is held, not published")

@@ -304,7 +304,9 @@ struct TUFCLITests {
         try FileManager.default.removeItem(atPath: fleet.repo + "/staging/targets.json")
         // Rotation 1: rel1 out, rel3 in. Rotation 2: threshold 1 of {rel2, rel3}.
         // The first rotation is held until targets is signed again by the new set (issue 49).
-        try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(stolenID.prefix(10)), "--add", fleet.pub("rel3")]))
+        let rotated = try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(stolenID.prefix(10)), "--add", fleet.pub("rel3")]))
+        // Release 1 was packed with rel1: said, since new devices would refuse it (issue 49).
+        #expect(rotated.stderr.contains("app-1.zip") && rotated.stderr.contains("not signed by a targets key root v2 keeps"), "\(rotated.stderr)")
         try fleet.signRoot()
         for key in ["rel2", "rel3"] { try fleet.check(fleet.sign("targets", key)) }
         try fleet.refresh()
