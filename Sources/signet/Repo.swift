@@ -38,18 +38,6 @@ struct Repo: ParsableCommand {
         }
     }
 
-    /// `in 5 days` or `expired 3 hours ago`, from `now`.
-    static func relative(_ time: Timestamp, now: Timestamp) -> String {
-        let left = time.secondsSinceEpoch &- now.secondsSinceEpoch
-        return left > 0 ? "in \(span(left))" : "EXPIRED \(span(-left)) ago"
-    }
-
-    /// `3 days`, `5 hours`, `12 minutes`.
-    static func span(_ seconds: Int64) -> String {
-        let (value, unit): (Int64, String) = seconds >= 2 * 86_400 ? (seconds / 86_400, "day") : seconds >= 2 * 3_600 ? (seconds / 3_600, "hour") : (max(1, seconds / 60), "minute")
-        return "\(value) \(unit)\(value == 1 ? "" : "s")"
-    }
-
     /// `90s`, `30m`, `12h`, `7d` (at most 366 days) or `1y` (at most 10 years) in seconds.
     static func seconds(_ text: String, option: String) throws -> Int64 {
         let refused = ValidationError("\(option) takes a number and a unit: 90s, 30m, 12h, 7d (at most 366d) or 1y (at most 10y), not '\(text)'")

@@ -242,7 +242,7 @@ extension Repo {
             for role in status.roles {
                 // Each key by its Signet id (what keygen, key show and pack print) and its TUF id.
                 let keys = zip(role.signetKeyIDs, role.keyIDs).map { $0.isEmpty ? "TUF \($1.prefix(16))" : "\($0) (TUF \($1.prefix(12)))" }.joined(separator: ", ")
-                let expiry = role.expires.map { ", expires \($0.rfc3339) (\(Repo.relative($0, now: now)))" } ?? " (not published)"
+                let expiry = role.expires.map { ", expires \($0.rfc3339) (\(role.relativeExpiry(now: now) ?? ""))" } ?? " (not published)"
                 Output.line("\(role.name): v\(role.version)\(expiry), \(role.threshold) of \(role.keyIDs.count) keys: \(keys)")
             }
             for alert in status.alerts { Output.line("NEEDS ATTENTION (\(alert.role), \(alert.kind)): \(alert.message)") }

@@ -82,10 +82,12 @@ struct ReleaseRecord: Codable, Equatable {
         guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid() || info.st_uid == 0, info.st_mode & 0o022 == 0 else {
             throw SignetError(.insecureFile, "the release record '\(path)' is not a regular file of this user's (or root's) that only its owner may write (uid \(info.st_uid), mode \(String(info.st_mode & 0o7777, radix: 8))); it says which releases may be installed, so it is not trusted. Remove it if it is not Signet's", path: path)
         }
-        guard access(path, R_OK) == 0 else {
+        let file: InputFile
+        do {
+            file = try InputFile.open(path, what: "release record", followSymlinks: false)
+        } catch let error as SignetError where error.code == .permissionDenied {
             throw SignetError(.permissionDenied, "the release record '\(path)' belongs to uid \(info.st_uid) and this user (uid \(geteuid())) may not read it: run this as the user that installs '\(destination)' (root, for the system's update service)", path: path)
         }
-        let file = try InputFile.open(path, what: "release record", followSymlinks: false)
         let bytes = try file.readAll(limit: 1 << 20, what: "release record")
         guard (try? StrictJSON.check(bytes, integersOnly: true)) != nil,
               let record = try? JSONDecoder().decode(ReleaseRecord.self, from: Data(bytes)), record.format == "signet-release/1" else {

@@ -187,6 +187,13 @@ extension TUFRepository {
             /// print), in the same order; empty for a key Signet cannot read.
             public let signetKeyIDs: [String]
             public let threshold: Int
+
+            /// "in 5 days" or "EXPIRED 3 hours ago", from `now`; nil when not published.
+            public func relativeExpiry(now: Timestamp = .now) -> String? {
+                guard let expires else { return nil }
+                let left = expires.secondsSinceEpoch &- now.secondsSinceEpoch
+                return left > 0 ? "in \(TUFRepository.span(left))" : "EXPIRED \(TUFRepository.span(-left)) ago"
+            }
         }
         public struct Staged: Sendable {
             public let role: String
