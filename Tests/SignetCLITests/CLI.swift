@@ -37,8 +37,8 @@ enum CLI {
     static let underAddressSanitizer: Bool = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
 }
 
-/// A key set made by `signet keygen` in a fresh directory, plus what the openssl CLI makes for
-/// the cases signet must refuse.
+/// A key set made by `signet keygen` in a fresh directory (from the process's ``KeyPool``), plus
+/// what the openssl CLI makes for the cases signet must refuse.
 final class Workspace {
     let directory: TemporaryDirectory
     var path: String { directory.path }
@@ -51,15 +51,12 @@ final class Workspace {
     var certificate: String { keys + "/certificate.der" }
     let keyID: String
 
+    /// The keys are `signet keygen`'s, made once per process (``KeyPool``): each Workspace of a
+    /// test has a key of its own.
     init() throws {
         directory = try TemporaryDirectory()
         try directory.write("pass.txt", Data((passphrase + "\n").utf8), mode: 0o600)
-        let made = try CLI.run(["keygen", "--out", directory.file("keys"), "--bits", "2048",
-                                "--passphrase-file", directory.file("pass.txt"), "--json"])
-        guard made.status == 0, let id = try made.json()["key_id"] as? String else {
-            throw SupportError("keygen failed: \(made.status) \(made.stderr)")
-        }
-        keyID = id
+        keyID = try KeyPool.copy("workspace", slot: KeyPool.nextSlot(), to: directory.file("keys"), passphraseFile: directory.file("pass.txt"))
     }
 
     /// Runs openssl in the workspace and fails loudly if it fails.

@@ -90,7 +90,7 @@ struct ChunkedUpdateCLITests {
         #expect(try CLI.run(unpack).status == 0)
 
         var bytes = try contents(original)
-        bytes.insert(contentsOf: Data((0..<(1 << 20)).map { _ in UInt8.random(in: 0...255) }), at: 12 << 20)
+        bytes.insert(contentsOf: Data(try randomBytes(1 << 20)), at: 12 << 20)
         try bytes.write(to: URL(fileURLWithPath: original))
         _ = try tree.write("version.txt", Data("2\n".utf8))
         try Self.pack(work, tree.path, sequence: 2, out: server.www + "/insert/app.zip")
@@ -113,7 +113,7 @@ struct ChunkedUpdateCLITests {
 
         // v3 (one more MiB inserted) onto a copy damaged in place at 3 MiB: the chunk there
         // does not hash right, so it is fetched instead; the result is still exactly v3.
-        bytes.insert(contentsOf: Data((0..<(1 << 20)).map { _ in UInt8.random(in: 0...255) }), at: 20 << 20)
+        bytes.insert(contentsOf: Data(try randomBytes(1 << 20)), at: 20 << 20)
         try bytes.write(to: URL(fileURLWithPath: original))
         try Self.pack(work, tree.path, sequence: 3, out: server.www + "/insert/app.zip")
         let damaged = try FileHandle(forWritingTo: URL(fileURLWithPath: dest + "/data/big.img"))
@@ -164,7 +164,7 @@ struct ChunkedUpdateCLITests {
         var generator = SystemRandomNumberGenerator()
         let changed = Array((0..<(bytes.count / 4096)).shuffled(using: &generator).prefix(bytes.count / 4096 / 100))
         for block in changed {
-            bytes.replaceSubrange((block * 4096)..<((block + 1) * 4096), with: Data((0..<4096).map { _ in UInt8.random(in: 0...255) }))
+            bytes.replaceSubrange((block * 4096)..<((block + 1) * 4096), with: Data(try randomBytes(4096)))
         }
         try bytes.write(to: URL(fileURLWithPath: original))
         try Self.pack(work, tree.path, sequence: 2, out: server.www + "/blocks/app.zip")

@@ -21,7 +21,7 @@ struct Hardening2CLITests {
         guard packed.status == 0 else { throw SupportError("pack failed: \(packed.stderr)") }
     }
 
-    static func randomData(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255) }) }
+    static func randomData(_ count: Int) -> Data { Data(try! randomBytes(count)) }
 
     // MARK: Point 7: a retried download restarts its hash
 

@@ -60,8 +60,7 @@ struct HardeningCLITests {
         try FileManager.default.copyItem(atPath: work.publicDER, toPath: trust + "/release.der")
         let package = work.directory.file("app.zip")
         try TrustCLITests.pack(work, out: package)
-        var random = [UInt8](repeating: 0, count: 32)
-        for i in random.indices { random[i] = UInt8.random(in: 0...255) }
+        let random = try randomBytes(32)
         let salt = [0x0A] + random.prefix(10) + [0x0D, 0x0A] + random.suffix(20)
         let saltFile = try work.directory.write("salt", Data(salt), mode: 0o600)
         let sealed = try CLI.run(["trust", "seal", trust, "--salt-file", saltFile])

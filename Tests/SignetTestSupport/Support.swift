@@ -193,18 +193,32 @@ public final class TemporaryDirectory: @unchecked Sendable {
     /// Filled in bulk (/dev/urandom in 32 MiB reads): `UInt8.random` is one system call per
     /// byte on Linux, about 0.6 s a MiB (issue 50).
     public func writeRandom(_ name: String, count: Int) throws -> String {
-        var bytes = [UInt8](repeating: 0, count: count)
-        let fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SupportError("cannot open /dev/urandom: \(errno)") }
-        defer { close(fd) }
-        var filled = 0
-        while filled < count {
-            let got = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + filled, min(count - filled, 32 << 20)) }
-            guard got > 0 else { throw SupportError("cannot read /dev/urandom: \(errno)") }
-            filled += got
-        }
-        return try write(name, Data(bytes))
+        try write(name, Data(try randomBytes(count)))
     }
+}
+
+/// `count` random bytes from /dev/urandom, read in bulk: `UInt8.random` is one `getrandom`
+/// system call a byte on Linux (issue 50: ~200 s of CPU across the suite).
+public func randomBytes(_ count: Int) throws -> [UInt8] {
+    var bytes = [UInt8](repeating: 0, count: count)
+    let fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { throw SupportError("cannot open /dev/urandom: \(errno)") }
+    defer { close(fd) }
+    var filled = 0
+    while filled < count {
+        let got = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + filled, min(count - filled, 32 << 20)) }
+        guard got > 0 else { throw SupportError("cannot read /dev/urandom: \(errno)") }
+        filled += got
+    }
+    return bytes
+}
+
+/// `count` bytes of a seeded generator, eight at a time (a byte at a time was the cost).
+public func randomBytes<G: RandomNumberGenerator>(_ count: Int, using generator: inout G) -> [UInt8] {
+    var bytes = [UInt8]()
+    bytes.reserveCapacity(count + 8)
+    while bytes.count < count { withUnsafeBytes(of: generator.next()) { bytes.append(contentsOf: $0) } }
+    return Array(bytes.prefix(count))
 }
 
 /// Reads a whole file (test inputs only). Read with open/read rather than Foundation, whose
@@ -318,7 +332,7 @@ public struct RecordedSignatures {
         let (length, start) = try layout()
         guard let index = try order().firstIndex(of: file) else { throw Unexpected("\(file) is not in the manifest of \(tree)") }
         var all = try Data(contentsOf: URL(fileURLWithPath: path))
-        let replacement = bytes ?? Data((0..<length).map { _ in UInt8.random(in: 0...255) })
+        let replacement = try bytes ?? Data(randomBytes(length))
         all.replaceSubrange(start + index * length ..< start + (index + 1) * length, with: replacement)
         try all.write(to: URL(fileURLWithPath: path))
     }

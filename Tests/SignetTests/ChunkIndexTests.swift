@@ -8,7 +8,7 @@ import SignetTestSupport
 struct ChunkIndexTests {
     static func random(_ count: Int) -> [UInt8] {
         var generator = SystemRandomNumberGenerator()
-        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return randomBytes(count, using: &generator)
     }
 
     static func chunk(_ bytes: [UInt8], step: Int) throws -> ChunkIndex {

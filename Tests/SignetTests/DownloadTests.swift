@@ -109,7 +109,7 @@ struct DownloadTests {
     func rangedProgressAndCancel() async throws {
         let server = try HTTPSServer()
         let directory = try TemporaryDirectory()
-        func random(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255) }) }
+        func random(_ count: Int) -> Data { Data(try! randomBytes(count)) }
         let v1 = ["a.bin": random(300_000), "b.bin": random(300_000), "same.bin": random(100_000)]
         try Self.rangedPackage(v1, sequence: 1, at: server.www + "/slow/r.zip")
         let policy = try Fixtures.trust("rsa2048-spki.der")
