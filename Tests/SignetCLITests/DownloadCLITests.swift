@@ -4,7 +4,8 @@ import SignetTestSupport
 
 @Suite("Downloads over HTTPS against a real nginx: TLS policy, errors, resume, install", .serialized)
 struct DownloadCLITests {
-    /// Starts `signet fetch` of a rate-limited `path` (nginx sends 200 KiB/s there), kills it
+    /// Starts `signet fetch` of a rate-limited `path` (nginx sends 200 KiB/s there until a
+    /// request asks for a range: /slowstart/, /norange/), kills it
     /// with SIGKILL once its partial download holds at least 128 KiB (waiting for bytes, not for
     /// a fixed time: a sanitizer build on a busy machine may take seconds to connect), and
     /// returns the size of the partial download it left.
@@ -182,9 +183,11 @@ struct DownloadCLITests {
         let server = try HTTPSServer()
         let work = try TemporaryDirectory()
         _ = try server.directory.writeRandom("www/slow/p.bin", count: 500_000)
-        func fetch(_ extra: [String]) throws -> ProcessResult {
+        // What must not show a line needs no slow transfer: the line shows from the first bytes.
+        try FileManager.default.copyItem(atPath: server.www + "/slow/p.bin", toPath: server.www + "/p.bin")
+        func fetch(_ extra: [String], path: String = "slow/p.bin") throws -> ProcessResult {
             try? FileManager.default.removeItem(atPath: work.file("p.bin"))
-            let command = ([CLI.binary, "fetch", server.url("slow/p.bin"), "--out", work.file("p.bin"), "--tls-ca", server.root] + extra)
+            let command = ([CLI.binary, "fetch", server.url(path), "--out", work.file("p.bin"), "--tls-ca", server.root] + extra)
                 .map { "'" + $0 + "'" }.joined(separator: " ")
             // script(1) gives the command a pseudo-terminal and copies what it shows to stdout.
             return try run("script", ["-qec", command, "/dev/null"])
@@ -199,13 +202,13 @@ struct DownloadCLITests {
         #expect(screen.components(separatedBy: "\r\u{1B}[K").count < 40, "throttled: \(screen.debugDescription)")
         #expect(screen.contains("downloaded "), "then the result")
         for quiet in [["--quiet"], ["--json"]] {
-            let silent = try fetch(quiet)
+            let silent = try fetch(quiet, path: "p.bin")
             #expect(silent.status == 0)
             #expect(!silent.stdoutText.contains("\u{1B}[K"), "\(quiet): \(silent.stdoutText.debugDescription)")
         }
         // On a pipe (stderr not a terminal): no progress line.
         try? FileManager.default.removeItem(atPath: work.file("p.bin"))
-        let piped = try CLI.run(["fetch", server.url("slow/p.bin"), "--out", work.file("p.bin"), "--tls-ca", server.root])
+        let piped = try CLI.run(["fetch", server.url("p.bin"), "--out", work.file("p.bin"), "--tls-ca", server.root])
         #expect(piped.status == 0)
         #expect(!piped.stderr.contains("\r"), "\(piped.stderr.debugDescription)")
     }
@@ -286,12 +289,12 @@ struct DownloadCLITests {
     func resume() throws {
         let server = try HTTPSServer()
         let work = try TemporaryDirectory()
-        let body = try contents(try server.directory.writeRandom("www/slow/big.bin", count: 3_000_000))
+        let body = try contents(try server.directory.writeRandom("www/slowstart/big.bin", count: 3_000_000))
         let out = work.file("big.bin")
-        let kept = try Self.killedMidway(server, "slow/big.bin", out: out)
+        let kept = try Self.killedMidway(server, "slowstart/big.bin", out: out)
         #expect(kept > 0 && kept < body.count, "a partial download is on disk: \(kept) bytes")
         #expect(!FileManager.default.fileExists(atPath: out), "never reported complete")
-        let resumed = try CLI.run(["fetch", server.url("slow/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])
+        let resumed = try CLI.run(["fetch", server.url("slowstart/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])
         #expect(resumed.status == 0, "\(resumed.stderr)")
         let resumedFrom = try resumed.json()["resumed_from"] as? Int ?? 0
         #expect(resumedFrom > 0)

@@ -92,6 +92,9 @@ public final class HTTPSServer {
           uwsgi_temp_path \(d)/tmp; scgi_temp_path \(d)/tmp;
           # One request per 2 s per client: the second of two quick requests gets a 500.
           limit_req_zone $binary_remote_addr zone=onceper2s:1m rate=30r/m;
+          # Throttled until a client asks for a range (a resumed download): a test kills the
+          # first request mid-way, and the one that resumes it does not wait (issue 50).
+          map $http_range $slowstart_rate { "" 200k; default 0; }
           server {
             listen 127.0.0.1:\(ports[1]) ssl;
             server_name localhost;
@@ -108,7 +111,8 @@ public final class HTTPSServer {
             location /slow/ { limit_rate 200k; }
             # Fast enough for a 9 MiB entry in a few seconds, slow enough to stop inside it.
             location /medium/ { limit_rate 3m; }
-            location /norange/ { limit_rate 200k; max_ranges 0; }
+            location /slowstart/ { limit_rate $slowstart_rate; }
+            location /norange/ { limit_rate $slowstart_rate; max_ranges 0; }
             location /whole/ { max_ranges 0; }
             location /limited/ { limit_req zone=onceper2s; limit_req_status 500; }
             location = /to-http { return 302 http://localhost:\(port)/app.zip; }

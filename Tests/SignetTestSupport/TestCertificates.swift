@@ -20,7 +20,7 @@ public enum TestCertificates {
         cat leaf.pem int.pem > chain.pem
         openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out expired.pem -days -1 -extfile leaf.ext
         cat expired.pem int.pem > expired-chain.pem
-        mkdir -p www/slow www/medium www/norange www/whole www/limited tmp
+        mkdir -p www/slow www/slowstart www/medium www/norange www/whole www/limited tmp
         """
         let made = try run("bash", ["-c", script])
         guard made.status == 0 else { throw SupportError("making the test CA failed: \(made.stderr)") }
