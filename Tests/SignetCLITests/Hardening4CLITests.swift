@@ -271,9 +271,8 @@ struct Hardening4CLITests {
             }
             ran += 1
             // LeakSanitizer cannot run under ptrace: off for the traced run of an ASan build.
-            let asan = ProcessInfo.processInfo.environment["ASAN_OPTIONS"].map { $0 + ":" } ?? ""
             let traced = try run("strace", ["-f", "-qq", "--seccomp-bpf", "-o", trace, "-e", "trace=setpriority,sched_setscheduler,sched_setattr,sched_setparam", CLI.binary] + command,
-                                 environment: ["ASAN_OPTIONS": asan + "detect_leaks=0"])
+                                 environment: sanitizerOptions(adding: "detect_leaks=0"))
             #expect(traced.status == 0, "\(command[0]): \(traced.stderr)")
             let calls = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").filter { !$0.contains("+++") && !$0.contains("---") }
             #expect(calls.isEmpty, "\(command[0]): \(calls)")

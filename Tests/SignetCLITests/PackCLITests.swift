@@ -178,9 +178,8 @@ struct PackCLITests {
             let log = work.directory.file("strace-\(arguments[0]).log")
             // LeakSanitizer cannot run under ptrace (CI's sanitizer build): leaks are checked
             // by every other test, not by this one.
-            let asan = [ProcessInfo.processInfo.environment["ASAN_OPTIONS"], "detect_leaks=0"].compactMap { $0 }.joined(separator: ":")
             let traced = try run("strace", ["-f", "-qq", "-o", log, "-e", "trace=stat,newfstatat,statx", CLI.binary] + arguments,
-                                 environment: ["TZ": nil, "ASAN_OPTIONS": asan])
+                                 environment: sanitizerOptions(adding: "detect_leaks=0").merging(["TZ": nil]) { $1 })
             #expect(traced.status == 0, "\(arguments[0]): \(traced.stderr)")
             return try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").filter { $0.contains("/etc/localtime") }.count
         }

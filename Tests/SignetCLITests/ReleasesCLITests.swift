@@ -439,10 +439,9 @@ struct ReleasesCLITests {
         let three = try f.pack(3)
         // The exchange fails (EIO injected into renameat2): exit 5, DIR still release 2, pending.
         // (LeakSanitizer cannot run under ptrace: off for this one traced run of an ASan build.)
-        let sanitizer = (ProcessInfo.processInfo.environment["ASAN_OPTIONS"].map { $0 + ":" } ?? "") + "detect_leaks=0"
         let failed = try run("strace", ["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:error=EIO",
                                         CLI.binary, "unpack", three, "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state, "--pending"],
-                             environment: ["ASAN_OPTIONS": sanitizer])
+                             environment: sanitizerOptions(adding: "detect_leaks=0"))
         #expect(failed.status == 5, "\(failed.stderr)")
         #expect(f.text("config.txt") == "release 2\n")
         let status = try CLI.run(["status", f.dest, "--json"]).json()

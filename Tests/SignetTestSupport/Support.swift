@@ -26,8 +26,9 @@ public struct SupportError: Error, CustomStringConvertible {
 
 /// Runs a program to completion. stdin is /dev/null unless `input` is given, so nothing can
 /// prompt; `environment` entries are added to (or, with nil values, removed from) this process's.
-/// A program still running after `timeout` seconds is killed, and the call throws: a hang is a
-/// test failure, never a stuck CI run.
+/// A program still running after `timeout` seconds is killed with every process it started (it
+/// runs in its own process group), and the call throws: a hang is a test failure, never a stuck
+/// CI run.
 ///
 /// Started with posix_spawn, not Foundation's `Process`: Process.run (Swift 6.3.1) finds the
 /// highest open descriptor by copying each /proc/self/fd entry as a fixed 256-byte block, which
@@ -71,7 +72,11 @@ public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
     sigfillset(&all)
     posix_spawnattr_setsigmask(&attributes, &none)
     posix_spawnattr_setsigdefault(&attributes, &all)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    // Its own process group, so the watchdog kills what it started too: a wrapper (faketime,
+    // strace, setpriv) killed alone leaves its child holding the pipes, and the read below
+    // would wait for it forever.
+    posix_spawnattr_setpgroup(&attributes, 0)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
 
     let argv = ([path] + arguments).map { strdup($0) } + [nil]
     let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
@@ -91,7 +96,7 @@ public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
         throw SupportError("cannot start \(path): errno \(spawned)")
     }
     let child = pid
-    let watchdog = DispatchWorkItem { kill(child, SIGKILL) }
+    let watchdog = DispatchWorkItem { kill(-child, SIGKILL) }
     DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
     if let input, let stdinPipe {
         // Written from another thread, so that a child that writes before it reads cannot block us.
@@ -359,4 +364,14 @@ public func awaitListening(_ port: Int) throws -> Bool {
 /// is a temporary that must not outlive its run.
 public func isKeptBesideDestination(_ name: String) -> Bool {
     name.hasSuffix(".signet-lock") || name.hasSuffix(".signet-release") || name.hasSuffix(".signet-previous")
+}
+
+/// This process's `ASAN_OPTIONS` with `options` appended, for a child that an ASan build of
+/// Signet (CI's second suite) must run differently: under ptrace LeakSanitizer cannot run
+/// (`detect_leaks=0`); under libfaketime the allocator must not read the clock, or its first
+/// `clock_gettime` recurses into libfaketime's unfinished start-up and the child hangs
+/// (`allocator_release_to_os_interval_ms=-1`). Harmless for a build without ASan.
+public func sanitizerOptions(adding options: String) -> [String: String?] {
+    let current = ProcessInfo.processInfo.environment["ASAN_OPTIONS"]
+    return ["ASAN_OPTIONS": [current, options].compactMap { $0 }.joined(separator: ":")]
 }
