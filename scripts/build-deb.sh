@@ -15,7 +15,9 @@ cd "$(dirname "$0")/.."
 version=$(sed -n 's/.*static let signet = "\(.*\)".*/\1/p' Sources/Signet/Version.swift)
 arch=$(dpkg --print-architecture)
 out=${OUT_DIR:-dist}
-scratch=.build-deb
+# The default build folder: the release build scripts/quickstart.sh made (the same flags) is
+# reused, and the man pages come from the debug build `swift test` made.
+scratch=.build
 package="signet_${version}_${arch}.deb"
 
 for tool in dpkg-deb dpkg-shlibdeps gzip strip; do
@@ -38,9 +40,10 @@ install -m 0755 "$binary" "$root/usr/bin/signet"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/signet"
 
 echo "== man pages (generate-manual)" >&2
-# (its own scratch path: the plugin builds signet again, without --static-swift-stdlib)
-swift package --scratch-path "$scratch-man" plugin generate-manual --multi-page >&2
-manuals=$(find "$scratch-man/plugins" -path '*GenerateManual*' -name 'signet*.1' -newer "$binary" | head -n 1 | xargs -r dirname)
+# The plugin builds every product and runs signet to read its help: in debug, which `swift test`
+# has built already (the text is the same in every configuration).
+swift package --scratch-path "$scratch" plugin generate-manual --multi-page --configuration debug >&2
+manuals=$(find "$scratch/plugins" -path '*GenerateManual*' -name 'signet*.1' -newer "$binary" | head -n 1 | xargs -r dirname)
 [ -n "$manuals" ] || { echo "build-deb.sh: generate-manual made no pages" >&2; exit 1; }
 for page in "$manuals"/signet*.1; do
   # mdoc wants .Pp between paragraphs, not blank lines (groff warns about each).

@@ -28,8 +28,10 @@ if [ -n "${SIGNET:-}" ]; then
   signet=$SIGNET
 else
   step "Build signet (release)"
-  swift build -c release --product signet 2>&1 | tail -n 1
-  signet="$(swift build -c release --show-bin-path)/signet"
+  # With the Swift runtime linked in, as scripts/build-deb.sh packages it: one release
+  # configuration, built once (CI builds the package from this build).
+  swift build -c release --product signet --static-swift-stdlib 2>&1 | tail -n 1
+  signet="$(swift build -c release --static-swift-stdlib --show-bin-path)/signet"
 fi
 "$signet" --version
 
