@@ -187,7 +187,7 @@ struct ManifestTests {
         for manifest in [try Self.sample(), nil] {
             let expected = try encoder.encode(Meta(alg: "rsa-pkcs1v15-sha256", key_id: key.keyID.hex, name: manifest?.name, path: path,
                                                    sequence: manifest?.sequence, sha256: String(repeating: "ab", count: 32), source: source))
-            let written = try Installer.metadata(path: path, sha256: String(repeating: "ab", count: 32), signer: key, manifest: manifest,
+            let written = try SignetMetadata.encode(path: path, sha256: String(repeating: "ab", count: 32), signer: key, manifest: manifest,
                                                  algorithm: .rsaPKCS1v15SHA256, source: source)
             #expect(written == Array(expected), "\(String(decoding: written, as: UTF8.self))")
         }

@@ -84,7 +84,7 @@ public enum _FuzzTargets {
         // Attribute values: the IMA v2 signature and user.signet.meta.
         "attributes": { bytes in
             _ = IMASignature(bytes: bytes)
-            _ = Reverifier.Metadata(bytes: bytes)
+            _ = SignetMetadata(bytes: bytes)
         },
         // The trust seal document.
         "seal": { bytes in _ = TrustStoreSeal.parse(bytes) },

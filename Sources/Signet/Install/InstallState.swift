@@ -44,7 +44,7 @@ final class InstallState {
 
         /// Whether this destination was rolled back on purpose to `sequence` of `name`.
         func rolledBack(to name: String, sequence: UInt64) -> Bool {
-            rolled_back_from != nil && self.sequence == sequence && Installer.sameName(self.name, name)
+            rolled_back_from != nil && self.sequence == sequence && Manifest.sameName(self.name, name)
         }
     }
 

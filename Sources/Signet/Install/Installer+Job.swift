@@ -50,7 +50,7 @@ extension Installer {
             switch state {
             case .installed(let installed?):
                 try checkSameProduct(installed: installed.name, kind: "manifest", manifest: manifest, where: "installed")
-                if let manifest, Installer.sameName(installed.name, manifest.name), manifest.sequence < installed.sequence, !options.allowDowngrade {
+                if let manifest, Manifest.sameName(installed.name, manifest.name), manifest.sequence < installed.sequence, !options.allowDowngrade {
                     throw SignetError(.rollback, "'\(destination)' holds \(installed.name) sequence \(installed.sequence); the package has sequence \(manifest.sequence), an older release. Refusing to roll back (--allow-downgrade overrides)", path: destination)
                 }
             case .bare, .installed(nil), .absent, .empty, .foreign:
@@ -67,7 +67,7 @@ extension Installer {
             guard let manifest else {
                 throw SignetError(.otherPackage, "'\(destination)' holds package '\(name)' (\(origin)), installed from a signed manifest; the bare package '\(package)' has no name, no rollback and no completeness check, and does not replace it. Pass --change-package if '\(destination)' is meant to change product", path: destination)
             }
-            guard Installer.sameName(name, manifest.name) else {
+            guard Manifest.sameName(name, manifest.name) else {
                 throw SignetError(.otherPackage, "'\(destination)' holds package '\(name)' (\(origin)); '\(package)' is package '\(manifest.name)', another product. Refusing to replace one with the other; pass --change-package if '\(destination)' is meant to become '\(manifest.name)' (the change is recorded in --state)", path: destination)
             }
         }
@@ -152,7 +152,7 @@ extension Installer {
             var written = true
             switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
             case .success:
-                let meta = try metadata(path: path, sha256: sha256, signer: signer, manifest: manifest, algorithm: algorithm, source: options.source)
+                let meta = try SignetMetadata.encode(path: path, sha256: sha256, signer: signer, manifest: manifest, algorithm: algorithm, source: options.source)
                 // The meta attribute is informational: no room for it is not a failure.
                 if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd), !failure.isNoRoom {
                     throw failure.error("set", attribute: ExtendedAttributes.metadata, path: path)

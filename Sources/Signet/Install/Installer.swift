@@ -246,7 +246,7 @@ public enum Installer {
         progress?.finish()
         if let installState {
             let before = installState.destination(destination)?.name ?? state.installedName
-            let changedFrom = options.changePackage && before != nil && !Self.sameName(before, checked?.manifest.name) ? before : nil
+            let changedFrom = options.changePackage && before != nil && !Manifest.sameName(before, checked?.manifest.name) ? before : nil
             try installState.record(checked?.manifest.name, sequence: checked?.manifest.sequence, destination: destination, changedFrom: changedFrom)
         }
         var replaced: UInt64? = nil
@@ -266,7 +266,7 @@ public enum Installer {
     /// The installed tree holds exactly this release: the same name and sequence, and its
     /// manifest is byte for byte the verified one.
     static func sameRelease(_ installed: Manifest, _ checked: PackageReader.Checked, at destination: String) -> Bool {
-        guard sameName(installed.name, checked.manifest.name), installed.sequence == checked.manifest.sequence else { return false }
+        guard Manifest.sameName(installed.name, checked.manifest.name), installed.sequence == checked.manifest.sequence else { return false }
         guard let file = try? InputFile.open(destination + "/" + TreeLayout.manifest, what: "the installed manifest", followSymlinks: false),
               let bytes = try? file.readAll(limit: checked.manifestBytes.count + 1, what: "the installed manifest") else { return false }
         return bytes == checked.manifestBytes
@@ -294,44 +294,9 @@ public enum Installer {
             throw SignetError(.indexMismatch, "'\(package)' is a bare package; its signed metadata names \(expected.name) sequence \(expected.sequence). Nothing was installed", path: package)
         }
         let digest = try Digest.compute(checked.manifestBytes, algorithm: .sha256)
-        guard digest.matches(hex: expected.manifestSHA256), sameName(checked.manifest.name, expected.name), checked.manifest.sequence == expected.sequence else {
+        guard digest.matches(hex: expected.manifestSHA256), Manifest.sameName(checked.manifest.name, expected.name), checked.manifest.sequence == expected.sequence else {
             throw SignetError(.indexMismatch, "'\(package)' is \(checked.manifest.name) sequence \(checked.manifest.sequence) with manifest SHA-256 \(digest.hex); its signed metadata binds \(expected.name) sequence \(expected.sequence) with manifest SHA-256 \(expected.manifestSHA256). The package on the server is not the one the metadata was signed for. Nothing was installed", path: package)
         }
-    }
-
-    /// Package names are compared byte for byte: canonically equivalent spellings are different
-    /// products.
-    static func sameName(_ a: String?, _ b: String?) -> Bool {
-        switch (a, b) {
-        case (nil, nil): return true
-        case (let a?, let b?): return a.utf8.elementsEqual(b.utf8)
-        default: return false
-        }
-    }
-
-    /// `user.signet.meta`: compact JSON, informational (FORMAT.md §3). Keys sorted, absent
-    /// values left out, the bytes `JSONEncoder` with `[.sortedKeys, .withoutEscapingSlashes]`
-    /// made (a test keeps them equal), written directly: it is made once per installed file.
-    static func metadata(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm,
-                         source: String? = nil) throws -> [UInt8] {
-        var out = ManifestWriter(capacity: 192 + path.utf8.count + (manifest?.name.utf8.count ?? 0) + (source?.utf8.count ?? 0))
-        var first = true
-        func field(_ key: String, _ value: (inout ManifestWriter) -> Void) {
-            out.raw(first ? "{" : ",")
-            first = false
-            out.string(key)
-            out.raw(":")
-            value(&out)
-        }
-        field("alg") { $0.string(algorithm.id) }
-        field("key_id") { $0.string(signer.keyID.hex) }
-        if let name = manifest?.name { field("name") { $0.string(name) } }
-        field("path") { $0.string(path) }
-        if let sequence = manifest?.sequence { field("sequence") { $0.raw(String(sequence)) } }
-        field("sha256") { $0.string(sha256) }
-        if let source { field("source") { $0.string(source) } }
-        out.raw("}")
-        return out.bytes
     }
 
     /// A bare resource: streamed while hashed, then its `.sig` checked against every trusted key.

@@ -122,13 +122,13 @@ struct ReleaseRecord: Codable, Equatable {
     /// Whether `sequence` of `name` was refused as bad: the bad sequence and those below it,
     /// down to the one DIR holds (`installed`), which stays installable.
     func isBad(_ name: String, sequence: UInt64, installed: UInt64?) -> Bad? {
-        guard let bad = bad.first(where: { Installer.sameName($0.key, name) })?.value, sequence <= bad.sequence,
+        guard let bad = bad.first(where: { Manifest.sameName($0.key, name) })?.value, sequence <= bad.sequence,
               sequence > installed ?? 0 || installed == nil else { return nil }
         return bad
     }
 
     mutating func markBad(_ name: String, sequence: UInt64, reason: String) {
-        let key = bad.keys.first(where: { Installer.sameName($0, name) }) ?? name
+        let key = bad.keys.first(where: { Manifest.sameName($0, name) }) ?? name
         if let known = bad[key], known.sequence > sequence { return }
         bad[key] = Bad(sequence: sequence, reason: reason, at: Timestamp.now.rfc3339)
     }

@@ -85,7 +85,7 @@ extension Installer.Job {
               info.st_mode & 0o7777 == mode_t(file.mode.permissions), UInt64(info.st_size) == file.size,
               case .success(let attribute?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd),
               attribute.count == checked.key.signatureLength,
-              let meta = Reverifier.Metadata(fd), meta.name.map({ Installer.sameName($0, checked.manifest.name) }) == true,
+              let meta = SignetMetadata(fd), meta.name.map({ Manifest.sameName($0, checked.manifest.name) }) == true,
               meta.path == file.path, meta.keyID == checked.key.keyID, meta.algorithm == checked.algorithm,
               imaMatches(fd, signature: attribute, checked: checked) else { return nil }
         let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }

@@ -89,7 +89,7 @@ public enum Download {
             let fd = file.descriptor
             switch ExtendedAttributes.set(ExtendedAttributes.signature, signature, on: fd) {
             case .success:
-                let meta = try Installer.metadata(path: String(path.split(separator: "/").last ?? ""), sha256: digest.hex, signer: key, manifest: nil,
+                let meta = try SignetMetadata.encode(path: String(path.split(separator: "/").last ?? ""), sha256: digest.hex, signer: key, manifest: nil,
                                                   algorithm: algorithm, source: recordedSource(url))
                 _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
             case .failure(let failure) where failure.isUnsupported: break

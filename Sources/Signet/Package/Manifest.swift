@@ -304,3 +304,15 @@ public struct Manifest: Sendable, Equatable {
                         name: name, sequence: try number("sequence"), version: try string("version"))
     }
 }
+
+extension Manifest {
+    /// Package names are compared byte for byte: canonically equivalent spellings are different
+    /// products.
+    static func sameName(_ a: String?, _ b: String?) -> Bool {
+        switch (a, b) {
+        case (nil, nil): return true
+        case (let a?, let b?): return a.utf8.elementsEqual(b.utf8)
+        default: return false
+        }
+    }
+}

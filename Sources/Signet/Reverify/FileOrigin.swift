@@ -42,7 +42,7 @@ public struct FileOrigin: Sendable {
     public init(path: String) throws {
         self.path = path
         let file = try InputFile.open(path, what: "file", followSymlinks: false)
-        let meta = Reverifier.Metadata(file.descriptor)
+        let meta = SignetMetadata(file.descriptor)
         var signature = false
         switch ExtendedAttributes.get(ExtendedAttributes.signature, on: file.descriptor) {
         case .success(let value): signature = !(value ?? []).isEmpty

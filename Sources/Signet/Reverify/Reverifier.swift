@@ -35,7 +35,7 @@ public enum Reverifier {
         guard report.verdict == .modified, report.signatureSource == .xattr || report.signatureSource == .ima,
               let (root, relative) = installedTree(containing: path),
               let copy = try? treeCopy(root: root, relative: relative) else { return nil }
-        let algorithm = Metadata(file.descriptor)?.algorithm ?? .default
+        let algorithm = SignetMetadata(file.descriptor)?.algorithm ?? .default
         guard lseek(file.descriptor.rawValue, 0, SEEK_SET) == 0,
               let digest = try? Digest.compute(descriptorOf: file, algorithm: algorithm.digest),
               let key = Verifier(policy: policy).verify(signature: copy, digest: digest, algorithm: algorithm).signer else { return nil }
@@ -55,12 +55,12 @@ public enum Reverifier {
     /// The check of ``verifyFile(at:policy:)`` on a file already opened; `findSignature` gives
     /// its signature, algorithm and source (nil: unsigned).
     static func verifyOpened(_ file: InputFile, path: String, policy: TrustPolicy,
-                             findSignature: (FileDescriptor, Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)?) -> FileReport {
+                             findSignature: (FileDescriptor, SignetMetadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)?) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
             FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
         }
         func unreadable(_ error: Error) -> FileReport { Reverifier.unreadable(path, error) }
-        let meta = Metadata(file.descriptor)
+        let meta = SignetMetadata(file.descriptor)
         let found: ([UInt8], SignatureAlgorithm, SignatureSource)?
         do { found = try findSignature(file.descriptor, meta) } catch {
             return unreadable(error)
@@ -89,7 +89,7 @@ public enum Reverifier {
 
     /// The signature, its algorithm and where it came from.
     /// A sidecar that cannot be read (other than absent) is an error, never "unsigned".
-    static func signatureOf(_ descriptor: FileDescriptor, path: String, meta: Metadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)? {
+    static func signatureOf(_ descriptor: FileDescriptor, path: String, meta: SignetMetadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)? {
         let algorithm = meta?.algorithm ?? .default
         if case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: descriptor) {
             return (bytes, algorithm, .xattr)
@@ -169,34 +169,6 @@ public enum Reverifier {
             return (name, (object["sequence"] as? NSNumber)?.uint64Value ?? 0)
         }
         return recorded ? ("(unknown)", 0) : nil
-    }
-
-    /// `user.signet.meta`, informational only: it picks the algorithm to try and names the
-    /// claimed signer for the untrusted/modified distinction; it never makes a file "ok".
-    struct Metadata {
-        let algorithm: SignatureAlgorithm?
-        let keyID: KeyID?
-        let name: String?
-        let sequence: UInt64?
-        let path: String?
-        let source: String?
-
-        init?(_ descriptor: FileDescriptor) {
-            guard case .success(let bytes?) = ExtendedAttributes.get(ExtendedAttributes.metadata, on: descriptor) else { return nil }
-            self.init(bytes: bytes)
-        }
-
-        /// Parses the attribute's value; nil unless it is a strict JSON object.
-        init?(bytes: [UInt8]) {
-            guard (try? StrictJSON.check(bytes)) != nil,
-                  let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else { return nil }
-            algorithm = (object["alg"] as? String).flatMap { SignatureAlgorithm(id: $0) }
-            keyID = (object["key_id"] as? String).flatMap { KeyID($0) }
-            name = object["name"] as? String
-            sequence = (object["sequence"] as? NSNumber)?.uint64Value
-            path = object["path"] as? String
-            source = object["source"] as? String
-        }
     }
 
     /// Whether `path` is a directory itself (not a link to one), for choosing between

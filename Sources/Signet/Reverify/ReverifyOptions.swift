@@ -142,7 +142,7 @@ public struct ReverifyOptions: Sendable {
     /// does, else the failure and its message. `name` and `sequence` are nil for a bare tree.
     func expectationFailure(name: String?, sequence: UInt64?, root: String) throws -> (PackageVerification.Failure, String)? {
         let holds = name.map { "package '\($0)' sequence \(sequence ?? 0)" } ?? "a bare tree (no name)"
-        if let expectedName, !Installer.sameName(expectedName, name) {
+        if let expectedName, !Manifest.sameName(expectedName, name) {
             return (.otherPackage, "'\(root)' holds \(holds), not package '\(expectedName)' (--expect-name)")
         }
         guard let stateFile else { return nil }
@@ -151,7 +151,7 @@ public struct ReverifyOptions: Sendable {
             if recorded.kind == "manifest", name == nil {
                 return (.relabelled, "'\(root)' was installed from the signed package '\(recorded.name ?? "?")' sequence \(recorded.sequence ?? 0) (recorded in '\(stateFile)'), but is now a bare tree: its manifest or manifest signature was removed. Reinstall the package")
             }
-            if recorded.kind == "manifest", !Installer.sameName(recorded.name, name) {
+            if recorded.kind == "manifest", !Manifest.sameName(recorded.name, name) {
                 return (.otherPackage, "'\(root)' holds \(holds), but '\(stateFile)' records package '\(recorded.name ?? "?")' there: the tree was replaced by another product")
             }
         }

@@ -309,7 +309,7 @@ final class TreeChecker: @unchecked Sendable {
             return FileReport(path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it from \(copy)", signatureSource: found.source, signer: nil)
         }
         let meta: [UInt8]
-        do { meta = try Installer.metadata(path: file.path, sha256: file.sha256, signer: key, manifest: manifest, algorithm: algorithm) } catch {
+        do { meta = try SignetMetadata.encode(path: file.path, sha256: file.sha256, signer: key, manifest: manifest, algorithm: algorithm) } catch {
             return FileReport(path: file.path, verdict: .attributesLost, detail: (error as? SignetError)?.reason ?? "\(error)", signatureSource: found.source, signer: nil)
         }
         if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.signature, sidecar, on: fd) {

@@ -104,7 +104,7 @@ extension TUFRepository {
         for channel in channels {
             for (path, value) in members {
                 guard path != fileName, let other = try? TUFTarget(path: path, json: value), let listed = TUFPackageTarget(other),
-                      listed.channels.contains(channel), Installer.sameName(listed.name, described.name) else { continue }
+                      listed.channels.contains(channel), Manifest.sameName(listed.name, described.name) else { continue }
                 if described.sequence <= listed.sequence && !allowLower {
                     throw SignetError(.rollback, "channel '\(channel)' names \(listed.name) \(listed.version) (sequence \(listed.sequence), \(listed.target)); \(fileName) has sequence \(described.sequence), which devices would see as \(described.sequence == listed.sequence ? "the same release" : "an older release"). Pack it with a higher --sequence, or give --allow-lower-sequence to roll the channel back on purpose", path: package)
                 }
@@ -116,7 +116,7 @@ extension TUFRepository {
         // Each channel names one release per package name.
         members = members.map { path, value in
             guard path != fileName, let other = try? TUFTarget(path: path, json: value), let listed = TUFPackageTarget(other),
-                  Installer.sameName(listed.name, described.name) else { return (path, value) }
+                  Manifest.sameName(listed.name, described.name) else { return (path, value) }
             let kept = listed.channels.filter { !channels.contains($0) }
             guard kept != listed.channels else { return (path, value) }
             let updated = TUFPackageTarget(target: listed.target, name: listed.name, version: listed.version, sequence: listed.sequence,

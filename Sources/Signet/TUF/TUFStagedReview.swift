@@ -156,7 +156,7 @@ extension TUFRepository {
                 guard let target = change.staged, let package = target.package else { continue }
                 if let old = change.published, old.length == target.length, old.hashes == target.hashes,
                    let before = old.package, before.manifestSHA256 == package.manifestSHA256,
-                   Installer.sameName(before.name, package.name), before.sequence == package.sequence { continue }
+                   Manifest.sameName(before.name, package.name), before.sequence == package.sequence { continue }
                 if let wrong = checkPackage(target, package, keys: keys, now: now) { problems.append(.init(kind: "package", message: wrong)) }
             }
             let before = published?.signed["delegations"]?.canonical
@@ -242,7 +242,7 @@ extension TUFRepository {
         if Int64(described.size) != target.length { wrong.append("it is \(described.size) bytes, the entry says \(target.length)") }
         if described.sha256 != sha256.lowercased() { wrong.append("its SHA-256 is \(described.sha256), the entry says \(sha256)") }
         if described.manifestSHA256 != package.manifestSHA256 { wrong.append("its manifest SHA-256 is \(described.manifestSHA256), the entry says \(package.manifestSHA256)") }
-        if !Installer.sameName(described.name, package.name) || described.sequence != package.sequence {
+        if !Manifest.sameName(described.name, package.name) || described.sequence != package.sequence {
             wrong.append("it is \(described.name) sequence \(described.sequence), the entry says \(package.name) sequence \(package.sequence)")
         }
         if wrong.isEmpty {

@@ -102,7 +102,7 @@ public enum TUFUpdater {
         let listings = try client.packageListings()
         // Each package name only from the role it belongs to (the name rule, FORMAT §7).
         for listing in listings where listing.release.channels.contains(options.channel) {
-            if let wanted, !Installer.sameName(wanted, listing.release.name) { continue }
+            if let wanted, !Manifest.sameName(wanted, listing.release.name) { continue }
             candidates.append((listing.release, listing.target, listing.keys, listing.role))
         }
         let names = Set(candidates.map { $0.0.name })
@@ -110,12 +110,12 @@ public enum TUFUpdater {
             throw SignetError(.usage, "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
         }
         guard let (release, target, keys, role) = candidates.max(by: { $0.0.sequence < $1.0.sequence }) else {
-            let channels = Set(listings.filter { wanted == nil || Installer.sameName(wanted, $0.release.name) }.flatMap(\.release.channels)).sorted()
+            let channels = Set(listings.filter { wanted == nil || Manifest.sameName(wanted, $0.release.name) }.flatMap(\.release.channels)).sorted()
             throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)'; \(channels.isEmpty ? "it lists \(wanted == nil ? "no package" : "none of that name") on any channel" : "its channels\(wanted.map { " for '\($0)'" } ?? ""): \(channels.joined(separator: ", "))")", path: options.client.metadataURL)
         }
         let base = options.targetsURL ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
         let packageURL = client.url(of: target, base: base)
-        let sameName = installed.map { Installer.sameName($0.name, release.name) } ?? false
+        let sameName = installed.map { Manifest.sameName($0.name, release.name) } ?? false
         let newer = !sameName || release.sequence > (installed?.sequence ?? 0)
         let older = sameName && release.sequence < (installed?.sequence ?? 0)
         // --repair: the release DIR holds is checked, and reinstalled if it no longer checks whole.

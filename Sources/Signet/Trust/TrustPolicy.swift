@@ -127,7 +127,7 @@ public struct TrustPolicy: Sendable {
         guard tufOnlyKeys.contains(signer) else { return nil }
         let digest = (try? Digest.compute(manifestBytes, algorithm: .sha256).hex) ?? ""
         let roles = tufListings.filter { $0.keyIDs.contains(signer) }
-        if tufListings.contains(where: { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Installer.sameName($0.name, manifest.name) }) {
+        if tufListings.contains(where: { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Manifest.sameName($0.name, manifest.name) }) {
             return nil
         }
         let role = roles.first.map { "a key of role '\($0.role)' (\($0.threshold) of \($0.roleKeys) keys)" } ?? "a TUF key"
