@@ -152,7 +152,13 @@ class Checker:
 
     def check(self, image, allowed):
         outcome = {"tree": None, "state_ok": False, "next_update_ok": False, "detail": ""}
-        loop = run(["losetup", "--find", "--show", image])
+        # CI runs the sanitizer suite beside this, whose tests mount loop devices too: a device
+        # another process took between --find and its set-up is tried again with the next one.
+        for attempt in range(5):
+            loop = run(["losetup", "--find", "--show", image])
+            if loop.returncode == 0:
+                break
+            time.sleep(0.2 * (attempt + 1))
         if loop.returncode != 0:
             raise RuntimeError(f"losetup: {loop.stderr}")
         device = loop.stdout.strip()
