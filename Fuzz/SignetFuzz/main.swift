@@ -40,7 +40,6 @@ if let symbol = dlsym(nil, "LLVMFuzzerRunDriver") {
         var pointer: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = buffer.baseAddress
         return unsafeBitCast(symbol, to: RunDriver.self)(&argc, &pointer, fuzzOneInput)
     }
-    unlink("/dev/shm/signet-fuzz-\(getpid()).zip")
     exit(status)
 }
 
@@ -61,5 +60,4 @@ for path in arguments.dropFirst(2) {
         count += 1
     }
 }
-unlink("/dev/shm/signet-fuzz-\(getpid()).zip")
 print("\(selected): \(count) inputs ran without a crash")

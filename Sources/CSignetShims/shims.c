@@ -11,6 +11,7 @@
 #include <linux/openat2.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -91,6 +92,10 @@ int signet_start_writeback(int fd, long long offset, long long length) {
 
 int signet_syncfs(int fd) {
     return syncfs(fd);
+}
+
+int signet_memfd(const char *name) {
+    return memfd_create(name, MFD_CLOEXEC);
 }
 
 int signet_spawn_closefrom(posix_spawn_file_actions_t *actions, int from) {

@@ -11,11 +11,9 @@ import SignetTestSupport
 struct RepositoryKeepingCLITests {
     typealias Fleet = TUFCLITests.Fleet
 
-    /// signet under a clock `offset` ahead (libfaketime's `+100d`); an ASan build's allocator is
-    /// kept off the clock (see `sanitizerOptions`), or the child hangs.
+    /// signet under a clock `offset` ahead (libfaketime's `+100d`, see `runUnderFakedClock`).
     static func later(_ offset: String, _ arguments: [String]) throws -> ProcessResult {
-        try SignetTestSupport.run("faketime", ["-f", offset, CLI.binary] + arguments,
-                                  environment: sanitizerOptions(adding: "allocator_release_to_os_interval_ms=-1"))
+        try runUnderFakedClock(offset, CLI.binary, arguments)
     }
 
     static func alerts(_ result: ProcessResult) throws -> [(role: String, kind: String)] {

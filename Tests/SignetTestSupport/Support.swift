@@ -366,6 +366,21 @@ public func isKeptBesideDestination(_ name: String) -> Bool {
     name.hasSuffix(".signet-lock") || name.hasSuffix(".signet-release") || name.hasSuffix(".signet-previous")
 }
 
+/// Runs `executable` under a clock `offset` ahead (libfaketime's `+8d`). The `faketime`
+/// wrapper names its semaphore and shared memory by its pid and leaves them behind now and
+/// then (measured here: a dozen in /dev/shm after a day's runs); a later wrapper that draws
+/// that pid fails with `sem_open: File exists` (seen in CI). So each run gets a private
+/// /dev/shm: its own mount namespace (the tests run as root), nothing shared with any other.
+/// Preloading libfaketime without the wrapper is no way out: version 0.9.10 then loses the
+/// arguments of a Swift program. An ASan build's allocator is kept off the clock (see
+/// `sanitizerOptions`), or the child hangs.
+public func runUnderFakedClock(_ offset: String, _ executable: String, _ arguments: [String],
+                               timeout: Double = 300) throws -> ProcessResult {
+    let script = #"mount -t tmpfs -o size=1m,mode=1777 signet-test-shm /dev/shm && exec faketime -f "$@""#
+    return try run("unshare", ["--mount", "--propagation", "private", "sh", "-c", script, "sh", offset, executable] + arguments,
+                   environment: sanitizerOptions(adding: "allocator_release_to_os_interval_ms=-1"), timeout: timeout)
+}
+
 /// This process's `ASAN_OPTIONS` with `options` appended, for a child that an ASan build of
 /// Signet (CI's second suite) must run differently: under ptrace LeakSanitizer cannot run
 /// (`detect_leaks=0`); under libfaketime the allocator must not read the clock, or its first

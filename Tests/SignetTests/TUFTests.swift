@@ -163,11 +163,11 @@ struct TUFTests {
         stalled.download.tls.allowHTTP = true
         stalled.download.maxTime = 300
         let task = Task { try await TUFClient.refreshAsync(stalled) }
-        #expect(silent.waitForConnection(seconds: 120), "the refresh reached the server")
+        #expect(await silent.connection(within: 120), "the refresh reached the server")
         let cancelled = Date()
         task.cancel()
         await #expect(throws: CancellationError.self) { try await task.value }
-        let closed = try #require(silent.waitForClose(seconds: 120), "the connection was closed")
+        let closed = try #require(await silent.close(within: 120), "the connection was closed")
         #expect(closed.timeIntervalSince(cancelled) < 5, "closed \(closed.timeIntervalSince(cancelled)) s after the cancel")
     }
 }
@@ -222,7 +222,23 @@ final class SilentServer: @unchecked Sendable {
         events.unlock()
     }
 
-    func waitForConnection(seconds: Double) -> Bool {
+    /// Waits for the connection on a thread of its own: blocking a cooperative thread here
+    /// starved the refresh task of the only other one on a 2-core machine (CI: 120 s, no
+    /// connection, while every suite waited).
+    func connection(within seconds: Double) async -> Bool {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: self.waitForConnection(seconds: seconds)) }.start()
+        }
+    }
+
+    /// When the client closed the connection, waited for off the cooperative pool like `connection`.
+    func close(within seconds: Double) async -> Date? {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: self.waitForClose(seconds: seconds)) }.start()
+        }
+    }
+
+    private func waitForConnection(seconds: Double) -> Bool {
         events.lock()
         defer { events.unlock() }
         let limit = Date(timeIntervalSinceNow: seconds)
@@ -230,7 +246,7 @@ final class SilentServer: @unchecked Sendable {
         return connected
     }
 
-    func waitForClose(seconds: Double) -> Date? {
+    private func waitForClose(seconds: Double) -> Date? {
         events.lock()
         defer { events.unlock() }
         let limit = Date(timeIntervalSinceNow: seconds)

@@ -58,6 +58,10 @@ int signet_start_writeback(int fd, long long offset, long long length);
 /// including writeback errors since `fd` was opened (Linux 5.8 and later).
 int signet_syncfs(int fd);
 
+/// memfd_create(2) is declared only under _GNU_SOURCE. An anonymous memory file, close-on-exec;
+/// -1 with errno on failure.
+int signet_memfd(const char *name);
+
 /// posix_spawn_file_actions_addclosefrom_np (glibc 2.34) is declared only under _GNU_SOURCE.
 /// Adds an action that closes every descriptor from `from` up in the child.
 int signet_spawn_closefrom(posix_spawn_file_actions_t *actions, int from);

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import SystemPackage
+internal import CSignetShims
 
 /// Entry points for the fuzzers (`Fuzz/SignetFuzz`, `scripts/fuzz.sh`): every parser that reads
 /// untrusted bytes, each behind a name. Not for applications; underscored so that it stays out
@@ -128,13 +129,15 @@ public enum _FuzzTargets {
         },
     ]
 
-    /// The zip reader reads files: one scratch file per process in /dev/shm (memory), rewritten
-    /// for each input.
+    /// The zip reader reads files: one anonymous memory file per process (`memfd_create`),
+    /// rewritten for each input and opened by its /proc path. A named file in /dev/shm was left
+    /// behind whenever libFuzzer ended the process at its time limit.
+    private static let scratchDescriptor: CInt = signet_memfd("signet-fuzz.zip")
+
     private static func scratch(_ bytes: [UInt8]) -> String? {
-        let path = "/dev/shm/signet-fuzz-\(getpid()).zip"
-        guard let fd = try? FileDescriptor.open(FilePath(path), .writeOnly, options: [.create, .truncate, .closeOnExec], permissions: [.ownerReadWrite]) else { return nil }
-        defer { try? fd.close() }
-        guard (try? fd.writeAll(bytes)) != nil else { return nil }
-        return path
+        let fd = FileDescriptor(rawValue: scratchDescriptor)
+        guard scratchDescriptor >= 0, ftruncate(scratchDescriptor, 0) == 0,
+              (try? fd.writeAll(toAbsoluteOffset: 0, bytes)) != nil else { return nil }
+        return "/proc/self/fd/\(scratchDescriptor)"
     }
 }
