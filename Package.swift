@@ -32,7 +32,7 @@ let package = Package(
             providers: [.apt(["libzip-dev"])]
         ),
         // libcurl (built on the same OpenSSL) for downloads; TLS policy is Signet's own. Its
-        // header only: the library is loaded with dlopen on first use (CSignetShims), so that
+        // header only: the library is loaded with dlopen on first use (CSignetCurl), so that
         // the commands that download nothing start without it. No pkgConfig, which would link
         // it (-lcurl); the header is libcurl4-openssl-dev's (scripts/install-deps.sh).
         .systemLibrary(
@@ -45,19 +45,45 @@ let package = Package(
             pkgConfig: "p11-kit-1",
             providers: [.apt(["libp11-kit-dev"])]
         ),
-        // C functions for what Swift cannot call: OpenSSL macros and variadics, libcurl's
-        // variadic setopt/getinfo, zlib's deflateInit2, <sys/xattr.h> and GNU-only declarations
-        // such as renameat2.
-        // zlib (which libzip is built on) only to judge whether a small file is worth deflating.
+        // C functions for what Swift cannot call (macros, variadics, GNU-only declarations),
+        // one module per C library, so that a target links only the library it uses.
+        // OpenSSL's macros (stacks, BIO, error codes, EVP_RSA_gen).
         .target(
-            name: "CSignetShims",
-            dependencies: ["COpenSSL", "CCurl"],
+            name: "CSignetOpenSSL",
+            dependencies: ["COpenSSL"]
+        ),
+        // Linux calls with no Swift declaration (renameat2, openat2, syncfs, FICLONE, memfd,
+        // statfs, <sys/xattr.h>). No library.
+        .target(
+            name: "CSignetSystem"
+        ),
+        // libcurl's variadic setopt/getinfo, through the library loaded with dlopen on first use.
+        .target(
+            name: "CSignetCurl",
+            dependencies: ["CCurl"]
+        ),
+        // zlib (which libzip is built on): raw inflate where Signet sees a stream's end, crc32,
+        // and whether a small file is worth deflating.
+        .target(
+            name: "CSignetZlib",
             linkerSettings: [.linkedLibrary("z")]
         ),
+        // The layers, lowest first; each imports only those below it (docs/ARCHITECTURE.md).
+        // Core: errors and exit codes, descriptors and paths, atomic files, temporaries, locks.
+        .target(
+            name: "SignetCore",
+            dependencies: [
+                "COpenSSL", "CSignetOpenSSL", "CSignetSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // The umbrella: everything above the core, re-exporting every layer, so that
+        // `import Signet` is all an app writes.
         .target(
             name: "Signet",
             dependencies: [
-                "COpenSSL", "CZip", "CCurl", "CPKCS11", "CSignetShims",
+                "SignetCore",
+                "COpenSSL", "CZip", "CCurl", "CPKCS11", "CSignetOpenSSL", "CSignetSystem", "CSignetCurl", "CSignetZlib",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

@@ -1,7 +1,7 @@
 internal import COpenSSL
 internal import CZip
 internal import CCurl
-internal import CSignetShims
+internal import CSignetCurl
 
 /// Versions of Signet and the libraries it runs on, for `signet --version` and bug reports.
 public enum SignetVersion {

@@ -14,7 +14,7 @@ protocol ArchiveInput: AnyObject {
     /// Its size in bytes.
     var size: Int64 { get }
     /// Reads from `offset` until `buffer` is full or the input ends; returns the count read.
-    /// Failures are thrown as ``SignetError``.
+    /// Failures are thrown as ``/SignetCore/SignetError``.
     func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
     /// Told the central directory once it is read and checked: where the entries are (a
     /// remote input keeps the directory's bytes and never reads below the entries it is asked

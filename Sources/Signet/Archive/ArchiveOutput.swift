@@ -4,7 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CZip
-internal import CSignetShims
+internal import CSignetSystem
 internal import SystemPackage
 
 /// The file a new archive is written to, handed to libzip as a writable source.

@@ -4,7 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CZip
-internal import CSignetShims
+internal import CSignetZlib
 
 /// Reads a zip through libzip (read-only, with its consistency checks), a window of entries at a
 /// time. Never writes.

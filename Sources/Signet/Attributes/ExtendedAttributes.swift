@@ -3,7 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
+internal import CSignetSystem
 internal import SystemPackage
 
 /// Extended attributes on an open file descriptor. Descriptor-based calls only: the file that

@@ -4,7 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import SystemPackage
-internal import CSignetShims
+internal import CSignetSystem
 
 /// Entry points for the fuzzers (`Fuzz/SignetFuzz`, `scripts/fuzz.sh`): every parser that reads
 /// untrusted bytes, each behind a name. Not for applications; underscored so that it stays out

@@ -1,5 +1,5 @@
 import Foundation
-internal import CSignetShims
+internal import CSignetSystem
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-internal import CSignetShims
+internal import CSignetSystem
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

@@ -4,7 +4,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
 internal import SystemPackage
 
 /// Options for ``Installer/install(_:to:policy:options:)-(String,_,_,_)``.

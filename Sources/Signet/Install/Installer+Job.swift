@@ -4,7 +4,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
 internal import SystemPackage
 
 extension Installer {

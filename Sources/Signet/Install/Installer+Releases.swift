@@ -4,7 +4,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
+internal import CSignetSystem
 public import SystemPackage
 
 /// One release, as `status`, `rollback` and the hooks name it.
@@ -249,7 +249,7 @@ extension Installer {
     /// `signet rollback DIR`: swaps the kept previous release back (FORMAT.md §2, "The previous
     /// release"), after verifying it; the release swapped out is recorded as bad.
     ///
-    /// Throws ``SignetError``: `.rollbackRefused` (exit 1) when there is no previous release or
+    /// Throws ``/SignetCore/SignetError``: `.rollbackRefused` (exit 1) when there is no previous release or
     /// it no longer verifies (DIR unchanged); `.destinationBusy` (exit 5).
     public static func rollback(_ destination: String, options: RollbackOptions = RollbackOptions()) throws -> RollbackReport {
         let destination = try normalizedDestination(destination)

@@ -4,7 +4,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
 public import SystemPackage
 
 /// Installs packages (FORMAT.md §2 "Installing"): everything is verified before DIR changes; the
@@ -14,7 +13,7 @@ public import SystemPackage
 public enum Installer {
     /// Verifies `package` against `policy` and installs it at `destination`.
     ///
-    /// Throws ``SignetError``: `.untrustedSigner` (exit 3); a verification failure, `.rollback`
+    /// Throws ``/SignetCore/SignetError``: `.untrustedSigner` (exit 3); a verification failure, `.rollback`
     /// (exit 1); `.malformedArchive` / `.malformedManifest` (exit 4); `.destinationRefused`, I/O
     /// errors (exit 5). Whatever is thrown, `destination` is as it was.
     public static func install(_ package: String, to destination: String, policy: TrustPolicy,

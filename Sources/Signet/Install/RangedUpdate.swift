@@ -3,7 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
+internal import CSignetSystem
 internal import SystemPackage
 
 /// How `unpack URL` moved the package (``InstallReport/transfer``; `--json`'s `transfer`).

@@ -4,7 +4,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
+internal import CSignetSystem
 internal import SystemPackage
 
 extension Installer {

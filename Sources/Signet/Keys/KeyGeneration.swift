@@ -4,7 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import COpenSSL
-internal import CSignetShims
+internal import CSignetOpenSSL
 public import SystemPackage
 
 /// A freshly generated signing identity: an RSA key and a self-signed code-signing certificate.
@@ -88,7 +88,7 @@ public struct GeneratedKey: Sendable {
         public let encrypted: Bool
     }
 
-    /// Refuses (``SignetError/Code/fileExists``) when any of the key files is already in
+    /// Refuses (``/SignetCore/SignetError/Code/fileExists``) when any of the key files is already in
     /// `directory`: what `write(to:passphrase:replace:)` does without `replace`, for a caller
     /// that wants to know before generating a key or asking for a passphrase.
     public static func refuseExisting(in directory: String) throws {

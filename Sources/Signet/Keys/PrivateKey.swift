@@ -1,7 +1,7 @@
 public import SystemPackage
 import Foundation
 internal import COpenSSL
-internal import CSignetShims
+internal import CSignetOpenSSL
 import Synchronization
 
 /// An RSA private key for signing, loaded from any format Signet reads.
@@ -35,7 +35,7 @@ public struct PrivateKey: Sendable {
     ///   - path: the key file.
     ///   - passphrase: where to get the passphrase if the key turns out to be encrypted; asked at most once.
     ///   - allowWeakKey: accept RSA keys below 2048 bits.
-    /// - Throws: ``SignetError`` with `.wrongPassphrase`, `.passphraseRequired`, `.unsupportedKeyType`,
+    /// - Throws: ``/SignetCore/SignetError`` with `.wrongPassphrase`, `.passphraseRequired`, `.unsupportedKeyType`,
     ///   `.weakKey`, `.wrongKeyKind`, `.malformedKey`, `.legacyProviderMissing`, or a file error.
     public init(contentsOf path: String, passphrase: PassphraseSource? = nil, allowWeakKey: Bool = false) throws {
         let file = try InputFile.open(path, what: "private key")
@@ -62,7 +62,7 @@ public struct PrivateKey: Sendable {
     ///   - pin: where the user PIN comes from when the URI has no `pin-source=`; asked once.
     ///   - allowWeakKey: accept RSA keys below 2048 bits.
     ///   - environment: the environment to read `SIGNET_PKCS11_MODULE` from (the process's).
-    /// - Throws: ``SignetError``: `.usage` for a bad URI or no module to use, `.tokenModule`
+    /// - Throws: ``/SignetCore/SignetError``: `.usage` for a bad URI or no module to use, `.tokenModule`
     ///   (exit 5), `.tokenObjectNotFound`, `.wrongPassphrase`, `.passphraseRequired`,
     ///   `.unsupportedKeyType`, `.weakKey` (exit 4).
     public init(pkcs11 uri: String, module: String? = nil, pin: PassphraseSource? = nil, allowWeakKey: Bool = false,

@@ -1,7 +1,7 @@
 import Foundation
 public import SystemPackage
 internal import COpenSSL
-internal import CSignetShims
+internal import CSignetOpenSSL
 
 /// An RSA public key for verification, from any format Signet reads.
 ///

@@ -4,7 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
+internal import CSignetCurl
 
 /// One libcurl easy handle with Signet's settings (``Downloader/configure(_:url:options:check:errorBuffer:)``)
 /// and the one wiring of its callbacks: response header lines, body chunks and progress ticks go

@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
 public import SystemPackage
 
 /// Downloads for applications: one file, resumable, under a ``TLSPolicy``.

@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
 internal import SystemPackage
 
 /// How a download behaves on the network (FORMAT.md §5).

@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
 internal import SystemPackage
 
 /// Where a download is, for a progress display (``DownloadOptions/progress``).

@@ -5,7 +5,7 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
+internal import CSignetCurl
 internal import SystemPackage
 
 /// Downloads over HTTPS with libcurl into a file Signet names, under Signet's TLS policy:

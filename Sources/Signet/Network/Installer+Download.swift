@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
 internal import SystemPackage
 
 extension Installer {

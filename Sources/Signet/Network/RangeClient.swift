@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
 
 /// One connection that fetches byte ranges of one URL (``RangedInput``), under Signet's TLS
 /// policy and time limits (``Downloader/configure(_:url:options:check:errorBuffer:)``).

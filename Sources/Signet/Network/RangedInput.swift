@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 internal import CCurl
-internal import CSignetShims
 
 /// A package on an HTTPS server, read with HTTP range requests instead of being downloaded
 /// (FORMAT.md §5, "Range requests"): the archive layer reads it as it reads a file, with the

@@ -1,5 +1,5 @@
 internal import COpenSSL
-internal import CSignetShims
+internal import CSignetOpenSSL
 
 /// Which TLS servers a download trusts (FORMAT.md §5). The host name is always checked and
 /// TLS 1.2 is the minimum; on top of that:

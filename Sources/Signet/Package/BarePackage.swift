@@ -42,7 +42,7 @@ public struct BarePackage {
     /// Verifies every file against its signature, streaming each, exactly as unpack `--bare`
     /// does before it writes anything, and returns the key that signed the first file.
     ///
-    /// Throws ``SignetError``: `.missingSignature`, `.badSignature`, `.wrongSignatureLength`
+    /// Throws ``/SignetCore/SignetError``: `.missingSignature`, `.badSignature`, `.wrongSignatureLength`
     /// (exit 1) or `.untrustedSigner` (exit 3) naming the file; archive errors (exit 4).
     public func verify(policy: TrustPolicy, algorithm: SignatureAlgorithm = .default, limits: PackageLimits = PackageLimits(),
                        progress handler: ProgressHandler? = nil) throws -> PublicKey {

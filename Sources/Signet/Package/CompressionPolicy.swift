@@ -3,7 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
+internal import CSignetZlib
 internal import SystemPackage
 
 /// Which resources are deflated.

@@ -208,7 +208,7 @@ public struct Manifest: Sendable, Equatable {
     /// Parses manifest bytes strictly: strict JSON (no duplicate keys, whole numbers only; see
     /// `StrictJSON`), `signet/1`, every field present and well-formed, known
     /// algorithm, valid paths without duplicates (also after Unicode normalisation), `expires`
-    /// not before `created`. Throws ``SignetError/Code/malformedManifest``.
+    /// not before `created`. Throws ``/SignetCore/SignetError/Code/malformedManifest``.
     ///
     /// Built as the strict parser walks the bytes (`ManifestReader`), with each file checked and
     /// kept compactly as it is met: no tree of the whole document is ever made, so a manifest of

@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
 internal import SystemPackage
 
 /// One resource to pack: where it is on disk and where it goes in the package.

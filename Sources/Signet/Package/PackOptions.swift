@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
 internal import SystemPackage
 
 /// Options for ``PackageBuilder/pack(_:to:signer:options:)-(_,String,_,_)``.
@@ -43,7 +42,7 @@ public struct PackOptions: Sendable {
     /// an output that is one of them (by device and inode) is refused.
     public var protecting: [String] = []
     /// Whether an existing file at the output is replaced (the CLI's `--force`); when false it
-    /// is refused before anything is read (``SignetError/Code/fileExists``).
+    /// is refused before anything is read (``/SignetCore/SignetError/Code/fileExists``).
     public var replace = true
     /// Glob patterns (`.gitignore`'s rules, as `reverify --exclude` reads them: FORMAT.md §4,
     /// "Patterns") of JSON and property list resources that are parsed now and recorded as

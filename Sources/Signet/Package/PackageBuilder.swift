@@ -3,7 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
+internal import CSignetSystem
 public import SystemPackage
 
 /// Makes packages (FORMAT.md §2): resources, one signature each, and a signed manifest, in a zip.

@@ -8,7 +8,7 @@ import Musl
 /// Reads and verifies packages without extracting anything (FORMAT.md §2).
 public enum PackageReader {
     /// Checks the archive's structure and every entry name, and parses the manifest (without
-    /// trusting it). Throws ``SignetError`` with `.malformedArchive` or `.malformedManifest`
+    /// trusting it). Throws ``/SignetCore/SignetError`` with `.malformedArchive` or `.malformedManifest`
     /// (exit 4) for anything a valid package cannot contain.
     public static func contents(of path: String, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
         try contents(of: try ZipReader(path: path, maximumEntries: limits.maximumEntries), limits: limits)

@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
 internal import SystemPackage
 
 /// Compresses the deflated resources of a package on all cores before the package is written.

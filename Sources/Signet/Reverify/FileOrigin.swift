@@ -1,6 +1,5 @@
 import Foundation
 import Synchronization
-internal import CSignetShims
 internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
@@ -36,7 +35,7 @@ public struct FileOrigin: Sendable {
 
     /// Reads the attributes through one descriptor opened with O_NOFOLLOW.
     ///
-    /// - Throws: ``SignetError`` when the file cannot be opened or its attributes or its tree's
+    /// - Throws: ``/SignetCore/SignetError`` when the file cannot be opened or its attributes or its tree's
     ///   manifest cannot be read (a filesystem without user attributes is not an error: the
     ///   file is then simply not installed by Signet).
     public init(path: String) throws {

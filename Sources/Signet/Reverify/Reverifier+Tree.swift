@@ -1,6 +1,5 @@
 import Foundation
 import Synchronization
-internal import CSignetShims
 internal import SystemPackage
 #if canImport(Glibc)
 import Glibc

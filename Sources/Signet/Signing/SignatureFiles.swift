@@ -22,7 +22,7 @@ public enum SignatureFiles {
     /// (older signatures restored), so a failure leaves every target as it was.
     ///
     /// With `replace` false, an existing signature file is refused before anything is written
-    /// (``SignetError/Code/fileExists``), and one that appears meanwhile is not replaced either.
+    /// (``/SignetCore/SignetError/Code/fileExists``), and one that appears meanwhile is not replaced either.
     public static func write(_ signatures: [Signature], to paths: [String], protecting inputs: [String] = [], replace: Bool = true) throws {
         guard signatures.count == paths.count else {
             throw SignetError(.usage, "one path per signature: \(signatures.count) signatures, \(paths.count) paths")

@@ -3,7 +3,7 @@ public import SystemPackage
 internal import COpenSSL
 
 /// The outcome of checking one signature. A verdict, not an error: "this signature is wrong"
-/// is a value the caller branches on; an unreadable file is a thrown ``SignetError``.
+/// is a value the caller branches on; an unreadable file is a thrown ``/SignetCore/SignetError``.
 public struct VerificationResult: Sendable, Hashable {
     /// Why a signature was rejected. An open set.
     public struct Failure: Hashable, Sendable, CustomStringConvertible {
@@ -36,7 +36,7 @@ public struct VerificationResult: Sendable, Hashable {
     /// True when the signature verified with a trusted key.
     public var isValid: Bool { signer != nil }
 
-    /// The ``SignetError`` a caller that treats an invalid signature as a failure would throw.
+    /// The ``/SignetCore/SignetError`` a caller that treats an invalid signature as a failure would throw.
     public func error(path: String?) -> SignetError? {
         guard let failure else { return nil }
         let code: SignetError.Code = failure == .wrongLength ? .wrongSignatureLength : failure == .untrusted ? .untrustedSigner : .badSignature

@@ -132,7 +132,7 @@ public final class TUFClient {
     // MARK: Refresh (§5.3–5.6)
 
     /// Updates the root chain, timestamp, snapshot and top-level targets. Throws
-    /// ``SignetError`` (`.thresholdNotMet`, `.expiredMetadata`, `.rollback`,
+    /// ``/SignetCore/SignetError`` (`.thresholdNotMet`, `.expiredMetadata`, `.rollback`,
     /// `.metadataMismatch`, `.malformedMetadata`, network errors); what was verified before the
     /// failure stays stored.
     @discardableResult

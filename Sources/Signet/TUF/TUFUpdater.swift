@@ -62,7 +62,7 @@ public struct RefusedRelease: Sendable, Equatable {
 /// it, its manifest bound to the SHA-256 the target states (checked before any resource is
 /// fetched), the whole file to its length and hashes when it is downloaded whole.
 public enum TUFUpdater {
-    /// Updates `destination`. Throws ``SignetError``: the TUF client's codes, `.targetNotFound`
+    /// Updates `destination`. Throws ``/SignetCore/SignetError``: the TUF client's codes, `.targetNotFound`
     /// (the channel lists no package), and whatever the installation throws. DIR is unchanged
     /// on any failure.
     public static func update(to destination: String, options: TUFUpdateOptions) throws -> TUFUpdateReport {

@@ -27,7 +27,7 @@ final class PKCS11Module: @unchecked Sendable {
 
     /// The module at `path`, loaded and initialised once.
     ///
-    /// - Throws: ``SignetError`` `.tokenModule` (exit 5) when it cannot be loaded or initialised.
+    /// - Throws: ``/SignetCore/SignetError`` `.tokenModule` (exit 5) when it cannot be loaded or initialised.
     static func load(_ path: String) throws -> PKCS11Module {
         try loaded.withLock { modules in
             if let module = modules[path] { return module }

@@ -30,7 +30,7 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
 
     /// Parses `text`.
     ///
-    /// - Throws: ``SignetError`` `.usage` naming what is wrong: not a `pkcs11:` URI, an unknown or
+    /// - Throws: ``/SignetCore/SignetError`` `.usage` naming what is wrong: not a `pkcs11:` URI, an unknown or
     ///   repeated attribute, bad percent-encoding, `pin-value=`, `type=` other than `private`.
     ///
     /// With `requiringKey` false, a URI naming only a token (`pkcs11:token=release`) is

@@ -1,6 +1,6 @@
 internal import COpenSSL
 internal import CPKCS11
-internal import CSignetShims
+internal import CSignetOpenSSL
 import Synchronization
 
 /// An RSA private key that stays on a PKCS#11 token: Signet hashes locally (streamed, as for
@@ -26,7 +26,7 @@ final class TokenKey: @unchecked Sendable {
 
     /// Finds the key `uri` names, logging in with the PIN from `uri`'s pin-source, else `pin`.
     ///
-    /// - Throws: ``SignetError``: `.tokenModule` (exit 5), `.tokenObjectNotFound` (4, listing
+    /// - Throws: ``/SignetCore/SignetError``: `.tokenModule` (exit 5), `.tokenObjectNotFound` (4, listing
     ///   what there is), `.wrongPassphrase` (4; never retried: tokens lock after a few wrong
     ///   PINs), `.passphraseRequired` (4), `.unsupportedKeyType` or `.weakKey` (4).
     init(uri: PKCS11URI, modulePath: String, pin: PassphraseSource?, allowWeakKey: Bool) throws {

@@ -1,6 +1,6 @@
 import Foundation
 internal import COpenSSL
-internal import CSignetShims
+internal import CSignetOpenSSL
 
 /// X.509 chain validation with OpenSSL, against the given roots only (never a system store).
 enum CertificateChain {

@@ -14,7 +14,7 @@ import Musl
 ///
 /// The thread starts with the first block and ends with ``stop()``, which its owner calls in
 /// `deinit` (blocks already given still run first).
-final class SerialWorker: @unchecked Sendable {
+package final class SerialWorker: @unchecked Sendable {
     private let condition = NSCondition()
     private var blocks: [() -> Void] = []
     private var running = false
@@ -25,8 +25,10 @@ final class SerialWorker: @unchecked Sendable {
     /// a block held the last reference) does not wait for itself.
     private var thread: pthread_t?
 
+    package init() {}
+
     /// Runs `block` on the worker's thread after every block given before it.
-    func async(_ block: @escaping () -> Void) {
+    package func async(_ block: @escaping () -> Void) {
         condition.lock()
         blocks.append(block)
         if !started {
@@ -40,7 +42,7 @@ final class SerialWorker: @unchecked Sendable {
     }
 
     /// Waits until every block given so far has run.
-    func drain() {
+    package func drain() {
         condition.lock()
         while !blocks.isEmpty || running { condition.wait() }
         condition.unlock()
@@ -48,7 +50,7 @@ final class SerialWorker: @unchecked Sendable {
 
     /// Ends the thread once the blocks given have run, and waits for it (its OpenSSL state is
     /// freed before this returns, so a process that exits next leaves nothing behind).
-    func stop() {
+    package func stop() {
         condition.lock()
         stopping = true
         condition.broadcast()

@@ -1,26 +1,26 @@
 internal import COpenSSL
-internal import CSignetShims
+internal import CSignetOpenSSL
 
 /// OpenSSL's error queue is thread-local and sticky: clear it before an operation and drain
 /// all of it after a failure, so one failure's errors never leak into the next report.
-enum OpenSSLErrorQueue {
+package enum OpenSSLErrorQueue {
     /// One drained entry.
-    struct Entry {
+    package struct Entry {
         let library: Int32
         let reason: Int32
-        let text: String
+        package let text: String
     }
 
     /// Empties the queue of the calling thread.
-    static func clear() {
+    package static func clear() {
         ERR_clear_error()
     }
 
     /// True when the calling thread's queue holds nothing.
-    static var isEmpty: Bool { ERR_peek_error() == 0 }
+    package static var isEmpty: Bool { ERR_peek_error() == 0 }
 
     /// Removes and returns every entry in the calling thread's queue, oldest first.
-    static func drain() -> [Entry] {
+    package static func drain() -> [Entry] {
         var entries: [Entry] = []
         while true {
             var file: UnsafePointer<CChar>? = nil
@@ -46,14 +46,14 @@ enum OpenSSLErrorQueue {
     }
 
     /// Drains the queue into an error.
-    static func error(_ code: SignetError.Code, _ reason: String, path: String? = nil,
+    package static func error(_ code: SignetError.Code, _ reason: String, path: String? = nil,
                       fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
         SignetError(code, reason, path: path, openSSLErrors: drain().map(\.text), fileID: fileID, line: line)
     }
 }
 
 /// Runs `body` with a read-only memory BIO over `bytes`; the BIO does not outlive the call.
-func withMemoryBIO<R>(_ bytes: [UInt8], _ body: (OpaquePointer) throws -> R) throws -> R {
+package func withMemoryBIO<R>(_ bytes: [UInt8], _ body: (OpaquePointer) throws -> R) throws -> R {
     try bytes.withUnsafeBytes { raw in
         guard let length = Int32(exactly: raw.count) else {
             throw SignetError(.malformedInput, "an input of \(raw.count) bytes is too large for OpenSSL to read")
@@ -67,7 +67,7 @@ func withMemoryBIO<R>(_ bytes: [UInt8], _ body: (OpaquePointer) throws -> R) thr
 }
 
 /// Runs `write` against a fresh writable memory BIO and returns what it wrote.
-func collectingMemoryBIO(_ write: (OpaquePointer) throws -> Void) throws -> [UInt8] {
+package func collectingMemoryBIO(_ write: (OpaquePointer) throws -> Void) throws -> [UInt8] {
     guard let bio = BIO_new(BIO_s_mem()) else {
         throw OpenSSLErrorQueue.error(.crypto, "could not allocate a memory BIO")
     }
@@ -80,7 +80,7 @@ func collectingMemoryBIO(_ write: (OpaquePointer) throws -> Void) throws -> [UIn
 }
 
 /// Encodes with an OpenSSL `i2d_*` function into a Swift array (two-pass: size, then bytes).
-func derEncode(_ what: String, _ i2d: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) throws -> [UInt8] {
+package func derEncode(_ what: String, _ i2d: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) throws -> [UInt8] {
     let length = i2d(nil)
     guard length > 0 else {
         throw OpenSSLErrorQueue.error(.crypto, "could not DER-encode the \(what)")

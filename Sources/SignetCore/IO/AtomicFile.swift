@@ -3,18 +3,18 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
-internal import SystemPackage
+package import CSignetSystem // package: mode_t in package signatures resolves through it
+package import SystemPackage
 
 /// Writes files so that readers see either nothing or the complete file: the bytes go to a
 /// temporary file in the same directory, are fsynced, and the temporary is renamed into place.
-enum AtomicFile {
+package enum AtomicFile {
     /// Writes `bytes` to `path` with permissions `mode`.
     ///
     /// - Parameter replace: when false, an existing file at `path` is never replaced
     ///   (`renameat2(RENAME_NOREPLACE)`, or `link(2)` where the filesystem lacks it) and the
     ///   call fails with ``SignetError/Code/fileExists``.
-    static func write(_ bytes: [UInt8], to path: String, mode: mode_t, replace: Bool) throws {
+    package static func write(_ bytes: [UInt8], to path: String, mode: mode_t, replace: Bool) throws {
         let directory = parentDirectory(of: path)
         let temporary = temporaryPath(beside: path, tag: "tmp")
         let token = TemporaryFiles.register(temporary)
@@ -49,7 +49,7 @@ enum AtomicFile {
     /// Creates `temporary` (never an existing file, never through a link), writes `bytes` with
     /// permissions `mode` and fsyncs it. `target` names the file in errors. The caller has
     /// registered `temporary` and removes it on failure.
-    static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String) throws {
+    package static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String) throws {
         let opened: OwnedDescriptor
         do { opened = try TemporaryFiles.guardedOpen(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) } catch let failure as SystemCallFailure {
             throw SignetError.posix(failure, "cannot create a temporary file beside", path: target)
@@ -66,12 +66,12 @@ enum AtomicFile {
 
     /// A new name for a temporary file beside `path` (same filesystem, hidden, named after this
     /// process so that the next run can remove it if this one is killed). Not created.
-    static func temporaryPath(beside path: String, tag: String) -> String {
+    package static func temporaryPath(beside path: String, tag: String) -> String {
         TemporaryFiles.name(besides: path, tag: tag)
     }
 
     /// fsyncs the directories of `paths`, each once.
-    static func syncDirectories(of paths: [String]) {
+    package static func syncDirectories(of paths: [String]) {
         for directory in Set(paths.map(parentDirectory(of:))) { syncDirectory(directory) }
     }
 
@@ -79,14 +79,14 @@ enum AtomicFile {
     /// link too): Signet's one rule for outputs is that an existing one is replaced only with
     /// `--force` (issue 29). Checked before any work, so nothing is written; the final rename
     /// is ``renameNoReplace(_:_:)``, so a file that appears meanwhile is not replaced either.
-    static func refuseExisting(_ path: String, what: String) throws {
+    package static func refuseExisting(_ path: String, what: String) throws {
         try OutputFiles.refuseExisting(path, what: what)
     }
 
     static func existing(_ path: String, what: String) -> SignetError { SignetError.existingOutput(path, what: what) }
 
     /// Moves `from` to `to` only if `to` does not exist.
-    static func renameNoReplace(_ from: String, _ to: String, what: String? = nil) throws {
+    package static func renameNoReplace(_ from: String, _ to: String, what: String? = nil) throws {
         if signet_renameat2(AT_FDCWD, from, AT_FDCWD, to, signet_RENAME_NOREPLACE()) == 0 { return }
         let err = errno
         if err == EEXIST, let what { throw existing(to, what: what) }
@@ -103,14 +103,14 @@ enum AtomicFile {
     }
 
     /// fsyncs a directory so a rename in it survives a crash. Best effort: some filesystems refuse.
-    static func syncDirectory(_ directory: String) {
+    package static func syncDirectory(_ directory: String) {
         let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return }
         let opened = OwnedDescriptor(adopting: fd)
         try? opened.descriptor.sync()
     }
 
-    static func parentDirectory(of path: String) -> String {
+    package static func parentDirectory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         let parent = String(path[..<slash])
         return parent.isEmpty ? "/" : parent

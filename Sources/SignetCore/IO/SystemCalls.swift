@@ -3,8 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import SystemPackage
-internal import CSignetShims
+package import SystemPackage
 
 // The one POSIX layer. Reads, writes and descriptors go through swift-system's `FileDescriptor`
 // (EINTR retried, failures as a typed `Errno`); the calls swift-system lacks (openat, fstatat,
@@ -13,17 +12,17 @@ internal import CSignetShims
 // failing call and its errno (`SignetError.posix(_:_:path:)`).
 
 /// A system call that failed: its name and the errno it set.
-struct SystemCallFailure: Error {
+package struct SystemCallFailure: Error {
     let call: String
-    let errno: Errno
+    package let errno: Errno
 
-    init(_ call: String, _ errno: Errno) {
+    package init(_ call: String, _ errno: Errno) {
         self.call = call
         self.errno = errno
     }
 
     /// From an errno value.
-    init(_ call: String, code: Int32) {
+    package init(_ call: String, code: Int32) {
         self.init(call, Errno(rawValue: code))
     }
 
@@ -33,13 +32,13 @@ struct SystemCallFailure: Error {
     }
 
     /// The errno value itself, for the checks that tell ENOENT from the rest.
-    var code: Int32 { errno.rawValue }
+    package var code: Int32 { errno.rawValue }
 }
 
 /// Runs a C call that returns -1 and sets errno on failure: retries it on EINTR and throws the
 /// errno it set, with the call's name. Any other result is returned as it is.
 @inline(__always)
-func systemCall<T: FixedWidthInteger>(_ name: String, _ body: () -> T) throws(SystemCallFailure) -> T {
+package func systemCall<T: FixedWidthInteger>(_ name: String, _ body: () -> T) throws(SystemCallFailure) -> T {
     while true {
         let result = body()
         guard result == -1 else { return result }
@@ -52,7 +51,7 @@ func systemCall<T: FixedWidthInteger>(_ name: String, _ body: () -> T) throws(Sy
 /// Repeats a C call while it fails with EINTR. For calls whose failure is reported through
 /// errno by the caller right after (`Paths.open`, best-effort calls).
 @inline(__always)
-func retryingOnEINTR<T: FixedWidthInteger>(_ call: () -> T) -> T {
+package func retryingOnEINTR<T: FixedWidthInteger>(_ call: () -> T) -> T {
     while true {
         let result = call()
         if result == -1 && errno == EINTR { continue }
@@ -63,7 +62,7 @@ func retryingOnEINTR<T: FixedWidthInteger>(_ call: () -> T) -> T {
 extension FileDescriptor {
     /// Reads from `offset` until `buffer` is full or the file ends; returns how many bytes it
     /// read (fewer than `buffer.count` only at the end of the file).
-    func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         var done = 0
         while done < buffer.count {
             let n: Int
@@ -79,13 +78,13 @@ extension FileDescriptor {
     }
 
     /// Reads the next chunk at the current position into `buffer` (0 at the end of the file).
-    func readChunk(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func readChunk(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         do { return try read(into: buffer) } catch { throw SystemCallFailure("read", error) }
     }
 
     /// Calls `body` with consecutive chunks from the current position until the end of the file,
     /// reusing one buffer of `chunkSize` bytes.
-    func forEachChunk(chunkSize: Int, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+    package func forEachChunk(chunkSize: Int, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 64)
         defer { buffer.deallocate() }
         while true {
@@ -96,22 +95,22 @@ extension FileDescriptor {
     }
 
     /// Writes all of `bytes` at the current position.
-    func write(all bytes: UnsafeRawBufferPointer) throws {
+    package func write(all bytes: UnsafeRawBufferPointer) throws {
         do { try writeAll(bytes) } catch { throw SystemCallFailure("write", error) }
     }
 
     /// Writes all of `bytes` at `offset`, leaving the position alone.
-    func write(all bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
+    package func write(all bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
         do { try writeAll(toAbsoluteOffset: offset, bytes) } catch { throw SystemCallFailure("pwrite", error) }
     }
 
     /// fsync(2).
-    func sync() throws {
+    package func sync() throws {
         _ = try systemCall("fsync") { Glibc.fsync(rawValue) }
     }
 
     /// fstat(2).
-    func status() throws -> Glibc.stat {
+    package func status() throws -> Glibc.stat {
         var info = Glibc.stat()
         let fd = rawValue
         _ = try systemCall("fstat") { fstat(fd, &info) }
@@ -121,23 +120,23 @@ extension FileDescriptor {
 
 /// The one directory walker: the entries of a directory (without `.` and `..`), read through a
 /// duplicate of its descriptor from the start, whatever was read from it before.
-enum DirectoryEntries {
+package enum DirectoryEntries {
     /// One entry: its raw name (NUL-terminated, for the `*at` calls) and the type the
     /// directory records (`DT_UNKNOWN` on filesystems that record none).
-    struct Entry {
-        let rawName: [CChar]
+    package struct Entry {
+        package let rawName: [CChar]
         let type: UInt8
 
         /// The name as text (invalid UTF-8 repaired), for messages and manifests.
-        var name: String { String(decoding: rawName.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        var isDirectory: Bool { type == UInt8(DT_DIR) }
-        var typeUnknown: Bool { type == UInt8(DT_UNKNOWN) }
+        package var name: String { String(decoding: rawName.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        package var isDirectory: Bool { type == UInt8(DT_DIR) }
+        package var typeUnknown: Bool { type == UInt8(DT_UNKNOWN) }
     }
 
     /// Calls `body` with each entry of the open directory `directory`. A read error is thrown
     /// (readdir reports it only through errno, so an unreadable directory is never taken for
     /// an empty one).
-    static func forEach(in directory: FileDescriptor, _ body: (Entry) throws -> Void) throws {
+    package static func forEach(in directory: FileDescriptor, _ body: (Entry) throws -> Void) throws {
         let copy = OwnedDescriptor(adopting: try systemCall("dup") { dup(directory.rawValue) })
         guard let handle = fdopendir(copy.descriptor.rawValue) else {
             throw SystemCallFailure("fdopendir", Errno(rawValue: errno))
@@ -163,7 +162,7 @@ enum DirectoryEntries {
     }
 
     /// All entries of `directory`.
-    static func list(_ directory: FileDescriptor) throws -> [Entry] {
+    package static func list(_ directory: FileDescriptor) throws -> [Entry] {
         var entries: [Entry] = []
         try forEach(in: directory) { entries.append($0) }
         return entries

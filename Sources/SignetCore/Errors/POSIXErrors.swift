@@ -1,5 +1,5 @@
 import Foundation
-internal import SystemPackage
+package import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -9,14 +9,14 @@ import Musl
 extension SignetError {
     /// Maps a failed system call to an error that names the file, the next step, the call and
     /// its errno.
-    static func posix(_ failure: SystemCallFailure, _ action: String, path: String,
+    package static func posix(_ failure: SystemCallFailure, _ action: String, path: String,
                       fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
         posix(failure.code, action, path: path, call: failure.call, fileID: fileID, line: line)
     }
 
     /// The same for whatever a system call wrapper threw: a ``SystemCallFailure`` is mapped, a
     /// `SignetError` (an interruption) passes through.
-    static func posix(_ error: any Error, _ action: String, path: String,
+    package static func posix(_ error: any Error, _ action: String, path: String,
                       fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
         switch error {
         case let failure as SystemCallFailure: return posix(failure, action, path: path, fileID: fileID, line: line)
@@ -27,7 +27,7 @@ extension SignetError {
     }
 
     /// Maps an `errno` from a file operation to an error that names the file and the next step.
-    static func posix(_ err: Int32, _ action: String, path: String, call: String? = nil,
+    package static func posix(_ err: Int32, _ action: String, path: String, call: String? = nil,
                       fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
         var error = describe(err, action, path: path, fileID: fileID, line: line)
         error.call = call
@@ -112,7 +112,7 @@ extension SignetError {
 
 extension SignetError {
     /// "1.2 MiB", "3.4 GiB": a size in a message.
-    static func size(_ bytes: UInt64) -> String {
+    package static func size(_ bytes: UInt64) -> String {
         let units = ["bytes", "KiB", "MiB", "GiB", "TiB"]
         var value = Double(bytes)
         var unit = 0

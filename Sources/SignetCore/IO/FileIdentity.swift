@@ -6,13 +6,13 @@ import Musl
 
 /// A file's identity (device and inode): how Signet tells whether an output would replace one
 /// of its inputs, whatever names, `./` prefixes, hard or symbolic links lead to them.
-struct FileIdentity: Hashable {
+package struct FileIdentity: Hashable {
     let device: UInt64
     let inode: UInt64
 
     /// The identity of what `path` names (`followLinks: false`: the link itself), or nil when
     /// nothing is there.
-    static func of(_ path: String, followLinks: Bool = true) -> FileIdentity? {
+    package static func of(_ path: String, followLinks: Bool = true) -> FileIdentity? {
         var info = stat()
         let result = followLinks ? stat(path, &info) : lstat(path, &info)
         guard result == 0 else { return nil }
@@ -22,7 +22,7 @@ struct FileIdentity: Hashable {
     /// Refuses (exit 2) any target that is, or leads to, one of `inputs` (files to read, the
     /// key, certificates), or that another target already names: writing it would destroy an
     /// input, or write two results to one file. `what` names the option in the message.
-    static func refuseOverwriting(targets: [String], inputs: [(path: String, role: String)], what: String) throws {
+    package static func refuseOverwriting(targets: [String], inputs: [(path: String, role: String)], what: String) throws {
         var inputIdentities: [FileIdentity: (path: String, role: String)] = [:]
         for input in inputs {
             if let identity = of(input.path), inputIdentities[identity] == nil { inputIdentities[identity] = input }

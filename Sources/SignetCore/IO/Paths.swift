@@ -4,16 +4,16 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
-internal import SystemPackage
+package import CSignetSystem // package: mode_t in package signatures resolves through it
+package import SystemPackage
 
 /// Paths of any length: the kernel refuses a path of PATH_MAX (4096) bytes or more with
 /// ENAMETOOLONG, yet a legal tree can sit below a long relative path. Longer paths are opened
 /// in pieces, each below the descriptor of the one before (`openat`), which resolves them as
 /// the kernel would (links on the way are followed, as `open` follows them).
-enum Paths {
+package enum Paths {
     /// The path of a `file:` URL; any other URL is a usage error (a local path was wanted).
-    static func fileSystemPath(of url: URL) throws -> String {
+    package static func fileSystemPath(of url: URL) throws -> String {
         guard url.isFileURL else {
             throw SignetError(.usage, "'\(url.absoluteString)' is not a file URL; a local file was expected here (use the download forms for https:// URLs)")
         }
@@ -24,7 +24,7 @@ enum Paths {
     private static let piece = 3072
 
     /// `open(2)` for a path of any length: the descriptor, or the failing call and its errno.
-    static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) throws(SystemCallFailure) -> OwnedDescriptor {
+    package static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) throws(SystemCallFailure) -> OwnedDescriptor {
         if path.utf8.count < piece { return OwnedDescriptor(adopting: try systemCall("open") { Glibc.open(path, flags, mode) }) }
         var components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard let last = components.popLast() else { return OwnedDescriptor(adopting: try systemCall("open") { Glibc.open(path, flags, mode) }) }
@@ -58,7 +58,7 @@ enum Paths {
     /// anywhere on the path and never leaving `directory`: one `openat2(RESOLVE_BENEATH |
     /// RESOLVE_NO_SYMLINKS)` where the kernel has it (`useOpenat2`), else, and for paths longer
     /// than one call can name, one component at a time with O_NOFOLLOW.
-    static func open(_ relative: String, beneath directory: FileDescriptor, useOpenat2: Bool = true,
+    package static func open(_ relative: String, beneath directory: FileDescriptor, useOpenat2: Bool = true,
                      flags: Int32 = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) throws(SystemCallFailure) -> OwnedDescriptor {
         if useOpenat2 {
             let fd = signet_open_beneath(directory.rawValue, relative, flags)
@@ -86,7 +86,7 @@ enum Paths {
 
     /// Calls `body` with a descriptor of `path`'s parent directory and its last component, for
     /// the `*at` calls (fstatat, mkdirat, renameat2, unlinkat) on a path of any length.
-    static func withParent<R>(of path: String, _ body: (_ directory: FileDescriptor, _ name: String) throws -> R) throws -> R {
+    package static func withParent<R>(of path: String, _ body: (_ directory: FileDescriptor, _ name: String) throws -> R) throws -> R {
         var trimmed = path
         while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
         let parent = AtomicFile.parentDirectory(of: trimmed)
@@ -99,7 +99,7 @@ enum Paths {
     }
 
     /// `lstat` for a path of any length.
-    static func lstat(_ path: String) throws -> stat {
+    package static func lstat(_ path: String) throws -> stat {
         var info = stat()
         if path.utf8.count < piece {
             _ = try systemCall("lstat") { Glibc.lstat(path, &info) }
@@ -117,7 +117,7 @@ enum Paths {
 
     /// Creates `directory` and its missing parents like `mkdir -p`, new ones with `mode`
     /// (before the umask). Something other than a directory there is refused (`what` names it).
-    static func createDirectories(_ directory: String, mode: mode_t, what: String) throws {
+    package static func createDirectories(_ directory: String, mode: mode_t, what: String) throws {
         let existing: stat?
         do { existing = try lstatIfPresent(directory) } catch {
             throw SignetError.posix(error, "cannot use \(what)", path: directory)
@@ -150,17 +150,17 @@ enum Paths {
     }
 
     /// `lstat`, or nil when nothing is at `path` (ENOENT); any other failure is thrown.
-    static func lstatIfPresent(_ path: String) throws -> stat? {
+    package static func lstatIfPresent(_ path: String) throws -> stat? {
         do { return try lstat(path) } catch let failure as SystemCallFailure where failure.code == ENOENT { return nil }
     }
 }
 
 /// Removes files and whole trees through directory descriptors: never through a symbolic link,
 /// at any depth, and through folders made read-only (Signet removes only what it made).
-enum TreeRemover {
+package enum TreeRemover {
     /// Removes `path` (a file, a link, or a directory and everything in it). True when nothing
     /// is left.
-    static func remove(_ path: String) -> Bool {
+    package static func remove(_ path: String) -> Bool {
         (try? Paths.withParent(of: path) { directory, name in removeEntry(Array(name.utf8CString), in: directory) }) ?? false
     }
 
@@ -169,7 +169,7 @@ enum TreeRemover {
     /// A directory is emptied depth first holding one descriptor at a time (it climbs back with
     /// `..`), so no depth runs out of descriptors. A folder that cannot be emptied (a mount
     /// point, an immutable file) is remembered and not entered again, so the walk always ends.
-    static func removeEntry(_ name: [CChar], in parent: FileDescriptor) -> Bool {
+    package static func removeEntry(_ name: [CChar], in parent: FileDescriptor) -> Bool {
         let parentFD = parent.rawValue
         if unlinkat(parentFD, name, 0) == 0 || errno == ENOENT { return true }
         guard errno == EISDIR || errno == EPERM || errno == EACCES else { return false }

@@ -13,7 +13,7 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
 
         /// Creates a code. Internal: only the documented codes below exist (and those of
         /// verification verdicts, through ``init(_:)``).
-        init(_ name: String, exitStatus: ExitStatus) {
+        package init(_ name: String, exitStatus: ExitStatus) {
             self.name = name
             self.exitStatus = exitStatus
         }

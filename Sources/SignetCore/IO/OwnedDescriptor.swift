@@ -3,7 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import SystemPackage
+package import SystemPackage
 
 /// A descriptor Signet opened and must close: its one owner.
 ///
@@ -13,29 +13,29 @@ internal import SystemPackage
 /// closing it (to an owner of another kind, such as a `FILE *` or libzip). Code that only uses
 /// a descriptor is passed the `FileDescriptor` (``descriptor``), which closes nothing; raw
 /// `Int32`s appear only at the C calls themselves (libzip, OpenSSL, libcurl, the `*at` calls).
-struct OwnedDescriptor: ~Copyable {
+package struct OwnedDescriptor: ~Copyable {
     /// The descriptor, to use (never to close) while this owner lives.
-    let descriptor: FileDescriptor
+    package let descriptor: FileDescriptor
 
     /// Takes ownership of `descriptor`.
     init(_ descriptor: FileDescriptor) { self.descriptor = descriptor }
 
     /// Takes ownership of a raw descriptor a C call just returned (it must be valid: check the
     /// call's result first).
-    init(adopting raw: Int32) { self.descriptor = FileDescriptor(rawValue: raw) }
+    package init(adopting raw: Int32) { self.descriptor = FileDescriptor(rawValue: raw) }
 
     deinit { _ = Glibc.close(descriptor.rawValue) }
 
     /// Closes the descriptor now, reporting a failure (a deferred write error, on a file that
     /// was written). It is closed whatever the result: Linux releases it even when close fails.
-    consuming func close() throws(SystemCallFailure) {
+    package consuming func close() throws(SystemCallFailure) {
         let raw = descriptor.rawValue
         discard self
         if Glibc.close(raw) != 0 && errno != EINTR { throw SystemCallFailure("close", code: errno) }
     }
 
     /// Hands the descriptor on without closing it: whoever takes it closes it.
-    consuming func take() -> FileDescriptor {
+    package consuming func take() -> FileDescriptor {
         let descriptor = self.descriptor
         discard self
         return descriptor
@@ -45,11 +45,11 @@ struct OwnedDescriptor: ~Copyable {
 /// An ``OwnedDescriptor`` held by reference, for what cannot hold a noncopyable value
 /// (dictionaries, arrays, escaping closures): the descriptor closes when the last reference
 /// goes. Immutable, so it may be shared between threads.
-final class SharedDescriptor: Sendable {
+package final class SharedDescriptor: Sendable {
     private let owned: OwnedDescriptor
 
     /// The descriptor, while this lives.
-    var descriptor: FileDescriptor { owned.descriptor }
+    package var descriptor: FileDescriptor { owned.descriptor }
 
-    init(_ owned: consuming OwnedDescriptor) { self.owned = owned }
+    package init(_ owned: consuming OwnedDescriptor) { self.owned = owned }
 }

@@ -6,24 +6,8 @@ import Musl
 #endif
 internal import SystemPackage
 
-/// What to do when the process is interrupted while Signet is writing.
-///
-/// Every temporary file and staging directory Signet makes is named after what it is for and
-/// the process that made it (`.TARGET.signet-PID-TAG-RANDOM`, beside TARGET) and registered
-/// here while it exists. A program that handles SIGINT/SIGTERM itself (the `signet` CLI does, on
-/// a thread of its own) calls ``removeTemporaryFiles()`` before it exits. After a `kill -9`, the
-/// next pack or unpack to the same target removes what a process that no longer runs left.
-public enum Interruption {
-    /// Removes every temporary file and staging directory in progress. For a signal-handling
-    /// thread about to exit the process; Signet's work in progress is not usable afterwards.
-    public static func removeTemporaryFiles() {
-        HookRunner.endRunning()
-        TemporaryFiles.removeAllForExit()
-    }
-}
-
 /// The registry and naming of Signet's temporary files.
-enum TemporaryFiles {
+package enum TemporaryFiles {
     private struct State {
         var next = 0
         var entries: [Int: (path: String, tree: Bool)] = [:]
@@ -39,7 +23,7 @@ enum TemporaryFiles {
     /// A system call made under ``guarded(_:)``: its result and the errno it left.
     /// Throws only for the interruption; the call's own failure (its errno read right after
     /// it, EINTR retried) is in the result.
-    static func guardedCall(_ name: String, _ call: () -> Int32) throws -> Result<Int32, SystemCallFailure> {
+    package static func guardedCall(_ name: String, _ call: () -> Int32) throws -> Result<Int32, SystemCallFailure> {
         try guarded {
             do { return .success(try systemCall(name, call)) } catch let failure as SystemCallFailure { return .failure(failure) }
         }
@@ -47,16 +31,16 @@ enum TemporaryFiles {
 
     /// Opens (creates) `path` under ``guarded(_:)``: the interruption is thrown as a
     /// `SignetError`, the open's own failure as a `SystemCallFailure`.
-    static func guardedOpen(_ path: String, _ flags: Int32, _ mode: mode_t) throws -> OwnedDescriptor {
+    package static func guardedOpen(_ path: String, _ flags: Int32, _ mode: mode_t) throws -> OwnedDescriptor {
         try guarded { () throws -> OwnedDescriptor in try Paths.open(path, flags, mode) }
     }
 
     /// True once an interruption has begun (long transfers stop at the next chance).
-    static var isInterrupted: Bool { interrupted.withLock { $0 } }
+    package static var isInterrupted: Bool { interrupted.withLock { $0 } }
 
     /// Runs `body` (one creation or rename of a temporary entry) unless the process is being
     /// interrupted; then throws instead, creating nothing.
-    static func guarded<R: ~Copyable>(_ body: () throws -> R) throws -> R {
+    package static func guarded<R: ~Copyable>(_ body: () throws -> R) throws -> R {
         try interrupted.withLock { stopped in
             guard !stopped else { throw SignetError(.interrupted, "interrupted; nothing more is written") }
             return try body()
@@ -65,7 +49,7 @@ enum TemporaryFiles {
 
     /// Registers `path` (a file, or a directory tree) for removal on interruption. Register a
     /// path before creating it, so that there is no moment when it exists unregistered.
-    static func register(_ path: String, tree: Bool = false) -> Int {
+    package static func register(_ path: String, tree: Bool = false) -> Int {
         state.withLock { state in
             state.next += 1
             state.entries[state.next] = (path, tree)
@@ -74,11 +58,11 @@ enum TemporaryFiles {
     }
 
     /// Forgets a registration (the path was renamed into place or removed).
-    static func unregister(_ token: Int) {
+    package static func unregister(_ token: Int) {
         state.withLock { _ = $0.entries.removeValue(forKey: token) }
     }
 
-    static func removeAllForExit() {
+    package static func removeAllForExit() {
         // Waits for a creation or rename in progress, and stops all later ones.
         interrupted.withLock { $0 = true }
         state.withLock { state in
@@ -93,7 +77,7 @@ enum TemporaryFiles {
 
     /// The name prefix of Signet's temporary files beside `target` (the hidden `.BASE.signet-`).
     /// Long names are shortened so that the temporary name stays within NAME_MAX.
-    static func prefix(besides target: String) -> (directory: String, prefix: String) {
+    package static func prefix(besides target: String) -> (directory: String, prefix: String) {
         var trimmed = target
         while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
         let base = trimmed.split(separator: "/").last.map(String.init) ?? trimmed
@@ -106,7 +90,7 @@ enum TemporaryFiles {
     }
 
     /// A new temporary name beside `target`, for this process: `.BASE.signet-PID-TAG-RANDOM`.
-    static func name(besides target: String, tag: String) -> String {
+    package static func name(besides target: String, tag: String) -> String {
         let (directory, prefix) = prefix(besides: target)
         let random = UInt64.random(in: 0...UInt64.max)
         return directory + "/" + prefix + "\(getpid())-\(tag)-" + String(random, radix: 36)
@@ -115,7 +99,7 @@ enum TemporaryFiles {
     /// Staging trees processes that no longer run left beside `target` (`tags`: their kind),
     /// the most recently changed first: directories of this user's, writable by no one else,
     /// so that what is in them was made by Signet.
-    static func staleTrees(besides target: String, tags: [String]) -> [(directory: String, name: String)] {
+    package static func staleTrees(besides target: String, tags: [String]) -> [(directory: String, name: String)] {
         let (directory, prefix) = prefix(besides: target)
         guard let opened = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
         let fd = opened.descriptor
@@ -141,7 +125,7 @@ enum TemporaryFiles {
     /// not remove. Best effort; call it where no other live Signet process can be using them
     /// for its own work, or rely on the process check.
     @discardableResult
-    static func removeStale(besides target: String) -> [String] {
+    package static func removeStale(besides target: String) -> [String] {
         let (directory, prefix) = prefix(besides: target)
         guard let opened = try? Paths.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
         let fd = opened.descriptor

@@ -22,7 +22,7 @@ public typealias ProgressHandler = @Sendable (WorkProgress) -> Void
 
 /// Counts an operation's progress from any number of threads and reports it, throttled, to a
 /// ``ProgressHandler``.
-final class ProgressCounter: Sendable {
+package final class ProgressCounter: Sendable {
     private struct State {
         var items = 0
         var bytes: UInt64 = 0
@@ -36,19 +36,19 @@ final class ProgressCounter: Sendable {
     /// Reports at most this often (nanoseconds).
     private static let interval: UInt64 = 50_000_000
 
-    init(_ handler: @escaping ProgressHandler, items: Int, bytes: UInt64) {
+    package init(_ handler: @escaping ProgressHandler, items: Int, bytes: UInt64) {
         self.handler = handler
         itemsTotal = items
         bytesTotal = bytes
     }
 
     /// A counter for `handler`, or nil when there is none (so callers pay nothing).
-    static func make(_ handler: ProgressHandler?, items: Int, bytes: UInt64) -> ProgressCounter? {
+    package static func make(_ handler: ProgressHandler?, items: Int, bytes: UInt64) -> ProgressCounter? {
         handler.map { ProgressCounter($0, items: items, bytes: bytes) }
     }
 
     /// Adds `bytes` of content and `items` finished files.
-    func add(bytes: Int = 0, items: Int = 0) {
+    package func add(bytes: Int = 0, items: Int = 0) {
         let report: WorkProgress? = state.withLock { state in
             state.bytes &+= UInt64(bytes)
             state.items += items
@@ -61,7 +61,7 @@ final class ProgressCounter: Sendable {
     }
 
     /// The last report: everything done.
-    func finish() {
+    package func finish() {
         let report = state.withLock { state in
             WorkProgress(itemsDone: state.items, itemsTotal: itemsTotal, bytesDone: state.bytes, bytesTotal: bytesTotal, finished: true)
         }

@@ -3,24 +3,23 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
-internal import SystemPackage
+package import SystemPackage
 
 /// A regular file opened read-only. Owns its descriptor, which closes with it.
 ///
 /// Only regular files are accepted: a directory, FIFO or device is refused before any read,
 /// so `signet sign /some/dir` gets a clear error instead of EISDIR half-way through.
-final class InputFile {
+package final class InputFile {
     private let owned: OwnedDescriptor
     /// The descriptor, while this file lives.
-    var descriptor: FileDescriptor { owned.descriptor }
-    let path: String
-    let size: Int64
-    let mode: mode_t
+    package var descriptor: FileDescriptor { owned.descriptor }
+    package let path: String
+    package let size: Int64
+    package let mode: mode_t
 
     /// Chunk size for streaming reads. Large enough that syscalls are noise next to SHA-256,
     /// small enough to stay in L2 cache.
-    static let chunkSize = 256 * 1024
+    package static let chunkSize = 256 * 1024
 
     private init(_ owned: consuming OwnedDescriptor, path: String, size: Int64, mode: mode_t) {
         self.owned = owned
@@ -33,7 +32,7 @@ final class InputFile {
     /// `O_NONBLOCK` keeps a FIFO from blocking the open; it has no effect on regular files.
     /// With `allowPipes`, FIFOs and character devices are read too (a passphrase from
     /// `<(pass show key)` or /dev/stdin); directories never are.
-    static func open(_ path: String, what: String, followSymlinks: Bool = true, allowPipes: Bool = false) throws -> InputFile {
+    package static func open(_ path: String, what: String, followSymlinks: Bool = true, allowPipes: Bool = false) throws -> InputFile {
         var flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK
         if !followSymlinks { flags |= O_NOFOLLOW }
         let opened: OwnedDescriptor
@@ -53,7 +52,7 @@ final class InputFile {
     /// Takes ownership of a descriptor Signet opened itself (`openat`, `openat2`), refusing
     /// anything but a regular file. The descriptor is closed on failure too.
     /// With `allowPipes`, FIFOs and character devices are taken too.
-    static func adopt(_ opened: consuming OwnedDescriptor, path: String, what: String, allowPipes: Bool = false) throws -> InputFile {
+    package static func adopt(_ opened: consuming OwnedDescriptor, path: String, what: String, allowPipes: Bool = false) throws -> InputFile {
         let info: stat
         do {
             info = try opened.descriptor.status()
@@ -73,7 +72,7 @@ final class InputFile {
     /// Reads a small file below a directory descriptor, never through a symbolic link and never
     /// out of the directory (openat2). Nil when it is absent; a link or a non-file on the way is
     /// `.malformedInput`; any other failure is an I/O error.
-    static func readBeneath(_ root: FileDescriptor, _ relative: String, rootPath: String, what: String, limit: Int) throws -> [UInt8]? {
+    package static func readBeneath(_ root: FileDescriptor, _ relative: String, rootPath: String, what: String, limit: Int) throws -> [UInt8]? {
         let path = rootPath + "/" + relative
         let opened: OwnedDescriptor
         do {
@@ -90,7 +89,7 @@ final class InputFile {
     }
 
     /// Calls `body` with consecutive chunks of the file until end of file, reusing one buffer.
-    func forEachChunk(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+    package func forEachChunk(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         do {
             try descriptor.forEachChunk(chunkSize: Self.chunkSize, body)
         } catch let failure as SystemCallFailure {
@@ -99,7 +98,7 @@ final class InputFile {
     }
 
     /// Reads from `offset` until `buffer` is full or the file ends; returns the count read.
-    func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         do {
             return try descriptor.read(fullyAt: offset, into: buffer)
         } catch {
@@ -108,7 +107,7 @@ final class InputFile {
     }
 
     /// Reads the next chunk at the current position (0 at the end of the file).
-    func readChunk(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func readChunk(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         do {
             return try descriptor.readChunk(into: buffer)
         } catch {
@@ -118,7 +117,7 @@ final class InputFile {
 
     /// Reads the whole file, refusing anything larger than `limit` bytes. For small inputs
     /// only (keys, signatures, passphrase files), never for resources.
-    func readAll(limit: Int, what: String) throws -> [UInt8] {
+    package func readAll(limit: Int, what: String) throws -> [UInt8] {
         guard size <= Int64(limit) else {
             throw SignetError(.malformedInput, "\(what) '\(path)' is \(size) bytes, more than the \(limit) bytes such a file can be; check that this is the right file", path: path)
         }
@@ -135,6 +134,6 @@ final class InputFile {
 }
 
 /// Reads a small file (key, signature, passphrase) in one go, with a size limit.
-func readSmallFile(_ path: String, what: String, limit: Int = 1 << 20, allowPipes: Bool = false) throws -> [UInt8] {
+package func readSmallFile(_ path: String, what: String, limit: Int = 1 << 20, allowPipes: Bool = false) throws -> [UInt8] {
     try InputFile.open(path, what: what, allowPipes: allowPipes).readAll(limit: limit, what: what)
 }

@@ -4,8 +4,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import CSignetShims
-internal import SystemPackage
+package import SystemPackage
 
 /// The lock on one destination: `.DIR.signet-lock` beside DIR (not inside the tree that is
 /// swapped), held with `flock` from the rollback check to the swap, so two updates of DIR never
@@ -15,13 +14,13 @@ internal import SystemPackage
 /// locked), and it is removable: when DIR does not exist at release (a refused first install),
 /// the holder unlinks it while still holding it, and every locker checks after locking that the
 /// path still names the file it locked, else locks the new one.
-final class DestinationLock {
+package final class DestinationLock {
     /// The lock file while it is held (nil once released).
     private var held: OwnedDescriptor?
     private let path: String
     private let destination: String
 
-    init(_ destination: String, wait: Double) throws {
+    package init(_ destination: String, wait: Double) throws {
         let (directory, prefix) = TemporaryFiles.prefix(besides: destination)
         let path = directory + "/" + prefix + "lock"
         self.path = path
@@ -57,7 +56,7 @@ final class DestinationLock {
         }
     }
 
-    func release() {
+    package func release() {
         guard let file = held.take() else { return }
         let descriptor = file.descriptor
         _ = ftruncate(descriptor.rawValue, 0)

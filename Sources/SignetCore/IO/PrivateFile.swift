@@ -3,7 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-internal import SystemPackage
+package import SystemPackage
 
 /// Files Signet keeps between runs beside what it writes (partial downloads, lock files), in
 /// folders another local user may also write to (`/tmp`, a shared download folder). Such a
@@ -13,10 +13,10 @@ internal import SystemPackage
 /// another user, a link, a FIFO, a file once made writable) is unlinked and the file created
 /// anew; where it cannot be unlinked (another user's file in a sticky folder) the call is
 /// refused rather than trusting its bytes.
-enum PrivateFile {
+package enum PrivateFile {
     /// Opens or creates `path` read-write as described above, with `mode` when created.
     /// `what` names the file in messages ("download", "lock").
-    static func open(_ path: String, mode: mode_t, what: String) throws -> OwnedDescriptor {
+    package static func open(_ path: String, mode: mode_t, what: String) throws -> OwnedDescriptor {
         for _ in 0..<8 {
             do {
                 return try Paths.open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
@@ -62,7 +62,7 @@ enum PrivateFile {
 
     /// Whether the descriptor still is the file `path` names (after waiting for a lock on it:
     /// the holder may have removed it meanwhile).
-    static func stillNamed(_ fd: FileDescriptor, _ path: String) -> Bool {
+    package static func stillNamed(_ fd: FileDescriptor, _ path: String) -> Bool {
         guard let held = try? fd.status(), let named = try? Paths.lstat(path) else { return false }
         return held.st_dev == named.st_dev && held.st_ino == named.st_ino
     }

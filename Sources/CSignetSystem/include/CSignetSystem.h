@@ -1,0 +1,55 @@
+#ifndef CSIGNETSYSTEM_H
+#define CSIGNETSYSTEM_H
+
+// Linux system calls and GNU-only declarations Swift's Glibc module does not offer. No library.
+// One C function per thing Swift cannot call directly. Each says why it exists.
+
+#include <stddef.h>
+// <sys/xattr.h> is not part of Swift's Glibc module; importing it here gives Signet
+// fgetxattr/fsetxattr/fremovexattr/flistxattr.
+#include <sys/xattr.h>
+#include <spawn.h>
+
+/// renameat2 is declared by glibc only under _GNU_SOURCE, which Swift's Glibc module does not set.
+/// Returns -1 with errno set like renameat2(2).
+int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+/// sync_file_range is declared only under _GNU_SOURCE. Starts writeback of a range
+/// (SYNC_FILE_RANGE_WRITE) without waiting for it.
+int signet_start_writeback(int fd, long long offset, long long length);
+
+/// syncfs(2) is declared only under _GNU_SOURCE. Writes back everything dirty on the filesystem
+/// that holds `fd` and waits for it (journal commit included); -1 with errno on failure,
+/// including writeback errors since `fd` was opened (Linux 5.8 and later).
+int signet_syncfs(int fd);
+
+/// memfd_create(2) is declared only under _GNU_SOURCE. An anonymous memory file, close-on-exec;
+/// -1 with errno on failure.
+int signet_memfd(const char *name);
+
+/// posix_spawn_file_actions_addclosefrom_np (glibc 2.34) is declared only under _GNU_SOURCE.
+/// Adds an action that closes every descriptor from `from` up in the child.
+int signet_spawn_closefrom(posix_spawn_file_actions_t *actions, int from);
+
+/// ioctl(FICLONE): makes `destination` share `source`'s data extents (a reflink, on btrfs, XFS
+/// with reflink, bcachefs...). -1 with errno (EOPNOTSUPP, EXDEV, EINVAL) where it cannot.
+int signet_clone_file(int destination, int source);
+
+/// openat2(2) has no glibc wrapper. Opens `path` below `dirfd` in one call, refusing symbolic
+/// links anywhere on the path (ELOOP) and any escape from `dirfd` (RESOLVE_BENEATH).
+/// -1 with errno ENOSYS where the kernel (or a seccomp filter) does not offer openat2.
+int signet_open_beneath(int dirfd, const char *path, int flags);
+
+/// RENAME_NOREPLACE / RENAME_EXCHANGE are _GNU_SOURCE macros.
+unsigned int signet_RENAME_NOREPLACE(void);
+unsigned int signet_RENAME_EXCHANGE(void);
+
+/// O_PATH is a _GNU_SOURCE macro: a descriptor that only names a directory (search permission
+/// is enough), for the *at calls.
+int signet_O_PATH(void);
+
+/// <sys/vfs.h> is not part of Swift's Glibc module: statfs's f_type of the filesystem holding
+/// `path` (0x4d44 vfat, ...), or -1 with errno set.
+long long signet_filesystem_type(const char *path);
+
+#endif

@@ -1,0 +1,26 @@
+#ifndef CSIGNETZLIB_H
+#define CSIGNETZLIB_H
+
+// zlib (which libzip is built on), for the archive layer only.
+// One C function per thing Swift cannot call directly. Each says why it exists.
+
+#include <stddef.h>
+
+/// zlib's deflateInit2 is a macro (it passes the library version and the stream size): the
+/// size of `data` deflated raw (no zlib header, as zip stores it) at `level` with libzip's
+/// parameters, or -1 if zlib fails. For deciding whether a small file is worth deflating.
+long signet_raw_deflate_size(const unsigned char *data, size_t size, int level);
+
+/// A raw inflater (inflateInit2 is a macro), so that a zip entry's deflate stream is inflated
+/// where Signet sees where it ends: bytes after the stream's end inside an entry are refused.
+typedef struct signet_inflater signet_inflater;
+signet_inflater *signet_inflater_new(void);
+void signet_inflater_free(signet_inflater *inflater);
+/// Inflates from `in` into `out`: 1 at the stream's end, 0 when it needs more input or output
+/// room, -1 for data that is not deflate. `consumed` and `produced` say how much was used.
+int signet_inflate(signet_inflater *inflater, const unsigned char *in, size_t in_size, size_t *consumed,
+                   unsigned char *out, size_t out_size, size_t *produced);
+/// zlib's crc32 over any length (its length argument is 32 bits).
+unsigned long signet_crc32(unsigned long crc, const unsigned char *data, size_t size);
+
+#endif
