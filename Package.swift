@@ -77,12 +77,22 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // Crypto: keys (files, PKCS#12, PKCS#11 tokens), digests, signing and verifying, trust
+        // policies and sealed trust directories. OpenSSL only.
+        .target(
+            name: "SignetCrypto",
+            dependencies: [
+                "SignetCore",
+                "COpenSSL", "CPKCS11", "CSignetOpenSSL", "CSignetSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         // The umbrella: everything above the core, re-exporting every layer, so that
         // `import Signet` is all an app writes.
         .target(
             name: "Signet",
             dependencies: [
-                "SignetCore",
+                "SignetCore", "SignetCrypto",
                 "COpenSSL", "CZip", "CCurl", "CPKCS11", "CSignetOpenSSL", "CSignetSystem", "CSignetCurl", "CSignetZlib",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]

@@ -1,3 +1,4 @@
 // The layers below the umbrella, re-exported: `import Signet` keeps giving an app every
 // public type, wherever it lives (docs/ARCHITECTURE.md draws the graph).
 @_exported import SignetCore
+@_exported import SignetCrypto

@@ -410,14 +410,3 @@ enum CentralDirectory {
 @inline(__always) private func u64<C: RandomAccessCollection>(_ b: C, _ at: Int) -> UInt64 where C.Element == UInt8, C.Index == Int {
     u32(b, at) | u32(b, at + 4) << 32
 }
-
-/// Byte-wise order of two byte strings (unsigned, as `memcmp`; a prefix comes first): the order
-/// of ``ResourcePath/byteOrder(_:_:)``.
-func compareBytes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
-    let common = min(a.count, b.count)
-    if common > 0, let left = a.baseAddress, let right = b.baseAddress {
-        let order = memcmp(left, right, common)
-        if order != 0 { return Int(order) }
-    }
-    return a.count - b.count
-}

@@ -45,7 +45,7 @@ public enum Download {
         try file(url, to: path, options: options, signature: signature, algorithm: algorithm, policy: policy, replace: replace, cancelled: nil)
     }
 
-    /// ``file(_:to:options:signature:algorithm:policy:replace:)-h96i`` on a thread of its own (not Swift
+    /// ``file(_:to:options:signature:algorithm:policy:replace:)-9oua4`` on a thread of its own (not Swift
     /// concurrency's shared pool, which a blocking transfer would hold); cancelling the task
     /// stops the transfer, keeps what arrived for the next call, and throws `CancellationError`.
     /// Progress goes to ``DownloadOptions/progress``.

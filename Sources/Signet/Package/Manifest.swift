@@ -13,7 +13,7 @@ public struct Manifest: Sendable, Equatable {
 
     /// One resource.
     public struct File: Sendable, Equatable {
-        /// Relative `/`-separated path, valid per ``ResourcePath``.
+        /// Relative `/`-separated path, valid per ``/SignetCore/ResourcePath``.
         public var path: String
         /// Size in bytes.
         public var size: UInt64

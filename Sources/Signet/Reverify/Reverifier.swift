@@ -179,7 +179,7 @@ public enum Reverifier {
 
     // MARK: Async
 
-    /// ``verifyFile(at:policy:)-4or4t`` on a thread of its own (not Swift concurrency's shared pool).
+    /// ``verifyFile(at:policy:)-3s9pu`` on a thread of its own (not Swift concurrency's shared pool).
     public static func verifyFileAsync(at path: String, policy: TrustPolicy) async -> FileReport {
         await OwnThreads.async { verifyFile(at: path, policy: policy) }
     }

@@ -76,7 +76,7 @@ struct TUFPublicKeyEntry {
 }
 
 extension TUFKey {
-    /// The key as a Signet ``PublicKey`` (RSA keys only: what Signet's packages are signed with).
+    /// The key as a Signet ``/SignetCrypto/PublicKey`` (RSA keys only: what Signet's packages are signed with).
     func publicKey(source: String) -> PublicKey? {
         guard keyType == "rsa", let evp = evpKey else { return nil }
         return try? PublicKey(key: evp, format: .pemSPKI, certificateDER: nil, source: source)
@@ -85,7 +85,7 @@ extension TUFKey {
 
 extension PublicKey {
     /// The key's id as TUF metadata names it (the SHA-256 of its canonical TUF key object, as
-    /// securesystemslib computes it), which `signet repo status` shows beside ``keyID``.
+    /// securesystemslib computes it), which `signet repo status` shows beside ``/SignetCrypto/PublicKey/keyID``.
     public func tufKeyID() throws -> String {
         try TUFPublicKeyEntry(self).keyID
     }

@@ -183,7 +183,7 @@ extension TUFRepository {
             public let expires: Timestamp?
             /// TUF key ids (what the metadata names).
             public let keyIDs: [String]
-            /// The same keys' Signet ids (``KeyID``: what `keygen`, `key show` and `pack`
+            /// The same keys' Signet ids (``/SignetCrypto/KeyID``: what `keygen`, `key show` and `pack`
             /// print), in the same order; empty for a key Signet cannot read.
             public let signetKeyIDs: [String]
             public let threshold: Int

@@ -1,9 +1,10 @@
 import Foundation
 internal import COpenSSL
 internal import CSignetOpenSSL
+import SignetCore
 
 /// X.509 chain validation with OpenSSL, against the given roots only (never a system store).
-enum CertificateChain {
+package enum CertificateChain {
     struct Refusal: Error {
         let reason: String
     }
@@ -76,7 +77,7 @@ enum CertificateChain {
     }
 
     /// The subject as RFC 2253 components ("CN=Release signer", "O=Example").
-    static func subjectComponents(_ certificate: OpaquePointer) -> [String] {
+    package static func subjectComponents(_ certificate: OpaquePointer) -> [String] {
         guard let name = X509_get_subject_name(certificate) else { return [] }
         let text = (try? collectingMemoryBIO { bio in
             _ = X509_NAME_print_ex(bio, name, 0, signet_XN_FLAG_RFC2253())

@@ -22,7 +22,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     /// "this device's clock reads 2026-11-28 10:55:02 CET": said beside every refusal a wrong
     /// clock causes (a certificate not yet valid, metadata expired), in local time, so that a
     /// clock two years off is seen for what it is (issue 49).
-    static var clockReading: String {
+    package static var clockReading: String {
         var seconds = time(nil)
         var parts = tm()
         localtime_r(&seconds, &parts)

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import COpenSSL
+import SignetCore
 
 /// A passphrase for an encrypted private key. Its bytes are wiped when the last copy goes away.
 public struct Passphrase: Sendable {

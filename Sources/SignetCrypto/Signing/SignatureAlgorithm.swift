@@ -1,4 +1,5 @@
 internal import COpenSSL
+import SignetCore
 
 /// A signature scheme, named by the string ids of FORMAT.md §1. An open set.
 public struct SignatureAlgorithm: Hashable, Sendable, CustomStringConvertible {

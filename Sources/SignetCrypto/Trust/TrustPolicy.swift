@@ -1,5 +1,6 @@
 public import SystemPackage
 import Foundation
+import SignetCore
 
 /// Which signers a verification accepts. There is always a policy: Signet has no "trust anyone".
 ///
@@ -10,7 +11,7 @@ import Foundation
 /// old and the new key at once; reports name the key that matched.
 public struct TrustPolicy: Sendable {
     /// The trusted keys, in the order given (duplicates by key id kept once).
-    public private(set) var keys: [PublicKey]
+    public package(set) var keys: [PublicKey]
     /// The channel each trust-directory key came from.
     public private(set) var channels: [KeyID: String] = [:]
     /// When not empty, only these keys are accepted (hex key ids or `sha256//` pins).
@@ -67,34 +68,6 @@ public struct TrustPolicy: Sendable {
         }
     }
 
-    /// Adds a TUF repository's trusted metadata (`metadataDirectory`, as ``TUFClient`` keeps it)
-    /// as a trust source that keeps its thresholds: a package signed by a key of a targets role
-    /// (top-level or delegated) is accepted only when its manifest's SHA-256 is listed by that
-    /// role, whose metadata its threshold signed (delegation paths and the package name rule
-    /// apply: FORMAT.md §7). One key of a role alone vouches for nothing. Nothing is fetched:
-    /// the stored root must be signed by its own threshold, the stored targets by the root's
-    /// targets threshold, each delegated role by its delegator's. Keys also given by another
-    /// source (`--pubkey`, a trust directory) are not restricted.
-    public mutating func addTUFMetadata(_ metadataDirectory: String) throws {
-        let listings = try TUFPackageListing.stored(in: metadataDirectory)
-        guard !listings.isEmpty else {
-            throw SignetError(.untrustedSigner, "the TUF metadata in '\(metadataDirectory)' lists no Signet package (a target with custom.signet): nothing there can vouch for a package", path: metadataDirectory)
-        }
-        for listing in listings {
-            var ids: Set<KeyID> = []
-            for key in listing.keys.compactMap({ $0.publicKey(source: "TUF role \(listing.role)") }) {
-                ids.insert(key.keyID)
-                if !keys.contains(where: { $0.keyID == key.keyID }) {
-                    keys.append(key)
-                    tufOnlyKeys.insert(key.keyID)
-                }
-            }
-            tufListings.append(TUFListed(name: listing.release.name, sequence: listing.release.sequence, manifestSHA256: listing.release.manifestSHA256,
-                                         keyIDs: ids, role: listing.role, threshold: listing.threshold, roleKeys: listing.keys.count))
-        }
-        tufSource = metadataDirectory
-    }
-
     /// The policy for a raw signature over a file (`signet verify`): keys trusted only through
     /// TUF metadata vouch for the packages their roles list, never for a raw signature alone.
     public var forRawSignatures: TrustPolicy {
@@ -105,34 +78,27 @@ public struct TrustPolicy: Sendable {
         return raw
     }
 
-    /// A package that TUF metadata lists (``addTUFMetadata(_:)``).
-    struct TUFListed: Sendable {
-        let name: String
-        let sequence: UInt64
-        let manifestSHA256: String
-        let keyIDs: Set<KeyID>
-        let role: String
-        let threshold: Int
-        let roleKeys: Int
-    }
-    /// What the TUF metadata lists, and the keys trusted only through it.
-    private(set) var tufListings: [TUFListed] = []
-    private(set) var tufOnlyKeys: Set<KeyID> = []
-    private var tufSource: String?
+    /// A package that TUF metadata lists (`addTUFMetadata(_:)`, which the TUF layer adds).
+    package struct TUFListed: Sendable {
+        package let name: String
+        package let sequence: UInt64
+        package let manifestSHA256: String
+        package let keyIDs: Set<KeyID>
+        package let role: String
+        package let threshold: Int
+        package let roleKeys: Int
 
-    /// Why a package signed by `signer` with this manifest is refused by the TUF trust source,
-    /// or nil: a key trusted only through TUF metadata vouches only for the packages its role
-    /// lists with their manifest's SHA-256.
-    func tufRefusal(signer: KeyID, manifestBytes: [UInt8], manifest: Manifest) -> String? {
-        guard tufOnlyKeys.contains(signer) else { return nil }
-        let digest = (try? Digest.compute(manifestBytes, algorithm: .sha256).hex) ?? ""
-        let roles = tufListings.filter { $0.keyIDs.contains(signer) }
-        if tufListings.contains(where: { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Manifest.sameName($0.name, manifest.name) }) {
-            return nil
+        package init(name: String, sequence: UInt64, manifestSHA256: String, keyIDs: Set<KeyID>, role: String, threshold: Int, roleKeys: Int) {
+            (self.name, self.sequence, self.manifestSHA256, self.keyIDs) = (name, sequence, manifestSHA256, keyIDs)
+            (self.role, self.threshold, self.roleKeys) = (role, threshold, roleKeys)
         }
-        let role = roles.first.map { "a key of role '\($0.role)' (\($0.threshold) of \($0.roleKeys) keys)" } ?? "a TUF key"
-        return "\(manifest.name) sequence \(manifest.sequence) (manifest SHA-256 \(digest.prefix(16))…) is signed by \(role), but no role of the TUF metadata in '\(tufSource ?? "")' lists it: a package is trusted there only when the metadata its role's threshold signed lists its manifest, so one key cannot vouch for a package alone"
     }
+    /// What the TUF metadata lists, and the keys trusted only through it (kept here, filled
+    /// and read by the TUF layer's extension).
+    package var tufListings: [TUFListed] = []
+    package var tufOnlyKeys: Set<KeyID> = []
+    package var tufSource: String?
+
 
     /// Reads a revocation list: key ids (hex or `sha256//`), one a line, `#` starts a comment.
     public mutating func addRevocations(from path: String) throws {
@@ -175,7 +141,7 @@ public struct TrustPolicy: Sendable {
     /// The policy for one package or installed tree: its signer certificate, if it chains to a
     /// trusted root and meets the certificate rules, adds its key. Returns the policy to verify
     /// with (accepted keys only) and, when a certificate was refused, why.
-    func resolved(signerCertificate: [UInt8]?, chain: [[UInt8]]) -> (TrustPolicy, certificateRefusal: String?) {
+    package func resolved(signerCertificate: [UInt8]?, chain: [[UInt8]]) -> (TrustPolicy, certificateRefusal: String?) {
         var accepted = TrustPolicy(keys: acceptedKeys)
         accepted.channels = channels
         accepted.tufListings = tufListings

@@ -2,6 +2,7 @@ internal import COpenSSL
 internal import CPKCS11
 internal import CSignetOpenSSL
 import Synchronization
+import SignetCore
 
 /// An RSA private key that stays on a PKCS#11 token: Signet hashes locally (streamed, as for
 /// file keys) and the token signs only the digest: `CKM_RSA_PKCS` over the DigestInfo (DER
@@ -12,7 +13,7 @@ import Synchronization
 /// One session per concurrent signer (sessions are not shared between threads), opened as
 /// needed and kept; the user is logged in once, with the first session, and stays logged in
 /// while any session is open.
-final class TokenKey: @unchecked Sendable {
+package final class TokenKey: @unchecked Sendable {
     let module: PKCS11Module
     let slot: CK_SLOT_ID
     /// "token 'release' (serial 1a2b…)".
@@ -270,7 +271,7 @@ final class TokenKey: @unchecked Sendable {
     }
 
     /// The DER DigestInfo PKCS#1 v1.5 signs (RFC 8017 §9.2), made by OpenSSL's X509_SIG.
-    static func digestInfo(_ digest: Digest) throws -> [UInt8] {
+    package static func digestInfo(_ digest: Digest) throws -> [UInt8] {
         OpenSSLErrorQueue.clear()
         guard let md = digest.algorithm.md, let info = X509_SIG_new() else {
             throw OpenSSLErrorQueue.error(.crypto, "could not make a DigestInfo for \(digest.algorithm)")

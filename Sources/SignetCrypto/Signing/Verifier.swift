@@ -1,6 +1,7 @@
 import Foundation
 public import SystemPackage
 internal import COpenSSL
+import SignetCore
 
 /// The outcome of checking one signature. A verdict, not an error: "this signature is wrong"
 /// is a value the caller branches on; an unreadable file is a thrown ``/SignetCore/SignetError``.
@@ -109,7 +110,7 @@ public struct Verifier: Sendable {
     }
 
     /// One key, one signature. Leaves OpenSSL's error queue empty whatever the outcome.
-    static func check(_ signature: [UInt8], digest: Digest, key: PublicKey, algorithm: SignatureAlgorithm) -> Bool {
+    package static func check(_ signature: [UInt8], digest: Digest, key: PublicKey, algorithm: SignatureAlgorithm) -> Bool {
         OpenSSLErrorQueue.clear()
         defer { OpenSSLErrorQueue.clear() }
         guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key.key.pointer, nil) else { return false }

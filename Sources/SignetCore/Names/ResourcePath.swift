@@ -94,11 +94,11 @@ public enum ResourcePath {
     /// Orders paths by the bytes of their UTF-8 encoding (FORMAT.md's reproducible order).
     /// Compared with `memcmp` over the strings' own storage: the generic comparison of two
     /// UTF-8 views was 12% of a 10,000-file tree check's instructions (callgrind).
-    static func byteOrder(_ lhs: String, _ rhs: String) -> Bool { byteComparison(lhs, rhs) < 0 }
+    package static func byteOrder(_ lhs: String, _ rhs: String) -> Bool { byteComparison(lhs, rhs) < 0 }
 
     /// The order of ``byteOrder(_:_:)`` as a sign, and 0 for the same bytes: one comparison
     /// where a merge needs both "before" and "equal".
-    static func byteComparison(_ lhs: String, _ rhs: String) -> Int {
+    package static func byteComparison(_ lhs: String, _ rhs: String) -> Int {
         let fast = lhs.utf8.withContiguousStorageIfAvailable { left in
             rhs.utf8.withContiguousStorageIfAvailable { right in compareBytes(left, right) }
         }
@@ -119,7 +119,7 @@ extension ResourcePath {
     ///   `config/app.json`, not `config/mod/app.json`); a leading `/` only anchors;
     /// - a pattern that matches a folder selects everything below it; a trailing `/` is
     ///   ignored.
-    static func matches(pattern raw: String, _ path: String) -> Bool {
+    package static func matches(pattern raw: String, _ path: String) -> Bool {
         var pattern = Substring(raw)
         while pattern.count > 1, pattern.hasSuffix("/") { pattern = pattern.dropLast() }
         let anchored = pattern.dropFirst().contains("/") || pattern.hasPrefix("/")
@@ -158,4 +158,15 @@ extension ResourcePath {
         }
         return next[0]
     }
+}
+
+/// Byte-wise order of two byte strings (unsigned, as `memcmp`; a prefix comes first): the order
+/// of ``ResourcePath/byteOrder(_:_:)``.
+package func compareBytes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+    let common = min(a.count, b.count)
+    if common > 0, let left = a.baseAddress, let right = b.baseAddress {
+        let order = memcmp(left, right, common)
+        if order != 0 { return Int(order) }
+    }
+    return a.count - b.count
 }

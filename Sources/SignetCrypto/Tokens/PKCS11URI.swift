@@ -1,3 +1,4 @@
+import SignetCore
 /// An RFC 7512 PKCS#11 URI naming a private key on a token:
 /// `pkcs11:token=release;object=signing-2026` (also `id=`, `serial=`, `manufacturer=`, `model=`,
 /// `slot-id=`), with the query attributes `pin-source=` and `module-path=`.

@@ -1,4 +1,5 @@
 import Foundation
+import SignetCore
 
 /// A key's identity: the SHA-256 of its DER SubjectPublicKeyInfo (FORMAT.md §1).
 ///
@@ -28,7 +29,7 @@ public struct KeyID: Hashable, Sendable, Comparable, CustomStringConvertible {
     }
 
     /// The id of a key given as DER SubjectPublicKeyInfo.
-    init(subjectPublicKeyInfo der: [UInt8]) throws {
+    package init(subjectPublicKeyInfo der: [UInt8]) throws {
         self.bytes = try Digest.compute(der, algorithm: .sha256).bytes
     }
 
@@ -46,7 +47,7 @@ public struct KeyID: Hashable, Sendable, Comparable, CustomStringConvertible {
 
 extension Array where Element == UInt8 {
     /// Lowercase hex.
-    var hexString: String {
+    package var hexString: String {
         let digits: [UInt8] = Array("0123456789abcdef".utf8)
         var out = [UInt8]()
         out.reserveCapacity(count * 2)
@@ -58,7 +59,7 @@ extension Array where Element == UInt8 {
     }
 
     /// Parses an even-length hex string (either case); nil on any other character.
-    init?(hex: String) {
+    package init?(hex: String) {
         let utf8 = Array(hex.utf8)
         guard utf8.count % 2 == 0 else { return nil }
         func value(_ c: UInt8) -> UInt8? {

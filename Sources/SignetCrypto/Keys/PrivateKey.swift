@@ -3,6 +3,7 @@ import Foundation
 internal import COpenSSL
 internal import CSignetOpenSSL
 import Synchronization
+import SignetCore
 
 /// An RSA private key for signing, loaded from any format Signet reads.
 ///
@@ -12,7 +13,7 @@ import Synchronization
 /// which is loaded only when such a file is met).
 public struct PrivateKey: Sendable {
     /// The key itself; for a token key only its public half (the private half stays on the token).
-    let key: EVPKey
+    package let key: EVPKey
     /// The token that holds the private half, for a PKCS#11 key.
     let token: TokenKey?
     /// The format the key was found in.
@@ -83,7 +84,7 @@ public struct PrivateKey: Sendable {
     /// Whether `text` names a key on a token (a `pkcs11:` URI) rather than a file.
     public static func isTokenURI(_ text: String) -> Bool { text.hasPrefix("pkcs11:") }
 
-    init(key: EVPKey, format: KeyFormat, certificateDER: [UInt8]?, warnings: [String], name: String) throws {
+    package init(key: EVPKey, format: KeyFormat, certificateDER: [UInt8]?, warnings: [String], name: String) throws {
         self.key = key
         self.token = nil
         self.format = format

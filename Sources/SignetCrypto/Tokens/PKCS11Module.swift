@@ -3,6 +3,7 @@ import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
+import SignetCore
 
 /// A loaded PKCS#11 module (`dlopen` + `C_GetFunctionList` + `C_Initialize`), kept for the life
 /// of the process: a module is initialised once per process, and other code in the same process

@@ -1,5 +1,6 @@
 import Foundation
 internal import CPKCS11
+import SignetCore
 
 /// A private key a token holds, as `signet key show 'pkcs11:token=…'` lists it.
 public struct TokenKeyInfo: Sendable {

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import SignetCore
 
 /// The one rule for files that convey trust (FORMAT.md §5 "Files that convey trust"): a
 /// configuration, trusted keys and certificates, trust directories and their files, TLS roots,

@@ -5,6 +5,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import SignetCore
 
 /// `DIR/.signet-trust`: the SHA-256 of every file in a trust directory, so that a key file
 /// replaced on a compromised device is caught before it is trusted. Either protection needs
@@ -72,7 +73,7 @@ public enum TrustStoreSeal {
     /// seal signed by one of them (keys that live outside the directory: a signature checked with
     /// keys from inside it would prove nothing, as whoever swaps a key can sign a new seal with
     /// it). Only without either is an unsealed directory accepted as it is.
-    static func check(_ directory: String, salt: [UInt8]?, sealKeys: [PublicKey] = []) throws {
+    package static func check(_ directory: String, salt: [UInt8]?, sealKeys: [PublicKey] = []) throws {
         func broken(_ reason: String) -> SignetError {
             SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal: \(reason); restore the trusted keys or seal the directory again with signet trust seal", path: directory)
         }
@@ -140,7 +141,7 @@ public enum TrustStoreSeal {
     }
 
     /// A seal's document, if `stored` is strict JSON in the signet-trust/1 shape.
-    static func parse(_ stored: [UInt8]) -> (files: [(path: String, sha256: String)], salted: Bool)? {
+    package static func parse(_ stored: [UInt8]) -> (files: [(path: String, sha256: String)], salted: Bool)? {
         guard (try? StrictJSON.check(stored)) != nil,
               let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else { return nil }
         return (sealed.files.map { ($0.path, $0.sha256) }, sealed.salted)
@@ -150,7 +151,7 @@ public enum TrustStoreSeal {
     /// (the first directory on the path, nil at the top). Links and other non-files are refused.
     /// The seal's own files and a top-level `.signet/` (the record of a directory installed
     /// from a package, FORMAT.md §6) are not among them.
-    static func files(in directory: String) throws -> [(String, String?)] {
+    package static func files(in directory: String) throws -> [(String, String?)] {
         var found: [(String, String?)] = []
         // Through descriptors (openat, fstatat), so neither depth nor path length limits it.
         func walk(_ fd: FileDescriptor, _ path: String, _ prefix: String) throws {
@@ -211,7 +212,7 @@ public enum TrustStoreSeal {
 
 extension TrustStoreSeal {
     /// Whether `directory` holds a seal file (`.signet-trust`, not through a link).
-    static func isSealed(_ directory: String) -> Bool {
+    package static func isSealed(_ directory: String) -> Bool {
         var info = stat()
         return lstat(directory + "/" + fileName, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
     }

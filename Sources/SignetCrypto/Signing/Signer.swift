@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Synchronization
 internal import COpenSSL
+import SignetCore
 
 /// A raw signature: the modulus-length byte string FORMAT.md §1 describes.
 public struct Signature: Sendable, Hashable {
@@ -111,13 +112,13 @@ public struct Signer: Sendable {
 /// Maps `items` on all cores, keeping order. For blocking work (file I/O plus hashing), so it
 /// runs on threads of its own (the caller's and one per further core), never on Swift
 /// concurrency's shared pool or Dispatch's: an async caller blocks nobody else's tasks.
-func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @escaping @Sendable (T) -> R) -> [R] {
+package func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @escaping @Sendable (T) -> R) -> [R] {
     parallelMap(items, worker: { () }, { _, item in transform(item) })
 }
 
 /// ``parallelMap(_:_:)`` where each worker thread first makes its own `W` (buffers, hashing
 /// contexts) with `worker` and hands it to every `transform` it runs: no allocation per item.
-func parallelMap<T: Sendable, W, R: Sendable>(_ items: [T], worker: @escaping @Sendable () -> W, _ transform: @escaping @Sendable (W, T) -> R) -> [R] {
+package func parallelMap<T: Sendable, W, R: Sendable>(_ items: [T], worker: @escaping @Sendable () -> W, _ transform: @escaping @Sendable (W, T) -> R) -> [R] {
     if items.count <= 1 {
         let state = worker()
         return items.map { transform(state, $0) }

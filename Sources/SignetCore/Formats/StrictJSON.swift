@@ -9,19 +9,20 @@
 /// order mark, invalid UTF-8, lone surrogate escapes, control characters in strings, leading
 /// zeros, trailing content, and nesting deeper than ``maximumDepth``. With `integersOnly`,
 /// numbers with a fraction or exponent (`5.0`, `1e3`) are refused too.
-enum StrictJSON {
+package enum StrictJSON {
     /// Deepest nesting accepted (Signet's documents are three levels deep).
     static let maximumDepth = 32
 
     /// Why a document was refused, for a person.
-    struct Refusal: Error, CustomStringConvertible {
+    package struct Refusal: Error, CustomStringConvertible {
         let reason: String
         let offset: Int
-        var description: String { "\(reason) (at byte \(offset))" }
+        package init(reason: String, offset: Int) { (self.reason, self.offset) = (reason, offset) }
+        package var description: String { "\(reason) (at byte \(offset))" }
     }
 
     /// A scalar value as the parser met it.
-    enum Scalar: Equatable {
+    package enum Scalar: Equatable {
         /// A string, escapes resolved.
         case string(String)
         /// A number, as written (already checked against RFC 8259's grammar).
@@ -32,7 +33,7 @@ enum StrictJSON {
 
     /// Receives a document's structure as it is parsed (a pull of events, so a caller builds
     /// only what it keeps, never a tree of the whole document). Whatever it throws ends the parse.
-    protocol Handler {
+    package protocol Handler {
         /// `{` (`isObject`) or `[`.
         mutating func begin(isObject: Bool) throws
         /// `}` or `]`.
@@ -56,7 +57,7 @@ enum StrictJSON {
     }
 
     /// Throws ``Refusal`` unless `bytes` is one strict JSON value.
-    static func check(_ bytes: [UInt8], integersOnly: Bool = false) throws {
+    package static func check(_ bytes: [UInt8], integersOnly: Bool = false) throws {
         var ignore = Ignore()
         try parse(bytes, integersOnly: integersOnly, into: &ignore)
     }
@@ -65,7 +66,7 @@ enum StrictJSON {
     /// Throws ``Refusal`` for a document that is not strict JSON, or what `handler` throws.
     /// `maximumDepth`: deepest nesting accepted (resources packed as structured may nest deeper
     /// than Signet's own documents).
-    static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, maximumDepth: Int = StrictJSON.maximumDepth, into handler: inout H) throws {
+    package static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, maximumDepth: Int = StrictJSON.maximumDepth, into handler: inout H) throws {
         try bytes.withUnsafeBufferPointer { buffer in
             var parser = Parser(bytes: buffer, integersOnly: integersOnly, maximumDepth: maximumDepth, handler: handler)
             defer { handler = parser.handler }
@@ -323,6 +324,6 @@ enum StrictJSON {
 }
 
 extension StrictJSON.Handler {
-    mutating func key(_ key: String, raw: Range<Int>) throws { try self.key(key) }
-    mutating func scalar(_ value: StrictJSON.Scalar, raw: Range<Int>) throws { try scalar(value) }
+    package mutating func key(_ key: String, raw: Range<Int>) throws { try self.key(key) }
+    package mutating func scalar(_ value: StrictJSON.Scalar, raw: Range<Int>) throws { try scalar(value) }
 }

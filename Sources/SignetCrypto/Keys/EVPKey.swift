@@ -1,21 +1,22 @@
 internal import COpenSSL
+import SignetCore
 
 /// Owns one reference to an `EVP_PKEY`. Created only once the C call that made the key succeeded.
 /// An `EVP_PKEY` may be used for signing or verifying from several threads at once.
-final class EVPKey: @unchecked Sendable {
-    let pointer: OpaquePointer
+package final class EVPKey: @unchecked Sendable {
+    package let pointer: OpaquePointer
 
     /// Takes ownership of `pointer` (one reference).
-    init(owning pointer: OpaquePointer) {
+    package init(owning pointer: OpaquePointer) {
         self.pointer = pointer
     }
 
     deinit { EVP_PKEY_free(pointer) }
 
     /// Modulus size in bits.
-    var bits: Int { Int(EVP_PKEY_get_bits(pointer)) }
+    package var bits: Int { Int(EVP_PKEY_get_bits(pointer)) }
     /// Signature size in bytes (the modulus length for RSA).
-    var signatureSize: Int { Int(EVP_PKEY_get_size(pointer)) }
+    package var signatureSize: Int { Int(EVP_PKEY_get_size(pointer)) }
 
     /// True for a plain rsaEncryption key.
     var isRSA: Bool { EVP_PKEY_get_base_id(pointer) == EVP_PKEY_RSA }
@@ -112,7 +113,7 @@ extension EVPKey {
 }
 
 /// Parses the whole of `der` with a `d2i_*` function; nil unless it consumed every byte.
-func parseDER(_ der: [UInt8], _ d2i: (UnsafeMutablePointer<UnsafePointer<UInt8>?>, Int) -> OpaquePointer?) -> (OpaquePointer, consumedAll: Bool)? {
+package func parseDER(_ der: [UInt8], _ d2i: (UnsafeMutablePointer<UnsafePointer<UInt8>?>, Int) -> OpaquePointer?) -> (OpaquePointer, consumedAll: Bool)? {
     der.withUnsafeBufferPointer { buffer -> (OpaquePointer, Bool)? in
         guard let base = buffer.baseAddress else { return nil }
         var cursor: UnsafePointer<UInt8>? = base
@@ -136,7 +137,7 @@ func pemLabels(in bytes: [UInt8]) -> [String] {
 }
 
 /// True when the bytes look like PEM (text with a BEGIN line) rather than binary DER.
-func looksLikePEM(_ bytes: [UInt8]) -> Bool {
+package func looksLikePEM(_ bytes: [UInt8]) -> Bool {
     // DER starts with a SEQUENCE tag (0x30); PEM is text with a BEGIN line, possibly after comments.
     bytes.first != 0x30 && !pemLabels(in: bytes).isEmpty
 }

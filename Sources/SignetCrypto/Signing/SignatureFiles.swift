@@ -4,6 +4,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import SignetCore
 
 /// Detached signature files: the raw signature bytes and nothing else (FORMAT.md §1).
 public enum SignatureFiles {

@@ -6,6 +6,7 @@ import Musl
 internal import COpenSSL
 internal import CSignetOpenSSL
 public import SystemPackage
+import SignetCore
 
 /// A freshly generated signing identity: an RSA key and a self-signed code-signing certificate.
 public struct GeneratedKey: Sendable {

@@ -2,6 +2,7 @@ import Foundation
 public import SystemPackage
 internal import COpenSSL
 internal import CSignetOpenSSL
+import SignetCore
 
 /// An RSA public key for verification, from any format Signet reads.
 ///
@@ -9,7 +10,7 @@ internal import CSignetOpenSSL
 /// `RSAPublicKey`, and DER or PEM X.509 certificates (what publishers hand out as
 /// `public_key.der` or `certificate.der`). Equal keys have equal ``keyID``s.
 public struct PublicKey: Sendable, Hashable, CustomStringConvertible {
-    let key: EVPKey
+    package let key: EVPKey
     /// The key id (FORMAT.md §1).
     public let keyID: KeyID
     /// The format the key was found in.
@@ -49,7 +50,7 @@ public struct PublicKey: Sendable, Hashable, CustomStringConvertible {
         try self.init(key: key, format: format, certificateDER: certificate, source: name)
     }
 
-    init(key: EVPKey, format: KeyFormat, certificateDER: [UInt8]?, source: String) throws {
+    package init(key: EVPKey, format: KeyFormat, certificateDER: [UInt8]?, source: String) throws {
         self.key = key
         self.format = format
         self.subjectPublicKeyInfo = try key.subjectPublicKeyInfo()

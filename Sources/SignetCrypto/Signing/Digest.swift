@@ -1,6 +1,7 @@
 import Foundation
 public import SystemPackage
 internal import COpenSSL
+import SignetCore
 
 /// A hash function Signet uses. An open set: new members can be added.
 public struct DigestAlgorithm: Hashable, Sendable, CustomStringConvertible {
@@ -26,7 +27,7 @@ public struct DigestAlgorithm: Hashable, Sendable, CustomStringConvertible {
     /// The fetched implementation. Fetching once avoids an implicit fetch per operation.
     /// OpenSSL's digest, nil when the provider lacks it (a broken OpenSSL configuration): the
     /// operation that needs it then fails with a crypto error instead of stopping the process.
-    var md: OpaquePointer? { FetchedDigests.shared.md(for: self) }
+    package var md: OpaquePointer? { FetchedDigests.shared.md(for: self) }
 }
 
 /// Explicitly fetched `EVP_MD`s, kept for the life of the process (they are immutable and thread-safe).
@@ -64,7 +65,7 @@ public struct Digest: Hashable, Sendable {
     public var hex: String { bytes.hexString }
 
     /// Whether `hex` is exactly these bytes in lowercase hex (compared without building a string).
-    func matches(hex: String) -> Bool {
+    package func matches(hex: String) -> Bool {
         let digits = Array("0123456789abcdef".utf8)
         var text = hex.utf8.makeIterator()
         for byte in bytes {
@@ -96,18 +97,18 @@ public struct Digest: Hashable, Sendable {
     }
 
     /// Hashes an open file from its current position (the descriptor the caller already checked).
-    static func compute(descriptorOf file: InputFile, algorithm: DigestAlgorithm) throws -> Digest {
+    package static func compute(descriptorOf file: InputFile, algorithm: DigestAlgorithm) throws -> Digest {
         let hasher = try Hasher(algorithm)
         try file.forEachChunk { hasher.update($0) }
         return try hasher.finalize()
     }
 
     /// Incremental hashing. Owns an `EVP_MD_CTX`.
-    final class Hasher {
+    package final class Hasher {
         private let context: OpaquePointer
         let algorithm: DigestAlgorithm
 
-        init(_ algorithm: DigestAlgorithm) throws {
+        package init(_ algorithm: DigestAlgorithm) throws {
             OpenSSLErrorQueue.clear()
             guard let context = EVP_MD_CTX_new() else {
                 throw OpenSSLErrorQueue.error(.crypto, "could not allocate a digest context")
@@ -120,19 +121,19 @@ public struct Digest: Hashable, Sendable {
         deinit { EVP_MD_CTX_free(context) }
 
         /// Starts over, for the next message (the context is reused, not reallocated).
-        func restart() throws {
+        package func restart() throws {
             guard let md = algorithm.md, EVP_DigestInit_ex2(context, md, nil) == 1 else {
                 throw OpenSSLErrorQueue.error(.crypto, "could not start \(algorithm.name)")
             }
         }
 
-        func update(_ chunk: UnsafeRawBufferPointer) {
+        package func update(_ chunk: UnsafeRawBufferPointer) {
             guard chunk.count > 0 else { return }
             // EVP_DigestUpdate on an initialised SHA-2 context cannot fail.
             EVP_DigestUpdate(context, chunk.baseAddress, chunk.count)
         }
 
-        func finalize() throws -> Digest {
+        package func finalize() throws -> Digest {
             var finished = true
             let out = [UInt8](unsafeUninitializedCapacity: Int(EVP_MAX_MD_SIZE)) { buffer, count in
                 var length: UInt32 = 0
