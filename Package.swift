@@ -87,12 +87,33 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // Manifest: the signed manifest (reader, writer, chunk indexes), the signature record
+        // and extended attributes an installed tree carries, structured resources (JSON,
+        // property lists). No archive, no network.
+        .target(
+            name: "SignetManifest",
+            dependencies: [
+                "SignetCore", "SignetCrypto",
+                "COpenSSL", "CSignetSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // Reverify: installed files and trees checked against the signatures and manifest they
+        // carry. What an app that only re-verifies links: no libzip, no libcurl.
+        .target(
+            name: "SignetReverify",
+            dependencies: [
+                "SignetCore", "SignetCrypto", "SignetManifest",
+                "COpenSSL", "CSignetSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         // The umbrella: everything above the core, re-exporting every layer, so that
         // `import Signet` is all an app writes.
         .target(
             name: "Signet",
             dependencies: [
-                "SignetCore", "SignetCrypto",
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify",
                 "COpenSSL", "CZip", "CCurl", "CPKCS11", "CSignetOpenSSL", "CSignetSystem", "CSignetCurl", "CSignetZlib",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
@@ -104,6 +125,13 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
             ]
+        ),
+        // An app that only re-verifies installed trees (examples/reverify-only): it depends on
+        // the reverify layer alone, and a test checks that it links neither libzip nor libcurl.
+        .executableTarget(
+            name: "signet-reverify-example",
+            dependencies: ["SignetReverify", "SignetCrypto"],
+            path: "examples/reverify-only"
         ),
         // Fuzz targets for every parser of untrusted bytes (Fuzz/SignetFuzz/main.swift,
         // scripts/fuzz.sh). An ordinary build runs given inputs once: the tests run the seed
@@ -127,7 +155,7 @@ let package = Package(
         .testTarget(
             name: "SignetCLITests",
             // Depending on the executables makes `swift test` build them; the tests run the binaries.
-            dependencies: ["signet", "SignetFuzz", "SignetTestSupport"],
+            dependencies: ["signet", "SignetFuzz", "signet-reverify-example", "SignetTestSupport"],
             // The fuzz targets' seed corpus and past crashes (scripts/fuzz.sh adds to it).
             exclude: ["json_schema_check.py", "tuf_tool.py"],
             resources: [.copy("FuzzCorpus")]

@@ -2,3 +2,5 @@
 // public type, wherever it lives (docs/ARCHITECTURE.md draws the graph).
 @_exported import SignetCore
 @_exported import SignetCrypto
+@_exported import SignetManifest
+@_exported import SignetReverify

@@ -95,4 +95,27 @@ struct ReverifyCLITests {
         let verified = try SignetTestSupport.run(evmctl, ["ima_verify", "--xattr-user", "--key", work.certificate, app + "/app.conf"])
         #expect(verified.status == 0, "\(verified.stdoutText) \(verified.stderr)")
     }
+
+    @Test("an app that only re-verifies (examples/reverify-only, the reverify layer alone) links neither libzip nor libcurl, and re-verifies as signet does")
+    func reverifyOnlyApp() throws {
+        let app = URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().appendingPathComponent("signet-reverify-example").path
+        // What the dynamic linker loads: libcurl is never linked by Signet (it is dlopened on a
+        // first download), libzip is, by the archive layer; neither may reach this app. libcrypto
+        // must: the check would pass vacuously for a binary ldd cannot read.
+        let linked = try SignetTestSupport.run("ldd", [app])
+        #expect(linked.status == 0, "\(linked.stderr)")
+        let libraries = linked.stdoutText.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+        #expect(libraries.contains { $0.hasPrefix("libcrypto.so") }, "\(linked.stdoutText)")
+        #expect(!libraries.contains { $0.hasPrefix("libzip.so") || $0.hasPrefix("libcurl") }, "\(linked.stdoutText)")
+        // The signet binary does link libzip: the same check tells them apart.
+        #expect(try SignetTestSupport.run("ldd", [CLI.binary]).stdoutText.contains("libzip.so"))
+
+        let work = try Workspace()
+        let tree = try Self.install(work)
+        let ok = try SignetTestSupport.run(app, [work.publicDER, tree])
+        #expect(ok.status == 0 && ok.stdoutText.contains("2 files, ok"), "\(ok.stdoutText) \(ok.stderr)")
+        try work.directory.write("opt/app/app.conf", Data("tampered\n".utf8))
+        let bad = try SignetTestSupport.run(app, [work.publicDER, tree])
+        #expect(bad.status == 1 && bad.stdoutText.contains("modified app.conf"), "\(bad.stdoutText) \(bad.stderr)")
+    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetManifest
 import SignetTestSupport
 
 /// Issue 40, point 1: content-defined chunks of large resources, in the signed manifest.

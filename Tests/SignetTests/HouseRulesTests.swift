@@ -26,11 +26,12 @@ struct HouseRulesTests {
     func typedDescriptors() throws {
         let rawDescriptor = try Regex(#"\b(fd|descriptor|rootFD|root|parent|directory|lock)\s*:\s*(Int32|CInt)\b"#)
         let rawClose = try Regex(#"(^|[^.\w])close\("#)
-        for file in try sources() where file.path.hasPrefix("Signet/") {
+        // Every library layer (Signet, SignetCore, SignetCrypto...), not the CLI.
+        for file in try sources() where file.path.hasPrefix("Signet") {
             for (number, line) in file.lines.enumerated() where !line.trimmingCharacters(in: .whitespaces).hasPrefix("//") {
                 let typed = line.firstMatch(of: rawDescriptor) == nil
                 #expect(typed, "\(file.path):\(number + 1): \(line)")
-                if file.path != "Signet/IO/OwnedDescriptor.swift" && !line.contains("func close(") {
+                if file.path != "SignetCore/IO/OwnedDescriptor.swift" && !line.contains("func close(") {
                     let closesNothing = line.firstMatch(of: rawClose) == nil
                     #expect(closesNothing, "\(file.path):\(number + 1): \(line)")
                 }
@@ -38,11 +39,16 @@ struct HouseRulesTests {
         }
     }
 
-    @Test("docs/ARCHITECTURE.md names every folder of the library")
+    @Test("docs/ARCHITECTURE.md names every library target and every folder of each")
     func architecturePage() throws {
         let page = try String(contentsOfFile: Self.root + "/docs/ARCHITECTURE.md", encoding: .utf8)
-        let folders = try FileManager.default.contentsOfDirectory(atPath: Self.root + "/Sources/Signet").filter { !$0.hasSuffix(".swift") && !$0.hasSuffix(".docc") }
-        #expect(!folders.isEmpty)
-        for folder in folders { #expect(page.contains("`\(folder)/`"), "ARCHITECTURE.md does not describe \(folder)/") }
+        let layers = try FileManager.default.contentsOfDirectory(atPath: Self.root + "/Sources").filter { $0.hasPrefix("Signet") }
+        #expect(layers.count >= 5, "\(layers)")
+        for layer in layers {
+            #expect(page.contains("| `\(layer)` |"), "ARCHITECTURE.md does not describe the target \(layer)")
+            let folders = try FileManager.default.contentsOfDirectory(atPath: Self.root + "/Sources/" + layer).filter { !$0.hasSuffix(".swift") && !$0.hasSuffix(".docc") }
+            #expect(!folders.isEmpty)
+            for folder in folders { #expect(page.contains("`\(folder)/`"), "ARCHITECTURE.md does not describe \(layer)/\(folder)/") }
+        }
     }
 }

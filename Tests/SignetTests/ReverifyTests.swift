@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetReverify
 import SignetTestSupport
 import SystemPackage
 

@@ -7,20 +7,6 @@ import Musl
 internal import CSignetSystem
 public import SystemPackage
 
-/// One release, as `status`, `rollback` and the hooks name it.
-public struct Release: Sendable, Equatable {
-    public let name: String
-    public let version: String
-    public let sequence: UInt64
-
-    init(_ manifest: Manifest) {
-        (name, version, sequence) = (manifest.name, manifest.version, manifest.sequence)
-    }
-
-    /// "app 1.2 (sequence 12)".
-    public var description: String { "\(name) \(version) (sequence \(sequence))" }
-}
-
 /// Options of ``Installer/rollback(_:options:)-(String,_)``.
 public struct RollbackOptions: Sendable {
     /// Roll back only a release that is still pending (``InstallOptions/pending``) and was

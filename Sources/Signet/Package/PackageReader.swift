@@ -84,18 +84,6 @@ public enum PackageReader {
         case checked(Checked)
         case rejected(PackageVerification)
     }
-    /// The trusted key and algorithm whose signature over the manifest bytes, as stored, verifies.
-    /// Every supported algorithm is tried, so nothing in the unverified bytes is believed first.
-    static func manifestSigner(_ bytes: [UInt8], signature: [UInt8], policy: TrustPolicy) throws -> (PublicKey, SignatureAlgorithm)? {
-        for algorithm in SignatureAlgorithm.all {
-            let digest = try Digest.compute(bytes, algorithm: algorithm.digest)
-            if let key = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm).signer {
-                return (key, algorithm)
-            }
-        }
-        return nil
-    }
-
     /// What the manifest check established.
     struct Checked {
         let manifest: Manifest
@@ -124,7 +112,7 @@ public enum PackageReader {
             .map { try reader.readAll($0.entry, limit: 1 << 20, name: $0.name) }
         let (resolved, certificateRefusal) = policy.resolved(signerCertificate: signerCertificate, chain: chain)
         // Which key and algorithm signed the bytes as stored. Nothing in them is read before this.
-        let signer = try manifestSigner(manifestBytes, signature: signature, policy: resolved)
+        let signer = try Manifest.signer(of: manifestBytes, signature: signature, policy: resolved)
         let manifest = try Manifest.parse(manifestBytes)
         let contents = layout.contents(manifest: manifest)
         func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String? = nil) -> ManifestCheck {

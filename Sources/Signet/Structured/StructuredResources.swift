@@ -9,7 +9,7 @@ enum StructuredResources {
 
     /// Parses every input that a pattern selects. A pattern that selects nothing is a usage
     /// error (exit 2); a selected file that does not parse, or is larger than
-    /// ``StructuredFormat/maximumSize``, is `.malformedStructuredFile` (exit 4).
+    /// ``/SignetManifest/StructuredFormat/maximumSize``, is `.malformedStructuredFile` (exit 4).
     static func check(_ inputs: [PackInput], patterns: [String], followSymlinks: Bool) throws -> [Int: Checked] {
         guard !patterns.isEmpty else { return [:] }
         var checked: [Int: Checked] = [:]

@@ -30,18 +30,4 @@ extension TrustPolicy {
         }
         tufSource = metadataDirectory
     }
-
-    /// Why a package signed by `signer` with this manifest is refused by the TUF trust source,
-    /// or nil: a key trusted only through TUF metadata vouches only for the packages its role
-    /// lists with their manifest's SHA-256.
-    package func tufRefusal(signer: KeyID, manifestBytes: [UInt8], manifest: Manifest) -> String? {
-        guard tufOnlyKeys.contains(signer) else { return nil }
-        let digest = (try? Digest.compute(manifestBytes, algorithm: .sha256).hex) ?? ""
-        let roles = tufListings.filter { $0.keyIDs.contains(signer) }
-        if tufListings.contains(where: { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Manifest.sameName($0.name, manifest.name) }) {
-            return nil
-        }
-        let role = roles.first.map { "a key of role '\($0.role)' (\($0.threshold) of \($0.roleKeys) keys)" } ?? "a TUF key"
-        return "\(manifest.name) sequence \(manifest.sequence) (manifest SHA-256 \(digest.prefix(16))…) is signed by \(role), but no role of the TUF metadata in '\(tufSource ?? "")' lists it: a package is trusted there only when the metadata its role's threshold signed lists its manifest, so one key cannot vouch for a package alone"
-    }
 }

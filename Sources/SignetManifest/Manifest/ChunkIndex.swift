@@ -1,0 +1,132 @@
+import Foundation
+import SignetCore
+import SignetCrypto
+
+/// The content-defined chunks of one large resource (FORMAT.md §2, "Chunk indexes"; issue 40):
+/// each chunk's length and SHA-256, in file order, as ``ContentChunker`` cut them. Carried in
+/// the manifest's file entry as one string (`"chunks"`), so the manifest's signature covers it
+/// and a Signet that does not know the field skips it.
+///
+/// The string is `fastcdc1:` and the base64 (RFC 4648, padded) of, per chunk, its length as
+/// 3 bytes big-endian then its 32-byte SHA-256. A parsed index is checked against the file's
+/// size: every chunk but the last between ``ContentChunker/minimum`` and
+/// ``ContentChunker/maximum`` bytes, the last between 1 and the maximum, their sum the size.
+package struct ChunkIndex: Sendable, Equatable {
+    /// The prefix naming the chunking (FastCDC with Signet's gear table and sizes).
+    package static let scheme = "fastcdc1:"
+    /// Bytes per chunk in the binary form.
+    package static let recordSize = 35
+
+    /// Each chunk's length.
+    private(set) var lengths: [UInt32] = []
+    /// The chunks' SHA-256s, 32 bytes each, in order.
+    private(set) var hashes: [UInt8] = []
+    /// The file's fixed blocks (``blockSize`` bytes, the last perhaps shorter): the first
+    /// ``blockHashSize`` bytes of each one's SHA-256, in order (the manifest's `"blocks"`).
+    private(set) var blocks: [UInt8] = []
+
+    /// Bytes of a fixed block.
+    package static let blockSize = 4096
+    /// Bytes of a block's hash kept: enough to tell a changed block from the one at the same
+    /// offset (a false match, 1 in 2^32, is caught by the chunk's whole SHA-256 and fetched).
+    static let blockHashSize = 4
+    /// The prefix naming the block hashes.
+    package static let blockScheme = "sha256t4-4096:"
+
+    package var blockCount: Int { blocks.count / Self.blockHashSize }
+
+    /// Block `index`'s hash.
+    package func block(_ index: Int) -> ArraySlice<UInt8> { blocks[(index * Self.blockHashSize)..<((index + 1) * Self.blockHashSize)] }
+
+    mutating func appendBlock(_ sha256: Digest) {
+        blocks.append(contentsOf: sha256.bytes.prefix(Self.blockHashSize))
+    }
+
+    /// The manifest's `"blocks"` string.
+    package var encodedBlocks: String { Self.blockScheme + Data(blocks).base64EncodedString() }
+
+    /// Adds a manifest's `"blocks"` string for a file of `size` bytes: exactly one hash per block.
+    package mutating func parseBlocks(_ text: String, size: UInt64) throws {
+        let count = Int((size + UInt64(Self.blockSize) - 1) / UInt64(Self.blockSize))
+        guard text.hasPrefix(Self.blockScheme) else {
+            throw Refused(reason: "block hashes of an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.blockScheme.dropLast()))")
+        }
+        guard text.utf8.count - Self.blockScheme.utf8.count == (count * Self.blockHashSize + 2) / 3 * 4,
+              let binary = Data(base64Encoded: String(text.dropFirst(Self.blockScheme.count))), binary.count == count * Self.blockHashSize else {
+            throw Refused(reason: "block hashes that are not one per \(Self.blockSize)-byte block of base64")
+        }
+        blocks = Array(binary)
+    }
+
+    package var count: Int { lengths.count }
+
+    init() {}
+
+    mutating func append(length: UInt32, sha256: Digest) {
+        lengths.append(length)
+        hashes.append(contentsOf: sha256.bytes)
+    }
+
+    /// Chunk `index`'s SHA-256.
+    package func hash(_ index: Int) -> ArraySlice<UInt8> { hashes[(index * 32)..<(index * 32 + 32)] }
+
+    /// Each chunk's offset in the file and length.
+    package var spans: [(offset: UInt64, length: UInt64)] {
+        var offset: UInt64 = 0
+        return lengths.map { length in
+            defer { offset += UInt64(length) }
+            return (offset, UInt64(length))
+        }
+    }
+
+    /// The manifest's string.
+    package var encoded: String {
+        var binary = [UInt8]()
+        binary.reserveCapacity(count * Self.recordSize)
+        for (index, length) in lengths.enumerated() {
+            binary += [UInt8(truncatingIfNeeded: length >> 16), UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length)]
+            binary += hash(index)
+        }
+        return Self.scheme + Data(binary).base64EncodedString()
+    }
+
+    /// Why a manifest's `chunks` string is refused.
+    package struct Refused: Error {
+        package let reason: String
+    }
+
+    /// Parses a manifest's `chunks` string for a file of `size` bytes.
+    package init(parsing text: String, size: UInt64) throws {
+        guard text.hasPrefix(Self.scheme) else {
+            throw Refused(reason: "a chunk index of an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.scheme.dropLast()))")
+        }
+        // At most one record per minimum-size chunk (and one more for the last): the string's
+        // length is checked before it is decoded.
+        let most = size / UInt64(ContentChunker.minimum) + 1
+        let encodedLength = text.utf8.count - Self.scheme.utf8.count
+        guard UInt64(encodedLength) <= (most * UInt64(Self.recordSize) + 2) / 3 * 4,
+              let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count % Self.recordSize == 0 else {
+            throw Refused(reason: "a chunk index that is not whole records of base64")
+        }
+        let records = binary.count / Self.recordSize
+        var total: UInt64 = 0
+        lengths.reserveCapacity(records)
+        hashes.reserveCapacity(records * 32)
+        try binary.withUnsafeBytes { raw in
+            for index in 0..<records {
+                let base = index * Self.recordSize
+                let length = UInt32(raw[base]) << 16 | UInt32(raw[base + 1]) << 8 | UInt32(raw[base + 2])
+                let last = index == records - 1
+                guard length >= 1, length <= ContentChunker.maximum, last || length >= ContentChunker.minimum else {
+                    throw Refused(reason: "a chunk of \(length) bytes (chunks are \(ContentChunker.minimum) to \(ContentChunker.maximum) bytes, the last at least 1)")
+                }
+                total += UInt64(length)
+                lengths.append(length)
+                hashes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[(base + 3)..<(base + Self.recordSize)]))
+            }
+        }
+        guard total == size, records > 0 || size == 0 else {
+            throw Refused(reason: "chunks of \(total) bytes in all for a file of \(size)")
+        }
+    }
+}
