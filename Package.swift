@@ -108,12 +108,22 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // Archive: zip, read by Signet's own cross-checked central directory and libzip,
+        // written by libzip; the inputs it reads from (a file, ranges of a remote one).
+        .target(
+            name: "SignetArchive",
+            dependencies: [
+                "SignetCore",
+                "CZip", "CSignetZlib", "CSignetSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         // The umbrella: everything above the core, re-exporting every layer, so that
         // `import Signet` is all an app writes.
         .target(
             name: "Signet",
             dependencies: [
-                "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify",
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive",
                 "COpenSSL", "CZip", "CCurl", "CPKCS11", "CSignetOpenSSL", "CSignetSystem", "CSignetCurl", "CSignetZlib",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]

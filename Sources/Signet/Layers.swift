@@ -4,3 +4,4 @@
 @_exported import SignetCrypto
 @_exported import SignetManifest
 @_exported import SignetReverify
+@_exported import SignetArchive

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import SignetCore
 
 /// A zip's structure, read and cross-checked by Signet itself before libzip opens the file.
 ///
@@ -18,29 +19,29 @@ import Musl
 ///
 /// The entry count is checked against the caller's limit before any per-entry memory is spent,
 /// and the directory is streamed, so a hostile archive costs bounded memory and time.
-enum CentralDirectory {
+package enum CentralDirectory {
     /// Largest central directory Signet reads.
     static let maximumSize: UInt64 = 256 << 20
 
     /// The compression method number of deflate (APPNOTE 4.4.5).
-    static let deflateMethod: UInt16 = 8
+    package static let deflateMethod: UInt16 = 8
 
     /// General-purpose flag bits Signet accepts: 0 (encrypted; refused by the package policy with
     /// its own message), 1-2 (deflate options), 3 (data descriptor), 11 (UTF-8 names).
     static let acceptedFlags: UInt16 = 0b0000_1000_0000_1111
 
     /// One central-directory record, cross-checked with its local header.
-    struct Record {
+    package struct Record {
         /// Where the name, exactly as stored, is in ``Directory/names``, and its length.
         let nameStart: UInt32
         let nameLength: UInt16
-        let flags: UInt16
-        let method: UInt16
-        let crc: UInt32
-        let compressedSize: UInt64
-        let size: UInt64
+        package let flags: UInt16
+        package let method: UInt16
+        package let crc: UInt32
+        package let compressedSize: UInt64
+        package let size: UInt64
         /// Where the entry's local header starts.
-        let localHeaderOffset: UInt64
+        package let localHeaderOffset: UInt64
         /// Where this record starts, from the start of the central directory (at most 256 MiB).
         let recordOffset: UInt32
         /// The UNIX file type and permissions, if made on a UNIX system.
@@ -50,7 +51,7 @@ enum CentralDirectory {
     }
 
     /// When local headers are checked against their central records.
-    enum LocalHeaders {
+    package enum LocalHeaders {
         /// All of them, before the directory is returned (a file on disk: each is a small read).
         case upFront
         /// Each when its entry is first read (``ZipReader`` calls ``checkLocalHeader(of:in:file:archive:)``):
@@ -62,7 +63,7 @@ enum CentralDirectory {
 
     /// Every record, in directory order, after the whole layout was checked. Throws
     /// `.malformedArchive` for any disagreement, and for more than `maximumEntries` entries.
-    static func records(of file: any ArchiveInput, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
+    package static func records(of file: any ArchiveInput, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
                         localHeaders: LocalHeaders = .upFront) throws -> Directory {
         var reader = Reader(file: file, archive: archive)
         let end = try reader.endOfCentralDirectory()

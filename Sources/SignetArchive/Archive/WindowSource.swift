@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CZip
+import SignetCore
 
 /// What libzip reads when ``ZipReader`` opens a window of an archive: the file up to the end of
 /// the window's last central-directory record, then an end of central directory for just the

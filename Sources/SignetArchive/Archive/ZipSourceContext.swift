@@ -1,4 +1,5 @@
 internal import CZip
+import SignetCore
 
 /// The object behind a libzip source callback's context pointer (retained for libzip, released
 /// on `ZIP_SOURCE_FREE`), holding the error libzip asks the source for.

@@ -6,6 +6,7 @@ import Musl
 internal import CZip
 internal import CSignetSystem
 internal import SystemPackage
+import SignetCore
 
 /// The file a new archive is written to, handed to libzip as a writable source.
 ///
@@ -13,7 +14,7 @@ internal import SystemPackage
 /// into the descriptor Signet already holds (the temporary beside the package), through a
 /// 1 MiB buffer, and starts the kernel's writeback every 8 MiB, so that by the time the archive
 /// is complete most of it is on its way to disk and the final fsync has little left to wait for.
-final class ArchiveOutput: ZipSourceContext {
+package final class ArchiveOutput: ZipSourceContext {
     /// The file the archive becomes, named in messages.
     let path: String
     private let file: OwnedDescriptor
@@ -35,7 +36,7 @@ final class ArchiveOutput: ZipSourceContext {
     static let writebackStep: UInt64 = 8 << 20
 
     /// Takes ownership of `file` (open for writing; closed when this is released).
-    init(file: consuming OwnedDescriptor, path: String) {
+    package init(file: consuming OwnedDescriptor, path: String) {
         self.file = file
         self.path = path
         buffer = .allocate(byteCount: Self.bufferSize, alignment: 4096)
@@ -86,7 +87,7 @@ final class ArchiveOutput: ZipSourceContext {
     }
 
     /// Flushes everything and makes it durable, with the package's permissions.
-    func sync() throws {
+    package func sync() throws {
         try flush()
         do {
             try descriptor.sync()

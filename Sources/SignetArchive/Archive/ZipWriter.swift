@@ -4,10 +4,11 @@ import Glibc
 import Musl
 #endif
 internal import CZip
+import SignetCore
 
 /// Where an entry's bytes come from while libzip writes the archive (at `zip_close`, entry by
 /// entry, in the order they were added).
-protocol ZipEntrySource: AnyObject {
+package protocol ZipEntrySource: AnyObject {
     /// The exact size the entry will have. Asked right before ``open()``.
     func size() throws -> UInt64
     /// Prepares for reading from the start.
@@ -22,17 +23,17 @@ protocol ZipEntrySource: AnyObject {
 }
 
 extension ZipEntrySource {
-    var deflated: (compressedSize: UInt64, crc: UInt32)? { nil }
+    package var deflated: (compressedSize: UInt64, crc: UInt32)? { nil }
 }
 
 /// How an entry is stored.
-enum ZipCompression: Equatable {
+package enum ZipCompression: Equatable {
     case store
     case deflate(level: UInt32)
 }
 
 /// Owns a `zip_t` opened for writing a new archive. Discards it unless ``close()`` succeeded.
-final class ZipWriter {
+package final class ZipWriter {
     private var archive: OpaquePointer?
     let path: String
     /// The output Signet writes through, if it is not a file libzip opened.
@@ -43,7 +44,7 @@ final class ZipWriter {
     private var sourceFailure: Error? { failures.first }
 
     /// Writes a new archive into `output` (see ``ArchiveOutput``) instead of a file libzip opens.
-    init(writingTo output: ArchiveOutput) throws {
+    package init(writingTo output: ArchiveOutput) throws {
         var error = zip_error_t()
         zip_error_init(&error)
         defer { zip_error_fini(&error) }
@@ -67,7 +68,7 @@ final class ZipWriter {
     }
 
     /// Adds a regular-file entry. The DOS timestamp is fixed (1980-01-01 00:00) for reproducible archives.
-    func add(_ name: String, source: ZipEntrySource, compression: ZipCompression, permissions: UInt32) throws {
+    package func add(_ name: String, source: ZipEntrySource, compression: ZipCompression, permissions: UInt32) throws {
         let archive = try open()
         let box = SourceBox(source, failures: failures)
         let context = Unmanaged.passRetained(box).toOpaque()
@@ -110,7 +111,7 @@ final class ZipWriter {
     }
 
     /// Writes the archive. libzip writes to a temporary file beside `path` and renames it.
-    func close() throws {
+    package func close() throws {
         guard let archive else { return }
         if zip_close(archive) != 0 {
             let error = sourceFailure ?? output?.failure ?? failure("cannot write the archive '\(path)'")
@@ -215,12 +216,12 @@ private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeM
 
 /// Bytes made only when libzip asks for the entry (after every earlier entry was written), e.g.
 /// a signature over a digest computed while an earlier entry was read.
-final class DeferredBytesSource: ZipEntrySource {
+package final class DeferredBytesSource: ZipEntrySource {
     private let make: () throws -> [UInt8]
     private var bytes: [UInt8]?
     private var offset = 0
 
-    init(_ make: @escaping () throws -> [UInt8]) {
+    package init(_ make: @escaping () throws -> [UInt8]) {
         self.make = make
     }
 
@@ -231,44 +232,44 @@ final class DeferredBytesSource: ZipEntrySource {
         return made
     }
 
-    func size() throws -> UInt64 { UInt64(try materialise().count) }
+    package func size() throws -> UInt64 { UInt64(try materialise().count) }
 
-    func open() throws {
+    package func open() throws {
         _ = try materialise()
         offset = 0
     }
 
-    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         let n = try materialise().copyBytes(from: offset, into: buffer)
         offset += n
         return n
     }
 
-    func close() throws {}
+    package func close() throws {}
 }
 
 /// An entry's deflate stream copied as is from another zip archive (one Signet wrote, such as
 /// a deflate worker's), found through that archive's central directory record.
-final class CopiedDeflateSource: ZipEntrySource {
+package final class CopiedDeflateSource: ZipEntrySource {
     private let file: InputFile
     private let localHeaderOffset: UInt64
     private let uncompressedSize: UInt64
-    let deflated: (compressedSize: UInt64, crc: UInt32)?
+    package let deflated: (compressedSize: UInt64, crc: UInt32)?
     private var dataStart: UInt64 = 0
     private var position: UInt64 = 0
 
     /// The entry whose local header is at `localHeaderOffset` in `file`, as its central
     /// directory record gives it.
-    init(file: InputFile, localHeaderOffset: UInt64, compressedSize: UInt64, crc: UInt32, size: UInt64) {
+    package init(file: InputFile, localHeaderOffset: UInt64, compressedSize: UInt64, crc: UInt32, size: UInt64) {
         self.file = file
         self.localHeaderOffset = localHeaderOffset
         uncompressedSize = size
         deflated = (compressedSize, crc)
     }
 
-    func size() throws -> UInt64 { uncompressedSize }
+    package func size() throws -> UInt64 { uncompressedSize }
 
-    func open() throws {
+    package func open() throws {
         // The local header: 30 bytes, then the name and extra field, then the data.
         var header = [UInt8](repeating: 0, count: 30)
         try readFully(&header, at: localHeaderOffset)
@@ -280,7 +281,7 @@ final class CopiedDeflateSource: ZipEntrySource {
         position = 0
     }
 
-    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         let remaining = (deflated?.compressedSize ?? 0) - position
         let count = Int(min(UInt64(buffer.count), remaining))
         guard count > 0 else { return 0 }
@@ -290,7 +291,7 @@ final class CopiedDeflateSource: ZipEntrySource {
         return n
     }
 
-    func close() throws {}
+    package func close() throws {}
 
     private func readFully(_ bytes: inout [UInt8], at offset: UInt64) throws {
         let n = try bytes.withUnsafeMutableBytes { try file.read(fullyAt: Int64(offset), into: $0) }
@@ -300,7 +301,7 @@ final class CopiedDeflateSource: ZipEntrySource {
 
 extension Array where Element == UInt8 {
     /// Copies as much as fits into `buffer` from `offset` on; returns how many bytes (0 at the end).
-    func copyBytes(from offset: Int, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    package func copyBytes(from offset: Int, into buffer: UnsafeMutableRawBufferPointer) -> Int {
         let n = Swift.min(buffer.count, count - offset)
         guard n > 0 else { return 0 }
         withUnsafeBytes { raw in buffer.baseAddress!.copyMemory(from: raw.baseAddress! + offset, byteCount: n) }

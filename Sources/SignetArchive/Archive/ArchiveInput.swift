@@ -3,12 +3,13 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import SignetCore
 
 /// Where the archive layer reads a package from: random access by offset, of a known size.
 /// ``InputFile`` (a package on disk) is one; a package read over HTTP range requests
 /// (``RangedInput``) is another, so that ``CentralDirectory``, ``WindowSource`` and ``ZipReader`` read a
 /// remote package exactly as a local one, with the same checks.
-protocol ArchiveInput: AnyObject {
+package protocol ArchiveInput: AnyObject {
     /// The package's name in messages (a path or a URL).
     var path: String { get }
     /// Its size in bytes.
@@ -23,23 +24,23 @@ protocol ArchiveInput: AnyObject {
 }
 
 extension ArchiveInput {
-    func directoryRead(_ directory: CentralDirectory.Directory) {}
+    package func directoryRead(_ directory: CentralDirectory.Directory) {}
 }
 
 extension InputFile: ArchiveInput {}
 
 /// Another input under another name in messages (a downloaded copy named by its URL).
-final class RenamedInput: ArchiveInput {
+package final class RenamedInput: ArchiveInput {
     private let input: any ArchiveInput
-    let path: String
-    var size: Int64 { input.size }
+    package let path: String
+    package var size: Int64 { input.size }
 
-    init(_ input: any ArchiveInput, path: String) {
+    package init(_ input: any ArchiveInput, path: String) {
         self.input = input
         self.path = path
     }
 
-    func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         try input.read(fullyAt: offset, into: buffer)
     }
 }

@@ -5,6 +5,7 @@ import Musl
 #endif
 internal import CZip
 internal import CSignetZlib
+import SignetCore
 
 /// Reads a zip through libzip (read-only, with its consistency checks), a window of entries at a
 /// time. Never writes.
@@ -19,29 +20,29 @@ internal import CSignetZlib
 /// (``WindowSource``). Every window is opened and checked once when the reader opens; afterwards
 /// at most ``cachedWindows`` are open at a time, reopened as entries are read. Memory is bounded
 /// by the window, not by the number of entries.
-final class ZipReader {
+package final class ZipReader {
     /// One central-directory record; nothing here is trusted yet. Its name is ``rawName(of:)``.
-    struct Entry {
+    package struct Entry {
         let index: UInt64
-        let size: UInt64
-        let compressedSize: UInt64
-        let method: UInt16
+        package let size: UInt64
+        package let compressedSize: UInt64
+        package let method: UInt16
         /// The CRC-32 its headers state.
         let crc: UInt32
-        let encrypted: Bool
+        package let encrypted: Bool
         /// The UNIX file type and permissions, if the entry was made on a UNIX system.
-        let unixMode: UInt32?
+        package let unixMode: UInt32?
     }
 
     /// Entries libzip sees at once.
-    static let windowSize = 256
+    package static let windowSize = 256
     /// Windows kept open: a Signet package is read as two ascending streams (resources, then
     /// their signatures further on), with the manifest beside them.
-    static let cachedWindows = 3
+    package static let cachedWindows = 3
 
-    let path: String
+    package let path: String
     /// The records as Signet read and cross-checked them, names in one buffer.
-    let directory: CentralDirectory.Directory
+    package let directory: CentralDirectory.Directory
     private let file: any ArchiveInput
     /// Open windows, the most recently used last.
     private var windows: [Window] = []
@@ -49,12 +50,12 @@ final class ZipReader {
     private var headersChecked: [Bool] = []
 
     /// The file bytes of entry `position` (for a ranged read's plan); nil when unknown.
-    func span(of entry: Entry) -> Range<UInt64>? { directory.span(ofRecord: Int(entry.index)) }
+    package func span(of entry: Entry) -> Range<UInt64>? { directory.span(ofRecord: Int(entry.index)) }
 
     /// Opens `path`, refusing (before libzip spends memory on it) more than `maximumEntries`
     /// entries; `limitFlag` names the option that raises that limit. libzip's view of every
     /// entry is then checked against Signet's, one window at a time.
-    convenience init(path: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
+    package convenience init(path: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files") throws {
         // Only regular files: a FIFO or device would block or never end.
         try self.init(input: try InputFile.open(path, what: "package"), maximumEntries: maximumEntries, limitFlag: limitFlag)
     }
@@ -66,7 +67,7 @@ final class ZipReader {
     /// requests), each entry's local header is checked when the entry is first read, and libzip
     /// opens windows without its own pass over every local header: only the entries read are
     /// fetched.
-    init(input file: any ArchiveInput, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
+    package init(input file: any ArchiveInput, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
          localHeaders: CentralDirectory.LocalHeaders = .upFront) throws {
         let path = file.path
         directory = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag, localHeaders: localHeaders)
@@ -104,7 +105,7 @@ final class ZipReader {
     }
 
     /// The records of the open windows, most recently used last (for tests).
-    var openWindows: [Range<Int>] { windows.map { $0.first..<($0.first + $0.count) } }
+    package var openWindows: [Range<Int>] { windows.map { $0.first..<($0.first + $0.count) } }
 
     private func remember(_ window: Window) {
         if windows.count >= Self.cachedWindows { windows.removeFirst() }
@@ -190,10 +191,10 @@ final class ZipReader {
     }
 
     /// How many entries the archive holds.
-    var count: Int { directory.count }
+    package var count: Int { directory.count }
 
     /// The entry at `position` in archive order.
-    func entry(at position: Int) -> Entry {
+    package func entry(at position: Int) -> Entry {
         let record = directory[position]
         return Entry(index: UInt64(position), size: record.size, compressedSize: record.compressedSize,
                      method: record.method, crc: record.crc, encrypted: record.isEncrypted, unixMode: record.unixMode)
@@ -202,7 +203,7 @@ final class ZipReader {
     /// Where a stored entry's bytes are in the archive, once its local header agrees with the
     /// central directory (checked now if it was not): byte N of the entry is at the range's
     /// start + N. Nil for a deflated or encrypted entry.
-    func storedData(of entry: Entry) throws -> Range<UInt64>? {
+    package func storedData(of entry: Entry) throws -> Range<UInt64>? {
         guard entry.method == 0, !entry.encrypted, entry.size == entry.compressedSize else { return nil }
         let position = Int(entry.index)
         guard let start = try CentralDirectory.checkLocalHeader(of: position, in: directory, file: file, archive: path) else { return nil }
@@ -213,10 +214,10 @@ final class ZipReader {
     }
 
     /// Every entry, in archive order.
-    func entries() -> [Entry] { (0..<count).map(entry(at:)) }
+    package func entries() -> [Entry] { (0..<count).map(entry(at:)) }
 
     /// The entry's name exactly as stored (not trusted: any bytes).
-    func rawName(of entry: Entry) -> ArraySlice<UInt8> { directory.name(of: directory[Int(entry.index)]) }
+    package func rawName(of entry: Entry) -> ArraySlice<UInt8> { directory.name(of: directory[Int(entry.index)]) }
 
     /// Streams an entry's uncompressed bytes to `body`. The entry must hold exactly the size its
     /// headers state, and at most `limit` bytes: a larger claim is refused before reading, and
@@ -224,7 +225,7 @@ final class ZipReader {
     /// amount of data, or a CRC that does not match (libzip checks it at the end), is
     /// `.malformedArchive`. Returns the size.
     @discardableResult
-    func read(_ entry: Entry, limit: UInt64, name: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> UInt64 {
+    package func read(_ entry: Entry, limit: UInt64, name: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> UInt64 {
         guard entry.size <= limit else {
             throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' claims \(entry.size) bytes, more than the \(limit) allowed for it", path: path, entry: name)
         }
@@ -334,7 +335,7 @@ final class ZipReader {
     }
 
     /// Reads a small entry whole, refusing more than `limit` bytes.
-    func readAll(_ entry: Entry, limit: UInt64, name: String) throws -> [UInt8] {
+    package func readAll(_ entry: Entry, limit: UInt64, name: String) throws -> [UInt8] {
         var bytes: [UInt8] = []
         // The claimed size, already checked against the limit: a large buffer is only address
         // space until the data fills it, and regrowing would hold two copies at once.
@@ -351,6 +352,6 @@ final class ZipReader {
         return SignetError(.malformedArchive, "\(what) in '\(path)': \(message)", path: path, entry: entry)
     }
 
-    static let methodStore = UInt16(ZIP_CM_STORE)
-    static let methodDeflate = UInt16(ZIP_CM_DEFLATE)
+    package static let methodStore = UInt16(ZIP_CM_STORE)
+    package static let methodDeflate = UInt16(ZIP_CM_DEFLATE)
 }
