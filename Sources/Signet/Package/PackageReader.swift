@@ -84,6 +84,7 @@ public enum PackageReader {
         case checked(Checked)
         case rejected(PackageVerification)
     }
+
     /// What the manifest check established.
     struct Checked {
         let manifest: Manifest
