@@ -118,13 +118,60 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        // The umbrella: everything above the core, re-exporting every layer, so that
-        // `import Signet` is all an app writes.
+        // Network: HTTPS through libcurl (loaded on first use) under Signet's TLS policy (pinned
+        // roots, keys and certificates checked inside OpenSSL's handshake), full downloads that
+        // resume, range requests and the archive input that reads a remote zip through them.
+        .target(
+            name: "SignetNetwork",
+            dependencies: [
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetArchive",
+                "COpenSSL", "CCurl", "CSignetOpenSSL", "CSignetCurl",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // Package: the signet/1 package: pack (patterns, the pipelined hasher, parallel deflate),
+        // and reading one, local or over HTTPS ranges, with every check unpack makes before it
+        // writes (layout, manifest signature, batched resource signatures); bare packages.
+        .target(
+            name: "SignetPackage",
+            dependencies: [
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetArchive", "SignetNetwork",
+                "CSignetSystem", "CSignetZlib",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // Install: a package installed into a destination (unpack, `unpack URL`): staging beside
+        // it, unchanged files shared with the installed tree, ranged updates and chunk rebuilds,
+        // the atomic swap, the releases kept beside it (rollback, pending, confirm) and the hooks.
+        .target(
+            name: "SignetInstall",
+            dependencies: [
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive", "SignetNetwork",
+                "SignetPackage",
+                "CCurl", "CSignetSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // TUF: The Update Framework: the client over a metadata folder (roles, thresholds, the
+        // root chain), the publisher's repository (staging, review, signing, rotation, renewal)
+        // and `signet update`, which installs what the trusted targets list.
+        .target(
+            name: "SignetTUF",
+            dependencies: [
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive", "SignetNetwork",
+                "SignetPackage", "SignetInstall",
+                "COpenSSL", "CCurl",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // The umbrella: re-exports every layer, so that `import Signet` is all an app writes;
+        // it holds only what spans them (interruption, the fuzz targets' entry points).
         .target(
             name: "Signet",
             dependencies: [
-                "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive",
-                "COpenSSL", "CZip", "CCurl", "CPKCS11", "CSignetOpenSSL", "CSignetSystem", "CSignetCurl", "CSignetZlib",
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive", "SignetNetwork", "SignetPackage",
+                "SignetInstall", "SignetTUF",
+                "CSignetSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version=$(sed -n 's/.*static let signet = "\(.*\)".*/\1/p' Sources/Signet/Version.swift)
+version=$(sed -n 's/.*static let signet = "\(.*\)".*/\1/p' Sources/SignetCore/Version.swift)
 arch=$(dpkg --print-architecture)
 out=${OUT_DIR:-dist}
 # The default build folder: the release build scripts/quickstart.sh made (the same flags) is

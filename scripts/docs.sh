@@ -5,6 +5,6 @@
 # undocumented parameter fails. Output: .build-docs/plugins/Swift-DocC/outputs/Signet.doccarchive
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(SignetCore SignetCrypto SignetManifest SignetReverify SignetArchive Signet)
+targets=(SignetCore SignetCrypto SignetManifest SignetReverify SignetArchive SignetNetwork SignetPackage SignetInstall SignetTUF Signet)
 exec swift package --scratch-path .build-docs generate-documentation --enable-experimental-combined-documentation \
   --warnings-as-errors "${targets[@]/#/--target=}"

@@ -5,3 +5,7 @@
 @_exported import SignetManifest
 @_exported import SignetReverify
 @_exported import SignetArchive
+@_exported import SignetNetwork
+@_exported import SignetPackage
+@_exported import SignetInstall
+@_exported import SignetTUF

@@ -2,6 +2,9 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Signet
+@testable import SignetInstall
+@testable import SignetPackage
+@testable import SignetNetwork
 import SignetTestSupport
 
 /// The library's download API against a real nginx (the CLI suite covers the TLS policy).

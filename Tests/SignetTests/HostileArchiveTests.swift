@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetInstall
+@testable import SignetPackage
 import SignetTestSupport
 
 /// Hostile packages, built from a valid one by Tests/SignetTests/Hostile/hostile.py, each refused

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetInstall
+@testable import SignetPackage
 import SignetTestSupport
 
 @Suite("unpack: verify before writing, install atomically")

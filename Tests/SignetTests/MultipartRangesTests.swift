@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetNetwork
 
 /// Issue 40, point 3: the reader of `multipart/byteranges` answers, on its own, with bodies cut
 /// into chunks at every position (a part's headers, its bytes and a delimiter split across reads

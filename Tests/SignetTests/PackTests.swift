@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetPackage
 import SignetTestSupport
 
 @Suite("pack: the package format, checked with unzip, openssl and Python")

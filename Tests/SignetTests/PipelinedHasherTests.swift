@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetPackage
 import SignetTestSupport
 
 @Suite("Hashing a large resource on the second core")

@@ -1,5 +1,6 @@
 import Testing
 @testable import Signet
+@testable import SignetNetwork
 
 /// Issue 36 points 4 and 5: validators per RFC 9110 §8.8 and the Content-Encoding refusal,
 /// decided in one place for full and ranged transfers.

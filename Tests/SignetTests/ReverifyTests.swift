@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetInstall
+@testable import SignetPackage
 @testable import SignetReverify
 import SignetTestSupport
 import SystemPackage

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetInstall
+@testable import SignetPackage
 import SignetTestSupport
 
 /// Resource signatures are verified on a second thread while the next files are read

@@ -4,6 +4,7 @@ import Glibc
 #endif
 import Testing
 @testable import Signet
+@testable import SignetNetwork
 import SignetTestSupport
 
 /// Issue 37: the TUF metadata reader's pieces against their references: canonical JSON against

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetPackage
 import SignetTestSupport
 
 /// libzip sees an archive a window of records at a time (``ZipReader``, ``WindowSource``), so its

@@ -6,8 +6,8 @@ import Musl
 import SignetCore
 
 /// Where the archive layer reads a package from: random access by offset, of a known size.
-/// ``InputFile`` (a package on disk) is one; a package read over HTTP range requests
-/// (``RangedInput``) is another, so that ``CentralDirectory``, ``WindowSource`` and ``ZipReader`` read a
+/// ``/SignetCore/InputFile`` (a package on disk) is one; a package read over HTTP range requests
+/// (``/SignetNetwork/RangedInput``) is another, so that ``CentralDirectory``, ``WindowSource`` and ``ZipReader`` read a
 /// remote package exactly as a local one, with the same checks.
 package protocol ArchiveInput: AnyObject {
     /// The package's name in messages (a path or a URL).

@@ -153,6 +153,13 @@ package enum Paths {
     package static func lstatIfPresent(_ path: String) throws -> stat? {
         do { return try lstat(path) } catch let failure as SystemCallFailure where failure.code == ENOENT { return nil }
     }
+
+    /// Whether `path` itself (not what a symbolic link there points to) is a directory; false
+    /// when nothing is there or it cannot be examined.
+    package static func isDirectory(_ path: String) -> Bool {
+        guard let info = try? lstat(path) else { return false }
+        return info.st_mode & S_IFMT == S_IFDIR
+    }
 }
 
 /// Removes files and whole trees through directory descriptors: never through a symbolic link,

@@ -5,7 +5,7 @@ import Glibc
 import SignetCore
 import SignetCrypto
 
-/// Builds a manifest from ``StrictJSON``'s events: the top-level fields as scalars, and each
+/// Builds a manifest from ``/SignetCore/StrictJSON``'s events: the top-level fields as scalars, and each
 /// entry of `files` checked and appended as a compact ``Manifest/File`` as soon as its object
 /// closes. Unknown fields (at either level) are skipped, as a newer writer may add them.
 struct ManifestReader: StrictJSON.Handler {

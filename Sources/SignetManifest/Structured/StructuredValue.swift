@@ -219,7 +219,7 @@ package indirect enum StructuredValue: Equatable {
 
     // MARK: JSON
 
-    /// Parses strict JSON (``StrictJSON``: duplicate keys, a byte order mark, invalid UTF-8 and
+    /// Parses strict JSON (``/SignetCore/StrictJSON``: duplicate keys, a byte order mark, invalid UTF-8 and
     /// the other constructs parsers read differently are refused), fractions allowed, as a tree
     /// (small documents: configuration files; resources use ``StructuredDocument/json(_:)``).
     package static func json(_ bytes: [UInt8]) throws -> StructuredValue {
@@ -228,7 +228,7 @@ package indirect enum StructuredValue: Equatable {
 }
 
 extension StructuredDocument {
-    /// Parses strict JSON (``StrictJSON``) into the compact form.
+    /// Parses strict JSON (``/SignetCore/StrictJSON``) into the compact form.
     static func json(_ bytes: [UInt8]) throws -> StructuredDocument {
         var handler = JSONBuilder(builder: Builder(reserving: bytes.count, source: bytes))
         do {
@@ -240,7 +240,7 @@ extension StructuredDocument {
         return handler.builder.document
     }
 
-    /// ``StrictJSON``'s events into a ``Builder`` (StrictJSON has refused duplicate keys; a
+    /// ``/SignetCore/StrictJSON``'s events into a ``Builder`` (StrictJSON has refused duplicate keys; a
     /// 16 MiB document holds at most 8 Mi values, well within the 32-bit indexes). A string
     /// without escapes and a number already canonical refer to the document's own bytes.
     private struct JSONBuilder: StrictJSON.Handler {

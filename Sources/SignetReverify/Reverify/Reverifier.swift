@@ -176,8 +176,7 @@ public enum Reverifier {
     /// Whether `path` is a directory itself (not a link to one), for choosing between
     /// `verifyTree(at:policy:options:)` and `verifyFile(at:policy:)`. Paths of any length.
     public static func isDirectory(atPath path: String) -> Bool {
-        guard let info = try? Paths.lstat(path) else { return false }
-        return info.st_mode & S_IFMT == S_IFDIR
+        Paths.isDirectory(path)
     }
 
     // MARK: Async

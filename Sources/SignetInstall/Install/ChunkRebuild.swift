@@ -1,0 +1,224 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+internal import SystemPackage
+import SignetCore
+import SignetCrypto
+import SignetManifest
+import SignetArchive
+import SignetNetwork
+import SignetPackage
+
+/// How a changed large resource is rebuilt from the installed copy instead of fetched whole
+/// (FORMAT.md §5, "Chunked resources"; issue 40): the new file's chunk index (signed, in the new
+/// manifest) and the installed file's (from DIR's own verified manifest) say which chunks the
+/// device already holds and where; only the others are fetched, by range, from the stored
+/// entry's bytes.
+struct ChunkPlan {
+    /// The new file's chunks.
+    let chunks: ChunkIndex
+    /// Where the entry's bytes are in the package (checked against its local header).
+    let data: Range<UInt64>
+    /// Per new chunk, where its bytes come from, in order.
+    let pieces: [[Piece]]
+
+    /// Bytes of the new file at `offset`: from the installed file at `installed`, or fetched.
+    struct Piece {
+        let offset: UInt64
+        let length: UInt64
+        /// Offset in the installed file; nil: fetched from the package.
+        let installed: UInt64?
+    }
+
+    /// A chunk's SHA-256, as the lookup key of the installed file's chunks (its first 16 bytes;
+    /// every chunk read is hashed whole before it is used).
+    struct Key: Hashable {
+        let high: UInt64, low: UInt64
+        init(_ hash: ArraySlice<UInt8>) {
+            high = hash.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
+            low = hash.dropFirst(8).prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
+        }
+    }
+
+    /// The plan for a file of `chunks` (and its blocks) against an installed copy of
+    /// `installedSize` bytes and `installed` chunks and blocks: a chunk the installed copy holds
+    /// anywhere is read from there; of any other chunk, each 4 KiB block whose hash equals the
+    /// installed copy's block at the same offset (a change in place) is read from there, and
+    /// the rest is fetched. Nil when nothing would come from the installed copy.
+    init?(chunks: ChunkIndex, installed: ChunkIndex, installedSize: UInt64, data: Range<UInt64>) {
+        var held: [Key: UInt64] = [:]
+        held.reserveCapacity(installed.count)
+        for (index, span) in installed.spans.enumerated() where held[Key(installed.hash(index))] == nil {
+            held[Key(installed.hash(index))] = span.offset
+        }
+        let size = UInt64(data.count), block = UInt64(ChunkIndex.blockSize)
+        // The installed copy's whole blocks by hash, for content shifted by a multiple of 4 KiB
+        // (a block not at the same offset); 4-byte keys, so a match is only a candidate, which
+        // the chunk's full SHA-256 confirms.
+        var blocksHeld: [UInt32: UInt64] = [:]
+        let wholeBlocks = Int(installedSize / block)
+        blocksHeld.reserveCapacity(min(wholeBlocks, installed.blockCount))
+        for number in 0..<min(wholeBlocks, installed.blockCount) {
+            let key = installed.block(number).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            if blocksHeld[key] == nil { blocksHeld[key] = UInt64(number) * block }
+        }
+        var reused = false
+        var pieces: [[Piece]] = []
+        pieces.reserveCapacity(chunks.count)
+        for (index, span) in chunks.spans.enumerated() {
+            if let old = held[Key(chunks.hash(index))] {
+                pieces.append([Piece(offset: span.offset, length: span.length, installed: old)])
+                reused = true
+                continue
+            }
+            var list: [Piece] = []
+            var position = span.offset
+            let end = span.offset + span.length
+            while position < end {
+                let number = position / block
+                let blockEnd = min((number + 1) * block, size)
+                let partEnd = min(end, blockEnd)
+                let same = Int(number) < installed.blockCount && Int(number) < chunks.blockCount
+                    && min((number + 1) * block, installedSize) == blockEnd && chunks.block(Int(number)) == installed.block(Int(number))
+                var source: UInt64? = same ? position : nil
+                if source == nil, blockEnd - number * block == block, Int(number) < chunks.blockCount,
+                   let shifted = blocksHeld[chunks.block(Int(number)).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }] {
+                    source = shifted + (position - number * block)
+                }
+                if let last = list.last, last.offset + last.length == position,
+                   last.installed.map({ old in source == old + (position - last.offset) }) ?? (source == nil) {
+                    list[list.count - 1] = Piece(offset: last.offset, length: last.length + partEnd - position, installed: last.installed)
+                } else {
+                    list.append(Piece(offset: position, length: partEnd - position, installed: source))
+                }
+                reused = reused || source != nil
+                position = partEnd
+            }
+            pieces.append(list)
+        }
+        guard reused else { return nil }
+        self.chunks = chunks
+        self.data = data
+        self.pieces = pieces
+    }
+
+    /// The package's byte ranges of the pieces to fetch (neighbours merged).
+    var fetchRanges: [Range<Int64>] {
+        var ranges: [Range<Int64>] = []
+        for piece in pieces.joined() where piece.installed == nil {
+            let start = Int64(data.lowerBound + piece.offset), end = start + Int64(piece.length)
+            if let last = ranges.last, last.upperBound == start { ranges[ranges.count - 1] = last.lowerBound..<end } else { ranges.append(start..<end) }
+        }
+        return ranges
+    }
+}
+
+/// What rebuilding one file did, for the report.
+struct ChunkCounts {
+    var reused = 0, fetched = 0
+    var bytesReused: UInt64 = 0, bytesFetched: UInt64 = 0
+}
+
+extension Installer.Job {
+    /// Stages `file` from `plan`: each chunk the installed file (below `root`) holds is read
+    /// from it and hashed; one that does not hash to the new index (the installed file was
+    /// modified), and every other chunk, is read from the package through `input` (planned) and
+    /// hashed too — a chunk from the package that does not match the signed index is the
+    /// package's fault, and refused. The file is written once, in order, and its whole SHA-256
+    /// and signature are checked before it counts as staged. Nil, with nothing staged, when the
+    /// installed file cannot be opened or the entry is not the plan's.
+    func stageRebuilt(_ file: Manifest.File, plan: ChunkPlan, from root: FileDescriptor, input: any ArchiveInput, into staging: Staging,
+                      checked: PackageReader.Checked, counts: inout ChunkCounts,
+                      later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
+        // `plan.data` came from the entry's local header, checked when the plan was made.
+        guard let entry = layout.resource(file.path), entry.size == file.size, UInt64(plan.data.count) == entry.size,
+              let opened = try? Paths.open(file.path, beneath: root),
+              let installed = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file") else { return nil }
+        var kept = false
+        defer { if !kept { staging.removeFile(file.path) } }
+        let staged = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
+        let writer = Installer.StagedWriter(fd: staged.descriptor, path: file.path, destination: destination)
+        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+        let chunkHasher = try Digest.Hasher(.sha256)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ContentChunker.maximum, alignment: 64)
+        defer { buffer.deallocate() }
+        var scanned = false
+        /// At the first chunk the installed copy does not hold right (damaged in place): every
+        /// later chunk made only of installed pieces is read and hashed now, and those that do
+        /// not match are planned as ranges of the package, so that they arrive several to a
+        /// request (FORMAT §5's bound) instead of one request each (issue 48, point 12).
+        func planDamaged(from first: Int) throws {
+            guard !scanned, let ranged = input as? RangedInput else { return }
+            scanned = true
+            var damaged: [Range<Int64>] = []
+            for later in first..<plan.chunks.spans.count where plan.pieces[later].allSatisfy({ $0.installed != nil }) {
+                let span = plan.chunks.spans[later]
+                var complete = true
+                for piece in plan.pieces[later] {
+                    let into = UnsafeMutableRawBufferPointer(rebasing: buffer[Int(piece.offset - span.offset)..<Int(piece.offset - span.offset + piece.length)])
+                    complete = complete && (try? installed.read(fullyAt: Int64(piece.installed!), into: into)) == into.count
+                }
+                try chunkHasher.restart()
+                chunkHasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(span.length)]))
+                let matching = try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(later))
+                if !complete || !matching {
+                    let start = Int64(plan.data.lowerBound) + Int64(span.offset)
+                    damaged.append(start..<(start + Int64(span.length)))
+                }
+            }
+            ranged.plan(damaged)
+        }
+        for (index, span) in plan.chunks.spans.enumerated() {
+            let length = Int(span.length)
+            let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
+            /// Whether the chunk's bytes in the buffer are the chunk.
+            func matches() throws -> Bool {
+                try chunkHasher.restart()
+                chunkHasher.update(UnsafeRawBufferPointer(chunk))
+                return try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(index))
+            }
+            var reused: UInt64 = 0, fetched: UInt64 = 0, complete = true
+            for piece in plan.pieces[index] {
+                let into = UnsafeMutableRawBufferPointer(rebasing: chunk[Int(piece.offset - span.offset)..<Int(piece.offset - span.offset + piece.length)])
+                if let old = piece.installed {
+                    complete = complete && (try? installed.read(fullyAt: Int64(old), into: into)) == into.count
+                    reused += piece.length
+                } else {
+                    let read = try input.read(fullyAt: Int64(plan.data.lowerBound + piece.offset), into: into)
+                    complete = complete && read == into.count
+                    fetched += piece.length
+                }
+            }
+            let whole = try complete && matches()
+            if !whole {
+                // A piece of the installed copy that is not what its index says (a local change,
+                // or a block hash that matched by chance): the whole chunk from the package.
+                if reused > 0 { try planDamaged(from: index) }
+                let again = reused > 0 ? try input.read(fullyAt: Int64(plan.data.lowerBound + span.offset), into: chunk) : 0
+                guard again == length, try matches() else {
+                    throw Installer.error(for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
+                                          package: package, entry: file.path)
+                }
+                (reused, fetched) = (0, span.length)
+            }
+            if fetched == 0 { counts.reused += 1 } else { counts.fetched += 1 }
+            counts.bytesReused += reused
+            counts.bytesFetched += fetched
+            let bytes = UnsafeRawBufferPointer(chunk)
+            hashers.forEach { $0.update(bytes) }
+            try writer.write(bytes)
+        }
+        let digests = try hashers.map { try $0.finalize() }
+        guard file.content.matches(digests[0]) else {
+            throw Installer.error(for: .modified, "'\(file.path)' rebuilt from its chunks does not match the SHA-256 in the manifest", package: package, entry: file.path)
+        }
+        let digest = digests[digests.count - 1]
+        let signature = try reusedSignature(file, own: nil, digest: digest, checked: checked, later: later)
+        let finished = try finishStaged(file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
+                                        signer: checked.key, checked: checked, into: staging)
+        kept = true
+        return finished
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+public import SystemPackage
+import SignetCore
+import SignetCrypto
+import SignetManifest
+import SignetPackage
+import SignetInstall
+
+/// Options for ``TUFUpdater``.
+public struct TUFUpdateOptions: Sendable {
+    /// The repository's metadata URL and the device's metadata folder.
+    public var client: TUFClientOptions
+    /// The channel this device follows.
+    public var channel: String
+    /// The package name to follow; nil: the one DIR holds, or the only one the channel lists.
+    public var package: String? = nil
+    /// Where the repository's targets are; nil: `targets/` beside the metadata URL.
+    public var targetsURL: String? = nil
+    /// How the package is installed (its binding to the target is set by the updater).
+    public var install = InstallOptions()
+    /// Only find out whether an update is available: metadata is refreshed, nothing installed.
+    public var checkOnly = false
+
+    public init(client: TUFClientOptions, channel: String) {
+        self.client = client
+        self.channel = channel
+    }
+}
+
+/// What ``TUFUpdater`` found and did.
+public struct TUFUpdateReport: Sendable {
+    /// The trusted metadata after the refresh.
+    public let refresh: TUFRefreshReport
+    /// The release the channel names.
+    public let release: TUFPackageTarget
+    /// The role that lists it (`targets`, or a delegated role), whose keys signed the package.
+    public let role: String
+    /// Where the package is.
+    public let packageURL: String
+    /// What DIR held before (nil: no installed package).
+    public let installed: InstalledRelease?
+    /// True when the channel names a newer release than DIR holds.
+    public let updateAvailable: Bool
+    /// True when the channel names an older release than DIR holds (nothing is installed:
+    /// a repository cannot push an older release; the publisher rolls a channel back by
+    /// publishing the old content with a higher sequence).
+    public let channelIsOlder: Bool
+    /// The installation, when one was made.
+    public let install: InstallReport?
+    /// Set when the channel's release is one this destination refused as bad (its health
+    /// check failed, or it was rolled back): nothing is installed, and it is not an error —
+    /// the device keeps its release until a higher sequence is published (issue 49).
+    public var refused: RefusedRelease? = nil
+}
+
+/// A release a destination refused as bad: the highest refused sequence, why, and when.
+public struct RefusedRelease: Sendable, Equatable {
+    public let sequence: UInt64
+    public let reason: String
+    /// RFC 3339.
+    public let at: String
+}
+
+/// Keeps a destination on what its channel names in a TUF repository (FORMAT.md §7): refreshes
+/// the trusted metadata (root chain, timestamp, snapshot, targets), picks the release the
+/// channel names, and installs it when newer — its package keys the keys of the role that lists
+/// it, its manifest bound to the SHA-256 the target states (checked before any resource is
+/// fetched), the whole file to its length and hashes when it is downloaded whole.
+public enum TUFUpdater {
+    /// Updates `destination`. Throws ``/SignetCore/SignetError``: the TUF client's codes, `.targetNotFound`
+    /// (the channel lists no package), and whatever the installation throws. DIR is unchanged
+    /// on any failure.
+    public static func update(to destination: String, options: TUFUpdateOptions) throws -> TUFUpdateReport {
+        try update(to: destination, options: options, cancelled: nil)
+    }
+
+    /// The same on a thread of its own; cancelling the task stops the transfer in progress.
+    public static func updateAsync(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await OwnThreads.async { try update(to: destination, options: options, cancelled: cancelled) }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    /// The old name of ``updateAsync(to:options:)-(String,_)``.
+    @available(*, deprecated, renamed: "updateAsync(to:options:)", message: "the async form has its own name (issue 41), so that a blocking call is never chosen for `try await`")
+    public static func update(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
+        try await updateAsync(to: destination, options: options)
+    }
+
+    static func update(to destination: String, options: TUFUpdateOptions, cancelled: CancellationFlag?) throws -> TUFUpdateReport {
+        guard PackageBinding.isValidChannel(options.channel) else {
+            throw SignetError(.usage, "the channel name '\(options.channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
+        }
+        var clientOptions = options.client
+        clientOptions.now = clientOptions.now ?? options.install.now
+        // One bound on waiting for another process, whatever it holds: the metadata folder's
+        // lock as well as DIR's (`--wait`; the metadata lock waited 10 s whatever it said).
+        clientOptions.download.wait = min(clientOptions.download.wait, options.install.wait)
+        let client = try TUFClient(options: clientOptions, cancelled: cancelled)
+        let refresh = try client.refresh()
+        let installed = try InstalledRelease.inspect(destination, force: options.install.force)
+        let wanted = options.package ?? installed?.name
+        var candidates: [(TUFPackageTarget, TUFTarget, [TUFKey], String)] = []
+        let listings = try client.packageListings()
+        // Each package name only from the role it belongs to (the name rule, FORMAT §7).
+        for listing in listings where listing.release.channels.contains(options.channel) {
+            if let wanted, !Manifest.sameName(wanted, listing.release.name) { continue }
+            candidates.append((listing.release, listing.target, listing.keys, listing.role))
+        }
+        let names = Set(candidates.map { $0.0.name })
+        guard names.count <= 1 else {
+            throw SignetError(.usage, "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
+        }
+        guard let (release, target, keys, role) = candidates.max(by: { $0.0.sequence < $1.0.sequence }) else {
+            let channels = Set(listings.filter { wanted == nil || Manifest.sameName(wanted, $0.release.name) }.flatMap(\.release.channels)).sorted()
+            throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)'; \(channels.isEmpty ? "it lists \(wanted == nil ? "no package" : "none of that name") on any channel" : "its channels\(wanted.map { " for '\($0)'" } ?? ""): \(channels.joined(separator: ", "))")", path: options.client.metadataURL)
+        }
+        let base = options.targetsURL ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
+        let packageURL = client.url(of: target, base: base)
+        let sameName = installed.map { Manifest.sameName($0.name, release.name) } ?? false
+        let newer = !sameName || release.sequence > (installed?.sequence ?? 0)
+        let older = sameName && release.sequence < (installed?.sequence ?? 0)
+        // --repair: the release DIR holds is checked, and reinstalled if it no longer checks whole.
+        let repairing = options.install.repair && sameName && release.sequence == installed?.sequence
+        // A release this device refused (a failed health check, a rollback) is not news every
+        // hour: it is held back, and the run succeeds (--retry-bad installs it).
+        if newer, !options.install.retryBad,
+           let bad = try ReleaseRecord.read(for: destination).isBad(release.name, sequence: release.sequence, installed: sameName ? installed?.sequence : nil) {
+            var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                                         updateAvailable: false, channelIsOlder: false, install: nil)
+            report.refused = RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)
+            return report
+        }
+        guard newer || repairing, !options.checkOnly else {
+            return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                                   updateAvailable: newer, channelIsOlder: older, install: nil)
+        }
+        let packageKeys = keys.compactMap { $0.publicKey(source: "TUF role \(role)") }
+        guard !packageKeys.isEmpty else {
+            throw SignetError(.untrustedSigner, "role '\(role)', which lists \(release.target), has no RSA key: Signet packages are signed with RSA keys of the role that lists them", path: release.target)
+        }
+        var install = options.install
+        install.expectedPackage = PackageBinding(name: release.name, version: release.version, sequence: release.sequence,
+                                                 size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
+        let report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
+                                           download: options.client.download, cancelled: cancelled)
+        return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                               updateAvailable: newer, channelIsOlder: false, install: report)
+    }
+}
+
+// MARK: Swift-native forms (issue 41): FilePath
+
+extension TUFUpdater {
+    /// `update(to:options:)` with a `FilePath`.
+    public static func update(to destination: FilePath, options: TUFUpdateOptions) throws -> TUFUpdateReport {
+        try update(to: destination.string, options: options)
+    }
+
+    /// ``updateAsync(to:options:)-(String,_)`` with a `FilePath`.
+    public static func updateAsync(to destination: FilePath, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
+        try await updateAsync(to: destination.string, options: options)
+    }
+}
