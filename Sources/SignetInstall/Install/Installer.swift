@@ -88,185 +88,23 @@ public enum Installer {
     }
 
     /// The installation proper, from an open reader: a local package, or one read with range
-    /// requests (`ranged`), whose unchanged files are copied from the installed tree.
+    /// requests (`ranged`), whose unchanged files are copied from the installed tree. Three
+    /// phases, each a step of its own (`Installer+Phases.swift`): ``admit(_:state:stale:ranged:)``
+    /// decides before anything is written, ``stageResources(_:admitted:state:ranged:)`` builds the
+    /// new tree beside DIR, ``swap(_:job:admitted:state:stale:ranged:)`` puts it in place and
+    /// records it.
     static func install(reader: ZipReader, package: String, to destination: String, state: DestinationState, stale: [String],
                         policy: TrustPolicy, options: InstallOptions, ranged: RangedUpdate?) throws -> InstallReport {
         let job = Job(package: package, destination: destination, reader: reader,
                       layout: try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare),
                       policy: policy, options: options)
-
-        // Phase 1: the manifest and the rollback rules, before anything is written.
-        var (checked, installState) = try job.checkManifest(replacing: state)
-        if let expected = options.expectedPackage { try Self.checkBinding(expected, checked: checked, package: package) }
-        try Self.checkSeal(of: destination, replacedBy: job.resources(checked).map(\.path), options: options, package: package)
-        if options.caseInsensitiveDestination || CaseFolding.ignoresCase(at: AtomicFile.parentDirectory(of: destination)) {
-            try CaseFolding.refuseCollisions(job.resources(checked).map(\.path), package: package)
+        var admitted: Admitted
+        switch try admit(job, state: state, stale: stale, ranged: ranged) {
+        case .upToDate(let report): return report
+        case .install(let value): admitted = value
         }
-
-        // The release DIR already holds: nothing to write, unless asked to reinstall or to
-        // repair a tree that no longer checks whole.
-        var repaired: [String] = []
-        if let checked, !options.force, case .installed(let installed?) = state, Self.sameRelease(installed, checked, at: destination) {
-            if options.repair {
-                repaired = try Self.damage(of: destination, policy: policy)
-            }
-            if repaired.isEmpty {
-                if let installState, (installState.destination(destination)?.sequence ?? 0) < installed.sequence {
-                    try installState.record(checked.manifest.name, sequence: checked.manifest.sequence, destination: destination, changedFrom: nil)
-                }
-                var report = InstallReport(destination: destination, manifest: checked.manifest, files: [], signer: checked.key,
-                                           replacedSequence: nil, attributesWritten: true, exchanged: false,
-                                           leftover: stale.first, transfer: ranged?.report)
-                report.upToDate = true
-                // A health check that never finished (killed in it): run again now.
-                let releases = try ReleaseRecord.read(for: destination)
-                if options.hooks.healthCheck != nil, releases.unchecked == installed.sequence {
-                    report.pending = releases.pending?.sequence == installed.sequence
-                    try Self.runHooks(&report, old: try? Self.status(of: destination).previous, options: options, installState: installState, recheck: true)
-                }
-                return report
-            }
-        }
-
-        // A release this destination refused (a failed health check, a rollback) is not
-        // installed again; a higher sequence is (--retry-bad overrides).
-        var releases = try ReleaseRecord.read(for: destination)
-        if let checked, !options.retryBad, let bad = releases.isBad(checked.manifest.name, sequence: checked.manifest.sequence, installed: Self.release(of: state)?.sequence) {
-            throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (sequence \(bad.sequence) and lower: \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --retry-bad installs this one anyway", path: package)
-        }
-        let manifestDigest = try checked.map { try Digest.compute($0.manifestBytes, algorithm: .sha256).hex }
-        // --pending records this boot's id: read before anything is written.
-        let bootID = options.pending ? try ReleaseRecord.bootID() : ""
-
-        // Phase 2: every resource, verified while it streams into the staging directory.
-        let staging = try Staging(besides: destination)
-        // The verified manifest's bytes go into the staged tree now rather than being held to
-        // the end (8.7 MiB of a 50,000-file package's peak; issue 28).
-        if let bytes = checked?.manifestBytes {
-            checked?.manifestBytes = []
-            try staging.writeFile(TreeLayout.manifest, bytes)
-        }
-        var installed = false
-        // Over ranges, a transfer that failed (the link dropped, --max-time) leaves what it staged
-        // for the next run to take over (FORMAT.md §5); anything else removes it.
-        var keepForNextRun = false
-        defer { if !installed && !keepForNextRun { _ = staging.remove() } }
-        var signer = checked?.key
-        var attributesWritten = true
-        var files: [String] = []
-        // Every signature, in manifest order, in one file (not a sidecar file per resource).
-        let record = try checked.map { try SignatureRecord.Writer(file: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
-        let resources = job.resources(checked)
-        // Over ranges: which files the installed tree already holds (copied, not fetched).
-        let reused = try ranged?.prepare(resources, job: job, state: state, staging: staging, algorithm: checked?.algorithm) ?? []
-        // From a package file: the unchanged files come from the installed tree (shared, else
-        // copied) rather than from the package (issue 39).
-        let shared = ranged == nil && checked != nil && !options.force ? SharedTree(destination: destination, state: state) : nil
-        let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
-        // Each resource's signature is verified on the second core while the next ones stage;
-        // all of them before anything is installed, and the first failure in manifest order is
-        // the one reported, as when each is checked in turn.
-        let signatures = checked.map { SignatureChecks(key: $0.key, algorithm: $0.algorithm) }
-        func firstBadSignature() -> SignetError? {
-            signatures?.firstRejection().map { Self.error(for: $0.failure, $0.message, package: package, entry: $0.entry) }
-        }
-        do {
-            for (index, file) in resources.enumerated() {
-                let later = signatures.map { checks in { checks.submit(index: index, file: file, signature: $0, digest: $1) } }
-                var copied: Job.Staged? = nil
-                if let ranged, let checked, index < reused.count, reused[index] {
-                    copied = try ranged.copy(file, index: index, job: job, into: staging, checked: checked, later: later)
-                } else if let shared, let checked, shared.holds(file) {
-                    copied = try shared.stage(file, job: job, into: staging, checked: checked, later: later)
-                    if copied != nil { progress?.add(bytes: Int(clamping: file.size)) }
-                }
-                let staged = try copied ?? job.stage(file, into: staging, checked: checked, signer: signer, progress: progress, later: later)
-                if copied == nil { ranged?.countFetched(file) }
-                progress?.add(items: 1)
-                signer = signer ?? staged.signer
-                attributesWritten = attributesWritten && staged.attributesWritten
-                try record?.append(staged.signature)
-                files.append(file.path)
-            }
-        } catch {
-            if let bad = firstBadSignature() { throw bad }
-            if let ranged, var failure = error as? SignetError, failure.code == .network || failure.code == .packageChanged {
-                // What is staged is kept: the next attempt (this run's, after a package that
-                // changed on the server, or the next run's) continues in it.
-                keepForNextRun = true
-                ranged.leftovers.adopt(staging.path)
-                if failure.code == .network {
-                    failure.reason += "; what was fetched is kept beside '\(destination)' for the next run, which fetches only the rest"
-                }
-                throw failure
-            }
-            throw error
-        }
-        if let failure = firstBadSignature() { throw failure }
-        guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
-        if let checked {
-            try record?.finish()
-            try job.checkRecordSignature(checked, digest: record?.digest, into: staging)
-            try job.stageRecord(checked, into: staging)
-        } else {
-            // A bare tree: marked, so that reverify and the next unpack know it as Signet's.
-            try staging.writeFile(TreeLayout.bareMarker, Array("signet-bare/1\n".utf8))
-        }
-
-        // Phase 3: the swap, then the record of what was installed.
-        try staging.finish()
-        let previous = Self.previousPolicy(options: options, state: state, releases: releases, checked: checked, digest: manifestDigest)
-        let pendingBefore = releases.pending
-        if options.pending, let checked {
-            // Recorded before the swap, so that a power cut right after it leaves the new
-            // release pending, not confirmed (a pending sequence DIR does not hold is ignored).
-            releases.pending = .init(sequence: checked.manifest.sequence, boot_id: bootID, since: Timestamp.now.rfc3339)
-        }
-        // With a health check, the new release is unchecked from before the swap until the
-        // check passes: a process killed anywhere after the swap (in the post-install command
-        // too) leaves it to be checked by the next run, never confirmed (FORMAT §2, "Hooks").
-        let uncheckedBefore = releases.unchecked
-        if options.hooks.healthCheck != nil, let checked { releases.unchecked = checked.manifest.sequence }
-        if releases.pending != pendingBefore || releases.unchecked != uncheckedBefore { try releases.write(for: destination) }
-        let exchanged: Bool, kept: Bool
-        do {
-            (exchanged, kept) = try staging.install(at: destination, replacing: state, previous: previous)
-        } catch {
-            // DIR is as it was: so is what the record says of it (a release of DIR's that was
-            // pending stays pending).
-            if releases.pending != pendingBefore || releases.unchecked != uncheckedBefore {
-                releases.pending = pendingBefore
-                releases.unchecked = uncheckedBefore
-                try? releases.write(for: destination)
-            }
-            throw error
-        }
-        installed = true
-        let old = Self.release(of: state)
-        if checked != nil {
-            releases.record(installed: manifestDigest, signer: checked?.key, pending: releases.pending?.sequence == checked?.manifest.sequence ? releases.pending : nil,
-                            kept: kept, previous: previous)
-            try releases.write(for: destination)
-        }
-        let leftover = staging.removeReplaced()
-        progress?.finish()
-        if let installState {
-            let before = installState.destination(destination)?.name ?? state.installedName
-            let changedFrom = options.changePackage && before != nil && !Manifest.sameName(before, checked?.manifest.name) ? before : nil
-            try installState.record(checked?.manifest.name, sequence: checked?.manifest.sequence, destination: destination, changedFrom: changedFrom)
-        }
-        var replaced: UInt64? = nil
-        if case .installed(let manifest?) = state { replaced = manifest.sequence }
-        var report = InstallReport(destination: destination, manifest: checked?.manifest, files: files, signer: signer,
-                                   replacedSequence: replaced, attributesWritten: attributesWritten, exchanged: exchanged,
-                                   leftover: leftover ?? stale.first, transfer: ranged?.report)
-        report.repaired = repaired
-        report.filesShared = (ranged?.linked ?? 0) + (shared?.linked ?? 0)
-        report.filesCopied = max(0, (ranged?.report.filesReused ?? 0) - (ranged?.linked ?? 0)) + (shared?.copied ?? 0)
-        report.previousKept = kept
-        report.pending = releases.pending != nil
-        try Self.runHooks(&report, old: old, options: options, installState: installState)
-        return report
+        let staged = try stageResources(job, admitted: &admitted, state: state, ranged: ranged)
+        return try swap(staged, job: job, admitted: admitted, state: state, stale: stale, ranged: ranged)
     }
 
     /// The installed tree holds exactly this release: the same name and sequence, and its

@@ -8,8 +8,6 @@ internal import SystemPackage
 import SignetCore
 import SignetCrypto
 import SignetManifest
-import SignetReverify
-import SignetArchive
 import SignetNetwork
 import SignetPackage
 
@@ -191,7 +189,7 @@ final class RangedUpdate {
     /// manifest order, where it comes from; moves what earlier runs staged into `staging`
     /// (then removes their trees), and plans the requests for every resource to fetch.
     func prepare(_ resources: [Manifest.File], job: Installer.Job, state: DestinationState, staging: Staging,
-                 algorithm: SignatureAlgorithm?) throws -> [Bool] {
+                 algorithm: SignatureAlgorithm?) throws {
         installedSignatures = algorithm.map { !$0.isPSS } ?? false
         bytesTotal = resources.reduce(0) { $0 &+ $1.size }
         if case .installed(let manifest?) = state {
@@ -251,7 +249,13 @@ final class RangedUpdate {
             input.plan(signatureSpans, exactGap: RangedInput.signatureGapLimit)
         }
         planned = (spans + signatureSpans).reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
-        return origins.map { if case .fetch = $0 { false } else { true } }
+    }
+
+    /// Whether the `index`th resource comes from what is already here (the installed tree, an
+    /// earlier run's staging, or a chunk rebuild) rather than fetched whole.
+    func reuses(_ index: Int) -> Bool {
+        guard index < origins.count, case .fetch = origins[index] else { return index < origins.count }
+        return false
     }
 
     /// How `file` is rebuilt from the installed copy of `installed` chunks: nil when its entry
