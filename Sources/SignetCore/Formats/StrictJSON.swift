@@ -11,7 +11,7 @@
 /// numbers with a fraction or exponent (`5.0`, `1e3`) are refused too.
 package enum StrictJSON {
     /// Deepest nesting accepted (Signet's documents are three levels deep).
-    static let maximumDepth = 32
+    @usableFromInline static let maximumDepth = 32
 
     /// Why a document was refused, for a person.
     package struct Refusal: Error, CustomStringConvertible {
@@ -66,6 +66,7 @@ package enum StrictJSON {
     /// Throws ``Refusal`` for a document that is not strict JSON, or what `handler` throws.
     /// `maximumDepth`: deepest nesting accepted (resources packed as structured may nest deeper
     /// than Signet's own documents).
+    @inlinable
     package static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, maximumDepth: Int = StrictJSON.maximumDepth, into handler: inout H) throws {
         try bytes.withUnsafeBufferPointer { buffer in
             var parser = Parser(bytes: buffer, integersOnly: integersOnly, maximumDepth: maximumDepth, handler: handler)
@@ -80,16 +81,17 @@ package enum StrictJSON {
         }
     }
 
-    private struct Parser<H: Handler> {
-        let bytes: UnsafeBufferPointer<UInt8>
-        let integersOnly: Bool
-        let maximumDepth: Int
-        var handler: H
-        var at = 0
+    @usableFromInline
+    struct Parser<H: Handler> {
+        @usableFromInline let bytes: UnsafeBufferPointer<UInt8>
+        @usableFromInline let integersOnly: Bool
+        @usableFromInline let maximumDepth: Int
+        @usableFromInline var handler: H
+        @usableFromInline var at = 0
         /// The keys of the objects being parsed, innermost last (one buffer for the document).
-        var openKeys: [String] = []
+        @usableFromInline var openKeys: [String] = []
 
-        init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool, maximumDepth: Int, handler: H) {
+        @inlinable init(bytes: UnsafeBufferPointer<UInt8>, integersOnly: Bool, maximumDepth: Int, handler: H) {
             self.bytes = bytes
             self.integersOnly = integersOnly
             self.maximumDepth = maximumDepth
@@ -97,17 +99,17 @@ package enum StrictJSON {
         }
 
         /// Keys of one object compared one by one before a set is built for them.
-        static var listedKeys: Int { 16 }
+        @inlinable static var listedKeys: Int { 16 }
 
-        func refusal(_ reason: String) -> Refusal { Refusal(reason: reason, offset: at) }
+        @inlinable func refusal(_ reason: String) -> Refusal { Refusal(reason: reason, offset: at) }
 
-        var current: UInt8? { at < bytes.count ? bytes[at] : nil }
+        @inlinable var current: UInt8? { at < bytes.count ? bytes[at] : nil }
 
-        mutating func skipSpace() {
+        @inlinable mutating func skipSpace() {
             while let byte = current, byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { at += 1 }
         }
 
-        mutating func expect(_ literal: StaticString) throws {
+        @inlinable mutating func expect(_ literal: StaticString) throws {
             let count = literal.utf8CodeUnitCount
             guard at + count <= bytes.count else { throw refusal("the document ends too early") }
             for index in 0..<count where bytes[at + index] != literal.utf8Start[index] {
@@ -116,7 +118,7 @@ package enum StrictJSON {
             at += count
         }
 
-        mutating func value(depth: Int) throws {
+        @inlinable mutating func value(depth: Int) throws {
             guard depth <= maximumDepth else { throw refusal("it is nested more than \(maximumDepth) levels deep") }
             guard let byte = current else { throw refusal("the document ends too early") }
             switch byte {
@@ -143,7 +145,7 @@ package enum StrictJSON {
             }
         }
 
-        mutating func object(depth: Int) throws {
+        @inlinable mutating func object(depth: Int) throws {
             at += 1
             try handler.begin(isObject: true)
             skipSpace()

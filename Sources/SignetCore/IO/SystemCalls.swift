@@ -12,6 +12,7 @@ package import SystemPackage
 // failing call and its errno (`SignetError.posix(_:_:path:)`).
 
 /// A system call that failed: its name and the errno it set.
+@usableFromInline
 package struct SystemCallFailure: Error {
     let call: String
     package let errno: Errno
@@ -22,6 +23,7 @@ package struct SystemCallFailure: Error {
     }
 
     /// From an errno value.
+    @usableFromInline
     package init(_ call: String, code: Int32) {
         self.init(call, Errno(rawValue: code))
     }
@@ -37,20 +39,22 @@ package struct SystemCallFailure: Error {
 
 /// Runs a C call that returns -1 and sets errno on failure: retries it on EINTR and throws the
 /// errno it set, with the call's name. Any other result is returned as it is.
-@inline(__always)
+/// Inlinable: it wraps every system call of every layer above the core (several per file), and a
+/// generic called across modules unspecialized costs more than the wrapper itself.
+@inlinable @inline(__always)
 package func systemCall<T: FixedWidthInteger>(_ name: String, _ body: () -> T) throws(SystemCallFailure) -> T {
     while true {
         let result = body()
         guard result == -1 else { return result }
         let err = Glibc.errno
         if err == EINTR { continue }
-        throw SystemCallFailure(name, Errno(rawValue: err))
+        throw SystemCallFailure(name, code: err)
     }
 }
 
 /// Repeats a C call while it fails with EINTR. For calls whose failure is reported through
 /// errno by the caller right after (`Paths.open`, best-effort calls).
-@inline(__always)
+@inlinable @inline(__always)
 package func retryingOnEINTR<T: FixedWidthInteger>(_ call: () -> T) -> T {
     while true {
         let result = call()
