@@ -95,5 +95,56 @@ class ReplayTests(unittest.TestCase):
                     replay.read_log(log, 16 * SECTOR)
 
 
+    def test_a_failed_state_is_built_again_and_judged_once_more(self):
+        """A state counts as good only when a second judgement, from a rebuilt image, finds it
+        whole; one that fails twice is a failure carrying the filesystem checker's words."""
+        source = self.write("state", b"S" * SECTOR)
+
+        class Scripted(replay.Checker):
+            def __init__(self, verdicts, judge_twice=True):
+                self.fs, self.judge_twice, self.verdicts, self.judged = "ext4", judge_twice, list(verdicts), []
+
+            def judge(self, image, allowed):
+                with open(image, "rb") as f:
+                    self.judged.append((os.path.basename(image), f.read()))
+                tree = self.verdicts.pop(0)
+                return {"tree": tree, "state_ok": tree != "unreadable", "next_update_ok": tree != "unreadable",
+                        "detail": "" if tree != "unreadable" else "[Errno 74] Bad message"}
+
+            def fsck(self, image):
+                return "e2fsck exit 4: Directory inode 12, block #0: directory passes checks but fails checksum"
+
+        def rebuild(target):
+            replay.copy_image(source, target)
+
+        image = self.write("probe", b"S" * SECTOR)
+        # Whole the first time: judged once.
+        checker = Scripted(["r1"])
+        self.assertEqual(checker.check(image, ("r1", "r2"), rebuild, dropped=False)["tree"], "r1")
+        self.assertEqual(len(checker.judged), 1)
+        # Unreadable, then whole from a rebuilt image: good, and marked as judged twice.
+        checker = Scripted(["unreadable", "r2"])
+        outcome = checker.check(image, ("r1", "r2"), rebuild, dropped=False)
+        self.assertEqual((outcome["tree"], outcome.get("judged_twice")), ("r2", "unreadable"))
+        self.assertEqual(checker.judged[1], ("probe.again", b"S" * SECTOR), "the second judgement reads a rebuilt image")
+        self.assertFalse(os.path.exists(image + ".again"), "the rebuilt image is removed")
+        # Failed twice: a failure, with both judgements and the checker's words.
+        checker = Scripted(["unreadable", "unreadable"])
+        outcome = checker.check(image, ("r1", "r2"), rebuild, dropped=False)
+        self.assertEqual(outcome["tree"], "unreadable")
+        self.assertNotIn("judged_twice", outcome)
+        self.assertIn("first judgement: unreadable", outcome["detail"])
+        self.assertIn("fails checksum", outcome["detail"])
+        # A mixed tree is judged twice as well; the broken builds' logs are not.
+        self.assertEqual(Scripted(["r3", "r3"]).check(image, ("r1", "r2"), rebuild, dropped=False)["tree"], "r3")
+        checker = Scripted(["r3"], judge_twice=False)
+        self.assertEqual(checker.check(image, ("r1", "r2"), rebuild, dropped=False)["tree"], "r3")
+        self.assertEqual(len(checker.judged), 1)
+        # A filesystem that does not mount after dropped writes is not a state to judge again.
+        checker = Scripted(["unmountable"])
+        self.assertEqual(checker.check(image, ("r1", "r2"), rebuild, dropped=True)["tree"], "unmountable")
+        self.assertEqual(len(checker.judged), 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
