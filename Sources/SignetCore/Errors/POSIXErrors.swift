@@ -1,5 +1,5 @@
 import Foundation
-package import SystemPackage
+internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

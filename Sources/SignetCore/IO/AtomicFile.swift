@@ -4,7 +4,7 @@ import Glibc
 import Musl
 #endif
 package import CSignetSystem // package: mode_t in package signatures resolves through it
-package import SystemPackage
+internal import SystemPackage
 
 /// Writes files so that readers see either nothing or the complete file: the bytes go to a
 /// temporary file in the same directory, are fsynced, and the temporary is renamed into place.

@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-package import SystemPackage
+internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

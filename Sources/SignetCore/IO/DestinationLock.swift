@@ -4,7 +4,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-package import SystemPackage
+internal import SystemPackage
 
 /// The lock on one destination: `.DIR.signet-lock` beside DIR (not inside the tree that is
 /// swapped), held with `flock` from the rollback check to the swap, so two updates of DIR never

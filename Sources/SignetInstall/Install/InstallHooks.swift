@@ -125,7 +125,7 @@ package enum HookRunner {
         let reading = OwnedDescriptor(adopting: pipeFDs[0])
         // The write end: the child's copy (dup2 clears its close-on-exec) stays; ours closes
         // once the child is started, so that the pipe ends when the hook and its children do.
-        var writing: OwnedDescriptor? = OwnedDescriptor(adopting: pipeFDs[1])
+        let writing = OwnedDescriptor(adopting: pipeFDs[1])
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -153,7 +153,7 @@ package enum HookRunner {
         let started: Int32 = withCStrings(command) { argv in
             withCStrings(env) { envp in posix_spawn(&pid, program, &actions, &attributes, argv, envp) }
         }
-        writing = nil
+        try? writing.close()
         guard started == 0 else { return failed(String(cString: strerror(started))) }
         running.withLock { $0 = pid }
         defer { running.withLock { $0 = nil } }

@@ -235,7 +235,7 @@ final class Staging {
             _ = try systemCall("fchmod") { fchmod(root, 0o755) }
             if Self.durabilityBrokenForTests { return }
             _ = try systemCall("syncfs") { signet_syncfs(root) }
-        } catch let failure as SystemCallFailure where failure.code == ENOSYS {
+        } catch let failure where failure.code == ENOSYS {
             // Only a seccomp filter hides syncfs (Linux has had it since 2.6.39): fall back
             // to one fsync per directory and file, reopened below the staging root.
             try fsyncTree()

@@ -1,4 +1,4 @@
-public import SystemPackage
+internal import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
