@@ -4,6 +4,9 @@ import SignetTestSupport
 
 @Suite("Downloads over HTTPS against a real nginx: TLS policy, errors, resume, install", .serialized)
 struct DownloadCLITests {
+    /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+
     /// Starts `signet fetch` of a rate-limited `path` (nginx sends 200 KiB/s there until a
     /// request asks for a range: /slowstart/, /norange/), kills it
     /// with SIGKILL once its partial download holds at least 128 KiB (waiting for bytes, not for
@@ -26,7 +29,7 @@ struct DownloadCLITests {
 
     @Test("TLS policy: system store, --tls-ca, pins anywhere in the chain, --tls-cert, host name")
     func tlsPolicy() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         let body = try contents(try server.directory.writeRandom("www/file.bin", count: 100_000))
         let out = work.file("file.bin")
@@ -91,15 +94,16 @@ struct DownloadCLITests {
 
     @Test("a sealed --tls-ca directory is checked against its seal: a replaced CA file is refused")
     func sealedRoots() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
-        _ = try server.directory.writeRandom("www/file.bin", count: 1000)
+        try FileManager.default.createDirectory(atPath: server.www + "/sealed", withIntermediateDirectories: true)
+        _ = try server.directory.writeRandom("www/sealed/file.bin", count: 1000)
         let roots = work.file("roots")
         try FileManager.default.createDirectory(atPath: roots, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: server.root, toPath: roots + "/root.pem")
         let salt = try work.write("salt", Data("device salt 1234\n".utf8), mode: 0o600)
         #expect(try CLI.run(["trust", "seal", roots, "--salt-file", salt]).status == 0)
-        let fetch = ["fetch", server.url("file.bin"), "--out", work.file("out"), "--retries", "0", "--tls-ca", roots, "--trust-salt-file", salt]
+        let fetch = ["fetch", server.url("sealed/file.bin"), "--out", work.file("out"), "--retries", "0", "--tls-ca", roots, "--trust-salt-file", salt]
         let sealed = try CLI.run(fetch)
         #expect(sealed.status == 0, "\(sealed.stderr)")
         // An attacker swaps the CA file for their own root: the seal no longer matches.
@@ -112,7 +116,7 @@ struct DownloadCLITests {
 
     @Test("http:// is refused (2) unless --allow-http, which takes no TLS options; 404 is 5; a redirect to http:// is refused")
     func schemesAndErrors() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         _ = try server.directory.writeRandom("www/app.zip", count: 1000)
         let out = work.file("x")
@@ -141,7 +145,7 @@ struct DownloadCLITests {
 
     @Test("a 500 is retried after the delay and then passes; a 404 is not retried")
     func retries() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         let body = try contents(try server.directory.writeRandom("www/limited/app.bin", count: 10_000))
         // nginx lets one request through every 2 s here: the first fetch takes it, so the
@@ -165,7 +169,7 @@ struct DownloadCLITests {
 
     @Test("a server that answers a Range request with 200 gets a clean restart, byte-identical")
     func rangeIgnored() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         let body = try contents(try server.directory.writeRandom("www/norange/big.bin", count: 3_000_000))
         let out = work.file("big.bin")
@@ -180,7 +184,7 @@ struct DownloadCLITests {
 
     @Test("a progress line on a terminal (bytes, rate, time left), nothing on a pipe, with --json or --quiet")
     func progress() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         _ = try server.directory.writeRandom("www/slow/p.bin", count: 500_000)
         // What must not show a line needs no slow transfer: the line shows from the first bytes.
@@ -215,17 +219,18 @@ struct DownloadCLITests {
 
     @Test("unpack URL installs a verified package; a tampered one is refused (1) and DIR stays as it was")
     func unpackURL() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try Workspace()
         let tree = work.directory.file("tree")
         try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
         _ = try work.directory.writeRandom("tree/data.bin", count: 50_000)
-        let package = server.www + "/app.zip"
+        try FileManager.default.createDirectory(atPath: server.www + "/install", withIntermediateDirectories: true)
+        let package = server.www + "/install/app.zip"
         let packed = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile,
                                   "--name", "app", "--version", "1", "--out", package])
         #expect(packed.status == 0, "\(packed.stderr)")
         let dest = work.directory.file("installed")
-        let installed = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root])
+        let installed = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root])
         #expect(installed.status == 0, "\(installed.stderr)")
         #expect(try contents(dest + "/data.bin") == contents(tree + "/data.bin"))
         #expect(try run("getfattr", ["-n", "user.signet.sig", dest + "/data.bin"]).status == 0)
@@ -233,8 +238,8 @@ struct DownloadCLITests {
         // status says where the file came from.
         let status = try CLI.run(["status", dest + "/data.bin", "--json"])
         let entry = (try status.json()["files"] as? [[String: Any]])?.first
-        #expect(entry?["source"] as? String == server.url("app.zip"), "\(status.stdoutText)")
-        #expect(try CLI.run(["status", dest + "/data.bin"]).stdoutText.contains("from:     " + server.url("app.zip")))
+        #expect(entry?["source"] as? String == server.url("install/app.zip"), "\(status.stdoutText)")
+        #expect(try CLI.run(["status", dest + "/data.bin"]).stdoutText.contains("from:     " + server.url("install/app.zip")))
         // The served package is rebuilt with one byte of data.bin changed, as an attacker would
         // (a valid zip, CRCs right, the signed manifest and signatures copied): refused, DIR unchanged.
         let rebuild = """
@@ -249,45 +254,45 @@ struct DownloadCLITests {
         #expect(rebuilt.status == 0, "\(rebuilt.stderr)")
         let before = try contents(dest + "/data.bin")
         // The release DIR holds: up to date, no entry read.
-        let same = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"])
+        let same = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"])
         #expect(try same.status == 0 && same.json()["up_to_date"] as? Bool == true, "\(same.stdoutText) \(same.stderr)")
         // Reinstalled (--force) and read in place, the tampered entry is never fetched: DIR
         // already holds data.bin as the manifest signs it, and it is copied from there (hashed
         // as it is copied).
-        let ranged = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--force", "--json"])
+        let ranged = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--force", "--json"])
         #expect(ranged.status == 0, "\(ranged.stderr)")
         #expect((try ranged.json()["transfer"] as? [String: Any])?["files_reused"] as? Int == 1, "\(ranged.stdoutText)")
         #expect(try contents(dest + "/data.bin") == before)
         // Downloaded whole, the package is read entry by entry: refused.
-        let tampered = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--full-download", "--force"])
+        let tampered = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--full-download", "--force"])
         #expect(tampered.status == 1, "a file whose bytes changed fails the signed manifest: \(tampered.stderr)")
         #expect(try contents(dest + "/data.bin") == before)
         #expect(!FileManager.default.fileExists(atPath: work.directory.file(".installed.signet-download")), "a complete bad download is removed")
         // inspect URL verifies the same way.
-        #expect(try CLI.run(["inspect", server.url("app.zip"), "--pubkey", work.publicDER, "--tls-ca", server.root]).status != 0)
+        #expect(try CLI.run(["inspect", server.url("install/app.zip"), "--pubkey", work.publicDER, "--tls-ca", server.root]).status != 0)
         // An older release downloaded whole is refused as a rollback naming the URL the user
         // gave, not the download kept beside DIR (issue 29).
         #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "0",
-                             "--sequence", "1", "--out", server.www + "/old.zip"]).status == 0)
+                             "--sequence", "1", "--out", server.www + "/install/old.zip"]).status == 0)
         let state = work.directory.file("state.json")
         // The release on the server (tampered above) is packed again, installed with --state.
         #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "2",
                              "--sequence", "2", "--out", package, "--force"]).status == 0)
-        let recorded = try CLI.run(["unpack", server.url("app.zip"), "--dest", work.directory.file("first"), "--pubkey", work.publicDER,
+        let recorded = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", work.directory.file("first"), "--pubkey", work.publicDER,
                                     "--tls-ca", server.root, "--state", state])
         #expect(recorded.status == 0, "\(recorded.stderr)")
-        let rollback = try CLI.run(["unpack", server.url("old.zip"), "--dest", work.directory.file("fresh"), "--pubkey", work.publicDER, "--tls-ca", server.root,
+        let rollback = try CLI.run(["unpack", server.url("install/old.zip"), "--dest", work.directory.file("fresh"), "--pubkey", work.publicDER, "--tls-ca", server.root,
                                     "--full-download", "--state", state, "--json"])
         #expect(rollback.status == 1, "\(rollback.stderr)")
         #expect(rollback.stderr.contains("older release") && !rollback.stderr.contains("signet-download"), "\(rollback.stderr)")
         let rollbackError = try rollback.json()["error"] as? [String: Any]
         #expect(rollbackError?["code"] as? String == "rollback")
-        #expect(rollbackError?["file"] as? String == server.url("old.zip"), "\(rollback.stdoutText)")
+        #expect(rollbackError?["file"] as? String == server.url("install/old.zip"), "\(rollback.stdoutText)")
     }
 
     @Test("a download killed mid-way continues on the next run (206 in nginx's log) and is byte-identical")
     func resume() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         let body = try contents(try server.directory.writeRandom("www/slowstart/big.bin", count: 3_000_000))
         let out = work.file("big.bin")
@@ -299,13 +304,12 @@ struct DownloadCLITests {
         let resumedFrom = try resumed.json()["resumed_from"] as? Int ?? 0
         #expect(resumedFrom > 0)
         #expect(try contents(out) == body)
-        let log = try String(contentsOfFile: server.accessLog, encoding: .utf8)
-        #expect(log.contains("\" 206 "), "nginx answered the range request: \(log)")
+        #expect(try server.statuses(of: "slowstart/big.bin").contains(206), "nginx answered the range request")
     }
 
     @Test("fetch --signature verifies as it downloads; a bad signature leaves no file")
     func fetchSignature() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try Workspace()
         let file = try server.directory.writeRandom("www/fw.bin", count: 200_000)
         #expect(try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)

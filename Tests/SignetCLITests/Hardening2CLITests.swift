@@ -8,6 +8,9 @@ import Glibc
 /// Issue 25: attacks on the device side that once passed.
 @Suite("Hardening 2: retried downloads, planted partials, Unicode twins, relabelled trees, other products")
 struct Hardening2CLITests {
+    /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+
     /// Packs `files` (name → bytes) as package `name` `sequence` into `out`.
     static func pack(_ work: Workspace, _ files: [String: Data], name: String = "app", sequence: Int = 1, out: String, extra: [String] = []) throws {
         let tree = try TemporaryDirectory()
@@ -215,7 +218,7 @@ struct Hardening2CLITests {
 
     @Test("nothing is left after a TLS refusal or an HTTP error; a finished fetch carries no partial-download attribute")
     func noLeftovers() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try Workspace()
         _ = try server.directory.writeRandom("www/file.bin", count: 100_000)
         try Self.pack(work, ["a.txt": Data("a\n".utf8)], out: server.www + "/app.zip")
@@ -239,7 +242,7 @@ struct Hardening2CLITests {
 
     @Test("--dest . from inside an installed tree updates it; a second unpack URL waits for the first (--wait) and names its process")
     func destDotAndDownloadWait() throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try Workspace()
         let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
         try Self.pack(work, ["a.txt": Data("one\n".utf8)], sequence: 1, out: v1)
@@ -496,7 +499,7 @@ struct Hardening2CLITests {
 
     @Test("TLS: a leaf without subjectAltName (CN=localhost only) is refused; --tls-ca takes CA certificates only; a 200 KB header and --max-time are explained")
     func tlsAndLimits() throws {
-        let nginx = try HTTPSServer()
+        let nginx = try Self.shared.get()
         let work = try TemporaryDirectory()
         let d = nginx.directory.path
         // A leaf for localhost with the name only in its CN, issued by the test intermediate.

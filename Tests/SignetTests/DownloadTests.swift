@@ -10,6 +10,9 @@ import SignetTestSupport
 /// The library's download API against a real nginx (the CLI suite covers the TLS policy).
 @Suite("Download API: async, progress, cancellation, resume, source recorded", .serialized)
 struct DownloadTests {
+    /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+
     static func options(_ server: HTTPSServer) throws -> DownloadOptions {
         var options = DownloadOptions()
         try options.tls.addRoots(from: server.root)
@@ -19,7 +22,7 @@ struct DownloadTests {
 
     @Test("progress is reported as bytes arrive, throttled, and complete at the end")
     func progress() async throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         let body = try contents(try server.directory.writeRandom("www/slow/p.bin", count: 400_000))
         let seen = Mutex<[DownloadProgress]>([])
@@ -37,7 +40,7 @@ struct DownloadTests {
 
     @Test("cancelling the task stops the transfer, keeps what arrived, and the next call continues from it")
     func cancellation() async throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         // /slowstart/: 200 KiB/s until the resumed request asks for a range (issue 50).
         let body = try contents(try server.directory.writeRandom("www/slowstart/c.bin", count: 3_000_000))
@@ -82,7 +85,7 @@ struct DownloadTests {
 
     @Test("install(downloading:) records the URL, without its query, as each file's source")
     func installRecordsSource() async throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let directory = try TemporaryDirectory()
         let (root, package) = try InstallTests.package(directory)
         try FileManager.default.copyItem(atPath: package, toPath: server.www + "/p.zip")
@@ -111,7 +114,7 @@ struct DownloadTests {
 
     @Test("install(downloading:) over ranges: progress counts only the planned bytes; cancelling stops the transfer and DIR stays as it was")
     func rangedProgressAndCancel() async throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let directory = try TemporaryDirectory()
         func random(_ count: Int) -> Data { Data(try! randomBytes(count)) }
         let v1 = ["a.bin": random(300_000), "b.bin": random(300_000), "same.bin": random(100_000)]
@@ -155,7 +158,7 @@ struct DownloadTests {
 
     @Test("cancelling inside a large entry (hashed on the second core) throws CancellationError, leaves DIR as it was and nothing beside it")
     func cancelInsideLargeEntry() async throws {
-        let server = try HTTPSServer()
+        let server = try Self.shared.get()
         let directory = try TemporaryDirectory()
         func random(_ count: Int) -> Data {
             var generator = SystemRandomNumberGenerator()
