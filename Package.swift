@@ -178,7 +178,7 @@ let package = Package(
         .executableTarget(
             name: "signet",
             dependencies: [
-                "Signet",
+                "Signet", "CSignetSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
             ]

@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/vfs.h>
+#include <malloc.h>
 #include "CSignetSystem.h"
 
 int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
@@ -40,6 +41,14 @@ int signet_start_writeback(int fd, long long offset, long long length) {
 
 int signet_syncfs(int fd) {
     return syncfs(fd);
+}
+
+int signet_limit_malloc_arenas(int count) {
+    return mallopt(M_ARENA_MAX, count);
+}
+
+int signet_disable_malloc_fastbins(void) {
+    return mallopt(M_MXFAST, 0);
 }
 
 int signet_memfd(const char *name) {

@@ -23,6 +23,15 @@ int signet_start_writeback(int fd, long long offset, long long length);
 /// including writeback errors since `fd` was opened (Linux 5.8 and later).
 int signet_syncfs(int fd);
 
+/// mallopt(3), M_ARENA_MAX and M_MXFAST are in <malloc.h>, which Swift's Glibc module does not
+/// include. Caps glibc's malloc arenas at `count` (the CLI sets one: see SignetCommand.swift);
+/// 1 on success, 0 on failure, like mallopt.
+int signet_limit_malloc_arenas(int count);
+
+/// mallopt(M_MXFAST, 0): no fast bins, so every freed small chunk can coalesce with its
+/// neighbours (the CLI's choice: see SignetCommand.swift). 1 on success, 0 on failure.
+int signet_disable_malloc_fastbins(void);
+
 /// memfd_create(2) is declared only under _GNU_SOURCE. An anonymous memory file, close-on-exec;
 /// -1 with errno on failure.
 int signet_memfd(const char *name);
