@@ -10,9 +10,9 @@ struct SystemCallCLITests {
     static let files = 1_000
 
     /// Runs signet under `strace -f -c` and returns the total calls and the calls by name.
-    static func count(_ arguments: [String], directory: String) throws -> (total: Int, byName: [String: Int]) {
+    static func count(_ arguments: [String], directory: String, environment: [String: String?] = [:]) throws -> (total: Int, byName: [String: Int]) {
         let summary = directory + "/strace-\(UUID().uuidString).txt"
-        let traced = try run("strace", ["-f", "-c", "-o", summary, CLI.binary] + arguments, directory: directory)
+        let traced = try run("strace", ["-f", "-c", "-o", summary, CLI.binary] + arguments, environment: environment, directory: directory)
         guard traced.status == 0 else { throw SupportError("signet \(arguments) under strace: \(traced.stderr)") }
         var byName: [String: Int] = [:]
         var total = 0
@@ -48,8 +48,16 @@ struct SystemCallCLITests {
         // What each file needs: create, write, two attributes, close. Reads come in blocks, and
         // signatures go to the second core in batches.
         #expect((unpack.byName["pread64"] ?? 0) < Self.files / 4, "\(unpack.byName)")
-        #expect((unpack.byName["futex"] ?? 0) < Self.files / 4, "\(unpack.byName)")
         #expect((unpack.byName["fsetxattr"] ?? 0) == 2 * Self.files, "\(unpack.byName)")
+        // Signet's own wake-ups (signatures handed to the second core in batches), counted under
+        // glibc's default arenas. The CLI gives its threads one arena (issue 50: inspect's peak
+        // RSS), whose lock, when two threads allocate at once, makes futex calls of its own:
+        // 190-340 per 1,000 files under strace, which holds a thread in every call it makes
+        // while it has the lock; bench/README.md measures that they cost no time. The total
+        // above counts them.
+        let batching = try Self.count(["unpack", package, "--dest", work.directory.file("out-arenas"), "--pubkey", work.publicDER],
+                                      directory: work.path, environment: ["MALLOC_ARENA_MAX": "8"])
+        #expect((batching.byName["futex"] ?? 0) < Self.files / 4, "\(batching.byName)")
 
         let inspect = try Self.count(["inspect", package, "--pubkey", work.publicDER], directory: work.path)
         #expect(Double(inspect.total) / Double(Self.files) <= 2, "inspect: \(inspect.total) calls: \(inspect.byName.sorted { $0.value > $1.value }.prefix(8))")
