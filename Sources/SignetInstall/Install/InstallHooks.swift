@@ -107,6 +107,13 @@ package enum HookRunner {
             if waitpid(group, &status, WNOHANG) == group, kill(-group, 0) != 0 { return }
         }
         kill(-group, SIGKILL)
+        // Reaped here, not left a zombie for whatever adopts it once Signet exits (a container's
+        // first process may never reap): a zombie still answers kill(-group, 0).
+        for _ in 0..<20 {
+            var status: Int32 = 0
+            if waitpid(group, &status, WNOHANG) == group || kill(-group, 0) != 0 { return }
+            usleep(50_000)
+        }
     }
 
     /// Runs `command` with `environment` (added to the clean one), waiting at most `timeout`
@@ -150,12 +157,21 @@ package enum HookRunner {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
         let env = ["PATH=\(path)", "LANG=C.UTF-8"] + environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0
-        let started: Int32 = withCStrings(command) { argv in
-            withCStrings(env) { envp in posix_spawn(&pid, program, &actions, &attributes, argv, envp) }
+        // The spawn and its record are one step for `endRunning`, under the lock it reads: it
+        // finds either no hook (and has set `stopped` first, so none starts after) or this one.
+        // Spawned and recorded apart, a SIGTERM between the two left the hook running after
+        // Signet exited (seen in CI under load).
+        let started: Int32 = running.withLock { current in
+            guard !isStopped else { return ECANCELED }
+            let result = withCStrings(command) { argv in
+                withCStrings(env) { envp in posix_spawn(&pid, program, &actions, &attributes, argv, envp) }
+            }
+            if result == 0 { current = pid }
+            return result
         }
         try? writing.close()
+        if started == ECANCELED { return failed("interrupted") }
         guard started == 0 else { return failed(String(cString: strerror(started))) }
-        running.withLock { $0 = pid }
         defer { running.withLock { $0 = nil } }
         let deadline = timeout.map { DispatchTime.now().uptimeNanoseconds + UInt64(max(0, $0) * 1e9) }
         var output: [UInt8] = []
