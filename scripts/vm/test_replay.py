@@ -146,5 +146,34 @@ class ReplayTests(unittest.TestCase):
         self.assertEqual(len(checker.judged), 1)
 
 
+    def test_a_broken_builds_log_stops_at_its_first_caught_state(self):
+        """The broken builds' logs answer one question, whether the replay catches them: the
+        first failed state ends their replay, and the marks never reached are not a failure."""
+        a = b"A" * SECTOR
+        log = self.write("log", build_log([
+            (0, a, 0, None), (0, b"", replay.FLUSH, None),
+            (0, None, replay.MARK, "empty"),
+            (1, a, 0, None), (0, b"", replay.FLUSH, None),
+            (2, a, 0, None), (0, b"", replay.FLUSH, None),
+        ]))
+
+        class Mixed:
+            judged = 0
+
+            def check(self, image, allowed, rebuild, dropped):
+                Mixed.judged += 1
+                return {"tree": "mixed", "state_ok": False, "next_update_ok": False, "detail": "scripted"}
+
+        scratch = tempfile.mkdtemp(dir=self.folder.name)
+        summary = replay.replay(log, "ext4", Mixed(), 16 * SECTOR, 0, replay.random.Random(1), scratch, False, stop_when_caught=True)
+        self.assertEqual((Mixed.judged, summary["mixed"], summary["caught_at"]), (1, 1, "entry 4: flush"))
+        self.assertFalse([f for f in summary["failures"] if "log" in f], "the marks not reached are no failure")
+        # A good build's log is replayed whole, and its missing marks are a failure.
+        Mixed.judged = 0
+        summary = replay.replay(log, "ext4", Mixed(), 16 * SECTOR, 0, replay.random.Random(1), scratch, False)
+        self.assertEqual(Mixed.judged, 2)
+        self.assertTrue([f for f in summary["failures"] if "log" in f])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
