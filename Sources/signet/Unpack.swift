@@ -236,13 +236,12 @@ struct Unpack: ParsableCommand {
         ReleaseOptions.say(report)
     }
 
-    /// Unchanged files shared with the replaced tree and copied from it: a one-file update
-    /// writes one file only when the releases are signed by the same key (issue 49).
+    /// Unchanged files shared with the replaced tree and copied from it (issues 49 and 51).
     static func sayShared(_ report: InstallReport) {
         guard report.filesShared + report.filesCopied > 0 else { return }
         var text = "  unchanged files: \(count(report.filesShared)) shared with the replaced tree (nothing written)"
         if report.filesCopied > 0 {
-            text += ", \(count(report.filesCopied)) copied (written again: a file is shared only when the release that wrote it was signed by the same key, key \(report.signer.keyID.short) here, with the same mode and attributes)"
+            text += ", \(count(report.filesCopied)) copied (written again: a file is shared only when the key that signed the release that wrote it is still trusted for this package, with the same mode and attributes)"
         }
         Output.line(text)
     }

@@ -152,23 +152,59 @@ struct RepositoryKeepingCLITests {
         #expect(try CLI.run(["repo", "renew", p.repo, "--role", "timestamp"]).status == 2)
     }
 
-    @Test("point 3: after a release signed by another targets key the unchanged files are copied, not shared, and the report counts and explains both")
-    func sharedAndCopied() throws {
+    @Test("issue 51 point 4: a release packed by another key of the targets role shares the unchanged files; reverify names each file's key; a key rotated out stops counting and its files are copied at the next update")
+    func sharedAcrossKeys() throws {
         let fleet = try Fleet("keeping-shared", targetsThreshold: 1)
         try fleet.release(1, signers: ["rel1"], packKey: "rel1")
         let device = try fleet.device()
         try fleet.check(device.update())
-        try fleet.release(2, signers: ["rel1"], packKey: "rel1")
-        let same = try fleet.check(device.update()).json()
-        #expect(same["files_shared"] as? Int == 1 && same["files_copied"] as? Int == 0, "\(same)")
-        try fleet.release(3, signers: ["rel2"], packKey: "rel2")
+        let keyID = { (key: String) throws -> String in try fleet.check(CLI.run(["key", "show", fleet.pub(key), "--json"])).json()["key_id"] as? String ?? "" }
+        let rel1 = try keyID("rel1"), rel2 = try keyID("rel2")
+        func reverify() throws -> (status: Int32, files: [String: [String: Any]]) {
+            let result = try CLI.run(["reverify", device.dest, "--tuf-metadata", device.metadata, "--json"])
+            let trees = try result.json()["trees"] as? [[String: Any]] ?? []
+            let files = (trees.first?["files"] as? [[String: Any]] ?? []).reduce(into: [String: [String: Any]]()) { $0[$1["path"] as? String ?? ""] = $1 }
+            return (result.status, files)
+        }
+        let previous = device.folder + "/.app.signet-previous"
+
+        // Release 2 packed by rel2: b.txt (unchanged) is the same inode as in release 1's tree.
+        try fleet.release(2, signers: ["rel2"], packKey: "rel2")
         let text = try CLI.run(["update", "--repository", fleet.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable", "--dest", device.dest,
                                 "--tls-ca", fleet.server.root])
-        #expect(text.status == 0 && text.stdoutText.contains("0 shared with the replaced tree") && text.stdoutText.contains("1 copied")
-                && text.stdoutText.contains("signed by the same key"), "\(text.stdoutText)")
-        try fleet.release(4, signers: ["rel2"], packKey: "rel2")
+        #expect(text.status == 0 && text.stdoutText.contains("unchanged files: 1 shared with the replaced tree") && !text.stdoutText.contains("copied"),
+                "\(text.stdoutText)")
+        #expect(RepairCLITests.inode(device.dest + "/b.txt") != nil && RepairCLITests.inode(device.dest + "/b.txt") == RepairCLITests.inode(previous + "/b.txt"))
+        var checked = try reverify()
+        #expect(checked.status == 0, "\(checked.files)")
+        #expect(checked.files["b.txt"]?["key_id"] as? String == rel1 && checked.files["b.txt"]?["verdict"] as? String == "ok", "\(checked.files)")
+        #expect((checked.files["b.txt"]?["detail"] as? String)?.contains("the tree's record holds") == true, "\(checked.files)")
+        #expect(checked.files["a.txt"]?["key_id"] as? String == rel2, "\(checked.files)")
+        // The attribute must verify: one that is by no trusted key is not taken for a peer's.
+        try fleet.release(3, signers: ["rel1"], packKey: "rel1")
         let back = try fleet.check(device.update()).json()
         #expect(back["files_shared"] as? Int == 1 && back["files_copied"] as? Int == 0, "\(back)")
+
+        // rel1 leaves the targets role: its signature on b.txt no longer vouches for anything.
+        try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", fleet.pub("rel1"), "--add", fleet.pub("rel3")]))
+        try fleet.signRoot()
+        try fleet.check(fleet.sign("targets", "rel2"))
+        try fleet.refresh()
+        try fleet.release(4, signers: ["rel2"], packKey: "rel2")
+        let rotated = try fleet.check(device.update()).json()
+        #expect(rotated["files_shared"] as? Int == 0 && rotated["files_copied"] as? Int == 1, "b.txt is written again with rel2's signature: \(rotated)")
+        checked = try reverify()
+        #expect(checked.status == 0 && checked.files["b.txt"]?["key_id"] as? String == rel2, "\(checked.files)")
+
+        // Outside TUF: any key the policy accepts, and only while it accepts it.
+        let dest = fleet.work.file("plain/app")
+        let keys = ["--pubkey", fleet.pub("rel1"), "--pubkey", fleet.pub("rel2"), "--json"]
+        try fleet.check(CLI.run(["unpack", try fleet.pack(5, key: "rel1"), "--dest", dest] + keys))
+        let plain = try fleet.check(CLI.run(["unpack", try fleet.pack(6, key: "rel2"), "--dest", dest] + keys)).json()
+        #expect(plain["files_shared"] as? Int == 1, "\(plain)")
+        #expect(try CLI.run(["reverify", dest] + keys).status == 0)
+        let alone = try CLI.run(["reverify", dest, "--pubkey", fleet.pub("rel2")])
+        #expect(alone.status == 1 && alone.stdoutText.contains("b.txt") && alone.stdoutText.contains("attributes-lost"), "\(alone.stdoutText)")
     }
 
     @Test("one key id: repo status shows the Signet id key show prints beside the TUF id; rotate removes a key by its Signet id; a rotation that changes nothing is refused")

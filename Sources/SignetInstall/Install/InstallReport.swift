@@ -42,10 +42,9 @@ public struct InstallReport: Sendable {
     /// inodes: unchanged content, mode and attributes), none of their bytes written again.
     public internal(set) var filesShared = 0
     /// Unchanged resources copied from the tree it replaced instead of shared (issue 49): a
-    /// file is shared only when the inode is exactly what the new release installs — written
-    /// by a release signed with the same key, with the same mode and attributes — so after a
-    /// release signed by another key (m-of-n targets keys: whoever packs signs) they are
-    /// written again.
+    /// file is shared only when the inode is exactly what the new release installs — the same
+    /// mode, and attributes by the release's key or another key trusted for the package
+    /// (issue 51) — so a file signed by a key since rotated out or revoked is written again.
     public internal(set) var filesCopied = 0
     /// The replaced release is kept beside the destination (`.DIR.signet-previous`) for
     /// ``Installer/rollback(_:options:)-(String,_)``.

@@ -58,8 +58,9 @@ extension Installer.Job {
     /// Stages `file` as a hard link to the installed file below `root`, when that inode is
     /// exactly what the new release installs: a regular file of ours, with the new release's
     /// mode, its content hashed here to the manifest's SHA-256, a `user.signet.sig` that
-    /// verifies with the manifest's key over it, `user.signet.meta` naming the same package,
-    /// path, key and algorithm, and the IMA attribute this install asks for (none if none).
+    /// verifies over it with the key `user.signet.meta` names (the manifest's, or another the
+    /// trust policy accepts for this package: `checked.peers`), `user.signet.meta` naming the
+    /// same package, path and algorithm, and the IMA attribute this install asks for (none if none).
     /// `user.signet.meta` keeps the sequence of the release that wrote the content (FORMAT.md
     /// §3). The package's signature entry still goes into the tree's record and is verified as
     /// for any resource. Nil, with nothing staged, otherwise; structured resources (which have
@@ -84,13 +85,16 @@ extension Installer.Job {
         let raw = openat(parent.rawValue, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)
         guard raw >= 0, let input = try? InputFile.adopt(OwnedDescriptor(adopting: raw), path: destination + "/" + file.path, what: "installed file") else { return nil }
         let fd = input.descriptor
+        // The inode keeps the signature of the release that wrote it: by this manifest's key, or
+        // by another key the trust policy accepts for this package (`checked.peers`).
         guard let info = try? fd.status(), info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(),
               info.st_mode & 0o7777 == mode_t(file.mode.permissions), UInt64(info.st_size) == file.size,
               case .success(let attribute?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd),
-              attribute.count == checked.key.signatureLength,
               let meta = SignetMetadata(fd), meta.name.map({ Manifest.sameName($0, checked.manifest.name) }) == true,
-              meta.path == file.path, meta.keyID == checked.key.keyID, meta.algorithm == checked.algorithm,
-              imaMatches(fd, signature: attribute, checked: checked) else { return nil }
+              meta.path == file.path, meta.algorithm == checked.algorithm,
+              let signer = meta.keyID == checked.key.keyID ? checked.key : checked.peers.first(where: { $0.keyID == meta.keyID }),
+              attribute.count == signer.signatureLength,
+              imaMatches(fd, signature: attribute, key: signer, checked: checked) else { return nil }
         let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
         struct Longer: Error {}
         var total: UInt64 = 0
@@ -108,7 +112,7 @@ extension Installer.Job {
         let digests = try hashers.map { try $0.finalize() }
         let digest = digests[digests.count - 1]
         guard total == file.size, file.content.matches(digests[0]),
-              Verifier.check(attribute, digest: digest, key: checked.key, algorithm: checked.algorithm),
+              Verifier.check(attribute, digest: digest, key: signer, algorithm: checked.algorithm),
               staging.link(file.path, from: parent, name: name, identity: info) else { return nil }
         // The package's signature of the file, for the tree's record (verified like any).
         do {
@@ -137,11 +141,11 @@ extension Installer.Job {
 
     /// The installed file carries exactly the IMA attribute this install writes: the one
     /// `--ima` names, made from `signature`, and not the other; neither without `--ima`.
-    private func imaMatches(_ fd: FileDescriptor, signature: [UInt8], checked: PackageReader.Checked) -> Bool {
+    private func imaMatches(_ fd: FileDescriptor, signature: [UInt8], key: PublicKey, checked: PackageReader.Checked) -> Bool {
         for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
             let present = ExtendedAttributes.get(name, on: fd)
             if name == options.imaAttribute {
-                guard let ima = IMASignature(signatureBytes: signature, algorithm: checked.algorithm, key: checked.key),
+                guard let ima = IMASignature(signatureBytes: signature, algorithm: checked.algorithm, key: key),
                       case .success(let bytes?) = present, bytes == ima.bytes else { return false }
             } else {
                 guard case .success(nil) = present else { return false }

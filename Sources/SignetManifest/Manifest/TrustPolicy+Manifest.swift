@@ -18,3 +18,24 @@ extension TrustPolicy {
         return "\(manifest.name) sequence \(manifest.sequence) (manifest SHA-256 \(digest.prefix(16))…) is signed by \(role), but no role of the TUF metadata in '\(tufSource ?? "")' lists it: a package is trusted there only when the metadata its role's threshold signed lists its manifest, so one key cannot vouch for a package alone"
     }
 }
+
+extension TrustPolicy {
+    /// The keys besides `signer` whose signature an unchanged installed file may keep in a tree
+    /// of this manifest (FORMAT.md §3, "Files shared across keys"; issue 51): the keys this
+    /// policy accepts, not revoked and of the required channel; when `signer` is trusted only
+    /// through TUF metadata, only the keys of the role whose metadata lists this manifest (the
+    /// same role: a key of another role never vouches for this package's files). The file's
+    /// content is still what the manifest `signer` signed lists; the other key's signature says
+    /// only which trusted release wrote the bytes.
+    package func peerKeys(of signer: KeyID, manifestBytes: [UInt8], manifest: Manifest) -> [PublicKey] {
+        let allowed: Set<KeyID>
+        if tufOnlyKeys.contains(signer) {
+            let digest = (try? Digest.compute(manifestBytes, algorithm: .sha256).hex) ?? ""
+            allowed = tufListings.filter { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Manifest.sameName($0.name, manifest.name) }
+                .reduce(into: Set<KeyID>()) { $0.formUnion($1.keyIDs) }
+        } else {
+            allowed = Set(keys.lazy.map(\.keyID).filter { !tufOnlyKeys.contains($0) })
+        }
+        return keys.filter { $0.keyID != signer && allowed.contains($0.keyID) && refusal(for: $0.keyID) == nil }
+    }
+}

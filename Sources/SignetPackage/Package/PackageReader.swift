@@ -97,6 +97,9 @@ public enum PackageReader {
         package let manifestSignature: [UInt8]
         package let key: PublicKey
         package let algorithm: SignatureAlgorithm
+        /// The other keys whose signature an unchanged installed file may keep in a tree of
+        /// this manifest (`TrustPolicy.peerKeys`; issue 51).
+        package let peers: [PublicKey]
         let contents: PackageContents
 
         func verdict(_ failure: PackageVerification.Failure, _ message: String, entry: String?) -> PackageVerification {
@@ -168,7 +171,8 @@ public enum PackageReader {
         }
         if let missing { return missing }
         return .checked(Checked(manifest: manifest, manifestBytes: manifestBytes,
-                                manifestSignature: signature, key: key, algorithm: algorithm, contents: contents))
+                                manifestSignature: signature, key: key, algorithm: algorithm,
+                                peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest), contents: contents))
     }
 
     /// One resource's verdict: its verified signature, or why it was rejected.

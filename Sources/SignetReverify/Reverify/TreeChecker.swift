@@ -26,10 +26,14 @@ final class TreeChecker: @unchecked Sendable {
     /// Key paths allowed to change, by the bytes of the structured resource's path (a rule for
     /// `Key.json` must not apply to its canonically equivalent twin `\u{212A}ey.json`).
     let allowedKeys: [[UInt8]: [KeyPath]]
+    /// Other keys whose `user.signet.sig` a file shared from an earlier release may keep
+    /// (`TrustPolicy.peerKeys`; FORMAT.md §3, "Files shared across keys").
+    let peers: [PublicKey]
 
     init(root: String, descriptor: FileDescriptor, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
-         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:]) throws {
+         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:], peers: [PublicKey] = []) throws {
         self.record = record
+        self.peers = peers
         self.allowedKeys = Dictionary(allowedKeys.map { (Array($0.key.utf8), $0.value) }, uniquingKeysWith: +)
         self.root = root
         do { rootCopy = OwnedDescriptor(adopting: try systemCall("dup") { dup(descriptor.rawValue) }) } catch {
@@ -185,6 +189,17 @@ final class TreeChecker: @unchecked Sendable {
             }
             if verifies(attribute) {
                 return report(.ok, "verified", .xattr)
+            }
+            // A file shared from a release signed by another key this policy accepts for the
+            // package: its attribute is that key's signature over this content, and the tree's
+            // own record (or sidecar) holds this manifest key's, which must verify too.
+            if let peer = peers.first(where: { attribute.count == $0.signatureLength && Verifier.check(attribute, digest: digest, key: $0, algorithm: algorithm) }),
+               case .success(let own?) = validSidecar {
+                var made = FileReport(path: file.path, verdict: .ok,
+                                      detail: (note.map { "\($0); " } ?? "") + "verified: user.signet.sig is by key \(peer.keyID.short), which the trust policy also accepts for this package (the release that wrote these bytes); \(own.source == .record ? "the tree's record" : "the sidecar") holds \(key.keyID.short)'s signature",
+                                      signatureSource: .xattr, signer: peer.keyID)
+                made.changedKeys = changes
+                return made
             }
             return annotated(restore(fd, file, sidecar: validSidecar,
                                      lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)"))
