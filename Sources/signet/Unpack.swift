@@ -154,6 +154,8 @@ struct Unpack: ParsableCommand {
         let chunk_bytes_reused: UInt64
         let chunks_fetched: Int
         let chunk_bytes_fetched: UInt64
+        let chunks_resumed: Int
+        let chunk_bytes_resumed: UInt64
 
         init(_ report: TransferReport) {
             mode = report.mode.rawValue
@@ -169,6 +171,8 @@ struct Unpack: ParsableCommand {
             chunk_bytes_reused = report.chunkBytesReused
             chunks_fetched = report.chunksFetched
             chunk_bytes_fetched = report.chunkBytesFetched
+            chunks_resumed = report.chunksResumed
+            chunk_bytes_resumed = report.chunkBytesResumed
         }
     }
 
@@ -264,6 +268,9 @@ struct Unpack: ParsableCommand {
             if transfer.chunksReused > 0 {
                 text += "; large files rebuilt from \(count(transfer.chunksReused)) chunk\(transfer.chunksReused == 1 ? "" : "s") already here (\(ProgressLine.bytes(transfer.chunkBytesReused)))"
                     + " and \(count(transfer.chunksFetched)) fetched (\(ProgressLine.bytes(transfer.chunkBytesFetched)))"
+            }
+            if transfer.chunksResumed > 0 {
+                text += "; \(ProgressLine.bytes(transfer.chunkBytesResumed)) of large files continued from where an interrupted run stopped (\(count(transfer.chunksResumed)) chunk\(transfer.chunksResumed == 1 ? "" : "s") checked)"
             }
             text += "; \(ProgressLine.bytes(transfer.bytesDownloaded)) downloaded in \(count(transfer.requests)) range request\(transfer.requests == 1 ? "" : "s")"
         } else {

@@ -27,8 +27,8 @@ public final class ScriptedServer {
         /// Lies in a range answer: Content-Range shifted by this many bytes; bytes added after the range.
         public var shiftRange: Int
         public var extraBytes: Int
-        /// In a range answer that holds this file offset: the bytes before it are sent, then
-        /// the connection is cut (a link dropping inside an entry)...
+        /// In a range answer (or a part of a multipart one) that holds this file offset: the
+        /// bytes before it are sent, then the connection is cut (a link dropping inside an entry)...
         public var cutAt: Int?
         /// ... or, with `stall`, the server sends nothing more for 60 s instead (a time-out).
         public var stall: Bool
@@ -130,11 +130,14 @@ public final class ScriptedServer {
                 if kind == "whole": return single(0, total - 1, 200)
                 if kind == "reversed": ranges = list(reversed(ranges))
                 body = b""
+                cut_at, cut = a.get("cutAt"), None
                 for i, (start, end) in enumerate(ranges):
                     shown = (start + 1, end + 1) if kind == "shiftedSecond" and i == 1 else (start, end)
                     sent = data[start:end + 2] if kind == "longerSecond" and i == 1 else data[start:end + 1]
                     delimiter = "OTHERBOUNDARY" if kind == "wrongBoundary" else boundary
-                    body += ("\r\n--%s\r\nContent-Type: application/zip\r\nContent-Range: bytes %d-%d/%d\r\n\r\n" % (delimiter, shown[0], shown[1], total)).encode() + sent
+                    body += ("\r\n--%s\r\nContent-Type: application/zip\r\nContent-Range: bytes %d-%d/%d\r\n\r\n" % (delimiter, shown[0], shown[1], total)).encode()
+                    if cut is None and cut_at is not None and start <= cut_at <= end: cut = len(body) + cut_at - start
+                    body += sent
                 if kind != "unclosed": body += ("\r\n--%s--\r\n" % boundary).encode()
                 if kind == "endlessEpilogue": body += b"x" * 65536
                 self.send_response(206)
@@ -142,7 +145,13 @@ public final class ScriptedServer {
                 self.send_header("Content-Length", str(len(body)))
                 for k, v in a.get("headers", {}).items(): self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(body if cut is None else body[:cut])
+                if cut is not None:
+                    # The link drops inside a part, as for a single range.
+                    self.wfile.flush()
+                    self.close_connection = True
+                    try: self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError: pass
             def do_GET(self):
                 path = self.path.lstrip("/")
                 with open(log_path, "a") as log:

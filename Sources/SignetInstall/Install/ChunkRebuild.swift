@@ -21,8 +21,11 @@ struct ChunkPlan {
     let chunks: ChunkIndex
     /// Where the entry's bytes are in the package (checked against its local header).
     let data: Range<UInt64>
-    /// Per new chunk, where its bytes come from, in order.
+    /// Per new chunk, where its bytes come from, in order (none for the chunks resumed).
     let pieces: [[Piece]]
+    /// The leading chunks an interrupted run left in the staged file, each checked against its
+    /// SHA-256 in the index (issue 51): kept where they are, neither read nor fetched again.
+    let resumed: Int
 
     /// Bytes of the new file at `offset`: from the installed file at `installed`, or fetched.
     struct Piece {
@@ -102,6 +105,35 @@ struct ChunkPlan {
         self.chunks = chunks
         self.data = data
         self.pieces = pieces
+        self.resumed = 0
+    }
+
+    /// The plan for a file whose first `resumed` chunks an interrupted run staged: the rest
+    /// as `base` plans them (from the installed copy where it holds them), else fetched.
+    init(resuming resumed: Int, chunks: ChunkIndex, data: Range<UInt64>, base: ChunkPlan?) {
+        self.chunks = chunks
+        self.data = data
+        self.resumed = resumed
+        pieces = chunks.spans.enumerated().map { index, span in
+            index < resumed ? [] : base?.pieces[index] ?? [Piece(offset: span.offset, length: span.length, installed: nil)]
+        }
+    }
+
+    /// The number of leading chunks of `fd` (a file an interrupted run staged) that hash to
+    /// `chunks`: read in order, up to the first that is short or differs.
+    static func verifiedChunks(of fd: FileDescriptor, chunks: ChunkIndex) -> Int {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ContentChunker.maximum, alignment: 64)
+        defer { buffer.deallocate() }
+        guard let hasher = try? Digest.Hasher(.sha256) else { return 0 }
+        var count = 0
+        for (index, span) in chunks.spans.enumerated() {
+            let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(span.length)])
+            guard (try? fd.read(fullyAt: Int64(span.offset), into: into)) == into.count, (try? hasher.restart()) != nil else { break }
+            hasher.update(UnsafeRawBufferPointer(into))
+            guard let digest = try? hasher.finalize(), digest.bytes.elementsEqual(chunks.hash(index)) else { break }
+            count = index + 1
+        }
+        return count
     }
 
     /// The package's byte ranges of the pieces to fetch (neighbours merged).
@@ -117,8 +149,8 @@ struct ChunkPlan {
 
 /// What rebuilding one file did, for the report.
 struct ChunkCounts {
-    var reused = 0, fetched = 0
-    var bytesReused: UInt64 = 0, bytesFetched: UInt64 = 0
+    var reused = 0, fetched = 0, resumed = 0
+    var bytesReused: UInt64 = 0, bytesFetched: UInt64 = 0, bytesResumed: UInt64 = 0
 }
 
 extension Installer.Job {
@@ -129,21 +161,48 @@ extension Installer.Job {
     /// package's fault, and refused. The file is written once, in order, and its whole SHA-256
     /// and signature are checked before it counts as staged. Nil, with nothing staged, when the
     /// installed file cannot be opened or the entry is not the plan's.
-    func stageRebuilt(_ file: Manifest.File, plan: ChunkPlan, from root: FileDescriptor, input: any ArchiveInput, into staging: Staging,
+    ///
+    /// With `plan.resumed`, the staged file an interrupted run left is continued: its verified
+    /// leading chunks are hashed where they are and the rest is written after them. A transfer
+    /// that fails (`network`, `package-changed`) leaves the file staged for the next run, which
+    /// checks every chunk of it again before keeping any (issue 51).
+    func stageRebuilt(_ file: Manifest.File, plan: ChunkPlan, from root: FileDescriptor?, input: any ArchiveInput, into staging: Staging,
                       checked: PackageReader.Checked, counts: inout ChunkCounts,
                       later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
+        var kept = false, keptForNextRun = false
+        defer { if !kept && !keptForNextRun { staging.removeFile(file.path) } }
         // `plan.data` came from the entry's local header, checked when the plan was made.
-        guard let entry = layout.resource(file.path), entry.size == file.size, UInt64(plan.data.count) == entry.size,
-              let opened = try? Paths.open(file.path, beneath: root),
-              let installed = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file") else { return nil }
-        var kept = false
-        defer { if !kept { staging.removeFile(file.path) } }
-        let staged = try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
-        let writer = Installer.StagedWriter(fd: staged.descriptor, path: file.path, destination: destination)
+        let needsInstalled = plan.pieces.joined().contains { $0.installed != nil }
+        guard let entry = layout.resource(file.path), entry.size == file.size, UInt64(plan.data.count) == entry.size else { return nil }
+        var installed: InputFile? = nil
+        if needsInstalled {
+            guard let root, let opened = try? Paths.open(file.path, beneath: root),
+                  let source = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file") else { return nil }
+            installed = source
+        }
+        let resumeAt = plan.resumed < plan.chunks.count ? plan.chunks.spans[plan.resumed].offset : file.size
+        let staged = plan.resumed > 0 ? try staging.openFile(file.path) : try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
         let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
         let chunkHasher = try Digest.Hasher(.sha256)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ContentChunker.maximum, alignment: 64)
         defer { buffer.deallocate() }
+        if plan.resumed > 0 {
+            // The chunks checked when the plan was made, hashed again into the whole file's
+            // digests as they are read (the file is ours, in our staging tree, but read once
+            // more so that what is hashed is what is installed); what follows them is cut.
+            var offset: UInt64 = 0
+            while offset < resumeAt {
+                let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), resumeAt - offset))])
+                guard try staged.descriptor.read(fullyAt: Int64(offset), into: into) == into.count else { return nil }
+                hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
+                offset += UInt64(into.count)
+            }
+            guard ftruncate(staged.descriptor.rawValue, off_t(resumeAt)) == 0,
+                  lseek(staged.descriptor.rawValue, off_t(resumeAt), SEEK_SET) == off_t(resumeAt) else { return nil }
+            counts.resumed += plan.resumed
+            counts.bytesResumed += resumeAt
+        }
+        let writer = Installer.StagedWriter(fd: staged.descriptor, path: file.path, destination: destination, at: Int64(resumeAt))
         var scanned = false
         /// At the first chunk the installed copy does not hold right (damaged in place): every
         /// later chunk made only of installed pieces is read and hashed now, and those that do
@@ -153,12 +212,12 @@ extension Installer.Job {
             guard !scanned, let ranged = input as? RangedInput else { return }
             scanned = true
             var damaged: [Range<Int64>] = []
-            for later in first..<plan.chunks.spans.count where plan.pieces[later].allSatisfy({ $0.installed != nil }) {
+            for later in first..<plan.chunks.spans.count where !plan.pieces[later].isEmpty && plan.pieces[later].allSatisfy({ $0.installed != nil }) {
                 let span = plan.chunks.spans[later]
                 var complete = true
                 for piece in plan.pieces[later] {
                     let into = UnsafeMutableRawBufferPointer(rebasing: buffer[Int(piece.offset - span.offset)..<Int(piece.offset - span.offset + piece.length)])
-                    complete = complete && (try? installed.read(fullyAt: Int64(piece.installed!), into: into)) == into.count
+                    complete = complete && (try? installed?.read(fullyAt: Int64(piece.installed!), into: into)) == into.count
                 }
                 try chunkHasher.restart()
                 chunkHasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(span.length)]))
@@ -170,45 +229,51 @@ extension Installer.Job {
             }
             ranged.plan(damaged)
         }
-        for (index, span) in plan.chunks.spans.enumerated() {
-            let length = Int(span.length)
-            let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
-            /// Whether the chunk's bytes in the buffer are the chunk.
-            func matches() throws -> Bool {
-                try chunkHasher.restart()
-                chunkHasher.update(UnsafeRawBufferPointer(chunk))
-                return try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(index))
-            }
-            var reused: UInt64 = 0, fetched: UInt64 = 0, complete = true
-            for piece in plan.pieces[index] {
-                let into = UnsafeMutableRawBufferPointer(rebasing: chunk[Int(piece.offset - span.offset)..<Int(piece.offset - span.offset + piece.length)])
-                if let old = piece.installed {
-                    complete = complete && (try? installed.read(fullyAt: Int64(old), into: into)) == into.count
-                    reused += piece.length
-                } else {
-                    let read = try input.read(fullyAt: Int64(plan.data.lowerBound + piece.offset), into: into)
-                    complete = complete && read == into.count
-                    fetched += piece.length
+        do {
+            for (index, span) in plan.chunks.spans.enumerated() where index >= plan.resumed {
+                let length = Int(span.length)
+                let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
+                /// Whether the chunk's bytes in the buffer are the chunk.
+                func matches() throws -> Bool {
+                    try chunkHasher.restart()
+                    chunkHasher.update(UnsafeRawBufferPointer(chunk))
+                    return try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(index))
                 }
-            }
-            let whole = try complete && matches()
-            if !whole {
-                // A piece of the installed copy that is not what its index says (a local change,
-                // or a block hash that matched by chance): the whole chunk from the package.
-                if reused > 0 { try planDamaged(from: index) }
-                let again = reused > 0 ? try input.read(fullyAt: Int64(plan.data.lowerBound + span.offset), into: chunk) : 0
-                guard again == length, try matches() else {
-                    throw Installer.error(for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
-                                          package: package, entry: file.path)
+                var reused: UInt64 = 0, fetched: UInt64 = 0, complete = true
+                for piece in plan.pieces[index] {
+                    let into = UnsafeMutableRawBufferPointer(rebasing: chunk[Int(piece.offset - span.offset)..<Int(piece.offset - span.offset + piece.length)])
+                    if let old = piece.installed {
+                        complete = complete && (try? installed?.read(fullyAt: Int64(old), into: into)) == into.count
+                        reused += piece.length
+                    } else {
+                        let read = try input.read(fullyAt: Int64(plan.data.lowerBound + piece.offset), into: into)
+                        complete = complete && read == into.count
+                        fetched += piece.length
+                    }
                 }
-                (reused, fetched) = (0, span.length)
+                let whole = try complete && matches()
+                if !whole {
+                    // A piece of the installed copy that is not what its index says (a local change,
+                    // or a block hash that matched by chance): the whole chunk from the package.
+                    if reused > 0 { try planDamaged(from: index) }
+                    let again = reused > 0 ? try input.read(fullyAt: Int64(plan.data.lowerBound + span.offset), into: chunk) : 0
+                    guard again == length, try matches() else {
+                        throw Installer.error(for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
+                                              package: package, entry: file.path)
+                    }
+                    (reused, fetched) = (0, span.length)
+                }
+                if fetched == 0 { counts.reused += 1 } else { counts.fetched += 1 }
+                counts.bytesReused += reused
+                counts.bytesFetched += fetched
+                let bytes = UnsafeRawBufferPointer(chunk)
+                hashers.forEach { $0.update(bytes) }
+                try writer.write(bytes)
             }
-            if fetched == 0 { counts.reused += 1 } else { counts.fetched += 1 }
-            counts.bytesReused += reused
-            counts.bytesFetched += fetched
-            let bytes = UnsafeRawBufferPointer(chunk)
-            hashers.forEach { $0.update(bytes) }
-            try writer.write(bytes)
+        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged {
+            // The staging tree is kept for the next run (Installer+Phases): so is this file.
+            keptForNextRun = true
+            throw failure
         }
         let digests = try hashers.map { try $0.finalize() }
         guard file.content.matches(digests[0]) else {

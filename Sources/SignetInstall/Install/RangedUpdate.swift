@@ -52,6 +52,11 @@ public struct TransferReport: Sendable, Equatable {
     public var chunksFetched = 0
     /// Bytes of changed large resources fetched from the package.
     public var chunkBytesFetched: UInt64 = 0
+    /// Leading chunks of large resources that an interrupted run had staged, checked against
+    /// the signed index and kept (issue 51).
+    public var chunksResumed = 0
+    /// Their bytes.
+    public var chunkBytesResumed: UInt64 = 0
 }
 
 /// Staging trees that earlier runs of an update left beside DIR (killed, or their link
@@ -182,6 +187,8 @@ final class RangedUpdate {
         report.chunkBytesReused = chunkCounts.bytesReused
         report.chunksFetched = chunkCounts.fetched
         report.chunkBytesFetched = chunkCounts.bytesFetched
+        report.chunksResumed = chunkCounts.resumed
+        report.chunkBytesResumed = chunkCounts.bytesResumed
         return report
     }
 
@@ -202,8 +209,9 @@ final class RangedUpdate {
         }
         origins = [Origin](repeating: .fetch, count: resources.count)
         var spans: [Range<Int64>] = [], signatureSpans: [Range<Int64>] = []
-        /// Changed files with a chunk index the installed copy also has: perhaps rebuilt.
-        var chunked: [(index: Int, file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64))] = []
+        /// Changed files with a chunk index the installed copy also has (perhaps rebuilt), or of
+        /// which an interrupted run staged the first chunks (`resumed`, checked here).
+        var chunked: [(index: Int, file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64)?, resumed: Int)] = []
         for (index, file) in resources.enumerated() {
             let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]
             let unchanged = old.map { $0.size == file.size && $0.sha256 == file.sha256 } ?? false
@@ -214,8 +222,10 @@ final class RangedUpdate {
             } else if unchanged {
                 origins[index] = .installed
                 reusedSignatureSpans += signature.map { [$0] } ?? []
+            } else if let chunks = file.chunks, let resumed = resumedChunks(file, chunks: chunks, staging: staging) {
+                chunked.append((index, file, root == nil || job.options.force ? nil : installedChunks[file.path], resumed))
             } else if root != nil, !job.options.force, file.chunks != nil, let old = installedChunks[file.path] {
-                chunked.append((index, file, old))
+                chunked.append((index, file, old, 0))
             } else {
                 spans += span(of: file, job: job).map { [$0] } ?? []
                 signatureSpans += signature.map { [$0] } ?? []
@@ -225,11 +235,12 @@ final class RangedUpdate {
         input.plan(chunked.compactMap { candidate in
             span(of: candidate.file, job: job).map { $0.lowerBound..<min($0.upperBound, $0.lowerBound + 30 + Int64(candidate.file.path.utf8.count) + 128) }
         })
-        for (index, file, old) in chunked {
-            if let plan = chunkPlan(file, installed: old, job: job) {
+        for (index, file, old, resumed) in chunked {
+            if let plan = chunkPlan(file, installed: old, resumed: resumed, job: job) {
                 origins[index] = .rebuild(plan)
                 spans += plan.fetchRanges
             } else {
+                if resumed > 0 { staging.removeFile(file.path) }
                 spans += span(of: file, job: job).map { [$0] } ?? []
             }
             signatureSpans += signatureSpan(of: file, job: job).map { [$0] } ?? []
@@ -260,10 +271,26 @@ final class RangedUpdate {
 
     /// How `file` is rebuilt from the installed copy of `installed` chunks: nil when its entry
     /// is not stored or shares no chunk. Reads the entry's local header (planned first).
-    private func chunkPlan(_ file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64), job: Installer.Job) -> ChunkPlan? {
+    private func chunkPlan(_ file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64)?, resumed: Int, job: Installer.Job) -> ChunkPlan? {
         guard let chunks = file.chunks, let entry = job.layout.resource(file.path), entry.method == 0, entry.size == file.size,
               let data = try? job.reader.storedData(of: entry) else { return nil }
-        return ChunkPlan(chunks: chunks, installed: installed.chunks, installedSize: installed.size, data: data)
+        let base = installed.flatMap { ChunkPlan(chunks: chunks, installed: $0.chunks, installedSize: $0.size, data: data) }
+        guard resumed > 0 else { return base }
+        return ChunkPlan(resuming: resumed, chunks: chunks, data: data, base: base)
+    }
+
+    /// How many leading chunks of `file` an interrupted run left staged (FORMAT.md §5, "Resumed
+    /// inside a file"): a shorter file of its path in a tree taken over is moved into `staging`
+    /// and its chunks are hashed in order against the signed index; nil (nothing moved, or the
+    /// file removed again) when not one chunk matches. A file of the right size was taken whole
+    /// before this is asked.
+    private func resumedChunks(_ file: Manifest.File, chunks: ChunkIndex, staging: Staging) -> Int? {
+        guard !leftovers.trees.isEmpty, file.size > 0,
+              leftovers.trees.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, below: file.size) }) else { return nil }
+        guard let opened = try? staging.openFile(file.path) else { return nil }
+        let count = ChunkPlan.verifiedChunks(of: opened.descriptor, chunks: chunks)
+        if count == 0 { staging.removeFile(file.path) }
+        return count > 0 ? count : nil
     }
 
     /// The bytes of `file`'s signature entry.
@@ -307,7 +334,7 @@ final class RangedUpdate {
         case .fetch: staged = nil
         case .rebuild(let plan):
             let before = chunkCounts
-            if let root, let rebuilt = try job.stageRebuilt(file, plan: plan, from: root.descriptor, input: input, into: staging, checked: checked,
+            if let rebuilt = try job.stageRebuilt(file, plan: plan, from: root?.descriptor, input: input, into: staging, checked: checked,
                                                             counts: &chunkCounts, later: later) {
                 fetched += 1
                 bytesFetched &+= chunkCounts.bytesFetched - before.bytesFetched

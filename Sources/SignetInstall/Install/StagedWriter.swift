@@ -20,10 +20,14 @@ extension Installer {
         private var flushed: Int64 = 0
         static let writebackStep: Int64 = 8 << 20
 
-        init(fd: FileDescriptor, path: String, destination: String) {
+        /// `at`: the file's first bytes are already written (a resumed file; the descriptor's
+        /// position is there).
+        init(fd: FileDescriptor, path: String, destination: String, at offset: Int64 = 0) {
             self.fd = fd
             self.path = path
             self.destination = destination
+            written = offset
+            flushed = offset
         }
 
         func write(_ chunk: UnsafeRawBufferPointer) throws {

@@ -156,6 +156,16 @@ final class Staging {
     /// it again (issue 36). Its content is checked when its turn comes
     /// (``openFile(_:)``). False, with nothing changed, when it is absent or not as expected.
     func moveIn(_ relative: String, from tree: FileDescriptor, size: UInt64) -> Bool {
+        moveIn(relative, from: tree) { $0 == size }
+    }
+
+    /// ``moveIn(_:from:size:)`` for a file an interrupted run cut short: moved when it holds
+    /// at least one byte and fewer than `size` (its chunks are checked before any is kept).
+    func moveIn(_ relative: String, from tree: FileDescriptor, below size: UInt64) -> Bool {
+        moveIn(relative, from: tree) { $0 > 0 && $0 < size }
+    }
+
+    private func moveIn(_ relative: String, from tree: FileDescriptor, fits: (UInt64) -> Bool) -> Bool {
         let components = relative.split(separator: "/")
         guard let last = components.last else { return false }
         let name = String(last)
@@ -163,7 +173,7 @@ final class Staging {
         func move(from parent: FileDescriptor) -> Bool {
             var info = stat()
             guard fstatat(parent.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
-                  UInt64(info.st_size) == size, let (directory, target) = try? directory(for: relative) else { return false }
+                  fits(UInt64(info.st_size)), let (directory, target) = try? directory(for: relative) else { return false }
             return (try? TemporaryFiles.guarded { renameat(parent.rawValue, name, directory.rawValue, target) == 0 }) == true
         }
         if parentPath.isEmpty { return move(from: tree) }

@@ -62,6 +62,9 @@ package final class RangeClient {
     /// Most parts the server put in one answer when it served fewer than asked (lighttpd
     /// serves the first 10): later requests ask for no more.
     private(set) var partsPerRequest: Int?
+    /// The last request for several ranges failed because its answer broke the rules (a lying
+    /// or malformed multipart answer), not because the link dropped: nothing of it is used.
+    private(set) var refusedAnswer = false
 
     /// A request for several ranges was answered with something other than 206 (a server that
     /// serves one range at a time, or a package that changed: asking for one range tells which).
@@ -152,6 +155,7 @@ package final class RangeClient {
     /// answers with anything but 206 (``SeveralUnsupported``: the caller asks for one range,
     /// which tells such a server from a package that changed). Retried as ``fetch(_:_:restart:_:)``.
     func fetch(several ranges: [ClosedRange<Int64>], restart: () -> Void = {}, _ body: @escaping (Int64, UnsafeRawBufferPointer) throws -> Void) throws -> Int {
+        refusedAnswer = false
         do {
             let covered = try retrying(restart: restart) { try fetchSeveralOnce(ranges, body) }
             if covered < ranges.count {
@@ -194,7 +198,8 @@ package final class RangeClient {
     }
 
     private func refused(_ what: String) -> SignetError {
-        SignetError(.network, "'\(Download.redacted(url))' \(what); a range answer must be exactly what was asked (the package may have changed on the server). Nothing was installed; try again, or use --full-download")
+        refusedAnswer = true
+        return SignetError(.network, "'\(Download.redacted(url))' \(what); a range answer must be exactly what was asked (the package may have changed on the server). Nothing was installed; try again, or use --full-download")
     }
 
     /// One request. `pinned` (a request after the first: `wanted`'s, or several ranges) sends

@@ -199,6 +199,16 @@ package final class RangedInput: ArchiveInput {
             }
         } catch is RangeClient.SeveralUnsupported {
             return false
+        } catch let failure as SignetError where failure.code == .network && !parts.isEmpty && !client.refusedAnswer {
+            // The link dropped inside a later part (a transport failure; an answer that broke
+            // the rules is refused whole): the parts that arrived are kept, so that
+            // what they hold is used (and written, for a resumed file) before the failure is
+            // met again at the first byte they lack (issue 51). Every byte is still checked
+            // against the signed hashes where it is used.
+            for part in parts { remember(part.start, part.bytes) }
+            if let last = parts.last { lastEnd = last.start + Int64(last.bytes.count) }
+            guard let first = parts.first, first.start == spans[0].lowerBound else { throw failure }
+            return true
         }
         for part in parts { remember(part.start, part.bytes) }
         if let last = parts.last { lastEnd = last.start + Int64(last.bytes.count) }

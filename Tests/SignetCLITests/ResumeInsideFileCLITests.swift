@@ -1,0 +1,128 @@
+import Foundation
+import Testing
+import SignetTestSupport
+
+/// Downloads that resume inside a large file (issue 51, point 3): a run whose link drops in the
+/// middle of a chunked file leaves what it wrote staged, and the next run keeps every leading
+/// chunk that still hashes to the signed index — and nothing it has not checked.
+@Suite("Resuming inside a large file (issue 51)")
+struct ResumeInsideFileCLITests {
+    static let size = 16 << 20
+
+    struct Setup {
+        let work: Workspace
+        let server: ScriptedServer
+        let image: Data
+        let imageAt: Int
+        let packageSize: Int
+        func arguments(_ dest: String) -> [String] {
+            ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"]
+        }
+        /// The next answers cut the link `at` bytes into the image's entry (nil: answer honestly).
+        func cut(at offset: Int?) throws {
+            try server.replace(script: ["app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true, cutAt: offset.map { imageAt + $0 })]])
+        }
+    }
+
+    /// A package of a 16 MiB incompressible file (stored, chunked) and a small one, served by a
+    /// scripted server.
+    static func setup() throws -> Setup {
+        let work = try Workspace()
+        let image = Hardening2CLITests.randomData(size)
+        let package = work.directory.file("app.zip")
+        try Hardening2CLITests.pack(work, ["image.bin": image, "small.txt": Data("small\n".utf8)], sequence: 1, out: package)
+        let offsets = try Hardening3CLITests.offsets(package)
+        let server = try ScriptedServer(script: [:])
+        try FileManager.default.copyItem(atPath: package, toPath: server.file("app.zip"))
+        let packageSize = (try FileManager.default.attributesOfItem(atPath: package)[.size] as? Int) ?? 0
+        return Setup(work: work, server: server, image: image, imageAt: try #require(offsets["image.bin"]), packageSize: packageSize)
+    }
+
+    static func transfer(_ result: ProcessResult) throws -> [String: Any] {
+        try #require(try result.json()["transfer"] as? [String: Any], "\(result.stdoutText) \(result.stderr)")
+    }
+
+    /// The image an interrupted run left staged beside `dest`.
+    static func stagedImage(besides dest: String) throws -> String? {
+        let parent = (dest as NSString).deletingLastPathComponent, name = (dest as NSString).lastPathComponent
+        return try FileManager.default.contentsOfDirectory(atPath: parent)
+            .filter { $0.hasPrefix(".\(name).signet-") && !isKeptBesideDestination($0) }
+            .map { parent + "/" + $0 + "/image.bin" }
+            .first { FileManager.default.fileExists(atPath: $0) }
+    }
+
+    @Test("a fresh install cut half-way through a 16 MiB chunked file: the next run keeps the verified half and moves at most 60% of a whole download")
+    func freshInstallResumes() throws {
+        let setup = try Self.setup()
+        let dest = setup.work.directory.file("app")
+        try setup.cut(at: Self.size / 2)
+        let cut = try CLI.run(setup.arguments(dest))
+        #expect(cut.status == 5 && Hardening3CLITests.errorCode(cut) == "network-error", "\(cut.status) \(cut.stderr)")
+        #expect(cut.stderr.contains("fetches only the rest"), "\(cut.stderr)")
+        try setup.cut(at: nil)
+        let done = try CLI.run(setup.arguments(dest))
+        #expect(done.status == 0, "\(done.stderr)")
+        let transfer = try Self.transfer(done)
+        let resumed = transfer["chunk_bytes_resumed"] as? Int ?? -1, downloaded = transfer["bytes_downloaded"] as? Int ?? Int.max
+        // What the first run wrote of the half it received (its last read and chunk unwritten).
+        #expect(resumed > Self.size / 2 - (1 << 20) && resumed <= Self.size / 2, "the verified chunks of the first half: \(transfer)")
+        #expect(downloaded <= setup.packageSize * 6 / 10, "\(downloaded) bytes of a \(setup.packageSize)-byte package: \(transfer)")
+        #expect(try contents(dest + "/image.bin") == setup.image)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        #expect(try Self.stagedImage(besides: dest) == nil, "nothing left beside DIR")
+    }
+
+    @Test("a run that continues a cut file and is cut again keeps its own chunks too; a byte changed in what was staged costs that chunk and the rest, never a wrong install")
+    func resumedTwiceAndDamaged() throws {
+        let setup = try Self.setup()
+        let dest = setup.work.directory.file("app")
+        try setup.cut(at: Self.size / 4)
+        #expect(try CLI.run(setup.arguments(dest)).status == 5)
+        try setup.cut(at: Self.size * 3 / 4)
+        let second = try CLI.run(setup.arguments(dest))
+        #expect(second.status == 5 && Hardening3CLITests.errorCode(second) == "network-error", "\(second.stderr)")
+        let staged = try #require(try Self.stagedImage(besides: dest), "the rebuild's file is kept for the next run")
+        let length = (try FileManager.default.attributesOfItem(atPath: staged)[.size] as? Int) ?? 0
+        #expect(length > Self.size / 2 && length <= Self.size * 3 / 4, "the second run's chunks were written after the first run's: \(length)")
+        // One byte of the staged file changed (a bad disk, another process): from that chunk on,
+        // nothing of it is kept.
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: staged))
+        try handle.seek(toOffset: UInt64(Self.size / 2 + 1000))
+        let byte = try #require(try handle.read(upToCount: 1))
+        try handle.seek(toOffset: UInt64(Self.size / 2 + 1000))
+        try handle.write(contentsOf: Data([byte[0] ^ 0x40]))
+        try handle.close()
+        try setup.cut(at: nil)
+        let done = try CLI.run(setup.arguments(dest))
+        #expect(done.status == 0, "\(done.stderr)")
+        let resumed = try Self.transfer(done)["chunk_bytes_resumed"] as? Int ?? -1
+        #expect(resumed > Self.size / 4 && resumed <= Self.size / 2 + 1000, "kept up to the changed chunk: \(resumed)")
+        #expect(try contents(dest + "/image.bin") == setup.image)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
+    }
+
+    @Test("an update rebuilding a chunked file from the installed copy, cut in its second changed region, continues after the chunks it wrote and fetches only that region")
+    func rebuildResumes() throws {
+        let setup = try Self.setup()
+        let dest = setup.work.directory.file("app")
+        let v1 = setup.work.directory.file("v1.zip")
+        var old = setup.image
+        old.replaceSubrange((4 << 20)..<(5 << 20), with: Hardening2CLITests.randomData(1 << 20))
+        old.replaceSubrange((12 << 20)..<(13 << 20), with: Hardening2CLITests.randomData(1 << 20))
+        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
+        try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        try setup.cut(at: (12 << 20) + (512 << 10))
+        let cut = try CLI.run(setup.arguments(dest))
+        #expect(cut.status == 5 && Hardening3CLITests.errorCode(cut) == "network-error", "\(cut.stderr)")
+        #expect(try contents(dest + "/image.bin") == old, "DIR as it was")
+        try setup.cut(at: nil)
+        let done = try CLI.run(setup.arguments(dest))
+        #expect(done.status == 0, "\(done.stderr)")
+        let transfer = try Self.transfer(done)
+        let resumed = transfer["chunk_bytes_resumed"] as? Int ?? -1, fetched = transfer["chunk_bytes_fetched"] as? Int ?? Int.max
+        #expect(resumed >= 11 << 20 && resumed <= (12 << 20) + (512 << 10), "the first run's chunks, up to the second region: \(transfer)")
+        #expect(fetched <= (1 << 20) + (1 << 20), "the second region and the chunks around it: \(transfer)")
+        #expect(try contents(dest + "/image.bin") == setup.image)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
+    }
+}
