@@ -141,6 +141,10 @@ struct PackageReport: Encodable {
         let mode: String
         @Null var compression: String?
         @Null var compressed_size: UInt64?
+        /// Whether the manifest gives the file a chunk index (FORMAT.md §2, `chunks`): an
+        /// update then fetches only the parts it lacks (stored: by range; deflated: 8 KiB
+        /// segments, `deflate`).
+        let chunked: Bool
         /// "json" or "plist" for a resource packed with --structured.
         @Null var structured: String?
     }
@@ -174,7 +178,7 @@ struct PackageReport: Encodable {
             let stored = storage($0.path)
             return File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
                         compression: stored?.compression.rawValue, compressed_size: stored?.compressedSize,
-                        structured: $0.structured?.rawValue)
+                        chunked: $0.chunks != nil, structured: $0.structured?.rawValue)
         }
     }
 }

@@ -116,4 +116,42 @@ struct ChunkIndexTests {
         let error = signetError { _ = try Manifest.parse(Array(text.utf8)) }
         #expect(error?.code == .malformedManifest && error?.reason.contains("big.img") == true, "\(error?.reason ?? "accepted")")
     }
+
+    @Test("a deflate index (issue 51) round-trips in a manifest; one length per 8 KiB segment, each 5 to 8,256 bytes, and never without a chunk index, else the manifest is malformed naming the file")
+    func deflateIndex() throws {
+        let bytes = Self.random((1 << 20) + 1000)
+        var file = Manifest.File(path: "big.img", size: UInt64(bytes.count), sha256: try Digest.compute(bytes, algorithm: .sha256).hex, mode: .regular)
+        file.chunks = try Self.chunk(bytes, step: 1 << 20)
+        var deflate = DeflateIndex()
+        for index in 0..<DeflateIndex.segments(of: UInt64(bytes.count)) { deflate.append(compressedLength: 100 + index) }
+        file.deflate = deflate
+        let manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
+                                keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
+        let encoded = try manifest.encoded()
+        let parsed = try Manifest.parse(encoded)
+        #expect(parsed == manifest && parsed.files[0].deflate?.offsets.last == UInt64((0..<129).reduce(0) { $0 + 100 + $1 }))
+        let text = String(decoding: encoded, as: UTF8.self)
+        let good = deflate.encoded
+        func lengths(_ values: [Int]) -> String {
+            DeflateIndex.scheme + Data(values.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xff)] }).base64EncodedString()
+        }
+        for (bad, words) in [
+            ("zstd1:" + good.dropFirst(DeflateIndex.scheme.count), "unknown scheme"),
+            (lengths(Array(repeating: 100, count: 128)), "one length per 8192-byte segment"),
+            (lengths(Array(repeating: 100, count: 128) + [4]), "a deflate segment of 4 compressed bytes"),
+            (lengths(Array(repeating: 100, count: 128) + [8257]), "a deflate segment of 8257"),
+            (good + "=", "one length per"),
+        ] {
+            let changed = text.replacingOccurrences(of: good, with: bad)
+            let error = signetError { _ = try Manifest.parse(Array(changed.utf8)) }
+            #expect(error?.code == .malformedManifest && error?.reason.contains("big.img") == true && error?.reason.contains(words) == true,
+                    "\(words): \(error?.reason ?? "accepted")")
+        }
+        // A deflate index without a chunk index.
+        let alone = text.replacingOccurrences(of: "\"chunks\" : \"\(file.chunks!.encoded)\",\n", with: "")
+            .replacingOccurrences(of: "\"blocks\" : \"\(file.chunks!.encodedBlocks)\",\n", with: "")
+        #expect(alone != text)
+        let error = signetError { _ = try Manifest.parse(Array(alone.utf8)) }
+        #expect(error?.reason.contains("a deflate index without a chunk index") == true, "\(error?.reason ?? "accepted")")
+    }
 }

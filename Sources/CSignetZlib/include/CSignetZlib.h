@@ -20,6 +20,21 @@ void signet_inflater_free(signet_inflater *inflater);
 /// room, -1 for data that is not deflate. `consumed` and `produced` say how much was used.
 int signet_inflate(signet_inflater *inflater, const unsigned char *in, size_t in_size, size_t *consumed,
                    unsigned char *out, size_t out_size, size_t *produced);
+/// Starts the inflater on a new stream at a flush point of a raw deflate stream, with the up
+/// to 32 KiB of output that precede that point as its dictionary (inflateSetDictionary; none
+/// when `size` is 0). 0, or -1 when zlib refuses.
+int signet_inflater_restart(signet_inflater *inflater, const unsigned char *dictionary, size_t size);
+
+/// A raw deflater (deflateInit2 is a macro) with libzip's parameters, for a stream with flush
+/// points at fixed offsets (a chunked deflated resource): `mode` 0 compresses, 1 ends the bytes
+/// given so far with a sync flush (byte-aligned, window kept), 2 finishes the stream. Returns 1
+/// when the stream is finished, 0 otherwise (call again while output room runs out), -1 on error.
+typedef struct signet_deflater signet_deflater;
+signet_deflater *signet_deflater_new(int level);
+void signet_deflater_free(signet_deflater *deflater);
+int signet_deflate(signet_deflater *deflater, const unsigned char *in, size_t in_size, int mode, size_t *consumed,
+                   unsigned char *out, size_t out_size, size_t *produced);
+
 /// zlib's crc32 over any length (its length argument is 32 bits).
 unsigned long signet_crc32(unsigned long crc, const unsigned char *data, size_t size);
 

@@ -20,6 +20,21 @@ public enum _FuzzTargets {
         return true
     }
 
+    /// Bytes in memory as an archive input (the deflate-segments target's stream).
+    private final class MemoryInput: ArchiveInput {
+        let bytes: [UInt8]
+        init(_ bytes: [UInt8]) { self.bytes = bytes }
+        var path: String { "fuzz" }
+        var size: Int64 { Int64(bytes.count) }
+        func read(fullyAt offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+            guard offset >= 0, offset < size else { return 0 }
+            let count = min(buffer.count, bytes.count - Int(offset))
+            bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(offset)..<(Int(offset) + count)])) }
+            return count
+        }
+        func directoryRead(_ directory: CentralDirectory.Directory) throws {}
+    }
+
     private static let targets: [String: @Sendable ([UInt8]) -> Void] = [
         // The zip reader: structure checks, libzip's view of each entry, reading every entry,
         // then the package layout and manifest.
@@ -51,6 +66,38 @@ public enum _FuzzTargets {
                         if written > failAfter { throw SinkFailed() }
                     }
                 }
+            }
+        },
+        // Segments of a deflated chunked resource (issue 51), as an update inflates them:
+        // byte 0 gives the segments (1 to 4), bytes 1-2 the last one's length, then each
+        // segment's compressed length (2 bytes), then the stream. A segment must inflate to
+        // exactly its length with the bytes before it as the dictionary, whatever the input.
+        "deflate-segments": { bytes in
+            guard bytes.count >= 3 else { return }
+            let count = 1 + Int(bytes[0] % 4)
+            let last = 1 + (Int(bytes[1]) << 8 | Int(bytes[2])) % DeflateIndex.segmentSize
+            let fileSize = UInt64((count - 1) * DeflateIndex.segmentSize + last)
+            guard bytes.count >= 3 + 2 * count else { return }
+            var offsets: [UInt64] = [0]
+            for index in 0..<count {
+                offsets.append(offsets[index] + UInt64(Int(bytes[3 + 2 * index]) << 8 | Int(bytes[4 + 2 * index])))
+            }
+            let stream = Array(bytes.dropFirst(3 + 2 * count))
+            guard offsets[count] <= UInt64(stream.count),
+                  let segments = DeflatedSegments(input: MemoryInput(stream), data: 0..<offsets[count], offsets: offsets, fileSize: fileSize) else { return }
+            var file: [UInt8] = []
+            for index in 0..<count {
+                let start = index * DeflateIndex.segmentSize
+                var part = [UInt8](repeating: 0, count: index == count - 1 ? last : DeflateIndex.segmentSize)
+                let made = part.withUnsafeMutableBytes { buffer in
+                    (try? segments.read(at: UInt64(start), into: buffer) { from, dictionary in
+                        guard Int(from) + dictionary.count <= file.count else { return false }
+                        file.withUnsafeBytes { dictionary.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(from)..<(Int(from) + dictionary.count)])) }
+                        return true
+                    }) ?? false
+                }
+                guard made else { return }
+                file += part
             }
         },
         // TUF metadata (issue 37): the strict reader, each role's shape, a root's own

@@ -213,6 +213,19 @@ package final class ZipReader {
         return start..<end
     }
 
+    /// Where a deflated entry's compressed bytes are in the archive, once its local header
+    /// agrees with the central directory (as ``storedData(of:)``). Nil for another method or an
+    /// encrypted entry.
+    package func deflatedData(of entry: Entry) throws -> Range<UInt64>? {
+        guard entry.method == 8, !entry.encrypted else { return nil }
+        let position = Int(entry.index)
+        guard let start = try CentralDirectory.checkLocalHeader(of: position, in: directory, file: file, archive: path) else { return nil }
+        if position < headersChecked.count { headersChecked[position] = true }
+        let (end, overflow) = start.addingReportingOverflow(entry.compressedSize)
+        guard !overflow, let span = span(of: entry), end <= span.upperBound else { return nil }
+        return start..<end
+    }
+
     /// Every entry, in archive order.
     package func entries() -> [Entry] { (0..<count).map(entry(at:)) }
 

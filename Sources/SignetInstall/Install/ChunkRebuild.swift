@@ -19,8 +19,12 @@ import SignetPackage
 struct ChunkPlan {
     /// The new file's chunks.
     let chunks: ChunkIndex
-    /// Where the entry's bytes are in the package (checked against its local header).
+    /// Where the entry's bytes are in the package (checked against its local header): the
+    /// file's bytes for a stored entry, the deflate stream for a deflated one.
     let data: Range<UInt64>
+    /// For a deflated entry: each segment's start in the deflate stream, and its end
+    /// (``DeflateIndex/offsets``); fetched bytes are then whole segments, inflated.
+    let segments: [UInt64]?
     /// Per new chunk, where its bytes come from, in order (none for the chunks resumed).
     let pieces: [[Piece]]
     /// The leading chunks an interrupted run left in the staged file, each checked against its
@@ -50,13 +54,13 @@ struct ChunkPlan {
     /// anywhere is read from there; of any other chunk, each 4 KiB block whose hash equals the
     /// installed copy's block at the same offset (a change in place) is read from there, and
     /// the rest is fetched. Nil when nothing would come from the installed copy.
-    init?(chunks: ChunkIndex, installed: ChunkIndex, installedSize: UInt64, data: Range<UInt64>) {
+    init?(chunks: ChunkIndex, installed: ChunkIndex, installedSize: UInt64, data: Range<UInt64>, segments: [UInt64]? = nil) {
         var held: [Key: UInt64] = [:]
         held.reserveCapacity(installed.count)
         for (index, span) in installed.spans.enumerated() where held[Key(installed.hash(index))] == nil {
             held[Key(installed.hash(index))] = span.offset
         }
-        let size = UInt64(data.count), block = UInt64(ChunkIndex.blockSize)
+        let size = chunks.spans.last.map { $0.offset + $0.length } ?? 0, block = UInt64(ChunkIndex.blockSize)
         // The installed copy's whole blocks by hash, for content shifted by a multiple of 4 KiB
         // (a block not at the same offset); 4-byte keys, so a match is only a candidate, which
         // the chunk's full SHA-256 confirms.
@@ -104,15 +108,17 @@ struct ChunkPlan {
         guard reused else { return nil }
         self.chunks = chunks
         self.data = data
+        self.segments = segments
         self.pieces = pieces
         self.resumed = 0
     }
 
     /// The plan for a file whose first `resumed` chunks an interrupted run staged: the rest
     /// as `base` plans them (from the installed copy where it holds them), else fetched.
-    init(resuming resumed: Int, chunks: ChunkIndex, data: Range<UInt64>, base: ChunkPlan?) {
+    init(resuming resumed: Int, chunks: ChunkIndex, data: Range<UInt64>, segments: [UInt64]?, base: ChunkPlan?) {
         self.chunks = chunks
         self.data = data
+        self.segments = segments
         self.resumed = resumed
         pieces = chunks.spans.enumerated().map { index, span in
             index < resumed ? [] : base?.pieces[index] ?? [Piece(offset: span.offset, length: span.length, installed: nil)]
@@ -136,14 +142,23 @@ struct ChunkPlan {
         return count
     }
 
-    /// The package's byte ranges of the pieces to fetch (neighbours merged).
+    /// The package's byte ranges of the pieces to fetch (neighbours merged): for a deflated
+    /// entry, the compressed bytes of every segment a fetched piece touches.
     var fetchRanges: [Range<Int64>] {
         var ranges: [Range<Int64>] = []
         for piece in pieces.joined() where piece.installed == nil {
-            let start = Int64(data.lowerBound + piece.offset), end = start + Int64(piece.length)
-            if let last = ranges.last, last.upperBound == start { ranges[ranges.count - 1] = last.lowerBound..<end } else { ranges.append(start..<end) }
+            let (start, end) = packageRange(of: piece.offset..<(piece.offset + piece.length))
+            if let last = ranges.last, last.upperBound >= start { ranges[ranges.count - 1] = last.lowerBound..<max(end, last.upperBound) } else { ranges.append(start..<end) }
         }
         return ranges
+    }
+
+    /// Where the file bytes `range` are read from in the package.
+    func packageRange(of range: Range<UInt64>) -> (Int64, Int64) {
+        guard let segments else { return (Int64(data.lowerBound + range.lowerBound), Int64(data.lowerBound + range.upperBound)) }
+        let size = UInt64(DeflateIndex.segmentSize)
+        let first = Int(range.lowerBound / size), last = Int((range.upperBound + size - 1) / size)
+        return (Int64(data.lowerBound + segments[first]), Int64(data.lowerBound + segments[min(last, segments.count - 1)]))
     }
 }
 
@@ -173,7 +188,10 @@ extension Installer.Job {
         defer { if !kept && !keptForNextRun { staging.removeFile(file.path) } }
         // `plan.data` came from the entry's local header, checked when the plan was made.
         let needsInstalled = plan.pieces.joined().contains { $0.installed != nil }
-        guard let entry = layout.resource(file.path), entry.size == file.size, UInt64(plan.data.count) == entry.size else { return nil }
+        guard let entry = layout.resource(file.path), entry.size == file.size,
+              UInt64(plan.data.count) == (plan.segments == nil ? entry.size : entry.compressedSize) else { return nil }
+        let segmentReader = plan.segments.flatMap { DeflatedSegments(input: input, data: plan.data, offsets: $0, fileSize: file.size) }
+        if plan.segments != nil && segmentReader == nil { return nil }
         var installed: InputFile? = nil
         if needsInstalled {
             guard let root, let opened = try? Paths.open(file.path, beneath: root),
@@ -223,14 +241,33 @@ extension Installer.Job {
                 chunkHasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(span.length)]))
                 let matching = try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(later))
                 if !complete || !matching {
-                    let start = Int64(plan.data.lowerBound) + Int64(span.offset)
-                    damaged.append(start..<(start + Int64(span.length)))
+                    let (start, end) = plan.packageRange(of: span.offset..<(span.offset + span.length))
+                    damaged.append(start..<end)
                 }
             }
             ranged.plan(damaged)
         }
         do {
-            for (index, span) in plan.chunks.spans.enumerated() where index >= plan.resumed {
+            /// The file's bytes at `offset` from the package: the entry's bytes, or inflated
+        /// segments whose dictionary is the file before them (the staged file below the chunk
+        /// being assembled at `chunkStart`, and `buffer`'s bytes of that chunk after it).
+        func fetch(_ offset: UInt64, into: UnsafeMutableRawBufferPointer, chunkStart: UInt64) throws -> Bool {
+            guard let segmentReader else { return try input.read(fullyAt: Int64(plan.data.lowerBound + offset), into: into) == into.count }
+            return try segmentReader.read(at: offset, into: into) { start, dictionary in
+                var done = 0
+                if start < chunkStart {
+                    done = Int(min(UInt64(dictionary.count), chunkStart - start))
+                    guard try staged.descriptor.read(fullyAt: Int64(start), into: UnsafeMutableRawBufferPointer(rebasing: dictionary[0..<done])) == done else { return false }
+                }
+                if done < dictionary.count {
+                    let from = Int(start + UInt64(done) - chunkStart), count = dictionary.count - done
+                    guard from + count <= buffer.count else { return false }
+                    UnsafeMutableRawBufferPointer(rebasing: dictionary[done...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: buffer[from..<(from + count)]))
+                }
+                return true
+            }
+        }
+        for (index, span) in plan.chunks.spans.enumerated() where index >= plan.resumed {
                 let length = Int(span.length)
                 let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
                 /// Whether the chunk's bytes in the buffer are the chunk.
@@ -246,8 +283,7 @@ extension Installer.Job {
                         complete = complete && (try? installed?.read(fullyAt: Int64(old), into: into)) == into.count
                         reused += piece.length
                     } else {
-                        let read = try input.read(fullyAt: Int64(plan.data.lowerBound + piece.offset), into: into)
-                        complete = complete && read == into.count
+                        complete = try complete && fetch(piece.offset, into: into, chunkStart: span.offset)
                         fetched += piece.length
                     }
                 }
@@ -256,8 +292,11 @@ extension Installer.Job {
                     // A piece of the installed copy that is not what its index says (a local change,
                     // or a block hash that matched by chance): the whole chunk from the package.
                     if reused > 0 { try planDamaged(from: index) }
-                    let again = reused > 0 ? try input.read(fullyAt: Int64(plan.data.lowerBound + span.offset), into: chunk) : 0
-                    guard again == length, try matches() else {
+                    // Segments inflated after the installed bytes of this chunk used them as
+                    // their dictionary: not kept.
+                    segmentReader?.forget()
+                    let again = try reused > 0 && fetch(span.offset, into: chunk, chunkStart: span.offset)
+                    guard again, try matches() else {
                         throw Installer.error(for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
                                               package: package, entry: file.path)
                     }

@@ -272,11 +272,21 @@ final class RangedUpdate {
     /// How `file` is rebuilt from the installed copy of `installed` chunks: nil when its entry
     /// is not stored or shares no chunk. Reads the entry's local header (planned first).
     private func chunkPlan(_ file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64)?, resumed: Int, job: Installer.Job) -> ChunkPlan? {
-        guard let chunks = file.chunks, let entry = job.layout.resource(file.path), entry.method == 0, entry.size == file.size,
-              let data = try? job.reader.storedData(of: entry) else { return nil }
-        let base = installed.flatMap { ChunkPlan(chunks: chunks, installed: $0.chunks, installedSize: $0.size, data: data) }
+        guard let chunks = file.chunks, let entry = job.layout.resource(file.path), entry.size == file.size else { return nil }
+        let data: Range<UInt64>
+        var segments: [UInt64]? = nil
+        if entry.method == 0, let stored = try? job.reader.storedData(of: entry) {
+            data = stored
+        } else if let deflate = file.deflate, deflate.compressedSize == entry.compressedSize, let deflated = try? job.reader.deflatedData(of: entry) {
+            // A deflated entry whose segments the signed manifest lists (issue 51).
+            data = deflated
+            segments = deflate.offsets
+        } else {
+            return nil
+        }
+        let base = installed.flatMap { ChunkPlan(chunks: chunks, installed: $0.chunks, installedSize: $0.size, data: data, segments: segments) }
         guard resumed > 0 else { return base }
-        return ChunkPlan(resuming: resumed, chunks: chunks, data: data, base: base)
+        return ChunkPlan(resuming: resumed, chunks: chunks, data: data, segments: segments, base: base)
     }
 
     /// How many leading chunks of `file` an interrupted run left staged (FORMAT.md §5, "Resumed

@@ -33,6 +33,9 @@ public struct Manifest: Sendable, Equatable {
         package var content: ContentHash
         /// The content-defined chunks of a large resource (FORMAT.md §2, "Chunk indexes").
         package var chunks: ChunkIndex? = nil
+        /// For a chunked resource stored deflated: its segments in the deflate stream (FORMAT.md
+        /// §2, `deflate`; issue 51).
+        package var deflate: DeflateIndex? = nil
 
         /// Creates an entry.
         public init(path: String, size: UInt64, sha256: String, mode: FileMode, structured: StructuredFormat? = nil) {
@@ -183,6 +186,7 @@ public struct Manifest: Sendable, Equatable {
                 if let chunks = file.chunks {
                     writer.field("blocks", indent: 3) { $0.string(chunks.encodedBlocks) }
                     writer.field("chunks", indent: 3) { $0.string(chunks.encoded) }
+                    if let deflate = file.deflate { writer.field("deflate", indent: 3) { $0.string(deflate.encoded) } }
                 }
                 writer.field("mode", indent: 3) { $0.string(file.mode.rawValue) }
                 writer.field("path", indent: 3) { $0.string(file.path) }

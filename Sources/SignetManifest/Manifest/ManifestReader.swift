@@ -38,6 +38,7 @@ struct ManifestReader: StrictJSON.Handler {
         var structured: StrictJSON.Scalar?
         var chunks: StrictJSON.Scalar?
         var blocks: StrictJSON.Scalar?
+        var deflate: StrictJSON.Scalar?
     }
 
     private func wrongType(_ what: String) -> Failure { Failure(reason: "the field \"\(what)\" has the wrong type") }
@@ -108,6 +109,7 @@ struct ManifestReader: StrictJSON.Handler {
             case "structured": entry.structured = value
             case "chunks": entry.chunks = value
             case "blocks": entry.blocks = value
+            case "deflate": entry.deflate = value
             default: break
             }
         default: throw Failure(reason: "it is not a JSON object")
@@ -192,6 +194,13 @@ struct ManifestReader: StrictJSON.Handler {
                 var chunks = try ChunkIndex(parsing: chunkText, size: size)
                 try chunks.parseBlocks(blockText, size: size)
                 file.chunks = chunks
+                if let value = entry.deflate {
+                    guard let deflateText = text(value) else {
+                        fileFailure = absentOrWrong("deflate", value)
+                        return
+                    }
+                    file.deflate = try DeflateIndex(parsing: deflateText, size: size)
+                }
             } catch let refusal as ChunkIndex.Refused {
                 fileFailure = Failure(reason: "file \"\(path)\" has \(refusal.reason)")
                 return
@@ -199,8 +208,8 @@ struct ManifestReader: StrictJSON.Handler {
                 fileFailure = Failure(reason: "file \"\(path)\" has a chunk index that cannot be read")
                 return
             }
-        } else if entry.blocks != nil {
-            fileFailure = Failure(reason: "file \"\(path)\" has block hashes without a chunk index")
+        } else if entry.blocks != nil || entry.deflate != nil {
+            fileFailure = Failure(reason: "file \"\(path)\" has \(entry.blocks != nil ? "block hashes" : "a deflate index") without a chunk index")
             return
         }
         files.append(file)

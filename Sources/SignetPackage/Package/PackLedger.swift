@@ -88,6 +88,14 @@ final class PackLedger: @unchecked Sendable {
         chunkIndexes.withLock { $0[index] = chunks }
     }
 
+    /// The deflate indexes of the resources deflated in segments, by resource index.
+    private let deflateIndexes = Mutex<[Int: DeflateIndex]>([:])
+
+    /// Keeps resource `index`'s deflate index (``SegmentedDeflate``).
+    func record(_ deflate: DeflateIndex, at index: Int) {
+        deflateIndexes.withLock { $0[index] = deflate }
+    }
+
     /// The SHA-256 of resource `index`, as lowercase hex for the manifest.
     func sha256Hex(at index: Int) throws -> String {
         try checkRead(index)
@@ -161,6 +169,7 @@ final class PackLedger: @unchecked Sendable {
             }
             var file = Manifest.File(path: input.packagePath, size: input.size, sha256: sha256, mode: input.mode, structured: format)
             file.chunks = chunkIndexes.withLock { $0[index] }
+            file.deflate = deflateIndexes.withLock { $0[index] }
             if index < chunked.count, chunked[index], file.chunks == nil {
                 throw SignetError(.io, "resource '\(input.diskPath)' was not chunked as it was read", path: input.diskPath)
             }

@@ -86,21 +86,29 @@ public enum PackageBuilder {
         // Judging a file reads a little of it (all of a small one): on every core.
         let compression = options.compression
         let methods = try parallelMap(inputs) { input in Swift.Result { try CompressionPolicy.choose(for: input, policy: compression) } }.map { try $0.get() }
-        // Large stored resources get a chunk index (their bytes are read by range at their own
-        // offsets); a deflated one would not be addressable, so it has none.
-        let chunked = inputs.indices.map { index in methods[index] == .store && options.chunkThreshold.map { inputs[index].size >= $0 } == true }
+        // Large resources get a chunk index: a stored one's bytes are read by range at their own
+        // offsets; a deflated one is deflated in segments (a sync flush every 8 KiB of the
+        // file) whose compressed offsets the manifest lists, so that its parts are addressable
+        // too (issue 51).
+        let chunked = inputs.indices.map { index in options.chunkThreshold.map { inputs[index].size >= $0 } == true }
         let ledger = PackLedger(inputs: inputs, signer: signer,
                                 structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
                                 progress: options.progress, chunked: chunked)
+        let segmentedIndices = inputs.indices.filter { chunked[$0] && methods[$0] != .store }
+        let segmentedLevel: Int32 = if case .automatic(let level) = compression { Int32(level) } else { 6 }
+        let segmented = try SegmentedDeflate(ledger: ledger, indices: segmentedIndices, level: segmentedLevel, besides: output)
+        defer { segmented.remove() }
         // Deflate is the slow part and libzip runs it on one thread, so independent files are
         // compressed on every core first, each worker into its own temporary archive beside the
         // output; the package then copies those deflate streams as they are.
-        let precompressed = try ParallelDeflate(ledger: ledger, methods: methods, besides: output, workers: workers)
+        var others = methods
+        for index in segmentedIndices { others[index] = .store }
+        let precompressed = try ParallelDeflate(ledger: ledger, methods: others, besides: output, workers: workers)
         defer { precompressed.remove() }
 
         let writer = try ZipWriter(writingTo: archive)
         for (index, input) in inputs.enumerated() {
-            let source = precompressed.source(for: index) ?? ResourceSource(ledger, index: index)
+            let source = segmented.source(for: index) ?? precompressed.source(for: index) ?? ResourceSource(ledger, index: index)
             try writer.add(input.packagePath, source: source, compression: methods[index], permissions: input.mode.permissions)
         }
         // Everything below is made inside zip_close, after the resources it covers were read.
