@@ -426,6 +426,134 @@ for case, label in [("v2", "1pct"), ("v3", "insert1m")]:
         signet=lambda r, case=case: chunk_signet(r, case, "link100m/"),
         peer=lambda r, case=case: f"{S} unpack {chunk_url(case + '.zip', 'link100m/')} --allow-http --full-download --dest {out}/p{r} --pubkey {pub_der} --quiet 2>/dev/null")
 
+# ---- compressible images: deflated chunks (issue 51 point 1) ------------------------------------
+# The same updates on a compressible image: this machine's programs (/usr/bin, /usr/lib, in name
+# order) up to the size, 2-3x compressible and not repeated text. Signet's package deflates it in
+# 8 KiB segments; zsync and casync work from the uncompressed image as above (casync compresses
+# its chunks). v2 rewrites 1% of the 4 KiB blocks with other program bytes, v3 inserts 1 MiB
+# of other programs in the middle. The fresh-install report compares a whole install's bytes with
+# gzip -6 of the image (+ 1 MiB) and casync's store for it.
+def programs(n, skip=0):
+    data = bytearray()
+    for folder in ("/usr/bin", "/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/libexec", "/usr/share"):
+        for root, dirs, files in os.walk(folder):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                try:
+                    if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) < 4096:
+                        continue
+                    with open(path, "rb") as f:
+                        chunk = f.read()
+                except OSError:
+                    continue
+                if skip > 0:
+                    skip -= len(chunk)
+                    continue
+                data += chunk[:n - len(data)]
+                if len(data) >= n:
+                    return bytes(data)
+    raise SystemExit(f"fewer than {n} bytes of programs on this machine")
+
+
+def prepare_zchunks():
+    start_nginx()
+    c = f"{work}/z51"
+    site = f"{work}/www/z51"
+    tag = f"{c}/made-for-{chunk_size}"
+    if os.path.exists(tag):
+        return [f"{c}/v1.img"]
+    shutil.rmtree(c, ignore_errors=True)
+    shutil.rmtree(site, ignore_errors=True)
+    os.makedirs(site)
+    rng = random.Random(51)
+    image = programs(chunk_size)
+    other = programs((1 << 20) + chunk_size // 100 + (1 << 20), skip=chunk_size)
+    v2 = bytearray(image)
+    blocks = len(v2) // 4096
+    patch = 1 << 20
+    for b in rng.sample(range(blocks), blocks // 100):
+        v2[b * 4096:(b + 1) * 4096] = other[patch:patch + 4096]
+        patch += 4096
+    middle = len(image) // 2
+    v3 = image[:middle] + other[:1 << 20] + image[middle:]
+    for name, data in [("v1", image), ("v2", bytes(v2)), ("v3", v3)]:
+        os.makedirs(f"{c}/src-{name}")
+        with open(f"{c}/src-{name}/image.img", "wb") as f:
+            f.write(data)
+        sh(f"{S} pack {c}/src-{name} {K} --name image --version 1 --sequence {name[1]} --out {site}/{name}.zip > /dev/null")
+        os.link(f"{c}/src-{name}/image.img", f"{site}/{name}.img")
+        sh(f"cd {site} && zsyncmake -u {name}.img -o {name}.img.zsync {name}.img > /dev/null 2>&1")
+        sh(f"casync make --store={site}/store.castr {site}/{name}.caibx {site}/{name}.img > /dev/null")
+    os.link(f"{c}/src-v1/image.img", f"{c}/v1.img")
+    sh(f"{S} unpack {site}/v1.zip --dest {c}/v1-tree --pubkey {pub_der} > /dev/null")
+    open(tag, "w").close()
+    return [f"{c}/v1.img"]
+
+
+def zchunk_url(name, link=""):
+    return f"{start_nginx()['http']}/{link}z51/{name}"
+
+
+def zchunk_peer(r, case, peer):
+    c = f"{work}/z51"
+    if peer == "zsync":
+        return f"cd {out} && zsync -q -i {c}/v1.img -o {out}/p{r}.img {zchunk_url(case + '.img.zsync')} && sync {out}/p{r}.img"
+    return (f"casync extract --store={zchunk_url('store.castr')} --seed={c}/v1.img {zchunk_url(case + '.caibx')} "
+            f"{out}/p{r}.img && sync {out}/p{r}.img")
+
+
+def zchunk_report(case):
+    def run():
+        c = f"{work}/z51"
+        target = f"{c}/check"
+        shutil.rmtree(target, ignore_errors=True)
+        sh(f"cp -a {c}/v1-tree {target}")
+        signet = chunk_bytes(f"{S} unpack {zchunk_url(case + '.zip')} --allow-http --dest {target} --pubkey {pub_der} --quiet 2>/dev/null")
+        shutil.rmtree(target, ignore_errors=True)
+        os.makedirs(out, exist_ok=True)
+        peers = {}
+        for peer in ["zsync", "casync"]:
+            peers[peer] = chunk_bytes(zchunk_peer("-report", case, peer))
+            for leftover in glob.glob(f"{out}/p-report.img*"):
+                os.remove(leftover)
+        return dict(signet_bytes=signet[0], signet_requests=signet[1], zsync_bytes=peers["zsync"][0], casync_bytes=peers["casync"][0],
+                    image_bytes=chunk_size, at_most_peers=signet[0] <= min(peers["zsync"][0], peers["casync"][0]))
+    return run
+
+
+def zchunk_fresh_report():
+    c = f"{work}/z51"
+    target = f"{c}/fresh"
+    shutil.rmtree(target, ignore_errors=True)
+    signet = chunk_bytes(f"{S} unpack {zchunk_url('v1.zip')} --allow-http --dest {target} --pubkey {pub_der} --quiet 2>/dev/null")
+    shutil.rmtree(target, ignore_errors=True)
+    gzipped = int(subprocess.run(f"gzip -6 -c {c}/v1.img | wc -c", shell=True, capture_output=True, text=True).stdout)
+    os.makedirs(out, exist_ok=True)
+    casync = chunk_bytes(f"casync extract --store={zchunk_url('store.castr')} {zchunk_url('v1.caibx')} {out}/p-fresh.img")
+    for leftover in glob.glob(f"{out}/p-fresh.img*"):
+        os.remove(leftover)
+    budget = gzipped * 103 // 100 + (1 << 20)
+    return dict(signet_bytes=signet[0], gzip6_bytes=gzipped, casync_bytes=casync[0], budget_bytes=budget,
+                within_budget=signet[0] <= budget, image_bytes=chunk_size)
+
+
+for case, label in [("v2", "1pct"), ("v3", "insert1m")]:
+    for peer in ["zsync", "casync"]:
+        rows[f"update-1g-{label}-deflated-chunks-vs-{peer}"] = dict(target=1.0, prepare="zchunks",
+            setup=lambda r: f"cp -a {work}/z51/v1-tree {out}/s{r}",
+            signet=lambda r, case=case: f"{S} unpack {zchunk_url(case + '.zip')} --allow-http --dest {out}/s{r} --pubkey {pub_der} --quiet 2>/dev/null",
+            peer=lambda r, case=case, peer=peer: zchunk_peer(r, case, peer), report=zchunk_report(case))
+# A fresh install of the compressible image against casync's (no seed); the report adds gzip -6.
+rows["install-1g-deflated-chunks-vs-casync"] = dict(target=1.0, prepare="zchunks",
+    signet=lambda r: f"{S} unpack {zchunk_url('v1.zip')} --allow-http --dest {out}/s{r} --pubkey {pub_der} --quiet 2>/dev/null",
+    peer=lambda r: f"casync extract --store={zchunk_url('store.castr')} {zchunk_url('v1.caibx')} {out}/p{r}.img && sync {out}/p{r}.img",
+    report=zchunk_fresh_report)
+# pack of the compressible image (deflated in segments, both cores) against gzip -6 of it.
+rows["pack-1g-compressible-vs-gzip6+sync"] = dict(target=1.2, prepare="zchunks",
+    signet=lambda r: f"{S} pack {work}/z51/src-v1 {K} --name p --version 1 --sequence 1 --out {out}/s{r}.zip",
+    peer=lambda r: f"gzip -6 -c {work}/z51/v1.img > {out}/p{r}.gz && sync {out}/p{r}.gz")
+
 # pack's chunking on one core (taskset): the difference of the two times is the chunker's own
 # cost, so its rate is the size over that difference (issue 40: at least 400 MB/s).
 rows["pack-1g-stored-chunked-vs-unchunked-1core"] = dict(target=2.0, inputs=[f"{work}/random.bin"],
@@ -575,6 +703,43 @@ rows["update-2k-1file-shared-vs-rewrite"] = dict(target=1.0,
     peer=lambda r: f"{S} unpack {shared_dir}/v2.zip --dest {out}/p{r} --pubkey {pub_der} --quiet --force --keep-previous no",
     # Issue 39: a one-file update of a 2,000-file, 21 MiB tree writes <= 2 MiB + the changed bytes.
     report=lambda: shared_report(f"{shared_dir}/v1.zip", f"{shared_dir}/v2.zip", shared_install, lambda c: (2 << 20) + c))
+
+# Issue 51 point 4: the same one-file update packed by a second key the device trusts too (m-of-n
+# release keys: whoever packs signs). Unchanged files are still shared.
+key2 = f"{work}/key2.pem"
+
+
+def prepare_other_key():
+    prepare_shared()
+    if not os.path.exists(key2):
+        sh(f"openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out {key2} 2>/dev/null && chmod 600 {key2}")
+        sh(f"openssl pkey -in {key2} -pubout -outform DER -out {work}/pub2.der")
+    if not os.path.exists(f"{shared_dir}/v2-other-key.zip"):
+        sh(f"{S} pack {shared_dir}/src --key {key2} --name shared --version 2 --sequence 2 --out {shared_dir}/v2-other-key.zip > /dev/null")
+
+
+def other_key_report():
+    prepare_other_key()
+    sides = {}
+    os.makedirs(out, exist_ok=True)
+    keys = f"--pubkey {pub_der} --pubkey {work}/pub2.der"
+    for side, extra in (("signet", ""), ("peer", "--force --keep-previous no")):
+        target = f"{out}/w-{side}"
+        shutil.rmtree(target, ignore_errors=True)
+        sh(shared_install(target))
+        sides[side] = written(f"{S} unpack {shared_dir}/v2-other-key.zip --dest {target} {keys} --quiet {extra}")
+        shutil.rmtree(target, ignore_errors=True)
+    changed = changed_bytes(f"{shared_dir}/v1.zip", f"{shared_dir}/v2-other-key.zip")
+    budget = 2 * changed + (2 << 20) + 1536 * 2000
+    return dict(signet_bytes_written=sides["signet"], rewrite_bytes_written=sides["peer"], changed_bytes=changed,
+                budget_bytes=budget, within_budget=sides["signet"] <= budget)
+
+
+rows["update-2k-1file-other-key-shared-vs-rewrite"] = dict(target=1.0,
+    setup=lambda r: (prepare_other_key(), f"{shared_install(f'{out}/s{r}')} && {shared_install(f'{out}/p{r}')}")[1],
+    signet=lambda r: f"{S} unpack {shared_dir}/v2-other-key.zip --dest {out}/s{r} --pubkey {pub_der} --pubkey {work}/pub2.der --quiet",
+    peer=lambda r: f"{S} unpack {shared_dir}/v2-other-key.zip --dest {out}/p{r} --pubkey {pub_der} --pubkey {work}/pub2.der --quiet --force --keep-previous no",
+    report=other_key_report)
 
 # The 10,000-file tree of the ranged-update rows, 1% of its files changed, from the package file.
 rows["update-10k-1pct-shared-vs-rewrite"] = dict(target=1.0, prepare="delta",
@@ -779,6 +944,8 @@ def prepare(kind):
             sh(f"{S} unpack {site}/v1.zip --dest {c}/v1-tree --pubkey {pub_der} > /dev/null")
             open(tag, "w").close()
         return [f"{c}/v1.img"]
+    if kind == "zchunks":
+        return prepare_zchunks()
     if kind == "download-1g":
         start_nginx()
         if not os.path.exists(f"{work}/www/random.bin"):
@@ -794,7 +961,9 @@ own_inputs = {"update-1g-1pct-chunks-vs-zsync", "update-1g-1pct-chunks-vs-casync
               "update-1g-insert1m-chunks-100mbit-vs-zsync", "update-1g-insert1m-chunks-100mbit-vs-casync",
               "update-1g-1pct-chunks-100mbit-vs-full-download", "update-1g-insert1m-chunks-100mbit-vs-full-download",
               "update-uptodate-vs-python-tuf", "update-2k-1file-shared-vs-rewrite", "update-10k-1pct-shared-vs-rewrite", "update-10k-1pct-vs-full-download", "update-10k-1pct-100mbit-vs-full-download", "unpack-https-256m-vs-curl+unpack",
-              "unpack-https-256m-vs-curl"}
+              "unpack-https-256m-vs-curl", "update-1g-1pct-deflated-chunks-vs-zsync", "update-1g-1pct-deflated-chunks-vs-casync",
+              "update-1g-insert1m-deflated-chunks-vs-zsync", "update-1g-insert1m-deflated-chunks-vs-casync",
+              "install-1g-deflated-chunks-vs-casync", "pack-1g-compressible-vs-gzip6+sync", "update-2k-1file-other-key-shared-vs-rewrite"}
 if any(name not in own_inputs for name in selected):
     common_data()
 if "reverify-10k" in selected:

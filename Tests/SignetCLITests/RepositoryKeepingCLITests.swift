@@ -203,8 +203,16 @@ struct RepositoryKeepingCLITests {
         let plain = try fleet.check(CLI.run(["unpack", try fleet.pack(6, key: "rel2"), "--dest", dest] + keys)).json()
         #expect(plain["files_shared"] as? Int == 1, "\(plain)")
         #expect(try CLI.run(["reverify", dest] + keys).status == 0)
-        let alone = try CLI.run(["reverify", dest, "--pubkey", fleet.pub("rel2")])
-        #expect(alone.status == 1 && alone.stdoutText.contains("b.txt") && alone.stdoutText.contains("attributes-lost"), "\(alone.stdoutText)")
+        // rel1 no longer trusted: b.txt's attribute cannot be checked; the tree's record (rel2)
+        // vouches for it, and the report says so. An attribute damaged under rel2's own name
+        // is still attributes-lost.
+        let alone = try CLI.run(["reverify", dest, "--pubkey", fleet.pub("rel2"), "--json"])
+        let aloneFiles = (try alone.json()["trees"] as? [[String: Any]])?.first?["files"] as? [[String: Any]] ?? []
+        let b = aloneFiles.first { $0["path"] as? String == "b.txt" }
+        #expect(alone.status == 0 && b?["signature"] as? String == "record" && (b?["detail"] as? String)?.contains("no longer accepts") == true, "\(alone.stdoutText)")
+        #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0x" + String(repeating: "07", count: 256), dest + "/a.txt"]).status == 0)
+        let damaged = try CLI.run(["reverify", dest, "--pubkey", fleet.pub("rel2")])
+        #expect(damaged.status == 1 && damaged.stdoutText.contains("attributes-lost a.txt"), "\(damaged.stdoutText)")
     }
 
     @Test("one key id: repo status shows the Signet id key show prints beside the TUF id; rotate removes a key by its Signet id; a rotation that changes nothing is refused")

@@ -13,9 +13,11 @@ package struct DeflateIndex: Sendable, Equatable {
     package static let scheme = "sync8192:"
     /// Bytes of the file per segment (the last one perhaps shorter).
     package static let segmentSize = 8192
-    /// A segment's compressed bytes end with a sync flush's empty stored block (5 bytes); an
-    /// incompressible one is its bytes in stored blocks and a few block headers.
-    static let smallest = 5
+    /// Every segment holds at least one byte of the file, so at least one compressed byte (the
+    /// last one, which ends the stream, can be 2 or 3 bytes; the others end with a sync flush's
+    /// empty stored block); an incompressible one is its bytes in stored blocks and a few block
+    /// headers.
+    static let smallest = 1
     static let largest = segmentSize + 64
 
     /// Each segment's compressed length.
@@ -57,7 +59,7 @@ package struct DeflateIndex: Sendable, Equatable {
     }
 
     /// Parses a manifest's `deflate` string for a file of `size` bytes: exactly one length per
-    /// segment, each between 5 and 8,256 bytes.
+    /// segment, each between 1 and 8,256 bytes.
     package init(parsing text: String, size: UInt64) throws {
         guard text.hasPrefix(Self.scheme) else {
             throw ChunkIndex.Refused(reason: "a deflate index of an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.scheme.dropLast()))")

@@ -201,6 +201,19 @@ final class TreeChecker: @unchecked Sendable {
                 made.changedKeys = changes
                 return made
             }
+            // Shared from a release whose key this trust no longer accepts (rotated out or
+            // revoked since): the attribute cannot be checked, and the tree's record, signed
+            // with the manifest's key, vouches for the file (its content matched the manifest
+            // above). Only where user.signet.meta names that other key: an attribute damaged
+            // under the manifest's own key is still attributes-lost.
+            if let meta = SignetMetadata(fd), let other = meta.keyID, other != key.keyID, !peers.contains(where: { $0.keyID == other }),
+               case .success(let own?) = validSidecar, own.source == .record {
+                var made = FileReport(path: file.path, verdict: .ok,
+                                      detail: (note.map { "\($0); " } ?? "") + "verified from the tree's record: its user.signet.sig is by key \(other.short) (the release that wrote these bytes), which the trust policy no longer accepts; the next update that installs the file gives it \(key.keyID.short)'s signature",
+                                      signatureSource: .record, signer: key.keyID)
+                made.changedKeys = changes
+                return made
+            }
             return annotated(restore(fd, file, sidecar: validSidecar,
                                      lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)"))
         case .success(nil):
