@@ -181,11 +181,12 @@ struct ChunkedUpdateCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
-    @Test("a chunked update whose package is replaced on the server: once, it is read again and installs; twice, package-changed (exit 5), DIR unchanged")
-    func replacedMidway() throws {
+    @Test("a chunked update whose package is replaced on the server: once, it is read again and installs; twice, package-changed (exit 5), DIR unchanged; stored and deflated chunks (issue 51)",
+          arguments: ["stored", "deflated"])
+    func replacedMidway(_ kind: String) throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
-        let original = try tree.writeRandom("big.img", count: 8 << 20)
+        let original = kind == "stored" ? try tree.writeRandom("big.img", count: 8 << 20) : try tree.write("big.img", DeflatedChunksCLITests.programs(8 << 20))
         let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
         try Self.pack(work, tree.path, sequence: 1, out: v1)
         var bytes = try contents(original)

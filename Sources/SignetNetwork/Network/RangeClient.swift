@@ -62,8 +62,8 @@ package final class RangeClient {
     /// Most parts the server put in one answer when it served fewer than asked (lighttpd
     /// serves the first 10): later requests ask for no more.
     private(set) var partsPerRequest: Int?
-    /// The last request for several ranges failed because its answer broke the rules (a lying
-    /// or malformed multipart answer), not because the link dropped: nothing of it is used.
+    /// The last request failed because its answer broke the rules (a lying or malformed
+    /// answer, an encoding it may not use), not because the link dropped: nothing of it is used.
     private(set) var refusedAnswer = false
 
     /// A request for several ranges was answered with something other than 206 (a server that
@@ -119,6 +119,7 @@ package final class RangeClient {
     /// `--retry-delay` seconds, doubled each time; `restart` is called first, and `body` then
     /// sees the range from its start again.
     func fetch(_ start: Int64, _ end: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
+        refusedAnswer = false
         try retrying(restart: restart) { try fetchOnce(start, end, body) }
     }
 
@@ -261,7 +262,10 @@ package final class RangeClient {
     private func body(_ chunk: UnsafeRawBufferPointer) -> Bool {
         do {
             if received == 0 {
-                if let refusal = response.refusedEncoding(url: Download.redacted(url)) { throw refusal }
+                if let refusal = response.refusedEncoding(url: Download.redacted(url)) {
+                    refusedAnswer = true
+                    throw refusal
+                }
                 let current = request.status
                 if let several {
                     // Several ranges: 206 with parts (or one coalesced part), else asked singly.

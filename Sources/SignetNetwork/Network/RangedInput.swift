@@ -260,9 +260,17 @@ package final class RangedInput: ArchiveInput {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Int(end - position))
         let report = received
-        try client.fetch(position, end - 1, restart: { bytes.removeAll(keepingCapacity: true) }) { chunk in
-            bytes.append(contentsOf: chunk)
-            report?(chunk.count)
+        do {
+            try client.fetch(position, end - 1, restart: { bytes.removeAll(keepingCapacity: true) }) { chunk in
+                bytes.append(contentsOf: chunk)
+                report?(chunk.count)
+            }
+        } catch let failure as SignetError where failure.code == .network && !bytes.isEmpty && !client.refusedAnswer {
+            // The link dropped part-way (a transport failure): what arrived is used before the
+            // failure is met again at the first byte it lacks (issue 51), as for several ranges.
+            lastEnd = position + Int64(bytes.count)
+            remember(position, bytes)
+            return bytes.withUnsafeBytes { body(position, $0) }
         }
         lastEnd = end
         remember(position, bytes)
