@@ -368,11 +368,12 @@ def chunk_signet(r, case, link=""):
     return (f"{S} unpack {chunk_url(case + '.zip', link)} --allow-http --dest {out}/s{r} --pubkey {pub_der} --quiet 2>/dev/null")
 
 
-def chunk_peer(r, case, peer, link=""):
-    c = f"{work}/c40"
+def chunk_peer(r, case, peer, link="", folder="c40"):
+    c = f"{work}/{folder}"
+    url = lambda name: f"{start_nginx()['http']}/{link}{folder}/{name}"
     if peer == "zsync":
-        return f"cd {out} && zsync -q -i {c}/v1.img -o {out}/p{r}.img {chunk_url(case + '.img.zsync', link)} && sync {out}/p{r}.img"
-    return (f"casync extract --store={chunk_url('store.castr', link)} --seed={c}/v1.img {chunk_url(case + '.caibx', link)} "
+        return f"cd {out} && zsync -q -i {c}/v1.img -o {out}/p{r}.img {url(case + '.img.zsync')} && sync {out}/p{r}.img"
+    return (f"casync extract --store={url('store.castr')} --seed={c}/v1.img {url(case + '.caibx')} "
             f"{out}/p{r}.img && sync {out}/p{r}.img")
 
 
@@ -496,11 +497,7 @@ def zchunk_url(name, link=""):
 
 
 def zchunk_peer(r, case, peer):
-    c = f"{work}/z51"
-    if peer == "zsync":
-        return f"cd {out} && zsync -q -i {c}/v1.img -o {out}/p{r}.img {zchunk_url(case + '.img.zsync')} && sync {out}/p{r}.img"
-    return (f"casync extract --store={zchunk_url('store.castr')} --seed={c}/v1.img {zchunk_url(case + '.caibx')} "
-            f"{out}/p{r}.img && sync {out}/p{r}.img")
+    return chunk_peer(r, case, peer, folder="z51")
 
 
 def zchunk_report(case):

@@ -205,10 +205,16 @@ package final class ZipReader {
     /// start + N. Nil for a deflated or encrypted entry.
     package func storedData(of entry: Entry) throws -> Range<UInt64>? {
         guard entry.method == 0, !entry.encrypted, entry.size == entry.compressedSize else { return nil }
+        return try data(of: entry)
+    }
+
+    /// Where the entry's data (its compressed size of bytes) starts and ends, once its local
+    /// header agrees with the central directory.
+    private func data(of entry: Entry) throws -> Range<UInt64>? {
         let position = Int(entry.index)
         guard let start = try CentralDirectory.checkLocalHeader(of: position, in: directory, file: file, archive: path) else { return nil }
         if position < headersChecked.count { headersChecked[position] = true }
-        let (end, overflow) = start.addingReportingOverflow(entry.size)
+        let (end, overflow) = start.addingReportingOverflow(entry.compressedSize)
         guard !overflow, let span = span(of: entry), end <= span.upperBound else { return nil }
         return start..<end
     }
@@ -218,12 +224,7 @@ package final class ZipReader {
     /// encrypted entry.
     package func deflatedData(of entry: Entry) throws -> Range<UInt64>? {
         guard entry.method == 8, !entry.encrypted else { return nil }
-        let position = Int(entry.index)
-        guard let start = try CentralDirectory.checkLocalHeader(of: position, in: directory, file: file, archive: path) else { return nil }
-        if position < headersChecked.count { headersChecked[position] = true }
-        let (end, overflow) = start.addingReportingOverflow(entry.compressedSize)
-        guard !overflow, let span = span(of: entry), end <= span.upperBound else { return nil }
-        return start..<end
+        return try data(of: entry)
     }
 
     /// Every entry, in archive order.
