@@ -94,7 +94,7 @@ let package = Package(
             name: "SignetManifest",
             dependencies: [
                 "SignetCore", "SignetCrypto",
-                "COpenSSL", "CSignetSystem",
+                "COpenSSL", "CSignetSystem", "CSignetZlib",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

@@ -6,7 +6,7 @@ internal import COpenSSL
 /// with `SignetNetwork`, so that a layer never loads a library to name it.
 public enum SignetVersion {
     /// Signet's own version.
-    public static let signet = "0.1.0"
+    public static let signet = "0.2.0"
     /// The OpenSSL library actually loaded at run time (may differ from the headers built against).
     public static var openSSL: String { String(cString: OpenSSL_version(OPENSSL_VERSION)) }
 }

@@ -174,7 +174,7 @@ struct Inspect: ParsableCommand {
             ])
             for file in manifest.files {
                 let entry = stored.named(file.path)
-                Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \(((entry?.compression.rawValue ?? "missing") + (file.chunks == nil ? "" : ", chunked")).padding(toLength: 17, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
+                Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \(((entry?.compression.rawValue ?? "missing") + (file.isChunked ? ", chunked" : "")).padding(toLength: 17, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
             }
             if let verification {
                 Output.line(verification.isValid ? "verified:  yes — \(verification.message)" : "verified:  NO")

@@ -178,7 +178,7 @@ struct PackageReport: Encodable {
             let stored = storage($0.path)
             return File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
                         compression: stored?.compression.rawValue, compressed_size: stored?.compressedSize,
-                        chunked: $0.chunks != nil, structured: $0.structured?.rawValue)
+                        chunked: $0.isChunked, structured: $0.structured?.rawValue)
         }
     }
 }

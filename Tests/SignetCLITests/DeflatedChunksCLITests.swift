@@ -32,22 +32,23 @@ struct DeflatedChunksCLITests {
     /// dictionary) match the file zipfile reads.
     static func check(_ package: String) throws -> [String: (method: Int, chunks: Int, segments: Int, valid: Bool)] {
         let script = """
-        import base64, hashlib, json, struct, sys, zipfile, zlib
+        import hashlib, json, struct, sys, zipfile, zlib
+        sys.path.insert(0, sys.argv[2]); import chunk_index
         z = zipfile.ZipFile(sys.argv[1]); raw = open(sys.argv[1], "rb").read()
-        manifest = json.loads(z.read(".signet/manifest.json")); out = {}
+        manifest, indexes = chunk_index.indexes(sys.argv[1]); out = {}
         for f in manifest["files"]:
             info = z.getinfo(f["path"]); data = z.read(f["path"]); chunks = segments = 0; valid = True
             n, e = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
             start = info.header_offset + 30 + n + e
-            if "chunks" in f:
-                records = base64.b64decode(f["chunks"].split(":", 1)[1]); offset = 0
+            index = indexes.get(f["path"])
+            if index:
+                records = index["records"]; offset = 0
                 for i in range(0, len(records), 35):
                     length = int.from_bytes(records[i:i + 3], "big")
                     valid = valid and hashlib.sha256(data[offset:offset + length]).digest() == records[i + 3:i + 35]
                     offset += length; chunks += 1
-            if "deflate" in f:
-                scheme, body = f["deflate"].split(":", 1); lengths = base64.b64decode(body); position = start
-                valid = valid and scheme == "sync8192"
+            if index and index["segments"] is not None:
+                lengths = index["segments"]; position = start
                 for k in range(0, len(lengths) // 2):
                     length = int.from_bytes(lengths[2 * k:2 * k + 2], "big")
                     d = zlib.decompressobj(-15, zdict=data[max(0, k * 8192 - 32768):k * 8192])
@@ -57,7 +58,7 @@ struct DeflatedChunksCLITests {
             out[f["path"]] = [info.compress_type, chunks, segments, valid]
         print(json.dumps(out))
         """
-        let result = try run(try which("python3"), ["-c", script, package])
+        let result = try run(try which("python3"), ["-c", script, package, ChunkedUpdateCLITests.here])
         guard result.status == 0, let object = try JSONSerialization.jsonObject(with: result.stdout) as? [String: [Any]] else {
             throw SupportError("python: \(result.stderr)")
         }
@@ -172,11 +173,11 @@ struct DeflatedChunksCLITests {
         // altered, a deflate bomb (1 MiB of zeros in a few hundred bytes), or one byte cut so
         // that the stream no longer has the length the index gives.
         let tamper = """
-            import base64, json, struct, sys, zipfile, zlib
+            import struct, sys, zipfile, zlib
             kind, path = sys.argv[1], sys.argv[2]
+            sys.path.insert(0, sys.argv[3]); import chunk_index
             z = zipfile.ZipFile(path); info = z.getinfo("image.bin"); raw = bytearray(open(path, "rb").read())
-            entry = [f for f in json.loads(z.read(".signet/manifest.json"))["files"] if f["path"] == "image.bin"][0]
-            lengths = base64.b64decode(entry["deflate"].split(":", 1)[1])
+            lengths = chunk_index.indexes(path)[1]["image.bin"]["segments"]
             n, e = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
             start = info.header_offset + 30 + n + e; k = (4 << 20) // 8192
             offset = start + sum(int.from_bytes(lengths[2 * i:2 * i + 2], "big") for i in range(k))
@@ -195,7 +196,7 @@ struct DeflatedChunksCLITests {
             let before = try contents(dest + "/image.bin")
             let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true)]])
             try FileManager.default.copyItem(atPath: v2, toPath: server.file("app.zip"))
-            let python = try run(try which("python3"), ["-c", tamper, kind, server.file("app.zip")])
+            let python = try run(try which("python3"), ["-c", tamper, kind, server.file("app.zip"), ChunkedUpdateCLITests.here])
             try #require(python.status == 0, "\(python.stderr)")
             let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--json"])
             #expect(result.status == 1 && result.stderr.contains("does not match the chunk index"), "\(kind): \(result.status) \(result.stderr)")

@@ -13,7 +13,7 @@ struct ChunkIndexTests {
     }
 
     static func chunk(_ bytes: [UInt8], step: Int) throws -> ChunkIndex {
-        let chunker = try ContentChunker()
+        let chunker = try ContentChunker(blocks: .sha256Prefix)
         var start = 0
         while start < bytes.count {
             let end = min(bytes.count, start + step)
@@ -153,5 +153,69 @@ struct ChunkIndexTests {
         #expect(alone != text)
         let error = signetError { _ = try Manifest.parse(Array(alone.utf8)) }
         #expect(error?.reason.contains("a deflate index without a chunk index") == true, "\(error?.reason ?? "accepted")")
+    }
+
+    @Test("the chunk-index entry (issue 51): sections laid out in manifest order, slices bound by SHA-256 in the manifest, CRC-32 block hints; every defect of the manifest's fields is malformed, naming the file or field")
+    func entry() throws {
+        let a = Self.random((1 << 20) + 5), b = Self.random(3 << 20)
+        func file(_ path: String, _ bytes: [UInt8], deflated: Bool) throws -> Manifest.File {
+            var file = Manifest.File(path: path, size: UInt64(bytes.count), sha256: try Digest.compute(bytes, algorithm: .sha256).hex, mode: .regular)
+            let chunker = try ContentChunker()
+            try bytes.withUnsafeBytes { try chunker.update($0) }
+            file.chunks = try chunker.finish()
+            if deflated {
+                var deflate = DeflateIndex()
+                for index in 0..<DeflateIndex.segments(of: file.size) { deflate.append(compressedLength: 200 + index % 50) }
+                file.deflate = deflate
+            }
+            return file
+        }
+        let small = Manifest.File(path: "b.txt", size: 3, sha256: try Digest.compute(Array("hi\n".utf8), algorithm: .sha256).hex, mode: .regular)
+        var files = [try file("a.img", a, deflated: true), small, try file("c.img", b, deflated: false)]
+        let chunksA = files[0].chunks!, chunksC = files[2].chunks!, deflateA = files[0].deflate!
+        // A block's hint is zlib's CRC-32 of its 4,096 bytes, big-endian.
+        let crc = a[8192..<12288].withUnsafeBytes { ChunkIndex.crc32(0, $0) }
+        #expect(chunksA.blockKey(2) == crc && chunksA.blockCount == 257 && chunksA.blockScheme == .crc32)
+        let (entry, bytes) = try #require(try ChunkIndexEntry.make(&files))
+        // a.img: records, segment lengths, hints; then c.img's records and hints.
+        let sizeA = chunksA.count * 35 + 129 * 2 + 257 * 4
+        #expect(bytes.count == sizeA + chunksC.count * 35 + 768 * 4 && entry.size == UInt64(bytes.count))
+        #expect(Array(bytes[0..<35]) == Array(chunksA.records[0..<35]) && Array(bytes[(chunksA.count * 35)..<(chunksA.count * 35 + 2)]) == [0, 200])
+        #expect(files[0].chunks == nil && files[0].indexed?.offset == 0 && files[2].indexed?.offset == UInt64(sizeA) && files[1].indexed == nil)
+        #expect(entry.sliceCount == (bytes.count + 4095) / 4096)
+        var manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: files,
+                                keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
+        manifest.chunkIndex = entry
+        let encoded = try manifest.encoded()
+        let parsed = try Manifest.parse(encoded)
+        #expect(parsed == manifest && parsed.files[2].indexed?.blockBytes.upperBound == entry.size)
+        let text = String(decoding: encoded, as: UTF8.self)
+        #expect(text.contains("\"index\" : \"fastcdc1-sync8192-crc32:\(chunksA.count)\"") && text.contains("\"chunk_index\" : \"sha256-4096:"))
+        // The sections read back from the entry's bytes as the device reads them.
+        let records = try bytes[0..<(chunksA.count * 35)].withUnsafeBytes { try ChunkIndex(records: $0, size: UInt64(a.count)) }
+        #expect(records.spans.map(\.length) == chunksA.spans.map(\.length) && records.hash(3) == chunksA.hash(3))
+        let lengths = try bytes[(chunksA.count * 35)..<(chunksA.count * 35 + 258)].withUnsafeBytes { try DeflateIndex(lengths: $0, size: UInt64(a.count)) }
+        #expect(lengths == deflateA)
+        let hashes = entry.encoded
+        for (from, to, words) in [
+            ("\"chunk_index\" : \"\(hashes)\",\n", "", "\"chunk_index\" is missing"),
+            (":\(chunksA.count)\"", ":0\(chunksA.count)\"", "a.img"),
+            (":\(chunksA.count)\"", ":1000\"", "a chunk index of 1000 chunks"),
+            ("fastcdc1-sync8192-crc32:", "fastcdc2-crc32:", "unknown layout"),
+            (hashes, "md5-4096:" + hashes.dropFirst(ChunkIndexEntry.scheme.count), "unknown scheme"),
+            (hashes, String(hashes.dropLast(44)) + "====", "slice hashes"),
+        ] {
+            let changed = text.replacingOccurrences(of: from, with: to)
+            #expect(changed != text, "\(words)")
+            let error = signetError { _ = try Manifest.parse(Array(changed.utf8)) }
+            #expect(error?.code == .malformedManifest && error?.reason.contains(words) == true, "\(words): \(error?.reason ?? "accepted")")
+        }
+        // "chunk_index" with no file indexed, and a file indexed both inline and in the entry.
+        var plain = manifest
+        plain.files = [small]
+        let stray = try plain.encoded()
+        #expect(signetError { _ = try Manifest.parse(stray) }?.reason.contains("no file is indexed") == true)
+        let both = text.replacingOccurrences(of: "\"index\" : \"fastcdc1-crc32", with: "\"chunks\" : \"\(chunksC.encoded)\",\n      \"index\" : \"fastcdc1-crc32")
+        #expect(signetError { _ = try Manifest.parse(Array(both.utf8)) }?.reason.contains("both inline and in the chunk-index entry") == true)
     }
 }

@@ -227,6 +227,15 @@ package final class ZipReader {
         return try data(of: entry)
     }
 
+    /// Reads `buffer.count` bytes of a stored entry from byte `offset` of its data, at
+    /// `data` (its ``storedData(of:)``, checked once by the caller). False when the range is
+    /// not inside the entry or the input ends first.
+    package func read(stored data: Range<UInt64>, at offset: UInt64, into buffer: UnsafeMutableRawBufferPointer) throws -> Bool {
+        let (end, overflow) = offset.addingReportingOverflow(UInt64(buffer.count))
+        guard !overflow, end <= UInt64(data.count) else { return false }
+        return try file.read(fullyAt: Int64(data.lowerBound + offset), into: buffer) == buffer.count
+    }
+
     /// Every entry, in archive order.
     package func entries() -> [Entry] { (0..<count).map(entry(at:)) }
 

@@ -22,6 +22,10 @@ package enum TreeLayout {
     /// Marks a tree installed from a bare package (no manifest): its signatures are the
     /// sidecars under `.signet/sigs/` (and the files' attributes). Written by unpack `--bare`.
     package static let bareMarker = ".signet/bare"
+    /// The chunk-index entry of a package whose chunked resources keep their indexes out of the
+    /// manifest (FORMAT.md §2, "The chunk-index entry"; issue 51). Named for the first Signet
+    /// that reads it: an older one refuses the package naming this entry, so naming the version.
+    package static let chunkIndex = ".signet/needs-signet-0.2/chunk-index"
     /// The folder of certificates.
     package static let certificates = ".signet/certs"
     /// The signer's certificate.

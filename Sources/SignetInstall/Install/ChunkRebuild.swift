@@ -68,7 +68,7 @@ struct ChunkPlan {
         let wholeBlocks = Int(installedSize / block)
         blocksHeld.reserveCapacity(min(wholeBlocks, installed.blockCount))
         for number in 0..<min(wholeBlocks, installed.blockCount) {
-            let key = installed.block(number).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            let key = installed.blockKey(number)
             if blocksHeld[key] == nil { blocksHeld[key] = UInt64(number) * block }
         }
         var reused = false
@@ -91,7 +91,7 @@ struct ChunkPlan {
                     && min((number + 1) * block, installedSize) == blockEnd && chunks.block(Int(number)) == installed.block(Int(number))
                 var source: UInt64? = same ? position : nil
                 if source == nil, blockEnd - number * block == block, Int(number) < chunks.blockCount,
-                   let shifted = blocksHeld[chunks.block(Int(number)).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }] {
+                   let shifted = blocksHeld[chunks.blockKey(Int(number))] {
                     source = shifted + (position - number * block)
                 }
                 if let last = list.last, last.offset + last.length == position,
@@ -111,6 +111,22 @@ struct ChunkPlan {
         self.segments = segments
         self.pieces = pieces
         self.resumed = 0
+    }
+
+    /// The blocks (numbers, runs merged) of the chunks of `chunks` from `first` on that
+    /// `installed` does not hold: those whose hints a plan compares with the installed copy's,
+    /// and so the only ones a device reads from a package's chunk-index entry.
+    static func blocksToCompare(_ chunks: ChunkIndex, installed: ChunkIndex, from first: Int) -> [Range<Int>] {
+        var held = Set<Key>()
+        held.reserveCapacity(installed.count)
+        for index in 0..<installed.count { held.insert(Key(installed.hash(index))) }
+        let block = UInt64(ChunkIndex.blockSize)
+        var runs: [Range<Int>] = []
+        for (index, span) in chunks.spans.enumerated() where index >= first && !held.contains(Key(chunks.hash(index))) {
+            let run = Int(span.offset / block)..<Int((span.offset + span.length + block - 1) / block)
+            if let last = runs.last, last.upperBound >= run.lowerBound { runs[runs.count - 1] = last.lowerBound..<max(last.upperBound, run.upperBound) } else { runs.append(run) }
+        }
+        return runs
     }
 
     /// The plan for a file whose first `resumed` chunks an interrupted run staged: the rest

@@ -123,7 +123,7 @@ extension Installer {
         let record = try checked.map { try SignatureRecord.Writer(file: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
         let resources = job.resources(checked)
         // Over ranges: which files the installed tree already holds (copied, not fetched).
-        try ranged?.prepare(resources, job: job, state: state, staging: staging, algorithm: checked?.algorithm)
+        try ranged?.prepare(resources, manifest: checked?.manifest, job: job, state: state, staging: staging, algorithm: checked?.algorithm)
         // From a package file: the unchanged files come from the installed tree (shared, else
         // copied) rather than from the package (issue 39).
         let shared = ranged == nil && checked != nil && !options.force ? SharedTree(destination: destination, state: state) : nil

@@ -133,7 +133,7 @@ final class RangedUpdate {
     /// What rebuilding changed large resources from their chunks did.
     private var chunkCounts = ChunkCounts()
     /// The installed tree (nil: none, or it cannot be opened).
-    private var root: SharedDescriptor? = nil
+    private(set) var root: SharedDescriptor? = nil
     private var fetched = 0
     private var reusedCount = 0
     private var bytesFetched: UInt64 = 0
@@ -195,7 +195,7 @@ final class RangedUpdate {
     /// Called once the manifest verified (the staging tree made): decides, per resource in
     /// manifest order, where it comes from; moves what earlier runs staged into `staging`
     /// (then removes their trees), and plans the requests for every resource to fetch.
-    func prepare(_ resources: [Manifest.File], job: Installer.Job, state: DestinationState, staging: Staging,
+    func prepare(_ resources: [Manifest.File], manifest: Manifest?, job: Installer.Job, state: DestinationState, staging: Staging,
                  algorithm: SignatureAlgorithm?) throws {
         installedSignatures = algorithm.map { !$0.isPSS } ?? false
         bytesTotal = resources.reduce(0) { $0 &+ $1.size }
@@ -209,9 +209,9 @@ final class RangedUpdate {
         }
         origins = [Origin](repeating: .fetch, count: resources.count)
         var spans: [Range<Int64>] = [], signatureSpans: [Range<Int64>] = []
-        /// Changed files with a chunk index the installed copy also has (perhaps rebuilt), or of
-        /// which an interrupted run staged the first chunks (`resumed`, checked here).
-        var chunked: [(index: Int, file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64)?, resumed: Int)] = []
+        /// Changed files with a chunk index that an installed copy or an interrupted run's
+        /// staged start may serve.
+        var chunked: [ChunkCandidate] = []
         for (index, file) in resources.enumerated() {
             let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]
             let unchanged = old.map { $0.size == file.size && $0.sha256 == file.sha256 } ?? false
@@ -222,28 +222,22 @@ final class RangedUpdate {
             } else if unchanged {
                 origins[index] = .installed
                 reusedSignatureSpans += signature.map { [$0] } ?? []
-            } else if let chunks = file.chunks, let resumed = resumedChunks(file, chunks: chunks, staging: staging) {
-                chunked.append((index, file, root == nil || job.options.force ? nil : installedChunks[file.path], resumed))
-            } else if root != nil, !job.options.force, file.chunks != nil, let old = installedChunks[file.path] {
-                chunked.append((index, file, old, 0))
+            } else if file.isChunked, !leftovers.trees.isEmpty || (old != nil && !job.options.force) {
+                let reusable = job.options.force ? nil : old.map { ($0.size, installedChunks[file.path]?.chunks) }
+                chunked.append(ChunkCandidate(index: index, file: file, installed: reusable))
             } else {
                 spans += span(of: file, job: job).map { [$0] } ?? []
                 signatureSpans += signature.map { [$0] } ?? []
             }
         }
-        // Their local headers first, in one request where the server answers several ranges.
-        input.plan(chunked.compactMap { candidate in
-            span(of: candidate.file, job: job).map { $0.lowerBound..<min($0.upperBound, $0.lowerBound + 30 + Int64(candidate.file.path.utf8.count) + 128) }
-        })
-        for (index, file, old, resumed) in chunked {
-            if let plan = chunkPlan(file, installed: old, resumed: resumed, job: job) {
-                origins[index] = .rebuild(plan)
+        for (candidate, plan) in zip(chunked, try chunkPlans(chunked, job: job, staging: staging, manifest: manifest)) {
+            if let plan {
+                origins[candidate.index] = .rebuild(plan)
                 spans += plan.fetchRanges
             } else {
-                if resumed > 0 { staging.removeFile(file.path) }
-                spans += span(of: file, job: job).map { [$0] } ?? []
+                spans += span(of: candidate.file, job: job).map { [$0] } ?? []
             }
-            signatureSpans += signatureSpan(of: file, job: job).map { [$0] } ?? []
+            signatureSpans += signatureSpan(of: candidate.file, job: job).map { [$0] } ?? []
         }
         installed.removeAll()
         installedChunks.removeAll()
@@ -267,40 +261,6 @@ final class RangedUpdate {
     func reuses(_ index: Int) -> Bool {
         guard index < origins.count, case .fetch = origins[index] else { return index < origins.count }
         return false
-    }
-
-    /// How `file` is rebuilt from the installed copy of `installed` chunks: nil when its entry
-    /// is not stored or shares no chunk. Reads the entry's local header (planned first).
-    private func chunkPlan(_ file: Manifest.File, installed: (chunks: ChunkIndex, size: UInt64)?, resumed: Int, job: Installer.Job) -> ChunkPlan? {
-        guard let chunks = file.chunks, let entry = job.layout.resource(file.path), entry.size == file.size else { return nil }
-        let data: Range<UInt64>
-        var segments: [UInt64]? = nil
-        if entry.method == 0, let stored = try? job.reader.storedData(of: entry) {
-            data = stored
-        } else if let deflate = file.deflate, deflate.compressedSize == entry.compressedSize, let deflated = try? job.reader.deflatedData(of: entry) {
-            // A deflated entry whose segments the signed manifest lists (issue 51).
-            data = deflated
-            segments = deflate.offsets
-        } else {
-            return nil
-        }
-        let base = installed.flatMap { ChunkPlan(chunks: chunks, installed: $0.chunks, installedSize: $0.size, data: data, segments: segments) }
-        guard resumed > 0 else { return base }
-        return ChunkPlan(resuming: resumed, chunks: chunks, data: data, segments: segments, base: base)
-    }
-
-    /// How many leading chunks of `file` an interrupted run left staged (FORMAT.md §5, "Resumed
-    /// inside a file"): a shorter file of its path in a tree taken over is moved into `staging`
-    /// and its chunks are hashed in order against the signed index; nil (nothing moved, or the
-    /// file removed again) when not one chunk matches. A file of the right size was taken whole
-    /// before this is asked.
-    private func resumedChunks(_ file: Manifest.File, chunks: ChunkIndex, staging: Staging) -> Int? {
-        guard !leftovers.trees.isEmpty, file.size > 0,
-              leftovers.trees.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, below: file.size) }) else { return nil }
-        guard let opened = try? staging.openFile(file.path) else { return nil }
-        let count = ChunkPlan.verifiedChunks(of: opened.descriptor, chunks: chunks)
-        if count == 0 { staging.removeFile(file.path) }
-        return count > 0 ? count : nil
     }
 
     /// The bytes of `file`'s signature entry.
@@ -328,7 +288,7 @@ final class RangedUpdate {
     }
 
     /// The file bytes of `file`'s entry.
-    private func span(of file: Manifest.File, job: Installer.Job) -> Range<Int64>? {
+    func span(of file: Manifest.File, job: Installer.Job) -> Range<Int64>? {
         guard let entry = job.layout.resource(file.path), let span = job.reader.span(of: entry) else { return nil }
         return Int64(span.lowerBound)..<Int64(span.upperBound)
     }

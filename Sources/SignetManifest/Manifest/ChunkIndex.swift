@@ -1,4 +1,5 @@
 import Foundation
+internal import CSignetZlib
 import SignetCore
 import SignetCrypto
 
@@ -21,33 +22,63 @@ package struct ChunkIndex: Sendable, Equatable {
     private(set) var lengths: [UInt32] = []
     /// The chunks' SHA-256s, 32 bytes each, in order.
     private(set) var hashes: [UInt8] = []
-    /// The file's fixed blocks (``blockSize`` bytes, the last perhaps shorter): the first
-    /// ``blockHashSize`` bytes of each one's SHA-256, in order (the manifest's `"blocks"`).
+    /// The file's fixed blocks (``blockSize`` bytes, the last perhaps shorter): a
+    /// ``blockHashSize``-byte hint of each, in order, of ``blockScheme``. Every block's in a
+    /// computed index; in one read from a package's chunk-index entry, only those of the blocks
+    /// fetched (``fillBlocks(_:from:)``), the rest zero and never asked for.
     private(set) var blocks: [UInt8] = []
+
+    /// How a block's hint is made. Hints only say which installed block may hold a new one's
+    /// bytes: the chunk's SHA-256 decides, so they need not resist collisions.
+    package enum BlockScheme: String, Sendable {
+        /// The first 4 bytes of the block's SHA-256: the manifest's inline `"blocks"` (packages
+        /// made before issue 51's chunk-index entry).
+        case sha256Prefix = "sha256t4-4096:"
+        /// zlib's CRC-32 of the block, big-endian: the chunk-index entry's (FORMAT.md §2).
+        case crc32 = "crc32-4096:"
+    }
+
+    /// The scheme of ``blocks``.
+    package private(set) var blockScheme: BlockScheme = .crc32
 
     /// Bytes of a fixed block.
     package static let blockSize = 4096
-    /// Bytes of a block's hash kept: enough to tell a changed block from the one at the same
-    /// offset (a false match, 1 in 2^32, is caught by the chunk's whole SHA-256 and fetched).
+    /// Bytes of a block's hint: enough to tell a changed block from the one at the same offset
+    /// (a false match, 1 in 2^32, is caught by the chunk's whole SHA-256 and fetched).
     static let blockHashSize = 4
-    /// The prefix naming the block hashes.
-    package static let blockScheme = "sha256t4-4096:"
+    /// The prefix naming the inline block hashes.
+    package static let blockScheme = BlockScheme.sha256Prefix.rawValue
 
     package var blockCount: Int { blocks.count / Self.blockHashSize }
 
-    /// Block `index`'s hash.
+    /// Blocks of a file of `size` bytes.
+    package static func blocks(of size: UInt64) -> Int { Int((size + UInt64(blockSize) - 1) / UInt64(blockSize)) }
+
+    /// Block `index`'s hint.
     package func block(_ index: Int) -> ArraySlice<UInt8> { blocks[(index * Self.blockHashSize)..<((index + 1) * Self.blockHashSize)] }
+
+    /// Block `index`'s hint as a number (a lookup key).
+    package func blockKey(_ index: Int) -> UInt32 { block(index).reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
 
     mutating func appendBlock(_ sha256: Digest) {
         blocks.append(contentsOf: sha256.bytes.prefix(Self.blockHashSize))
     }
 
-    /// The manifest's `"blocks"` string.
-    package var encodedBlocks: String { Self.blockScheme + Data(blocks).base64EncodedString() }
+    mutating func appendBlock(crc32: UInt32) {
+        blocks += [UInt8(truncatingIfNeeded: crc32 >> 24), UInt8(truncatingIfNeeded: crc32 >> 16), UInt8(truncatingIfNeeded: crc32 >> 8), UInt8(truncatingIfNeeded: crc32)]
+    }
+
+    /// zlib's CRC-32 of `bytes`, continuing `crc`.
+    package static func crc32(_ crc: UInt32, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        UInt32(truncatingIfNeeded: signet_crc32(UInt(crc), bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count))
+    }
+
+    /// The manifest's `"blocks"` string (inline, ``BlockScheme/sha256Prefix``).
+    package var encodedBlocks: String { blockScheme.rawValue + Data(blocks).base64EncodedString() }
 
     /// Adds a manifest's `"blocks"` string for a file of `size` bytes: exactly one hash per block.
     package mutating func parseBlocks(_ text: String, size: UInt64) throws {
-        let count = Int((size + UInt64(Self.blockSize) - 1) / UInt64(Self.blockSize))
+        let count = Self.blocks(of: size)
         guard text.hasPrefix(Self.blockScheme) else {
             throw Refused(reason: "block hashes of an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.blockScheme.dropLast()))")
         }
@@ -56,11 +87,23 @@ package struct ChunkIndex: Sendable, Equatable {
             throw Refused(reason: "block hashes that are not one per \(Self.blockSize)-byte block of base64")
         }
         blocks = Array(binary)
+        blockScheme = .sha256Prefix
+    }
+
+    /// Sets the hints of blocks `first...` from a chunk-index entry's bytes (4 per block); the
+    /// others stay as they were (zero until filled). `total` is the file's block count.
+    package mutating func fillBlocks(_ hints: UnsafeRawBufferPointer, from first: Int, total: Int) {
+        if blocks.count != total * Self.blockHashSize { blocks = [UInt8](repeating: 0, count: total * Self.blockHashSize) }
+        let start = first * Self.blockHashSize
+        let count = min(hints.count, blocks.count - start)
+        guard count > 0 else { return }
+        blocks.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[start..<(start + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: hints[0..<count])) }
+        blockScheme = .crc32
     }
 
     package var count: Int { lengths.count }
 
-    init() {}
+    init(blockScheme: BlockScheme = .crc32) { self.blockScheme = blockScheme }
 
     mutating func append(length: UInt32, sha256: Digest) {
         lengths.append(length)
@@ -79,20 +122,27 @@ package struct ChunkIndex: Sendable, Equatable {
         }
     }
 
-    /// The manifest's string.
-    package var encoded: String {
+    /// The chunk records, binary: per chunk its length (3 bytes, big-endian) and SHA-256.
+    package var records: [UInt8] {
         var binary = [UInt8]()
         binary.reserveCapacity(count * Self.recordSize)
         for (index, length) in lengths.enumerated() {
             binary += [UInt8(truncatingIfNeeded: length >> 16), UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length)]
             binary += hash(index)
         }
-        return Self.scheme + Data(binary).base64EncodedString()
+        return binary
     }
+
+    /// The block hints, binary (4 bytes per block).
+    package var blockHints: [UInt8] { blocks }
+
+    /// The manifest's string (inline, as packages before the chunk-index entry carry it).
+    package var encoded: String { Self.scheme + Data(records).base64EncodedString() }
 
     /// Why a manifest's `chunks` string is refused.
     package struct Refused: Error {
         package let reason: String
+        package init(reason: String) { self.reason = reason }
     }
 
     /// Parses a manifest's `chunks` string for a file of `size` bytes.
@@ -108,22 +158,30 @@ package struct ChunkIndex: Sendable, Equatable {
               let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count % Self.recordSize == 0 else {
             throw Refused(reason: "a chunk index that is not whole records of base64")
         }
-        let records = binary.count / Self.recordSize
+        self = try binary.withUnsafeBytes { try ChunkIndex(records: $0, size: size) }
+        blockScheme = .sha256Prefix
+    }
+
+    /// Reads binary chunk records (``recordSize`` bytes each) for a file of `size` bytes, with
+    /// the same checks as the manifest's string.
+    package init(records raw: UnsafeRawBufferPointer, size: UInt64) throws {
+        guard raw.count % Self.recordSize == 0, UInt64(raw.count / Self.recordSize) <= size / UInt64(ContentChunker.minimum) + 1 else {
+            throw Refused(reason: "a chunk index that is not whole records, at most one per \(ContentChunker.minimum) bytes")
+        }
+        let records = raw.count / Self.recordSize
         var total: UInt64 = 0
         lengths.reserveCapacity(records)
         hashes.reserveCapacity(records * 32)
-        try binary.withUnsafeBytes { raw in
-            for index in 0..<records {
-                let base = index * Self.recordSize
-                let length = UInt32(raw[base]) << 16 | UInt32(raw[base + 1]) << 8 | UInt32(raw[base + 2])
-                let last = index == records - 1
-                guard length >= 1, length <= ContentChunker.maximum, last || length >= ContentChunker.minimum else {
-                    throw Refused(reason: "a chunk of \(length) bytes (chunks are \(ContentChunker.minimum) to \(ContentChunker.maximum) bytes, the last at least 1)")
-                }
-                total += UInt64(length)
-                lengths.append(length)
-                hashes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[(base + 3)..<(base + Self.recordSize)]))
+        for index in 0..<records {
+            let base = index * Self.recordSize
+            let length = UInt32(raw[base]) << 16 | UInt32(raw[base + 1]) << 8 | UInt32(raw[base + 2])
+            let last = index == records - 1
+            guard length >= 1, length <= ContentChunker.maximum, last || length >= ContentChunker.minimum else {
+                throw Refused(reason: "a chunk of \(length) bytes (chunks are \(ContentChunker.minimum) to \(ContentChunker.maximum) bytes, the last at least 1)")
             }
+            total += UInt64(length)
+            lengths.append(length)
+            hashes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[(base + 3)..<(base + Self.recordSize)]))
         }
         guard total == size, records > 0 || size == 0 else {
             throw Refused(reason: "chunks of \(total) bytes in all for a file of \(size)")

@@ -32,13 +32,17 @@ package final class ContentChunker {
     private var fingerprint: UInt64 = 0
     private var length = 0
     private(set) var index = ChunkIndex()
-    /// The fixed 4 KiB blocks' hashes (``ChunkIndex/blockSize``), beside the chunks.
-    private let blockHasher: Digest.Hasher
+    /// The fixed 4 KiB blocks' hints (``ChunkIndex/blockSize``), beside the chunks: a CRC-32
+    /// (the chunk-index entry's), or the first bytes of a SHA-256 (``blockHasher``; an installed
+    /// copy compared with a package that carries its block hashes inline).
+    private let blockHasher: Digest.Hasher?
+    private var blockCRC: UInt32 = 0
     private var blockFill = 0
 
-    package init() throws {
+    package init(blocks: ChunkIndex.BlockScheme = .crc32) throws {
         hasher = try Digest.Hasher(.sha256)
-        blockHasher = try Digest.Hasher(.sha256)
+        blockHasher = blocks == .sha256Prefix ? try Digest.Hasher(.sha256) : nil
+        index = ChunkIndex(blockScheme: blocks)
     }
 
     /// Hashes the bytes into their 4 KiB blocks.
@@ -46,7 +50,8 @@ package final class ContentChunker {
         var position = 0
         while position < bytes.count {
             let take = min(ChunkIndex.blockSize - blockFill, bytes.count - position)
-            blockHasher.update(UnsafeRawBufferPointer(rebasing: bytes[position..<(position + take)]))
+            let part = UnsafeRawBufferPointer(rebasing: bytes[position..<(position + take)])
+            if let blockHasher { blockHasher.update(part) } else { blockCRC = ChunkIndex.crc32(blockCRC, part) }
             blockFill += take
             position += take
             if blockFill == ChunkIndex.blockSize { try endBlock() }
@@ -54,8 +59,13 @@ package final class ContentChunker {
     }
 
     private func endBlock() throws {
-        index.appendBlock(try blockHasher.finalize())
-        try blockHasher.restart()
+        if let blockHasher {
+            index.appendBlock(try blockHasher.finalize())
+            try blockHasher.restart()
+        } else {
+            index.appendBlock(crc32: blockCRC)
+            blockCRC = 0
+        }
         blockFill = 0
     }
 

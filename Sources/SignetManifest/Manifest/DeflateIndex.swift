@@ -50,12 +50,32 @@ package struct DeflateIndex: Sendable, Equatable {
     /// The deflate stream's length.
     package var compressedSize: UInt64 { lengths.reduce(0) { $0 + UInt64($1) } }
 
-    /// The manifest's string.
-    package var encoded: String {
+    /// Each segment's compressed length, 2 bytes big-endian (the chunk-index entry's form).
+    package var binary: [UInt8] {
         var binary = [UInt8]()
         binary.reserveCapacity(lengths.count * 2)
         for length in lengths { binary += [UInt8(length >> 8), UInt8(truncatingIfNeeded: length)] }
-        return Self.scheme + Data(binary).base64EncodedString()
+        return binary
+    }
+
+    /// The manifest's string (inline, as packages before the chunk-index entry carry it).
+    package var encoded: String { Self.scheme + Data(binary).base64EncodedString() }
+
+    /// Reads binary lengths (2 bytes each) for a file of `size` bytes: exactly one per segment,
+    /// each between 1 and 8,256 bytes.
+    package init(lengths raw: UnsafeRawBufferPointer, size: UInt64) throws {
+        let count = Self.segments(of: size)
+        guard raw.count == count * 2 else {
+            throw ChunkIndex.Refused(reason: "a deflate index that is not one length per \(Self.segmentSize)-byte segment")
+        }
+        lengths.reserveCapacity(count)
+        for index in 0..<count {
+            let length = UInt16(raw[2 * index]) << 8 | UInt16(raw[2 * index + 1])
+            guard Int(length) >= Self.smallest, Int(length) <= Self.largest else {
+                throw ChunkIndex.Refused(reason: "a deflate segment of \(length) compressed bytes (\(Self.smallest) to \(Self.largest))")
+            }
+            lengths.append(length)
+        }
     }
 
     /// Parses a manifest's `deflate` string for a file of `size` bytes: exactly one length per
@@ -69,13 +89,6 @@ package struct DeflateIndex: Sendable, Equatable {
               let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count == count * 2 else {
             throw ChunkIndex.Refused(reason: "a deflate index that is not one length per \(Self.segmentSize)-byte segment of base64")
         }
-        lengths.reserveCapacity(count)
-        for index in 0..<count {
-            let length = UInt16(binary[binary.startIndex + 2 * index]) << 8 | UInt16(binary[binary.startIndex + 2 * index + 1])
-            guard Int(length) >= Self.smallest, Int(length) <= Self.largest else {
-                throw ChunkIndex.Refused(reason: "a deflate segment of \(length) compressed bytes (\(Self.smallest) to \(Self.largest))")
-            }
-            lengths.append(length)
-        }
+        self = try binary.withUnsafeBytes { try DeflateIndex(lengths: $0, size: size) }
     }
 }

@@ -36,6 +36,13 @@ public struct Manifest: Sendable, Equatable {
         /// For a chunked resource stored deflated: its segments in the deflate stream (FORMAT.md
         /// §2, `deflate`; issue 51).
         package var deflate: DeflateIndex? = nil
+        /// For a chunked resource of a package with a chunk-index entry: where its indexes are
+        /// in it (FORMAT.md §2, "The chunk-index entry"; issue 51). ``chunks`` is then nil until
+        /// read from the entry.
+        package var indexed: IndexedChunks? = nil
+
+        /// Whether the resource has a chunk index, inline or in the entry.
+        package var isChunked: Bool { chunks != nil || indexed != nil }
 
         /// Creates an entry.
         public init(path: String, size: UInt64, sha256: String, mode: FileMode, structured: StructuredFormat? = nil) {
@@ -148,6 +155,9 @@ public struct Manifest: Sendable, Equatable {
     public var sequence: UInt64
     /// Human version string.
     public var version: String
+    /// The chunk-index entry's slice hashes, when the package has one (its chunked files are
+    /// ``File/indexed``).
+    package var chunkIndex: ChunkIndexEntry? = nil
 
     /// Creates a manifest.
     public init(algorithm: SignatureAlgorithm, created: Timestamp, expires: Timestamp?, files: [File],
@@ -173,6 +183,7 @@ public struct Manifest: Sendable, Equatable {
         var out = ManifestWriter(capacity: 512 + name.utf8.count + version.utf8.count + files.reduce(0) { $0 + 192 + $1.path.utf8.count })
         out.raw("{\n")
         out.field("algorithm", indent: 1) { $0.string(algorithm.id) }
+        if let chunkIndex { out.field("chunk_index", indent: 1) { $0.string(chunkIndex.encoded) } }
         out.field("created", indent: 1) { $0.string(created.rfc3339) }
         out.field("expires", indent: 1) { writer in
             if let expires { writer.string(expires.rfc3339) } else { writer.raw("null") }
@@ -183,7 +194,9 @@ public struct Manifest: Sendable, Equatable {
                 if index > 0 { writer.raw(",\n") }
                 writer.indent(2)
                 writer.raw("{\n")
-                if let chunks = file.chunks {
+                if let indexed = file.indexed {
+                    writer.field("index", indent: 3) { $0.string(indexed.encoded) }
+                } else if let chunks = file.chunks {
                     writer.field("blocks", indent: 3) { $0.string(chunks.encodedBlocks) }
                     writer.field("chunks", indent: 3) { $0.string(chunks.encoded) }
                     if let deflate = file.deflate { writer.field("deflate", indent: 3) { $0.string(deflate.encoded) } }
@@ -306,8 +319,25 @@ public struct Manifest: Sendable, Equatable {
         }
         let name = try string("name")
         guard !name.isEmpty else { throw malformed("\"name\" is empty") }
-        return Manifest(algorithm: algorithm, created: created, expires: expires, files: reader.files, keyID: keyID,
-                        name: name, sequence: try number("sequence"), version: try string("version"))
+        var manifest = Manifest(algorithm: algorithm, created: created, expires: expires, files: reader.files, keyID: keyID,
+                                name: name, sequence: try number("sequence"), version: try string("version"))
+        // The chunk-index entry: declared exactly when a file is indexed in it, its slice hashes
+        // one per slice of the size the files' sections add up to.
+        let indexed = manifest.files.contains { $0.indexed != nil }
+        switch reader.fields["chunk_index"] {
+        case nil:
+            guard !indexed else { throw malformed("files are indexed in a chunk-index entry, but \"chunk_index\" is missing") }
+        case .string(let text)?:
+            guard indexed else { throw malformed("\"chunk_index\" is set, but no file is indexed in it") }
+            guard let size = ChunkIndexEntry.layOut(&manifest.files) else { throw malformed("its chunk-index sections add up to more than 2^64 bytes") }
+            do {
+                manifest.chunkIndex = try ChunkIndexEntry(parsing: text, size: size)
+            } catch let refusal as ChunkIndex.Refused {
+                throw malformed("it has \(refusal.reason)")
+            }
+        default: throw malformed("the field \"chunk_index\" has the wrong type")
+        }
+        return manifest
     }
 }
 

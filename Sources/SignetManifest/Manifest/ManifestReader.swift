@@ -39,6 +39,7 @@ struct ManifestReader: StrictJSON.Handler {
         var chunks: StrictJSON.Scalar?
         var blocks: StrictJSON.Scalar?
         var deflate: StrictJSON.Scalar?
+        var index: StrictJSON.Scalar?
     }
 
     private func wrongType(_ what: String) -> Failure { Failure(reason: "the field \"\(what)\" has the wrong type") }
@@ -110,6 +111,7 @@ struct ManifestReader: StrictJSON.Handler {
             case "chunks": entry.chunks = value
             case "blocks": entry.blocks = value
             case "deflate": entry.deflate = value
+            case "index": entry.index = value
             default: break
             }
         default: throw Failure(reason: "it is not a JSON object")
@@ -181,7 +183,25 @@ struct ManifestReader: StrictJSON.Handler {
             structured = format
         }
         var file = Manifest.File(path: path, size: size, content: content, mode: mode, structured: structured)
-        if let value = entry.chunks {
+        if let value = entry.index {
+            guard entry.chunks == nil, entry.blocks == nil, entry.deflate == nil else {
+                fileFailure = Failure(reason: "file \"\(path)\" has a chunk index both inline and in the chunk-index entry")
+                return
+            }
+            guard let indexText = text(value) else {
+                fileFailure = absentOrWrong("index", value)
+                return
+            }
+            do {
+                file.indexed = try IndexedChunks(parsing: indexText, size: size)
+            } catch let refusal as ChunkIndex.Refused {
+                fileFailure = Failure(reason: "file \"\(path)\" has \(refusal.reason)")
+                return
+            } catch {
+                fileFailure = Failure(reason: "file \"\(path)\" has a chunk index that cannot be read")
+                return
+            }
+        } else if let value = entry.chunks {
             guard let chunkText = text(value) else {
                 fileFailure = absentOrWrong("chunks", value)
                 return

@@ -124,7 +124,9 @@ package final class RangedInput: ArchiveInput {
         var own: [Range<Int64>] = []
         for position in directory.startIndex..<directory.endIndex {
             let name = directory.name(of: directory[position])
-            guard name.starts(with: signet), !name.starts(with: signatures), let span = directory.span(ofRecord: position) else { continue }
+            // The chunk-index entry is read by range, only where an update needs it (issue 51).
+            guard name.starts(with: signet), !name.starts(with: signatures), !name.elementsEqual(TreeLayout.chunkIndex.utf8),
+                  let span = directory.span(ofRecord: position) else { continue }
             own.append(Int64(span.lowerBound)..<Int64(span.upperBound))
         }
         plan(own)

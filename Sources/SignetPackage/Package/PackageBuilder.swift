@@ -112,11 +112,26 @@ public enum PackageBuilder {
             try writer.add(input.packagePath, source: source, compression: methods[index], permissions: input.mode.permissions)
         }
         // Everything below is made inside zip_close, after the resources it covers were read.
+        // The chunked resources' indexes go into the chunk-index entry, read (and so made)
+        // before the manifest, which binds its slices (FORMAT.md §2; issue 51).
+        var files: [Manifest.File]? = nil
+        var chunkIndex: ChunkIndexEntry? = nil
+        let makeChunkIndex = { () throws -> [UInt8] in
+            var made = try ledger.manifestFiles()
+            let entry = try ChunkIndexEntry.make(&made)
+            files = made
+            chunkIndex = entry?.entry
+            return entry?.bytes ?? []
+        }
+        if chunked.contains(true) {
+            try writer.add(TreeLayout.chunkIndex, source: DeferredBytesSource(makeChunkIndex), compression: .store, permissions: 0o644)
+        }
         var manifestBytes: [UInt8] = []
         var manifest: Manifest?
         let makeManifest = { () throws -> [UInt8] in
-            let made = Manifest(algorithm: signer.algorithm, created: created, expires: options.expires, files: try ledger.manifestFiles(),
+            var made = Manifest(algorithm: signer.algorithm, created: created, expires: options.expires, files: try files ?? ledger.manifestFiles(),
                                 keyID: signer.key.keyID, name: options.name, sequence: sequence, version: options.version)
+            made.chunkIndex = chunkIndex
             manifest = made
             manifestBytes = try made.encoded()
             guard manifestBytes.count <= options.limits.maxManifestSize else {

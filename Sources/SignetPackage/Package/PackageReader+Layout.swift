@@ -31,6 +31,8 @@ extension PackageReader {
         /// `.signet/signatures.sig`: the publisher's signature over the installed tree's
         /// signature record (packages made before it existed have none).
         package var recordSignature: ZipReader.Entry?
+        /// The chunk-index entry (``TreeLayout/chunkIndex``), when the package has one.
+        package var chunkIndex: ZipReader.Entry?
         /// `.signet/certs/*` entries by name, kept with an installed tree.
         package var certificates: [(name: String, entry: ZipReader.Entry)] = []
         let path: String
@@ -170,6 +172,12 @@ extension PackageReader {
             case TreeLayout.manifest: manifest = entry
             case TreeLayout.manifestSignature: manifestSignature = entry
             case TreeLayout.signatureRecordSignature: recordSignature = entry
+            case TreeLayout.chunkIndex:
+                // Read by range, slice by slice: its bytes must be where they are.
+                guard entry.method == ZipReader.methodStore, entry.compressedSize == entry.size else {
+                    throw malformed("the entry '\(name)' is not stored", entry: name)
+                }
+                chunkIndex = entry
             case TreeLayout.signerCertificate:
                 signerCertificate = entry
                 certificates.append((name, entry))

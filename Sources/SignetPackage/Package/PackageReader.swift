@@ -71,6 +71,9 @@ public enum PackageReader {
             progress?.add(items: 1)
         }
         if let verdict = firstBadSignature() { return verdict }
+        if let index = ChunkIndexReader(manifest: checked.manifest, layout: layout, reader: reader), let reason = index.check(files) {
+            return checked.verdict(.modified, reason, entry: TreeLayout.chunkIndex)
+        }
         if let record, let entry = layout.recordSignature {
             let signature = try reader.readAll(entry, limit: 64 * 1024, name: TreeLayout.signatureRecordSignature)
             guard signature.count == checked.key.signatureLength,
@@ -170,6 +173,16 @@ public enum PackageReader {
             }
         }
         if let missing { return missing }
+        // The chunk-index entry: there exactly when the manifest binds one, of its size.
+        switch (manifest.chunkIndex, layout.chunkIndex) {
+        case (let declared?, let entry?) where entry.size != declared.size:
+            return verdict(.modified, "\(TreeLayout.chunkIndex) holds \(entry.size) bytes; the manifest binds \(declared.size)", entry: TreeLayout.chunkIndex)
+        case (_?, nil):
+            return verdict(.missing, "the manifest binds a chunk-index entry, but the archive has no \(TreeLayout.chunkIndex)", entry: TreeLayout.chunkIndex)
+        case (nil, _?):
+            return verdict(.extra, "the archive holds \(TreeLayout.chunkIndex), which the manifest does not bind", entry: TreeLayout.chunkIndex)
+        default: break
+        }
         return .checked(Checked(manifest: manifest, manifestBytes: manifestBytes,
                                 manifestSignature: signature, key: key, algorithm: algorithm,
                                 peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest), contents: contents))

@@ -1,0 +1,180 @@
+import Foundation
+import SignetCore
+import SignetCrypto
+
+/// The package's chunk-index entry (FORMAT.md §2, "The chunk-index entry"; issue 51): the chunk
+/// records, deflate segment lengths and block hints of every chunked resource, out of the
+/// manifest, so that an update reads by range only what it needs — the chunk records of the
+/// files it rebuilds, and the block hints of just the chunks it lacks. The manifest binds it
+/// with the SHA-256 of each ``sliceSize``-byte slice (`"chunk_index"`), so a device checks every
+/// slice it reads before it uses a byte of it.
+package struct ChunkIndexEntry: Sendable, Equatable {
+    /// Bytes of the entry per slice hash (the last slice perhaps shorter).
+    package static let sliceSize = 4096
+    /// The prefix of the manifest's `"chunk_index"` string.
+    package static let scheme = "sha256-4096:"
+
+    /// The entry's size: the sum of its files' sections.
+    package let size: UInt64
+    /// Each slice's SHA-256, in order.
+    private let hashes: [UInt8]
+
+    package var sliceCount: Int { hashes.count / 32 }
+
+    /// Slices of an entry of `size` bytes.
+    static func slices(of size: UInt64) -> Int { Int((size + UInt64(sliceSize) - 1) / UInt64(sliceSize)) }
+
+    /// Slice `index`'s SHA-256.
+    package func sliceHash(_ index: Int) -> ArraySlice<UInt8> { hashes[(index * 32)..<(index * 32 + 32)] }
+
+    /// Slice `index`'s bytes in the entry.
+    package func slice(_ index: Int) -> Range<UInt64> {
+        UInt64(index * Self.sliceSize)..<min(size, UInt64((index + 1) * Self.sliceSize))
+    }
+
+    /// The slices that hold `range` of the entry (empty for an empty range).
+    package func slices(covering range: Range<UInt64>) -> Range<Int> {
+        guard !range.isEmpty else { return 0..<0 }
+        return Int(range.lowerBound / UInt64(Self.sliceSize))..<Int((range.upperBound + UInt64(Self.sliceSize) - 1) / UInt64(Self.sliceSize))
+    }
+
+    /// The manifest's string: the scheme and the padded base64 of the slice hashes.
+    package var encoded: String { Self.scheme + Data(hashes).base64EncodedString() }
+
+    /// The manifest's `"chunk_index"` string for an entry of `size` bytes (the sum of the
+    /// sections its files declare): exactly one SHA-256 per slice.
+    package init(parsing text: String, size: UInt64) throws {
+        let count = Self.slices(of: size)
+        guard text.hasPrefix(Self.scheme) else {
+            throw ChunkIndex.Refused(reason: "a chunk-index entry hashed by an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.scheme.dropLast()))")
+        }
+        guard size > 0, text.utf8.count - Self.scheme.utf8.count == (count * 32 + 2) / 3 * 4,
+              let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count == count * 32 else {
+            throw ChunkIndex.Refused(reason: "a chunk-index entry whose slice hashes are not one SHA-256 per \(Self.sliceSize) bytes of its \(size) (base64)")
+        }
+        self.size = size
+        hashes = Array(binary)
+    }
+
+    private init(bytes: [UInt8]) throws {
+        size = UInt64(bytes.count)
+        var hashes: [UInt8] = []
+        hashes.reserveCapacity(Self.slices(of: size) * 32)
+        let hasher = try Digest.Hasher(.sha256)
+        for start in stride(from: 0, to: bytes.count, by: Self.sliceSize) {
+            try hasher.restart()
+            bytes[start..<min(bytes.count, start + Self.sliceSize)].withUnsafeBytes { hasher.update($0) }
+            hashes += try hasher.finalize().bytes
+        }
+        self.hashes = hashes
+    }
+
+    /// Lays the chunked files of `files` (manifest order) out in one entry: each one's chunk
+    /// records, then its segment lengths (deflated), then its block hints. Sets each file's
+    /// ``Manifest/File/indexed`` and drops its inline indexes (the entry holds them). Nil, with
+    /// nothing changed, when no file is chunked.
+    package static func make(_ files: inout [Manifest.File]) throws -> (entry: ChunkIndexEntry, bytes: [UInt8])? {
+        guard files.contains(where: { $0.chunks != nil }) else { return nil }
+        var bytes: [UInt8] = []
+        for index in files.indices {
+            guard let chunks = files[index].chunks else { continue }
+            var section = IndexedChunks(chunkCount: chunks.count, deflated: files[index].deflate != nil, size: files[index].size)
+            section.offset = UInt64(bytes.count)
+            bytes += chunks.records
+            if let deflate = files[index].deflate { bytes += deflate.binary }
+            guard chunks.blockScheme == .crc32, chunks.blockCount == ChunkIndex.blocks(of: files[index].size) else {
+                throw ChunkIndex.Refused(reason: "block hints that are not one CRC-32 per block")
+            }
+            bytes += chunks.blockHints
+            guard UInt64(bytes.count) == section.end else { throw ChunkIndex.Refused(reason: "a section that is not its declared size") }
+            files[index].indexed = section
+            files[index].chunks = nil
+            files[index].deflate = nil
+        }
+        return (try ChunkIndexEntry(bytes: bytes), bytes)
+    }
+
+    /// The entry's offsets of each indexed file of `files` (manifest order, as ``make(_:)`` laid
+    /// them), and the entry's size; nil when one would pass 2^64.
+    static func layOut(_ files: inout [Manifest.File]) -> UInt64? {
+        var offset: UInt64 = 0
+        for index in files.indices where files[index].indexed != nil {
+            files[index].indexed!.offset = offset
+            guard let length = files[index].indexed!.length else { return nil }
+            let (sum, overflow) = offset.addingReportingOverflow(length)
+            guard !overflow else { return nil }
+            offset = sum
+        }
+        return offset
+    }
+}
+
+/// Where one chunked resource's indexes are in the package's ``ChunkIndexEntry``: its chunk
+/// records (``ChunkIndex/recordSize`` bytes each), its segment lengths (2 bytes per
+/// ``DeflateIndex/segmentSize`` bytes of the file; deflated entries only) and its block hints (a
+/// CRC-32 per ``ChunkIndex/blockSize`` bytes), in that order. The manifest's file entry says
+/// `"index": "fastcdc1-crc32:N"` (stored) or `"fastcdc1-sync8192-crc32:N"` (deflated), N the
+/// chunk count; the offset is the sum of the sections of the files before it.
+package struct IndexedChunks: Sendable, Equatable {
+    static let storedScheme = "fastcdc1-crc32:"
+    static let deflatedScheme = "fastcdc1-sync8192-crc32:"
+
+    /// The file's chunks.
+    package let chunkCount: Int
+    /// Whether the entry is deflated in segments (``DeflateIndex``).
+    package let deflated: Bool
+    /// The file's size.
+    package let size: UInt64
+    /// Where the section starts in the entry.
+    package internal(set) var offset: UInt64 = 0
+
+    init(chunkCount: Int, deflated: Bool, size: UInt64) {
+        self.chunkCount = chunkCount
+        self.deflated = deflated
+        self.size = size
+    }
+
+    /// The section's length (nil past 2^64: refused).
+    var length: UInt64? {
+        let (records, a) = UInt64(chunkCount).multipliedReportingOverflow(by: UInt64(ChunkIndex.recordSize))
+        let segments = deflated ? UInt64(DeflateIndex.segments(of: size)) * 2 : 0
+        let blocks = UInt64(ChunkIndex.blocks(of: size)) * UInt64(ChunkIndex.blockHashSize)
+        let (sum, b) = records.addingReportingOverflow(segments)
+        let (total, c) = sum.addingReportingOverflow(blocks)
+        return a || b || c ? nil : total
+    }
+
+    /// The chunk records' bytes in the entry.
+    package var chunkBytes: Range<UInt64> { offset..<(offset + UInt64(chunkCount * ChunkIndex.recordSize)) }
+    /// The segment lengths' bytes (empty for a stored entry).
+    package var segmentBytes: Range<UInt64> {
+        chunkBytes.upperBound..<(chunkBytes.upperBound + (deflated ? UInt64(DeflateIndex.segments(of: size)) * 2 : 0))
+    }
+    /// The block hints' bytes.
+    package var blockBytes: Range<UInt64> {
+        segmentBytes.upperBound..<(segmentBytes.upperBound + UInt64(ChunkIndex.blocks(of: size) * ChunkIndex.blockHashSize))
+    }
+    /// Where the section ends.
+    package var end: UInt64 { blockBytes.upperBound }
+
+    /// The manifest's `"index"` string.
+    var encoded: String { (deflated ? Self.deflatedScheme : Self.storedScheme) + String(chunkCount) }
+
+    /// Parses a file entry's `"index"` for a file of `size` bytes: a known layout and a chunk
+    /// count the size allows (1 to one per 16,384 bytes and one more).
+    init(parsing text: String, size: UInt64) throws {
+        let deflated: Bool, count: Substring
+        if text.hasPrefix(Self.storedScheme) {
+            (deflated, count) = (false, text.dropFirst(Self.storedScheme.count))
+        } else if text.hasPrefix(Self.deflatedScheme) {
+            (deflated, count) = (true, text.dropFirst(Self.deflatedScheme.count))
+        } else {
+            throw ChunkIndex.Refused(reason: "a chunk index of an unknown layout '\(text.prefix(32))' (this Signet knows \(Self.storedScheme.dropLast()) and \(Self.deflatedScheme.dropLast()))")
+        }
+        guard count.utf8.count <= 18, count.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), !count.hasPrefix("0"), let chunks = Int(count),
+              size > 0, UInt64(chunks) <= size / UInt64(ContentChunker.minimum) + 1 else {
+            throw ChunkIndex.Refused(reason: "a chunk index of \(count.prefix(20)) chunks for \(size) bytes (1 to one per \(ContentChunker.minimum) bytes and one more)")
+        }
+        self.init(chunkCount: chunks, deflated: deflated, size: size)
+    }
+}
