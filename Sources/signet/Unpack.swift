@@ -156,6 +156,7 @@ struct Unpack: ParsableCommand {
         let chunk_bytes_fetched: UInt64
         let chunks_resumed: Int
         let chunk_bytes_resumed: UInt64
+        let file_bytes_resumed: UInt64
 
         init(_ report: TransferReport) {
             mode = report.mode.rawValue
@@ -173,6 +174,7 @@ struct Unpack: ParsableCommand {
             chunk_bytes_fetched = report.chunkBytesFetched
             chunks_resumed = report.chunksResumed
             chunk_bytes_resumed = report.chunkBytesResumed
+            file_bytes_resumed = report.fileBytesResumed
         }
     }
 
@@ -271,6 +273,9 @@ struct Unpack: ParsableCommand {
             }
             if transfer.chunksResumed > 0 {
                 text += "; \(ProgressLine.bytes(transfer.chunkBytesResumed)) of large files continued from where an interrupted run stopped (\(count(transfer.chunksResumed)) chunk\(transfer.chunksResumed == 1 ? "" : "s") checked)"
+            }
+            if transfer.fileBytesResumed > 0 {
+                text += "; \(ProgressLine.bytes(transfer.fileBytesResumed)) of files continued at the byte where an interrupted run stopped"
             }
             text += "; \(ProgressLine.bytes(transfer.bytesDownloaded)) downloaded in \(count(transfer.requests)) range request\(transfer.requests == 1 ? "" : "s")"
         } else {

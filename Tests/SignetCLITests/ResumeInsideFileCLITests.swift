@@ -30,9 +30,10 @@ struct ResumeInsideFileCLITests {
     /// issue 51) and a small one, served by a scripted server.
     static func setup(_ kind: String = "stored") throws -> Setup {
         let work = try Workspace()
-        let image = kind == "stored" ? Hardening2CLITests.randomData(size) : try DeflatedChunksCLITests.programs(size)
+        let image = kind != "deflated" ? Hardening2CLITests.randomData(size) : try DeflatedChunksCLITests.programs(size)
         let package = work.directory.file("app.zip")
-        try Hardening2CLITests.pack(work, ["image.bin": image, "small.txt": Data("small\n".utf8)], sequence: 1, out: package)
+        try Hardening2CLITests.pack(work, ["image.bin": image, "small.txt": Data("small\n".utf8)], sequence: 1, out: package,
+                                    extra: kind == "unindexed" ? ["--chunk-threshold", "0"] : [])
         let offsets = try Hardening3CLITests.offsets(package)
         let server = try ScriptedServer(script: [:])
         try FileManager.default.copyItem(atPath: package, toPath: server.file("app.zip"))
@@ -77,6 +78,50 @@ struct ResumeInsideFileCLITests {
         #expect(try contents(dest + "/image.bin") == setup.image)
         #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
         #expect(try Self.stagedImage(besides: dest) == nil, "nothing left beside DIR")
+    }
+
+    @Test("a stored file without a chunk index cut half-way continues at its byte offset from the same package (≤ 60% moved); a staged start from another package (another ETag) is not used, and a changed byte in it costs a whole fetch, never a wrong install")
+    func unindexedResumes() throws {
+        let setup = try Self.setup("unindexed")
+        let dest = setup.work.directory.file("app")
+        try setup.cut(at: setup.entrySize / 2)
+        #expect(try CLI.run(setup.arguments(dest)).status == 5)
+        try setup.cut(at: nil)
+        let done = try CLI.run(setup.arguments(dest))
+        #expect(done.status == 0, "\(done.stderr)")
+        let transfer = try Self.transfer(done)
+        let resumed = transfer["file_bytes_resumed"] as? Int ?? -1, downloaded = transfer["bytes_downloaded"] as? Int ?? Int.max
+        #expect(resumed > Self.size / 2 - (2 << 20) && resumed <= Self.size / 2, "\(transfer)")
+        #expect(downloaded <= setup.packageSize * 6 / 10 && (transfer["chunks_resumed"] as? Int) == 0, "\(downloaded) of \(setup.packageSize): \(transfer)")
+        #expect(try contents(dest + "/image.bin") == setup.image)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        #expect(try Self.stagedImage(besides: dest) == nil, "nothing left beside DIR")
+
+        // Another install cut half-way; the server then serves the package under another
+        // ETag (it may have been replaced): the staged half is not continued.
+        let other = setup.work.directory.file("other")
+        try setup.cut(at: setup.entrySize / 2)
+        #expect(try CLI.run(setup.arguments(other)).status == 5)
+        try setup.server.replace(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true)]])
+        let fresh = try CLI.run(setup.arguments(other))
+        #expect(fresh.status == 0, "\(fresh.stderr)")
+        #expect(try Self.transfer(fresh)["file_bytes_resumed"] as? Int == 0 && (try contents(other + "/image.bin")) == setup.image)
+
+        // Cut again; a byte of the staged half changed: the whole file's SHA-256 refuses the
+        // continuation and the entry is fetched whole.
+        let third = setup.work.directory.file("third")
+        try setup.cut(at: setup.entrySize / 2)
+        #expect(try CLI.run(setup.arguments(third)).status == 5)
+        let staged = try #require(try Self.stagedImage(besides: third))
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: staged))
+        try handle.seek(toOffset: 1000)
+        try handle.write(contentsOf: Data([0x5a, 0xa5]))
+        try handle.close()
+        try setup.cut(at: nil)
+        let whole = try CLI.run(setup.arguments(third))
+        #expect(whole.status == 0, "\(whole.stderr)")
+        #expect(try contents(third + "/image.bin") == setup.image)
+        #expect(try CLI.run(["reverify", third, "--pubkey", setup.work.publicDER]).status == 0)
     }
 
     @Test("a run that continues a cut file and is cut again keeps its own chunks too; a byte changed in what was staged costs that chunk and the rest, never a wrong install")

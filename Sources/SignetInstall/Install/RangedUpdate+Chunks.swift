@@ -7,6 +7,7 @@ internal import SystemPackage
 import SignetCore
 import SignetCrypto
 import SignetManifest
+import SignetArchive
 import SignetPackage
 
 extension RangedUpdate {
@@ -122,5 +123,76 @@ extension RangedUpdate {
         let count = ChunkPlan.verifiedChunks(of: opened.descriptor, chunks: chunks)
         if count == 0 { staging.removeFile(file.path) }
         return count > 0 ? count : nil
+    }
+}
+
+extension RangedUpdate {
+    /// For files without a chunk index that an interrupted run of the same package left cut
+    /// short (moved into `staging`): where each entry's bytes are and how much is staged, once
+    /// their local headers arrived (one request); nil, with the staged file removed, where the
+    /// entry is not stored as the directory says.
+    func continuations(_ files: [(index: Int, file: Manifest.File)], job: Installer.Job,
+                       staging: Staging) -> [(index: Int, file: Manifest.File, continuation: (data: Range<UInt64>, from: UInt64)?)] {
+        guard !files.isEmpty else { return [] }
+        input.plan(files.compactMap { candidate in
+            span(of: candidate.file, job: job).map { $0.lowerBound..<min($0.upperBound, $0.lowerBound + 30 + Int64(candidate.file.path.utf8.count) + 128) }
+        })
+        return files.map { index, file in
+            var info = stat()
+            guard let entry = job.layout.resource(file.path), entry.size == file.size, let data = try? job.reader.storedData(of: entry),
+                  let opened = try? staging.openFile(file.path), fstat(opened.descriptor.rawValue, &info) == 0,
+                  info.st_size > 0, UInt64(info.st_size) < file.size else {
+                staging.removeFile(file.path)
+                return (index, file, nil)
+            }
+            return (index, file, (data, UInt64(info.st_size)))
+        }
+    }
+}
+
+extension Installer.Job {
+    /// Stages `file` (stored, without a chunk index) by continuing the copy an interrupted run
+    /// of the same package left staged, `from` bytes long: those bytes are hashed where they
+    /// are, the rest is read from the entry's bytes at `data` (planned) and written after them,
+    /// and the whole file's SHA-256 and signature are checked as for any resource. Nil, with
+    /// nothing staged, when the whole does not hash to the manifest (the caller fetches the
+    /// entry whole). A transfer that fails keeps the file for the next run (issue 51).
+    func stageContinued(_ file: Manifest.File, data: Range<UInt64>, from: UInt64, input: any ArchiveInput, into staging: Staging,
+                        checked: PackageReader.Checked, later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
+        var kept = false, keptForNextRun = false
+        defer { if !kept && !keptForNextRun { staging.removeFile(file.path) } }
+        guard UInt64(data.count) == file.size, from < file.size else { return nil }
+        let staged = try staging.openFile(file.path)
+        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 64)
+        defer { buffer.deallocate() }
+        var offset: UInt64 = 0
+        while offset < from {
+            let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), from - offset))])
+            guard try staged.descriptor.read(fullyAt: Int64(offset), into: into) == into.count else { return nil }
+            hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
+            offset += UInt64(into.count)
+        }
+        let writer = Installer.StagedWriter(fd: staged.descriptor, path: file.path, destination: destination, at: Int64(from))
+        do {
+            while offset < file.size {
+                let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), file.size - offset))])
+                guard try input.read(fullyAt: Int64(data.lowerBound + offset), into: into) == into.count else { return nil }
+                hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
+                try writer.write(UnsafeRawBufferPointer(into))
+                offset += UInt64(into.count)
+            }
+        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged {
+            keptForNextRun = true
+            throw failure
+        }
+        let digests = try hashers.map { try $0.finalize() }
+        guard file.content.matches(digests[0]) else { return nil }
+        let digest = digests[digests.count - 1]
+        let signature = try reusedSignature(file, own: nil, digest: digest, checked: checked, later: later)
+        let finished = try finishStaged(file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
+                                        signer: checked.key, checked: checked, into: staging)
+        kept = true
+        return finished
     }
 }

@@ -57,6 +57,9 @@ public struct TransferReport: Sendable, Equatable {
     public var chunksResumed = 0
     /// Their bytes.
     public var chunkBytesResumed: UInt64 = 0
+    /// Bytes of stored files without a chunk index that an interrupted run of the same package
+    /// (the same validator) had staged, continued at their byte offset (issue 51).
+    public var fileBytesResumed: UInt64 = 0
 }
 
 /// Staging trees that earlier runs of an update left beside DIR (killed, or their link
@@ -132,6 +135,8 @@ final class RangedUpdate {
     private var installedChunks: [String: (chunks: ChunkIndex, size: UInt64)] = [:]
     /// What rebuilding changed large resources from their chunks did.
     private var chunkCounts = ChunkCounts()
+    /// Bytes of files continued at their byte offset.
+    private var fileBytesResumed: UInt64 = 0
     /// The installed tree (nil: none, or it cannot be opened).
     private(set) var root: SharedDescriptor? = nil
     private var fetched = 0
@@ -158,6 +163,9 @@ final class RangedUpdate {
         case staged(unchanged: Bool)
         /// Rebuilt from the installed copy's chunks and the fetched rest.
         case rebuild(ChunkPlan)
+        /// Continued at byte `from` of what an interrupted run of the same package staged (a
+        /// stored file without a chunk index): the rest read from the entry's bytes at `data`.
+        case continued(data: Range<UInt64>, from: UInt64)
     }
     private var origins: [Origin] = []
     /// Whether a reused file's signature may come from its own `user.signet.sig` instead of
@@ -189,6 +197,7 @@ final class RangedUpdate {
         report.chunkBytesFetched = chunkCounts.bytesFetched
         report.chunksResumed = chunkCounts.resumed
         report.chunkBytesResumed = chunkCounts.bytesResumed
+        report.fileBytesResumed = fileBytesResumed
         return report
     }
 
@@ -212,6 +221,12 @@ final class RangedUpdate {
         /// Changed files with a chunk index that an installed copy or an interrupted run's
         /// staged start may serve.
         var chunked: [ChunkCandidate] = []
+        // The package this tree is staged from; an earlier run's tree from the same one may
+        // have files cut short that continue where they stopped.
+        let source = input.validator.map { "\($0) \(input.size)" }
+        if let source { staging.markSource(source) }
+        let sameSource = leftovers.trees.filter { source != nil && Staging.source(of: $0.root.descriptor) == source }
+        var continued: [(index: Int, file: Manifest.File)] = []
         for (index, file) in resources.enumerated() {
             let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]
             let unchanged = old.map { $0.size == file.size && $0.sha256 == file.sha256 } ?? false
@@ -222,6 +237,9 @@ final class RangedUpdate {
             } else if unchanged {
                 origins[index] = .installed
                 reusedSignatureSpans += signature.map { [$0] } ?? []
+            } else if !file.isChunked, file.structured == nil, job.layout.resource(file.path)?.method == 0,
+                      sameSource.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, below: file.size) }) {
+                continued.append((index, file))
             } else if file.isChunked, !leftovers.trees.isEmpty || (old != nil && !job.options.force) {
                 let reusable = job.options.force ? nil : old.map { ($0.size, installedChunks[file.path]?.chunks) }
                 chunked.append(ChunkCandidate(index: index, file: file, installed: reusable))
@@ -229,6 +247,15 @@ final class RangedUpdate {
                 spans += span(of: file, job: job).map { [$0] } ?? []
                 signatureSpans += signature.map { [$0] } ?? []
             }
+        }
+        for (index, file, continuation) in continuations(continued, job: job, staging: staging) {
+            if let continuation {
+                origins[index] = .continued(data: continuation.data, from: continuation.from)
+                spans.append(Int64(continuation.data.lowerBound + continuation.from)..<Int64(continuation.data.upperBound))
+            } else {
+                spans += span(of: file, job: job).map { [$0] } ?? []
+            }
+            signatureSpans += signatureSpan(of: file, job: job).map { [$0] } ?? []
         }
         for (candidate, plan) in zip(chunked, try chunkPlans(chunked, job: job, staging: staging, manifest: manifest)) {
             if let plan {
@@ -302,6 +329,14 @@ final class RangedUpdate {
         let staged: Installer.Job.Staged?
         switch origin {
         case .fetch: staged = nil
+        case .continued(let data, let from):
+            if let done = try job.stageContinued(file, data: data, from: from, input: input, into: staging, checked: checked, later: later) {
+                fetched += 1
+                bytesFetched &+= file.size - from
+                fileBytesResumed &+= from
+                return done
+            }
+            staged = nil
         case .rebuild(let plan):
             let before = chunkCounts
             if let rebuilt = try job.stageRebuilt(file, plan: plan, from: root?.descriptor, input: input, into: staging, checked: checked,

@@ -6,6 +6,7 @@ import Musl
 #endif
 internal import CSignetSystem
 internal import SystemPackage
+import SignetCore
 
 extension Installer {
     /// Writes a staged file and starts its writeback every few MiB (sync_file_range), so the
@@ -20,17 +21,22 @@ extension Installer {
         private var flushed: Int64 = 0
         static let writebackStep: Int64 = 8 << 20
 
-        /// `at`: the file's first bytes are already written (a resumed file; the descriptor's
-        /// position is there).
+        /// Whether the descriptor's position is where the writes go on.
+        private let positioned: Bool
+
+        /// `at`: the file's first bytes are already written (a resumed file): the writes go on
+        /// from there, wherever the descriptor's position was.
         init(fd: FileDescriptor, path: String, destination: String, at offset: Int64 = 0) {
             self.fd = fd
             self.path = path
             self.destination = destination
             written = offset
             flushed = offset
+            positioned = offset == 0 || lseek(fd.rawValue, off_t(offset), SEEK_SET) == off_t(offset)
         }
 
         func write(_ chunk: UnsafeRawBufferPointer) throws {
+            guard positioned else { throw SignetError(.io, "cannot continue '\(path)' at byte \(written) in the staging directory", path: destination) }
             try Installer.writeAll(chunk, to: fd, path: path, destination: destination)
             written += Int64(chunk.count)
             if written - flushed >= Self.writebackStep {

@@ -209,6 +209,23 @@ final class Staging {
         }
     }
 
+    /// The attribute on a staging tree's root naming the package its files were fetched from
+    /// (the server's validator and the size), so that a later run continues a file cut short at
+    /// its byte offset only from the same package (FORMAT.md §5, "Resumed inside a file").
+    static let sourceAttribute = "user.signet.staged-from"
+
+    /// Marks the tree as staged from the package `source` names (best effort: a filesystem
+    /// without user attributes gets no byte-offset resume).
+    func markSource(_ source: String) {
+        _ = ExtendedAttributes.set(Self.sourceAttribute, Array(source.utf8), on: root)
+    }
+
+    /// The package a staging tree (an earlier run's, by its root) was staged from, if marked.
+    static func source(of tree: FileDescriptor) -> String? {
+        guard case .success(let value?) = ExtendedAttributes.get(sourceAttribute, on: tree) else { return nil }
+        return String(decoding: value, as: UTF8.self)
+    }
+
     /// Removes a staged file (a copy that turned out not to be the signed content).
     func removeFile(_ relative: String) {
         guard let (directory, name) = try? directory(for: relative) else { return }
@@ -241,6 +258,7 @@ final class Staging {
     /// bench/README.md.
     func finish() throws {
         do {
+            _ = ExtendedAttributes.remove(Self.sourceAttribute, on: root)
             let root = root.rawValue
             _ = try systemCall("fchmod") { fchmod(root, 0o755) }
             if Self.durabilityBrokenForTests { return }

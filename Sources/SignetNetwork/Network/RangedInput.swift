@@ -101,6 +101,10 @@ package final class RangedInput: ArchiveInput {
         lastEnd = start + Int64(tail.count)
     }
 
+    /// The validator every request is pinned to (`If-Range`): the package as the first answer
+    /// served it. Nil before the first answer.
+    package var validator: String? { client.validator }
+
     /// Keeps the directory's bytes, and learns where the package's own entries start.
     package func directoryRead(_ directory: CentralDirectory.Directory) throws {
         let signet = Array((TreeLayout.directory + "/").utf8)
@@ -167,22 +171,38 @@ package final class RangedInput: ArchiveInput {
     /// and ``planRequest`` bytes. Empty when `position` is in no planned range.
     private func spans(from position: Int64) -> [ClosedRange<Int64>] {
         guard let first = exact.firstIndex(where: { $0.upperBound > position }), exact[first].lowerBound <= position else { return [] }
-        var spans: [ClosedRange<Int64>] = [position...(exact[first].upperBound - 1)]
-        var bytes = exact[first].upperBound - position
+        let end = unheld(position..<exact[first].upperBound).map { max($0.upperBound, position + 1) } ?? exact[first].upperBound
+        var spans: [ClosedRange<Int64>] = [position...(end - 1)]
+        var bytes = end - position
         let most = min(Self.maximumParts, client.partsPerRequest ?? Self.maximumParts)
-        for range in exact[(first + 1)...] {
+        for planned in exact[(first + 1)...] {
+            // Ranges merge where they touch: a part already held (the kept directory, an
+            // earlier answer) is not asked for again (issue 51: the chunk-index entry read
+            // by range touches the manifest, which touches the signatures).
+            guard let range = unheld(planned) else { continue }
             guard spans.count < most, bytes + Int64(range.count) <= Self.planRequest else { break }
-            if isHeld(range) { continue }
             spans.append(range.lowerBound...(range.upperBound - 1))
             bytes += Int64(range.count)
         }
         return spans
     }
 
-    /// Whether `range` is wholly in the kept directory or in one cached answer.
-    private func isHeld(_ range: Range<Int64>) -> Bool {
-        if let pinned, range.lowerBound >= pinned.start, range.upperBound <= pinned.start + Int64(pinned.bytes.count) { return true }
-        return cached.contains { range.lowerBound >= $0.start && range.upperBound <= $0.start + Int64($0.bytes.count) }
+    /// `range` without the bytes held at its start and at its end; nil when all are held.
+    private func unheld(_ range: Range<Int64>) -> Range<Int64>? {
+        var holders: [Range<Int64>] = cached.map { $0.start..<($0.start + Int64($0.bytes.count)) }
+        if let pinned { holders.append(pinned.start..<(pinned.start + Int64(pinned.bytes.count))) }
+        var lower = range.lowerBound, upper = range.upperBound
+        var moved = true
+        while moved && lower < upper {
+            moved = false
+            for holder in holders where holder.contains(lower) { lower = holder.upperBound; moved = true }
+        }
+        moved = true
+        while moved && lower < upper {
+            moved = false
+            for holder in holders where holder.contains(upper - 1) { upper = holder.lowerBound; moved = true }
+        }
+        return lower < upper ? lower..<upper : nil
     }
 
     /// Fetches `spans` in one request and keeps each part; false when the server would not
