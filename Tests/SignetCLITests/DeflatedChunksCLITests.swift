@@ -205,4 +205,44 @@ struct DeflatedChunksCLITests {
             #expect(left.isEmpty, "\(kind): nothing left beside DIR: \(left)")
         }
     }
+
+    @Test("lying multipart answers to a rebuild of deflated segments and to the chunk-index entry's slices: shifted, longer or reordered parts are refused (exit 5), DIR unchanged; honest and coalesced answers install exactly")
+    func lyingMultipart() throws {
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        var image = try Self.programs(8 << 20)
+        _ = try tree.write("image.bin", image)
+        let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: v1)
+        // 24 blocks rewritten, far apart: segments (and index slices) asked for several at a time.
+        let other = try Self.programs(24 * 4096, skipping: 30 << 20)
+        for block in 0..<24 {
+            let at = block * (340 << 10) + 8192
+            image.replaceSubrange(at..<(at + 4096), with: other[(block * 4096)..<((block + 1) * 4096)])
+        }
+        _ = try tree.write("image.bin", image)
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 2, out: v2)
+        let cases: [(ScriptedServer.Answer.Parts, Int32, String)] = [
+            (.honest, 0, ""), (.coalesced, 0, ""),
+            (.shiftedSecond, 5, "where the range"), (.longerSecond, 5, "more bytes after a part"), (.reversed, 5, "where the range"),
+        ]
+        for (kind, status, words) in cases {
+            let dest = work.directory.file("app-" + kind.rawValue)
+            #expect(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+            let before = try contents(dest + "/image.bin")
+            let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true, parts: kind)]])
+            try FileManager.default.copyItem(atPath: v2, toPath: server.file("app.zip"))
+            let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"])
+            #expect(result.status == status, "\(kind): \(result.status) \(result.stderr)")
+            #expect(server.requests.contains { $0.contains(",") }, "\(kind): several ranges in one request: \(server.requests)")
+            if status == 0 {
+                #expect(try contents(dest + "/image.bin") == image, "\(kind)")
+                let transfer = try #require(try result.json()["transfer"] as? [String: Any])
+                #expect((transfer["chunk_bytes_reused"] as? Int ?? 0) > (6 << 20), "\(kind): \(transfer)")
+            } else {
+                #expect(result.stderr.contains(words), "\(kind): \(result.stderr)")
+                #expect(try contents(dest + "/image.bin") == before, "\(kind): DIR unchanged")
+            }
+        }
+    }
 }
