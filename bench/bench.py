@@ -380,6 +380,9 @@ def chunk_peer(r, case, peer, link="", folder="c40"):
 def chunk_bytes(command):
     """Body bytes nginx's plain-HTTP log shows for one run of `command`."""
     log = start_nginx()["http_log"]
+    # nginx logs a request once its answer went out: the last lines of the command before (a
+    # timed run) may land after it returned. Let them land before counting from here.
+    time.sleep(0.5)
     before = os.path.getsize(log) if os.path.exists(log) else 0
     sh(command)
     time.sleep(0.2)

@@ -24,8 +24,8 @@ done
 # bundles with mksquashfs).
 # /usr/bin/time measures each side's peak RSS (bench/bench.py).
 # zsync and casync, the peers of issue 40's chunked updates; bsdtar and 7z, other readers of
-# issue 51's deflated chunks.
-for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools zsync:zsync zsyncmake:zsync casync:casync bsdtar:libarchive-tools 7z:p7zip-full; do
+# issue 51's deflated chunks; fsverity, the reference digest of issue 52's fs-verity files.
+for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools zsync:zsync zsyncmake:zsync casync:casync bsdtar:libarchive-tools 7z:p7zip-full fsverity:fsverity; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ -x /usr/bin/time ] || need+=(time)

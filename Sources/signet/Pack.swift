@@ -81,8 +81,11 @@ struct Pack: ParsableCommand {
     @Option(name: .customLong("compression-level"), parsing: .unconditional, help: "Deflate level, 1 (fast) to 9 (small).")
     var compressionLevel: Int = 6
 
-    @Option(name: .customLong("chunk-threshold"), parsing: .unconditional, help: ArgumentHelp("Stored resources (already compressed or incompressible; all with --store) of at least this many bytes get a chunk index in the manifest, so that devices updating them fetch only the chunks and blocks they lack; 0: none (default 4194304, 4 MiB).", valueName: "bytes"))
+    @Option(name: .customLong("chunk-threshold"), parsing: .unconditional, help: ArgumentHelp("Resources of at least this many bytes get a chunk index (compressible ones are deflated in 8 KiB segments), so that devices updating them fetch only the chunks and blocks they lack; 0: none, which also makes a package Signet 0.1.0 installs (default 4194304, 4 MiB).", valueName: "bytes"))
     var chunkThreshold: UInt64 = PackOptions.defaultChunkThreshold
+
+    @Flag(name: .long, help: "Record each file's fs-verity digest (SHA-256, 4 KiB blocks) in the signed manifest, for devices that install with fs-verity.")
+    var verity = false
 
     @Flag(name: .customLong("follow-symlinks"), help: "Pack what symbolic links point to instead of refusing them.")
     var followSymlinks = false
@@ -125,6 +128,7 @@ struct Pack: ParsableCommand {
         options.protecting = key.files + (cert.map { [$0] } ?? []) + chain
         options.replace = force
         options.chunkThreshold = chunkThreshold == 0 ? nil : chunkThreshold
+        options.verity = verity
         let result = try ProgressLine.showing("packing " + out, output: output) { progress in
             options.progress = progress
             return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)

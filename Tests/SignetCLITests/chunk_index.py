@@ -2,7 +2,8 @@
 
 Since issue 51 they are in the stored entry .signet/needs-signet-0.2/chunk-index, each 4096-byte
 slice of which the manifest's "chunk_index" binds by SHA-256; a file entry's "index" names its
-layout and chunk count, its section following the sections of the files before it. Packages
+layout and chunk count. The entry holds every indexed file's block hints, then every indexed
+file's chunk records and segment lengths, each part in manifest order. Packages
 made before then carry them inline ("chunks", "blocks", "deflate"). indexes() checks every
 slice and gives, per chunked path: its chunk records (35 bytes each), its segment lengths
 (2 bytes each, or None) and its block hints (4 bytes each) with their scheme.
@@ -26,7 +27,10 @@ def indexes(path):
         assert len(hashes) == 32 * ((len(entry) + 4095) // 4096), "one SHA-256 per slice"
         for i in range(0, len(entry), 4096):
             assert hashlib.sha256(entry[i:i + 4096]).digest() == hashes[i // 128:i // 128 + 32], "slice %d" % (i // 4096)
-    out, offset = {}, 0
+    # The block hints of every indexed file first, then their chunk records and segment lengths.
+    indexed = [f for f in manifest["files"] if "index" in f]
+    hints_offset, records_offset = 0, sum(4 * ((f["size"] + 4095) // 4096) for f in indexed)
+    out, offset = {}, records_offset
     for f in manifest["files"]:
         size = f["size"]
         if "index" in f:
@@ -41,8 +45,8 @@ def indexes(path):
                 segments = entry[offset:offset + n]
                 offset += n
             n = 4 * ((size + 4095) // 4096)
-            blocks = entry[offset:offset + n]
-            offset += n
+            blocks = entry[hints_offset:hints_offset + n]
+            hints_offset += n
             out[f["path"]] = dict(records=records, segments=segments, blocks=blocks, block_scheme="crc32")
         elif "chunks" in f:
             segments = base64.b64decode(f["deflate"].split(":", 1)[1]) if "deflate" in f else None

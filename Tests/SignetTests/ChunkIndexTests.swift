@@ -177,24 +177,27 @@ struct ChunkIndexTests {
         let crc = a[8192..<12288].withUnsafeBytes { ChunkIndex.crc32(0, $0) }
         #expect(chunksA.blockKey(2) == crc && chunksA.blockCount == 257 && chunksA.blockScheme == .crc32)
         let (entry, bytes) = try #require(try ChunkIndexEntry.make(&files))
-        // a.img: records, segment lengths, hints; then c.img's records and hints.
-        let sizeA = chunksA.count * 35 + 129 * 2 + 257 * 4
-        #expect(bytes.count == sizeA + chunksC.count * 35 + 768 * 4 && entry.size == UInt64(bytes.count))
-        #expect(Array(bytes[0..<35]) == Array(chunksA.records[0..<35]) && Array(bytes[(chunksA.count * 35)..<(chunksA.count * 35 + 2)]) == [0, 200])
-        #expect(files[0].chunks == nil && files[0].indexed?.offset == 0 && files[2].indexed?.offset == UInt64(sizeA) && files[1].indexed == nil)
+        // The hints of a.img and c.img, then a.img's records and segment lengths, then c.img's records.
+        let hints = 257 * 4 + 768 * 4, recordsA = chunksA.count * 35 + 129 * 2
+        #expect(bytes.count == hints + recordsA + chunksC.count * 35 && entry.size == UInt64(bytes.count))
+        #expect(Array(bytes[0..<4]) == Array(chunksA.blockHints[0..<4]) && Array(bytes[1028..<1032]) == Array(chunksC.blockHints[0..<4]))
+        #expect(Array(bytes[hints..<(hints + 35)]) == Array(chunksA.records[0..<35])
+                && Array(bytes[(hints + chunksA.count * 35)..<(hints + chunksA.count * 35 + 2)]) == [0, 200])
+        #expect(files[0].chunks == nil && files[0].indexed?.hintsOffset == 0 && files[2].indexed?.hintsOffset == 1028 && files[1].indexed == nil)
+        #expect(files[0].indexed?.recordsOffset == UInt64(hints) && files[2].indexed?.recordsOffset == UInt64(hints + recordsA))
         #expect(entry.sliceCount == (bytes.count + 4095) / 4096)
         var manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: files,
                                 keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
         manifest.chunkIndex = entry
         let encoded = try manifest.encoded()
         let parsed = try Manifest.parse(encoded)
-        #expect(parsed == manifest && parsed.files[2].indexed?.blockBytes.upperBound == entry.size)
+        #expect(parsed == manifest && parsed.files[2].indexed?.chunkBytes.upperBound == entry.size)
         let text = String(decoding: encoded, as: UTF8.self)
         #expect(text.contains("\"index\" : \"fastcdc1-sync8192-crc32:\(chunksA.count)\"") && text.contains("\"chunk_index\" : \"sha256-4096:"))
         // The sections read back from the entry's bytes as the device reads them.
-        let records = try bytes[0..<(chunksA.count * 35)].withUnsafeBytes { try ChunkIndex(records: $0, size: UInt64(a.count)) }
+        let records = try bytes[hints..<(hints + chunksA.count * 35)].withUnsafeBytes { try ChunkIndex(records: $0, size: UInt64(a.count)) }
         #expect(records.spans.map(\.length) == chunksA.spans.map(\.length) && records.hash(3) == chunksA.hash(3))
-        let lengths = try bytes[(chunksA.count * 35)..<(chunksA.count * 35 + 258)].withUnsafeBytes { try DeflateIndex(lengths: $0, size: UInt64(a.count)) }
+        let lengths = try bytes[(hints + chunksA.count * 35)..<(hints + recordsA)].withUnsafeBytes { try DeflateIndex(lengths: $0, size: UInt64(a.count)) }
         #expect(lengths == deflateA)
         let hashes = entry.encoded
         for (from, to, words) in [

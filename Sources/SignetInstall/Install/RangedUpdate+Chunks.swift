@@ -28,9 +28,7 @@ extension RangedUpdate {
     func chunkPlans(_ candidates: [ChunkCandidate], job: Installer.Job, staging: Staging, manifest: Manifest?) throws -> [ChunkPlan?] {
         guard !candidates.isEmpty else { return [] }
         let index = manifest.flatMap { ChunkIndexReader(manifest: $0, layout: job.layout, reader: job.reader) }
-        var first: [Range<Int64>] = candidates.compactMap { candidate in
-            span(of: candidate.file, job: job).map { $0.lowerBound..<min($0.upperBound, $0.lowerBound + 30 + Int64(candidate.file.path.utf8.count) + 128) }
-        }
+        var first: [Range<Int64>] = candidates.compactMap { headerSpan(of: $0.file, job: job) }
         if let index {
             first += index.headerSpan.map { [$0] } ?? []
             input.plan(first)
@@ -75,6 +73,12 @@ extension RangedUpdate {
             plans.append(plan)
         }
         return plans
+    }
+
+    /// The bytes that hold `file`'s local header (its fixed part, its name and room for extra
+    /// fields): planned before the entry's data is located.
+    private func headerSpan(of file: Manifest.File, job: Installer.Job) -> Range<Int64>? {
+        span(of: file, job: job).map { $0.lowerBound..<min($0.upperBound, $0.lowerBound + 30 + Int64(file.path.utf8.count) + 128) }
     }
 
     /// The installed file `path`'s chunks and block hints of `blocks`' scheme, read from it as
@@ -134,9 +138,7 @@ extension RangedUpdate {
     func continuations(_ files: [(index: Int, file: Manifest.File)], job: Installer.Job,
                        staging: Staging) -> [(index: Int, file: Manifest.File, continuation: (data: Range<UInt64>, from: UInt64)?)] {
         guard !files.isEmpty else { return [] }
-        input.plan(files.compactMap { candidate in
-            span(of: candidate.file, job: job).map { $0.lowerBound..<min($0.upperBound, $0.lowerBound + 30 + Int64(candidate.file.path.utf8.count) + 128) }
-        })
+        input.plan(files.compactMap { headerSpan(of: $0.file, job: job) })
         return files.map { index, file in
             var info = stat()
             guard let entry = job.layout.resource(file.path), entry.size == file.size, let data = try? job.reader.storedData(of: entry),

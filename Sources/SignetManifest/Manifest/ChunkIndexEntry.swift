@@ -69,38 +69,58 @@ package struct ChunkIndexEntry: Sendable, Equatable {
         self.hashes = hashes
     }
 
-    /// Lays the chunked files of `files` (manifest order) out in one entry: each one's chunk
-    /// records, then its segment lengths (deflated), then its block hints. Sets each file's
-    /// ``Manifest/File/indexed`` and drops its inline indexes (the entry holds them). Nil, with
-    /// nothing changed, when no file is chunked.
+    /// Lays the chunked files of `files` (manifest order) out in one entry: first every file's
+    /// block hints, then every file's chunk records and segment lengths (deflated), so that
+    /// what every update reads ends the entry, beside the manifest, where the first request
+    /// (the zip's tail) already holds some of it. Sets each file's ``Manifest/File/indexed``
+    /// and drops its inline indexes (the entry holds them). Nil, with nothing changed, when no
+    /// file is chunked.
     package static func make(_ files: inout [Manifest.File]) throws -> (entry: ChunkIndexEntry, bytes: [UInt8])? {
         guard files.contains(where: { $0.chunks != nil }) else { return nil }
-        var bytes: [UInt8] = []
+        var hints: [UInt8] = [], records: [UInt8] = []
+        var sections: [Int: IndexedChunks] = [:]
         for index in files.indices {
             guard let chunks = files[index].chunks else { continue }
-            var section = IndexedChunks(chunkCount: chunks.count, deflated: files[index].deflate != nil, size: files[index].size)
-            section.offset = UInt64(bytes.count)
-            bytes += chunks.records
-            if let deflate = files[index].deflate { bytes += deflate.binary }
             guard chunks.blockScheme == .crc32, chunks.blockCount == ChunkIndex.blocks(of: files[index].size) else {
                 throw ChunkIndex.Refused(reason: "block hints that are not one CRC-32 per block")
             }
-            bytes += chunks.blockHints
-            guard UInt64(bytes.count) == section.end else { throw ChunkIndex.Refused(reason: "a section that is not its declared size") }
+            var section = IndexedChunks(chunkCount: chunks.count, deflated: files[index].deflate != nil, size: files[index].size)
+            section.hintsOffset = UInt64(hints.count)
+            section.recordsOffset = UInt64(records.count)   // moved past the hints below
+            hints += chunks.blockHints
+            records += chunks.records
+            if let deflate = files[index].deflate { records += deflate.binary }
+            sections[index] = section
+        }
+        for (index, var section) in sections {
+            section.recordsOffset += UInt64(hints.count)
             files[index].indexed = section
             files[index].chunks = nil
             files[index].deflate = nil
         }
+        var laidOut = files
+        guard layOut(&laidOut) == UInt64(hints.count + records.count), laidOut == files else {
+            throw ChunkIndex.Refused(reason: "sections that are not their declared sizes")
+        }
+        let bytes = hints + records
         return (try ChunkIndexEntry(bytes: bytes), bytes)
     }
 
-    /// The entry's offsets of each indexed file of `files` (manifest order, as ``make(_:)`` laid
-    /// them), and the entry's size; nil when one would pass 2^64.
+    /// Sets the entry's offsets of each indexed file of `files` (manifest order, as ``make(_:)``
+    /// lays them out), and gives the entry's size; nil when one would pass 2^64.
     static func layOut(_ files: inout [Manifest.File]) -> UInt64? {
-        var offset: UInt64 = 0
+        var hints: UInt64 = 0
         for index in files.indices where files[index].indexed != nil {
-            files[index].indexed!.offset = offset
-            guard let length = files[index].indexed!.length else { return nil }
+            files[index].indexed!.hintsOffset = hints
+            guard let length = files[index].indexed!.hintsLength else { return nil }
+            let (sum, overflow) = hints.addingReportingOverflow(length)
+            guard !overflow else { return nil }
+            hints = sum
+        }
+        var offset = hints
+        for index in files.indices where files[index].indexed != nil {
+            files[index].indexed!.recordsOffset = offset
+            guard let length = files[index].indexed!.recordsLength else { return nil }
             let (sum, overflow) = offset.addingReportingOverflow(length)
             guard !overflow else { return nil }
             offset = sum
@@ -109,12 +129,13 @@ package struct ChunkIndexEntry: Sendable, Equatable {
     }
 }
 
-/// Where one chunked resource's indexes are in the package's ``ChunkIndexEntry``: its chunk
-/// records (``ChunkIndex/recordSize`` bytes each), its segment lengths (2 bytes per
-/// ``DeflateIndex/segmentSize`` bytes of the file; deflated entries only) and its block hints (a
-/// CRC-32 per ``ChunkIndex/blockSize`` bytes), in that order. The manifest's file entry says
+/// Where one chunked resource's indexes are in the package's ``ChunkIndexEntry``: its block
+/// hints (a CRC-32 per ``ChunkIndex/blockSize`` bytes) in the entry's first part, with every
+/// file's hints in manifest order; its chunk records (``ChunkIndex/recordSize`` bytes each)
+/// then its segment lengths (2 bytes per ``DeflateIndex/segmentSize`` bytes of the file;
+/// deflated entries only) in the second part, likewise. The manifest's file entry says
 /// `"index": "fastcdc1-crc32:N"` (stored) or `"fastcdc1-sync8192-crc32:N"` (deflated), N the
-/// chunk count; the offset is the sum of the sections of the files before it.
+/// chunk count; the offsets follow from the files before it.
 package struct IndexedChunks: Sendable, Equatable {
     static let storedScheme = "fastcdc1-crc32:"
     static let deflatedScheme = "fastcdc1-sync8192-crc32:"
@@ -125,8 +146,10 @@ package struct IndexedChunks: Sendable, Equatable {
     package let deflated: Bool
     /// The file's size.
     package let size: UInt64
-    /// Where the section starts in the entry.
-    package internal(set) var offset: UInt64 = 0
+    /// Where its block hints start in the entry.
+    package internal(set) var hintsOffset: UInt64 = 0
+    /// Where its chunk records start in the entry.
+    package internal(set) var recordsOffset: UInt64 = 0
 
     init(chunkCount: Int, deflated: Bool, size: UInt64) {
         self.chunkCount = chunkCount
@@ -134,28 +157,30 @@ package struct IndexedChunks: Sendable, Equatable {
         self.size = size
     }
 
-    /// The section's length (nil past 2^64: refused).
-    var length: UInt64? {
+    /// Bytes of its block hints.
+    var hintsLength: UInt64? {
+        let (length, overflow) = UInt64(ChunkIndex.blocks(of: size)).multipliedReportingOverflow(by: UInt64(ChunkIndex.blockHashSize))
+        return overflow ? nil : length
+    }
+
+    /// Bytes of its chunk records and segment lengths (nil past 2^64: refused).
+    var recordsLength: UInt64? {
         let (records, a) = UInt64(chunkCount).multipliedReportingOverflow(by: UInt64(ChunkIndex.recordSize))
         let segments = deflated ? UInt64(DeflateIndex.segments(of: size)) * 2 : 0
-        let blocks = UInt64(ChunkIndex.blocks(of: size)) * UInt64(ChunkIndex.blockHashSize)
         let (sum, b) = records.addingReportingOverflow(segments)
-        let (total, c) = sum.addingReportingOverflow(blocks)
-        return a || b || c ? nil : total
+        return a || b ? nil : sum
     }
 
     /// The chunk records' bytes in the entry.
-    package var chunkBytes: Range<UInt64> { offset..<(offset + UInt64(chunkCount * ChunkIndex.recordSize)) }
+    package var chunkBytes: Range<UInt64> { recordsOffset..<(recordsOffset + UInt64(chunkCount * ChunkIndex.recordSize)) }
     /// The segment lengths' bytes (empty for a stored entry).
     package var segmentBytes: Range<UInt64> {
         chunkBytes.upperBound..<(chunkBytes.upperBound + (deflated ? UInt64(DeflateIndex.segments(of: size)) * 2 : 0))
     }
     /// The block hints' bytes.
     package var blockBytes: Range<UInt64> {
-        segmentBytes.upperBound..<(segmentBytes.upperBound + UInt64(ChunkIndex.blocks(of: size) * ChunkIndex.blockHashSize))
+        hintsOffset..<(hintsOffset + UInt64(ChunkIndex.blocks(of: size) * ChunkIndex.blockHashSize))
     }
-    /// Where the section ends.
-    package var end: UInt64 { blockBytes.upperBound }
 
     /// The manifest's `"index"` string.
     var encoded: String { (deflated ? Self.deflatedScheme : Self.storedScheme) + String(chunkCount) }

@@ -41,6 +41,10 @@ public struct Manifest: Sendable, Equatable {
         /// read from the entry.
         package var indexed: IndexedChunks? = nil
 
+        /// The file's fs-verity digest (SHA-256, 4 KiB blocks, no salt: ``VerityDigest``), for
+        /// packages made with `pack --verity` (FORMAT.md §2, `verity`; issue 52).
+        package var verity: ContentHash? = nil
+
         /// Whether the resource has a chunk index, inline or in the entry.
         package var isChunked: Bool { chunks != nil || indexed != nil }
 
@@ -204,9 +208,12 @@ public struct Manifest: Sendable, Equatable {
                 writer.field("mode", indent: 3) { $0.string(file.mode.rawValue) }
                 writer.field("path", indent: 3) { $0.string(file.path) }
                 writer.field("sha256", indent: 3) { $0.string(file.sha256) }
-                writer.field("size", indent: 3, last: file.structured == nil) { $0.raw(String(file.size)) }
+                writer.field("size", indent: 3, last: file.structured == nil && file.verity == nil) { $0.raw(String(file.size)) }
                 if let structured = file.structured {
-                    writer.field("structured", indent: 3, last: true) { $0.string(structured.rawValue) }
+                    writer.field("structured", indent: 3, last: file.verity == nil) { $0.string(structured.rawValue) }
+                }
+                if let verity = file.verity {
+                    writer.field("verity", indent: 3, last: true) { $0.string(verity.hex) }
                 }
                 writer.indent(2)
                 writer.raw("}")

@@ -40,6 +40,7 @@ struct ManifestReader: StrictJSON.Handler {
         var blocks: StrictJSON.Scalar?
         var deflate: StrictJSON.Scalar?
         var index: StrictJSON.Scalar?
+        var verity: StrictJSON.Scalar?
     }
 
     private func wrongType(_ what: String) -> Failure { Failure(reason: "the field \"\(what)\" has the wrong type") }
@@ -112,6 +113,7 @@ struct ManifestReader: StrictJSON.Handler {
             case "blocks": entry.blocks = value
             case "deflate": entry.deflate = value
             case "index": entry.index = value
+            case "verity": entry.verity = value
             default: break
             }
         default: throw Failure(reason: "it is not a JSON object")
@@ -183,6 +185,13 @@ struct ManifestReader: StrictJSON.Handler {
             structured = format
         }
         var file = Manifest.File(path: path, size: size, content: content, mode: mode, structured: structured)
+        if let value = entry.verity {
+            guard let hex = text(value), let digest = Manifest.ContentHash(lowercaseHex: hex) else {
+                fileFailure = Failure(reason: "file \"\(path)\" has a verity digest that is not 64 lowercase hex digits")
+                return
+            }
+            file.verity = digest
+        }
         if let value = entry.index {
             guard entry.chunks == nil, entry.blocks == nil, entry.deflate == nil else {
                 fileFailure = Failure(reason: "file \"\(path)\" has a chunk index both inline and in the chunk-index entry")

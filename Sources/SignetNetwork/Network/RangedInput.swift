@@ -270,7 +270,9 @@ package final class RangedInput: ArchiveInput {
         }
         let end: Int64
         if let group = groups.first(where: { $0.contains(position) }) {
-            end = min(group.upperBound, position + Self.planRequest)
+            // Not the group's held end (the kept tail of the package, an earlier answer).
+            let upper = min(group.upperBound, position + Self.planRequest)
+            end = unheld(position..<upper).map { max($0.upperBound, position + 1) } ?? upper
         } else if position >= floor {
             // Reading on from where the last request ended: fetch further ahead each time.
             run = position == lastEnd ? min(run * 2, Self.maximumRun) : 1

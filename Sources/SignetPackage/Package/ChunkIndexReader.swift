@@ -173,44 +173,50 @@ package final class ChunkIndexReader {
 }
 
 /// Checks the chunk-index entry's sections as its checked bytes stream by (``ChunkIndexReader/check(_:)``):
-/// each chunk record's length within bounds, the lengths adding up to the file's size, each
-/// segment length within bounds.
+/// past the block hints, each file's chunk records — each length within bounds, the lengths
+/// adding up to the file's size — then its segment lengths, each within bounds.
 private struct SectionValidator {
     let files: [(file: Manifest.File, indexed: IndexedChunks)]
+    /// Where the records part starts (the hints before it are not checked: any bytes are hints).
+    private let recordsStart: UInt64
+    /// Bytes of the entry seen.
+    private var seen: UInt64 = 0
     private var current = 0
-    /// Bytes into the current file's section, and what its records add up to.
+    /// Bytes into the current file's records and segments, and what its records add up to.
     private var position: UInt64 = 0
     private var total: UInt64 = 0
     private var pending: [UInt8] = []
 
-    init(files: [(file: Manifest.File, indexed: IndexedChunks)]) { self.files = files }
+    init(files: [(file: Manifest.File, indexed: IndexedChunks)]) {
+        self.files = files
+        recordsStart = files.first?.indexed.recordsOffset ?? 0
+    }
 
     mutating func feed(_ bytes: [UInt8]) throws {
         for byte in bytes {
-            guard current < files.count else { return }
+            seen += 1
+            guard seen > recordsStart, current < files.count else { continue }
             let (file, indexed) = files[current]
             let chunkBytes = UInt64(indexed.chunkBytes.count), segmentBytes = UInt64(indexed.segmentBytes.count)
-            if position < chunkBytes + segmentBytes {
-                pending.append(byte)
-                if position < chunkBytes, pending.count == ChunkIndex.recordSize {
-                    let length = UInt64(pending[0]) << 16 | UInt64(pending[1]) << 8 | UInt64(pending[2])
-                    let last = position + 1 == chunkBytes
-                    guard length >= 1, length <= UInt64(ContentChunker.maximum), last || length >= UInt64(ContentChunker.minimum) else {
-                        throw ChunkIndex.Refused(reason: "'\(file.path)' has a chunk of \(length) bytes")
-                    }
-                    total += length
-                    pending.removeAll(keepingCapacity: true)
-                    if last, total != file.size { throw ChunkIndex.Refused(reason: "'\(file.path)' has chunks of \(total) bytes in all for a file of \(file.size)") }
-                } else if position >= chunkBytes, pending.count == 2 {
-                    let length = Int(pending[0]) << 8 | Int(pending[1])
-                    guard length >= 1, length <= DeflateIndex.segmentSize + 64 else {
-                        throw ChunkIndex.Refused(reason: "'\(file.path)' has a deflate segment of \(length) compressed bytes")
-                    }
-                    pending.removeAll(keepingCapacity: true)
+            pending.append(byte)
+            if position < chunkBytes, pending.count == ChunkIndex.recordSize {
+                let length = UInt64(pending[0]) << 16 | UInt64(pending[1]) << 8 | UInt64(pending[2])
+                let last = position + 1 == chunkBytes
+                guard length >= 1, length <= UInt64(ContentChunker.maximum), last || length >= UInt64(ContentChunker.minimum) else {
+                    throw ChunkIndex.Refused(reason: "'\(file.path)' has a chunk of \(length) bytes")
                 }
+                total += length
+                pending.removeAll(keepingCapacity: true)
+                if last, total != file.size { throw ChunkIndex.Refused(reason: "'\(file.path)' has chunks of \(total) bytes in all for a file of \(file.size)") }
+            } else if position >= chunkBytes, pending.count == 2 {
+                let length = Int(pending[0]) << 8 | Int(pending[1])
+                guard length >= 1, length <= DeflateIndex.segmentSize + 64 else {
+                    throw ChunkIndex.Refused(reason: "'\(file.path)' has a deflate segment of \(length) compressed bytes")
+                }
+                pending.removeAll(keepingCapacity: true)
             }
             position += 1
-            if position == indexed.end - indexed.offset {
+            if position == chunkBytes + segmentBytes {
                 current += 1
                 (position, total) = (0, 0)
             }

@@ -52,10 +52,21 @@ final class PackLedger: @unchecked Sendable {
     /// The chunk indexes made, by resource index (each written by the one source reading it).
     private let chunkIndexes = Mutex<[Int: ChunkIndex]>([:])
 
+    /// Whether each resource's fs-verity digest is computed as it is read (`pack --verity`).
+    let verity: Bool
+    /// The fs-verity digests made, by resource index.
+    private let verityDigests = Mutex<[Int: [UInt8]]>([:])
+
+    /// Keeps resource `index`'s fs-verity digest.
+    func record(verity digest: [UInt8], at index: Int) {
+        verityDigests.withLock { $0[index] = digest }
+    }
+
     init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:], progress: ProgressHandler? = nil,
-         chunked: [Bool] = []) {
+         chunked: [Bool] = [], verity: Bool = false) {
         self.inputs = inputs
         self.chunked = chunked
+        self.verity = verity
         self.structured = structured
         self.progress = ProgressCounter.make(progress, items: inputs.count, bytes: inputs.reduce(0) { $0 &+ $1.size })
         self.signer = signer
@@ -170,6 +181,12 @@ final class PackLedger: @unchecked Sendable {
             var file = Manifest.File(path: input.packagePath, size: input.size, sha256: sha256, mode: input.mode, structured: format)
             file.chunks = chunkIndexes.withLock { $0[index] }
             file.deflate = deflateIndexes.withLock { $0[index] }
+            if verity {
+                guard let digest = verityDigests.withLock({ $0[index] }) else {
+                    throw SignetError(.io, "resource '\(input.diskPath)' got no fs-verity digest as it was read", path: input.diskPath)
+                }
+                file.verity = Manifest.ContentHash(lowercaseHex: digest.hexString)
+            }
             if index < chunked.count, chunked[index], file.chunks == nil {
                 throw SignetError(.io, "resource '\(input.diskPath)' was not chunked as it was read", path: input.diskPath)
             }
@@ -198,14 +215,17 @@ final class ResourceSource: ZipEntrySource {
         let hashers: [Digest.Hasher]
         /// Chunks on the second core (``PipelinedHasher``) while this thread hashes the file.
         let chunking: (pipeline: PipelinedHasher, chunker: ContentChunker)?
+        /// The fs-verity digest (`pack --verity`), on this thread.
+        let verity: VerityDigest?
         var count: UInt64 = 0
         /// Size, modification and change times when it was opened: the same at the end, or
         /// the file was rewritten in place while it was read (a torn mix of two versions).
         let stamp: [Int]
 
-        init(file: InputFile, hashers: [Digest.Hasher], chunker: ContentChunker?) throws {
+        init(file: InputFile, hashers: [Digest.Hasher], chunker: ContentChunker?, verity: Bool) throws {
             self.file = file
             self.hashers = hashers
+            self.verity = verity ? try VerityDigest() : nil
             chunking = try chunker.map { (try PipelinedHasher([], chunker: $0), $0) }
             stamp = Self.stamp(try file.descriptor.status())
         }
@@ -229,7 +249,7 @@ final class ResourceSource: ZipEntrySource {
         let file = try InputFile.open(input.diskPath, what: "resource", followSymlinks: true)
         guard UInt64(file.size) == input.size else { throw changed() }
         let chunked = index < ledger.chunked.count && ledger.chunked[index]
-        reading = try Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil)
+        reading = try Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil, verity: ledger.verity)
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -243,6 +263,7 @@ final class ResourceSource: ZipEntrySource {
                 _ = try chunking.pipeline.finalize()
                 ledger.record(try chunking.chunker.finish(), at: index)
             }
+            if let verity = reading.verity { ledger.record(verity: try verity.finalize(), at: index) }
             ledger.record(try reading.hashers.map { try $0.finalize() }, at: index)
             ledger.progress?.add(items: 1)
             self.reading = nil   // close the file and free the digest contexts now
@@ -251,6 +272,7 @@ final class ResourceSource: ZipEntrySource {
         ledger.progress?.add(bytes: n)
         let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
         for hasher in reading.hashers { hasher.update(chunk) }
+        try reading.verity?.update(chunk)
         reading.chunking?.pipeline.update(chunk)
         return n
     }

@@ -55,11 +55,14 @@ public struct PackOptions: Sendable {
     public var exclude: [String] = []
     /// Told how many files and bytes have been read and packed, from pack's threads.
     public var progress: ProgressHandler? = nil
-    /// Stored resources (already compressed or incompressible, or every one with
-    /// ``Compression/store``) of at least this many bytes get a chunk index in the manifest, so
-    /// that an update can fetch only the chunks and blocks a device lacks (FORMAT.md §2,
-    /// `chunks`); nil: none. 4 MiB by default.
+    /// Resources of at least this many bytes get a chunk index (in the package's chunk-index
+    /// entry; compressible ones are deflated in 8 KiB segments), so that an update can fetch
+    /// only the chunks and blocks a device lacks (FORMAT.md §2, `index`); nil: none, which also
+    /// makes packages Signet 0.1.0 installs. 4 MiB by default.
     public var chunkThreshold: UInt64? = PackOptions.defaultChunkThreshold
+    /// Record each resource's fs-verity digest in the manifest (FORMAT.md §2, `verity`; issue
+    /// 52), for devices that install with fs-verity.
+    public var verity = false
     /// The default ``chunkThreshold``: 4 MiB.
     public static let defaultChunkThreshold: UInt64 = 4 << 20
 

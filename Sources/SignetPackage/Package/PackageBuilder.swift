@@ -93,7 +93,7 @@ public enum PackageBuilder {
         let chunked = inputs.indices.map { index in options.chunkThreshold.map { inputs[index].size >= $0 } == true }
         let ledger = PackLedger(inputs: inputs, signer: signer,
                                 structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
-                                progress: options.progress, chunked: chunked)
+                                progress: options.progress, chunked: chunked, verity: options.verity)
         let segmentedIndices = inputs.indices.filter { chunked[$0] && methods[$0] != .store }
         let segmentedLevel: Int32 = if case .automatic(let level) = compression { Int32(level) } else { 6 }
         let segmented = try SegmentedDeflate(ledger: ledger, indices: segmentedIndices, level: segmentedLevel, besides: output)
