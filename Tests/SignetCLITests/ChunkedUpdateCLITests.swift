@@ -40,9 +40,10 @@ struct ChunkedUpdateCLITests {
                 # A stored entry's chunk is at its file offset in the entry; a deflated one's
                 # is checked in the inflated bytes (DeflatedChunksCLITests checks its segments).
                 data = raw[start:start + info.compress_size] if info.compress_type == 0 else z.read(f["path"])
-                for i in range(0, len(records), 35):
+                rs = index["record_size"]
+                for i in range(0, len(records), rs):
                     length = int.from_bytes(records[i:i + 3], "big")
-                    valid = valid and hashlib.sha256(data[offset:offset + length]).digest() == records[i + 3:i + 35]
+                    valid = valid and hashlib.sha256(data[offset:offset + length]).digest()[:rs - 3] == records[i + 3:i + rs]
                     offset += length; chunks += 1
                 blocks = index["blocks"]
                 valid = valid and offset == f["size"] and len(blocks) == 4 * ((len(data) + 4095) // 4096)

@@ -5,7 +5,8 @@ slice of which the manifest's "chunk_index" binds by SHA-256; a file entry's "in
 layout and chunk count. The entry holds every indexed file's block hints, then every indexed
 file's chunk records and segment lengths, each part in manifest order. Packages
 made before then carry them inline ("chunks", "blocks", "deflate"). indexes() checks every
-slice and gives, per chunked path: its chunk records (35 bytes each), its segment lengths
+slice and gives, per chunked path: its chunk records (record_size bytes each: a 3-byte length and
+the first 16 bytes of the chunk's SHA-256 in the entry, all 32 inline), its segment lengths
 (2 bytes each, or None) and its block hints (4 bytes each) with their scheme.
 """
 import base64, hashlib, json, zipfile, zlib
@@ -37,8 +38,8 @@ def indexes(path):
             layout, count = f["index"].rsplit(":", 1)
             count = int(count)
             assert layout in ("fastcdc1-crc32", "fastcdc1-sync8192-crc32"), layout
-            records = entry[offset:offset + 35 * count]
-            offset += 35 * count
+            records = entry[offset:offset + 19 * count]
+            offset += 19 * count
             segments = None
             if layout == "fastcdc1-sync8192-crc32":
                 n = 2 * ((size + 8191) // 8192)
@@ -47,10 +48,10 @@ def indexes(path):
             n = 4 * ((size + 4095) // 4096)
             blocks = entry[hints_offset:hints_offset + n]
             hints_offset += n
-            out[f["path"]] = dict(records=records, segments=segments, blocks=blocks, block_scheme="crc32")
+            out[f["path"]] = dict(records=records, record_size=19, segments=segments, blocks=blocks, block_scheme="crc32")
         elif "chunks" in f:
             segments = base64.b64decode(f["deflate"].split(":", 1)[1]) if "deflate" in f else None
-            out[f["path"]] = dict(records=base64.b64decode(f["chunks"].split(":", 1)[1]), segments=segments,
+            out[f["path"]] = dict(records=base64.b64decode(f["chunks"].split(":", 1)[1]), record_size=35, segments=segments,
                                   blocks=base64.b64decode(f["blocks"].split(":", 1)[1]), block_scheme="sha256t4")
     assert entry is None or offset == len(entry), "the sections fill the entry exactly"
     return manifest, out
@@ -75,7 +76,12 @@ def to_inline(src, dst, key, passfile):
         if f.pop("index", None) is None:
             continue
         index, data = found[f["path"]], z.read(f["path"])
-        f["chunks"] = "fastcdc1:" + base64.b64encode(index["records"]).decode()
+        records, at = b"", 0
+        for i in range(0, len(index["records"]), index["record_size"]):
+            length = int.from_bytes(index["records"][i:i + 3], "big")
+            records += index["records"][i:i + 3] + hashlib.sha256(data[at:at + length]).digest()
+            at += length
+        f["chunks"] = "fastcdc1:" + base64.b64encode(records).decode()
         f["blocks"] = "sha256t4-4096:" + base64.b64encode(b"".join(
             hashlib.sha256(data[i:i + 4096]).digest()[:4] for i in range(0, len(data), 4096))).decode()
         if index["segments"] is not None:

@@ -178,11 +178,12 @@ struct ChunkIndexTests {
         #expect(chunksA.blockKey(2) == crc && chunksA.blockCount == 257 && chunksA.blockScheme == .crc32)
         let (entry, bytes) = try #require(try ChunkIndexEntry.make(&files))
         // The hints of a.img and c.img, then a.img's records and segment lengths, then c.img's records.
-        let hints = 257 * 4 + 768 * 4, recordsA = chunksA.count * 35 + 129 * 2
-        #expect(bytes.count == hints + recordsA + chunksC.count * 35 && entry.size == UInt64(bytes.count))
+        // Records of 19 bytes in the entry: the length and the first 16 bytes of the SHA-256.
+        let hints = 257 * 4 + 768 * 4, recordsA = chunksA.count * 19 + 129 * 2
+        #expect(bytes.count == hints + recordsA + chunksC.count * 19 && entry.size == UInt64(bytes.count))
         #expect(Array(bytes[0..<4]) == Array(chunksA.blockHints[0..<4]) && Array(bytes[1028..<1032]) == Array(chunksC.blockHints[0..<4]))
-        #expect(Array(bytes[hints..<(hints + 35)]) == Array(chunksA.records[0..<35])
-                && Array(bytes[(hints + chunksA.count * 35)..<(hints + chunksA.count * 35 + 2)]) == [0, 200])
+        #expect(Array(bytes[hints..<(hints + 19)]) == Array(chunksA.records()[0..<19]) && Array(bytes[(hints + 3)..<(hints + 19)]) == Array(chunksA.hash(0).prefix(16))
+                && Array(bytes[(hints + chunksA.count * 19)..<(hints + chunksA.count * 19 + 2)]) == [0, 200])
         #expect(files[0].chunks == nil && files[0].indexed?.hintsOffset == 0 && files[2].indexed?.hintsOffset == 1028 && files[1].indexed == nil)
         #expect(files[0].indexed?.recordsOffset == UInt64(hints) && files[2].indexed?.recordsOffset == UInt64(hints + recordsA))
         #expect(entry.sliceCount == (bytes.count + 4095) / 4096)
@@ -195,9 +196,12 @@ struct ChunkIndexTests {
         let text = String(decoding: encoded, as: UTF8.self)
         #expect(text.contains("\"index\" : \"fastcdc1-sync8192-crc32:\(chunksA.count)\"") && text.contains("\"chunk_index\" : \"sha256-4096:"))
         // The sections read back from the entry's bytes as the device reads them.
-        let records = try bytes[hints..<(hints + chunksA.count * 35)].withUnsafeBytes { try ChunkIndex(records: $0, size: UInt64(a.count)) }
-        #expect(records.spans.map(\.length) == chunksA.spans.map(\.length) && records.hash(3) == chunksA.hash(3))
-        let lengths = try bytes[(hints + chunksA.count * 35)..<(hints + recordsA)].withUnsafeBytes { try DeflateIndex(lengths: $0, size: UInt64(a.count)) }
+        let records = try bytes[hints..<(hints + chunksA.count * 19)].withUnsafeBytes { try ChunkIndex(records: $0, size: UInt64(a.count), hashSize: 16) }
+        #expect(records.spans.map(\.length) == chunksA.spans.map(\.length) && records.hash(3) == chunksA.hash(3).prefix(16))
+        // A chunk's whole SHA-256 matches the 16 bytes kept, and only its own.
+        let chunk3 = try Digest.compute(Array(a[Int(chunksA.spans[3].offset)..<Int(chunksA.spans[3].offset + chunksA.spans[3].length)]), algorithm: .sha256)
+        #expect(records.matches(3, chunk3) && !records.matches(2, chunk3))
+        let lengths = try bytes[(hints + chunksA.count * 19)..<(hints + recordsA)].withUnsafeBytes { try DeflateIndex(lengths: $0, size: UInt64(a.count)) }
         #expect(lengths == deflateA)
         let hashes = entry.encoded
         for (from, to, words) in [

@@ -152,7 +152,7 @@ struct ChunkPlan {
             let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(span.length)])
             guard (try? fd.read(fullyAt: Int64(span.offset), into: into)) == into.count, (try? hasher.restart()) != nil else { break }
             hasher.update(UnsafeRawBufferPointer(into))
-            guard let digest = try? hasher.finalize(), digest.bytes.elementsEqual(chunks.hash(index)) else { break }
+            guard let digest = try? hasher.finalize(), chunks.matches(index, digest) else { break }
             count = index + 1
         }
         return count
@@ -255,7 +255,7 @@ extension Installer.Job {
                 }
                 try chunkHasher.restart()
                 chunkHasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(span.length)]))
-                let matching = try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(later))
+                let matching = plan.chunks.matches(later, try chunkHasher.finalize())
                 if !complete || !matching {
                     let (start, end) = plan.packageRange(of: span.offset..<(span.offset + span.length))
                     damaged.append(start..<end)
@@ -290,7 +290,7 @@ extension Installer.Job {
                 func matches() throws -> Bool {
                     try chunkHasher.restart()
                     chunkHasher.update(UnsafeRawBufferPointer(chunk))
-                    return try chunkHasher.finalize().bytes.elementsEqual(plan.chunks.hash(index))
+                    return plan.chunks.matches(index, try chunkHasher.finalize())
                 }
                 var reused: UInt64 = 0, fetched: UInt64 = 0, complete = true
                 for piece in plan.pieces[index] {

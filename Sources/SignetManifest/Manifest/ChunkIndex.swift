@@ -22,6 +22,9 @@ package struct ChunkIndex: Sendable, Equatable {
     private(set) var lengths: [UInt32] = []
     /// The chunks' SHA-256s, 32 bytes each, in order.
     private(set) var hashes: [UInt8] = []
+    /// Bytes of each chunk's SHA-256 kept: 32 in a computed or inline index, 16 (the first) in
+    /// a package's chunk-index entry (``ChunkIndexEntry/hashSize``).
+    package private(set) var hashSize = 32
     /// The file's fixed blocks (``blockSize`` bytes, the last perhaps shorter): a
     /// ``blockHashSize``-byte hint of each, in order, of ``blockScheme``. Every block's in a
     /// computed index; in one read from a package's chunk-index entry, only those of the blocks
@@ -111,7 +114,10 @@ package struct ChunkIndex: Sendable, Equatable {
     }
 
     /// Chunk `index`'s SHA-256.
-    package func hash(_ index: Int) -> ArraySlice<UInt8> { hashes[(index * 32)..<(index * 32 + 32)] }
+    package func hash(_ index: Int) -> ArraySlice<UInt8> { hashes[(index * hashSize)..<((index + 1) * hashSize)] }
+
+    /// Whether `digest` (a chunk's whole SHA-256) is chunk `index`'s, as far as the index keeps it.
+    package func matches(_ index: Int, _ digest: Digest) -> Bool { digest.bytes.prefix(hashSize).elementsEqual(hash(index)) }
 
     /// Each chunk's offset in the file and length.
     package var spans: [(offset: UInt64, length: UInt64)] {
@@ -122,13 +128,14 @@ package struct ChunkIndex: Sendable, Equatable {
         }
     }
 
-    /// The chunk records, binary: per chunk its length (3 bytes, big-endian) and SHA-256.
-    package var records: [UInt8] {
+    /// The chunk records, binary: per chunk its length (3 bytes, big-endian) and the first
+    /// `hashSize` bytes of its SHA-256 (all 32 inline; 16 in the chunk-index entry).
+    package func records(hashSize: Int = 32) -> [UInt8] {
         var binary = [UInt8]()
-        binary.reserveCapacity(count * Self.recordSize)
+        binary.reserveCapacity(count * (3 + hashSize))
         for (index, length) in lengths.enumerated() {
             binary += [UInt8(truncatingIfNeeded: length >> 16), UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length)]
-            binary += hash(index)
+            binary += hash(index).prefix(hashSize)
         }
         return binary
     }
@@ -137,7 +144,7 @@ package struct ChunkIndex: Sendable, Equatable {
     package var blockHints: [UInt8] { blocks }
 
     /// The manifest's string (inline, as packages before the chunk-index entry carry it).
-    package var encoded: String { Self.scheme + Data(records).base64EncodedString() }
+    package var encoded: String { Self.scheme + Data(records()).base64EncodedString() }
 
     /// Why a manifest's `chunks` string is refused.
     package struct Refused: Error {
@@ -162,18 +169,20 @@ package struct ChunkIndex: Sendable, Equatable {
         blockScheme = .sha256Prefix
     }
 
-    /// Reads binary chunk records (``recordSize`` bytes each) for a file of `size` bytes, with
-    /// the same checks as the manifest's string.
-    package init(records raw: UnsafeRawBufferPointer, size: UInt64) throws {
-        guard raw.count % Self.recordSize == 0, UInt64(raw.count / Self.recordSize) <= size / UInt64(ContentChunker.minimum) + 1 else {
+    /// Reads binary chunk records (a 3-byte length and `hashSize` bytes of SHA-256 each) for a
+    /// file of `size` bytes, with the same checks as the manifest's string.
+    package init(records raw: UnsafeRawBufferPointer, size: UInt64, hashSize: Int = 32) throws {
+        let recordSize = 3 + hashSize
+        guard raw.count % recordSize == 0, UInt64(raw.count / recordSize) <= size / UInt64(ContentChunker.minimum) + 1 else {
             throw Refused(reason: "a chunk index that is not whole records, at most one per \(ContentChunker.minimum) bytes")
         }
-        let records = raw.count / Self.recordSize
+        self.hashSize = hashSize
+        let records = raw.count / recordSize
         var total: UInt64 = 0
         lengths.reserveCapacity(records)
-        hashes.reserveCapacity(records * 32)
+        hashes.reserveCapacity(records * hashSize)
         for index in 0..<records {
-            let base = index * Self.recordSize
+            let base = index * recordSize
             let length = UInt32(raw[base]) << 16 | UInt32(raw[base + 1]) << 8 | UInt32(raw[base + 2])
             let last = index == records - 1
             guard length >= 1, length <= ContentChunker.maximum, last || length >= ContentChunker.minimum else {
@@ -181,7 +190,7 @@ package struct ChunkIndex: Sendable, Equatable {
             }
             total += UInt64(length)
             lengths.append(length)
-            hashes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[(base + 3)..<(base + Self.recordSize)]))
+            hashes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[(base + 3)..<(base + recordSize)]))
         }
         guard total == size, records > 0 || size == 0 else {
             throw Refused(reason: "chunks of \(total) bytes in all for a file of \(size)")

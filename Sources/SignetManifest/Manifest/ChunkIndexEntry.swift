@@ -13,6 +13,13 @@ package struct ChunkIndexEntry: Sendable, Equatable {
     package static let sliceSize = 4096
     /// The prefix of the manifest's `"chunk_index"` string.
     package static let scheme = "sha256-4096:"
+    /// Bytes of a chunk's SHA-256 a record keeps (the first 16): a chunk is found by them and
+    /// checked by them as it is assembled; the whole file's SHA-256 and signature still decide
+    /// what is installed, so a match by chance (2^-128) would cost a refused install, never a
+    /// wrong one.
+    package static let hashSize = 16
+    /// Bytes of a chunk record: its length (3) and ``hashSize``.
+    package static let recordSize = 3 + hashSize
 
     /// The entry's size: the sum of its files' sections.
     package let size: UInt64
@@ -88,7 +95,7 @@ package struct ChunkIndexEntry: Sendable, Equatable {
             section.hintsOffset = UInt64(hints.count)
             section.recordsOffset = UInt64(records.count)   // moved past the hints below
             hints += chunks.blockHints
-            records += chunks.records
+            records += chunks.records(hashSize: Self.hashSize)
             if let deflate = files[index].deflate { records += deflate.binary }
             sections[index] = section
         }
@@ -131,7 +138,7 @@ package struct ChunkIndexEntry: Sendable, Equatable {
 
 /// Where one chunked resource's indexes are in the package's ``ChunkIndexEntry``: its block
 /// hints (a CRC-32 per ``ChunkIndex/blockSize`` bytes) in the entry's first part, with every
-/// file's hints in manifest order; its chunk records (``ChunkIndex/recordSize`` bytes each)
+/// file's hints in manifest order; its chunk records (``ChunkIndexEntry/recordSize`` bytes each)
 /// then its segment lengths (2 bytes per ``DeflateIndex/segmentSize`` bytes of the file;
 /// deflated entries only) in the second part, likewise. The manifest's file entry says
 /// `"index": "fastcdc1-crc32:N"` (stored) or `"fastcdc1-sync8192-crc32:N"` (deflated), N the
@@ -165,14 +172,14 @@ package struct IndexedChunks: Sendable, Equatable {
 
     /// Bytes of its chunk records and segment lengths (nil past 2^64: refused).
     var recordsLength: UInt64? {
-        let (records, a) = UInt64(chunkCount).multipliedReportingOverflow(by: UInt64(ChunkIndex.recordSize))
+        let (records, a) = UInt64(chunkCount).multipliedReportingOverflow(by: UInt64(ChunkIndexEntry.recordSize))
         let segments = deflated ? UInt64(DeflateIndex.segments(of: size)) * 2 : 0
         let (sum, b) = records.addingReportingOverflow(segments)
         return a || b ? nil : sum
     }
 
     /// The chunk records' bytes in the entry.
-    package var chunkBytes: Range<UInt64> { recordsOffset..<(recordsOffset + UInt64(chunkCount * ChunkIndex.recordSize)) }
+    package var chunkBytes: Range<UInt64> { recordsOffset..<(recordsOffset + UInt64(chunkCount * ChunkIndexEntry.recordSize)) }
     /// The segment lengths' bytes (empty for a stored entry).
     package var segmentBytes: Range<UInt64> {
         chunkBytes.upperBound..<(chunkBytes.upperBound + (deflated ? UInt64(DeflateIndex.segments(of: size)) * 2 : 0))

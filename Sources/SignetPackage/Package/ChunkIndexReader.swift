@@ -104,7 +104,7 @@ package final class ChunkIndexReader {
         let split = indexed.chunkBytes.count
         do {
             return try bytes.withUnsafeBytes { raw in
-                var chunks = try ChunkIndex(records: UnsafeRawBufferPointer(rebasing: raw[0..<split]), size: file.size)
+                var chunks = try ChunkIndex(records: UnsafeRawBufferPointer(rebasing: raw[0..<split]), size: file.size, hashSize: ChunkIndexEntry.hashSize)
                 guard chunks.count == indexed.chunkCount else { throw ChunkIndex.Refused(reason: "another chunk count") }
                 chunks.fillBlocks(UnsafeRawBufferPointer(start: nil, count: 0), from: 0, total: ChunkIndex.blocks(of: file.size))
                 let deflate = indexed.deflated ? try DeflateIndex(lengths: UnsafeRawBufferPointer(rebasing: raw[split...]), size: file.size) : nil
@@ -199,7 +199,7 @@ private struct SectionValidator {
             let (file, indexed) = files[current]
             let chunkBytes = UInt64(indexed.chunkBytes.count), segmentBytes = UInt64(indexed.segmentBytes.count)
             pending.append(byte)
-            if position < chunkBytes, pending.count == ChunkIndex.recordSize {
+            if position < chunkBytes, pending.count == ChunkIndexEntry.recordSize {
                 let length = UInt64(pending[0]) << 16 | UInt64(pending[1]) << 8 | UInt64(pending[2])
                 let last = position + 1 == chunkBytes
                 guard length >= 1, length <= UInt64(ContentChunker.maximum), last || length >= UInt64(ContentChunker.minimum) else {
