@@ -178,6 +178,22 @@ struct ChunkPlan {
     }
 }
 
+extension Installer.Job {
+    /// Hashes the first `length` bytes of a staged file an interrupted run left into `hashers`
+    /// (the file is ours, in our staging tree, but read once more so that what is hashed is
+    /// what is installed). False when it is shorter.
+    static func hashStaged(_ fd: FileDescriptor, upTo length: UInt64, into hashers: [Digest.Hasher], buffer: UnsafeMutableRawBufferPointer) throws -> Bool {
+        var offset: UInt64 = 0
+        while offset < length {
+            let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), length - offset))])
+            guard try fd.read(fullyAt: Int64(offset), into: into) == into.count else { return false }
+            hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
+            offset += UInt64(into.count)
+        }
+        return true
+    }
+}
+
 /// What rebuilding one file did, for the report.
 struct ChunkCounts {
     var reused = 0, fetched = 0, resumed = 0
@@ -224,15 +240,8 @@ extension Installer.Job {
             // The chunks checked when the plan was made, hashed again into the whole file's
             // digests as they are read (the file is ours, in our staging tree, but read once
             // more so that what is hashed is what is installed); what follows them is cut.
-            var offset: UInt64 = 0
-            while offset < resumeAt {
-                let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), resumeAt - offset))])
-                guard try staged.descriptor.read(fullyAt: Int64(offset), into: into) == into.count else { return nil }
-                hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
-                offset += UInt64(into.count)
-            }
-            guard ftruncate(staged.descriptor.rawValue, off_t(resumeAt)) == 0,
-                  lseek(staged.descriptor.rawValue, off_t(resumeAt), SEEK_SET) == off_t(resumeAt) else { return nil }
+            guard try Self.hashStaged(staged.descriptor, upTo: resumeAt, into: hashers, buffer: buffer),
+                  ftruncate(staged.descriptor.rawValue, off_t(resumeAt)) == 0 else { return nil }
             counts.resumed += plan.resumed
             counts.bytesResumed += resumeAt
         }

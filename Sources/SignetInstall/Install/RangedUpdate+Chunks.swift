@@ -168,13 +168,8 @@ extension Installer.Job {
         let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 64)
         defer { buffer.deallocate() }
-        var offset: UInt64 = 0
-        while offset < from {
-            let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), from - offset))])
-            guard try staged.descriptor.read(fullyAt: Int64(offset), into: into) == into.count else { return nil }
-            hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
-            offset += UInt64(into.count)
-        }
+        guard try Self.hashStaged(staged.descriptor, upTo: from, into: hashers, buffer: buffer) else { return nil }
+        var offset = from
         let writer = Installer.StagedWriter(fd: staged.descriptor, path: file.path, destination: destination, at: Int64(from))
         do {
             while offset < file.size {
