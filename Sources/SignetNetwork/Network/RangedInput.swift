@@ -171,7 +171,8 @@ package final class RangedInput: ArchiveInput {
     /// and ``planRequest`` bytes. Empty when `position` is in no planned range.
     private func spans(from position: Int64) -> [ClosedRange<Int64>] {
         guard let first = exact.firstIndex(where: { $0.upperBound > position }), exact[first].lowerBound <= position else { return [] }
-        let end = unheld(position..<exact[first].upperBound).map { max($0.upperBound, position + 1) } ?? exact[first].upperBound
+        let held = holders
+        let end = unheld(position..<exact[first].upperBound, held: held).map { max($0.upperBound, position + 1) } ?? exact[first].upperBound
         var spans: [ClosedRange<Int64>] = [position...(end - 1)]
         var bytes = end - position
         let most = min(Self.maximumParts, client.partsPerRequest ?? Self.maximumParts)
@@ -179,7 +180,7 @@ package final class RangedInput: ArchiveInput {
             // Ranges merge where they touch: a part already held (the kept directory, an
             // earlier answer) is not asked for again (issue 51: the chunk-index entry read
             // by range touches the manifest, which touches the signatures).
-            guard let range = unheld(planned) else { continue }
+            guard let range = unheld(planned, held: held) else { continue }
             guard spans.count < most, bytes + Int64(range.count) <= Self.planRequest else { break }
             spans.append(range.lowerBound...(range.upperBound - 1))
             bytes += Int64(range.count)
@@ -187,10 +188,16 @@ package final class RangedInput: ArchiveInput {
         return spans
     }
 
-    /// `range` without the bytes held at its start and at its end; nil when all are held.
-    private func unheld(_ range: Range<Int64>) -> Range<Int64>? {
+    /// The byte ranges held: the kept directory and each cached answer (made once per request
+    /// planned, not once per range looked at).
+    private var holders: [Range<Int64>] {
         var holders: [Range<Int64>] = cached.map { $0.start..<($0.start + Int64($0.bytes.count)) }
         if let pinned { holders.append(pinned.start..<(pinned.start + Int64(pinned.bytes.count))) }
+        return holders
+    }
+
+    /// `range` without the bytes `holders` hold at its start and at its end; nil when all are held.
+    private func unheld(_ range: Range<Int64>, held holders: [Range<Int64>]) -> Range<Int64>? {
         var lower = range.lowerBound, upper = range.upperBound
         var moved = true
         while moved && lower < upper {
@@ -272,7 +279,7 @@ package final class RangedInput: ArchiveInput {
         if let group = groups.first(where: { $0.contains(position) }) {
             // Not the group's held end (the kept tail of the package, an earlier answer).
             let upper = min(group.upperBound, position + Self.planRequest)
-            end = unheld(position..<upper).map { max($0.upperBound, position + 1) } ?? upper
+            end = unheld(position..<upper, held: holders).map { max($0.upperBound, position + 1) } ?? upper
         } else if position >= floor {
             // Reading on from where the last request ended: fetch further ahead each time.
             run = position == lastEnd ? min(run * 2, Self.maximumRun) : 1

@@ -118,9 +118,9 @@ package final class ChunkIndexReader {
     /// The entry's bytes of `file`'s block hints for `blocks` (block numbers).
     package static func blockRange(of file: Manifest.File, blocks: Range<Int>) -> Range<UInt64>? {
         guard let indexed = file.indexed, !blocks.isEmpty else { return nil }
-        let size = UInt64(4)
-        let start = indexed.blockBytes.lowerBound + UInt64(blocks.lowerBound) * size
-        return start..<min(indexed.blockBytes.upperBound, indexed.blockBytes.lowerBound + UInt64(blocks.upperBound) * size)
+        let hint = UInt64(indexed.blockBytes.count) / UInt64(ChunkIndex.blocks(of: file.size))   // bytes per block's hint
+        let start = indexed.blockBytes.lowerBound + UInt64(blocks.lowerBound) * hint
+        return start..<min(indexed.blockBytes.upperBound, indexed.blockBytes.lowerBound + UInt64(blocks.upperBound) * hint)
     }
 
     /// Sets `chunks`' hints of `blocks` from the entry (an inline index has every hint already).
