@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <linux/openat2.h>
 #include <linux/fs.h>
+#include <linux/fsverity.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/vfs.h>
@@ -72,4 +73,24 @@ long long signet_filesystem_type(const char *path) {
     struct statfs info;
     if (statfs(path, &info) != 0) return -1;
     return (long long)info.f_type;
+}
+
+int signet_enable_verity(int fd) {
+    struct fsverity_enable_arg arg;
+    memset(&arg, 0, sizeof arg);
+    arg.version = 1;
+    arg.hash_algorithm = FS_VERITY_HASH_ALG_SHA256;
+    arg.block_size = 4096;
+    return ioctl(fd, FS_IOC_ENABLE_VERITY, &arg);
+}
+
+int signet_measure_verity(int fd, unsigned char digest[32]) {
+    _Alignas(struct fsverity_digest) unsigned char buffer[sizeof(struct fsverity_digest) + 32];
+    struct fsverity_digest *measured = (struct fsverity_digest *)buffer;
+    memset(buffer, 0, sizeof buffer);
+    measured->digest_size = 32;
+    if (ioctl(fd, FS_IOC_MEASURE_VERITY, measured) != 0) return -1;
+    if (measured->digest_size != 32) { errno = EOVERFLOW; return -1; }
+    memcpy(digest, measured->digest, 32);
+    return measured->digest_algorithm;
 }

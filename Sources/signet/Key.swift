@@ -12,8 +12,8 @@ struct Key: ParsableCommand {
     struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "show",
-            abstract: "Print a key's id, its sha256// pin and its size; --pubout writes the public key for --pubkey.",
-            usage: "signet key show <key> [--pubout <file>] [<options>]",
+            abstract: "Print a key's id, its sha256// pin and its size; --pubout writes the public key for --pubkey, --ima-cert the certificate for the kernel's IMA keyring.",
+            usage: "signet key show <key> [--pubout <file>] [--ima-cert <file>] [<options>]",
             discussion: """
             KEY is a private key file (PEM, DER PKCS#8, PKCS#12), a public key or certificate
             file, or a key on a token as a PKCS#11 URI. For a token, the private key never
@@ -21,12 +21,19 @@ struct Key: ParsableCommand {
             A URI that names a token but no key (no object= or id=) lists the token's private
             keys, each with the URI that names it for --key.
 
+            --ima-cert writes a self-signed X.509 certificate of a private key file (DER) for
+            the kernel's IMA keyring: its subject key identifier ends in the key id of the
+            IMA signatures unpack --ima security writes, which is how the kernel finds the
+            key. Load it on the device with keyctl padd asymmetric '' %keyring:_ima < FILE
+            (README: "Let the kernel check every read").
+
             Examples:
               signet key show keys/private_key.pem
               signet key show 'pkcs11:token=release' --passphrase-file pin.txt
               signet key show 'pkcs11:token=release;object=signing-2026' \\
                   --pkcs11-module /usr/lib/softhsm/libsofthsm2.so \\
                   --passphrase-file pin.txt --pubout release.der
+              signet key show keys/private_key.pem --ima-cert ima-signet.der
             """
         )
 
@@ -36,7 +43,10 @@ struct Key: ParsableCommand {
         @Option(name: .long, help: ArgumentHelp("Write the public key here as DER SubjectPublicKeyInfo (what --pubkey and --trust-dir read).", valueName: "file"))
         var pubout: String?
 
-        @Flag(name: .long, help: "Replace --pubout if it exists.")
+        @Option(name: .customLong("ima-cert"), help: ArgumentHelp("Write a self-signed X.509 certificate of the key (a private key file) here, DER, for the kernel's IMA keyring (_ima): its key id is the one in unpack --ima's signatures.", valueName: "file"))
+        var imaCert: String?
+
+        @Flag(name: .long, help: "Replace --pubout or --ima-cert if it exists.")
         var force = false
 
         @OptionGroup var passphrase: PassphraseOptions
@@ -53,6 +63,10 @@ struct Key: ParsableCommand {
             let source: String
             /// The file --pubout wrote; null without --pubout.
             @Null var pubout: String?
+            /// The key id (8 hex digits) of the IMA signatures made with the key.
+            let ima_keyid: String
+            /// The certificate --ima-cert wrote; null without --ima-cert.
+            @Null var ima_cert: String?
         }
 
         struct TokenReport: Encodable {
@@ -97,19 +111,34 @@ struct Key: ParsableCommand {
             }
             let publicKey: PublicKey
             let format: String
+            var privateKey: PrivateKey? = nil
             if !PrivateKey.isTokenURI(key), let loaded = try? PublicKey(contentsOf: key, allowWeakKey: true) {
                 (publicKey, format) = (loaded, loaded.format.description)
             } else {
                 // A private key file or a key on a token: the same loading as sign and pack.
-                let privateKey = try token.load(key, passphrase: passphrase, allowWeakKey: true)
-                (publicKey, format) = (privateKey.publicKey, privateKey.format.description)
+                let loaded = try token.load(key, passphrase: passphrase, allowWeakKey: true)
+                (publicKey, format, privateKey) = (loaded.publicKey, loaded.format.description, loaded)
             }
+            let imaKeyID = try IMASignature.keyID(of: publicKey).map { String(format: "%02x", $0) }.joined()
+            var certificate: [UInt8]? = nil
+            if imaCert != nil {
+                guard let privateKey else {
+                    throw SignetError(.wrongKeyKind, "--ima-cert: '\(key)' is a public key or certificate; the certificate is signed with the private key (private_key.pem or .p12); keygen's certificate.der already is one", path: key)
+                }
+                certificate = try privateKey.imaCertificate(commonName: "Signet IMA key \(imaKeyID)")
+            }
+            let protected = SigningKeyOptions.files(key: key, passphrase: passphrase)
             if let pubout {
-                try publicKey.writeDER(to: pubout, replace: force, protecting: SigningKeyOptions.files(key: key, passphrase: passphrase))
+                try publicKey.writeDER(to: pubout, replace: force, protecting: protected + [imaCert].compactMap { $0 })
+            }
+            if let imaCert, let certificate {
+                try FileIdentity.refuseOverwriting(targets: [imaCert], inputs: (protected + [pubout].compactMap { $0 }).map { ($0, "input") }, what: "--ima-cert")
+                if !force { try AtomicFile.refuseExisting(imaCert, what: "the certificate file") }
+                try AtomicFile.write(certificate, to: imaCert, mode: 0o644, replace: force)
             }
             if output.json {
                 Output.json(Report(key_id: publicKey.keyID.hex, tuf_keyid: try publicKey.tufKeyID(), pin: publicKey.keyID.pin, bits: publicKey.bits,
-                                   format: format, source: publicKey.source, pubout: pubout))
+                                   format: format, source: publicKey.source, pubout: pubout, ima_keyid: imaKeyID, ima_cert: imaCert))
             } else {
                 Output.line("key id  \(publicKey.keyID.hex)")
                 // The same key as TUF metadata names it (`signet repo status` shows both).
@@ -118,7 +147,9 @@ struct Key: ParsableCommand {
                 Output.line("size    \(publicKey.bits)-bit RSA")
                 Output.line("format  \(format)")
                 Output.line("source  \(publicKey.source)")
+                Output.line("IMA id  \(imaKeyID) (the key id of its IMA signatures)")
                 if let pubout { Output.line("wrote   \(pubout) (DER SubjectPublicKeyInfo)") }
+                if let imaCert { Output.line("wrote   \(imaCert) (DER X.509, for the kernel's IMA keyring: keyctl padd asymmetric '' %keyring:_ima < \(imaCert))") }
             }
         }
     }

@@ -8,6 +8,31 @@ struct ReleaseOptions: ParsableArguments {
         case yes, no
     }
 
+    enum IMAMode: String, ExpressibleByArgument, CaseIterable {
+        case user, security
+    }
+
+    @Option(name: .long, help: ArgumentHelp("Also write each file's signature as an IMA v2 signature to user.ima, or to security.ima (root only) for the kernel's IMA appraisal (README: \"Let the kernel check every read\"; the certificate: signet key show --ima-cert).", valueName: "user|security"))
+    var ima: IMAMode?
+
+    /// `--verity` (required) or `--verity-auto` (where it can be used).
+    enum VerityMode: String, EnumerableFlag {
+        case verity, verityAuto
+
+        static func name(for value: Self) -> NameSpecification {
+            value == .verity ? .customLong("verity") : .customLong("verity-auto")
+        }
+
+        static func help(for value: Self) -> ArgumentHelp? {
+            switch value {
+            case .verity: "Make each installed file an fs-verity file (the package made with pack --verity; the kernel measures each against the signed digest, then checks every read, and reverify measures instead of reading). Refused before anything is written where the package or DIR's filesystem cannot (ext4 needs tune2fs -O verity)."
+            case .verityAuto: "As --verity where the package and DIR's filesystem allow it; otherwise install without it and say why."
+            }
+        }
+    }
+
+    @Flag var verity: VerityMode?
+
     @Option(name: .customLong("keep-previous"), help: ArgumentHelp("Keep the replaced release beside DIR (.DIR.signet-previous, sharing its unchanged files) for `signet rollback` and the health check: yes (the default) or no.", valueName: "yes|no"))
     var keepPrevious: YesNo = .yes
 
@@ -54,6 +79,8 @@ struct ReleaseOptions: ParsableArguments {
     }
 
     func apply(to options: inout InstallOptions) {
+        options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
+        options.verity = switch verity { case .verity?: .on; case .verityAuto?: .auto; case nil: .off }
         options.keepPrevious = keepPrevious == .yes
         options.pending = pending
         options.retryBad = retryBad
@@ -63,10 +90,16 @@ struct ReleaseOptions: ParsableArguments {
     }
 
     /// The config keys of `update`.
-    static let configKeys: [String: Bool] = ["keep-previous": true, "pending": false, "retry-bad": false, "post-install": true, "health-check": true, "health-timeout": true]
+    /// `verity` takes true, false or "auto" (`--verity`, nothing, `--verity-auto`).
+    static let configKeys: [String: Bool] = ["ima": true, "verity": false, "keep-previous": true, "pending": false, "retry-bad": false, "post-install": true, "health-check": true, "health-timeout": true]
 
     /// What the hooks did, for the text output.
     static func say(_ report: InstallReport) {
+        if let reason = report.verityNotUsed {
+            Output.line("  fs-verity: not used: \(reason)")
+        } else if report.verityEnabled > 0 {
+            Output.line("  fs-verity: \(report.verityEnabled) file\(report.verityEnabled == 1 ? "" : "s") made fs-verity files, each measured by the kernel against the signed digest; every read of them is checked")
+        }
         if report.previousKept { Output.line("  the replaced release is kept for `signet rollback \(report.destination)`") }
         if report.pending { Output.line("  pending: run `signet confirm \(report.destination)` once it runs well; a restart before that rolls it back") }
         for hook in report.hooks {
@@ -74,6 +107,16 @@ struct ReleaseOptions: ParsableArguments {
         }
         for hook in report.hooks where hook.hook == "post-install" && !hook.succeeded {
             Output.warn("the post-install command \(hook.outcome); the release is installed")
+        }
+    }
+
+    /// fs-verity in `--json`: files made fs-verity files, and why it was not used (`auto`).
+    struct Verity: Encodable {
+        let enabled: Int
+        @Null var not_used: String?
+
+        init(_ report: InstallReport) {
+            (enabled, not_used) = (report.verityEnabled, report.verityNotUsed)
         }
     }
 

@@ -62,6 +62,9 @@ struct Reverify: ParsableCommand {
     @Flag(name: .long, help: "Restore what a tree check finds lost: a file's user.signet.sig from the tree's copy of its signature (DIR/.signet/signatures, or DIR/.signet/sigs/PATH.sig where the filesystem has no user xattrs) once its content matches the signed manifest and the copy verifies, and the signed mode of files and folders.")
     var repair = false
 
+    @Flag(name: .customLong("read-all"), help: "Read fs-verity files whole too. Without it, a file installed with --verity whose digest the kernel measures as the signed one is not read (the kernel checks each block whenever it is read); with it, a block changed under such a file (on the device) is found now, as the kernel refuses to read it.")
+    var readAll = false
+
     @Option(name: .customLong("allow-key"), help: ArgumentHelp("A key of a structured file that may change (config.json:server.url; split at the first ':'); repeatable.", valueName: "file:keypath"))
     var allowKey: [String] = []
 
@@ -148,6 +151,7 @@ struct Reverify: ParsableCommand {
         options.exclude = exclude
         options.only = only
         options.repair = repair
+        options.readVerityFiles = readAll
         options.stateFile = state
         options.expectedName = expectName
         for (file, keyPath) in try allowedKeys() { options.allow(keyPath, in: file) }

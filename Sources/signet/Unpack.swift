@@ -77,13 +77,6 @@ struct Unpack: ParsableCommand {
     @Option(name: .long, help: "Signature algorithm of a --bare package.")
     var algorithm: SignatureAlgorithm = .default
 
-    enum IMAMode: String, ExpressibleByArgument, CaseIterable {
-        case user, security
-    }
-
-    @Option(name: .long, help: "Also write an IMA v2 signature to user.ima or security.ima (root only), for evmctl and IMA appraisal.")
-    var ima: IMAMode?
-
     @Option(name: .long, help: ArgumentHelp("A file recording the highest sequence installed per package name, across destinations (locked, updated atomically).", valueName: "file"))
     var state: String?
 
@@ -136,6 +129,7 @@ struct Unpack: ParsableCommand {
         let files_copied: Int
         let previous_kept: Bool
         let pending: Bool
+        let verity: ReleaseOptions.Verity
         let hooks: [ReleaseOptions.Hook]
     }
 
@@ -193,7 +187,6 @@ struct Unpack: ParsableCommand {
         options.limits = limits.limits
         options.wait = wait
         options.stateFile = state
-        options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
         let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
         let report: InstallReport
         if Download.isURL(package) {
@@ -224,7 +217,7 @@ struct Unpack: ParsableCommand {
                                attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
                                leftover: report.leftover, transfer: report.transfer.map(Transfer.init),
                                up_to_date: report.upToDate, repaired: report.repaired, files_shared: report.filesShared, files_copied: report.filesCopied,
-                               previous_kept: report.previousKept, pending: report.pending, hooks: report.hooks.map(ReleaseOptions.Hook.init)))
+                               previous_kept: report.previousKept, pending: report.pending, verity: .init(report), hooks: report.hooks.map(ReleaseOptions.Hook.init)))
             return
         }
         if report.upToDate, let manifest = report.manifest {

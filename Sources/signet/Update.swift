@@ -191,13 +191,18 @@ struct Update: ParsableCommand {
                 throw ValidationError("\(path)\(line): unknown key '\(key)'; the keys are the long options of signet update: \(configKeys.keys.sorted().joined(separator: ", "))")
             }
             let option = "--" + key
-            if unset.contains(key) || given.contains(where: { $0 == option || $0.hasPrefix(option + "=") }) { continue }
+            // (`--verity-auto` on the command line is `verity` too.)
+            if unset.contains(key) || given.contains(where: { $0 == option || $0.hasPrefix(option + "=") || (key == "verity" && $0 == "--verity-auto") }) { continue }
             let values: [TOMLValueConvertible]
             if let array = value.array { values = Array(array) } else { values = [value] }
             for element in values {
                 let item = element.tomlValue
+                if key == "verity", item.string == "auto" {
+                    arguments.append("--verity-auto")
+                    continue
+                }
                 if !takesValue {
-                    guard let flag = item.bool else { throw ValidationError("\(path)\(line): '\(key)' takes true or false") }
+                    guard let flag = item.bool else { throw ValidationError("\(path)\(line): '\(key)' takes true or false" + (key == "verity" ? ", or \"auto\"" : "")) }
                     if flag { arguments.append(option) }
                     continue
                 }
@@ -264,6 +269,7 @@ extension Update {
         let files_copied: Int
         let previous_kept: Bool
         let pending: Bool
+        @Null var verity: ReleaseOptions.Verity?
         let hooks: [ReleaseOptions.Hook]
         @Null var replaced: Release?
         @Null var refused: Refused?
@@ -303,6 +309,7 @@ extension Update {
                                          transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [], files_shared: report.install?.filesShared ?? 0,
                                          files_copied: report.install?.filesCopied ?? 0,
                                previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
+                               verity: report.install.map(ReleaseOptions.Verity.init),
                                hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
                                refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) }))
             return

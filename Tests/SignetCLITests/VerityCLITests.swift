@@ -31,4 +31,91 @@ struct VerityCLITests {
         try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: plain)
         #expect(!String(decoding: try run("unzip", ["-p", plain, ".signet/manifest.json"]).stdout, as: UTF8.self).contains("\"verity\""))
     }
+
+    /// Whether this machine's temporary filesystem takes fs-verity files (`fsverity enable`, the
+    /// reference tool): the kernel and the filesystem both must. CI's and this project's
+    /// machines answer no; the VM suite's guest answers yes (scripts/vm, ext4 -O verity).
+    static func hostTakesVerity(_ directory: TemporaryDirectory) throws -> Bool {
+        let probe = try directory.write("verity-probe", Data("probe".utf8))
+        return try run(try which("fsverity"), ["enable", probe]).status == 0
+    }
+
+    @Test("unpack --verity: refused before anything is written where the filesystem has no fs-verity (or, where it has, each file measures as the manifest says); --verity-auto installs and says why not; a package packed without digests is refused by --verity")
+    func unpackVerity() throws {
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        _ = try tree.write("tool.sh", Data("#!/bin/sh\necho ok\n".utf8))
+        _ = try tree.writeRandom("data.bin", count: 9000)
+        let package = work.directory.file("app.zip"), plain = work.directory.file("plain.zip")
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: package, ["--verity"])
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: plain)
+        let dest = work.directory.file("app")
+        let strict = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER, "--verity", "--json"])
+        if try Self.hostTakesVerity(work.directory) {
+            #expect(strict.status == 0, "\(strict.stderr)")
+            for path in ["tool.sh", "data.bin"] {
+                let measured = try run(try which("fsverity"), ["measure", dest + "/" + path]).stdoutText
+                let digest = try run(try which("fsverity"), ["digest", tree.file(path)]).stdoutText
+                #expect(measured.split(separator: " ").first == digest.split(separator: " ").first, "\(path): \(measured) against \(digest)")
+            }
+        } else {
+            #expect(strict.status == 5, "\(strict.stderr)")
+            #expect(strict.stderr.contains("does not take fs-verity files") && strict.stderr.contains("--verity-auto"), "\(strict.stderr)")
+            #expect((try strict.json()["error"] as? [String: Any])?["code"] as? String == "verity-unsupported", "\(strict.stdoutText)")
+            #expect(!FileManager.default.fileExists(atPath: dest), "nothing is written")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: work.path).allSatisfy { !$0.contains("signet-staging") && !$0.hasPrefix(".app") }, "no staging is left")
+            let auto = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER, "--verity-auto", "--json"])
+            #expect(auto.status == 0, "\(auto.stderr)")
+            let verity = try #require(try auto.json()["verity"] as? [String: Any])
+            #expect(verity["enabled"] as? Int == 0 && (verity["not_used"] as? String)?.contains("does not take fs-verity files") == true, "\(verity)")
+            let text = try CLI.run(["unpack", package, "--dest", work.directory.file("app2"), "--pubkey", work.publicDER, "--verity-auto"])
+            #expect(text.status == 0 && text.stdoutText.contains("fs-verity: not used: the filesystem of"), "\(text.stdoutText)")
+        }
+        // Without the digests, --verity refuses before anything is written (usage, exit 2) and
+        // --verity-auto says why it did not use fs-verity.
+        let other = work.directory.file("other")
+        let unsigned = try CLI.run(["unpack", plain, "--dest", other, "--pubkey", work.publicDER, "--verity"])
+        #expect(unsigned.status == 2 && unsigned.stderr.contains("pack --verity"), "\(unsigned.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: other))
+        let fallback = try CLI.run(["unpack", plain, "--dest", other, "--pubkey", work.publicDER, "--verity-auto", "--json"])
+        #expect(fallback.status == 0)
+        #expect(((try fallback.json()["verity"] as? [String: Any])?["not_used"] as? String)?.contains("pack it with signet pack --verity") == true, "\(fallback.stdoutText)")
+    }
+
+    @Test("key show --ima-cert: the certificate's subject key identifier ends in the key id of unpack --ima's signatures and of evmctl's --keyid-from-cert; evmctl verifies the installed files with it")
+    func imaCertificate() throws {
+        let work = try Workspace()
+        let certificate = work.directory.file("ima.der")
+        let shown = try CLI.run(["key", "show", work.privatePEM, "--passphrase-file", work.passFile, "--ima-cert", certificate, "--json"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        let keyID = try #require(try shown.json()["ima_keyid"] as? String)
+        #expect(keyID.count == 8)
+        // What OpenSSL reads in it: an end-entity code-signing certificate, its SKID ending in the id.
+        let text = try work.openssl(["x509", "-inform", "DER", "-in", certificate, "-noout", "-ext", "subjectKeyIdentifier,basicConstraints,keyUsage,extendedKeyUsage"]).stdoutText
+        let skid = text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 59 && $0.filter { $0 == ":" }.count == 19 }
+        #expect(skid.map { $0.replacingOccurrences(of: ":", with: "").lowercased().hasSuffix(keyID) } == true, "\(text)")
+        #expect(text.contains("CA:FALSE") && text.contains("Digital Signature") && text.contains("Code Signing"), "\(text)")
+        // The same id in the attribute unpack --ima writes, and in evmctl's own signature.
+        let tree = try TemporaryDirectory()
+        _ = try tree.write("app.conf", Data("port = 8080\n".utf8))
+        let package = work.directory.file("app.zip")
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: package)
+        let dest = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER, "--ima", "user"]).status == 0)
+        let attribute = try run("getfattr", ["--only-values", "-n", "user.ima", dest + "/app.conf"]).stdout
+        #expect(attribute.count > 9 && Data(attribute[3..<7]).map { String(format: "%02x", $0) }.joined() == keyID)
+        let evmctl = try which("evmctl")
+        let verified = try run(evmctl, ["ima_verify", "--xattr-user", "--key", certificate, dest + "/app.conf"])
+        #expect(verified.status == 0, "\(verified.stdoutText) \(verified.stderr)")
+        let plainKey = work.directory.file("plain.pem")
+        _ = try work.openssl(["pkey", "-in", work.privatePEM, "-passin", "file:" + work.passFile, "-out", plainKey])
+        let signed = try tree.write("signed-by-evmctl", Data("x".utf8))
+        let byEvmctl = try run(evmctl, ["ima_sign", "--xattr-user", "--key", plainKey, "--keyid-from-cert", certificate, signed])
+        #expect(byEvmctl.status == 0, "\(byEvmctl.stderr)")
+        let theirs = try run("getfattr", ["--only-values", "-n", "user.ima", signed]).stdout
+        #expect(theirs.count > 9 && Data(theirs[3..<7]).map { String(format: "%02x", $0) }.joined() == keyID)
+        // A public key alone cannot sign a certificate.
+        let refused = try CLI.run(["key", "show", work.publicDER, "--ima-cert", work.directory.file("other.der")])
+        #expect(refused.status == 4 && refused.stderr.contains("private key"), "\(refused.stderr)")
+    }
 }

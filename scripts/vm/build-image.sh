@@ -24,6 +24,8 @@ packages=(
   linux-image-cloud-amd64 initramfs-tools
   nginx-light openssl ca-certificates
   e2fsprogs xfsprogs dmsetup util-linux attr netcat-openbsd
+  # Issue 52: keyctl loads the IMA certificate into the _ima keyring.
+  keyutils
   # What the signet .deb depends on (dpkg -i at boot has no network).
   libssl3 libzip4 libcurl4 libxml2
 )

@@ -146,6 +146,8 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// DIR is unchanged.
         public static let rollbackRefused = Code("rollback-refused", exitStatus: .verificationFailed)
         /// Any other I/O failure (no space, read error, ...).
+        /// `--verity` on a filesystem that does not take fs-verity files (issue 52).
+        public static let verityUnsupported = Code("verity-unsupported", exitStatus: .environment)
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).
         public static let crypto = Code("crypto-failure", exitStatus: .environment)

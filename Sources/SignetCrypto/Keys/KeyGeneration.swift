@@ -135,7 +135,7 @@ public struct GeneratedKey: Sendable {
         return WrittenFiles(directory: directory, paths: paths, encrypted: !(passphrase?.isEmpty ?? true))
     }
 
-    private static func makeCertificate(key: EVPKey, commonName: String, validityDays: Int) throws -> [UInt8] {
+    static func makeCertificate(key: EVPKey, commonName: String, validityDays: Int) throws -> [UInt8] {
         guard let certificate = X509_new() else { throw OpenSSLErrorQueue.error(.crypto, "could not allocate a certificate") }
         defer { X509_free(certificate) }
         func require(_ ok: Bool, _ what: String) throws {
@@ -179,6 +179,24 @@ public struct GeneratedKey: Sendable {
         defer { EVP_MD_free(sha256) }
         try require(X509_sign(certificate, key.pointer, sha256) > 0, "signature")
         return try derEncode("certificate") { i2d_X509(certificate, $0) }
+    }
+}
+
+extension PrivateKey {
+    /// A self-signed X.509 certificate of this key for the kernel's IMA keyring (`_ima`; issue
+    /// 52), DER: version 3, CA:FALSE, digitalSignature, codeSigning, and a subject key
+    /// identifier of RFC 5280's method 1 (SHA-1 of the `RSAPublicKey`), whose last 4 bytes are
+    /// the key id of the IMA signatures `unpack --ima` writes — the id the kernel looks the key
+    /// up by. The same certificate `keygen` writes as `certificate.der`, for any key file. A key
+    /// on a token cannot sign it here (`.usage`).
+    public func imaCertificate(commonName: String, validityDays: Int = 3650) throws -> [UInt8] {
+        guard format != .pkcs11 else {
+            throw SignetError(.usage, "--ima-cert signs the certificate with the private key, and this key is on a token: make it with the token's own tools (openssl req -x509 -provider pkcs11 …, with the extensions FORMAT.md §3 lists), or use the certificate keygen wrote")
+        }
+        guard (1...GeneratedKey.maximumValidityDays).contains(validityDays) else {
+            throw SignetError(.usage, "the certificate validity must be 1 to \(GeneratedKey.maximumValidityDays) days, not \(validityDays)")
+        }
+        return try GeneratedKey.makeCertificate(key: key, commonName: commonName, validityDays: validityDays)
     }
 }
 

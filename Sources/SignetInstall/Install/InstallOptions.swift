@@ -53,6 +53,21 @@ public struct InstallOptions: Sendable {
     /// Also write an IMA v2 signature to this attribute (`user.ima`, or `security.ima`, which
     /// needs root), so `evmctl ima_verify` and IMA appraisal accept the files. Nil for none.
     public var imaAttribute: String? = nil
+    /// fs-verity for the installed files (FORMAT.md §3; issue 52).
+    public enum Verity: Sendable {
+        /// Files are installed as they are (the default).
+        case off
+        /// Every file becomes an fs-verity file whose kernel-measured digest is the one the
+        /// signed manifest records (`pack --verity`); a package without those digests, or a
+        /// filesystem without fs-verity, is refused before anything is written.
+        case on
+        /// As `on` where the package and the filesystem allow it; otherwise the files are
+        /// installed without it and ``InstallReport/verityNotUsed`` says why.
+        case auto
+    }
+    /// fs-verity for the installed files: then the kernel checks every read of them, and
+    /// `reverify` measures them instead of reading them.
+    public var verity: Verity = .off
     /// How long to wait, in seconds, for another process that is updating the destination.
     public var wait: Double = 10
     /// The package signed metadata names (`signet update`): the install is bound to it

@@ -51,6 +51,12 @@ public struct InstallReport: Sendable {
     public internal(set) var previousKept = false
     /// The release waits for ``Installer/confirm(_:wait:)-(String,_)`` (``InstallOptions/pending``).
     public internal(set) var pending = false
+    /// With ``InstallOptions/verity``: the files this install made fs-verity files (files
+    /// shared with the replaced tree that already were are measured, not counted).
+    public internal(set) var verityEnabled = 0
+    /// With ``InstallOptions/Verity/auto``: why fs-verity was not used (nil when it was, or was
+    /// not asked for).
+    public internal(set) var verityNotUsed: String? = nil
     /// What the hooks did (``InstallOptions/hooks``), in the order they ran.
     public internal(set) var hooks: [HookResult] = []
 }

@@ -41,6 +41,9 @@ extension Installer {
         let progress: ProgressCounter?
         /// The installed tree as a source (a package file): how many files it shared and copied.
         let shared: SharedTree?
+        /// fs-verity (``VerityStep``): files enabled, or why it was not used.
+        var verityEnabled = 0
+        var verityNotUsed: String? = nil
     }
 
     // MARK: Phase 1
@@ -116,6 +119,7 @@ extension Installer {
             try staging.writeFile(TreeLayout.manifest, bytes)
         }
         let checked = admitted.checked
+        let verity = try VerityStep.decide(options.verity, manifest: checked?.manifest, staging: staging, package: package, destination: destination)
         var signer = checked?.key
         var attributesWritten = true
         var files: [String] = []
@@ -163,6 +167,10 @@ extension Installer {
         }
         if let failure = firstBadSignature() { throw failure }
         guard let signer else { throw SignetError(.malformedArchive, "'\(package)' holds no resources; nothing was installed", path: package) }
+        var verityEnabled = 0
+        if case .enable = verity, let checked {
+            verityEnabled = try VerityStep.enable(checked.manifest.files, in: staging, package: package, destination: destination)
+        }
         if let checked {
             try record?.finish()
             try job.checkRecordSignature(checked, digest: record?.digest, into: staging)
@@ -173,8 +181,10 @@ extension Installer {
         }
         try staging.finish()
         done = true
+        var verityNotUsed: String? = nil
+        if case .notUsed(let reason) = verity { verityNotUsed = reason }
         return StagedTree(staging: staging, files: files, signer: signer, attributesWritten: attributesWritten,
-                          progress: progress, shared: shared)
+                          progress: progress, shared: shared, verityEnabled: verityEnabled, verityNotUsed: verityNotUsed)
     }
 
     // MARK: Phase 3
@@ -238,6 +248,8 @@ extension Installer {
                                    replacedSequence: replaced, attributesWritten: staged.attributesWritten, exchanged: exchanged,
                                    leftover: leftover ?? stale.first, transfer: ranged?.report)
         report.repaired = admitted.repaired
+        report.verityEnabled = staged.verityEnabled
+        report.verityNotUsed = staged.verityNotUsed
         report.filesShared = (ranged?.linked ?? 0) + (staged.shared?.linked ?? 0)
         report.filesCopied = max(0, (ranged?.report.filesReused ?? 0) - (ranged?.linked ?? 0)) + (staged.shared?.copied ?? 0)
         report.previousKept = kept

@@ -209,6 +209,17 @@ final class Staging {
         }
     }
 
+    /// Opens a staged file read-only (as fs-verity asks: no writer may hold it); never through
+    /// a link.
+    func openForReading(_ relative: String) throws -> OwnedDescriptor {
+        let (directory, name) = try directory(for: relative)
+        do {
+            return OwnedDescriptor(adopting: try systemCall("openat") { openat(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) })
+        } catch {
+            throw SignetError.posix(error, "cannot open '\(relative)' in the staging directory", path: path)
+        }
+    }
+
     /// The attribute on a staging tree's root naming the package its files were fetched from
     /// (the server's validator and the size), so that a later run continues a file cut short at
     /// its byte offset only from the same package (FORMAT.md §5, "Resumed inside a file").

@@ -66,7 +66,7 @@ public struct IMASignature: Sendable, Equatable {
 
     /// `evmctl`'s v2 key id: the last 4 bytes of SHA-1 over the DER `RSAPublicKey`, which is also
     /// the tail of the subject key identifier RFC 5280 method 1 puts in certificates.
-    static func keyID(of key: PublicKey) throws -> [UInt8] {
+    public static func keyID(of key: PublicKey) throws -> [UInt8] {
         let der = try derEncode("RSA public key") { i2d_PublicKey(key.key.pointer, $0) }
         guard let sha1 = EVP_MD_fetch(nil, "SHA1", nil) else { throw OpenSSLErrorQueue.error(.crypto, "SHA-1 is unavailable") }
         defer { EVP_MD_free(sha1) }

@@ -122,6 +122,17 @@ public struct Manifest: Sendable, Equatable {
             }
         }
 
+        /// The 32 bytes (nil for text that is not a SHA-256).
+        package var bytes: [UInt8]? {
+            guard case .bytes(let a, let b, let c, let d) = self else { return nil }
+            return [a, b, c, d].flatMap { word in (0..<8).map { UInt8(truncatingIfNeeded: word >> UInt64(56 - 8 * $0)) } }
+        }
+
+        /// Whether `bytes` (a digest of 32 bytes) is this hash.
+        package func matches(bytes other: [UInt8]) -> Bool {
+            bytes == other
+        }
+
         /// Whether `digest` is this SHA-256.
         package func matches(_ digest: Digest) -> Bool {
             guard case .bytes(let a, let b, let c, let d) = self, digest.bytes.count == 32 else { return false }

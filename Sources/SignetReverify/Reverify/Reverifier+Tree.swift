@@ -134,7 +134,8 @@ extension Reverifier {
         let record = (try? recordRead?.wait().get())?.flatMap { $0.count == manifest.files.count ? $0 : nil }
         let checker = try TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
                                   allowedKeys: options.allowedKeys,
-                                  peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest))
+                                  peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest),
+                                  readVerityFiles: options.readVerityFiles)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
         let progress = ProgressCounter.make(options.progress, items: listed.count, bytes: listed.reduce(0) { $0 &+ manifest.files[$1].size })
         var reports = parallelMap(listed, worker: { TreeChecker.Workspace() }) { workspace, position -> FileReport? in

@@ -20,6 +20,11 @@ public struct ReverifyOptions: Sendable {
     public var only: [String] = []
     /// Restore lost signature attributes from `.signet/sigs/`, after checking the content.
     public var repair = false
+    /// Read fs-verity files whole as well (issue 52). Without it, an fs-verity file whose
+    /// kernel-measured digest is the signed manifest's is not read: the kernel checks each of
+    /// its blocks whenever it is read, and a block changed under it is found at that read.
+    /// With it, every byte is read (through the kernel's checks), so such a block is found now.
+    public var readVerityFiles = false
     /// The package the tree must hold (`--expect-name`): another name, or a bare tree, fails
     /// the whole tree (`other-package`).
     public var expectedName: String? = nil

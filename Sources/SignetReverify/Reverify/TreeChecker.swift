@@ -29,9 +29,12 @@ final class TreeChecker: @unchecked Sendable {
     /// Other keys whose `user.signet.sig` a file shared from an earlier release may keep
     /// (`TrustPolicy.peerKeys`; FORMAT.md §3, "Files shared across keys").
     let peers: [PublicKey]
+    /// Read fs-verity files too instead of measuring them (`reverify --read`).
+    let readVerityFiles: Bool
 
     init(root: String, descriptor: FileDescriptor, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
-         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:], peers: [PublicKey] = []) throws {
+         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:], peers: [PublicKey] = [], readVerityFiles: Bool = false) throws {
+        self.readVerityFiles = readVerityFiles
         self.record = record
         self.peers = peers
         self.allowedKeys = Dictionary(allowedKeys.map { (Array($0.key.utf8), $0.value) }, uniquingKeysWith: +)
@@ -85,6 +88,16 @@ final class TreeChecker: @unchecked Sendable {
         let opened: OwnedDescriptor
         do { opened = try openBeneath(file.path) } catch { return report(error.verdict, error.detail) }
         let fd = opened.descriptor
+        // An fs-verity file whose digest, measured by the kernel, is the one the signed manifest
+        // records (issue 52): its content is the signed content, unread — the kernel checks each
+        // block against that digest's Merkle tree whenever it is read (a block changed under the
+        // file reads as EIO, which `--read` finds). Signatures over SHA-256 only: the digest
+        // they are over is then the manifest's.
+        if !readVerityFiles, let verity = file.verity, algorithm.digest == .sha256,
+           case .digest(let measured) = VerityFile.measure(fd), verity.matches(bytes: measured),
+           let sha256 = file.content.bytes, let digest = Digest(algorithm: .sha256, bytes: sha256) {
+            return modeCheck(fd, file, attributeCheck(fd, file, at: position, in: workspace, digest: digest))
+        }
         // The content against the signed manifest, through this descriptor: at most one byte more
         // than the signed size is read (a longer file differs; its length is for fstat to tell).
         let digests: [Digest]
@@ -108,6 +121,9 @@ final class TreeChecker: @unchecked Sendable {
             size = count
         } catch let failure as SystemCallFailure {
             if !Self.isRegularFile(fd) { return report(.modified, Self.notRegular(file.path)) }
+            if failure.code == EIO, file.verity != nil, case .digest = VerityFile.measure(fd) {
+                return report(.modified, "'\(file.path)' is an fs-verity file and a block of it no longer matches its Merkle tree: the kernel refuses to read it (EIO); its data was changed under the file (on the device)")
+            }
             return report(.unreadable, SignetError.posix(failure, "cannot read", path: root + "/" + file.path).reason)
         } catch {
             return report(.unreadable, (error as? SignetError)?.reason ?? "\(error)")
