@@ -27,6 +27,7 @@ struct ReadmeBlocksTests {
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",
+        "ima-boot": "scripts/vm/guest/kernel.sh (the VM suite: run.sh copies the block into the guest, which runs it as written)",
     ]
 
     /// The README's shell blocks with the marker line before each (nil where there is none).

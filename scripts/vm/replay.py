@@ -443,6 +443,70 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose, sto
     return summary
 
 
+def kernel_report(results):
+    """Issue 52: the report keys of the guest's kernel phase (scripts/vm/guest/kernel.sh), and
+    what fails the run."""
+    def as_int(key):
+        try:
+            return int(results.get(key, ""))
+        except ValueError:
+            return None
+
+    def as_float(key):
+        try:
+            return float(results.get(key, ""))
+        except ValueError:
+            return None
+
+    def zero(*keys):
+        return all(as_int(key) == 0 for key in keys)
+
+    def says(key, text):
+        return text in results.get(key, "")
+
+    ima_tamper_refused = not zero("ima_changed_status") and not zero("ima_stripped_status") and zero("ima_intact_status") \
+        and as_int("ima_changed_status") is not None and as_int("ima_stripped_status") is not None
+    ima_exec_refused = as_int("ima_exec_status") not in (None, 0) and not says("ima_exec_output", "changed offline")
+    ima_update_ok = zero("ima_update_status", "ima_rollback_status", "ima_repair_status", "ima_unreadable_r1", "ima_unreadable_r2",
+                         "ima_unreadable_rb", "ima_unreadable_repaired") \
+        and says("ima_nobody_runs_r1", "hello from release 1") and says("ima_nobody_runs_r2", "hello from release 2") \
+        and says("ima_nobody_runs_rb", "hello from release 1") and says("ima_nobody_runs_repaired", "hello from release 1")
+    ima_enforced = zero("ima_boot_block_status") and (as_int("ima_key_loaded") or 0) > 0 and says("ima_root_runs", "hello from release 1") \
+        and ima_tamper_refused and ima_exec_refused
+    verity_files = as_int("verity_files") or 0
+    resources = as_int("verity_resources") or 0
+    verity_tamper_refused = as_int("verity_read_status") not in (None, 0) and (as_int("verity_read_eio") or 0) > 0 \
+        and as_int("verity_read_all_status") == 1 and (as_int("verity_read_all_names") or 0) > 0 \
+        and as_int("verity_status_status") not in (None, 0) and (as_int("verity_status_names") or 0) > 0
+    verity_repair_ok = zero("verity_repair_status", "verity_repaired_status") and (as_int("verity_repair_names") or 0) > 0
+    verity_update_ok = zero("verity_update_status", "verity_update_reverify", "verity_rollback_status", "verity_rollback_reverify") \
+        and (as_int("verity_update_shared") or 0) > 0 and 0 < (as_int("verity_update_enabled") or 0) < resources \
+        and as_int("verity_files_after_rollback") == resources
+    ratio = as_float("reverify_verity_ratio")
+    report = {
+        "ima_enforced": ima_enforced,
+        "ima_tamper_refused": ima_tamper_refused,
+        "ima_exec_refused": ima_exec_refused,
+        "ima_update_ok": ima_update_ok,
+        "verity_files": verity_files,
+        "verity_tamper_refused": verity_tamper_refused,
+        "verity_repair_ok": verity_repair_ok,
+        "verity_update_ok": verity_update_ok,
+        "reverify_verity_ratio": ratio,
+        "reverify_verity_seconds": as_float("reverify_verity_seconds"),
+        "sha256sum_seconds": as_float("sha256sum_seconds"),
+    }
+    failures = [f"{key} is false" for key in ("ima_enforced", "ima_tamper_refused", "ima_exec_refused", "ima_update_ok",
+                                              "verity_tamper_refused", "verity_repair_ok", "verity_update_ok") if not report[key]]
+    if not zero("verity_unpack_status", "verity_reverify_status"):
+        failures.append("the --verity install or its reverify failed")
+    if verity_files < 2000 or verity_files != resources:
+        failures.append(f"verity_files: {verity_files} of {resources} files are fs-verity files (all, and at least 2,000, required)")
+    if ratio is None or ratio > 0.1:
+        failures.append(f"reverify_verity_ratio: {ratio} (reverify of the fs-verity tree / sha256sum; at most 0.1)")
+    return report, failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", required=True, help="run.sh's work folder")
@@ -454,6 +518,8 @@ def main():
                         help="random drop points per flush interval (default 2)")
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SIGNET_VM_SEED", "38")))
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--only", choices=["kernel"], default=os.environ.get("SIGNET_VM_ONLY") or None,
+                        help="the guest ran only this phase (SIGNET_VM_ONLY): check only its keys")
     args = parser.parse_args()
     started = time.time()
     work = args.work
@@ -466,6 +532,17 @@ def main():
                     results[key] = value
     except OSError:
         pass
+    kernel, kernel_failures = kernel_report(results)
+    if args.only == "kernel":
+        failures = ([f"qemu exit {args.qemu_status}"] if args.qemu_status != 0 else []) + kernel_failures
+        report = dict(kernel, qemu_status=args.qemu_status, guest=results, ok=not failures, failures=failures)
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        print(json.dumps({k: v for k, v in report.items() if k != "guest"}), file=sys.stderr)
+        for failure in failures:
+            print(f"FAILED: {failure}", file=sys.stderr)
+        return 0 if report["ok"] else 1
     pubkey = os.path.join(work, "job", "pkg", "pub.der")
     next_package = os.path.join(work, "job", "pkg", "r6.zip")
     scratch = "/dev/shm/signet-vm-replay"
@@ -549,6 +626,7 @@ def main():
         and results.get("boot_check_result") == "success" and as_int("boot_check_rolled_back_to") == 2
         and results.get("boot_check_state_ok") == "true",
         "boot_check_exposure": as_float("boot_check_exposure"),
+        **kernel,
         "qemu_status": args.qemu_status,
         "seconds": {"guest_and_setup": args.elapsed_before, "replay": round(time.time() - started, 1)},
         "logs": logs,
@@ -579,13 +657,16 @@ def main():
         failures.append(f"systemd-analyze security: {exposure} (at most 2.0)")
     if report["boot_check_exposure"] is None or report["boot_check_exposure"] > 2.0:
         failures.append(f"systemd-analyze security of signet-boot-check@app.service: {report['boot_check_exposure']} (at most 2.0)")
+    failures += kernel_failures
     report["ok"] = not failures
     report["failures"] = failures
     with open(args.report, "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
     summary = {k: report[k] for k in ("flush_points", "drop_points", "states_checked", "mixed", "broken_state", "judged_twice",
-                                      "broken_build_caught", "timer_run", "timeout_stopped", "boot_check_rolled_back", "exposure", "ok")}
+                                      "broken_build_caught", "timer_run", "timeout_stopped", "boot_check_rolled_back", "exposure",
+                                      "ima_enforced", "ima_tamper_refused", "ima_exec_refused", "ima_update_ok", "verity_files",
+                                      "verity_tamper_refused", "reverify_verity_ratio", "ok")}
     print(json.dumps(summary), file=sys.stderr)
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)

@@ -59,7 +59,11 @@ mkdir -p "$work/job/pkg" "$work/job/tls" "$work/job/tuf" "$work/deb"
 dpkg-deb -x "$deb" "$work/deb"
 signet=$work/deb/usr/bin/signet
 cp "$deb" "$work/job/signet.deb"
-cp scripts/vm/guest/guest.sh "$work/job/guest.sh"
+cp scripts/vm/guest/guest.sh scripts/vm/guest/kernel.sh "$work/job/"
+[ "${SIGNET_VM_ONLY:-}" = kernel ] && touch "$work/job/only-kernel"
+# Issue 52: README's IMA boot block, as written, for the guest to run.
+awk '/^<!-- ima-boot -->$/ { marked = 1; next } marked && /^```/ { if (inside) exit; inside = 1; next } inside { print }' README.md > "$work/job/readme-ima-boot.sh"
+[ -s "$work/job/readme-ima-boot.sh" ] || { echo "run.sh: README.md has no block marked <!-- ima-boot -->" >&2; exit 1; }
 
 phase "fixtures: two releases of 2,000 files, a TUF repository, the TLS PKI"
 python3 - "$work" <<'PY'
@@ -85,6 +89,21 @@ for name in names:
 for index in range(100):
     write(os.path.join(work, "r2"), f"new/n{index:03d}.dat", rng.randbytes(rng.randint(100, 8000)))
 # One large file: its writeback is started while it is written (StagedWriter).
+# Issue 52, IMA: an app with a program (bin/hello) and 300 data files; release 2 changes the
+# program and 30 files.
+for release in (1, 2):
+    root = os.path.join(work, f"i{release}")
+    write(root, "bin/hello", f"#!/bin/sh\necho hello from release {release}\n".encode(), 0o755)
+    for index in range(300):
+        seed = random.Random(index * 7 + (release if index < 30 else 0))
+        write(root, f"d{index % 10:02d}/f{index:04d}.dat", seed.randbytes(seed.randint(100, 6000)))
+# Issue 52, fs-verity: 10,000 files of 32 KiB (compressible: the package stays small); release
+# 2 changes 100 of them.
+for release in (1, 2):
+    root = os.path.join(work, f"v{release}")
+    for index in range(10000):
+        seed = random.Random(index * 11 + (release if index < 100 else 0))
+        write(root, f"d{index % 100:02d}/f{index:04d}.dat", seed.randbytes(64) * 512)
 big = rng.randbytes(3 << 20)
 write(os.path.join(work, "r1"), "big/model.bin", big)
 write(os.path.join(work, "r2"), "big/model.bin", big[:1 << 20] + rng.randbytes(1 << 20) + big[2 << 20:])
@@ -93,6 +112,12 @@ openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$work/key.pem
 openssl pkey -in "$work/key.pem" -pubout -outform DER -out "$work/job/pkg/pub.der"
 (cd "$work/r1" && "$signet" pack . --key "$work/key.pem" --name app --version 1.0 --sequence 1 --out "$work/job/pkg/r1.zip" >/dev/null)
 (cd "$work/r2" && "$signet" pack . --key "$work/key.pem" --name app --version 2.0 --sequence 2 --out "$work/job/pkg/r2.zip" >/dev/null)
+# Issue 52: the IMA releases, the fs-verity releases (--verity) and the certificate for _ima.
+for release in 1 2; do
+  (cd "$work/i$release" && "$signet" pack . --key "$work/key.pem" --name ima-app --version "$release.0" --sequence "$release" --out "$work/job/pkg/i$release.zip" >/dev/null)
+  (cd "$work/v$release" && "$signet" pack . --key "$work/key.pem" --name verity-app --version "$release.0" --sequence "$release" --verity --out "$work/job/pkg/v$release.zip" >/dev/null)
+done
+"$signet" key show "$work/key.pem" --ima-cert "$work/job/pkg/ima.der" > /dev/null
 # Issue 39: release 3 (release 1 and one more file) fails its health check in the guest;
 # release 4 (release 2's files, sequence 4) is installed pending and confirmed.
 rm -rf "$work/r3" && cp -a "$work/r1" "$work/r3" && echo "release 3" > "$work/r3/release3.txt"
@@ -130,6 +155,11 @@ phase "disks"
 truncate -s 512M "$work/job.img"
 mkfs.ext4 -q -L signetjob -d "$work/job" "$work/job.img"
 disks=()
+# Issue 52: the IMA filesystem and the fs-verity filesystem.
+truncate -s 256M "$work/ima-data.img"
+truncate -s 1536M "$work/vt-data.img"
+disks+=(-drive "file=$work/ima-data.img,format=raw,if=none,id=ima-data,cache=unsafe" -device "virtio-blk-pci,drive=ima-data,serial=ima-data")
+disks+=(-drive "file=$work/vt-data.img,format=raw,if=none,id=vt-data,cache=unsafe" -device "virtio-blk-pci,drive=vt-data,serial=vt-data")
 for tag in ext4 xfs ext4b xfsb; do
   truncate -s 512M "$work/$tag-data.img"
   truncate -s 2G "$work/$tag-log.img"

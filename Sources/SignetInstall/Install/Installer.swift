@@ -116,10 +116,13 @@ public enum Installer {
         return bytes == checked.manifestBytes
     }
 
-    /// What `reverify` would find wrong in the installed tree ("path: verdict"); empty when it
-    /// checks whole.
+    /// What `reverify --read-all` would find wrong in the installed tree ("path: verdict");
+    /// empty when it checks whole. fs-verity files are read too: a block changed under one is
+    /// found (the kernel refuses to read it) and the file is replaced, never rewritten in place.
     static func damage(of destination: String, policy: TrustPolicy) throws -> [String] {
-        let report = try Reverifier.verifyTree(at: destination, policy: policy)
+        var options = ReverifyOptions()
+        options.readVerityFiles = true
+        let report = try Reverifier.verifyTree(at: destination, policy: policy, options: options)
         if report.manifestFailure != nil { return [".signet/manifest.json: \(report.manifestMessage ?? "does not verify")"] }
         return report.files.filter { !$0.verdict.isOK }.map { "\($0.path): \($0.verdict)" }
     }

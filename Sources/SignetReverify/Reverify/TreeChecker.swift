@@ -96,7 +96,8 @@ final class TreeChecker: @unchecked Sendable {
         if !readVerityFiles, let verity = file.verity, algorithm.digest == .sha256,
            case .digest(let measured) = VerityFile.measure(fd), verity.matches(bytes: measured),
            let sha256 = file.content.bytes, let digest = Digest(algorithm: .sha256, bytes: sha256) {
-            return modeCheck(fd, file, attributeCheck(fd, file, at: position, in: workspace, digest: digest))
+            return modeCheck(fd, file, attributeCheck(fd, file, at: position, in: workspace, digest: digest,
+                                                      note: "its fs-verity digest, measured by the kernel, is the signed one"))
         }
         // The content against the signed manifest, through this descriptor: at most one byte more
         // than the signed size is read (a longer file differs; its length is for fstat to tell).

@@ -14,6 +14,8 @@
 # 2. systemd: the shipped timer starts the shipped service, which installs from nginx through
 #    its sandbox; again for release 2 (reusing unchanged files), again "up to date"; a stuck
 #    server is stopped by TimeoutStartSec=; systemd-analyze security scores the unit.
+# 3. The kernel (issue 52, scripts/vm/guest/kernel.sh): IMA appraisal of the signatures
+#    unpack --ima writes, and fs-verity files.
 # Results: /job/out/results.env (key=value lines), journal and analyzer output beside it.
 set -uo pipefail
 J=/job
@@ -44,6 +46,15 @@ systemctl start nginx || { journalctl -u nginx --no-pager | tail -20; exit 1; }
 
 TLS=(--tls-ca "$J/tls/root.pem")
 TRUST=(--pubkey "$J/pkg/pub.der")
+
+# Issue 52: IMA appraisal and fs-verity (scripts/vm/guest/kernel.sh). SIGNET_VM_ONLY=kernel on
+# the host runs only that phase (a quicker loop while working on it).
+source "$J/kernel.sh"
+if [ -f "$J/only-kernel" ]; then
+  kernel_checks
+  say "done (only the kernel phase)"
+  exit 0
+fi
 
 # One power-cut recording: FS (ext4|xfs), TAG (the disks' serial prefix), BROKEN (yes|no).
 record() {
@@ -97,6 +108,8 @@ for spec in ext4:ext4:no xfs:xfs:no ext4:ext4b:yes xfs:xfsb:yes; do
   IFS=: read -r fs tag broken <<<"$spec"
   if record "$fs" "$tag" "$broken"; then result "recorded_$tag" true; else result "recorded_$tag" false; fi
 done
+
+kernel_checks
 
 say "systemd: the shipped timer and service, configured as README says"
 mkdir -p /etc/app /etc/signet/update.d /var/lib/signet
