@@ -106,6 +106,8 @@ struct Status: ParsableCommand {
         let policy = trust.hasSources ? try trust.policy() : nil
         var entries: [Entry] = []
         var statuses: [Int32] = []
+        // Files whose error was printed as it happened (not shown again below).
+        var printedAsErrors: Set<Int> = []
         for file in files {
             let origin: FileOrigin
             do {
@@ -117,6 +119,7 @@ struct Status: ParsableCommand {
                                      package_path: nil, source: nil, channel: nil, verdict: "unreadable", detail: error.reason,
                                      error: Output.errorBody(error)))
                 statuses.append(error.code.exitStatus.rawValue)
+                printedAsErrors.insert(entries.count - 1)
                 if !output.json { Output.error(error.description) }
                 continue
             }
@@ -141,7 +144,9 @@ struct Status: ParsableCommand {
         if output.json {
             Output.json(["files": entries])
         } else {
-            for entry in entries where entry.verdict != "unreadable" {
+            // A file that could not be read while it was checked (an fs-verity file the kernel
+            // refuses, EIO) is shown with its verdict like the others.
+            for (index, entry) in entries.enumerated() where !printedAsErrors.contains(index) {
                 guard entry.installed_by_signet else {
                     Output.line("\(entry.path): not installed by Signet — \(entry.detail)")
                     continue

@@ -118,14 +118,15 @@ package func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @e
 
 /// ``parallelMap(_:_:)`` where each worker thread first makes its own `W` (buffers, hashing
 /// contexts) with `worker` and hands it to every `transform` it runs: no allocation per item.
-package func parallelMap<T: Sendable, W, R: Sendable>(_ items: [T], worker: @escaping @Sendable () -> W, _ transform: @escaping @Sendable (W, T) -> R) -> [R] {
+/// `threads`: how many (default: one per core); more where each item mostly waits for the disk.
+package func parallelMap<T: Sendable, W, R: Sendable>(_ items: [T], threads: Int? = nil, worker: @escaping @Sendable () -> W, _ transform: @escaping @Sendable (W, T) -> R) -> [R] {
     if items.count <= 1 {
         let state = worker()
         return items.map { transform(state, $0) }
     }
     let slots = ResultSlots<R>(count: items.count)
     let next = Counter()
-    OwnThreads.run(count: min(System.activeProcessorCount, items.count)) {
+    OwnThreads.run(count: min(threads ?? System.activeProcessorCount, items.count)) {
         let state = worker()
         while true {
             let index = next.take()

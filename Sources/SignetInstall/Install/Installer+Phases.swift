@@ -131,6 +131,8 @@ extension Installer {
         // From a package file: the unchanged files come from the installed tree (shared, else
         // copied) rather than from the package (issue 39).
         let shared = ranged == nil && checked != nil && !options.force ? SharedTree(destination: destination, state: state) : nil
+        // --repair: what its check found wrong is read whole again, never taken on measurement.
+        shared?.damaged = Set(admitted.repaired.map { line in line.range(of: ": ", options: .backwards).map { String(line[..<$0.lowerBound]) } ?? line })
         let sources = ResourceSources(ranged: ranged, shared: shared)
         let progress = ProgressCounter.make(options.progress, items: resources.count, bytes: resources.reduce(0) { $0 &+ $1.size })
         // Each resource's signature is verified on the second core while the next ones stage;

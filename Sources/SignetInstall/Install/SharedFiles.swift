@@ -21,6 +21,9 @@ final class SharedTree {
     /// Files shared (hard-linked) and copied from the installed tree.
     private(set) var linked = 0
     private(set) var copied = 0
+    /// With `--repair`: the files its check found wrong, which are read whole here rather than
+    /// measured (the check read every other fs-verity file whole and found it intact).
+    var damaged: Set<String> = []
 
     /// Nil when `state` is not a tree installed from a signed manifest, or it cannot be opened.
     init?(destination: String, state: DestinationState) {
@@ -42,7 +45,8 @@ final class SharedTree {
     func stage(_ file: Manifest.File, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
                later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
                ownSignature: @escaping (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]? = { _, _ in nil }) throws -> Installer.Job.Staged? {
-        if let shared = try job.stageShared(file, from: root.descriptor, into: staging, checked: checked, later: later, ownSignature: ownSignature) {
+        if let shared = try job.stageShared(file, from: root.descriptor, into: staging, checked: checked, later: later, ownSignature: ownSignature,
+                                            mayMeasure: !damaged.contains(file.path)) {
             linked += 1
             return shared
         }
@@ -65,23 +69,28 @@ extension Installer.Job {
     /// §3). The package's signature entry still goes into the tree's record and is verified as
     /// for any resource. Nil, with nothing staged, otherwise; structured resources (which have
     /// a signed copy beside them) are always copied.
+    /// `mayMeasure`: an fs-verity file may be taken as the signed content on the kernel's
+    /// measurement alone (`verityContent`); by default not under
+    /// `--repair`, which must read what it repairs.
     func stageShared(_ file: Manifest.File, from root: FileDescriptor, into staging: Staging, checked: PackageReader.Checked,
                      later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
-                     ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?) throws -> Staged? {
+                     ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?, mayMeasure: Bool? = nil) throws -> Staged? {
         guard file.structured == nil, !options.force else { return nil }
         var components = file.path.split(separator: "/").map(String.init)
         guard let name = components.popLast() else { return nil }
         let parentPath = components.joined(separator: "/")
         if parentPath.isEmpty {
-            return try stageShared(file, parent: root, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature)
+            return try stageShared(file, parent: root, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature,
+                                   mayMeasure: mayMeasure ?? !options.repair)
         }
         guard let parent = try? Paths.open(parentPath, beneath: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else { return nil }
-        return try stageShared(file, parent: parent.descriptor, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature)
+        return try stageShared(file, parent: parent.descriptor, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature,
+                               mayMeasure: mayMeasure ?? !options.repair)
     }
 
     private func stageShared(_ file: Manifest.File, parent: FileDescriptor, name: String, into staging: Staging, checked: PackageReader.Checked,
                              later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
-                             ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?) throws -> Staged? {
+                             ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?, mayMeasure: Bool) throws -> Staged? {
         let raw = openat(parent.rawValue, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)
         guard raw >= 0, let input = try? InputFile.adopt(OwnedDescriptor(adopting: raw), path: destination + "/" + file.path, what: "installed file") else { return nil }
         let fd = input.descriptor
@@ -95,24 +104,31 @@ extension Installer.Job {
               let signer = meta.keyID == checked.key.keyID ? checked.key : checked.peers.first(where: { $0.keyID == meta.keyID }),
               attribute.count == signer.signatureLength,
               imaMatches(fd, signature: attribute, key: signer, checked: checked) else { return nil }
-        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
-        struct Longer: Error {}
-        var total: UInt64 = 0
-        do {
-            try input.forEachChunk { chunk in
-                total += UInt64(chunk.count)
-                guard total <= file.size else { throw Longer() }
-                hashers.forEach { $0.update(chunk) }
+        let digest: Digest
+        if mayMeasure, let measured = Self.verityContent(file, fd, algorithm: checked.algorithm) {
+            // An fs-verity file whose kernel-measured digest is the signed one: its content is
+            // the signed content, unread (the kernel checks its blocks whenever they are read).
+            digest = measured
+        } else {
+            let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+            struct Longer: Error {}
+            var total: UInt64 = 0
+            do {
+                try input.forEachChunk { chunk in
+                    total += UInt64(chunk.count)
+                    guard total <= file.size else { throw Longer() }
+                    hashers.forEach { $0.update(chunk) }
+                }
+            } catch is Longer {
+                return nil
+            } catch let error as SignetError where error.path == input.path {
+                return nil
             }
-        } catch is Longer {
-            return nil
-        } catch let error as SignetError where error.path == input.path {
-            return nil
+            let digests = try hashers.map { try $0.finalize() }
+            guard total == file.size, file.content.matches(digests[0]) else { return nil }
+            digest = digests[digests.count - 1]
         }
-        let digests = try hashers.map { try $0.finalize() }
-        let digest = digests[digests.count - 1]
-        guard total == file.size, file.content.matches(digests[0]),
-              Verifier.check(attribute, digest: digest, key: signer, algorithm: checked.algorithm),
+        guard Verifier.check(attribute, digest: digest, key: signer, algorithm: checked.algorithm),
               staging.link(file.path, from: parent, name: name, identity: info) else { return nil }
         // The package's signature of the file, for the tree's record (verified like any).
         do {
@@ -137,6 +153,16 @@ extension Installer.Job {
             throw Installer.error(for: failure, message, package: package, entry: entry)
         }
         return signature
+    }
+
+    /// The SHA-256 the signatures are over, when `fd` is an fs-verity file whose digest the
+    /// kernel measures as the one the manifest signs for `file` (the size is part of it): its
+    /// content is then the signed content without reading it. Nil otherwise, and for
+    /// signatures over another digest.
+    fileprivate static func verityContent(_ file: Manifest.File, _ fd: FileDescriptor, algorithm: SignatureAlgorithm) -> Digest? {
+        guard let expected = file.verity, algorithm.digest == .sha256, case .digest(let measured) = VerityFile.measure(fd),
+              expected.matches(bytes: measured), let sha256 = file.content.bytes else { return nil }
+        return Digest(algorithm: .sha256, bytes: sha256)
     }
 
     /// The installed file carries exactly the IMA attribute this install writes: the one
