@@ -189,6 +189,11 @@ extension PrivateKey {
     /// the key id of the IMA signatures `unpack --ima` writes — the id the kernel looks the key
     /// up by. The same certificate `keygen` writes as `certificate.der`, for any key file. A key
     /// on a token cannot sign it here (`.usage`).
+    ///
+    /// - Parameters:
+    ///   - commonName: the certificate's subject and issuer CN.
+    ///   - validityDays: how long it is valid from now (1 day to 200 years).
+    /// - Returns: the certificate, DER.
     public func imaCertificate(commonName: String, validityDays: Int = 3650) throws -> [UInt8] {
         guard format != .pkcs11 else {
             throw SignetError(.usage, "--ima-cert signs the certificate with the private key, and this key is on a token: make it with the token's own tools (openssl req -x509 -provider pkcs11 …, with the extensions FORMAT.md §3 lists), or use the certificate keygen wrote")

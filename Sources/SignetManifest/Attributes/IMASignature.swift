@@ -66,6 +66,9 @@ public struct IMASignature: Sendable, Equatable {
 
     /// `evmctl`'s v2 key id: the last 4 bytes of SHA-1 over the DER `RSAPublicKey`, which is also
     /// the tail of the subject key identifier RFC 5280 method 1 puts in certificates.
+    ///
+    /// - Parameter key: the signer's public key (RSA).
+    /// - Returns: the 4-byte key id the kernel looks the key up by.
     public static func keyID(of key: PublicKey) throws -> [UInt8] {
         let der = try derEncode("RSA public key") { i2d_PublicKey(key.key.pointer, $0) }
         guard let sha1 = EVP_MD_fetch(nil, "SHA1", nil) else { throw OpenSSLErrorQueue.error(.crypto, "SHA-1 is unavailable") }
