@@ -56,6 +56,8 @@ def kernel_report(results):
         "verity_update_ok": verity_update_ok,
         "reverify_verity_ratio": ratio,
         "reverify_verity_seconds": as_float("reverify_verity_seconds"),
+        # Files reverify took on the kernel's measurement rather than reading them (all).
+        "reverify_verity_measured": as_int("reverify_verity_measured"),
         "sha256sum_seconds": as_float("sha256sum_seconds"),
     }
     failures = [f"{key} is false" for key in ("ima_enforced", "ima_tamper_refused", "ima_exec_refused", "ima_update_ok",
@@ -69,6 +71,8 @@ def kernel_report(results):
     # 12 ms for 32 KiB: 0.1 needs files of about 180 KiB here (1.8 GB to install under
     # emulation). The restated bound, proposed in the note, is checked until the team
     # decides; the measured ratio is in the report either way.
+    if as_int("reverify_verity_measured") != resources:
+        failures.append(f"reverify measured {as_int('reverify_verity_measured')} of {resources} fs-verity files (the rest were read)")
     if ratio is None or ratio > RATIO_BOUND:
         failures.append(f"reverify_verity_ratio: {ratio} (reverify of the fs-verity tree / sha256sum; at most {RATIO_BOUND}, restated from 0.1)")
     return report, failures
