@@ -80,7 +80,7 @@ struct UpdateCLITests {
         func installedText() -> String? { try? String(contentsOfFile: dest + "/a.txt", encoding: .utf8) }
     }
 
-    @Test("examples/update/app.conf drives a run as written; command-line options override it; an unknown key is exit 2 naming it and its line; an old index key says what replaced it")
+    @Test("examples/update/app.conf drives a run as written (with issue 52's ima and verity keys added); command-line options override it; an unknown key is exit 2 naming it and its line; an old index key says what replaced it")
     func configFile() throws {
         let p = try Publisher("update-config")
         try p.release(1)
@@ -94,10 +94,19 @@ struct UpdateCLITests {
             .replacingOccurrences(of: "/var/lib/signet/app-state.json", with: p.state)
         #expect(config != example && !config.contains("example.com"), "every path of the example is replaced")
         let path = p.work.directory.file("app.conf")
-        try Data(config.utf8).write(to: URL(fileURLWithPath: path))
+        // Issue 52: ima and verity are config keys; verity = "auto" falls back (this package has
+        // no fs-verity digests) and says why.
+        try Data((config + "ima = \"user\"\nverity = \"auto\"\n").utf8).write(to: URL(fileURLWithPath: path))
         let ran = try CLI.run(["update", "--config", path, "--json"])
         #expect(ran.status == 0, "\(ran.stderr)")
         #expect(p.installedText() == "release 1\n")
+        #expect(((try ran.json()["verity"] as? [String: Any])?["not_used"] as? String)?.contains("pack --verity") == true, "\(ran.stdoutText)")
+        let attribute = try SignetTestSupport.run("getfattr", ["--only-values", "-n", "user.ima", p.dest + "/a.txt"])
+        #expect(attribute.status == 0 && attribute.stdout.first == 0x03, "user.ima on a.txt: \(attribute.stderr)")
+        try Data((config + "verity = \"sometimes\"\n").utf8).write(to: URL(fileURLWithPath: path))
+        let badVerity = try CLI.run(["update", "--config", path])
+        #expect(badVerity.status == 2 && badVerity.stderr.contains("'verity' takes true or false, or \"auto\""), "\(badVerity.stderr)")
+        try Data(config.utf8).write(to: URL(fileURLWithPath: path))
         // The command line wins: a channel the repository does not list is refused.
         let overridden = try CLI.run(["update", "--config", path, "--channel", "beta", "--json"])
         #expect(overridden.status != 0 && Self.code(overridden) == "target-not-found", "\(overridden.stdoutText)")
