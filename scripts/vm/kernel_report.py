@@ -5,20 +5,22 @@ appraisal and fs-verity) from its results.env, and what fails the run. Used by r
 RATIO_BOUND = 0.5
 
 
+def number(results, key, kind):
+    """The guest's result `key` as `kind` (int or float); None where it is absent or not one."""
+    try:
+        return kind(results.get(key, ""))
+    except ValueError:
+        return None
+
+
 def kernel_report(results):
     """Issue 52: the report keys of the guest's kernel phase (scripts/vm/guest/kernel.sh), and
     what fails the run."""
     def as_int(key):
-        try:
-            return int(results.get(key, ""))
-        except ValueError:
-            return None
+        return number(results, key, int)
 
     def as_float(key):
-        try:
-            return float(results.get(key, ""))
-        except ValueError:
-            return None
+        return number(results, key, float)
 
     def zero(*keys):
         return all(as_int(key) == 0 for key in keys)

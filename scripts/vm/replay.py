@@ -443,7 +443,7 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose, sto
     return summary
 
 
-from kernel_report import kernel_report  # noqa: E402 (issue 52: the guest's kernel phase)
+from kernel_report import kernel_report, number  # noqa: E402 (issue 52: the guest's kernel phase)
 
 
 def main():
@@ -519,16 +519,10 @@ def main():
         return sum(s.get(key) or 0 for s in group)
 
     def as_int(key):
-        try:
-            return int(results.get(key, ""))
-        except ValueError:
-            return None
+        return number(results, key, int)
 
     def as_float(key):
-        try:
-            return float(results.get(key, ""))
-        except ValueError:
-            return None
+        return number(results, key, float)
 
     exposure = as_float("exposure")
     report = {

@@ -199,22 +199,12 @@ final class Staging {
     }
 
     /// Opens a file already in the staged tree (one ``moveIn(_:from:size:)`` brought) for
-    /// reading and for its attributes and mode; never through a link.
-    func openFile(_ relative: String) throws -> OwnedDescriptor {
+    /// reading and writing, and for its attributes and mode (`access` O_RDWR); or read-only
+    /// (`O_RDONLY`, as fs-verity asks: no writer may hold it). Never through a link.
+    func openFile(_ relative: String, access: Int32 = O_RDWR) throws -> OwnedDescriptor {
         let (directory, name) = try directory(for: relative)
         do {
-            return OwnedDescriptor(adopting: try systemCall("openat") { openat(directory.rawValue, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC) })
-        } catch {
-            throw SignetError.posix(error, "cannot open '\(relative)' in the staging directory", path: path)
-        }
-    }
-
-    /// Opens a staged file read-only (as fs-verity asks: no writer may hold it); never through
-    /// a link.
-    func openForReading(_ relative: String) throws -> OwnedDescriptor {
-        let (directory, name) = try directory(for: relative)
-        do {
-            return OwnedDescriptor(adopting: try systemCall("openat") { openat(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) })
+            return OwnedDescriptor(adopting: try systemCall("openat") { openat(directory.rawValue, name, access | O_NOFOLLOW | O_CLOEXEC) })
         } catch {
             throw SignetError.posix(error, "cannot open '\(relative)' in the staging directory", path: path)
         }

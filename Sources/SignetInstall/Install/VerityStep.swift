@@ -49,7 +49,7 @@ struct VerityStep {
         let name = ".signet-verity-probe"
         _ = try staging.createFile(name)   // closed at once: no writer may hold it
         defer { staging.removeFile(name) }
-        let probe = try staging.openForReading(name)
+        let probe = try staging.openFile(name, access: O_RDONLY)
         do {
             try VerityFile.enable(probe.descriptor)
             return nil
@@ -67,7 +67,7 @@ struct VerityStep {
         var enabled = 0
         for file in files {
             guard let expected = file.verity else { continue }
-            let opened = try staging.openForReading(file.path)
+            let opened = try staging.openFile(file.path, access: O_RDONLY)
             let fd = opened.descriptor
             var measured = VerityFile.measure(fd)
             if measured == .notVerity {
