@@ -81,7 +81,7 @@ int signet_enable_verity(int fd) {
     arg.version = 1;
     arg.hash_algorithm = FS_VERITY_HASH_ALG_SHA256;
     arg.block_size = 4096;
-    return ioctl(fd, FS_IOC_ENABLE_VERITY, &arg);
+    return ioctl(fd, FS_IOC_ENABLE_VERITY, &arg) == 0 ? 0 : -errno;
 }
 
 int signet_measure_verity(int fd, unsigned char digest[32]) {
@@ -89,8 +89,8 @@ int signet_measure_verity(int fd, unsigned char digest[32]) {
     struct fsverity_digest *measured = (struct fsverity_digest *)buffer;
     memset(buffer, 0, sizeof buffer);
     measured->digest_size = 32;
-    if (ioctl(fd, FS_IOC_MEASURE_VERITY, measured) != 0) return -1;
-    if (measured->digest_size != 32) { errno = EOVERFLOW; return -1; }
+    if (ioctl(fd, FS_IOC_MEASURE_VERITY, measured) != 0) return -errno;
+    if (measured->digest_size != 32) return -EOVERFLOW;
     memcpy(digest, measured->digest, 32);
     return measured->digest_algorithm;
 }

@@ -63,14 +63,16 @@ long long signet_filesystem_type(const char *path);
 
 /// FS_IOC_ENABLE_VERITY (<linux/fsverity.h>; issue 52): makes the file `fd` (open read-only,
 /// with no writer) an fs-verity file: SHA-256, 4,096-byte Merkle tree blocks, no salt, no
-/// built-in signature. -1 with errno: EOPNOTSUPP or ENOTTY where the filesystem has no
-/// fs-verity, EEXIST where the file already is one, ETXTBSY while a writer has it open.
+/// built-in signature. 0, or minus the errno (read here, right after the call): EOPNOTSUPP or
+/// ENOTTY where the filesystem has no fs-verity, EEXIST where the file already is one, ETXTBSY
+/// while a writer has it open.
 int signet_enable_verity(int fd);
 
 /// FS_IOC_MEASURE_VERITY: the fs-verity digest of the file `fd` into `digest` (32 bytes for
-/// SHA-256); returns the kernel's digest algorithm number (1: SHA-256), or -1 with errno:
-/// ENODATA where the file is not an fs-verity file, EOPNOTSUPP/ENOTTY where the filesystem has
-/// no fs-verity, EOVERFLOW where the digest is longer than 32 bytes.
+/// SHA-256); returns the kernel's digest algorithm number (1: SHA-256), or minus the errno
+/// (read here, right after the call): ENODATA where the file is not an fs-verity file,
+/// EOPNOTSUPP/ENOTTY where the filesystem has no fs-verity, EOVERFLOW where the digest is longer
+/// than 32 bytes.
 int signet_measure_verity(int fd, unsigned char digest[32]);
 
 #endif

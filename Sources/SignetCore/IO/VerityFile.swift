@@ -27,10 +27,10 @@ package enum VerityFile {
     /// The file's fs-verity digest as the kernel keeps it.
     package static func measure(_ fd: FileDescriptor) -> Measurement {
         var digest = [UInt8](repeating: 0, count: 32)
-        let algorithm = digest.withUnsafeMutableBufferPointer { signet_measure_verity(fd.rawValue, $0.baseAddress!) }
-        if algorithm == 1 { return .digest(digest) }
-        if algorithm > 1 { return .failed(Errno(rawValue: EINVAL)) }
-        switch errno {
+        let result = digest.withUnsafeMutableBufferPointer { signet_measure_verity(fd.rawValue, $0.baseAddress!) }
+        if result == 1 { return .digest(digest) }
+        if result >= 0 { return .failed(Errno(rawValue: EINVAL)) }   // another algorithm
+        switch -result {
         case ENODATA: return .notVerity
         case EOPNOTSUPP, ENOTTY: return .unsupported
         case let code: return .failed(Errno(rawValue: code))
@@ -47,8 +47,8 @@ package enum VerityFile {
     /// `fd` must be open read-only and the file open for writing nowhere (ETXTBSY). A file that
     /// already is one (EEXIST) is left as it is: measure it.
     package static func enable(_ fd: FileDescriptor) throws(SystemCallFailure) {
-        while signet_enable_verity(fd.rawValue) != 0 {
-            let code = errno
+        while case let result = signet_enable_verity(fd.rawValue), result != 0 {
+            let code = -result
             if code == EINTR { continue }
             if code == EEXIST { return }
             throw SystemCallFailure("ioctl(FS_IOC_ENABLE_VERITY)", code: code)
