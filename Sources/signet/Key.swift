@@ -24,8 +24,8 @@ struct Key: ParsableCommand {
             --ima-cert writes a self-signed X.509 certificate of a private key file (DER) for
             the kernel's IMA keyring: its subject key identifier ends in the key id of the
             IMA signatures unpack --ima security writes, which is how the kernel finds the
-            key. Load it on the device with keyctl padd asymmetric '' %keyring:_ima < FILE
-            (README: "Let the kernel check every read").
+            key. Load it on the device into the _ima keyring with keyctl padd, as README's
+            "Let the kernel check every read" shows (a systemd unit links @u into @s first).
 
             Examples:
               signet key show keys/private_key.pem
@@ -149,7 +149,7 @@ struct Key: ParsableCommand {
                 Output.line("source  \(publicKey.source)")
                 Output.line("IMA id  \(imaKeyID) (the key id of its IMA signatures)")
                 if let pubout { Output.line("wrote   \(pubout) (DER SubjectPublicKeyInfo)") }
-                if let imaCert { Output.line("wrote   \(imaCert) (DER X.509, for the kernel's IMA keyring: keyctl padd asymmetric '' %keyring:_ima < \(imaCert))") }
+                if let imaCert { Output.line("wrote   \(imaCert) (DER X.509, for the kernel's IMA keyring: README, \"Let the kernel check every read\")") }
             }
         }
     }

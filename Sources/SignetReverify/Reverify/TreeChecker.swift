@@ -29,7 +29,7 @@ final class TreeChecker: @unchecked Sendable {
     /// Other keys whose `user.signet.sig` a file shared from an earlier release may keep
     /// (`TrustPolicy.peerKeys`; FORMAT.md §3, "Files shared across keys").
     let peers: [PublicKey]
-    /// Read fs-verity files too instead of measuring them (`reverify --read`).
+    /// Read fs-verity files too instead of measuring them (`reverify --read-all`).
     let readVerityFiles: Bool
 
     init(root: String, descriptor: FileDescriptor, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
@@ -91,7 +91,7 @@ final class TreeChecker: @unchecked Sendable {
         // An fs-verity file whose digest, measured by the kernel, is the one the signed manifest
         // records (issue 52): its content is the signed content, unread — the kernel checks each
         // block against that digest's Merkle tree whenever it is read (a block changed under the
-        // file reads as EIO, which `--read` finds). Signatures over SHA-256 only: the digest
+        // file reads as EIO, which `--read-all` finds). Signatures over SHA-256 only: the digest
         // they are over is then the manifest's.
         if !readVerityFiles, let verity = file.verity, algorithm.digest == .sha256,
            case .digest(let measured) = VerityFile.measure(fd), verity.matches(bytes: measured),
