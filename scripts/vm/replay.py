@@ -37,6 +37,8 @@ FLUSH, FUA, DISCARD, MARK = 1, 2, 4, 8
 MAGIC = 0x6A736677736872
 PHASES = {"empty": ("empty", "r1"), "r1": ("r1", "r2"), "r2": ("r2", "r1"), "rb": ("r1", "r3"), "hc": ("r1", "r4"),
           "pd": ("r4",), "cf": ("r4", "r5"), "p5": ("r5", "r4"), "bc": ("r4",)}
+# The log recorded with --verity (issue 52): install, update, rollback.
+VERITY_PHASES = {"empty": ("empty", "r1"), "r1": ("r1", "r2"), "r2": ("r2", "r1"), "rb": ("r1",)}
 SEQUENCES = {"r1": 1, "r2": 2, "r3": 3, "r4": 4, "r5": 5, "r6": 6}
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -297,7 +299,143 @@ class Checker:
             outcome["detail"] += f" next update: exit {update.returncode}: {update.stderr.strip()[-300:]}"
 
 
-def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose, stop_when_caught=False):
+class VerityChecker(Checker):
+    """The log recorded with unpack --verity (issue 52; kernel.sh's record_verity), judged
+    without opening DIR's files: this machine's kernel mounts ext4 with the verity feature but
+    refuses to open an fs-verity file (EOPNOTSUPP), so `signet reverify` cannot judge the tree
+    here. Instead each state is mounted (the kernel recovers the journal, as for the other logs)
+    for the state file and the release record, unmounted, and read by debugfs, which reads the
+    filesystem itself: DIR must be wholly one release (the files of its packed folder, bytes
+    and modes, nothing else, and its own signed manifest's sequence), and each of its files an
+    fs-verity file (the inode's verity flag) carrying user.signet.sig. A next update is not
+    judged: signet would have to open the fs-verity files it shares."""
+
+    VERITY_FL = 0x100000
+
+    def __init__(self, releases, scratch, judge_twice=True):
+        # releases: tree name ("r1", ...) -> the folder it was packed from.
+        super().__init__("ext4", None, None, None, scratch, judge_twice)
+        self.releases = {tree: self.files_of(folder) for tree, folder in releases.items()}
+        self.mount_point = "/run/signet-vm/ext4v"
+        self.dir = self.mount_point + "/app"
+        self.state = self.mount_point + "/state.json"
+        self.record = self.mount_point + "/.app.signet-release"
+        os.makedirs(self.mount_point, exist_ok=True)
+
+    @staticmethod
+    def files_of(folder):
+        """{relative path: (mode, bytes)} of a folder's files, Signet's .signet/ left out."""
+        files = {}
+        for root, dirs, names in os.walk(folder):
+            dirs[:] = [d for d in dirs if not (root == folder and d == ".signet")]
+            for name in names:
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    files[os.path.relpath(path, folder)] = (os.stat(path).st_mode & 0o7777, f.read())
+        return files
+
+    def check_once(self, image, allowed):
+        outcome = super().check_once(image, allowed)
+        if outcome["tree"] == "unmountable":
+            return outcome
+        # Unmounted and detached now (the journal recovered into the image): debugfs reads it.
+        tree, detail = self.read_tree(image)
+        outcome["tree"] = tree
+        if detail:
+            outcome["detail"] = detail + outcome["detail"]
+        installed = SEQUENCES.get(tree) if tree != "empty" else 0
+        recorded = outcome.get("recorded")
+        state_ok = outcome.pop("state_parsed") and installed is not None and (recorded or 0) <= (installed or 0)
+        if tree == "empty" and recorded:
+            state_ok = False
+        outcome["state_ok"] = state_ok
+        if not state_ok:
+            outcome["detail"] += f" state records {recorded} for a tree {tree}"
+        outcome["next_update_ok"] = True
+        outcome["next_update"] = "not judged (fs-verity files cannot be opened on this machine)"
+        return outcome
+
+    def check_mounted(self, outcome, allowed):
+        # The state file: parses (empty: created for its lock, not yet written). The release
+        # record, where there is one: a signet-release/1 document.
+        outcome["state_parsed"], outcome["recorded"] = True, None
+        try:
+            if os.path.exists(self.state) and os.path.getsize(self.state) > 0:
+                with open(self.state) as f:
+                    entry = (json.load(f).get("destinations") or {}).get(self.dir)
+                outcome["recorded"] = entry.get("sequence") if entry else None
+            if os.path.exists(self.record):
+                with open(self.record) as f:
+                    if json.load(f).get("format") != "signet-release/1":
+                        raise ValueError("not a signet-release/1 document")
+        except (ValueError, AttributeError, OSError) as error:
+            outcome["state_parsed"] = False
+            outcome["detail"] += f" state file or release record: {error}"
+
+    def debugfs(self, image, commands):
+        script = os.path.join(self.scratch, "debugfs.cmds")
+        with open(script, "w") as f:
+            f.write("\n".join(commands) + "\n")
+        try:
+            result = run(["debugfs", "-f", script, image], env=dict(os.environ, DEBUGFS_PAGER="__none__"), timeout=120)
+        except subprocess.TimeoutExpired:
+            raise OSError("debugfs: no answer within 120 s")
+        if result.returncode != 0:
+            raise OSError(f"debugfs exit {result.returncode}: {result.stderr.strip()[-300:]}")
+        return result.stdout
+
+    def read_tree(self, image):
+        """The tree DIR holds in the image ("empty", "r1", ... or "mixed") and why not a release."""
+        dump = os.path.join(self.scratch, "dump")
+        shutil.rmtree(dump, ignore_errors=True)
+        os.makedirs(dump)
+        listing = self.debugfs(image, ['ls -l "/app"'])
+        if "File not found" in listing or not [line for line in listing.splitlines()[1:]
+                                                if line.split() and line.split()[-1] not in (".", "..")]:
+            return "empty", ""
+        self.debugfs(image, [f'rdump "/app" "{dump}"'])
+        found = self.files_of(os.path.join(dump, "app"))
+        trees = [tree for tree, files in self.releases.items()
+                 if set(files) == set(found) and all(files[p][1] == found[p][1] for p in files)]
+        if not trees:
+            near = min(self.releases, key=lambda t: len(set(self.releases[t]) ^ set(found))
+                       + sum(1 for p in found if p in self.releases[t] and self.releases[t][p][1] != found[p][1]))
+            files = self.releases[near]
+            differ = sorted(set(files) ^ set(found)) + sorted(p for p in found if p in files and files[p][1] != found[p][1])
+            return "mixed", f"neither release: {len(differ)} files differ from {near}'s, e.g. {differ[:5]}"
+        tree = trees[0]
+        problems = []
+        try:
+            with open(os.path.join(dump, "app", ".signet", "manifest.json")) as f:
+                sequence = json.load(f).get("sequence")
+        except (OSError, ValueError) as error:
+            sequence = f"unreadable ({error})"
+        if sequence != SEQUENCES[tree]:
+            problems.append(f"its .signet/manifest.json says sequence {sequence}")
+        # Each file's inode, as debugfs states it: "Mode:  0644   Flags: 0x180000" and the
+        # extended attributes by name.
+        paths = sorted(found)
+        output = self.debugfs(image, [f'stat "/app/{path}"' for path in paths])
+        stats = output.split("debugfs: stat ")[1:]
+        if len(stats) != len(paths):
+            return "mixed", f"debugfs stated {len(stats)} of {len(paths)} files"
+        for path, text in zip(paths, stats):
+            header = text.split("\n", 2)[1] if "\n" in text else ""
+            fields = header.split()
+            mode = int(fields[fields.index("Mode:") + 1], 8) & 0o7777 if "Mode:" in fields else None
+            flags = int(fields[fields.index("Flags:") + 1], 16) if "Flags:" in fields else 0
+            if mode != self.releases[tree][path][0]:
+                problems.append(f"{path}: mode {mode if mode is None else oct(mode)}")
+            if not flags & self.VERITY_FL:
+                problems.append(f"{path}: not an fs-verity file (flags {flags:#x})")
+            if "  user.signet.sig " not in text:
+                problems.append(f"{path}: no user.signet.sig")
+        if problems:
+            return "mixed", f"{tree}'s files, but {len(problems)} problems: {problems[:5]}"
+        return tree, ""
+
+
+def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose, stop_when_caught=False, phases=PHASES):
     # stop_when_caught: for the broken builds' logs, whose question is only whether the replay
     # catches them; the first failed state answers it (about half the VM suite's replay time
     # went to judging the rest of them, every one failing).
@@ -319,7 +457,7 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose, sto
     base_fd = os.open(base, os.O_RDWR)
 
     def verdict(image, label, rebuild, dropped=False):
-        allowed = PHASES[phase]
+        allowed = phases[phase]
         outcome = checker.check(image, allowed, rebuild, dropped)
         if "judged_twice" in outcome:
             summary["judged_twice"] += 1
@@ -358,7 +496,7 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose, sto
         for entry in entries:
             if entry.flags & MARK:
                 marks.append(entry.mark)
-                if entry.mark in PHASES:
+                if entry.mark in phases:
                     if phase is None:
                         # The guest flushed before this mark: the made and mounted filesystem
                         # is the starting point (power cuts during mkfs are not the question).
@@ -437,13 +575,48 @@ def replay(log_path, fs, checker, device_size, drops, rng, scratch, verbose, sto
                                 "rollback": written.get("r2", 0), "health_check_rollback": written.get("rb", 0),
                                 "pending_install": written.get("hc", 0), "confirm": written.get("pd", 0),
                                 "boot_check_rollback": written.get("p5", 0), "after": written.get("bc", 0)}
-    missing = [mark for mark in PHASES if mark not in marks]
+    missing = [mark for mark in phases if mark not in marks]
     if missing and "caught_at" not in summary:
-        summary["failures"].append({"log": f"the marks {', '.join(PHASES)} are not all in the log (missing {', '.join(missing)})", "marks": marks})
+        summary["failures"].append({"log": f"the marks {', '.join(phases)} are not all in the log (missing {', '.join(missing)})", "marks": marks})
     return summary
 
 
 from kernel_report import kernel_report, number  # noqa: E402 (issue 52: the guest's kernel phase)
+
+
+def replay_verity(work, results, drops, rng, verbose):
+    """Issue 52: the power-cut log recorded with unpack --verity (ext4v), judged by
+    VerityChecker. Returns the summary and what fails the run."""
+    if results.get("recorded_ext4v") != "true":
+        return {"fs": "ext4"}, ["ext4v: the guest did not record the --verity log"]
+    scratch = "/dev/shm/signet-vm-replay-verity"
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    print("replay: ext4v", file=sys.stderr)
+    try:
+        checker = VerityChecker({"r1": os.path.join(work, "i1"), "r2": os.path.join(work, "i2")}, scratch)
+    except OSError as error:
+        return {"fs": "ext4"}, [f"ext4v: the releases' folders: {error}"]
+    try:
+        summary = replay(os.path.join(work, "ext4v-log.img"), "ext4", checker, os.path.getsize(os.path.join(work, "ext4v-data.img")),
+                         drops, rng, scratch, verbose, phases=VERITY_PHASES)
+    except (LogError, RuntimeError) as error:
+        summary = {"fs": "ext4", "failures": [{"log": str(error)}]}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"replay: ext4v: {summary.get('flush_points')} flush points, {summary.get('drop_points')} drop points, "
+          f"{summary.get('states_checked')} states: {summary.get('trees')}; mixed {summary.get('mixed')}, "
+          f"broken state {summary.get('broken_state')}, unmountable {summary.get('unmountable')}", file=sys.stderr)
+    failures = [f"ext4v: {failure}" for failure in summary.get("failures", [])]
+    for key in ("mixed", "broken_state", "unmountable"):
+        if summary.get(key):
+            failures.append(f"ext4v: {key}: {summary[key]}")
+    if not summary.get("flush_points"):
+        failures.append("ext4v: no flush points replayed")
+    files = number(results, "ext4v_verity_files", int)
+    if files != len(checker.releases["r1"]):
+        failures.append(f"ext4v: {files} of the {len(checker.releases['r1'])} files installed are fs-verity files after the recording")
+    return summary, failures
 
 
 def main():
@@ -472,6 +645,11 @@ def main():
     except OSError:
         pass
     kernel, kernel_failures = kernel_report(results)
+    rng = random.Random(args.seed)
+    verity_log, verity_failures = replay_verity(work, results, args.drops, rng, args.verbose)
+    kernel["verity_power_cut"] = {k: verity_log.get(k) for k in ("flush_points", "drop_points", "states_checked", "trees",
+                                                                 "mixed", "broken_state", "unmountable", "unmountable_after_drops")}
+    kernel_failures += verity_failures
     if args.only == "kernel":
         failures = ([f"qemu exit {args.qemu_status}"] if args.qemu_status != 0 else []) + kernel_failures
         report = dict(kernel, qemu_status=args.qemu_status, guest=results, ok=not failures, failures=failures)
@@ -487,8 +665,7 @@ def main():
     scratch = "/dev/shm/signet-vm-replay"
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(scratch)
-    rng = random.Random(args.seed)
-    logs = {}
+    logs = {"ext4v": verity_log}
     try:
         for tag, fs in (("ext4", "ext4"), ("xfs", "xfs"), ("ext4b", "ext4"), ("xfsb", "xfs")):
             log_path = os.path.join(work, f"{tag}-log.img")
@@ -599,7 +776,7 @@ def main():
     summary = {k: report[k] for k in ("flush_points", "drop_points", "states_checked", "mixed", "broken_state", "judged_twice",
                                       "broken_build_caught", "timer_run", "timeout_stopped", "boot_check_rolled_back", "exposure",
                                       "ima_enforced", "ima_tamper_refused", "ima_exec_refused", "ima_update_ok", "verity_files",
-                                      "verity_tamper_refused", "reverify_verity_ratio", "ok")}
+                                      "verity_tamper_refused", "reverify_verity_ratio", "verity_power_cut", "ok")}
     print(json.dumps(summary), file=sys.stderr)
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)

@@ -15,6 +15,9 @@
 #    FUA point after the "empty" mark, and at random subsets of each interval's unflushed
 #    writes; each image is loop-mounted and checked: DIR wholly old or wholly new, the state
 #    file consistent, a next update succeeding. The test-only broken build must be caught.
+#    The log recorded with --verity (ext4 -O verity) is read by debugfs instead, this
+#    machine's kernel having no fs-verity: DIR wholly old or new, every file an fs-verity file,
+#    the state file and release record consistent (no next update: see replay.py).
 # 5. Writes the JSON report (default .build-vm/report.json) and exits 1 on any failure.
 #
 # Needs root (loop devices, mounts), qemu-system-x86, mmdebstrap, xfsprogs and python3
@@ -117,6 +120,8 @@ openssl pkey -in "$work/key.pem" -pubout -outform DER -out "$work/job/pkg/pub.de
 for release in 1 2; do
   (cd "$work/i$release" && "$signet" pack . --key "$work/key.pem" --name ima-app --version "$release.0" --sequence "$release" --out "$work/job/pkg/i$release.zip" >/dev/null)
   (cd "$work/v$release" && "$signet" pack . --key "$work/key.pem" --name verity-app --version "$release.0" --sequence "$release" --verity --out "$work/job/pkg/v$release.zip" >/dev/null)
+  # The power-cut recording with --verity: the IMA app's files, packed with --verity.
+  (cd "$work/i$release" && "$signet" pack . --key "$work/key.pem" --name app --version "$release.0" --sequence "$release" --verity --out "$work/job/pkg/w$release.zip" >/dev/null)
 done
 "$signet" key show "$work/key.pem" --ima-cert "$work/job/pkg/ima.der" > /dev/null
 # Issue 39: release 3 (release 1 and one more file) fails its health check in the guest;
@@ -161,7 +166,7 @@ truncate -s 256M "$work/ima-data.img"
 truncate -s 1536M "$work/vt-data.img"
 disks+=(-drive "file=$work/ima-data.img,format=raw,if=none,id=ima-data,cache=unsafe" -device "virtio-blk-pci,drive=ima-data,serial=ima-data")
 disks+=(-drive "file=$work/vt-data.img,format=raw,if=none,id=vt-data,cache=unsafe" -device "virtio-blk-pci,drive=vt-data,serial=vt-data")
-for tag in ext4 xfs ext4b xfsb; do
+for tag in ext4 xfs ext4b xfsb ext4v; do
   truncate -s 512M "$work/$tag-data.img"
   truncate -s 2G "$work/$tag-log.img"
   disks+=(-drive "file=$work/$tag-data.img,format=raw,if=none,id=$tag-data,cache=unsafe" -device "virtio-blk-pci,drive=$tag-data,serial=$tag-data")

@@ -5,8 +5,11 @@
 A log the guest wrote is still input from outside this process: every count, sector and length
 in it is checked, and a damaged log is refused by name rather than replayed wrong.
 """
+import json
 import os
+import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -173,6 +176,88 @@ class ReplayTests(unittest.TestCase):
         summary = replay.replay(log, "ext4", Mixed(), 16 * SECTOR, 0, replay.random.Random(1), scratch, False)
         self.assertEqual(Mixed.judged, 2)
         self.assertTrue([f for f in summary["failures"] if "log" in f])
+
+
+class VerityCheckerTests(unittest.TestCase):
+    """The judge of the --verity log (replay.VerityChecker) on real ext4 images made here with
+    the verity feature: mkfs.ext4 -d fills them, debugfs sets the fs-verity flag on the files
+    (this machine's kernel then refuses to open them, as it refuses the guest's)."""
+
+    def setUp(self):
+        if os.geteuid() != 0 or not shutil.which("debugfs"):
+            self.skipTest("needs root (loop mounts) and debugfs")
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+        self.releases = {"r1": {"a.txt": (0o644, b"one\n"), "bin/x": (0o755, b"#!/bin/sh\necho 1\n"), "c.dat": (0o644, b"same")},
+                         "r2": {"a.txt": (0o644, b"two\n"), "bin/x": (0o755, b"#!/bin/sh\necho 2\n"), "c.dat": (0o644, b"same")}}
+        folders = {}
+        for tree, files in self.releases.items():
+            folders[tree] = os.path.join(self.folder.name, tree)
+            self.fill(folders[tree], files)
+        scratch = os.path.join(self.folder.name, "scratch")
+        os.makedirs(scratch)
+        self.checker = replay.VerityChecker(folders, scratch)
+
+    @staticmethod
+    def fill(folder, files, attribute=True):
+        for path, (mode, data) in files.items():
+            full = os.path.join(folder, path)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(data)
+            os.chmod(full, mode)
+            if attribute:
+                os.setxattr(full, "user.signet.sig", b"\x01" * 16)
+
+    def image(self, files, sequence, recorded, verity=True):
+        """An image whose app/ holds files (None: no app/), its manifest saying sequence, and the
+        state file recording recorded; each file an fs-verity file where verity says so."""
+        source = tempfile.mkdtemp(dir=self.folder.name)
+        if files is not None:
+            self.fill(os.path.join(source, "app"), files)
+            os.makedirs(os.path.join(source, "app", ".signet"))
+            with open(os.path.join(source, "app", ".signet", "manifest.json"), "w") as f:
+                json.dump({"sequence": sequence}, f)
+            with open(os.path.join(source, ".app.signet-release"), "w") as f:
+                json.dump({"format": "signet-release/1"}, f)
+        if recorded is not None:
+            with open(os.path.join(source, "state.json"), "w") as f:
+                json.dump({"destinations": {self.checker.dir: {"sequence": recorded}}}, f)
+        image = source + ".img"
+        made = subprocess.run(["mkfs.ext4", "-q", "-b", "4096", "-O", "verity", "-d", source, image, "16M"], capture_output=True, text=True)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        for path in files or {}:
+            if verity is True or path in (verity or ()):
+                subprocess.run(["debugfs", "-w", "-R", f"set_inode_field /app/{path} flags 0x180000", image], capture_output=True, check=True)
+        return image
+
+    def test_judges_a_tree_it_cannot_open(self):
+        r1, r2 = self.releases["r1"], self.releases["r2"]
+        outcome = self.checker.judge(self.image(r1, 1, 1), ("r1", "r2"))
+        self.assertEqual((outcome["tree"], outcome["state_ok"]), ("r1", True), outcome["detail"])
+        outcome = self.checker.judge(self.image(r2, 2, 1), ("r1", "r2"))
+        self.assertEqual((outcome["tree"], outcome["state_ok"]), ("r2", True), outcome["detail"])
+        outcome = self.checker.judge(self.image(None, 0, None), ("empty", "r1"))
+        self.assertEqual((outcome["tree"], outcome["state_ok"]), ("empty", True), outcome["detail"])
+
+    def test_finds_what_is_wrong(self):
+        r1, r2 = self.releases["r1"], self.releases["r2"]
+        cases = {
+            "mixed": (dict(r1, **{"a.txt": r2["a.txt"]}), 1, 1, True, "files differ"),
+            "a file more": (dict(r1, extra=(0o644, b"x")), 1, 1, True, "extra"),
+            "a mode": (dict(r1, **{"bin/x": (0o644, r1["bin/x"][1])}), 1, 1, True, "bin/x: mode 0o644"),
+            "not fs-verity": (r1, 1, 1, ("a.txt", "c.dat"), "bin/x: not an fs-verity file"),
+            "another manifest": (r1, 2, 1, True, "manifest.json says sequence 2"),
+        }
+        for name, (files, sequence, recorded, verity, detail) in cases.items():
+            with self.subTest(name):
+                outcome = self.checker.judge(self.image(files, sequence, recorded, verity), ("r1", "r2"))
+                self.assertEqual(outcome["tree"], "mixed")
+                self.assertIn(detail, outcome["detail"])
+        # A state file recording a later release than the tree holds.
+        outcome = self.checker.judge(self.image(r1, 1, 2), ("r1", "r2"))
+        self.assertEqual((outcome["tree"], outcome["state_ok"]), ("r1", False))
+        self.assertIn("state records 2", outcome["detail"])
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@
 #    release 1, mark "rb", update to release 3 whose health check fails (release 1 swapped
 #    back), mark "hc", install release 4 pending, mark "pd", confirm it, mark "cf", install
 #    release 5 pending, mark "p5", roll it back by the boot check, mark "bc", unmount.
+#    Once more on ext4 with the verity feature and unpack --verity (issue 52; kernel.sh's
+#    record_verity): install, update, rollback.
 # 2. systemd: the shipped timer starts the shipped service, which installs from nginx through
 #    its sandbox; again for release 2 (reusing unchanged files), again "up to date"; a stuck
 #    server is stopped by TimeoutStartSec=; systemd-analyze security scores the unit.
@@ -50,7 +52,11 @@ TRUST=(--pubkey "$J/pkg/pub.der")
 # Issue 52: IMA appraisal and fs-verity (scripts/vm/guest/kernel.sh). SIGNET_VM_ONLY=kernel on
 # the host runs only that phase (a quicker loop while working on it).
 source "$J/kernel.sh"
+record_kernel() {
+  if record_verity; then result recorded_ext4v true; else result recorded_ext4v false; fi
+}
 if [ -f "$J/only-kernel" ]; then
+  record_kernel
   kernel_checks
   say "done (only the kernel phase)"
   exit 0
@@ -108,6 +114,7 @@ for spec in ext4:ext4:no xfs:xfs:no ext4:ext4b:yes xfs:xfsb:yes; do
   IFS=: read -r fs tag broken <<<"$spec"
   if record "$fs" "$tag" "$broken"; then result "recorded_$tag" true; else result "recorded_$tag" false; fi
 done
+record_kernel
 
 kernel_checks
 

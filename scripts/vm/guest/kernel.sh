@@ -166,6 +166,32 @@ verity_phase() {
   return 0
 }
 
+# The power-cut recording with --verity: ext4 with the verity feature on a dm-log-writes device
+# (as guest.sh's record), marks "empty", "r1" (release 1 of the 301-file app, packed with
+# --verity, installed into the empty DIR), "r2" (the update to release 2: 31 files changed,
+# 270 shared on their measurement), "rb" (the rollback to release 1). The host replays it
+# (replay.py's VerityChecker: its kernel cannot open fs-verity files, so DIR is read by debugfs).
+record_verity() {
+  local data=/dev/disk/by-id/virtio-ext4v-data log=/dev/disk/by-id/virtio-ext4v-log name=lw-ext4v
+  local mnt=/run/signet-vm/ext4v
+  say "power-cut recording: ext4v (ext4 -O verity, unpack --verity)"
+  dmsetup create "$name" --table "0 $(blockdev --getsz "$data") log-writes $data $log" || return 1
+  mkfs.ext4 -q -b 4096 -O verity "/dev/mapper/$name" || return 1
+  mkdir -p "$mnt" && mount "/dev/mapper/$name" "$mnt" || return 1
+  sync -f "$mnt" && blockdev --flushbufs "/dev/mapper/$name" || return 1
+  dmsetup message "$name" 0 mark empty
+  signet unpack "$J/pkg/w1.zip" --dest "$mnt/app" "${TRUST[@]}" --verity --state "$mnt/state.json" > /dev/null || return 1
+  dmsetup message "$name" 0 mark r1
+  signet unpack "$J/pkg/w2.zip" --dest "$mnt/app" "${TRUST[@]}" --verity --state "$mnt/state.json" > /dev/null || return 1
+  dmsetup message "$name" 0 mark r2
+  signet rollback "$mnt/app" --state "$mnt/state.json" > /dev/null || return 1
+  dmsetup message "$name" 0 mark rb
+  result ext4v_verity_files "$(verity_count "$mnt/app")"
+  umount "$mnt" && dmsetup remove "$name" || return 1
+  dmsetup status 2>/dev/null | grep -q logging_disabled && { echo "guest: the log device ran out of space"; return 1; }
+  return 0
+}
+
 kernel_checks() {
   ima_phase; result ima_phase_status $?
   verity_phase; result verity_phase_status $?
