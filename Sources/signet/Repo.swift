@@ -22,8 +22,30 @@ struct Repo: ParsableCommand {
           signet repo sign site --role targets --key t2.pem
           signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
         """,
-        subcommands: [Init.self, Add.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Discard.self, Status.self]
+        subcommands: [Init.self, Add.self, Rollout.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Discard.self, Status.self]
     )
+
+    /// An RFC 3339 time option, or now.
+    static func time(_ text: String?, option: String) throws -> Timestamp {
+        guard let text else { return .now }
+        guard let time = Timestamp(rfc3339: text) else { throw ValidationError("\(option) takes an RFC 3339 time (2026-12-01T02:00:00Z), not '\(text)'") }
+        return time
+    }
+
+    /// A rollout plan as JSON reports give it.
+    struct RolloutPlan: Encodable {
+        let plan: String
+        let start: String
+        let state: String
+        @Null var paused_at: String?
+
+        init(_ rollout: TUFRollout) {
+            plan = rollout.planText
+            start = rollout.start.rfc3339
+            state = rollout.state.rawValue
+            paused_at = rollout.pausedAt?.rfc3339
+        }
+    }
 
     /// Public keys given on the command line (public key files or certificates).
     static func publicKeys(_ paths: [String]) throws -> [PublicKey] {
@@ -210,6 +232,10 @@ struct Repo: ParsableCommand {
         var channel: [String] = []
         @Flag(name: .customLong("allow-lower-sequence"), help: "Let a channel name a release with a lower sequence than it names now (a deliberate roll-back).")
         var allowLower = false
+        @Option(name: .long, help: ArgumentHelp("Roll the release out in waves: steps PERCENT%@OFFSET (1%@0h,10%@24h,50%@72h,100%@144h), or 'default' (1% to 100% over six days) or 'now'. Devices install once the share covers their bucket.", valueName: "plan"))
+        var rollout: String?
+        @Option(name: .customLong("rollout-start"), help: ArgumentHelp("When the plan's offsets count from (RFC 3339; default now).", valueName: "time"))
+        var rolloutStart: String?
         @Option(name: .customLong("key"), help: ArgumentHelp("Also sign the staged targets with this targets key (what you just staged is what you sign): for a repository one key holds, this publishes it.", valueName: "key"))
         var signingKey: String?
         @OptionGroup var passphrase: PassphraseOptions
@@ -223,7 +249,12 @@ struct Repo: ParsableCommand {
             let sequence: UInt64
             let channels: [String]
             let manifest_sha256: String
+            @Null var rollout: RolloutPlan?
             let digest: String
+        }
+
+        func validate() throws {
+            if rolloutStart != nil, rollout == nil { throw ValidationError("--rollout-start needs --rollout PLAN") }
         }
 
         func run() throws {
@@ -236,7 +267,8 @@ struct Repo: ParsableCommand {
             let repo = try TUFRepository(at: repository)
             // The key first: a wrong passphrase stages nothing.
             let key = try signingKey.map { try token.load($0, passphrase: passphrase) }
-            let added = try repo.add(package: package, channels: channel, allowLower: allowLower)
+            let plan = try rollout.map { try TUFRollout(plan: $0, start: try Repo.time(rolloutStart, option: "--rollout-start")) }
+            let added = try repo.add(package: package, channels: channel, allowLower: allowLower, rollout: plan)
             // What pack takes without --sequence (the clock, SOURCE_DATE_EPOCH): once listed, every
             // later release of the name needs a higher one, so numbering releases is over.
             if (1_000_000_000..<10_000_000_000).contains(added.sequence) {
@@ -252,9 +284,10 @@ struct Repo: ParsableCommand {
             }
             if output.json {
                 Output.json(Report(target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels,
-                                   manifest_sha256: added.manifestSHA256, digest: digest))
+                                   manifest_sha256: added.manifestSHA256, rollout: added.rollout.map(RolloutPlan.init), digest: digest))
             } else if !output.quiet, key == nil {
-                Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence), manifest SHA-256 \(added.manifestSHA256)) for \(added.channels.joined(separator: ", "))")
+                Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence), manifest SHA-256 \(added.manifestSHA256)) for \(added.channels.joined(separator: ", "))"
+                            + (added.rollout.map { "; rollout \(TUFRollout.describe($0))" } ?? ""))
                 Output.line("staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`")
             }
         }

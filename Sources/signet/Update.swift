@@ -81,6 +81,18 @@ struct Update: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
+    @Option(name: .customLong("device-id-file"), help: ArgumentHelp("This device's stable id, for its place in a release's rollout (default /etc/machine-id; never sent or printed).", valueName: "file"))
+    var deviceIDFile = "/etc/machine-id"
+
+    @Flag(name: .customLong("ignore-rollout"), help: "Install the channel's release now even if its rollout has not reached this device (a technician's run; not a config key).")
+    var ignoreRollout = false
+
+    @Flag(name: .long, help: "Install nothing new: report what is available (exit 0).")
+    var hold = false
+
+    @Option(name: .customLong("version-lock"), help: ArgumentHelp("Install only this sequence (42) or versions with this prefix (1.4: 1.4 and 1.4.2, not 1.40).", valueName: "lock"))
+    var versionLock: String?
+
     @OptionGroup var output: OutputOptions
 
     /// The config keys: every long option of this command but --config, --check, --json, --quiet.
@@ -93,6 +105,8 @@ struct Update: ParsableCommand {
         "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
         "low-speed-time": true, "max-time": true, "retries": true, "retry-delay": true,
         "full-download": false, "force": false, "repair": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
+        // Issue 53 (not --ignore-rollout: a config key would opt a device out of every rollout).
+        "device-id-file": true, "hold": false, "version-lock": true,
     ].merging(ReleaseOptions.configKeys) { a, _ in a }
 
     mutating func validate() throws {
@@ -139,6 +153,7 @@ struct Update: ParsableCommand {
         if dest == nil { throw ValidationError("give --dest DIR (or dest = \"…\" in --config FILE)") }
         if trust.channel == nil { throw ValidationError("give --channel NAME: the channel this device follows (or channel = \"…\" in --config FILE)") }
         if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
+        if let versionLock { _ = try VersionLock(versionLock) }
     }
 
     /// The arguments after `update` on this process's command line.
@@ -273,6 +288,27 @@ extension Update {
         let hooks: [ReleaseOptions.Hook]
         @Null var replaced: Release?
         @Null var refused: Refused?
+        @Null var rollout: Rollout?
+        @Null var deferred: String?
+    }
+
+    /// The channel's release's rollout, for this device (JSON `rollout`; issue 53).
+    struct Rollout: Encodable {
+        let bucket: Int
+        let percent: Double
+        let state: String
+        let eligible: Bool
+        @Null var eligible_at: String?
+        let plan: Repo.RolloutPlan
+
+        init(_ status: RolloutStatus) {
+            bucket = status.bucket
+            percent = Double(status.openBuckets) / 100
+            state = status.state.rawValue
+            eligible = status.eligible
+            eligible_at = status.eligibleAt?.rfc3339
+            plan = Repo.RolloutPlan(status.plan)
+        }
     }
 
     struct Refused: Encodable {
@@ -289,6 +325,10 @@ extension Update {
         options.package = package
         options.targetsURL = targetsURL
         options.checkOnly = check
+        options.deviceIDFile = deviceIDFile
+        options.ignoreRollout = ignoreRollout
+        options.hold = hold
+        options.versionLock = try versionLock.map(VersionLock.init)
         applyInstallOptions(to: &options.install)
         let download = try downloadOptions()
         let chosen = options
@@ -311,7 +351,8 @@ extension Update {
                                previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
                                verity: report.install.map(ReleaseOptions.Verity.init),
                                hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
-                               refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) }))
+                               refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) },
+                               rollout: report.rollout.map(Rollout.init), deferred: report.deferred))
             return
         }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
@@ -324,6 +365,9 @@ extension Update {
         } else if let refused = report.refused {
             // Not a failure: the device keeps what runs until the publisher ships a fix.
             Output.line("held back: channel \(channel) names \(available.name) \(available.version) (sequence \(available.sequence)), which \(dest) refused (\(refused.reason), \(refused.at)); keeping \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "what it holds") until a higher sequence is published (--retry-bad installs it again); \(trusted)")
+        } else if let deferred = report.deferred {
+            // Not a failure: the device waits for its wave, or was told to hold.
+            Output.line("\(deferred); \(dest) keeps \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "what it holds"); \(trusted)")
         } else if report.updateAvailable {
             Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)")
         } else if report.channelIsOlder {

@@ -8,7 +8,7 @@ import SignetTestSupport
 struct HelpCLITests {
     static let commands = ["", "keygen", "key", "key show", "sign", "verify", "pack", "inspect", "unpack", "fetch",
                            "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update",
-                           "repo", "repo init", "repo add", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
+                           "repo", "repo init", "repo add", "repo rollout", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
                            "tuf", "tuf init", "tuf refresh", "tuf download"]
 
     @Test("every help page fits 80 columns, and no option's description is cut off", arguments: commands)

@@ -126,6 +126,12 @@ struct JSONSchemaCLITests {
         try record("update", viaRepository)
         try record("update", viaRepository)   // up to date: "installed" is a release now
         try record("update", viaRepository + ["--channel", "beta"], status: nil)
+        // Issue 53: a rollout plan, and a device's place in it (a deferred install).
+        try record("repo rollout", ["repo", "rollout", repo, "app.zip", "--plan", "0.01%@0h,100%@30d"] + key)
+        try CLI.run(["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile])
+        let deviceID = work.directory.file("machine-id")
+        try Data("0123456789abcdef0123456789abcdef\n".utf8).write(to: URL(fileURLWithPath: deviceID))
+        try record("update", viaRepository + ["--check", "--device-id-file", deviceID])
         try record("repo rotate", ["repo", "rotate", repo, "--role", "targets", "--add", work.directory.file("more-keys/public_key.der")])
         try record("repo renew", ["repo", "renew", repo, "--role", "targets"] + key)
         try record("repo discard", ["repo", "discard", repo, "--role", "root"])

@@ -22,12 +22,21 @@ public struct TUFPackageTarget: Sendable, Equatable {
     public let channels: [String]
     public let length: Int64
     public let sha256: String
+    /// Its rollout plan (issue 53; nil: every device installs it at once).
+    public let rollout: TUFRollout?
 
     package init?(_ target: TUFTarget) {
         guard let custom = target.customJSON?["signet"], let name = custom["name"]?.stringValue, let version = custom["version"]?.stringValue,
               let sequenceText = custom["sequence"], case .number(let digits) = sequenceText, let sequence = UInt64(digits),
               let manifest = custom["manifest_sha256"]?.stringValue, manifest.count == 64,
               let channels = custom["channels"]?.arrayItems?.compactMap(\.stringValue), let sha256 = target.hashes["sha256"] else { return nil }
+        // A plan a device cannot read is refused, not guessed: the target is no package to it.
+        if let plan = custom["rollout"] {
+            guard let rollout = TUFRollout(json: plan) else { return nil }
+            self.rollout = rollout
+        } else {
+            rollout = nil
+        }
         self.target = target.path
         self.name = name
         self.version = version
@@ -39,13 +48,17 @@ public struct TUFPackageTarget: Sendable, Equatable {
     }
 
     var custom: TUFJSON {
-        .object([("signet", .object([
+        var members: [(String, TUFJSON)] = [
             ("name", .string(name)), ("version", .string(version)), ("sequence", .number(String(sequence))),
             ("manifest_sha256", .string(manifestSHA256)), ("channels", .array(channels.map(TUFJSON.string))),
-        ]))])
+        ]
+        if let rollout { members.append(("rollout", rollout.json)) }
+        return .object([("signet", .object(members))])
     }
 
-    init(target: String, name: String, version: String, sequence: UInt64, manifestSHA256: String, channels: [String], length: Int64, sha256: String) {
+    init(target: String, name: String, version: String, sequence: UInt64, manifestSHA256: String, channels: [String], length: Int64, sha256: String,
+         rollout: TUFRollout? = nil) {
+        self.rollout = rollout
         self.target = target
         self.name = name
         self.version = version
@@ -87,7 +100,10 @@ extension TUFRepository {
     /// unless `allowLower` (a deliberate roll-back of the channel). The package is copied into
     /// `targets/` under its hash-prefixed name; its manifest must be signed by a targets key.
     /// Returns the target as devices will see it; key holders then sign the staged targets.
-    public func add(package: String, channels: [String], allowLower: Bool = false, now: Timestamp = .now) throws -> TUFPackageTarget {
+    ///
+    /// `rollout`: the release's rollout plan (issue 53), signed with it; nil keeps the plan of
+    /// the same file listed before, if any (a release added to another channel).
+    public func add(package: String, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, now: Timestamp = .now) throws -> TUFPackageTarget {
         guard !channels.isEmpty else { throw SignetError(.usage, "name at least one channel (--channel stable)") }
         for channel in channels where !PackageBinding.isValidChannel(channel) {
             throw SignetError(.usage, "the channel name '\(channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
@@ -124,7 +140,8 @@ extension TUFRepository {
             let kept = listed.channels.filter { !channels.contains($0) }
             guard kept != listed.channels else { return (path, value) }
             let updated = TUFPackageTarget(target: listed.target, name: listed.name, version: listed.version, sequence: listed.sequence,
-                                           manifestSHA256: listed.manifestSHA256, channels: kept, length: listed.length, sha256: listed.sha256)
+                                           manifestSHA256: listed.manifestSHA256, channels: kept, length: listed.length, sha256: listed.sha256,
+                                           rollout: listed.rollout)
             var json = value
             if case .object(var fields) = json, let index = fields.firstIndex(where: { $0.0 == "custom" }) {
                 fields[index].1 = updated.custom
@@ -132,16 +149,78 @@ extension TUFRepository {
             }
             return (path, json)
         }
-        let previousChannels = members.first(where: { $0.0 == fileName }).flatMap { try? TUFTarget(path: $0.0, json: $0.1) }.flatMap(TUFPackageTarget.init)?.channels ?? []
+        let previous = members.first(where: { $0.0 == fileName }).flatMap { try? TUFTarget(path: $0.0, json: $0.1) }.flatMap(TUFPackageTarget.init)
+        let previousChannels = previous?.channels ?? []
         let allChannels = previousChannels + channels.filter { !previousChannels.contains($0) }
         let entry = TUFPackageTarget(target: fileName, name: described.name, version: described.version, sequence: described.sequence,
-                                     manifestSHA256: described.manifestSHA256, channels: allChannels, length: Int64(described.size), sha256: described.sha256)
+                                     manifestSHA256: described.manifestSHA256, channels: allChannels, length: Int64(described.size), sha256: described.sha256,
+                                     rollout: rollout ?? previous?.rollout)
         let json = TUFJSON.object([("length", .number(String(described.size))), ("hashes", .object([("sha256", .string(described.sha256))])), ("custom", entry.custom)])
         if let index = members.firstIndex(where: { $0.0 == fileName }) { members[index].1 = json } else { members.append((fileName, json)) }
         try copyTarget(package, as: "\(described.sha256).\(fileName)")
         document.set([("targets", .object(members)), ("expires", .string(Self.expiry(now, lifetimes.targets)))])
         try writeStaged("targets", document)
         return entry
+    }
+
+    /// What `changeRollout` does to a listed release's plan.
+    public enum RolloutChange: Sendable {
+        /// Stop widening (the share open now stays open).
+        case pause
+        /// Go on from where it was paused.
+        case resume
+        /// Offer it to no device that does not hold it.
+        case halt
+        /// A new plan (an emergency `now`, or a slower one), from its own start.
+        case replace(TUFRollout)
+    }
+
+    /// Stages a new targets version in which the release listed as `target` (its file name, or
+    /// a package name that one listed target has) has its rollout plan changed, without a new
+    /// package. Returns the release as devices will see it; key holders then sign.
+    public func changeRollout(of target: String, _ change: RolloutChange, now: Timestamp = .now) throws -> TUFPackageTarget {
+        var document = try nextTargets(now: now)
+        var members = targetMembers(document)
+        let listed = members.compactMap { path, value in (try? TUFTarget(path: path, json: value)).flatMap(TUFPackageTarget.init) }
+        var matches = listed.filter { $0.target == target }
+        if matches.isEmpty { matches = listed.filter { Manifest.sameName($0.name, target) && !$0.channels.isEmpty } }
+        guard matches.count == 1, let release = matches.first else {
+            let names = listed.map(\.target).sorted().joined(separator: ", ")
+            throw SignetError(matches.isEmpty ? .targetNotFound : .usage, matches.isEmpty
+                ? "the targets metadata lists no release '\(target)' (give a target file name or a package name; it lists: \(names.isEmpty ? "nothing" : names))"
+                : "'\(target)' names \(matches.count) listed releases (\(matches.map(\.target).joined(separator: ", "))): give the target file name", path: metadataDirectory)
+        }
+        let plan: TUFRollout
+        switch change {
+        case .replace(let new): plan = new
+        case .pause, .resume, .halt:
+            guard let current = release.rollout else {
+                throw SignetError(.usage, "\(release.target) has no rollout plan (every device installs it at once); give it one with --plan PLAN")
+            }
+            switch change {
+            case .pause:
+                guard current.state == .active else { throw SignetError(.usage, "\(release.target)'s rollout is \(current.state.rawValue), not active") }
+                plan = current.paused(at: now)
+            case .resume:
+                guard current.state == .paused else { throw SignetError(.usage, "\(release.target)'s rollout is \(current.state.rawValue), not paused") }
+                plan = current.resumed(at: now)
+            default:
+                guard current.state != .halted else { throw SignetError(.usage, "\(release.target)'s rollout is halted already") }
+                plan = current.halted
+            }
+        }
+        let updated = TUFPackageTarget(target: release.target, name: release.name, version: release.version, sequence: release.sequence,
+                                       manifestSHA256: release.manifestSHA256, channels: release.channels, length: release.length,
+                                       sha256: release.sha256, rollout: plan)
+        guard let index = members.firstIndex(where: { $0.0 == release.target }), case .object(var fields) = members[index].1,
+              let custom = fields.firstIndex(where: { $0.0 == "custom" }) else {
+            throw SignetError(.malformedInput, "the target '\(release.target)' has no custom data", path: metadataDirectory)
+        }
+        fields[custom].1 = updated.custom
+        members[index].1 = .object(fields)
+        document.set([("targets", .object(members)), ("expires", .string(Self.expiry(now, lifetimes.targets)))])
+        try writeStaged("targets", document)
+        return updated
     }
 
     /// Copies a target into `targets/NAME` (atomically; an existing one is the same content).

@@ -89,6 +89,7 @@ public struct TUFStagedReview: Sendable {
         func describe(_ target: Target) -> String {
             if let package = target.package {
                 return "\(target.path): \(package.name) \(package.version) (sequence \(package.sequence)), channels \(package.channels.isEmpty ? "none" : package.channels.joined(separator: ", ")), \(target.length) bytes, sha256 \(target.hashes["sha256"] ?? "none"), manifest sha256 \(package.manifestSHA256)"
+                    + (package.rollout.map { ", rollout \(TUFRollout.describe($0))" } ?? "")
             }
             return "\(target.path): \(target.length) bytes, \(target.hashes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")) (not a Signet package)"
         }
@@ -226,8 +227,8 @@ extension TUFRepository {
             if target.hashes.keys.sorted() != ["sha256"] { unrecognized("target '\(path)' is bound by \(target.hashes.keys.sorted().joined(separator: ", ")), not by sha256 alone as signet repo writes") }
             let signet = value["custom"]?["signet"]
             if package == nil || (value["custom"]?.objectMembers?.count ?? 0) != 1
-                || Set(signet?.objectMembers?.map(\.0) ?? []) != ["name", "version", "sequence", "manifest_sha256", "channels"] {
-                unrecognized("target '\(path)' is not a Signet package as signet repo lists one (custom.signet with name, version, sequence, manifest_sha256, channels, and nothing else)")
+                || Set(signet?.objectMembers?.map(\.0) ?? []).subtracting(["rollout"]) != ["name", "version", "sequence", "manifest_sha256", "channels"] {
+                unrecognized("target '\(path)' is not a Signet package as signet repo lists one (custom.signet with name, version, sequence, manifest_sha256, channels, a rollout if any, and nothing else)")
             }
             if path.contains("/") { unrecognized("target '\(path)' has a folder in its path; signet repo names targets after the package file") }
             out[path] = .init(path: path, length: target.length, hashes: target.hashes, package: package)

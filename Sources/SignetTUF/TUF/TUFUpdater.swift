@@ -20,11 +20,71 @@ public struct TUFUpdateOptions: Sendable {
     public var install = InstallOptions()
     /// Only find out whether an update is available: metadata is refreshed, nothing installed.
     public var checkOnly = false
+    /// The file whose content identifies this device for rollouts (issue 53): its bucket in a
+    /// release's plan is a hash of it. The id is never sent or printed.
+    public var deviceIDFile = "/etc/machine-id"
+    /// Install a release whose rollout has not reached this device yet (a technician's "now").
+    public var ignoreRollout = false
+    /// Install nothing new; report what is available.
+    public var hold = false
+    /// Install only a release this lock allows (nil: any).
+    public var versionLock: VersionLock? = nil
 
     public init(client: TUFClientOptions, channel: String) {
         self.client = client
         self.channel = channel
     }
+}
+
+/// A device's version lock (config `version-lock`): a sequence, or a version prefix that ends
+/// on a component boundary (`1.4` allows 1.4 and 1.4.2, not 1.40).
+public enum VersionLock: Sendable, Equatable, CustomStringConvertible {
+    case sequence(UInt64)
+    case versionPrefix(String)
+
+    /// `42` is a sequence; anything else (`1.4`, `v2`) a version prefix.
+    public init(_ text: String) throws {
+        if let sequence = UInt64(text), text.allSatisfy({ $0.isASCII && $0.isNumber }) {
+            self = .sequence(sequence)
+        } else {
+            guard !text.isEmpty, text.count <= 64, !text.contains(where: { $0.isWhitespace }) else {
+                throw SignetError(.usage, "--version-lock takes a sequence (42) or a version prefix (1.4), not '\(text)'")
+            }
+            self = .versionPrefix(text)
+        }
+    }
+
+    public func allows(version: String, sequence: UInt64) -> Bool {
+        switch self {
+        case .sequence(let locked): return sequence == locked
+        case .versionPrefix(let prefix):
+            guard version.hasPrefix(prefix) else { return false }
+            let rest = version.dropFirst(prefix.count)
+            return rest.isEmpty || prefix.last.map { ".-_+".contains($0) } == true || rest.first.map { ".-_+".contains($0) } == true
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .sequence(let sequence): return "sequence \(sequence)"
+        case .versionPrefix(let prefix): return "version \(prefix)"
+        }
+    }
+}
+
+/// Where a release's rollout stands for this device (issue 53).
+public struct RolloutStatus: Sendable, Equatable {
+    /// This device's bucket for the release (0..<10,000).
+    public let bucket: Int
+    /// The buckets open now (100 per percent).
+    public let openBuckets: Int
+    public let state: TUFRollout.State
+    /// True when the plan covers this device now.
+    public let eligible: Bool
+    /// When it will (nil: it does, or the plan is paused or halted, or never reaches it).
+    public let eligibleAt: Timestamp?
+    /// The signed plan.
+    public let plan: TUFRollout
 }
 
 /// What ``TUFUpdater`` found and did.
@@ -51,6 +111,12 @@ public struct TUFUpdateReport: Sendable {
     /// check failed, or it was rolled back): nothing is installed, and it is not an error —
     /// the device keeps its release until a higher sequence is published (issue 49).
     public var refused: RefusedRelease? = nil
+    /// The channel's release's rollout, for this device (nil: it has no plan).
+    public var rollout: RolloutStatus? = nil
+    /// Why a newer release was not installed although the trust checks passed (nil: it was, or
+    /// there was none): the rollout has not reached this device, the release is halted, the
+    /// device is held or its version lock excludes it. Not an error.
+    public var deferred: String? = nil
 }
 
 /// A release a destination refused as bad: the highest refused sequence, why, and when.
@@ -134,9 +200,35 @@ public enum TUFUpdater {
             report.refused = RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)
             return report
         }
-        guard newer || repairing, !options.checkOnly else {
-            return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                                   updateAvailable: newer, channelIsOlder: older, install: nil)
+        // Issue 53: the release's rollout for this device, a hold and a version lock.
+        let now = clientOptions.now ?? .now
+        let rollout = try release.rollout.map { plan -> RolloutStatus in
+            let id = try deviceID(options.deviceIDFile)
+            let bucket = TUFRollout.bucket(deviceID: id, name: release.name, sequence: release.sequence)
+            let open = plan.openBuckets(at: now)
+            return RolloutStatus(bucket: bucket, openBuckets: open, state: plan.state, eligible: bucket < open,
+                                 eligibleAt: plan.opens(bucket, at: now), plan: plan)
+        }
+        var deferred: String? = nil
+        if newer && !repairing {
+            if options.hold {
+                deferred = "held: this device installs nothing new (hold)"
+            } else if let lock = options.versionLock, !lock.allows(version: release.version, sequence: release.sequence) {
+                deferred = "locked: this device's version lock (\(lock)) excludes \(release.version) (sequence \(release.sequence))"
+            } else if let rollout, rollout.state == .halted {
+                deferred = "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); it is offered to no device that does not hold it"
+            } else if let rollout, !rollout.eligible, !options.ignoreRollout {
+                let share = Self.percent(rollout.openBuckets)
+                deferred = "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket)) "
+                    + (rollout.eligibleAt.map { "from \($0.rfc3339)" } ?? (rollout.state == .paused ? "once it resumes" : "is not in the plan yet"))
+            }
+        }
+        guard newer || repairing, !options.checkOnly, deferred == nil else {
+            var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                                         updateAvailable: newer, channelIsOlder: older, install: nil)
+            report.rollout = rollout
+            report.deferred = deferred
+            return report
         }
         let packageKeys = keys.compactMap { $0.publicKey(source: "TUF role \(role)") }
         guard !packageKeys.isEmpty else {
@@ -147,8 +239,31 @@ public enum TUFUpdater {
                                                  size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
         let report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
                                            download: options.client.download, cancelled: cancelled)
-        return TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                               updateAvailable: newer, channelIsOlder: false, install: report)
+        var updated = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                                      updateAvailable: newer, channelIsOlder: false, install: report)
+        updated.rollout = rollout
+        return updated
+    }
+
+    /// `1,250` buckets as `12.5%`.
+    static func percent(_ buckets: Int) -> String {
+        buckets % 100 == 0 ? "\(buckets / 100)%" : String(format: "%.2f%%", Double(buckets) / 100).replacingOccurrences(of: "0%", with: "%")
+    }
+
+    /// The device id: the file's content without surrounding white space (systemd's
+    /// machine-id is 32 hex digits and a newline), 1 to 4,096 bytes.
+    static func deviceID(_ path: String) throws -> [UInt8] {
+        let bytes: [UInt8]
+        do {
+            bytes = try readSmallFile(path, what: "device id", limit: 4_096 + 2)
+        } catch let error as SignetError {
+            throw SignetError(error.code, "the release has a rollout plan, and this device's id cannot be read from '\(path)' (\(error.reason)): give device-id-file (a file of the device's stable id; systemd's /etc/machine-id by default)", path: path)
+        }
+        let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty, text.utf8.count <= 4_096 else {
+            throw SignetError(.malformedInput, "the device id file '\(path)' is \(text.isEmpty ? "empty" : "longer than 4,096 bytes"): it must hold the device's stable id (systemd's /etc/machine-id is an empty file until first boot completes)", path: path)
+        }
+        return Array(text.utf8)
     }
 }
 
