@@ -39,6 +39,12 @@ struct ReleaseOptions: ParsableArguments {
     @Flag(name: .long, help: "Leave the new release pending until `signet confirm DIR`: if the machine restarts first, the boot unit (signet-boot-check@.service) rolls it back.")
     var pending = false
 
+    @Option(name: .customLong("pre-install"), help: ArgumentHelp("A command run once the release is staged and verified, before the swap: exit 0 installs it, exit 75 means not now (what was staged is kept for the next run; update exits 0), anything else refuses it (exit 1, pre-install-refused).", valueName: "cmd"))
+    var preInstall: String?
+
+    @Option(name: .long, help: ArgumentHelp("Swap only inside this maintenance window, in local time: \"Mon..Fri 02:00..04:00\", \"22:00..06:00\"; repeatable. Outside it the release is staged and verified, then kept for the next run.", valueName: "window"))
+    var window: [String] = []
+
     @Option(name: .customLong("post-install"), help: ArgumentHelp("A command run after each successful swap, without a shell (write sh -c '…' for one), with SIGNET_* variables in a clean environment; its output goes into the report.", valueName: "cmd"))
     var postInstall: String?
 
@@ -52,7 +58,8 @@ struct ReleaseOptions: ParsableArguments {
     var healthTimeout: String = "60s"
 
     func validate() throws {
-        for (option, value) in [("--post-install", postInstall), ("--health-check", healthCheck)] {
+        for spec in window { _ = try MaintenanceWindow(spec) }
+        for (option, value) in [("--pre-install", preInstall), ("--post-install", postInstall), ("--health-check", healthCheck)] {
             if let value, InstallHooks.words(value) == nil {
                 throw ValidationError("\(option) '\(value)' is not a command: it is empty or has an unterminated quote (commands are split into words as a shell would, without a shell)")
             }
@@ -84,6 +91,8 @@ struct ReleaseOptions: ParsableArguments {
         options.keepPrevious = keepPrevious == .yes
         options.pending = pending
         options.retryBad = retryBad
+        options.hooks.preInstall = preInstall.flatMap(InstallHooks.words)
+        options.windows = window.compactMap { try? MaintenanceWindow($0) }
         options.hooks.postInstall = postInstall.flatMap(InstallHooks.words)
         options.hooks.healthCheck = healthCheck.flatMap(InstallHooks.words)
         options.hooks.healthTimeout = Self.seconds(healthTimeout) ?? 60
@@ -91,7 +100,8 @@ struct ReleaseOptions: ParsableArguments {
 
     /// The config keys of `update`.
     /// `verity` takes true, false or "auto" (`--verity`, nothing, `--verity-auto`).
-    static let configKeys: [String: Bool] = ["ima": true, "verity": false, "keep-previous": true, "pending": false, "retry-bad": false, "post-install": true, "health-check": true, "health-timeout": true]
+    static let configKeys: [String: Bool] = ["ima": true, "verity": false, "keep-previous": true, "pending": false, "retry-bad": false, "post-install": true, "health-check": true, "health-timeout": true,
+                                                 "pre-install": true, "window": true]
 
     /// What the hooks did, for the text output.
     static func say(_ report: InstallReport) {

@@ -63,7 +63,11 @@ struct Status: ParsableCommand {
         let unchecked: Bool
         let bad: [Bad]
         @Null var last_rollback: LastRollback?
+        @Null var channel: Channel?
     }
+
+    /// What the last update found on the channel and did not install, and why (issue 53).
+    struct Channel: Encodable { let sequence: UInt64; let version: String; let note: String; let at: String }
 
     /// One directory: the releases of an installed destination.
     func showDestination(_ dir: String) throws {
@@ -76,7 +80,8 @@ struct Status: ParsableCommand {
             Output.json(DestinationReport(destination: dir, current: release(status.current), previous: release(status.previous),
                                           pending: status.pendingSince != nil, pending_since: status.pendingSince, unchecked: status.unchecked,
                                           bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at) },
-                                          last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) }))
+                                          last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) },
+                                          channel: status.channel.map { .init(sequence: $0.sequence, version: $0.version, note: $0.note, at: $0.at) }))
         } else {
             // Never "confirmed" and bad at once: an unchecked release says so, one the record
             // refused says so, and a bad range is said from above the release DIR holds.
@@ -93,6 +98,7 @@ struct Status: ParsableCommand {
                 lines.append("  bad:      \(bad.name) \(range) — \(bad.reason) (\(bad.at))")
             }
             if let last = status.lastRollback { lines.append("  rollback: sequence \(last.from) to \(last.to) by \(last.by), \(last.at)") }
+            if let channel = status.channel { lines.append("  channel:  \(channel.note) (since \(channel.at))") }
             Output.lines(lines)
         }
     }

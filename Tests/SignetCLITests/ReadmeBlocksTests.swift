@@ -24,6 +24,7 @@ struct ReadmeBlocksTests {
         "tuf-one-key": "TUFThresholdCLITests.readmeOneKey",
         "systemd": "ReadmeBlocksTests.systemd",
         "release-bad": "ReleasesCLITests.readme",
+        "rollout": "RolloutCLITests.readme",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",

@@ -139,6 +139,11 @@ struct RolloutCLITests {
         let kept = try eligible[0].update(p)
         let keptRollout = try Self.rollout(kept)
         #expect(kept.status == 0 && eligible[0].installed == "release 2\n" && keptRollout["state"] as? String == "halted")
+        // status DIR says so, on both.
+        let haltedStatus = try CLI.run(["status", eligible[0].dest])
+        #expect(haltedStatus.stdoutText.contains("channel:  halted: the publisher halted the rollout of 1.2 (sequence 2); this device keeps it"), "\(haltedStatus.stdoutText)")
+        let lacking = try CLI.run(["status", waiting[1].dest, "--json"])
+        #expect(((try lacking.json()["channel"] as? [String: Any])?["note"] as? String)?.hasPrefix("halted:") == true, "\(lacking.stdoutText)")
 
         // An emergency plan: every device at its next update.
         try p.check(CLI.run(["repo", "rollout", p.repo, "app", "--plan", "now"] + p.key))
@@ -146,6 +151,8 @@ struct RolloutCLITests {
         let now = try waiting[1].update(p)
         #expect(now.status == 0 && waiting[1].installed == "release 2\n", "\(now.stderr)")
         #expect((try Self.rollout(now))["percent"] as? Double == 100)
+        let cleared = try CLI.run(["status", waiting[1].dest, "--json"])
+        #expect(try cleared.json()["channel"] is NSNull, "installed: nothing held back: \(cleared.stdoutText)")
     }
 
     @Test("--ignore-rollout installs a release whose wave has not come; a device without an id file is told what to give")
@@ -188,6 +195,8 @@ struct RolloutCLITests {
         #expect(held.status == 0 && device.installed == "release 1\n", "\(held.stderr)")
         let heldReport = try held.json()
         #expect((heldReport["deferred"] as? String)?.hasPrefix("held:") == true && heldReport["update_available"] as? Bool == true)
+        let status = try CLI.run(["status", device.dest])
+        #expect(status.stdoutText.contains("channel:  held: this device installs nothing new (hold)"), "\(status.stdoutText)")
         let locked = try run(base + "version-lock = \"1.1\"\n")
         #expect(locked.status == 0 && device.installed == "release 1\n", "\(locked.stderr)")
         #expect((try locked.json()["deferred"] as? String)?.contains("version lock (version 1.1) excludes 1.2") == true, "\(locked.stdoutText)")
@@ -198,6 +207,120 @@ struct RolloutCLITests {
         // --ignore-rollout is no config key: a file would opt a device out of every rollout.
         let ignored = try run(base + "ignore-rollout = true\n")
         #expect(ignored.status == 2 && ignored.stderr.contains("unknown key 'ignore-rollout'"), "\(ignored.stderr)")
+    }
+
+    @Test("README's 'Rolling out a release' block runs as written: plan, watch, pause, halt, the emergency fix installed; its config keys parse")
+    func readme() throws {
+        let server = try TUFCLITests.shared.get()
+        let work = try TemporaryDirectory()
+        let d = work.path
+        let www = server.www + "/rollout-readme-\(getpid())"
+        let environment: [String: String?] = [
+            "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+            "SIGNET_PASSPHRASE": "one key",
+        ]
+        func shell(_ script: String) throws -> ProcessResult {
+            let ran = try SignetTestSupport.run("bash", ["-euo", "pipefail", "-c", script], environment: environment, directory: d)
+            try #require(ran.status == 0, "\(script)\n\(ran.stderr)\n\(ran.stdoutText)")
+            return ran
+        }
+        // The one-key repository of the block before it, with release 1.0.0; the packages the block adds.
+        let oneKey = try UpdateCLITests.readmeBlock("tuf-one-key").replacingOccurrences(of: "/srv/www/app", with: www)
+        try FileManager.default.createDirectory(atPath: d + "/dist", withIntermediateDirectories: true)
+        try Data("app 1.0.0\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
+        _ = try shell(oneKey)
+        for (version, sequence) in [("1.1.0", 110), ("1.1.1", 111)] {
+            try Data("app \(version)\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
+            _ = try shell("signet pack dist --key release/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version \(version) --sequence \(sequence) --out app-\(version).zip")
+        }
+        // A device on 1.0.0, by its config file.
+        let metadata = d + "/metadata", dest = d + "/opt/app", config = d + "/app.conf"
+        #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, www + "/metadata/1.root.json"]).status == 0)
+        try Data("0123456789abcdef0123456789abcdef\n".utf8).write(to: URL(fileURLWithPath: d + "/machine-id"))
+        let base = """
+        repository = "\(server.url("rollout-readme-\(getpid())/metadata/"))"
+        tuf-metadata = "\(metadata)"
+        channel = "stable"
+        dest = "\(dest)"
+        tls-ca = ["\(server.root)"]
+        device-id-file = "\(d)/machine-id"
+
+        """
+        try Data(base.utf8).write(to: URL(fileURLWithPath: config))
+        #expect(try CLI.run(["update", "--config", config]).status == 0)
+        #expect((try? String(contentsOfFile: dest + "/version.txt", encoding: .utf8)) == "app 1.0.0\n")
+
+        let block = try UpdateCLITests.readmeBlock("rollout").replacingOccurrences(of: "/srv/www/app", with: www)
+            .replacingOccurrences(of: "/etc/signet/update.d/app.conf", with: config)
+        let ran = try shell(block)
+        // The watch step's document: this device's place in the plan.
+        #expect(ran.stdoutText.contains("\"bucket\"") && ran.stdoutText.contains("\"percent\" : 1,") && ran.stdoutText.contains("\"eligible_at\""), "\(ran.stdoutText)")
+        #expect(ran.stdoutText.contains("paused at") && ran.stdoutText.contains("halted"), "\(ran.stdoutText)")
+        #expect((try? String(contentsOfFile: dest + "/version.txt", encoding: .utf8)) == "app 1.1.1\n", "\(ran.stdoutText)")
+
+        // The config lines the section shows are config keys update takes.
+        let readme = try String(contentsOfFile: UpdateCLITests.repository + "/README.md", encoding: .utf8)
+        let section = try #require(readme.components(separatedBy: "### Rolling out a release").dropFirst().first)
+        let toml = try #require(section.components(separatedBy: "```toml\n").dropFirst().first?.components(separatedBy: "```").first)
+        try Data((base + toml.replacingOccurrences(of: "device-id-file = \"/var/lib/app/device-id\"", with: "")).utf8).write(to: URL(fileURLWithPath: config))
+        let checked = try CLI.run(["update", "--config", config, "--check", "--json"])
+        #expect(checked.status == 0, "\(checked.stderr)")
+    }
+
+    /// `HH:MM..HH:MM` in UTC from `from` to `to` hours after now (the CLI runs with TZ=UTC).
+    static func window(fromHours from: Double, toHours to: Double) -> String {
+        let calendar: Calendar = { var c = Calendar(identifier: .gregorian); c.timeZone = TimeZone(identifier: "UTC")!; return c }()
+        func clock(_ hours: Double) -> String {
+            let parts = calendar.dateComponents([.hour, .minute], from: Date().addingTimeInterval(hours * 3_600))
+            return String(format: "%02d:%02d", parts.hour!, parts.minute!)
+        }
+        return "\(clock(from))..\(clock(to))"
+    }
+
+    @Test("window: outside it the release is staged, verified and kept, exit 0; inside it what was staged is installed without fetching it again. pre-install: exit 75 is not now (exit 0), another exit refuses (exit 1), 0 installs")
+    func windowAndPreInstall() throws {
+        let p = try Publisher("rollout-window")
+        let device = try Device(p, 300)
+        // Many files, so that fetching them again would show.
+        func publish(_ sequence: Int) throws {
+            let tree = try TemporaryDirectory()
+            try Data("release \(sequence)\n".utf8).write(to: URL(fileURLWithPath: tree.file("a.txt")))
+            for index in 0..<40 { try Data((0..<2_000).map { UInt8(truncatingIfNeeded: $0 &* (index + sequence * 41)) }).write(to: URL(fileURLWithPath: tree.file("f\(index).bin"))) }
+            let package = p.work.directory.file("app-\(sequence).zip")
+            try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", package] + p.key))
+            try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable"] + p.key))
+            try Self.refresh(p)
+        }
+        try publish(1)
+        #expect(try device.update(p).status == 0 && device.installed == "release 1\n")
+        try publish(2)
+        let utc = ["TZ": "UTC"]
+        func update(_ extra: [String]) throws -> ProcessResult {
+            try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable", "--dest", device.dest,
+                         "--tls-ca", p.server.root, "--state", device.state, "--device-id-file", device.idFile, "--json"] + extra, environment: utc)
+        }
+        let outside = try update(["--window", "Mon..Sun " + Self.window(fromHours: 2, toHours: 3)])
+        #expect(outside.status == 0 && device.installed == "release 1\n", "\(outside.stderr)")
+        #expect((try outside.json()["deferred"] as? String)?.contains("outside the maintenance window") == true, "\(outside.stdoutText)")
+        let parent = (device.dest as NSString).deletingLastPathComponent
+        let beside = try FileManager.default.contentsOfDirectory(atPath: parent)
+        #expect(beside.contains { $0.contains("staging") || $0.contains("salvage") }, "the staged release is kept beside DIR: \(beside)")
+        let inside = try update(["--window", Self.window(fromHours: -1, toHours: 1)])
+        #expect(inside.status == 0 && device.installed == "release 2\n", "\(inside.stderr)")
+        let transfer = try #require(try inside.json()["transfer"] as? [String: Any], "\(inside.stdoutText)")
+        #expect(transfer["files_fetched"] as? Int == 0, "what was staged outside the window is installed, not fetched again: \(transfer)")
+
+        try publish(3)
+        let notNow = try update(["--pre-install", "sh -c 'echo busy; exit 75'"])
+        #expect(notNow.status == 0 && device.installed == "release 2\n", "\(notNow.stderr)")
+        #expect((try notNow.json()["deferred"] as? String)?.contains("said not now (exit 75): busy") == true, "\(notNow.stdoutText)")
+        let refused = try update(["--pre-install", "sh -c 'echo battery low; exit 3'"])
+        #expect(refused.status == 1 && UpdateCLITests.code(refused) == "pre-install-refused" && device.installed == "release 2\n", "\(refused.stdoutText)")
+        #expect(refused.stderr.contains("battery low") || refused.stdoutText.contains("battery low"))
+        let agreed = try update(["--pre-install", "sh -c 'test \"$SIGNET_EVENT:$SIGNET_NEW_SEQUENCE:$SIGNET_OLD_SEQUENCE\" = pre-install:3:2'"])
+        #expect(agreed.status == 0 && device.installed == "release 3\n", "\(agreed.stdoutText) \(agreed.stderr)")
+        let bad = try update(["--window", "Mon..Fri 2:00..4:00"])
+        #expect(bad.status == 2 && bad.stderr.contains("HH:MM..HH:MM"), "\(bad.stderr)")
     }
 }
 

@@ -4,7 +4,8 @@ import Signet
 
 /// Issue 53: a release's rollout plan, with an injected clock: a fleet of 1,000 device ids
 /// installs in the shares the plan states; a pause holds the share, a resume goes on from it,
-/// a halt offers the release to no one; the bucket function matches FORMAT.md §7's vector.
+/// a halt offers the release to no one; the bucket function matches FORMAT.md §7's vector;
+/// maintenance windows and version locks.
 @Suite("Rollouts: plans, buckets, the fleet's shares")
 struct RolloutTests {
     static let start = Timestamp(rfc3339: "2026-12-01T00:00:00Z")!
@@ -62,5 +63,40 @@ struct RolloutTests {
                     "-1%@0h", "10%@-1h", "1e2%@0h", "10%@99999999999999999999h", "+5%@0h"] {
             #expect(throws: SignetError.self, "'\(bad)'") { try TUFRollout(plan: bad, start: Self.start) }
         }
+    }
+
+    @Test("Maintenance windows: days, spans, spans past midnight (the day they start on), and every malformed window refused")
+    func windows() throws {
+        // Local wall-clock times (the window is in local time): Monday 2026-11-30 is day 0 here.
+        let monday = Timestamp(rfc3339: "2026-11-30T00:00:00Z")!.secondsSinceEpoch
+        func local(day: Int64, _ hour: Int64, _ minute: Int64 = 0) -> Timestamp {
+            let utc = monday + day * 86_400 + hour * 3_600 + minute * 60
+            let offset = Int64(TimeZone.current.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(utc))))
+            return Timestamp(secondsSinceEpoch: utc - offset)
+        }
+        let weekdays = try MaintenanceWindow("Mon..Fri 02:00..04:00")
+        #expect(weekdays.contains(local(day: 0, 2)) && weekdays.contains(local(day: 4, 3, 59)))
+        #expect(!weekdays.contains(local(day: 0, 4)) && !weekdays.contains(local(day: 0, 1, 59)) && !weekdays.contains(local(day: 5, 3)))
+        let night = try MaintenanceWindow("Fri 22:00..02:00")
+        #expect(night.contains(local(day: 4, 23)) && night.contains(local(day: 5, 1, 30)))
+        #expect(!night.contains(local(day: 3, 23)) && !night.contains(local(day: 4, 1)) && !night.contains(local(day: 5, 2)))
+        let weekend = try MaintenanceWindow("Sat,Sun 00:00..24:00")
+        #expect(weekend.contains(local(day: 5, 0)) && weekend.contains(local(day: 6, 23, 59)) && !weekend.contains(local(day: 0, 12)))
+        #expect(try MaintenanceWindow("Sun..Tue 10:00..11:00").days == [0, 1, 2])
+        for bad in ["", "02:00", "Mon..Fri", "Mon..Fri 2:00..4:00", "Mon..Fri 02:00-04:00", "Funday 02:00..04:00", "Mon 02:00..02:00",
+                    "Mon 25:00..26:00", "Mon 02:60..03:00", "Mon 24:00..01:00", "Mo 01:00..02:00", "Mon 01:00..02:00 extra"] {
+            #expect(throws: SignetError.self, "'\(bad)'") { try MaintenanceWindow(bad) }
+        }
+    }
+
+    @Test("Version locks: a sequence, or a version prefix on a component boundary")
+    func versionLocks() throws {
+        #expect(try VersionLock("42") == .sequence(42))
+        let lock = try VersionLock("1.4")
+        #expect(lock.allows(version: "1.4", sequence: 1) && lock.allows(version: "1.4.2", sequence: 2) && lock.allows(version: "1.4-rc1", sequence: 3))
+        #expect(!lock.allows(version: "1.40", sequence: 4) && !lock.allows(version: "1.5", sequence: 5))
+        #expect(try VersionLock("1.").allows(version: "1.9", sequence: 1))
+        #expect(throws: SignetError.self) { try VersionLock("1 4") }
+        #expect(throws: SignetError.self) { try VersionLock("") }
     }
 }

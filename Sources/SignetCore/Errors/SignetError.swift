@@ -145,9 +145,16 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// what was installed (a file shared with the current release was changed in place).
         /// DIR is unchanged.
         public static let rollbackRefused = Code("rollback-refused", exitStatus: .verificationFailed)
-        /// Any other I/O failure (no space, read error, ...).
         /// `--verity` on a filesystem that does not take fs-verity files (issue 52).
         public static let verityUnsupported = Code("verity-unsupported", exitStatus: .environment)
+        /// The release was staged and verified, but not swapped in: outside the maintenance
+        /// window, or the pre-install command said "not now" (exit 75). What was staged is kept
+        /// for the next run (issue 53). `signet update` reports it and exits 0.
+        public static let installDeferred = Code("install-deferred", exitStatus: .environment)
+        /// The pre-install command refused the release (an exit other than 0 and 75, a signal,
+        /// a time-out): nothing was installed; the next run asks again (issue 53).
+        public static let preInstallRefused = Code("pre-install-refused", exitStatus: .verificationFailed)
+        /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
         /// OpenSSL failed in a way that is not about the input (out of memory, RNG failure).
         public static let crypto = Code("crypto-failure", exitStatus: .environment)

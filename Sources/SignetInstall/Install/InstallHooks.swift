@@ -8,12 +8,19 @@ import Musl
 #endif
 import SignetCore
 
-/// The commands an install runs after its swap (issue 39, FORMAT.md §2 "Hooks"): each is an
+/// The commands an install runs around its swap (issue 39, FORMAT.md §2 "Hooks"): each is an
 /// argument vector, run without a shell (a shell only where the command names one), with a
 /// clean environment (a fixed `PATH`, `LANG=C.UTF-8` and the `SIGNET_*` variables), standard
 /// input from `/dev/null`, and its standard output and error captured (the last 64 KiB) into
 /// the install's report.
 public struct InstallHooks: Sendable {
+    /// Run once the new release is staged and verified, just before the swap (issue 53): exit
+    /// 0 installs it; exit 75 (EX_TEMPFAIL, "not now") keeps what was staged for the next run
+    /// (`.installDeferred`); anything else refuses the release for this run
+    /// (`.preInstallRefused`). It runs in a clean environment like the others, with
+    /// `SIGNET_EVENT=pre-install`, and may take `preInstallTimeout` seconds.
+    public var preInstall: [String]? = nil
+    public var preInstallTimeout: Double = 300
     /// Run after every successful swap (and again after a health check's rollback, with
     /// `SIGNET_EVENT=rollback`): restart the application, reload a service. Its failure is
     /// reported, and changes nothing.

@@ -84,8 +84,12 @@ public struct InstallOptions: Sendable {
     /// Leave the new release pending until ``Installer/confirm(_:wait:)-(String,_)``: a boot without a
     /// confirmation rolls it back (`signet rollback --boot-check`, the boot unit).
     public var pending = false
-    /// Commands run after a successful swap: a post-install command and a health check.
+    /// Commands run around the swap: a pre-install command, a post-install command and a
+    /// health check.
     public var hooks = InstallHooks()
+    /// When the swap may happen (issue 53; empty: any time). Outside them the release is
+    /// staged and verified, then kept beside DIR for the next run (`.installDeferred`).
+    public var windows: [MaintenanceWindow] = []
 
     /// The defaults: refuse to replace foreign directories and to roll back.
     public init() {}

@@ -59,6 +59,9 @@ public struct DestinationStatus: Sendable {
     public let bad: [(name: String, sequence: UInt64, reason: String, at: String)]
     /// The last rollback: from, to, by whom ("owner", "health-check", "boot-check"), when.
     public let lastRollback: (from: UInt64, to: UInt64, by: String, at: String)?
+    /// What the last `update` found on the channel and did not install, and why; or that the
+    /// release DIR holds was halted (issue 53).
+    public var channel: (sequence: UInt64, version: String, note: String, at: String)? = nil
 }
 
 extension ReleaseRecord {
@@ -75,6 +78,7 @@ extension ReleaseRecord {
             previous_signer = nil
         }
         current_manifest_sha256 = digest
+        channel = nil
         current_signer = signer.map { Data($0.subjectPublicKeyInfo).base64EncodedString() }
         self.pending = pending
     }
@@ -311,7 +315,28 @@ extension Installer {
                                        bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at) },
                                        lastRollback: releases.last_rollback.map { ($0.from, $0.to, $0.by, $0.at) })
         status.unchecked = current != nil && releases.unchecked == current?.sequence
+        status.channel = releases.channel.map { ($0.sequence, $0.version, $0.note, $0.at) }
         return status
+    }
+
+    /// Records beside DIR what an update found on its channel and did not install, and why
+    /// (nil: nothing held back), under DIR's lock: what `status DIR` shows (issue 53). Written
+    /// only when it changes; a DIR with no release installed by Signet gets no record.
+    public static func noteChannel(_ destination: String, sequence: UInt64, version: String, note: String?, wait: Double = 10) throws {
+        let destination = try normalizedDestination(destination)
+        let lock = try DestinationLock(destination, wait: wait)
+        defer { lock.release() }
+        var releases = try ReleaseRecord.read(for: destination)
+        guard releases.current_manifest_sha256 != nil else { return }
+        var wanted: ReleaseRecord.ChannelNote? = nil
+        if let note {
+            // The same note keeps the time it was first seen.
+            let same = releases.channel.map { $0.note == note && $0.sequence == sequence } ?? false
+            wanted = .init(sequence: sequence, version: version, note: note, at: same ? releases.channel!.at : Timestamp.now.rfc3339)
+        }
+        guard wanted != releases.channel else { return }
+        releases.channel = wanted
+        try releases.write(for: destination)
     }
 }
 

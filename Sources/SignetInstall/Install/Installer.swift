@@ -104,7 +104,52 @@ public enum Installer {
         case .install(let value): admitted = value
         }
         let staged = try stageResources(job, admitted: &admitted, state: state, ranged: ranged)
+        do {
+            try gate(job, admitted: admitted, state: state)
+        } catch let deferred as SignetError where deferred.code == .installDeferred {
+            // Staged and verified, not swapped: kept beside DIR, where the next run (ranged)
+            // takes its files over instead of fetching them again.
+            if let ranged {
+                ranged.leftovers.adopt(staged.staging.path)
+                throw SignetError(.installDeferred, deferred.reason + "; what was staged is kept beside '\(destination)' for the next run", path: destination)
+            }
+            _ = staged.staging.remove()
+            throw deferred
+        } catch {
+            _ = staged.staging.remove()
+            throw error
+        }
         return try swap(staged, job: job, admitted: admitted, state: state, stale: stale, ranged: ranged)
+    }
+
+    /// Between staging and the swap (issue 53): the maintenance windows, then the pre-install
+    /// command. Throws `.installDeferred` (not now) or `.preInstallRefused`.
+    static func gate(_ job: Job, admitted: Admitted, state: DestinationState) throws {
+        let options = job.options
+        guard let manifest = admitted.checked?.manifest else { return }
+        let new = Release(manifest)
+        if !options.windows.isEmpty, !options.windows.contains(where: { $0.contains(options.now) }) {
+            throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): \(new.description) is staged and verified, not installed", path: job.destination)
+        }
+        guard let command = options.hooks.preInstall else { return }
+        let old = Self.release(of: state)
+        var environment = ["SIGNET_EVENT": "pre-install", "SIGNET_DEST": job.destination,
+                           "SIGNET_NEW_NAME": new.name, "SIGNET_NEW_VERSION": new.version, "SIGNET_NEW_SEQUENCE": String(new.sequence)]
+        if let old {
+            environment["SIGNET_OLD_NAME"] = old.name
+            environment["SIGNET_OLD_VERSION"] = old.version
+            environment["SIGNET_OLD_SEQUENCE"] = String(old.sequence)
+        }
+        let result = HookRunner.run("pre-install", command, environment: environment, timeout: options.hooks.preInstallTimeout)
+        if HookRunner.isStopped {
+            throw SignetError(.interrupted, "interrupted in the pre-install command; nothing was installed", path: job.destination)
+        }
+        if result.succeeded { return }
+        let output = result.output.trimmingCharacters(in: .whitespacesAndNewlines).suffix(300)
+        if result.exitStatus == 75 {
+            throw SignetError(.installDeferred, "the pre-install command said not now (exit 75)\(output.isEmpty ? "" : ": \(output)"): \(new.description) is staged and verified, not installed", path: job.destination)
+        }
+        throw SignetError(.preInstallRefused, "the pre-install command refused \(new.description) (\(result.outcome))\(output.isEmpty ? "" : ": \(output)"); nothing was installed, and the next run asks again", path: job.destination)
     }
 
     /// The installed tree holds exactly this release: the same name and sequence, and its

@@ -18,7 +18,8 @@ import SignetCrypto
 /// "previous_manifest_sha256": HEX|absent, "current_signer": BASE64|absent, "previous_signer":
 /// BASE64|absent, "pending": {"sequence": N, "boot_id": ID, "since":
 /// TIME}|absent, "unchecked": N|absent, "bad": {NAME: {"sequence": N, "reason": TEXT, "at": TIME}}, "last_rollback":
-/// {"from": N, "to": N, "by": "owner"|"health-check"|"boot-check", "at": TIME}|absent}`.
+/// {"from": N, "to": N, "by": "owner"|"health-check"|"boot-check", "at": TIME}|absent,
+/// "channel": {"sequence": N, "version": TEXT, "note": TEXT, "at": TIME}|absent}`.
 package struct ReleaseRecord: Codable, Equatable {
     package var format = "signet-release/1"
     /// The SHA-256 of the installed tree's manifest, as verified when it was installed.
@@ -37,6 +38,21 @@ package struct ReleaseRecord: Codable, Equatable {
     package var unchecked: UInt64? = nil
     package var bad: [String: Bad] = [:]
     package var last_rollback: Rollback? = nil
+    /// What the last `update` found on the channel and did not install, and why (issue 53:
+    /// waiting for its wave, halted, held, locked, outside the window, not now); or that the
+    /// release DIR holds was halted. Cleared by the next install and when nothing is held back.
+    package var channel: ChannelNote? = nil
+
+    package struct ChannelNote: Codable, Equatable {
+        package var sequence: UInt64
+        package var version: String
+        package var note: String
+        package var at: String
+
+        package init(sequence: UInt64, version: String, note: String, at: String) {
+            (self.sequence, self.version, self.note, self.at) = (sequence, version, note, at)
+        }
+    }
 
     /// An installed release not yet confirmed (`--pending`).
     package struct Pending: Codable, Equatable {

@@ -223,6 +223,14 @@ public enum TUFUpdater {
                     + (rollout.eligibleAt.map { "from \($0.rfc3339)" } ?? (rollout.state == .paused ? "once it resumes" : "is not in the plan yet"))
             }
         }
+        // What `status DIR` shows: why the channel's release is not installed, or that the
+        // release DIR holds was halted (not on --check, which changes nothing).
+        if !options.checkOnly, installed != nil {
+            let halted = !newer && sameName && rollout?.state == .halted
+                ? "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); this device keeps it" : nil
+            try Installer.noteChannel(destination, sequence: release.sequence, version: release.version, note: deferred ?? halted,
+                                      wait: options.install.wait)
+        }
         guard newer || repairing, !options.checkOnly, deferred == nil else {
             var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
                                          updateAvailable: newer, channelIsOlder: older, install: nil)
@@ -237,8 +245,20 @@ public enum TUFUpdater {
         var install = options.install
         install.expectedPackage = PackageBinding(name: release.name, version: release.version, sequence: release.sequence,
                                                  size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
-        let report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
+        let report: InstallReport
+        do {
+            report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
                                            download: options.client.download, cancelled: cancelled)
+        } catch let deferred as SignetError where deferred.code == .installDeferred {
+            // Outside the maintenance window, or the pre-install command said not now: staged,
+            // kept for the next run; not a failure.
+            var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
+                                         updateAvailable: newer, channelIsOlder: false, install: nil)
+            report.rollout = rollout
+            report.deferred = deferred.reason
+            try? Installer.noteChannel(destination, sequence: release.sequence, version: release.version, note: deferred.reason, wait: options.install.wait)
+            return report
+        }
         var updated = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
                                       updateAvailable: newer, channelIsOlder: false, install: report)
         updated.rollout = rollout
