@@ -123,6 +123,11 @@ struct RolloutCLITests {
         #expect(stale.status != 0 && ["rollback", "expired-metadata"].contains(UpdateCLITests.code(stale) ?? ""), "\(stale.stdoutText) \(stale.stderr)")
         try FileManager.default.removeItem(atPath: p.repo + "/metadata")
         try FileManager.default.moveItem(atPath: current, toPath: p.repo + "/metadata")
+        // Resumed: active again, from where it stopped.
+        try p.check(CLI.run(["repo", "rollout", p.repo, "app", "--resume"] + p.key))
+        try Self.refresh(p)
+        let resumed = try Self.rollout(try waiting[0].update(p, ["--check"]))
+        #expect(resumed["state"] as? String == "active" && resumed["percent"] as? Double == 50 && resumed["eligible_at"] is String, "\(resumed)")
 
         // Halted: no device that lacks release 2 installs it, not even --ignore-rollout; one that has it keeps it.
         // Staged without a key: what the co-signers review names the change before they sign it.

@@ -202,13 +202,7 @@ public enum TUFUpdater {
         }
         // Issue 53: the release's rollout for this device, a hold and a version lock.
         let now = clientOptions.now ?? .now
-        let rollout = try release.rollout.map { plan -> RolloutStatus in
-            let id = try deviceID(options.deviceIDFile)
-            let bucket = TUFRollout.bucket(deviceID: id, name: release.name, sequence: release.sequence)
-            let open = plan.openBuckets(at: now)
-            return RolloutStatus(bucket: bucket, openBuckets: open, state: plan.state, eligible: bucket < open,
-                                 eligibleAt: plan.opens(bucket, at: now), plan: plan)
-        }
+        let rollout = release.rollout == nil ? nil : rolloutStatus(of: release, deviceID: try deviceID(options.deviceIDFile), at: now)
         var deferred: String? = nil
         if newer && !repairing {
             if options.hold {
@@ -263,6 +257,16 @@ public enum TUFUpdater {
                                       updateAvailable: newer, channelIsOlder: false, install: report)
         updated.rollout = rollout
         return updated
+    }
+
+    /// Where `release`'s rollout stands at `now` for the device whose id is `deviceID` (nil: the
+    /// release has no plan): what ``update(to:options:)-(String,_)`` decides by.
+    public static func rolloutStatus(of release: TUFPackageTarget, deviceID: [UInt8], at now: Timestamp) -> RolloutStatus? {
+        guard let plan = release.rollout else { return nil }
+        let bucket = TUFRollout.bucket(deviceID: deviceID, name: release.name, sequence: release.sequence)
+        let open = plan.openBuckets(at: now)
+        return RolloutStatus(bucket: bucket, openBuckets: open, state: plan.state, eligible: bucket < open,
+                             eligibleAt: plan.opens(bucket, at: now), plan: plan)
     }
 
     /// `1,250` buckets as `12.5%`.
