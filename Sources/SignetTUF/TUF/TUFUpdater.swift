@@ -260,7 +260,7 @@ public enum TUFUpdater {
     }
 
     /// Where `release`'s rollout stands at `now` for the device whose id is `deviceID` (nil: the
-    /// release has no plan): what ``update(to:options:)-(String,_)`` decides by.
+    /// release has no plan): what `update(to:options:)` decides by.
     public static func rolloutStatus(of release: TUFPackageTarget, deviceID: [UInt8], at now: Timestamp) -> RolloutStatus? {
         guard let plan = release.rollout else { return nil }
         let bucket = TUFRollout.bucket(deviceID: deviceID, name: release.name, sequence: release.sequence)
