@@ -111,18 +111,25 @@ extension Installer {
     ///
     /// With `recheck`, only the health check runs: DIR already holds the release, whose check
     /// never finished (the process was killed in it, the record says `unchecked`).
+    /// The `SIGNET_*` variables every hook gets: the event, DIR, the new release and the old
+    /// one (absent on a first install).
+    static func hookEnvironment(event: String, destination: String, from: Release?, to: Release) -> [String: String] {
+        var env = ["SIGNET_EVENT": event, "SIGNET_DEST": destination,
+                   "SIGNET_NEW_NAME": to.name, "SIGNET_NEW_VERSION": to.version, "SIGNET_NEW_SEQUENCE": String(to.sequence)]
+        if let from {
+            env["SIGNET_OLD_NAME"] = from.name
+            env["SIGNET_OLD_VERSION"] = from.version
+            env["SIGNET_OLD_SEQUENCE"] = String(from.sequence)
+        }
+        return env
+    }
+
     static func runHooks(_ report: inout InstallReport, old: Release?, options: InstallOptions, installState: InstallState?, recheck: Bool = false) throws {
         guard let manifest = report.manifest, options.hooks.postInstall != nil || options.hooks.healthCheck != nil else { return }
         let new = Release(manifest)
         func environment(event: String, from: Release?, to: Release) -> [String: String] {
-            var env = ["SIGNET_EVENT": event, "SIGNET_DEST": report.destination,
-                       "SIGNET_NEW_NAME": to.name, "SIGNET_NEW_VERSION": to.version, "SIGNET_NEW_SEQUENCE": String(to.sequence),
-                       "SIGNET_PENDING": report.pending ? "1" : "0"]
-            if let from {
-                env["SIGNET_OLD_NAME"] = from.name
-                env["SIGNET_OLD_VERSION"] = from.version
-                env["SIGNET_OLD_SEQUENCE"] = String(from.sequence)
-            }
+            var env = hookEnvironment(event: event, destination: report.destination, from: from, to: to)
+            env["SIGNET_PENDING"] = report.pending ? "1" : "0"
             env["SIGNET_REPORT"] = reportJSON(report, from: from, to: to, event: event)
             return env
         }

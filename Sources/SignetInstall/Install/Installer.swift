@@ -132,14 +132,7 @@ public enum Installer {
             throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): \(new.description) is staged and verified, not installed", path: job.destination)
         }
         guard let command = options.hooks.preInstall else { return }
-        let old = Self.release(of: state)
-        var environment = ["SIGNET_EVENT": "pre-install", "SIGNET_DEST": job.destination,
-                           "SIGNET_NEW_NAME": new.name, "SIGNET_NEW_VERSION": new.version, "SIGNET_NEW_SEQUENCE": String(new.sequence)]
-        if let old {
-            environment["SIGNET_OLD_NAME"] = old.name
-            environment["SIGNET_OLD_VERSION"] = old.version
-            environment["SIGNET_OLD_SEQUENCE"] = String(old.sequence)
-        }
+        let environment = hookEnvironment(event: "pre-install", destination: job.destination, from: Self.release(of: state), to: new)
         let result = HookRunner.run("pre-install", command, environment: environment, timeout: options.hooks.preInstallTimeout)
         if HookRunner.isStopped {
             throw SignetError(.interrupted, "interrupted in the pre-install command; nothing was installed", path: job.destination)

@@ -103,11 +103,19 @@ public struct TUFRollout: Sendable, Equatable {
     /// The plan as `repo add` takes it (`1%@0h,10%@24h`).
     public var planText: String {
         steps.map { step in
-            let percent = step.buckets % 100 == 0 ? "\(step.buckets / 100)" : String(format: "%d.%02d", step.buckets / 100, step.buckets % 100)
+            let percent = Self.percent(step.buckets).dropLast()
             let after = step.after % 86_400 == 0 && step.after > 0 ? "\(step.after / 86_400)d" : step.after % 3_600 == 0 ? "\(step.after / 3_600)h"
                 : step.after % 60 == 0 ? "\(step.after / 60)m" : "\(step.after)s"
             return "\(percent)%@\(after)"
         }.joined(separator: ",")
+    }
+
+    /// Buckets as a share: 1,000 is `10%`, 1,250 `12.5%`, 5 `0.05%`.
+    public static func percent(_ buckets: Int) -> String {
+        let whole = "\(buckets / 100)"
+        var fraction = String(format: "%02d", buckets % 100)
+        while fraction.hasSuffix("0") { fraction.removeLast() }
+        return whole + (fraction.isEmpty ? "" : "." + fraction) + "%"
     }
 
     /// The plan for a person: `1%@0h,10%@24h from 2026-12-01T00:00:00Z, active` (or `paused

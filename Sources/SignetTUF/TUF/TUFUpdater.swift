@@ -212,7 +212,7 @@ public enum TUFUpdater {
             } else if let rollout, rollout.state == .halted {
                 deferred = "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); it is offered to no device that does not hold it"
             } else if let rollout, !rollout.eligible, !options.ignoreRollout {
-                let share = Self.percent(rollout.openBuckets)
+                let share = TUFRollout.percent(rollout.openBuckets)
                 deferred = "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket)) "
                     + (rollout.eligibleAt.map { "from \($0.rfc3339)" } ?? (rollout.state == .paused ? "once it resumes" : "is not in the plan yet"))
             }
@@ -267,11 +267,6 @@ public enum TUFUpdater {
         let open = plan.openBuckets(at: now)
         return RolloutStatus(bucket: bucket, openBuckets: open, state: plan.state, eligible: bucket < open,
                              eligibleAt: plan.opens(bucket, at: now), plan: plan)
-    }
-
-    /// `1,250` buckets as `12.5%`.
-    static func percent(_ buckets: Int) -> String {
-        buckets % 100 == 0 ? "\(buckets / 100)%" : String(format: "%.2f%%", Double(buckets) / 100).replacingOccurrences(of: "0%", with: "%")
     }
 
     /// The device id: the file's content without surrounding white space (systemd's
