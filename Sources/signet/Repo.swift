@@ -25,6 +25,25 @@ struct Repo: ParsableCommand {
         subcommands: [Init.self, Add.self, Rollout.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Discard.self, Status.self]
     )
 
+    /// After a command staged the next targets version: its digest; with `key` (`--key`), also
+    /// signed, saying what that did (`what`: the change, for the line when it publishes).
+    static func signStagedTargets(_ repo: TUFRepository, key: PrivateKey?, output: OutputOptions, what: String) throws -> String {
+        let digest = try repo.review("targets")?.digest ?? ""
+        if let key {
+            let outcome = try repo.sign("targets", with: key, reviewed: digest)
+            if !output.json, !output.quiet {
+                Output.line(outcome.published ? "published \(outcome.version).targets.json \(what); devices see it after the next `signet repo refresh`"
+                            : "signed targets v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
+            }
+        }
+        return digest
+    }
+
+    /// What the targets key holders do next with a staged version.
+    static func sayNextSigners(_ repository: String, digest: String) {
+        Output.line("staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`")
+    }
+
     /// An RFC 3339 time option, or now.
     static func time(_ text: String?, option: String) throws -> Timestamp {
         guard let text else { return .now }
@@ -274,21 +293,14 @@ struct Repo: ParsableCommand {
             if (1_000_000_000..<10_000_000_000).contains(added.sequence) {
                 Output.warn("\(added.name)'s sequence \(added.sequence) looks like a Unix time (what pack uses without --sequence): devices refuse a lower one, so every later release of \(added.name) needs a sequence above it; if you number releases (--sequence 143), pack this one again with its number before anyone signs it")
             }
-            let digest = try repo.review("targets")?.digest ?? ""
-            if let key {
-                let outcome = try repo.sign("targets", with: key, reviewed: digest)
-                if !output.json, !output.quiet {
-                    Output.line(outcome.published ? "published \(outcome.version).targets.json with \(added.target); devices see it after the next `signet repo refresh`"
-                                : "signed targets v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
-                }
-            }
+            let digest = try Repo.signStagedTargets(repo, key: key, output: output, what: "with \(added.target)")
             if output.json {
                 Output.json(Report(target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels,
                                    manifest_sha256: added.manifestSHA256, rollout: added.rollout.map(RolloutPlan.init), digest: digest))
             } else if !output.quiet, key == nil {
                 Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence), manifest SHA-256 \(added.manifestSHA256)) for \(added.channels.joined(separator: ", "))"
                             + (added.rollout.map { "; rollout \(TUFRollout.describe($0))" } ?? ""))
-                Output.line("staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`")
+                Repo.sayNextSigners(repository, digest: digest)
             }
         }
     }

@@ -78,20 +78,13 @@ extension Repo {
             }
             let changed = try repo.changeRollout(of: release, change)
             guard let plan = changed.rollout else { throw SignetError(.malformedInput, "the staged release has no rollout plan") }
-            let digest = try repo.review("targets")?.digest ?? ""
-            if let key {
-                let outcome = try repo.sign("targets", with: key, reviewed: digest)
-                if !output.json, !output.quiet {
-                    Output.line(outcome.published ? "published \(outcome.version).targets.json: \(changed.target)'s rollout \(TUFRollout.describe(plan)); devices see it after the next `signet repo refresh`"
-                                : "signed targets v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
-                }
-            }
+            let digest = try Repo.signStagedTargets(repo, key: key, output: output, what: "with \(changed.target)'s rollout \(TUFRollout.describe(plan))")
             if output.json {
                 Output.json(Report(target: changed.target, name: changed.name, version: changed.version, sequence: changed.sequence,
                                    rollout: RolloutPlan(plan), digest: digest))
             } else if !output.quiet, key == nil {
                 Output.line("staged \(changed.target): rollout \(TUFRollout.describe(plan))")
-                Output.line("staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`")
+                Repo.sayNextSigners(repository, digest: digest)
             }
         }
     }
