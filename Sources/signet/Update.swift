@@ -290,6 +290,29 @@ extension Update {
         @Null var refused: Refused?
         @Null var rollout: Rollout?
         @Null var deferred: String?
+        @Null var choice: Choice?
+    }
+
+    /// Which listed release the run chose, and why (JSON `choice`; FORMAT §7).
+    struct Choice: Encodable {
+        struct Passed: Encodable {
+            let version: String
+            let sequence: UInt64
+            let reason: String
+        }
+        @Null var chosen: Release?
+        @Null var target: String?
+        let reason: String
+        let newest: Release
+        let passed_over: [Passed]
+
+        init(_ choice: TUFReleaseChoice) {
+            chosen = choice.chosen.map { Release(name: $0.name, version: $0.version, sequence: $0.sequence) }
+            target = choice.chosen?.target
+            reason = choice.reason.rawValue
+            newest = Release(name: choice.newest.name, version: choice.newest.version, sequence: choice.newest.sequence)
+            passed_over = choice.passedOver.map { Passed(version: $0.release.version, sequence: $0.release.sequence, reason: $0.reason.rawValue) }
+        }
     }
 
     /// The channel's release's rollout, for this device (JSON `rollout`; issue 53).
@@ -352,7 +375,8 @@ extension Update {
                                verity: report.install.map(ReleaseOptions.Verity.init),
                                hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
                                refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) },
-                               rollout: report.rollout.map(Rollout.init), deferred: report.deferred))
+                               rollout: report.rollout.map(Rollout.init), deferred: report.deferred,
+                               choice: report.choice.map(Choice.init)))
             return
         }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
@@ -362,12 +386,14 @@ extension Update {
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
             Unpack.sayShared(install)
             ReleaseOptions.say(install)
+            // It got the newest release that has reached it; a newer one is on its way.
+            if let deferred = report.deferred { Output.line("  newer: \(deferred)") }
         } else if let refused = report.refused {
             // Not a failure: the device keeps what runs until the publisher ships a fix.
             Output.line("held back: channel \(channel) names \(available.name) \(available.version) (sequence \(available.sequence)), which \(dest) refused (\(refused.reason), \(refused.at)); keeping \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "what it holds") until a higher sequence is published (--retry-bad installs it again); \(trusted)")
         } else if let deferred = report.deferred {
             // Not a failure: the device waits for its wave, or was told to hold.
-            Output.line("\(deferred); \(dest) keeps \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "what it holds"); \(trusted)")
+            Output.line("\(deferred); \(dest) \(installed.map { "keeps \($0.version) (sequence \($0.sequence))" } ?? "stays empty: no listed release has reached this device yet"); \(trusted)")
         } else if report.updateAvailable {
             Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)")
         } else if report.channelIsOlder {

@@ -105,6 +105,16 @@ struct RolloutCLITests {
         let text = try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", waiting[0].metadata, "--channel", "stable", "--dest", waiting[0].dest,
                                 "--tls-ca", p.server.root, "--state", waiting[0].state, "--device-id-file", waiting[0].idFile])
         #expect(text.status == 0 && text.stdoutText.contains("this device (bucket") && text.stdoutText.contains("keeps 1.1 (sequence 1)"), "\(text.stdoutText)")
+        // Which release each chose, and why (FORMAT §7, "Which release a device installs").
+        let choice = try #require(try waits.json()["choice"] as? [String: Any])
+        #expect((choice["chosen"] as? [String: Any])?["sequence"] as? Int == 1 && choice["reason"] as? String == "wave-not-reached"
+                && (choice["newest"] as? [String: Any])?["sequence"] as? Int == 2, "\(choice)")
+        #expect((try installs.json()["choice"] as? [String: Any])?["reason"] as? String == "newest")
+        // A new device whose wave has not come gets the release before (it is not left empty).
+        let fresh = try Device(p, 40)
+        let freshBucket = try #require(try Self.buckets([fresh.id], name: "app", sequence: 2).first)
+        let freshRun = try fresh.update(p)
+        #expect(freshRun.status == 0 && fresh.installed == (freshBucket < 5_000 ? "release 2\n" : "release 1\n"), "\(freshRun.stdoutText) \(freshRun.stderr)")
 
         // The mirror's copy of today's metadata, served again later.
         let saved = p.work.directory.file("saved-metadata")

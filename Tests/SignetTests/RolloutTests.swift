@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Signet
+@testable import SignetTUF
 import SignetTestSupport
 
 /// Issue 53: a release's rollout plan, with an injected clock: a fleet of 1,000 device ids
@@ -169,5 +170,188 @@ struct RolloutTests {
         let paused = try check(at: later)
         #expect(paused.rollout?.state == .paused)
         #expect(abs(share(paused.release, at: later) - 10) <= 2)
+    }
+}
+
+/// FORMAT.md §7, "Which release a device installs": while a release rolls out, is paused or is
+/// halted, a device its wave has not reached installs the newest release that has reached it,
+/// so an empty or reset device is never left with nothing. A repository on nginx, devices with
+/// an injected clock (nothing waits on real time).
+@Suite("Rollouts: every device gets the newest release that has reached it")
+struct ReleaseChoiceTests {
+    typealias Fleet = RolloutTests
+
+    /// The repository, its key, and the verified releases a device sees at a time.
+    struct Site {
+        let server: HTTPSServer
+        let key: PrivateKey
+        let work: TemporaryDirectory
+        let repository: TUFRepository
+        let path: String
+
+        init(_ name: String) throws {
+            server = try HTTPSServer()
+            key = try Fixtures.signingKey()
+            work = try TemporaryDirectory()
+            path = name
+            let one = TUFRepository.RoleKeys(keys: [key.publicKey])
+            repository = try TUFRepository.create(at: server.www + "/" + name, root: one, targets: one, snapshot: one, timestamp: one)
+            #expect(try repository.sign("root", with: key, reviewed: try repository.review("root")!.digest).published)
+        }
+
+        /// Signs what is staged and publishes it.
+        func publish(now: Timestamp = .now) throws {
+            #expect(try repository.sign("targets", with: key, reviewed: try repository.review("targets", now: now)!.digest, now: now).published)
+            _ = try repository.refresh(snapshotKeys: [key], timestampKeys: [key], now: now)
+        }
+
+        func add(_ sequence: UInt64, plan: String? = nil, start: Timestamp? = nil) throws {
+            let (_, package) = try InstallTests.package(work, sequence: sequence, name: "assets-\(sequence).zip", extra: "release \(sequence)\n")
+            _ = try repository.add(package: package, channels: ["stable"], rollout: try plan.map { try TUFRollout(plan: $0, start: start ?? .now) })
+            try publish()
+        }
+
+        /// A device with an empty DIR (or the one given) and id `id`, updated at `time`.
+        func update(_ id: [UInt8], dest: String? = nil, at time: Timestamp, check: Bool = false) throws -> (TUFUpdateReport, String) {
+            let folder = work.file("device-\(UUID().uuidString.prefix(8))")
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            try Data(id + [0x0a]).write(to: URL(fileURLWithPath: folder + "/machine-id"))
+            try TUFClient.initialize(metadataDirectory: folder + "/metadata", trustedRoot: Array(contents(server.www + "/\(path)/metadata/1.root.json")))
+            var options = TUFUpdateOptions(client: TUFClientOptions(metadataDirectory: folder + "/metadata", metadataURL: server.url("\(path)/metadata/")), channel: "stable")
+            options.client.download = try DownloadTests.options(server)
+            options.client.now = time
+            options.install.now = time
+            options.checkOnly = check
+            options.deviceIDFile = folder + "/machine-id"
+            let dest = dest ?? folder + "/app"
+            return (try TUFUpdater.update(to: dest, options: options), folder)
+        }
+
+        /// The releases the device's verified metadata lists for stable.
+        func listed(_ folder: String) throws -> [TUFPackageTarget] {
+            try TUFPackageListing.stored(in: folder + "/metadata").map(\.release).filter { $0.channels.contains("stable") }
+        }
+    }
+
+    /// What each of the fleet's 1,000 devices would install from `releases` at `time` (the
+    /// sequence; nil for none).
+    static func fleetChoices(_ releases: [TUFPackageTarget], at time: Timestamp) throws -> [UInt64?] {
+        try Fleet.fleet.map { id in try TUFReleaseChoice.choose(among: releases, deviceID: { id }, at: time)?.chosen?.sequence }
+    }
+
+    static func installed(_ dest: String) throws -> UInt64? { try InstalledRelease.inspect(dest, force: false)?.sequence }
+
+    @Test("A fleet of empty devices at each step of a plan, after a pause and after a halt: each installs the newest release whose wave includes it, else the one before; none is left empty; an emergency plan lets the older release go")
+    func emptyDevicesMidRollout() throws {
+        let site = try Site("choice-fleet")
+        try site.add(10)
+        let start = Timestamp(secondsSinceEpoch: Timestamp.now.secondsSinceEpoch - 60)
+        try site.add(11, plan: "10%@0h,50%@1h,100%@3h", start: start)
+        func at(minutes: Int64) -> Timestamp { Timestamp(secondsSinceEpoch: start.secondsSinceEpoch + minutes * 60 + 1) }
+        let buckets = Fleet.fleet.map { TUFRollout.bucket(deviceID: $0, name: "assets", sequence: 11) }
+        // Devices in the first wave, in the second, and in neither.
+        let first = try #require(buckets.firstIndex { $0 < 1_000 })
+        let second = try #require(buckets.firstIndex { (1_000..<5_000).contains($0) })
+        let late = try #require(buckets.firstIndex { $0 >= 5_000 })
+
+        for (minutes, share, reached) in [(0, 10.0, [first]), (60, 50.0, [first, second])] as [(Int64, Double, [Int])] {
+            let time = at(minutes: minutes)
+            // Real installs into empty DIRs.
+            for device in [first, second, late] {
+                let (report, folder) = try site.update(Fleet.fleet[device], at: time)
+                let expected: UInt64 = reached.contains(device) ? 11 : 10
+                #expect(try Self.installed(folder + "/app") == expected, "at \(minutes) min, bucket \(buckets[device])")
+                #expect(report.choice?.chosen?.sequence == expected && report.choice?.newest.sequence == 11)
+                #expect(report.choice?.reason == (expected == 11 ? .newest : .waveNotReached))
+                #expect((report.deferred?.hasPrefix("waiting: v11 (sequence 11)") ?? false) == (expected == 10), "\(report.deferred ?? "nil")")
+                if device == late && minutes == 0 {
+                    // The channel keeps the release before the one rolling out.
+                    #expect(try site.listed(folder).map(\.sequence).sorted() == [10, 11])
+                }
+            }
+            // The whole fleet, from what a device verified: nobody empty, the plan's share on 11.
+            let (_, folder) = try site.update(Fleet.fleet[0], at: time, check: true)
+            let choices = try Self.fleetChoices(site.listed(folder), at: time)
+            #expect(!choices.contains(nil), "no device is left without a release")
+            // Exactly the devices whose bucket the plan has opened (the bucket function's spread
+            // is `uniform`'s subject): on 11, the rest on 10.
+            let open = Int(share * 100)
+            #expect(choices == buckets.map { $0 < open ? 11 : 10 }, "at \(minutes) min")
+        }
+
+        // A device on 10 moves up once its wave comes.
+        let (_, movingFolder) = try site.update(Fleet.fleet[second], at: at(minutes: 0))
+        #expect(try Self.installed(movingFolder + "/app") == 10)
+        _ = try site.update(Fleet.fleet[second], dest: movingFolder + "/app", at: at(minutes: 60))
+        #expect(try Self.installed(movingFolder + "/app") == 11)
+
+        // Paused at 90 minutes: at 5 hours the share is still 50%, and the rest still get 10.
+        _ = try site.repository.changeRollout(of: "assets", .pause, now: at(minutes: 90))
+        try site.publish()
+        let later = at(minutes: 300)
+        let (paused, pausedFolder) = try site.update(Fleet.fleet[late], at: later)
+        #expect(try Self.installed(pausedFolder + "/app") == 10 && paused.choice?.reason == .waveNotReached)
+        let pausedChoices = try Self.fleetChoices(site.listed(pausedFolder), at: later)
+        #expect(pausedChoices == buckets.map { $0 < 5_000 ? 11 : 10 }, "paused at 50%")
+
+        // Halted: every empty device gets 10; one that holds 11 keeps it.
+        _ = try site.repository.changeRollout(of: "assets-11.zip", .halt, now: later)
+        try site.publish()
+        let (halted, haltedFolder) = try site.update(Fleet.fleet[first], at: later)
+        #expect(try Self.installed(haltedFolder + "/app") == 10 && halted.choice?.reason == .halted)
+        #expect(halted.deferred?.hasPrefix("halted:") == true)
+        #expect(try Self.fleetChoices(site.listed(haltedFolder), at: later).allSatisfy { $0 == 10 })
+        let (kept, _) = try site.update(Fleet.fleet[second], dest: movingFolder + "/app", at: later)
+        #expect(try Self.installed(movingFolder + "/app") == 11 && kept.install == nil && kept.rollout?.state == .halted)
+
+        // Re-planned to `now`: 11 reaches every device, and the channel lets 10 go.
+        _ = try site.repository.changeRollout(of: "assets-11.zip", .replace(try TUFRollout(plan: "now", start: later)), now: later)
+        try site.publish()
+        let (_, nowFolder) = try site.update(Fleet.fleet[late], at: later)
+        #expect(try Self.installed(nowFolder + "/app") == 11)
+        #expect(try site.listed(nowFolder).map(\.sequence) == [11])
+    }
+
+    @Test("The choice, table-tested: version locks, halts, --ignore-rollout, equal sequences; what a channel keeps")
+    func table() throws {
+        let time = RolloutTests.at(hours: 2)
+        func release(_ sequence: UInt64, _ plan: String? = nil, state: TUFRollout.State = .active) throws -> TUFPackageTarget {
+            var rollout = try plan.map { try TUFRollout(plan: $0, start: RolloutTests.start) }
+            if state == .halted { rollout = rollout?.halted }
+            return TUFPackageTarget(target: "app-\(sequence).zip", name: "app", version: "1.\(sequence)", sequence: sequence,
+                                    manifestSHA256: String(repeating: "0", count: 64), channels: ["stable"], length: 1, sha256: String(repeating: "0", count: 64),
+                                    rollout: rollout)
+        }
+        let id = RolloutTests.fleet[0]
+        let bucket = TUFRollout.bucket(deviceID: id, name: "app", sequence: 3)
+        let closed = try release(3, "0.01%@0h,100%@30d")
+        let open = try release(3, "100%@0h")
+        let plain = try release(2)
+        var reads = 0
+        func choose(_ releases: [TUFPackageTarget], ignore: Bool = false, lock: VersionLock? = nil) throws -> TUFReleaseChoice? {
+            try TUFReleaseChoice.choose(among: releases, deviceID: { reads += 1; return id }, at: time, ignoreRollout: ignore, versionLock: lock)
+        }
+        #expect(try choose([]) == nil)
+        #expect(try choose([plain])?.chosen == plain && reads == 0, "no plan: the device id is not read")
+        if bucket > 0 {
+            let waiting = try #require(try choose([closed, plain]))
+            #expect(waiting.chosen == plain && waiting.reason == .waveNotReached && waiting.passedOver.map(\.release) == [closed])
+            #expect(try choose([plain, closed], ignore: true)?.chosen == closed, "--ignore-rollout: the newest")
+            #expect(try choose([plain, closed], ignore: true)?.reason == .rolloutIgnored)
+        }
+        #expect(try choose([plain, open])?.chosen == open)
+        #expect(try choose([open, plain])?.reason == .newest)
+        let halted = try release(3, "100%@0h", state: .halted)
+        #expect(try choose([halted, plain], ignore: true)?.chosen == plain, "never a halted release, not even with --ignore-rollout")
+        #expect(try choose([halted])?.chosen == nil && (try choose([halted]))?.reason == .halted)
+        #expect(try choose([open, plain], lock: .sequence(2))?.chosen == plain)
+        #expect(try choose([open, plain], lock: .sequence(2))?.reason == .versionLock)
+        #expect(try choose([open, plain], lock: .versionPrefix("1.9"))?.chosen == nil)
+        // What a channel keeps: down to the newest release fully rolled out.
+        let old = try release(1)
+        #expect(TUFReleaseChoice.kept([old, plain, closed], at: time) == [closed, plain])
+        #expect(TUFReleaseChoice.kept([old, plain, open], at: time) == [open])
+        #expect(TUFReleaseChoice.kept([old, halted, plain], at: time) == [halted, plain])
+        #expect(TUFReleaseChoice.kept([closed], at: time) == [closed])
     }
 }

@@ -70,6 +70,14 @@ public struct TUFPackageTarget: Sendable, Equatable {
     }
 }
 
+extension TUFPackageTarget {
+    /// The same release listed for `channels`.
+    func withChannels(_ channels: [String]) -> TUFPackageTarget {
+        TUFPackageTarget(target: target, name: name, version: version, sequence: sequence, manifestSHA256: manifestSHA256,
+                         channels: channels, length: length, sha256: sha256, rollout: rollout)
+    }
+}
+
 extension TUFRepository {
     /// The targets a version of the targets role lists, as JSON members.
     private func targetMembers(_ document: TUFDocument) -> [(String, TUFJSON)] {
@@ -94,9 +102,10 @@ extension TUFRepository {
         return document
     }
 
-    /// Stages a new targets version listing the Signet package at `package` for `channels`
-    /// (each channel names one release of a package name: the one before it is dropped from the
-    /// channel). Refuses a release whose sequence is not higher than the one a channel names,
+    /// Stages a new targets version listing the Signet package at `package` for `channels`.
+    /// Each channel keeps, per package name, every release down to the newest one fully rolled
+    /// out (FORMAT.md §7, "Which release a device installs"): while a release rolls out, devices
+    /// its wave has not reached install the one before it; older ones leave the channel. Refuses a release whose sequence is not higher than the one a channel names,
     /// unless `allowLower` (a deliberate roll-back of the channel). The package is copied into
     /// `targets/` under its hash-prefixed name; its manifest must be signed by a targets key.
     /// Returns the target as devices will see it; key holders then sign the staged targets.
@@ -133,22 +142,6 @@ extension TUFRepository {
         if let existing = members.first(where: { $0.0 == fileName }), existing.1["hashes"]?["sha256"]?.stringValue != described.sha256 {
             throw SignetError(.fileExists, "the repository already lists a target named '\(fileName)' with other content: give each release its own file name (app-1.4.3.zip)", path: package)
         }
-        // Each channel names one release per package name.
-        members = members.map { path, value in
-            guard path != fileName, let other = try? TUFTarget(path: path, json: value), let listed = TUFPackageTarget(other),
-                  Manifest.sameName(listed.name, described.name) else { return (path, value) }
-            let kept = listed.channels.filter { !channels.contains($0) }
-            guard kept != listed.channels else { return (path, value) }
-            let updated = TUFPackageTarget(target: listed.target, name: listed.name, version: listed.version, sequence: listed.sequence,
-                                           manifestSHA256: listed.manifestSHA256, channels: kept, length: listed.length, sha256: listed.sha256,
-                                           rollout: listed.rollout)
-            var json = value
-            if case .object(var fields) = json, let index = fields.firstIndex(where: { $0.0 == "custom" }) {
-                fields[index].1 = updated.custom
-                json = .object(fields)
-            }
-            return (path, json)
-        }
         let previous = members.first(where: { $0.0 == fileName }).flatMap { try? TUFTarget(path: $0.0, json: $0.1) }.flatMap(TUFPackageTarget.init)
         let previousChannels = previous?.channels ?? []
         let allChannels = previousChannels + channels.filter { !previousChannels.contains($0) }
@@ -157,10 +150,42 @@ extension TUFRepository {
                                      rollout: rollout ?? previous?.rollout)
         let json = TUFJSON.object([("length", .number(String(described.size))), ("hashes", .object([("sha256", .string(described.sha256))])), ("custom", entry.custom)])
         if let index = members.firstIndex(where: { $0.0 == fileName }) { members[index].1 = json } else { members.append((fileName, json)) }
+        // A deliberate roll-back: the releases at or above the new one leave its channels.
+        if allowLower {
+            members = Self.dropChannels(channels, from: members, name: described.name) { $0.target != fileName && $0.sequence >= described.sequence }
+        }
+        members = Self.pruneChannels(channels, of: described.name, in: members, at: now)
         try copyTarget(package, as: "\(described.sha256).\(fileName)")
         document.set([("targets", .object(members)), ("expires", .string(Self.expiry(now, lifetimes.targets)))])
         try writeStaged("targets", document)
         return entry
+    }
+
+    /// `members` with `channels` taken off the releases named `name` that `drop` selects.
+    static func dropChannels(_ channels: [String], from members: [(String, TUFJSON)], name: String,
+                             where drop: (TUFPackageTarget) -> Bool) -> [(String, TUFJSON)] {
+        members.map { path, value in
+            guard let target = try? TUFTarget(path: path, json: value), let listed = TUFPackageTarget(target),
+                  Manifest.sameName(listed.name, name), drop(listed) else { return (path, value) }
+            let kept = listed.channels.filter { !channels.contains($0) }
+            guard kept != listed.channels, case .object(var fields) = value,
+                  let index = fields.firstIndex(where: { $0.0 == "custom" }) else { return (path, value) }
+            fields[index].1 = listed.withChannels(kept).custom
+            return (path, .object(fields))
+        }
+    }
+
+    /// `members` where each of `channels` keeps, of the releases named `name`, those
+    /// ``TUFReleaseChoice/kept(_:at:)`` keeps at `now`; the others leave that channel.
+    static func pruneChannels(_ channels: [String], of name: String, in members: [(String, TUFJSON)], at now: Timestamp) -> [(String, TUFJSON)] {
+        let listed = members.compactMap { path, value in (try? TUFTarget(path: path, json: value)).flatMap(TUFPackageTarget.init) }
+            .filter { Manifest.sameName($0.name, name) }
+        var result = members
+        for channel in channels {
+            let kept = Set(TUFReleaseChoice.kept(listed.filter { $0.channels.contains(channel) }, at: now).map(\.target))
+            result = dropChannels([channel], from: result, name: name) { !kept.contains($0.target) }
+        }
+        return result
     }
 
     /// What `changeRollout` does to a listed release's plan.
@@ -183,7 +208,11 @@ extension TUFRepository {
         var members = targetMembers(document)
         let listed = members.compactMap { path, value in (try? TUFTarget(path: path, json: value)).flatMap(TUFPackageTarget.init) }
         var matches = listed.filter { $0.target == target }
-        if matches.isEmpty { matches = listed.filter { Manifest.sameName($0.name, target) && !$0.channels.isEmpty } }
+        // By package name: the newest release a channel lists (older ones it keeps listing while
+        // this one rolls out are named by their file).
+        if matches.isEmpty, let newest = listed.filter({ Manifest.sameName($0.name, target) && !$0.channels.isEmpty }).max(by: { $0.sequence < $1.sequence }) {
+            matches = listed.filter { $0.target == newest.target }
+        }
         guard matches.count == 1, let release = matches.first else {
             let names = listed.map(\.target).sorted().joined(separator: ", ")
             throw SignetError(matches.isEmpty ? .targetNotFound : .usage, matches.isEmpty
@@ -218,6 +247,8 @@ extension TUFRepository {
         }
         fields[custom].1 = updated.custom
         members[index].1 = .object(fields)
+        // A plan that now opens every bucket (`now`) lets the older releases go.
+        members = Self.pruneChannels(release.channels, of: release.name, in: members, at: now)
         document.set([("targets", .object(members)), ("expires", .string(Self.expiry(now, lifetimes.targets)))])
         try writeStaged("targets", document)
         return updated

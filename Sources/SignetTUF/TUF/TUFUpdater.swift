@@ -117,6 +117,9 @@ public struct TUFUpdateReport: Sendable {
     /// there was none): the rollout has not reached this device, the release is halted, the
     /// device is held or its version lock excludes it. Not an error.
     public var deferred: String? = nil
+    /// Which listed release this run chose for the device, and why (FORMAT §7, "Which release a
+    /// device installs"); nil only where no choice was made (a held-back bad release).
+    public var choice: TUFReleaseChoice? = nil
 }
 
 /// A release a destination refused as bad: the highest refused sequence, why, and when.
@@ -180,56 +183,69 @@ public enum TUFUpdater {
         guard names.count <= 1 else {
             throw SignetError(.usage, "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
         }
-        guard let (release, target, keys, role) = candidates.max(by: { $0.0.sequence < $1.0.sequence }) else {
+        guard !candidates.isEmpty else {
             let channels = Set(listings.filter { wanted == nil || Manifest.sameName(wanted, $0.release.name) }.flatMap(\.release.channels)).sorted()
             throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)'; \(channels.isEmpty ? "it lists \(wanted == nil ? "no package" : "none of that name") on any channel" : "its channels\(wanted.map { " for '\($0)'" } ?? ""): \(channels.joined(separator: ", "))")", path: options.client.metadataURL)
         }
+        // Which listed release reaches this device (FORMAT §7, "Which release a device installs").
+        let now = clientOptions.now ?? .now
+        let releases = candidates.map(\.0)
+        guard let choice = try TUFReleaseChoice.choose(among: releases, deviceID: { try deviceID(options.deviceIDFile) }, at: now,
+                                                       ignoreRollout: options.ignoreRollout, versionLock: options.versionLock) else {
+            throw SignetError(.targetNotFound, "the channel '\(options.channel)' lists no release", path: options.client.metadataURL)
+        }
+        let newest = choice.newest
+        let installedSequence = installed.flatMap { Manifest.sameName($0.name, newest.name) ? $0.sequence : nil }
+        // What this run acts on: the chosen release when it is newer than DIR's (or DIR holds
+        // another name, or nothing); with --repair the release DIR holds, when still listed;
+        // else the newest listed, for the report.
+        let newerChosen = choice.chosen.flatMap { chosen in installedSequence.map { chosen.sequence > $0 } ?? true ? chosen : nil }
+        let listedInstalled = installedSequence.flatMap { sequence in releases.first { $0.sequence == sequence } }
+        let repairing = options.install.repair && newerChosen == nil && listedInstalled != nil
+        let release = options.hold ? newest : (newerChosen ?? (repairing ? listedInstalled : nil) ?? newest)
+        guard let (_, target, keys, role) = candidates.first(where: { $0.0.target == release.target }) else {
+            throw SignetError(.targetNotFound, "the channel's release \(release.target) is not listed", path: options.client.metadataURL)
+        }
         let base = options.targetsURL ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
         let packageURL = client.url(of: target, base: base)
-        let sameName = installed.map { Manifest.sameName($0.name, release.name) } ?? false
-        let newer = !sameName || release.sequence > (installed?.sequence ?? 0)
-        let older = sameName && release.sequence < (installed?.sequence ?? 0)
-        // --repair: the release DIR holds is checked, and reinstalled if it no longer checks whole.
-        let repairing = options.install.repair && sameName && release.sequence == installed?.sequence
+        let newer = installedSequence.map { newest.sequence > $0 } ?? true
+        let older = installedSequence.map { newest.sequence < $0 } ?? false
+        let installing = !options.hold && (newerChosen != nil || repairing)
         // A release this device refused (a failed health check, a rollback) is not news every
         // hour: it is held back, and the run succeeds (--retry-bad installs it).
-        if newer, !options.install.retryBad,
-           let bad = try ReleaseRecord.read(for: destination).isBad(release.name, sequence: release.sequence, installed: sameName ? installed?.sequence : nil) {
+        if installing, !repairing, !options.install.retryBad,
+           let bad = try ReleaseRecord.read(for: destination).isBad(release.name, sequence: release.sequence, installed: installedSequence) {
             var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
                                          updateAvailable: false, channelIsOlder: false, install: nil)
             report.refused = RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)
+            report.choice = choice
             return report
         }
-        // Issue 53: the release's rollout for this device, a hold and a version lock.
-        let now = clientOptions.now ?? .now
-        let rollout = release.rollout == nil ? nil : rolloutStatus(of: release, deviceID: try deviceID(options.deviceIDFile), at: now)
+        // The newest release's rollout for this device, and why it is not installed (issue 53),
+        // when it is newer than what DIR holds and this run does not install it.
+        let rollout = choice.passedOver.first?.rollout ?? (choice.chosen?.target == newest.target ? choice.rollout : nil)
         var deferred: String? = nil
-        if newer && !repairing {
+        if newer, newest.target != (installing ? release.target : nil) {
             if options.hold {
                 deferred = "held: this device installs nothing new (hold)"
-            } else if let lock = options.versionLock, !lock.allows(version: release.version, sequence: release.sequence) {
-                deferred = "locked: this device's version lock (\(lock)) excludes \(release.version) (sequence \(release.sequence))"
-            } else if let rollout, rollout.state == .halted {
-                deferred = "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); it is offered to no device that does not hold it"
-            } else if let rollout, !rollout.eligible, !options.ignoreRollout {
-                let share = TUFRollout.percent(rollout.openBuckets)
-                deferred = "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket)) "
-                    + (rollout.eligibleAt.map { "from \($0.rfc3339)" } ?? (rollout.state == .paused ? "once it resumes" : "is not in the plan yet"))
+            } else if let passed = choice.passedOver.first {
+                deferred = Self.describe(passed, lock: options.versionLock)
             }
         }
         // What `status DIR` shows: why the channel's release is not installed, or that the
         // release DIR holds was halted (not on --check, which changes nothing).
         if !options.checkOnly, installed != nil {
-            let halted = !newer && sameName && rollout?.state == .halted
-                ? "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); this device keeps it" : nil
-            try Installer.noteChannel(destination, sequence: release.sequence, version: release.version, note: deferred ?? halted,
+            let holds = listedInstalled?.rollout?.state == .halted ? listedInstalled : nil
+            let halted = deferred == nil && !installing ? holds.map { "halted: the publisher halted the rollout of \($0.version) (sequence \($0.sequence)); this device keeps it" } : nil
+            try Installer.noteChannel(destination, sequence: newest.sequence, version: newest.version, note: deferred ?? halted,
                                       wait: options.install.wait)
         }
-        guard newer || repairing, !options.checkOnly, deferred == nil else {
-            var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                                         updateAvailable: newer, channelIsOlder: older, install: nil)
+        guard installing, !options.checkOnly else {
+            var report = TUFUpdateReport(refresh: refresh, release: installing ? release : newest, role: role, packageURL: packageURL, installed: installed,
+                                         updateAvailable: installing || newer, channelIsOlder: older, install: nil)
             report.rollout = rollout
             report.deferred = deferred
+            report.choice = choice
             return report
         }
         let packageKeys = keys.compactMap { $0.publicKey(source: "TUF role \(role)") }
@@ -247,16 +263,36 @@ public enum TUFUpdater {
             // Outside the maintenance window, or the pre-install command said not now: staged,
             // kept for the next run; not a failure.
             var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                                         updateAvailable: newer, channelIsOlder: false, install: nil)
+                                         updateAvailable: true, channelIsOlder: false, install: nil)
             report.rollout = rollout
             report.deferred = deferred.reason
+            report.choice = choice
             try? Installer.noteChannel(destination, sequence: release.sequence, version: release.version, note: deferred.reason, wait: options.install.wait)
             return report
         }
         var updated = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                                      updateAvailable: newer, channelIsOlder: false, install: report)
+                                      updateAvailable: true, channelIsOlder: false, install: report)
         updated.rollout = rollout
+        // A newer release still on its way to this device (it got the one before it).
+        updated.deferred = deferred
+        updated.choice = choice
         return updated
+    }
+
+    /// Why a device did not install `passed` (FORMAT §7's `deferred` lines).
+    static func describe(_ passed: TUFReleaseChoice.PassedOver, lock: VersionLock?) -> String {
+        let release = passed.release
+        switch passed.reason {
+        case .versionLock, .newest, .rolloutIgnored:
+            return "locked: this device's version lock\(lock.map { " (\($0))" } ?? "") excludes \(release.version) (sequence \(release.sequence))"
+        case .halted:
+            return "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); it is offered to no device that does not hold it"
+        case .waveNotReached:
+            guard let rollout = passed.rollout else { return "waiting: \(release.version) (sequence \(release.sequence))" }
+            let share = TUFRollout.percent(rollout.openBuckets)
+            return "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket)) "
+                + (rollout.eligibleAt.map { "from \($0.rfc3339)" } ?? (rollout.state == .paused ? "once it resumes" : "is not in the plan yet"))
+        }
     }
 
     /// Where `release`'s rollout stands at `now` for the device whose id is `deviceID` (nil: the
