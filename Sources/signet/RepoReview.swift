@@ -209,17 +209,67 @@ extension Repo {
                     problems = review.problems.map { Problem(kind: $0.kind, message: $0.message) }
                 }
             }
+            /// A published release's rollout now (issue 61: a rollout the publisher can watch).
+            struct Rollout: Encodable {
+                let plan: Repo.RolloutPlan
+                /// active, paused, halted or complete.
+                let state: String
+                /// The share open now, in percent.
+                let percent: Double
+                @Null var next_percent: Double?
+                @Null var next_at: String?
+
+                init(_ plan: TUFRollout, now: Timestamp) {
+                    let progress = plan.progress(at: now)
+                    self.plan = Repo.RolloutPlan(plan)
+                    state = progress.state.rawValue
+                    percent = Double(progress.openBuckets) / 100
+                    next_percent = progress.nextBuckets.map { Double($0) / 100 }
+                    next_at = progress.nextAt?.rfc3339
+                }
+            }
             struct Package: Encodable {
                 let target: String
                 let name: String
                 let version: String
                 let sequence: UInt64
                 let channels: [String]
+                @Null var rollout: Rollout?
+            }
+            /// What a new device of a channel gets, per package name: each release offered,
+            /// newest first, with the share of devices its wave has reached; the last one is
+            /// everyone else's.
+            struct Offer: Encodable {
+                struct Release: Encodable {
+                    let target: String
+                    let version: String
+                    let sequence: UInt64
+                    let percent: Double
+                }
+                let channel: String
+                let name: String
+                let releases: [Release]
             }
             let roles: [Role]
             let staged: [Staged]
             let packages: [Package]
+            let new_devices: [Offer]
             let alerts: [Alert]
+        }
+
+        /// What new devices get from each channel and package name at `now`.
+        static func offers(_ packages: [TUFPackageTarget], now: Timestamp) -> [Report.Offer] {
+            var groups: [String: [TUFPackageTarget]] = [:]
+            for package in packages {
+                for channel in package.channels { groups["\(channel)\u{0}\(package.name)", default: []].append(package) }
+            }
+            return groups.keys.sorted().compactMap { key in
+                guard let releases = groups[key], let first = releases.first else { return nil }
+                let offered = TUFReleaseChoice.offered(releases, at: now)
+                return Report.Offer(channel: String(key.prefix { $0 != "\u{0}" }), name: first.name,
+                                    releases: offered.map { .init(target: $0.release.target, version: $0.release.version, sequence: $0.release.sequence,
+                                                                  percent: Double($0.openBuckets) / 100) })
+            }
         }
 
         func run() throws {
@@ -232,13 +282,15 @@ extension Repo {
             }
             let status = try repo.status(warnWithin: try Repo.seconds(warnWithin, option: "--warn-within"))
             let reviews = try ["root", "targets"].compactMap { try repo.review($0) }
+            let now = Timestamp.now
             let report = Report(roles: status.roles.map { .init(name: $0.name, version: $0.version, expires: $0.expires?.rfc3339, keyids: $0.keyIDs,
                                                                  signet_keyids: $0.signetKeyIDs, threshold: $0.threshold) },
                                 staged: reviews.map(Report.Staged.init),
-                                packages: status.packages.map { .init(target: $0.target, name: $0.name, version: $0.version, sequence: $0.sequence, channels: $0.channels) },
+                                packages: status.packages.map { .init(target: $0.target, name: $0.name, version: $0.version, sequence: $0.sequence, channels: $0.channels,
+                                                                      rollout: $0.rollout.map { Report.Rollout($0, now: now) }) },
+                                new_devices: Self.offers(status.packages, now: now),
                                 alerts: status.alerts.map { .init(role: $0.role, kind: $0.kind, message: $0.message) })
             if output.json { return Output.json(report) }
-            let now = Timestamp.now
             for role in status.roles {
                 // Each key by its Signet id (what keygen, key show and pack print) and its TUF id.
                 let keys = zip(role.signetKeyIDs, role.keyIDs).map { $0.isEmpty ? "TUF \($1.prefix(16))" : "\($0) (TUF \($1.prefix(12)))" }.joined(separator: ", ")
@@ -248,6 +300,22 @@ extension Repo {
             for alert in status.alerts { Output.line("NEEDS ATTENTION (\(alert.role), \(alert.kind)): \(alert.message)") }
             for package in report.packages {
                 Output.line("published package: \(package.target): \(package.name) \(package.version) (sequence \(package.sequence))\(package.channels.isEmpty ? "" : ", channels \(package.channels.joined(separator: ", "))")")
+                if let rollout = package.rollout {
+                    let share = TUFRollout.percent(Int((rollout.percent * 100).rounded()))
+                    var next: String? = nil
+                    if let percent = rollout.next_percent, let at = rollout.next_at { next = " next \(TUFRollout.percent(Int((percent * 100).rounded()))) at \(at)" }
+                    let state = rollout.plan.paused_at.map { "paused at \($0)" } ?? rollout.state
+                    Output.line("  rollout \(rollout.plan.plan) from \(rollout.plan.start): \(state), \(share) of devices now;\(next ?? (rollout.state == "active" ? " the plan opens no more" : " no next step until `signet repo rollout` changes it"))")
+                }
+            }
+            // What a device that holds nothing gets now, per channel.
+            for offer in report.new_devices {
+                let parts = offer.releases.enumerated().map { index, release in
+                    let what = "\(release.version) (sequence \(release.sequence))"
+                    if index == offer.releases.count - 1, release.percent >= 100 { return index == 0 ? what : "else \(what)" }
+                    return "\(what) where its wave has reached them (\(TUFRollout.percent(Int((release.percent * 100).rounded()))))"
+                }
+                Output.line("new devices on \(offer.channel) get \(offer.name) \(parts.isEmpty ? "nothing (every listed release is halted)" : parts.joined(separator: ", "))")
             }
             // What waits for signatures, against what is published: what a signer signs.
             for review in reviews {

@@ -105,6 +105,17 @@ struct RolloutCLITests {
         let text = try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", waiting[0].metadata, "--channel", "stable", "--dest", waiting[0].dest,
                                 "--tls-ca", p.server.root, "--state", waiting[0].state, "--device-id-file", waiting[0].idFile])
         #expect(text.status == 0 && text.stdoutText.contains("this device (bucket") && text.stdoutText.contains("keeps 1.1 (sequence 1)"), "\(text.stdoutText)")
+        // The publisher watches it: plan, state, the share open now, the next step, what new devices get.
+        let watched = try p.check(CLI.run(["repo", "status", p.repo, "--json"]))
+        let listed = try #require(try watched.json()["packages"] as? [[String: Any]])
+        let watchedRollout = try #require(listed.first { $0["sequence"] as? Int == 2 }?["rollout"] as? [String: Any], "\(listed)")
+        #expect(watchedRollout["state"] as? String == "active" && watchedRollout["percent"] as? Double == 50
+                && watchedRollout["next_percent"] as? Double == 100 && watchedRollout["next_at"] as? String == Clock.rfc3339(start.addingTimeInterval(48 * 3_600)), "\(watchedRollout)")
+        let offers = try #require(try watched.json()["new_devices"] as? [[String: Any]])
+        #expect(offers.count == 1 && (offers[0]["releases"] as? [[String: Any]])?.map { "\($0["sequence"] ?? "")@\($0["percent"] ?? "")" } == ["2@50", "1@100"], "\(offers)")
+        let watchedText = try p.check(CLI.run(["repo", "status", p.repo]))
+        #expect(watchedText.stdoutText.contains("active, 50% of devices now; next 100% at")
+                && watchedText.stdoutText.contains("new devices on stable get app 1.2 (sequence 2) where its wave has reached them (50%), else 1.1 (sequence 1)"), "\(watchedText.stdoutText)")
         // Which release each chose, and why (FORMAT §7, "Which release a device installs").
         let choice = try #require(try waits.json()["choice"] as? [String: Any])
         #expect((choice["chosen"] as? [String: Any])?["sequence"] as? Int == 1 && choice["reason"] as? String == "wave-not-reached"
@@ -125,6 +136,8 @@ struct RolloutCLITests {
         try Self.refresh(p)
         let held = try Self.rollout(try waiting[0].update(p, ["--check"]))
         #expect(held["state"] as? String == "paused" && held["percent"] as? Double == 50 && held["eligible_at"] is NSNull, "\(held)")
+        let pausedStatus = try p.check(CLI.run(["repo", "status", p.repo]))
+        #expect(pausedStatus.stdoutText.contains(": paused at ") && pausedStatus.stdoutText.contains(", 50% of devices now; no next step"), "\(pausedStatus.stdoutText)")
         // A mirror serving the older metadata (the plan before the pause) is refused: TUF's rules.
         let current = p.work.directory.file("current-metadata")
         try FileManager.default.moveItem(atPath: p.repo + "/metadata", toPath: current)
@@ -148,6 +161,8 @@ struct RolloutCLITests {
                 && review.stdoutText.contains(", halted"), "\(review.stdoutText)")
         try p.check(CLI.run(["repo", "sign", p.repo, "--role", "targets", "--digest", digest] + p.key))
         try Self.refresh(p)
+        let haltedStatus0 = try p.check(CLI.run(["repo", "status", p.repo]))
+        #expect(haltedStatus0.stdoutText.contains(": halted, 0% of devices now; no next step") && haltedStatus0.stdoutText.contains("new devices on stable get app 1.1 (sequence 1)\n"), "\(haltedStatus0.stdoutText)")
         let halted = try waiting[1].update(p, ["--ignore-rollout"])
         #expect(halted.status == 0 && waiting[1].installed == "release 1\n", "\(halted.stderr)")
         #expect((try halted.json()["deferred"] as? String)?.hasPrefix("halted:") == true, "\(halted.stdoutText)")

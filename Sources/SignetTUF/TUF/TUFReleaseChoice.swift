@@ -81,6 +81,25 @@ public struct TUFReleaseChoice: Sendable, Equatable {
         return TUFReleaseChoice(chosen: nil, reason: passed.first?.reason ?? .newest, newest: newest, rollout: nil, passedOver: passed)
     }
 
+    /// What a device that holds none of them gets from one package name's releases in one
+    /// channel at `now`, newest first: each release offered (not halted) with the buckets its
+    /// wave has opened, down to the first one every device may take (its share 10,000). A new
+    /// device takes the first whose wave includes its bucket (``choose(among:deviceID:at:ignoreRollout:versionLock:)``).
+    public static func offered(_ releases: [TUFPackageTarget], at now: Timestamp) -> [(release: TUFPackageTarget, openBuckets: Int)] {
+        var offered: [(release: TUFPackageTarget, openBuckets: Int)] = []
+        for release in releases.sorted(by: { ($0.sequence, $0.target) > ($1.sequence, $1.target) }) {
+            guard let plan = release.rollout else {
+                offered.append((release, TUFRollout.bucketCount))
+                break
+            }
+            guard plan.state != .halted else { continue }
+            let open = plan.openBuckets(at: now)
+            offered.append((release, open))
+            if open >= TUFRollout.bucketCount { break }
+        }
+        return offered
+    }
+
     /// A release is fully rolled out at `now` when it has no plan, or its active plan has opened
     /// every bucket: a channel keeps no release older than the newest such one.
     public static func isComplete(_ release: TUFPackageTarget, at now: Timestamp) -> Bool {

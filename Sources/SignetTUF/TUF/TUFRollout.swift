@@ -154,6 +154,44 @@ public struct TUFRollout: Sendable, Equatable {
         return Int(value % UInt64(bucketCount))
     }
 
+    /// Where a rollout stands at a time, for the publisher (`repo status`).
+    public struct Progress: Sendable, Equatable {
+        public enum State: String, Sendable {
+            /// Widening as the plan says.
+            case active
+            /// Stopped widening; the share open at the pause stays open.
+            case paused
+            /// Offered to no device that lacks it.
+            case halted
+            /// Every bucket open: the whole fleet.
+            case complete
+        }
+        public let state: State
+        /// The buckets open now (100 per percent).
+        public let openBuckets: Int
+        /// The next step: the buckets it opens and when (nil: none comes without a change —
+        /// complete, paused, halted, or the plan never reaches 100%).
+        public let nextBuckets: Int?
+        public let nextAt: Timestamp?
+    }
+
+    /// Where the plan stands at `now`.
+    public func progress(at now: Timestamp) -> Progress {
+        let open = openBuckets(at: now)
+        switch state {
+        case .halted: return Progress(state: .halted, openBuckets: 0, nextBuckets: nil, nextAt: nil)
+        case .paused: return Progress(state: .paused, openBuckets: open, nextBuckets: nil, nextAt: nil)
+        case .active:
+            if open >= Self.bucketCount { return Progress(state: .complete, openBuckets: open, nextBuckets: nil, nextAt: nil) }
+            let next = steps.first { $0.buckets > open }
+            let at = next.flatMap { step -> Timestamp? in
+                let (seconds, overflow) = start.secondsSinceEpoch.addingReportingOverflow(step.after)
+                return overflow ? nil : Timestamp(secondsSinceEpoch: seconds)
+            }
+            return Progress(state: .active, openBuckets: open, nextBuckets: at == nil ? nil : next?.buckets, nextAt: at)
+        }
+    }
+
     /// The same plan paused at `now` (its open share stays as it is).
     public func paused(at now: Timestamp) -> TUFRollout {
         TUFRollout(start: start, steps: steps, state: .paused, pausedAt: now)
