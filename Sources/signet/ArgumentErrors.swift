@@ -1,3 +1,4 @@
+import Foundation
 import ArgumentParser
 
 /// ArgumentParser's messages in Signet's style (issue 29): lower case like every other error,
@@ -49,7 +50,10 @@ enum ArgumentErrors {
     /// whose value was then taken as an argument was reported as that rule (issue 41): the
     /// unknown option is what to say first.
     static func firstUnknownOption(in arguments: [String]) -> String? {
-        let known = Set(options(of: command(for: arguments)) + ["--help", "--version", "--json"])
+        let command = command(for: arguments)
+        // Hidden options a command takes only to refuse them by name are known too.
+        let refused = command == Update.self ? UpdateTrustOptions.refusedOptions : []
+        let known = Set(options(of: command) + refused + ["--help", "--version", "--json"])
         for word in arguments {
             if word == "--" { break }
             guard word.hasPrefix("--"), word.count > 2 else { continue }
@@ -69,17 +73,30 @@ enum ArgumentErrors {
         return command
     }
 
-    /// Every `--option` the command's help shows.
+    /// Every `--option` the command's help lists (its option lines, not options named in prose,
+    /// such as curl's `--pinnedpubkey`).
     static func options(of command: ParsableCommand.Type) -> [String] {
         let help = SignetCommand.helpMessage(for: command)
         var found: [String] = []
-        var rest = Substring(help)
-        while let range = rest.range(of: #"--[a-z0-9][a-z0-9-]*"#, options: .regularExpression) {
-            let option = String(rest[range])
-            if !found.contains(option) { found.append(option) }
-            rest = rest[range.upperBound...]
+        for line in help.split(separator: "\n") {
+            let words = line.drop { $0 == " " }
+            // Option lines are indented by two spaces; continuation lines of help by many.
+            guard words.hasPrefix("-"), line.count - words.count <= 4 else { continue }
+            // `-q, --quiet`, `--tls-ca <file>`: the option names before the value and the help.
+            for word in words.split(separator: " ") {
+                let name = word.trimmingCharacters(in: CharacterSet(charactersIn: ","))
+                guard name.hasPrefix("--") else { if name.hasPrefix("-") { continue } else { break } }
+                if !found.contains(name) { found.append(name) }
+            }
         }
         return found
+    }
+
+    /// "; did you mean NAME?" for a mistyped name among `names`, or nothing.
+    static func didYouMean(_ typed: String, among names: [String]) -> String {
+        if let prefixed = names.filter({ $0.hasPrefix(typed) || typed.hasPrefix($0) }).min(by: { $0.count < $1.count }) { return "; did you mean '\(prefixed)'?" }
+        let close = names.map { ($0, distance($0, typed)) }.filter { $0.1 <= max(2, typed.count / 4) }
+        return close.min { ($0.1, $0.0) < ($1.1, $1.0) }.map { "; did you mean '\($0.0)'?" } ?? ""
     }
 
     /// Levenshtein distance.

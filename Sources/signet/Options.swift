@@ -19,7 +19,7 @@ struct OutputOptions: ParsableArguments {
     @Flag(name: .long, help: "Print one JSON document on stdout instead of text (errors included).")
     var json = false
 
-    @Flag(name: .long, help: "Print nothing on success: no progress line and no result (a failure still prints what failed; errors and warnings always).")
+    @Flag(name: [.customShort("q"), .long], help: "Print nothing on success: no progress line and no result (a failure still prints what failed; errors and warnings always).")
     var quiet = false
 }
 
@@ -286,12 +286,22 @@ struct TLSOptions: ParsableArguments {
 
     /// The download options, with the roots read (and sealed directories checked).
     func options(trust: TrustOptions) throws -> DownloadOptions {
+        try options(seal: trust.seal())
+    }
+
+    /// The same, for `update`, whose trust options are its own.
+    func options(trust: UpdateTrustOptions) throws -> DownloadOptions {
+        try options(seal: trust.seal())
+    }
+
+    /// The download options with the seal of --tls-ca directories.
+    private func options(seal: (salt: [UInt8]?, keys: [PublicKey])) throws -> DownloadOptions {
         var options = DownloadOptions()
         var tls = TLSPolicy()
         try TrustedInput.check(tlsCA, what: "--tls-ca")
         try TrustedInput.check(tlsCert, what: "--tls-cert")
         try TrustedInput.check(tlsPin.filter { KeyID($0) == nil && !$0.hasPrefix("sha256//") }, what: "--tls-pin")
-        let (salt, keys) = try trust.seal()
+        let (salt, keys) = seal
         for path in tlsCA { try tls.addRoots(from: path, salt: salt, sealKeys: keys) }
         for path in tlsCert { try tls.addCertificate(from: path) }
         tls.pins = try tlsPin.map { try PinArgument.parse($0, option: "--tls-pin") }

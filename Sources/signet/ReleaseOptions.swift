@@ -98,11 +98,6 @@ struct ReleaseOptions: ParsableArguments {
         options.hooks.healthTimeout = Self.seconds(healthTimeout) ?? 60
     }
 
-    /// The config keys of `update`.
-    /// `verity` takes true, false or "auto" (`--verity`, nothing, `--verity-auto`).
-    static let configKeys: [String: Bool] = ["ima": true, "verity": false, "keep-previous": true, "pending": false, "retry-bad": false, "post-install": true, "health-check": true, "health-timeout": true,
-                                                 "pre-install": true, "window": true]
-
     /// What the hooks did, for the text output.
     static func say(_ report: InstallReport) {
         if let reason = report.verityNotUsed {

@@ -47,8 +47,18 @@ struct Repo: ParsableCommand {
     /// An RFC 3339 time option, or now.
     static func time(_ text: String?, option: String) throws -> Timestamp {
         guard let text else { return .now }
-        guard let time = Timestamp(rfc3339: text) else { throw ValidationError("\(option) takes an RFC 3339 time (2026-12-01T02:00:00Z), not '\(text)'") }
-        return time
+        if let time = Timestamp(rfc3339: text) { return time }
+        // An offset (`+01:00`, `-05:00`): the same instant in UTC, as the signed plan writes it.
+        if text.count == 25, let sign = text.dropFirst(19).first, sign == "+" || sign == "-",
+           let base = Timestamp(rfc3339: String(text.prefix(19)) + "Z") {
+            let offset = text.suffix(5).split(separator: ":")
+            if offset.count == 2, let hours = Int64(offset[0]), let minutes = Int64(offset[1]), hours < 24, minutes < 60,
+               offset.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isNumber) }) {
+                let seconds = (hours * 3_600 + minutes * 60) * (sign == "+" ? -1 : 1)
+                return Timestamp(secondsSinceEpoch: base.secondsSinceEpoch + seconds)
+            }
+        }
+        throw ValidationError("\(option) takes an RFC 3339 time, in UTC (2026-12-01T02:00:00Z) or with an offset (2026-12-01T03:00:00+01:00), not '\(text)'")
     }
 
     /// A rollout plan as JSON reports give it.
@@ -64,6 +74,23 @@ struct Repo: ParsableCommand {
             state = rollout.state.rawValue
             paused_at = rollout.pausedAt?.rfc3339
         }
+    }
+
+    /// A rollout plan from its text (`TUFRollout(plan:start:)`), with a "did you mean" for a
+    /// mistyped named plan, and a warning when the plan never opens the whole fleet.
+    static func plan(_ text: String, start: Timestamp) throws -> TUFRollout {
+        let plan: TUFRollout
+        do {
+            plan = try TUFRollout(plan: text, start: start)
+        } catch var error as SignetError where !text.contains("%") && !text.contains("@") {
+            let hint = ArgumentErrors.didYouMean(text.lowercased(), among: TUFRollout.namedPlans.keys.sorted())
+            if !hint.isEmpty { error.reason = "'\(text)' is not a rollout plan\(hint) (\(error.reason))" }
+            throw error
+        }
+        if let last = plan.steps.last, last.buckets < TUFRollout.bucketCount {
+            Output.warn("the plan \(plan.planText) stops at \(TUFRollout.percent(last.buckets)) of devices: the rest never install this release unless the plan is replaced (signet repo rollout … --plan); end it with 100%@… to reach the whole fleet")
+        }
+        return plan
     }
 
     /// Public keys given on the command line (public key files or certificates).
@@ -283,10 +310,12 @@ struct Repo: ParsableCommand {
                !FileManager.default.fileExists(atPath: repository + "/metadata") {
                 throw ValidationError("'\(package)' is a repository and '\(repository)' is not: the repository comes first, `signet repo add \(package) \(repository) --channel NAME`")
             }
+            // The plan first: a mistyped one is said before anything is opened.
+            let plan = try rollout.map { try Repo.plan($0, start: try Repo.time(rolloutStart, option: "--rollout-start")) }
             let repo = try TUFRepository(at: repository)
             // The key first: a wrong passphrase stages nothing.
             let key = try signingKey.map { try token.load($0, passphrase: passphrase) }
-            let plan = try rollout.map { try TUFRollout(plan: $0, start: try Repo.time(rolloutStart, option: "--rollout-start")) }
+            if let key { try repo.checkTargetsSigner(key) }
             let added = try repo.add(package: package, channels: channel, allowLower: allowLower, rollout: plan)
             // What pack takes without --sequence (the clock, SOURCE_DATE_EPOCH): once listed, every
             // later release of the name needs a higher one, so numbering releases is over.

@@ -72,9 +72,11 @@ extension Repo {
         func run() throws {
             let repo = try TUFRepository(at: repository)
             let key = try signingKey.map { try token.load($0, passphrase: passphrase) }
+            // A key whose signature would not count is refused before anything is staged.
+            if let key { try repo.checkTargetsSigner(key) }
             let change: TUFRepository.RolloutChange
             if pause { change = .pause } else if resume { change = .resume } else if halt { change = .halt } else {
-                change = .replace(try TUFRollout(plan: plan ?? "", start: try Repo.time(start, option: "--start")))
+                change = .replace(try Repo.plan(plan ?? "", start: try Repo.time(start, option: "--start")))
             }
             let changed = try repo.changeRollout(of: release, change)
             guard let plan = changed.rollout else { throw SignetError(.malformedInput, "the staged release has no rollout plan") }

@@ -61,7 +61,7 @@ struct Update: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("The install state: the highest sequence installed per package (locked, updated atomically).", valueName: "file"))
     var state: String?
 
-    @OptionGroup var trust: TrustOptions
+    @OptionGroup var trust: UpdateTrustOptions
 
     @OptionGroup(title: "Downloads") var tls: TLSOptions
 
@@ -95,19 +95,8 @@ struct Update: ParsableCommand {
 
     @OptionGroup var output: OutputOptions
 
-    /// The config keys: every long option of this command but --config, --check, --json, --quiet.
-    static let configKeys: [String: Bool] = [
-        // key: takes a value (false: a flag)
-        "dest": true, "state": true, "channel": true,
-        "repository": true, "tuf-metadata": true, "package": true, "targets-url": true,
-        "pubkey": true, "trust-dir": true, "pin": true, "revoked": true, "ca": true, "allow-expired-cert": false,
-        "expect-subject": true, "trust-salt-file": true, "trust-seal-key": true, "clock-skew": true, "allow-weak-key": false,
-        "tls-ca": true, "tls-pin": true, "tls-cert": true, "allow-http": false, "max-download-size": true, "connect-timeout": true,
-        "low-speed-time": true, "max-time": true, "retries": true, "retry-delay": true,
-        "full-download": false, "force": false, "repair": false, "max-files": true, "max-total-size": true, "max-ratio": true, "wait": true,
-        // Issue 53 (not --ignore-rollout: a config key would opt a device out of every rollout).
-        "device-id-file": true, "hold": false, "version-lock": true,
-    ].merging(ReleaseOptions.configKeys) { a, _ in a }
+    /// The config keys and the TOML type each takes (`ConfigKey.update`).
+    static var configKeys: [String: ConfigKey] { ConfigKey.update }
 
     mutating func validate() throws {
         if let config {
@@ -149,7 +138,6 @@ struct Update: ParsableCommand {
             throw ValidationError("give --repository URL: the TUF repository's metadata URL (or repository = \"…\" in --config FILE)")
         }
         if trust.tufMetadata == nil { throw ValidationError("--repository needs --tuf-metadata DIR: the folder of trusted metadata, made once with `signet tuf init --metadata-dir DIR root.json`") }
-        if !trust.pubkey.isEmpty || !trust.trustDirectory.isEmpty || !trust.ca.isEmpty { throw ValidationError("the package keys come from the repository's trusted metadata (the role that lists the release): leave out --pubkey, --trust-dir and --ca") }
         if dest == nil { throw ValidationError("give --dest DIR (or dest = \"…\" in --config FILE)") }
         if trust.channel == nil { throw ValidationError("give --channel NAME: the channel this device follows (or channel = \"…\" in --config FILE)") }
         if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
@@ -185,7 +173,7 @@ struct Update: ParsableCommand {
             if line.filter({ $0 == "\"" }).count % 2 == 1 {
                 throw ValidationError("\(path):\(number): a string on this line is not closed: a \" is missing at its end (\(line.trimmingCharacters(in: .whitespaces)))")
             }
-            throw ValidationError("\(path):\(number): \(error.description)")
+            throw ValidationError("\(path):\(number): \(Config.describe(tomlError: error.description))")
         }
         // --unset KEY: the config's KEY left out (a list or a flag cannot be emptied otherwise).
         var unset: Set<String> = []
@@ -193,44 +181,29 @@ struct Update: ParsableCommand {
             if word == "--unset", index + 1 < given.count { unset.insert(given[index + 1]) }
             if word.hasPrefix("--unset=") { unset.insert(String(word.dropFirst("--unset=".count))) }
         }
+        let keys = configKeys.keys.sorted()
+        func unknown(_ key: String) -> String {
+            if let why = ConfigKey.refusedByUpdate[key] { return why }
+            return "unknown key '\(key)'\(ArgumentErrors.didYouMean(key, among: keys)); the keys are the long options of signet update: \(keys.joined(separator: ", "))"
+        }
         for key in unset where configKeys[key] == nil {
-            throw ValidationError("--unset \(key): not a config key; the keys are the long options of signet update: \(configKeys.keys.sorted().joined(separator: ", "))")
+            throw ValidationError("--unset \(key): not a config key: \(unknown(key))")
         }
         var arguments: [String] = []
         for (key, value) in table {
-            let line = Config.line(of: key, in: text).map { ":\($0)" } ?? ""
+            let number = Config.line(of: key, in: text)
+            let line = number.map { ":\($0)" } ?? ""
             if key == "index" {
                 throw ValidationError("\(path)\(line): 'index' (a signed channel index) is gone: Signet follows a TUF repository. Set repository = \"https://…/metadata/\" and tuf-metadata = \"DIR\" (made once with signet tuf init --metadata-dir DIR root.json); the publisher makes the repository with signet repo")
             }
-            guard let takesValue = configKeys[key] else {
-                throw ValidationError("\(path)\(line): unknown key '\(key)'; the keys are the long options of signet update: \(configKeys.keys.sorted().joined(separator: ", "))")
+            guard let kind = configKeys[key] else {
+                throw ValidationError("\(path)\(line): \(unknown(key))")
             }
             let option = "--" + key
             // (`--verity-auto` on the command line is `verity` too.)
             if unset.contains(key) || given.contains(where: { $0 == option || $0.hasPrefix(option + "=") || (key == "verity" && $0 == "--verity-auto") }) { continue }
-            let values: [TOMLValueConvertible]
-            if let array = value.array { values = Array(array) } else { values = [value] }
-            for element in values {
-                let item = element.tomlValue
-                if key == "verity", item.string == "auto" {
-                    arguments.append("--verity-auto")
-                    continue
-                }
-                if !takesValue {
-                    guard let flag = item.bool else { throw ValidationError("\(path)\(line): '\(key)' takes true or false" + (key == "verity" ? ", or \"auto\"" : "")) }
-                    if flag { arguments.append(option) }
-                    continue
-                }
-                let text: String
-                if let flag = item.bool, key == "keep-previous" { text = flag ? "yes" : "no" }   // what people write
-                else if item.bool != nil { throw ValidationError("\(path)\(line): '\(key)' takes a value in quotes (\(key) = \"…\"), not true or false") }
-                else if let string = item.string { text = string }
-                else if let int = item.int { text = String(int) }
-                else if let double = item.double { text = String(double) }
-                else { throw ValidationError("\(path)\(line): '\(key)' takes a string or a number") }
-                arguments.append(option)
-                arguments.append(text)
-            }
+            let literal = number.flatMap { Config.literal(onLine: $0, in: text) }
+            arguments += try kind.arguments(key, value, at: "\(path)\(line)", literal: literal)
         }
         return arguments
     }
@@ -317,7 +290,7 @@ extension Update {
 
     /// The channel's release's rollout, for this device (JSON `rollout`; issue 53).
     struct Rollout: Encodable {
-        let bucket: Int
+        @Null var bucket: Int?
         let percent: Double
         let state: String
         let eligible: Bool
@@ -434,6 +407,26 @@ enum Config {
         guard !key.isEmpty, !value.isEmpty, let first = value.first, !"\"'[{".contains(first),
               !["true", "false"].contains(value), Int(value) == nil else { return nil }
         return "the value of '\(key)' is not quoted: strings in TOML are quoted, as in \(key) = \"\(value)\""
+    }
+
+    /// toml++'s message in Signet's words: what is wrong on the line and how a setting is written.
+    static func describe(tomlError text: String) -> String {
+        if let range = text.range(of: #"cannot redefine existing \w+ '[^']*'"#, options: .regularExpression) {
+            let key = text[range].split(separator: "'").dropFirst().first.map(String.init) ?? "a key"
+            return "'\(key)' is set twice: give each key once (a repeatable option takes a list, [\"…\", \"…\"])"
+        }
+        var detail = text
+        for prefix in ["Error while parsing ", "error while parsing "] where detail.hasPrefix(prefix) { detail = String(detail.dropFirst(prefix.count)) }
+        detail = detail.replacingOccurrences(of: "saw '\\n'", with: "found the end of the line").replacingOccurrences(of: "saw ", with: "found ")
+        return "not valid TOML (\(detail)): each setting is one line, key = value, with strings in quotes and lists in [ ]"
+    }
+
+    /// The value on line `number` (from 1) as written: what follows `=`, without a comment.
+    static func literal(onLine number: Int, in text: String) -> String? {
+        guard let line = text.split(separator: "\n", omittingEmptySubsequences: false).dropFirst(number - 1).first,
+              let equals = line.firstIndex(of: "=") else { return nil }
+        let value = line[line.index(after: equals)...].prefix { $0 != "#" }.trimmingCharacters(in: .whitespaces)
+        return value.isEmpty ? nil : value
     }
 
     /// The line (from 1) where `key` is set in a TOML text, for messages (TOMLKit keeps no

@@ -175,6 +175,14 @@ struct RolloutCLITests {
         let lacking = try CLI.run(["status", waiting[1].dest, "--json"])
         #expect(((try lacking.json()["channel"] as? [String: Any])?["note"] as? String)?.hasPrefix("halted:") == true, "\(lacking.stdoutText)")
 
+        // Resuming a halted release says how to reopen it; a key the targets role does not
+        // name is refused before anything is staged.
+        let resumeHalted = try CLI.run(["repo", "rollout", p.repo, "app", "--resume"])
+        #expect(resumeHalted.status == 2 && resumeHalted.stderr.contains("reopened with a new plan (--plan PLAN"), "\(resumeHalted.stderr)")
+        let stranger = try Workspace()
+        let wrongKey = try CLI.run(["repo", "rollout", p.repo, "app", "--plan", "now", "--key", stranger.privatePEM, "--passphrase-file", stranger.passFile])
+        #expect(wrongKey.status == 3 && wrongKey.stderr.contains("not a targets key") && wrongKey.stderr.contains("nothing was staged"), "\(wrongKey.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: p.repo + "/staging/targets.json"), "nothing staged")
         // An emergency plan: every device at its next update.
         try p.check(CLI.run(["repo", "rollout", p.repo, "app", "--plan", "now"] + p.key))
         try Self.refresh(p)

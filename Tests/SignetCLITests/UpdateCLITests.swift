@@ -92,7 +92,8 @@ struct UpdateCLITests {
             .replacingOccurrences(of: "/opt/app", with: p.dest)
             .replacingOccurrences(of: "/etc/app/tls-roots.pem", with: p.server.root)
             .replacingOccurrences(of: "/var/lib/signet/app-state.json", with: p.state)
-        #expect(config != example && !config.contains("example.com"), "every path of the example is replaced")
+        #expect(config != example && !config.split(separator: "\n").contains { !$0.hasPrefix("#") && $0.contains("example.com") },
+                "every path of the example's settings is replaced (commented keys may name example hosts)")
         let path = p.work.directory.file("app.conf")
         // Issue 52: ima and verity are config keys; verity = "auto" falls back (this package has
         // no fs-verity digests) and says why.

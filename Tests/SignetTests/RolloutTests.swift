@@ -347,6 +347,12 @@ struct ReleaseChoiceTests {
         #expect(try choose([open, plain], lock: .sequence(2))?.chosen == plain)
         #expect(try choose([open, plain], lock: .sequence(2))?.reason == .versionLock)
         #expect(try choose([open, plain], lock: .versionPrefix("1.9"))?.chosen == nil)
+        // An emergency plan (every bucket open) or a halted one needs no device id.
+        struct NoID: Error {}
+        let now = try release(3, "now")
+        #expect(try TUFReleaseChoice.choose(among: [now, plain], deviceID: { throw NoID() }, at: time)?.chosen == now)
+        #expect(try TUFReleaseChoice.choose(among: [halted, plain], deviceID: { throw NoID() }, at: time)?.chosen == plain)
+        #expect(throws: NoID.self) { try TUFReleaseChoice.choose(among: [closed, plain], deviceID: { throw NoID() }, at: time) }
         // What a channel keeps: down to the newest release fully rolled out.
         let old = try release(1)
         #expect(TUFReleaseChoice.kept([old, plain, closed], at: time) == [closed, plain])

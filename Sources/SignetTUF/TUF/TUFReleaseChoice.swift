@@ -54,12 +54,18 @@ public struct TUFReleaseChoice: Sendable, Equatable {
         let ordered = releases.sorted { ($0.sequence, $0.target) > ($1.sequence, $1.target) }
         guard let newest = ordered.first else { return nil }
         var id: [UInt8]? = nil
+        var idFailure: Error? = nil
         var passed: [PassedOver] = []
         for release in ordered {
             var status: RolloutStatus? = nil
-            if release.rollout != nil {
-                if id == nil { id = try deviceID() }
-                status = TUFUpdater.rolloutStatus(of: release, deviceID: id ?? [], at: now)
+            if let plan = release.rollout {
+                // The id is read once, and needed only where the plan's share leaves some
+                // devices out: an emergency `now` plan, or a halted one, needs none.
+                if id == nil, idFailure == nil {
+                    do { id = try deviceID() } catch { idFailure = error }
+                }
+                if id == nil, let idFailure, plan.state != .halted, plan.openBuckets(at: now) < TUFRollout.bucketCount { throw idFailure }
+                status = TUFUpdater.rolloutStatus(of: release, deviceID: id, at: now)
             }
             let reason: Reason?
             if let lock = versionLock, !lock.allows(version: release.version, sequence: release.sequence) {

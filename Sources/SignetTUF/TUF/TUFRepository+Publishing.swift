@@ -231,7 +231,10 @@ extension TUFRepository {
                 guard current.state == .active else { throw SignetError(.usage, "\(release.target)'s rollout is \(current.state.rawValue), not active") }
                 plan = current.paused(at: now)
             case .resume:
-                guard current.state == .paused else { throw SignetError(.usage, "\(release.target)'s rollout is \(current.state.rawValue), not paused") }
+                guard current.state == .paused else {
+                    throw SignetError(.usage, "\(release.target)'s rollout is \(current.state.rawValue), not paused"
+                        + (current.state == .halted ? ": a halted release is reopened with a new plan (--plan PLAN, e.g. --plan now or the plan it had: \(current.planText))" : ""))
+                }
                 plan = current.resumed(at: now)
             default:
                 guard current.state != .halted else { throw SignetError(.usage, "\(release.target)'s rollout is halted already") }

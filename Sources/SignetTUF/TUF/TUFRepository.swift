@@ -229,6 +229,32 @@ public struct TUFRepository: Sendable {
         return outcome
     }
 
+    /// Refuses, before anything is staged, a key whose targets signature would not count
+    /// (`repo add --key`, `repo rollout --key`): `.untrustedSigner`, naming the root version.
+    public func checkTargetsSigner(_ key: PrivateKey) throws {
+        do {
+            _ = try targetsSigners(key, keyID: TUFPublicKeyEntry(key.publicKey).keyID, name: "targets")
+        } catch var error as SignetError where error.code == .untrustedSigner {
+            error.reason += "; nothing was staged (give a targets key with --key, or stage without --key for the key holders to sign)"
+            throw error
+        }
+    }
+
+    /// The root whose targets keys count (a complete held root's, else the published one's),
+    /// a staged root still being signed, and the targets role; throws unless `keyID` is one of
+    /// their targets keys.
+    private func targetsSigners(_ key: PrivateKey, keyID: String, name: String) throws -> (TUFRoot, TUFRoot?, TUFRole) {
+        let published = try publishedRoot()
+        let held = try completeStagedRoot()
+        let root = held?.root ?? published
+        let stagedRoot = held == nil ? (try? staged("root")).flatMap { try? TUFRoot($0.metadata(as: "root", name: "staging/root.json")) } : nil
+        guard let targetsRole = root.roles["targets"] else { throw SignetError(.malformedMetadata, "root has no targets role", path: name) }
+        guard targetsRole.keyIDs.contains(keyID) || stagedRoot?.roles["targets"]?.keyIDs.contains(keyID) == true else {
+            throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a targets key of root version \(root.metadata.version)\(stagedRoot == nil ? "" : " or of the staged root"): its signature would not count", path: name)
+        }
+        return (root, stagedRoot, targetsRole)
+    }
+
     /// Signs `document` (the staged `role`) with `key` and publishes it when its thresholds are met.
     private func sign(_ document: inout TUFDocument, role: String, name: String, key: PrivateKey, keyID: String, now: Timestamp) throws -> SignOutcome {
         if role == "root" {
@@ -273,14 +299,8 @@ public struct TUFRepository: Sendable {
         }
         // Under a complete root held in staging, its targets keys count (what it waits for);
         // the keys of a staged root still being signed may sign too, and count once it is.
-        let published = try publishedRoot()
+        let (root, stagedRoot, targetsRole) = try targetsSigners(key, keyID: keyID, name: name)
         let held = try completeStagedRoot()
-        let root = held?.root ?? published
-        let stagedRoot = held == nil ? (try? staged("root")).flatMap { try? TUFRoot($0.metadata(as: "root", name: "staging/root.json")) } : nil
-        guard let targetsRole = root.roles["targets"] else { throw SignetError(.malformedMetadata, "root has no targets role", path: name) }
-        guard targetsRole.keyIDs.contains(keyID) || stagedRoot?.roles["targets"]?.keyIDs.contains(keyID) == true else {
-            throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a targets key of root version \(root.metadata.version)\(stagedRoot == nil ? "" : " or of the staged root"): its signature would not count", path: name)
-        }
         try document.sign(with: key, keyID: keyID)
         try writeStaged(role, document)
         let metadata = try document.metadata(as: "targets", name: name)

@@ -58,7 +58,7 @@ public struct TUFRollout: Sendable, Equatable {
             let pieces = part.trimmingCharacters(in: .whitespaces).split(separator: "@", omittingEmptySubsequences: false)
             guard pieces.count == 2, pieces[0].hasSuffix("%"), let buckets = Self.buckets(percent: pieces[0].dropLast()),
                   let after = Self.seconds(pieces[1]) else {
-                throw SignetError(.usage, "'\(part)' is not a step: \(usage)")
+                throw SignetError(.usage, "'\(part)' is not a step: \(Self.stepRule(pieces))\(usage)")
             }
             guard buckets > 0 else { throw SignetError(.usage, "'\(part)': a step opens more than 0% of the fleet") }
             if let last = steps.last {
@@ -69,6 +69,22 @@ public struct TUFRollout: Sendable, Equatable {
         }
         guard !steps.isEmpty, steps.count <= 64 else { throw SignetError(.usage, "\(usage); at most 64 steps") }
         self.init(start: start, steps: steps)
+    }
+
+    /// Which rule a step that does not parse breaks, said first (`150%`, three decimals, more
+    /// than 366 days), or nothing when it is not a step's shape at all.
+    private static func stepRule(_ pieces: [Substring]) -> String {
+        guard pieces.count == 2, pieces[0].hasSuffix("%") else { return "" }
+        let percent = pieces[0].dropLast()
+        if let dot = percent.firstIndex(of: "."), percent[percent.index(after: dot)...].count > 2 {
+            return "a share has at most two decimals (0.01% is one bucket of 10,000); "
+        }
+        if let value = Double(percent), value > 100 { return "a share is at most 100%; " }
+        if let unit = pieces[1].last, "smhd".contains(unit), let value = Int64(pieces[1].dropLast()), value >= 0, seconds(pieces[1]) == nil {
+            return "an offset is at most 366 days (\(value)\(unit) is more); "
+        }
+        if pieces[1].last.map({ !"smhd".contains($0) }) == true { return "an offset ends in s, m, h or d (90s, 30m, 12h, 7d); " }
+        return ""
     }
 
     /// `12.5` as buckets (1,250); nil unless 0 to 100 with at most two decimals.

@@ -74,8 +74,9 @@ public enum VersionLock: Sendable, Equatable, CustomStringConvertible {
 
 /// Where a release's rollout stands for this device (issue 53).
 public struct RolloutStatus: Sendable, Equatable {
-    /// This device's bucket for the release (0..<10,000).
-    public let bucket: Int
+    /// This device's bucket for the release (0..<10,000); nil when the id was not needed (a
+    /// plan open to every device, or halted) and could not be read.
+    public let bucket: Int?
     /// The buckets open now (100 per percent).
     public let openBuckets: Int
     public let state: TUFRollout.State
@@ -290,7 +291,7 @@ public enum TUFUpdater {
         case .waveNotReached:
             guard let rollout = passed.rollout else { return "waiting: \(release.version) (sequence \(release.sequence))" }
             let share = TUFRollout.percent(rollout.openBuckets)
-            return "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket)) "
+            return "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket.map(String.init) ?? "?")) "
                 + (rollout.eligibleAt.map { "from \($0.rfc3339)" } ?? (rollout.state == .paused ? "once it resumes" : "is not in the plan yet"))
         }
     }
@@ -298,11 +299,18 @@ public enum TUFUpdater {
     /// Where `release`'s rollout stands at `now` for the device whose id is `deviceID` (nil: the
     /// release has no plan): what `update(to:options:)` decides by.
     public static func rolloutStatus(of release: TUFPackageTarget, deviceID: [UInt8], at now: Timestamp) -> RolloutStatus? {
+        rolloutStatus(of: release, deviceID: Optional(deviceID), at: now)
+    }
+
+    /// The same where the device id may be missing: a plan open to every device (or halted)
+    /// needs none.
+    static func rolloutStatus(of release: TUFPackageTarget, deviceID: [UInt8]?, at now: Timestamp) -> RolloutStatus? {
         guard let plan = release.rollout else { return nil }
-        let bucket = TUFRollout.bucket(deviceID: deviceID, name: release.name, sequence: release.sequence)
+        let bucket = deviceID.map { TUFRollout.bucket(deviceID: $0, name: release.name, sequence: release.sequence) }
         let open = plan.openBuckets(at: now)
-        return RolloutStatus(bucket: bucket, openBuckets: open, state: plan.state, eligible: bucket < open,
-                             eligibleAt: plan.opens(bucket, at: now), plan: plan)
+        let eligible = plan.state != .halted && (bucket.map { $0 < open } ?? (open >= TUFRollout.bucketCount))
+        return RolloutStatus(bucket: bucket, openBuckets: open, state: plan.state, eligible: eligible,
+                             eligibleAt: bucket.flatMap { plan.opens($0, at: now) }, plan: plan)
     }
 
     /// The device id: the file's content without surrounding white space (systemd's
