@@ -163,7 +163,7 @@ struct RepositoryOperationsCLITests {
         #expect(stuck.status == 3 && stuck.stderr.contains("trusts root v1") && stuck.stderr.contains("2.root.json"), "\(stuck.stderr)")
     }
 
-    @Test("point 13: a staged targets version is seen in repo status and discarded with the package only it lists; the published one and its package stay")
+    @Test("A staged package is never served: repo add stages it outside targets/ (404 on nginx until the targets threshold signs, 200 after the refresh); repo discard removes it; the published release and its package stay")
     func discardStaged() throws {
         let p = try UpdateCLITests.Publisher("ops-discard")
         try p.release(1)
@@ -171,14 +171,23 @@ struct RepositoryOperationsCLITests {
         try Data("two\n".utf8).write(to: URL(fileURLWithPath: tree.file("a.txt")))
         let package = p.work.directory.file("app-2.zip")
         try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "2", "--sequence", "2", "--out", package] + p.key))
-        try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable"]))
-        let before = try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").sorted()
-        #expect(before.count == 2, "\(before)")
+        let added = try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable", "--json"])).json()
+        let sha256 = try SignetTestSupport.run("sha256sum", [package]).stdoutText.prefix(64)
+        let name = "\(sha256).\(try #require(added["target"] as? String))"
+        func served() throws -> String {
+            try SignetTestSupport.run("curl", ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", p.server.root, p.server.url("ops-discard/targets/\(name)")]).stdoutText
+        }
+        // The embargoed package: not in targets/, not served; staged in a folder only its owner reads.
+        #expect(try served() == "404", "an unsigned package is not served")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").count == 1)
+        #expect(FileManager.default.fileExists(atPath: p.repo + "/staging/targets/" + name))
+        let mode = try FileManager.default.attributesOfItem(atPath: p.repo + "/staging/targets")[.posixPermissions] as? Int
+        #expect(mode == 0o700, "staging/targets is \(String(mode ?? 0, radix: 8))")
         let status = try p.check(CLI.run(["repo", "status", p.repo])).stdoutText
-        #expect(status.contains("staged targets v") && status.contains("signet repo discard \(p.repo) --role targets"), "\(status)")
+        #expect(status.contains("staged targets v") && status.contains("signet repo discard \(p.repo) --role targets") && !status.contains("PROBLEM"), "\(status)")
         let discarded = try p.check(CLI.run(["repo", "discard", p.repo, "--role", "targets", "--json"])).json()
-        #expect((discarded["removed"] as? [String])?.count == 1 && (discarded["removed"] as? [String])?.first?.hasSuffix(".app-2.zip") == true, "\(discarded)")
-        #expect(!FileManager.default.fileExists(atPath: p.repo + "/staging/targets.json"))
+        #expect((discarded["removed"] as? [String]) == [name], "\(discarded)")
+        #expect(!FileManager.default.fileExists(atPath: p.repo + "/staging/targets.json") && !FileManager.default.fileExists(atPath: p.repo + "/staging/targets/" + name))
         let after = try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets")
         #expect(after.count == 1 && after[0].hasSuffix(".app-1.zip"), "\(after)")
         let again = try CLI.run(["repo", "discard", p.repo, "--role", "targets"])
@@ -186,6 +195,15 @@ struct RepositoryOperationsCLITests {
         // The device still installs the published release.
         try p.check(CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root]))
         #expect(p.installedText() == "release 1\n")
+        // Staged again and signed: the package reaches targets/ with the version that lists it.
+        let digest = try #require(try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable", "--json"])).json()["digest"] as? String)
+        #expect(try served() == "404")
+        try p.check(CLI.run(["repo", "sign", p.repo, "--role", "targets", "--digest", digest] + p.key))
+        try RolloutCLITests.refresh(p)
+        #expect(try served() == "200", "published with its targets version")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.repo + "/staging/targets").isEmpty)
+        try p.check(CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root]))
+        #expect(p.installedText() == "two\n")
     }
 
     @Test("point 15: every missing role key named at once; an empty metadata folder names tuf init; reverify outside a checkout does not suggest the example key; a full disk says needed and free; a shared folder for --state is named as the folder")

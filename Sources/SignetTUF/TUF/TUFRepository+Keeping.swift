@@ -75,7 +75,7 @@ extension TUFRepository {
         let targets = try TUFTargets(TUFMetadata(bytes: bytes, expectedType: "targets", name: "\(version).targets.json"))
         return targets.targets.values.compactMap(TUFPackageTarget.init).filter { package in
             guard !package.channels.isEmpty, !package.target.contains("/") else { return false }
-            let file = "\(targetsDirectory)/\(package.sha256).\(package.target)"
+            let file = targetFile("\(package.sha256).\(package.target)")
             return (try? PackageReader.verify(file, policy: TrustPolicy(keys: keys), now: now).isValid) != true
         }.sorted { $0.target < $1.target }
     }
@@ -169,9 +169,14 @@ extension TUFRepository {
         for (target, value) in document.signed["targets"]?.objectMembers ?? [] {
             guard let sha256 = value["hashes"]?["sha256"]?.stringValue, !target.contains("/") else { continue }
             let file = "\(sha256).\(target)"
-            if !listed.contains(file), unlink("\(targetsDirectory)/\(file)") == 0 { removed.append(file) }
+            guard !listed.contains(file) else { continue }
+            // Staged by `repo add` (or, from before staged packages, copied into targets/).
+            if unlink("\(stagedTargetsDirectory)/\(file)") == 0 || unlink("\(targetsDirectory)/\(file)") == 0 { removed.append(file) }
         }
-        if !removed.isEmpty { AtomicFile.syncDirectory(targetsDirectory) }
+        if !removed.isEmpty {
+            AtomicFile.syncDirectory(targetsDirectory)
+            AtomicFile.syncDirectory(stagedTargetsDirectory)
+        }
         return (document.version, removed)
     }
 

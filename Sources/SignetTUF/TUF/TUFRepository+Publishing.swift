@@ -257,9 +257,18 @@ extension TUFRepository {
         return updated
     }
 
-    /// Copies a target into `targets/NAME` (atomically; an existing one is the same content).
+    /// Copies a package into `staging/targets/NAME` (atomically; an existing one, there or
+    /// published in `targets/`, is the same content): it reaches `targets/` only with the
+    /// targets version that lists it (``publishTargetFiles(of:)``), so nothing unsigned is
+    /// served (FORMAT.md §7, issue 61). The folder is 0700: a web server serving the repository
+    /// folder whole as another user cannot read it either.
     private func copyTarget(_ source: String, as name: String) throws {
-        let destination = "\(targetsDirectory)/\(name)"
+        if FileManager.default.fileExists(atPath: "\(targetsDirectory)/\(name)") { return }
+        let folder = stagedTargetsDirectory
+        if mkdir(folder, 0o700) != 0 && errno != EEXIST {
+            throw SignetError.posix(SystemCallFailure("mkdir", code: errno), "cannot make the folder of staged packages", path: folder)
+        }
+        let destination = "\(folder)/\(name)"
         if FileManager.default.fileExists(atPath: destination) { return }
         let temporary = AtomicFile.temporaryPath(beside: destination, tag: "copy")
         let token = TemporaryFiles.register(temporary)
@@ -269,12 +278,44 @@ extension TUFRepository {
             chmod(temporary, 0o644)
             let copied = try InputFile.open(temporary, what: "target", followSymlinks: false)
             fsync(copied.descriptor.rawValue)
-            guard rename(temporary, destination) == 0 else { throw SignetError.posix(SystemCallFailure("rename", code: errno), "cannot publish the target", path: destination) }
+            guard rename(temporary, destination) == 0 else { throw SignetError.posix(SystemCallFailure("rename", code: errno), "cannot stage the package", path: destination) }
         } catch {
             unlink(temporary)
             throw error
         }
-        AtomicFile.syncDirectory(targetsDirectory)
+        AtomicFile.syncDirectory(folder)
+    }
+
+    /// Moves the packages `document` (a targets version about to be published) lists from
+    /// `staging/targets/` into `targets/`, each made durable there before the metadata that
+    /// lists it is written.
+    func publishTargetFiles(of document: TUFDocument) throws {
+        var moved = false
+        for (target, value) in document.signed["targets"]?.objectMembers ?? [] {
+            guard let sha256 = value["hashes"]?["sha256"]?.stringValue, !target.contains("/") else { continue }
+            let name = "\(sha256).\(target)"
+            let staged = "\(stagedTargetsDirectory)/\(name)"
+            guard FileManager.default.fileExists(atPath: staged) else { continue }
+            if FileManager.default.fileExists(atPath: "\(targetsDirectory)/\(name)") {
+                unlink(staged)
+                continue
+            }
+            guard rename(staged, "\(targetsDirectory)/\(name)") == 0 else {
+                throw SignetError.posix(SystemCallFailure("rename", code: errno), "cannot publish the package", path: staged)
+            }
+            moved = true
+        }
+        if moved {
+            AtomicFile.syncDirectory(targetsDirectory)
+            AtomicFile.syncDirectory(stagedTargetsDirectory)
+        }
+    }
+
+    /// Where the package file `name` (`SHA256.TARGET`) is: published, else staged.
+    func targetFile(_ name: String) -> String {
+        let published = "\(targetsDirectory)/\(name)"
+        let staged = "\(stagedTargetsDirectory)/\(name)"
+        return !FileManager.default.fileExists(atPath: published) && FileManager.default.fileExists(atPath: staged) ? staged : published
     }
 
     // MARK: Refresh (online keys: a cron job)

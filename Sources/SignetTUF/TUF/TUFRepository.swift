@@ -23,6 +23,8 @@ public struct TUFRepository: Sendable {
     var metadataDirectory: String { path + "/metadata" }
     var targetsDirectory: String { path + "/targets" }
     var stagingDirectory: String { path + "/staging" }
+    /// Packages `repo add` copied for a staged targets version: never served (0700).
+    var stagedTargetsDirectory: String { stagingDirectory + "/targets" }
 
     /// The TUF specification version written into new metadata.
     static let specVersion = "1.0.31"
@@ -316,6 +318,7 @@ public struct TUFRepository: Sendable {
             return SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: false,
                                missing: "\(targetsRole.threshold - valid) more targets key\(targetsRole.threshold - valid == 1 ? "" : "s")")
         }
+        try publishTargetFiles(of: document)
         try publish(name, document.bytes)
         unlink("\(stagingDirectory)/targets.json")
         var outcome = SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: true, missing: nil)
@@ -329,6 +332,7 @@ public struct TUFRepository: Sendable {
         guard let document = try staged("targets"), let role = root.roles["targets"] else { return }
         let name = "\(document.version).targets.json"
         guard count(try document.metadata(as: "targets", name: name), keys: root.keys, role: role) >= role.threshold else { return }
+        try publishTargetFiles(of: document)
         try publish(name, document.bytes)
         unlink("\(stagingDirectory)/targets.json")
     }

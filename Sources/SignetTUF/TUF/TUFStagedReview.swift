@@ -239,9 +239,9 @@ extension TUFRepository {
     /// Why a listed package does not match its file in `targets/`, or nil when it does.
     private func checkPackage(_ target: TUFStagedReview.Target, _ package: TUFPackageTarget, keys: [PublicKey], now: Timestamp) -> String? {
         guard let sha256 = target.hashes["sha256"], !target.path.contains("/") else { return nil }
-        let file = "\(targetsDirectory)/\(sha256).\(target.path)"
+        let file = targetFile("\(sha256).\(target.path)")
         guard let described = try? PackageBinding.describing(file) else {
-            return "\(target.path): targets/\(sha256.prefix(16))….\(target.path) is missing or not a readable Signet package"
+            return "\(target.path): \(sha256.prefix(16))….\(target.path) is in neither staging/targets/ nor targets/, or not a readable Signet package"
         }
         var wrong: [String] = []
         if Int64(described.size) != target.length { wrong.append("it is \(described.size) bytes, the entry says \(target.length)") }
