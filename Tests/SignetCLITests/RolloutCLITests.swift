@@ -320,10 +320,11 @@ struct RolloutCLITests {
         let p = try Publisher("rollout-window")
         let device = try Device(p, 300)
         // Many files, so that fetching them again would show.
-        func publish(_ sequence: Int) throws {
+        func publish(_ sequence: Int, filesOf: Int? = nil) throws {
             let tree = try TemporaryDirectory()
             try Data("release \(sequence)\n".utf8).write(to: URL(fileURLWithPath: tree.file("a.txt")))
-            for index in 0..<40 { try Data((0..<2_000).map { UInt8(truncatingIfNeeded: $0 &* (index + sequence * 41)) }).write(to: URL(fileURLWithPath: tree.file("f\(index).bin"))) }
+            let files = filesOf ?? sequence
+            for index in 0..<40 { try Data((0..<2_000).map { UInt8(truncatingIfNeeded: $0 &* (index + files * 41)) }).write(to: URL(fileURLWithPath: tree.file("f\(index).bin"))) }
             let package = p.work.directory.file("app-\(sequence).zip")
             try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", package] + p.key))
             try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable"] + p.key))
@@ -357,6 +358,23 @@ struct RolloutCLITests {
         #expect(refused.stderr.contains("battery low") || refused.stdoutText.contains("battery low"))
         let agreed = try update(["--pre-install", "sh -c 'test \"$SIGNET_EVENT:$SIGNET_NEW_SEQUENCE:$SIGNET_OLD_SEQUENCE\" = pre-install:3:2'"])
         #expect(agreed.status == 0 && device.installed == "release 3\n", "\(agreed.stdoutText) \(agreed.stderr)")
+        let agreedHooks = try #require(try agreed.json()["hooks"] as? [[String: Any]], "\(agreed.stdoutText)")
+        #expect(agreedHooks.map { $0["hook"] as? String } == ["pre-install"], "the pre-install command that said yes is reported: \(agreedHooks)")
+
+        // Release 4 changes a.txt only, deferred by the window, then installed: its 40 unchanged
+        // files were shared with DIR (hard links) when staged, and are reported so.
+        try publish(4, filesOf: 3)
+        let deferred = try update(["--window", "Mon..Sun " + Self.window(fromHours: 2, toHours: 3)])
+        #expect(deferred.status == 0 && device.installed == "release 3\n", "\(deferred.stderr)")
+        let resumed = try update(["--window", Self.window(fromHours: -1, toHours: 1), "--pre-install", "true"])
+        #expect(resumed.status == 0 && device.installed == "release 4\n", "\(resumed.stderr)")
+        let report = try resumed.json()
+        #expect(report["files_shared"] as? Int == 40 && report["files_copied"] as? Int == 0, "as on disk: \(resumed.stdoutText)")
+        #expect((report["hooks"] as? [[String: Any]])?.first?["hook"] as? String == "pre-install", "\(resumed.stdoutText)")
+        var inode = stat(), installedInode = stat()
+        let kept = (device.dest as NSString).deletingLastPathComponent + "/.app.signet-previous"
+        #expect(lstat(device.dest + "/f7.bin", &inode) == 0 && lstat(kept + "/f7.bin", &installedInode) == 0 && inode.st_ino == installedInode.st_ino,
+                "f7.bin is one file in both releases")
         let bad = try update(["--window", "Mon..Fri 2:00..4:00"])
         #expect(bad.status == 2 && bad.stderr.contains("HH:MM..HH:MM"), "\(bad.stderr)")
     }

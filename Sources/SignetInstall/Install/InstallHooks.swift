@@ -65,7 +65,7 @@ public struct InstallHooks: Sendable {
 
 /// What one hook did.
 public struct HookResult: Sendable, Equatable {
-    /// "post-install" or "health-check".
+    /// "pre-install", "post-install" or "health-check".
     public let hook: String
     public let command: [String]
     /// Its exit status; nil when a signal ended it, it timed out or it could not be started.

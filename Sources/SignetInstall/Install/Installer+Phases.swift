@@ -197,7 +197,7 @@ extension Installer {
     /// before the swap, so that a power cut after it never leaves a release confirmed that was
     /// not. If the swap fails, DIR and its record are as they were and the staging is removed.
     static func swap(_ staged: StagedTree, job: Job, admitted: Admitted, state: DestinationState, stale: [String],
-                     ranged: RangedUpdate?) throws -> InstallReport {
+                     ranged: RangedUpdate?, preInstall: HookResult? = nil) throws -> InstallReport {
         let (destination, options) = (job.destination, job.options)
         let (checked, installState) = (admitted.checked, admitted.installState)
         var releases = admitted.releases
@@ -256,6 +256,8 @@ extension Installer {
         report.filesCopied = max(0, (ranged?.report.filesReused ?? 0) - (ranged?.linked ?? 0)) + (staged.shared?.copied ?? 0)
         report.previousKept = kept
         report.pending = releases.pending != nil
+        // The pre-install command that said yes, first among the hooks the report lists.
+        if let preInstall { report.hooks.append(preInstall) }
         try Self.runHooks(&report, old: old, options: options, installState: installState)
         return report
     }

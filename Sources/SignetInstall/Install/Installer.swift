@@ -104,8 +104,9 @@ public enum Installer {
         case .install(let value): admitted = value
         }
         let staged = try stageResources(job, admitted: &admitted, state: state, ranged: ranged)
+        let preInstall: HookResult?
         do {
-            try gate(job, admitted: admitted, state: state)
+            preInstall = try gate(job, admitted: admitted, state: state)
         } catch let deferred as SignetError where deferred.code == .installDeferred {
             // Staged and verified, not swapped: kept beside DIR, where the next run (ranged)
             // takes its files over instead of fetching them again.
@@ -119,25 +120,28 @@ public enum Installer {
             _ = staged.staging.remove()
             throw error
         }
-        return try swap(staged, job: job, admitted: admitted, state: state, stale: stale, ranged: ranged)
+        return try swap(staged, job: job, admitted: admitted, state: state, stale: stale, ranged: ranged, preInstall: preInstall)
     }
 
     /// Between staging and the swap (issue 53): the maintenance windows, then the pre-install
     /// command. Throws `.installDeferred` (not now) or `.preInstallRefused`.
-    static func gate(_ job: Job, admitted: Admitted, state: DestinationState) throws {
+    /// Returns the pre-install command's result when it ran and said yes (the report lists it
+    /// with the other hooks).
+    @discardableResult
+    static func gate(_ job: Job, admitted: Admitted, state: DestinationState) throws -> HookResult? {
         let options = job.options
-        guard let manifest = admitted.checked?.manifest else { return }
+        guard let manifest = admitted.checked?.manifest else { return nil }
         let new = Release(manifest)
         if !options.windows.isEmpty, !options.windows.contains(where: { $0.contains(options.now) }) {
             throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): \(new.description) is staged and verified, not installed", path: job.destination)
         }
-        guard let command = options.hooks.preInstall else { return }
+        guard let command = options.hooks.preInstall else { return nil }
         let environment = hookEnvironment(event: "pre-install", destination: job.destination, from: Self.release(of: state), to: new)
         let result = HookRunner.run("pre-install", command, environment: environment, timeout: options.hooks.preInstallTimeout)
         if HookRunner.isStopped {
             throw SignetError(.interrupted, "interrupted in the pre-install command; nothing was installed", path: job.destination)
         }
-        if result.succeeded { return }
+        if result.succeeded { return result }
         let output = result.output.trimmingCharacters(in: .whitespacesAndNewlines).suffix(300)
         if result.exitStatus == 75 {
             throw SignetError(.installDeferred, "the pre-install command said not now (exit 75)\(output.isEmpty ? "" : ": \(output)"): \(new.description) is staged and verified, not installed", path: job.destination)

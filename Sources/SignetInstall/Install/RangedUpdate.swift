@@ -355,9 +355,12 @@ final class RangedUpdate {
             } else {
                 staged = try job.stageCopy(file, from: root?.descriptor, into: staging, checked: checked, later: later, ownSignature: own)
             }
-        case .staged:
+        case .staged(let unchanged):
             staged = try job.stageCopy(file, from: nil, inPlace: true, into: staging, checked: checked, later: later,
                                        ownSignature: { self.installedSignature($0, digest: $1, checked: checked) })
+            // An unchanged file the earlier run shared with DIR (a hard link) is reported as
+            // shared, as it is on disk, not as copied.
+            if unchanged, staged != nil, sharesInode(file.path, staging: staging) { linked += 1 }
         }
         if let staged {
             if case .staged(unchanged: false) = origin { resumed += 1 } else { reusedCount += 1 }
@@ -365,6 +368,16 @@ final class RangedUpdate {
         }
         fetchInstead(file, job: job)
         return nil
+    }
+
+    /// Whether the staged `relative` file is DIR's own file at the same path (one inode: a hard
+    /// link an earlier run made), read without following a link at the end.
+    private func sharesInode(_ relative: String, staging: Staging) -> Bool {
+        guard let root else { return false }
+        var installed = stat(), staged = stat()
+        guard fstatat(root.descriptor.rawValue, relative, &installed, AT_SYMLINK_NOFOLLOW) == 0,
+              lstat(staging.path + "/" + relative, &staged) == 0 else { return false }
+        return installed.st_dev == staged.st_dev && installed.st_ino == staged.st_ino
     }
 
     /// Counts a resource read from the package, planning its entry if it was not.
