@@ -91,7 +91,7 @@ struct RepositoryOperationsCLITests {
         }
     }
 
-    @Test("point 7: as another user, status DIR reads root's release record, and update --check and unpack are told to run as root, never to remove Signet's lock or record")
+    @Test("point 7: as another user, status DIR reads root's release record, unpack is told to run as root, never to remove Signet's lock or record; update --check runs read-only (no lock, nothing written)")
     func readOnlyAsAnotherUser() throws {
         let p = try UpdateCLITests.Publisher("ops-nonroot")
         try p.release(1)
@@ -107,10 +107,26 @@ struct RepositoryOperationsCLITests {
         try Data(p.configLines.replacingOccurrences(of: p.server.root, with: root).utf8).write(to: URL(fileURLWithPath: config))
         guard let status = try Hardening2CLITests.asUser(65534, CLI.binary, ["status", p.dest]) else { return }
         #expect(status.status == 0 && status.stdoutText.contains("current:") && status.stdoutText.contains("sequence 2"), "\(status.stdoutText) \(status.stderr)")
-        for arguments in [["update", "--config", config, "--check"], ["unpack", p.work.directory.file("app-1.zip"), "--dest", p.dest, "--pubkey", publicKey]] {
-            let refused = try #require(try Hardening2CLITests.asUser(65534, CLI.binary, arguments))
-            #expect(refused.status != 0 && refused.stderr.contains("Run this as root") && !refused.stderr.contains("Remove it"), "\(arguments[0]): \(refused.stderr)")
+        let refused = try #require(try Hardening2CLITests.asUser(65534, CLI.binary, ["unpack", p.work.directory.file("app-1.zip"), "--dest", p.dest, "--pubkey", publicKey]))
+        #expect(refused.status != 0 && refused.stderr.contains("Run this as root") && !refused.stderr.contains("Remove it"), "unpack: \(refused.stderr)")
+        // update --check by a monitor (issue 61): every TUF check, read-only — no lock, nothing written.
+        try p.release(3)
+        let parent = (p.metadata as NSString).deletingLastPathComponent
+        func snapshot() throws -> [String: Date] {
+            var seen: [String: Date] = [:]
+            for folder in [p.metadata, parent] {
+                for name in try FileManager.default.contentsOfDirectory(atPath: folder) {
+                    seen[folder + "/" + name] = try FileManager.default.attributesOfItem(atPath: folder + "/" + name)[.modificationDate] as? Date
+                }
+            }
+            return seen
         }
+        let before = try snapshot()
+        let checked = try #require(try Hardening2CLITests.asUser(65534, CLI.binary, ["update", "--config", config, "--check", "--json"]))
+        #expect(checked.status == 0, "\(checked.stderr)")
+        let report = try checked.json()
+        #expect(report["update_available"] as? Bool == true && (report["available"] as? [String: Any])?["sequence"] as? Int == 3, "\(checked.stdoutText)")
+        #expect(try snapshot() == before, "nothing written beside or in the metadata folder")
     }
 
     @Test("point 8 and 11: a config key is left out with --unset; keep-previous = false is read as no; an unclosed string and a wrong yes/no value are said plainly")

@@ -32,6 +32,10 @@ public struct TUFClientOptions: Sendable {
     public var maximumTimestampLength = 16_384
     public var maximumSnapshotLength = 2_000_000
     public var maximumTargetsLength = 5_000_000
+    /// Verify without keeping (`update --check` by a user who cannot write the metadata
+    /// folder): no lock is taken and nothing is stored; every check is made as usual, the newly
+    /// verified files held in memory for this client only.
+    public var readOnly = false
 
     /// Options for the repository at `metadataURL`, trusted metadata in `metadataDirectory`.
     public init(metadataDirectory: String, metadataURL: String) {
@@ -73,7 +77,7 @@ public final class TUFClient {
     private var refreshed: TUFRefreshReport? = nil
     /// One client at a time on a metadata folder: `.NAME.signet-lock` beside it, held for the
     /// client's life (another waits `download.wait` seconds, then exit 5).
-    private let lock: DestinationLock
+    private let lock: DestinationLock?
 
     /// Puts `trustedRoot` into `metadataDirectory` as `root.json` (creating the folder, mode
     /// 0755) after checking that it is root metadata signed by its own threshold. TUF metadata
@@ -125,7 +129,7 @@ public final class TUFClient {
         guard let root = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) else {
             throw SignetError(.fileNotFound, "the metadata folder '\(options.metadataDirectory)' has no root.json: initialise it with the repository's trusted root first (`signet tuf init --metadata-dir \(options.metadataDirectory) ROOT.json`, ROOT.json being the repository's metadata/1.root.json)", path: options.metadataDirectory)
         }
-        lock = try DestinationLock(options.metadataDirectory, wait: options.download.wait)
+        lock = options.readOnly ? nil : try DestinationLock(options.metadataDirectory, wait: options.download.wait)
         // Read again under the lock: another client may have walked the chain meanwhile.
         let current = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) ?? root
         trusted = try TUFTrustedSet(root: current, now: options.now ?? .now)
@@ -392,6 +396,7 @@ public final class TUFClient {
     }
 
     private func store(_ name: String, _ bytes: [UInt8]) throws {
+        if options.readOnly { return }
         try AtomicFile.write(bytes, to: options.metadataDirectory + "/" + name, mode: 0o644, replace: true)
     }
 

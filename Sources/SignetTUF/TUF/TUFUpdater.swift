@@ -169,6 +169,9 @@ public enum TUFUpdater {
         // One bound on waiting for another process, whatever it holds: the metadata folder's
         // lock as well as DIR's (`--wait`; the metadata lock waited 10 s whatever it said).
         clientOptions.download.wait = min(clientOptions.download.wait, options.install.wait)
+        // A check by a user who cannot write the metadata folder (a monitor) verifies without
+        // keeping: no lock, nothing written (FORMAT §7).
+        if options.checkOnly, access(clientOptions.metadataDirectory, W_OK) != 0 { clientOptions.readOnly = true }
         let client = try TUFClient(options: clientOptions, cancelled: cancelled)
         let refresh = try client.refresh()
         let installed = try InstalledRelease.inspect(destination, force: options.install.force)
