@@ -13,6 +13,11 @@
 #include <sys/mman.h>
 #include <sys/vfs.h>
 #include <malloc.h>
+#include <signal.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include "CSignetSystem.h"
 
 int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
@@ -56,8 +61,102 @@ int signet_memfd(const char *name) {
     return memfd_create(name, MFD_CLOEXEC);
 }
 
-int signet_spawn_closefrom(posix_spawn_file_actions_t *actions, int from) {
-    return posix_spawn_file_actions_addclosefrom_np(actions, from);
+int signet_spawn_hook(const char *path, char *const argv[], char *const envp[], int out_fd, pid_t *pid_out, int *go_out) {
+    int report[2], go[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return errno;
+    if (pipe2(go, O_CLOEXEC) != 0) {
+        int failure = errno;
+        close(report[0]);
+        close(report[1]);
+        return failure;
+    }
+    pid_t parent = getpid();
+    // No signal handler of Signet's may run in the child between fork and execve.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int failure = 0;
+        struct sigaction fallback;
+        memset(&fallback, 0, sizeof fallback);
+        fallback.sa_handler = SIG_DFL;
+        for (int signal = 1; signal < NSIG; signal++) sigaction(signal, &fallback, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        // The parent may have died before the line above: then no signal comes.
+        if (getppid() != parent) _exit(127);
+        setpgid(0, 0);
+        // Wait for the parent to have recorded this process (signet_spawn_hook_go): a parent
+        // gone before that (its end closed, nothing written) means no hook runs at all.
+        char byte;
+        ssize_t got;
+        do { got = read(go[0], &byte, 1); } while (got < 0 && errno == EINTR);
+        if (got != 1) _exit(127);
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0) {
+            failure = errno;
+        } else {
+            // Every descriptor from 3 up closes at execve (the report pipe's end too).
+            if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) != 0) {
+                struct rlimit limit;
+                rlim_t top = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < 65536 ? limit.rlim_cur : 65536;
+                for (int fd = 3; fd < (int)top; fd++) if (fd != report[1]) close(fd);
+            }
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            execve(path, argv, envp);
+            failure = errno;
+        }
+        ssize_t written = write(report[1], &failure, sizeof failure);
+        (void)written;
+        _exit(127);
+    }
+    int forkError = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(report[1]);
+    close(go[0]);
+    if (pid < 0) {
+        close(report[0]);
+        close(go[1]);
+        return forkError;
+    }
+    // Also from here: the group exists before anyone signals it.
+    setpgid(pid, pid);
+    *pid_out = pid;
+    // Both ends the parent keeps, packed: the go pipe's write end, the report pipe's read end.
+    go_out[0] = go[1];
+    go_out[1] = report[0];
+    return 0;
+}
+
+int signet_spawn_hook_go(pid_t pid, const int go[2]) {
+    // A child already gone (an interruption ended its group) makes the write fail with EPIPE:
+    // its SIGPIPE is blocked for this thread, then taken if it came, never delivered.
+    sigset_t pipeSignal, old;
+    sigemptyset(&pipeSignal);
+    sigaddset(&pipeSignal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipeSignal, &old);
+    char byte = 1;
+    ssize_t written;
+    do { written = write(go[0], &byte, 1); } while (written < 0 && errno == EINTR);
+    if (written < 0 && errno == EPIPE) {
+        struct timespec now = {0, 0};
+        sigtimedwait(&pipeSignal, NULL, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(go[0]);
+    int failure = 0;
+    ssize_t count;
+    do { count = read(go[1], &failure, sizeof failure); } while (count < 0 && errno == EINTR);
+    close(go[1]);
+    if (written != 1 || count == (ssize_t)sizeof failure) {
+        int status;
+        if (written != 1) kill(pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        return written != 1 ? EPIPE : (failure != 0 ? failure : ECHILD);
+    }
+    return 0;
 }
 
 int signet_clone_file(int destination, int source) {

@@ -61,6 +61,8 @@ struct Status: ParsableCommand {
         let pending: Bool
         @Null var pending_since: String?
         let unchecked: Bool
+        /// When the post-install command started for the current release, if it never finished.
+        @Null var post_install_unfinished: String?
         let bad: [Bad]
         @Null var last_rollback: LastRollback?
         @Null var channel: Channel?
@@ -79,6 +81,7 @@ struct Status: ParsableCommand {
         if output.json {
             Output.json(DestinationReport(destination: dir, current: release(status.current), previous: release(status.previous),
                                           pending: status.pendingSince != nil, pending_since: status.pendingSince, unchecked: status.unchecked,
+                                          post_install_unfinished: status.postInstallUnfinished,
                                           bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at) },
                                           last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) },
                                           channel: status.channel.map { .init(sequence: $0.sequence, version: $0.version, note: $0.note, at: $0.at) }))
@@ -87,7 +90,13 @@ struct Status: ParsableCommand {
             // refused says so, and a bad range is said from above the release DIR holds.
             func state(_ current: Signet.Release) -> String {
                 if status.bad.contains(where: { $0.name == current.name && $0.sequence == current.sequence }) { return ", refused as bad (see below)" }
-                if status.unchecked { return ", unchecked: its health check has not passed (the next run with the health check runs it)" }
+                // Not "confirmed" either when its post-install command never finished.
+                var notes: [String] = []
+                if let since = status.postInstallUnfinished {
+                    notes.append("post-install not finished: the command started \(since) never ended (Signet was killed in it); the next run with --post-install runs it again")
+                }
+                if status.unchecked { notes.append("unchecked: its health check has not passed (the next run with the health check runs it)") }
+                if !notes.isEmpty { return ", " + notes.joined(separator: "; ") }
                 return status.pendingSince.map { ", pending since \($0) (signet confirm \(dir))" } ?? ", confirmed"
             }
             var lines = ["\(dir):", "  current:  " + (status.current.map { $0.description + state($0) } ?? "no release installed by Signet")]

@@ -121,8 +121,9 @@ struct Hardening4CLITests {
             (try CLI.run(["status", f.dest, "--json"]).json(), try CLI.run(["status", f.dest]).stdoutText)
         }
 
-        // SIGKILL in the post-install hook: the hook outlives signet (nothing can end it then),
-        // the release is unchecked, never confirmed; the next run runs the health check.
+        // SIGKILL in the post-install hook: the hook dies with signet (its parent-death signal),
+        // the release is unchecked, never confirmed; the next run, given the same hooks, runs the
+        // post-install command again (it never finished) and then the health check.
         try f.write("config.txt", "release 2\n")
         let two = try f.pack(2)
         let killed = try interrupt(two, SIGKILL)
@@ -130,10 +131,11 @@ struct Hardening4CLITests {
         #expect(killed["status"] as? Int == -Int(SIGKILL), "\(killed)")
         var (json, text) = try status()
         #expect(json["unchecked"] as? Bool == true && !text.contains("confirmed") && text.contains("unchecked"), "\(json) \(text)")
-        let next = try f.unpack(two, ["--health-check", "sh -c 'echo checked'", "--json"])
+        #expect(json["post_install_unfinished"] is String && text.contains("post-install not finished"), "\(json) \(text)")
+        let next = try f.unpack(two, ["--post-install", "true", "--health-check", "sh -c 'echo checked'", "--json"])
         #expect(next.status == 0, "\(next.stderr)")
         let hooks = try next.json()["hooks"] as? [[String: Any]] ?? []
-        #expect(hooks.map { $0["hook"] as? String } == ["health-check"] && hooks.first?["output"] as? String == "checked\n", "\(hooks)")
+        #expect(hooks.map { $0["hook"] as? String } == ["post-install", "health-check"] && hooks.last?["output"] as? String == "checked\n", "\(hooks)")
         (json, text) = try status()
         #expect(json["unchecked"] as? Bool == false && text.contains("confirmed"), "\(text)")
 

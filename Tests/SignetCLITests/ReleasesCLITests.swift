@@ -143,6 +143,65 @@ struct ReleasesCLITests {
         #expect(Self.identity(f.dest) == tree && f.text("config.txt") == "release 3\n")
     }
 
+    @Test("Signet killed (SIGKILL) inside the post-install command: the hook dies with it (PR_SET_PDEATHSIG), status says the post-install did not finish, the next run ends what the hook left (its process group) and runs it again")
+    func postInstallKilled() throws {
+        let f = try Fixture()
+        let one = try f.pack(1)
+        let marks = f.work.directory.file("marks")
+        try FileManager.default.createDirectory(atPath: marks, withIntermediateDirectories: true)
+        // The hook records itself and a background child of its group, then kills Signet, its
+        // parent, with SIGKILL: no handler runs, nothing is recorded after the hook.
+        let killer = "sh -c 'echo $$ > \(marks)/hook; sleep 300 & echo $! > \(marks)/child; kill -KILL $PPID; wait'"
+        // (Through bash, which reports the signal: the runner takes a SIGKILL for its own time-out.)
+        let killed = try run("bash", ["-c", "\"$@\"; echo $?", "signet", CLI.binary, "unpack", one, "--dest", f.dest, "--pubkey", f.work.publicDER,
+                                      "--state", f.state, "--post-install", killer])
+        #expect(killed.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "137", "signet was killed (128 + 9): \(killed.stdoutText) \(killed.stderr)")
+        #expect(f.text("config.txt") == "release 1\n", "the swap happened before the hook")
+        func pid(_ name: String) throws -> pid_t {
+            try #require(pid_t(try String(contentsOfFile: "\(marks)/\(name)", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
+        }
+        func alive(_ process: pid_t) -> Bool {
+            // A zombie is not alive: /proc/PID/stat's state is Z.
+            guard kill(process, 0) == 0, let stat = try? String(contentsOfFile: "/proc/\(process)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return false }
+            return !stat[stat.index(after: close)...].hasPrefix(" Z")
+        }
+        let hook = try pid("hook"), child = try pid("child")
+        // The hook itself went with Signet (its parent-death signal); poll briefly, bounded.
+        for _ in 0..<100 where alive(hook) { usleep(10_000) }
+        #expect(!alive(hook), "the hook does not outlive Signet")
+        #expect(alive(child), "a process the hook left in the background is there until the next run")
+        let status = try CLI.run(["status", f.dest, "--json"])
+        #expect(try status.json()["post_install_unfinished"] is String, "\(status.stdoutText)")
+        let text = try CLI.run(["status", f.dest])
+        #expect(text.stdoutText.contains("post-install not finished") && !text.stdoutText.contains("confirmed"), "\(text.stdoutText)")
+        // The next run: the group ended, the command run again, the record cleared.
+        let again = try f.unpack(one, ["--post-install", "sh -c 'echo again > \(marks)/again'", "--json"])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect((try again.json()["hooks"] as? [[String: Any]])?.map { $0["hook"] as? String } == ["post-install"], "\(again.stdoutText)")
+        #expect(FileManager.default.fileExists(atPath: "\(marks)/again"))
+        for _ in 0..<100 where alive(child) { usleep(10_000) }
+        #expect(!alive(child), "the group the killed run left is ended")
+        let cleared = try CLI.run(["status", f.dest, "--json"])
+        #expect(try cleared.json()["post_install_unfinished"] is NSNull, "\(cleared.stdoutText)")
+        kill(child, SIGKILL)
+
+        // The same through `update`: DIR already holds the channel's release, and the run
+        // finishes the hook (the package's manifest read again, nothing else fetched).
+        let p = try UpdateCLITests.Publisher("releases-post-install")
+        try p.release(1)
+        let update = ["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root]
+        let killedUpdate = try run("bash", ["-c", "\"$@\"; echo $?", "signet", CLI.binary] + update + ["--post-install", killer])
+        #expect(killedUpdate.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "137", "\(killedUpdate.stdoutText) \(killedUpdate.stderr)")
+        let leftChild = try pid("child")
+        let finished = try CLI.run(update + ["--post-install", "sh -c 'echo update > \(marks)/update'", "--json"])
+        #expect(finished.status == 0 && FileManager.default.fileExists(atPath: "\(marks)/update"), "\(finished.stdoutText) \(finished.stderr)")
+        #expect((try finished.json()["hooks"] as? [[String: Any]])?.first?["hook"] as? String == "post-install", "\(finished.stdoutText)")
+        for _ in 0..<100 where alive(leftChild) { usleep(10_000) }
+        #expect(!alive(leftChild))
+        kill(leftChild, SIGKILL)
+    }
+
     @Test("hooks run without a shell in a clean environment; a failed or slow health check swaps the previous release back")
     func healthCheck() throws {
         let f = try Fixture()

@@ -8,7 +8,7 @@
 // <sys/xattr.h> is not part of Swift's Glibc module; importing it here gives Signet
 // fgetxattr/fsetxattr/fremovexattr/flistxattr.
 #include <sys/xattr.h>
-#include <spawn.h>
+#include <sys/types.h>
 
 /// renameat2 is declared by glibc only under _GNU_SOURCE, which Swift's Glibc module does not set.
 /// Returns -1 with errno set like renameat2(2).
@@ -36,9 +36,21 @@ int signet_disable_malloc_fastbins(void);
 /// -1 with errno on failure.
 int signet_memfd(const char *name);
 
-/// posix_spawn_file_actions_addclosefrom_np (glibc 2.34) is declared only under _GNU_SOURCE.
-/// Adds an action that closes every descriptor from `from` up in the child.
-int signet_spawn_closefrom(posix_spawn_file_actions_t *actions, int from);
+/// Starts a hook (FORMAT §2, "Hooks"): `path` with `argv` and `envp`, standard input from
+/// /dev/null, standard output and error to `out_fd`, no other descriptor, default signal
+/// dispositions and an empty mask, in a process group of its own — and bound to the calling
+/// thread's life with PR_SET_PDEATHSIG (SIGKILL), so that a Signet killed outright (SIGKILL,
+/// which no handler sees) never leaves the hook running on. posix_spawn cannot set the parent
+/// death signal, so this forks; the child makes async-signal-safe calls only, and waits for
+/// `signet_spawn_hook_go` before execve. Returns 0 with `*pid_out` and `go_out[0..1]` set, or
+/// the errno of what failed.
+int signet_spawn_hook(const char *path, char *const argv[], char *const envp[], int out_fd, pid_t *pid_out, int *go_out);
+
+/// Lets the hook `signet_spawn_hook` started run (`go`: the two descriptors it gave), once the
+/// caller has recorded its pid: until then the child waits before execve, so no Signet killed
+/// in between leaves a hook it did not record. Returns 0, or the errno of what failed (the
+/// child's execve's included; the child is then reaped).
+int signet_spawn_hook_go(pid_t pid, const int go[2]);
 
 /// ioctl(FICLONE): makes `destination` share `source`'s data extents (a reflink, on btrfs, XFS
 /// with reflink, bcachefs...). -1 with errno (EOPNOTSUPP, EXDEV, EINVAL) where it cannot.

@@ -125,7 +125,11 @@ package enum HookRunner {
 
     /// Runs `command` with `environment` (added to the clean one), waiting at most `timeout`
     /// seconds (nil: no limit) before killing its process group.
-    static func run(_ hook: String, _ command: [String], environment: [String: String], timeout: Double?) -> HookResult {
+    ///
+    /// `started` is told the hook's pid (its process group) once it runs, for the release
+    /// record (a next run ends a group a killed Signet left behind).
+    static func run(_ hook: String, _ command: [String], environment: [String: String], timeout: Double?,
+                    started: ((pid_t) -> Void)? = nil) -> HookResult {
         func failed(_ why: String) -> HookResult {
             HookResult(hook: hook, command: command, exitStatus: nil, timedOut: false, output: "", failure: why)
         }
@@ -140,46 +144,34 @@ package enum HookRunner {
         // The write end: the child's copy (dup2 clears its close-on-exec) stays; ours closes
         // once the child is started, so that the pipe ends when the hook and its children do.
         let writing = OwnedDescriptor(adopting: pipeFDs[1])
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
-        // Descriptors 0, 1 and 2 only (FORMAT §2): whatever else is open in this process (a
-        // library's socket pair without close-on-exec, DIR's lock) never reaches a hook or a
-        // daemon it leaves running.
-        signet_spawn_closefrom(&actions, 3)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // Its own process group (a timeout kills it and its children), default signals.
-        var defaults = sigset_t()
-        sigfillset(&defaults)
-        var unblocked = sigset_t()
-        sigemptyset(&unblocked)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setsigmask(&attributes, &unblocked)
-        posix_spawnattr_setpgroup(&attributes, 0)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
         let env = ["PATH=\(path)", "LANG=C.UTF-8"] + environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0
+        var go: [Int32] = [-1, -1]
         // The spawn and its record are one step for `endRunning`, under the lock it reads: it
         // finds either no hook (and has set `stopped` first, so none starts after) or this one.
         // Spawned and recorded apart, a SIGTERM between the two left the hook running after
         // Signet exited (seen in CI under load).
-        let started: Int32 = running.withLock { current in
+        let spawned: Int32 = running.withLock { current in
             guard !isStopped else { return ECANCELED }
+            // Its own process group (a timeout kills it and its children), default signals,
+            // descriptors 0, 1 and 2 only (FORMAT §2: whatever else is open in this process, a
+            // library's socket pair without close-on-exec or DIR's lock, never reaches a hook or
+            // a daemon it leaves running), and killed with Signet (PR_SET_PDEATHSIG).
             let result = withCStrings(command) { argv in
-                withCStrings(env) { envp in posix_spawn(&pid, program, &actions, &attributes, argv, envp) }
+                withCStrings(env) { envp in signet_spawn_hook(program, argv, envp, writing.descriptor.rawValue, &pid, &go) }
             }
             if result == 0 { current = pid }
             return result
         }
         try? writing.close()
-        if started == ECANCELED { return failed("interrupted") }
-        guard started == 0 else { return failed(String(cString: strerror(started))) }
+        if spawned == ECANCELED { return failed("interrupted") }
+        guard spawned == 0 else { return failed(String(cString: strerror(spawned))) }
         defer { running.withLock { $0 = nil } }
+        // Recorded (the release record names it) before it may run: a Signet killed in between
+        // leaves no hook it did not record.
+        started?(pid)
+        let ran = signet_spawn_hook_go(pid, go)
+        guard ran == 0 else { return failed(HookRunner.isStopped ? "interrupted" : String(cString: strerror(ran))) }
         let deadline = timeout.map { DispatchTime.now().uptimeNanoseconds + UInt64(max(0, $0) * 1e9) }
         var output: [UInt8] = []
         var timedOut = false

@@ -55,6 +55,8 @@ extension Installer {
     /// finished runs again).
     static func admit(_ job: Job, state: DestinationState, stale: [String], ranged: RangedUpdate?) throws -> Admission {
         let (package, destination, options) = (job.package, job.destination, job.options)
+        // A hook an earlier Signet was killed in, still running, is ended first (FORMAT §2).
+        Self.endLeftoverHook(destination)
         let (checked, installState) = try job.checkManifest(replacing: state)
         if let expected = options.expectedPackage { try Self.checkBinding(expected, checked: checked, package: package) }
         try Self.checkSeal(of: destination, replacedBy: job.resources(checked).map(\.path), options: options, package: package)
@@ -77,9 +79,11 @@ extension Installer {
                                            replacedSequence: nil, attributesWritten: true, exchanged: false,
                                            leftover: stale.first, transfer: ranged?.report)
                 report.upToDate = true
-                // A health check that never finished (killed in it): run again now.
+                // A post-install command or a health check that never finished (Signet was
+                // killed in it): what it left running is ended, and it runs again now.
                 let releases = try ReleaseRecord.read(for: destination)
-                if options.hooks.healthCheck != nil, releases.unchecked == installed.sequence {
+                if (options.hooks.healthCheck != nil && releases.unchecked == installed.sequence)
+                    || (options.hooks.postInstall != nil && releases.post_install?.sequence == installed.sequence) {
                     report.pending = releases.pending?.sequence == installed.sequence
                     try Self.runHooks(&report, old: try? Self.status(of: destination).previous, options: options, installState: installState, recheck: true)
                 }

@@ -55,6 +55,9 @@ public struct DestinationStatus: Sendable {
     /// The current release was installed with a health check that has not passed yet (a run
     /// interrupted in a hook): it is neither confirmed nor known to be good.
     public var unchecked: Bool = false
+    /// The post-install command started for the current release at this time never finished:
+    /// Signet was killed while it ran. The next run with the command runs it again.
+    public var postInstallUnfinished: String? = nil
     /// Releases refused as bad: name, highest refused sequence, why, when.
     public let bad: [(name: String, sequence: UInt64, reason: String, at: String)]
     /// The last rollback: from, to, by whom ("owner", "health-check", "boot-check"), when.
@@ -124,8 +127,17 @@ extension Installer {
         return env
     }
 
+    /// Ends what a post-install command started by a Signet killed in it still runs: the
+    /// recorded process group, when it is that one (this boot, the same start time).
+    static func endLeftoverHook(_ destination: String) {
+        guard let run = (try? ReleaseRecord.read(for: destination))?.post_install, let pid = run.pid, let ticks = run.start_ticks,
+              run.boot_id == (try? ReleaseRecord.bootID()) else { return }
+        ProcessStart.endGroup(pid, startedAt: ticks)
+    }
+
     static func runHooks(_ report: inout InstallReport, old: Release?, options: InstallOptions, installState: InstallState?, recheck: Bool = false) throws {
         guard let manifest = report.manifest, options.hooks.postInstall != nil || options.hooks.healthCheck != nil else { return }
+        let releasesBefore = try ReleaseRecord.read(for: report.destination)
         let new = Release(manifest)
         func environment(event: String, from: Release?, to: Release) -> [String: String] {
             var env = hookEnvironment(event: event, destination: report.destination, from: from, to: to)
@@ -139,11 +151,24 @@ extension Installer {
             guard HookRunner.isStopped else { return }
             throw SignetError(.interrupted, "interrupted in the \(hook) hook; \(new.description) is installed in '\(report.destination)'\(options.hooks.healthCheck != nil ? " but unchecked: the next run with the health check runs it" : "")", path: report.destination)
         }
-        if let command = options.hooks.postInstall, !recheck {
-            report.hooks.append(HookRunner.run("post-install", command, environment: environment(event: "install", from: old, to: new), timeout: 600))
+        if let command = options.hooks.postInstall, !recheck || releasesBefore.post_install?.sequence == new.sequence {
+            // Recorded as running until it ends: a Signet killed in it (SIGKILL, a power cut)
+            // leaves the record, and the next run ends what it left and runs it again.
+            var releases = try ReleaseRecord.read(for: report.destination)
+            let boot = (try? ReleaseRecord.bootID()) ?? ""
+            releases.post_install = .init(sequence: new.sequence, pid: nil, start_ticks: nil, boot_id: boot, since: Timestamp.now.rfc3339)
+            try releases.write(for: report.destination)
+            let destination = report.destination
+            report.hooks.append(HookRunner.run("post-install", command, environment: environment(event: "install", from: old, to: new), timeout: 600) { pid in
+                releases.post_install?.pid = pid
+                releases.post_install?.start_ticks = ProcessStart.ticks(of: pid)
+                try? releases.write(for: destination)
+            })
             try checkInterrupted("post-install")
+            releases.post_install = nil
+            try releases.write(for: report.destination)
         }
-        guard let check = options.hooks.healthCheck else { return }
+        guard let check = options.hooks.healthCheck, !recheck || releasesBefore.unchecked == new.sequence else { return }
         // Recorded as unchecked until it passes: a process killed inside the check leaves the
         // release to be checked again by the next run (FORMAT.md §2, "Hooks").
         var releases = try ReleaseRecord.read(for: report.destination)
@@ -322,6 +347,7 @@ extension Installer {
                                        bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at) },
                                        lastRollback: releases.last_rollback.map { ($0.from, $0.to, $0.by, $0.at) })
         status.unchecked = current != nil && releases.unchecked == current?.sequence
+        status.postInstallUnfinished = releases.post_install.flatMap { $0.sequence == current?.sequence ? $0.since : nil }
         status.channel = releases.channel.map { ($0.sequence, $0.version, $0.note, $0.at) }
         return status
     }

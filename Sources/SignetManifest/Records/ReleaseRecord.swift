@@ -42,6 +42,28 @@ package struct ReleaseRecord: Codable, Equatable {
     /// waiting for its wave, halted, held, locked, outside the window, not now); or that the
     /// release DIR holds was halted. Cleared by the next install and when nothing is held back.
     package var channel: ChannelNote? = nil
+    /// A post-install command started for `sequence` and not seen to finish: Signet was killed
+    /// while it ran (issue 61). The next run ends its process group if it still lives (the same
+    /// process: pid and start time), and runs the command again; `status DIR` shows it.
+    package var post_install: HookRun? = nil
+
+    package struct HookRun: Codable, Equatable {
+        package var sequence: UInt64
+        /// The hook's pid, which is its process group, and its start time in clock ticks after
+        /// boot (`/proc/PID/stat`, field 22), in this boot (nil: not started yet).
+        package var pid: Int32?
+        package var start_ticks: UInt64?
+        package var boot_id: String
+        package var since: String
+
+        package init(sequence: UInt64, pid: Int32?, start_ticks: UInt64?, boot_id: String, since: String) {
+            self.sequence = sequence
+            self.pid = pid
+            self.start_ticks = start_ticks
+            self.boot_id = boot_id
+            self.since = since
+        }
+    }
 
     package struct ChannelNote: Codable, Equatable {
         package var sequence: UInt64

@@ -205,7 +205,12 @@ public enum TUFUpdater {
         // else the newest listed, for the report.
         let newerChosen = choice.chosen.flatMap { chosen in installedSequence.map { chosen.sequence > $0 } ?? true ? chosen : nil }
         let listedInstalled = installedSequence.flatMap { sequence in releases.first { $0.sequence == sequence } }
-        let repairing = options.install.repair && newerChosen == nil && listedInstalled != nil
+        // A hook of the installed release that never finished (Signet was killed in it) runs
+        // again: the install path finds DIR up to date, ends what the hook left and reruns it.
+        let record = try ReleaseRecord.read(for: destination)
+        let unfinished = (options.install.hooks.postInstall != nil && record.post_install.map { $0.sequence == installedSequence } == true)
+            || (options.install.hooks.healthCheck != nil && record.unchecked != nil && record.unchecked == installedSequence)
+        let repairing = (options.install.repair || unfinished) && newerChosen == nil && listedInstalled != nil
         let release = options.hold ? newest : (newerChosen ?? (repairing ? listedInstalled : nil) ?? newest)
         guard let (_, target, keys, role) = candidates.first(where: { $0.0.target == release.target }) else {
             throw SignetError(.targetNotFound, "the channel's release \(release.target) is not listed", path: options.client.metadataURL)
