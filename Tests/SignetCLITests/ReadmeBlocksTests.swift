@@ -25,6 +25,7 @@ struct ReadmeBlocksTests {
         "systemd": "ReadmeBlocksTests.systemd",
         "release-bad": "ReleasesCLITests.readme",
         "rollout": "RolloutCLITests.readme",
+        "usb-stick": "UpdateCLITests.localMedia",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",

@@ -80,6 +80,59 @@ struct UpdateCLITests {
         func installedText() -> String? { try? String(contentsOfFile: dest + "/a.txt", encoding: .utf8) }
     }
 
+    @Test("A USB stick: a copy of the repository in a folder (or file://) installs under every TUF check; a changed package, changed metadata and a stale copy are refused, DIR unchanged")
+    func localMedia() throws {
+        let p = try Publisher("update-stick")
+        try p.release(1)
+        let sticks = p.work.directory.file("sticks")
+        func copy(_ name: String) throws -> String {
+            let stick = "\(sticks)/\(name)/app"
+            try FileManager.default.createDirectory(atPath: stick, withIntermediateDirectories: true)
+            for folder in ["metadata", "targets"] { try FileManager.default.copyItem(atPath: p.repo + "/" + folder, toPath: stick + "/" + folder) }
+            return stick
+        }
+        func update(_ repository: String) throws -> ProcessResult {
+            try CLI.run(["update", "--repository", repository, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--json"])
+        }
+        // README's block as written: the stick made from the repository, the device's config
+        // with the stick as its repository.
+        let config = try p.work.directory.write("app.conf", Data(p.configLines.utf8), mode: 0o600)
+        let block = try Self.readmeBlock("usb-stick").replacingOccurrences(of: "/srv/www/app", with: p.repo)
+            .replacingOccurrences(of: "/media/stick", with: sticks + "/readme").replacingOccurrences(of: "/etc/signet/update.d/app.conf", with: config)
+        let ran = try SignetTestSupport.run("bash", ["-euo", "pipefail", "-c", block],
+                                            environment: ["PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")])
+        #expect(ran.status == 0 && p.installedText() == "release 1\n", "\(block)\n\(ran.stdoutText) \(ran.stderr)")
+        let one = try copy("one")
+        try p.release(2)
+        let two = try copy("two")
+        // Changed metadata (first: a device that verified this version keeps it and reads it no
+        // more): the newest targets version edited, its signature no longer covers it.
+        let edited = try copy("edited")
+        let versions = try FileManager.default.contentsOfDirectory(atPath: edited + "/metadata").filter { $0.hasSuffix(".targets.json") }.sorted { $0.count < $1.count || ($0.count == $1.count && $0 < $1) }
+        let newest = edited + "/metadata/" + (try #require(versions.last))
+        let text = try String(contentsOfFile: newest, encoding: .utf8).replacingOccurrences(of: "\"stable\"", with: "\"stabl3\"")
+        try Data(text.utf8).write(to: URL(fileURLWithPath: newest))
+        let forged = try update(edited + "/metadata/")
+        #expect(forged.status != 0 && ["threshold-not-met", "metadata-mismatch"].contains(Self.code(forged) ?? ""), "\(forged.stdoutText)")
+        #expect(p.installedText() == "release 1\n")
+        // A changed byte in the package: refused against its target, nothing installed.
+        let package = try #require(try FileManager.default.contentsOfDirectory(atPath: two + "/targets").first { $0.hasSuffix("app-2.zip") })
+        let changed = try copy("changed")
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: changed + "/targets/" + package))
+        try handle.seek(toOffset: 40)
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: 40)
+        try handle.write(contentsOf: Data([byte ^ 0xff]))
+        try handle.close()
+        let tampered = try update("file://" + changed + "/metadata/")
+        #expect(tampered.status == 1 && Self.code(tampered) == "metadata-mismatch" && p.installedText() == "release 1\n", "\(tampered.stdoutText)")
+        // The good copy installs release 2; the older stick is then a rollback.
+        let good = try update("file://" + two + "/metadata/")
+        #expect(good.status == 0 && p.installedText() == "release 2\n", "\(good.stdoutText) \(good.stderr)")
+        let stale = try update(one + "/metadata/")
+        #expect(stale.status == 1 && Self.code(stale) == "rollback" && p.installedText() == "release 2\n", "\(stale.stdoutText)")
+    }
+
     @Test("examples/update/app.conf drives a run as written (with issue 52's ima and verity keys added); command-line options override it; an unknown key is exit 2 naming it and its line; an old index key says what replaced it")
     func configFile() throws {
         let p = try Publisher("update-config")

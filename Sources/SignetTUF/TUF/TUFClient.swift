@@ -73,7 +73,8 @@ public struct TUFDownload: Sendable {
 public final class TUFClient {
     public let options: TUFClientOptions
     private var trusted: TUFTrustedSet
-    private let fetcher: TUFFetcher
+    /// HTTPS, or a folder holding a copy of the repository (local media): the same checks.
+    private let fetcher: any TUFTransport
     private var refreshed: TUFRefreshReport? = nil
     /// One client at a time on a metadata folder: `.NAME.signet-lock` beside it, held for the
     /// client's life (another waits `download.wait` seconds, then exit 5).
@@ -133,7 +134,7 @@ public final class TUFClient {
         // Read again under the lock: another client may have walked the chain meanwhile.
         let current = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) ?? root
         trusted = try TUFTrustedSet(root: current, now: options.now ?? .now)
-        fetcher = TUFFetcher(options: options.download, cancelled: cancelled)
+        fetcher = TUFLocalFolder.path(of: options.metadataURL) != nil ? TUFLocalFolder() : TUFFetcher(options: options.download, cancelled: cancelled)
     }
 
     // MARK: Refresh (§5.3–5.6)
@@ -362,25 +363,6 @@ public final class TUFClient {
         return TUFDownload(path: path, fetched: true)
     }
 
-    /// Checks a file against a target's length and every hash it states.
-    private static func check(_ path: String, _ target: TUFTarget, name: String) throws {
-        let file = try InputFile.open(path, what: "target", followSymlinks: false)
-        let size = try file.descriptor.status().st_size
-        guard Int64(size) == target.length else {
-            throw SignetError(.metadataMismatch, "\(name) is \(size) bytes; its targets role says \(target.length)", path: name)
-        }
-        for (algorithm, expected) in target.hashes.sorted(by: { $0.key < $1.key }) {
-            guard let digestAlgorithm = tufDigestAlgorithm(algorithm) else {
-                throw SignetError(.metadataMismatch, "\(name) is bound by a '\(algorithm)' hash, which Signet does not compute (sha256, sha384, sha512): refused rather than unchecked", path: name)
-            }
-            // Each hash from the file's first byte (one open file per hash: its own offset).
-            let digest = try Digest.compute(descriptorOf: InputFile.open(path, what: "target", followSymlinks: false), algorithm: digestAlgorithm)
-            guard digest.hex == expected.lowercased() else {
-                throw SignetError(.metadataMismatch, "\(name) does not have the \(algorithm) hash its targets role gives: modified on the way or on the server", path: name)
-            }
-        }
-    }
-
     // MARK: Files and names
 
     private func fetchRequired(_ name: String, limit: Int) throws -> [UInt8] {
@@ -400,37 +382,6 @@ public final class TUFClient {
         try AtomicFile.write(bytes, to: options.metadataDirectory + "/" + name, mode: 0o644, replace: true)
     }
 
-    /// A stored metadata file (not followed through a link), nil when there is none.
-    static func readStored(_ name: String, in directory: String, limit: Int) throws -> [UInt8]? {
-        let path = directory + "/" + name
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
-        return try readSmallFile(path, what: "stored metadata", limit: limit)
-    }
-
-    /// A role name or target path as one file name: every byte but `A–Z a–z 0–9 _ . - ~`
-    /// percent-encoded (as python-tuf's `quote(name, "")`: `/` too, so no name leaves the folder).
-    static func quoted(_ name: String) -> String {
-        var out = ""
-        for byte in name.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"), UInt8(ascii: "~"):
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            default:
-                out += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 0xF, radix: 16, uppercase: true)
-            }
-        }
-        return out
-    }
-
-    /// A target path in a URL: each `/`-separated part percent-encoded.
-    static func quotedPath(_ path: String) -> String {
-        path.split(separator: "/", omittingEmptySubsequences: false).map { quoted(String($0)) }.joined(separator: "/")
-    }
-}
-
-extension TUFClient {
     /// Refreshes the metadata folder of `options` (``refresh()``) on a thread of its own;
     /// cancelling the task stops the request in flight (`CancellationError`; what verified
     /// before it stays stored).

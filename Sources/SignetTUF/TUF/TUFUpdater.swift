@@ -215,7 +215,10 @@ public enum TUFUpdater {
         guard let (_, target, keys, role) = candidates.first(where: { $0.0.target == release.target }) else {
             throw SignetError(.targetNotFound, "the channel's release \(release.target) is not listed", path: options.client.metadataURL)
         }
-        let base = options.targetsURL ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
+        // `targets/` beside the metadata folder: on a server, or in a copy on local media.
+        let localMetadata = TUFLocalFolder.path(of: clientOptions.metadataURL)
+        let base = options.targetsURL ?? localMetadata.map { (($0 as NSString).deletingLastPathComponent as NSString).appendingPathComponent("targets") + "/" }
+            ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
         let packageURL = client.url(of: target, base: base)
         let newer = installedSequence.map { newest.sequence > $0 } ?? true
         let older = installedSequence.map { newest.sequence < $0 } ?? false
@@ -266,8 +269,15 @@ public enum TUFUpdater {
                                                  size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
         let report: InstallReport
         do {
-            report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
-                                           download: options.client.download, cancelled: cancelled)
+            if let local = TUFLocalFolder.path(of: packageURL) {
+                // A copy of the repository on local media: the package file checked whole
+                // against the target (length and every hash) and installed from where it is.
+                try TUFClient.check(local, target, name: release.target)
+                report = try Installer.install(local, to: destination, policy: TrustPolicy(keys: packageKeys), options: install)
+            } else {
+                report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
+                                               download: options.client.download, cancelled: cancelled)
+            }
         } catch let deferred as SignetError where deferred.code == .installDeferred {
             // Outside the maintenance window, or the pre-install command said not now: staged,
             // kept for the next run; not a failure.
