@@ -5,6 +5,10 @@ let package = Package(
     name: "Signet",
     products: [
         .library(name: "Signet", targets: ["Signet"]),
+        // For an app that only re-verifies installed files and trees: the verify-only closure
+        // (core, crypto, manifest, reverify), which links neither libzip nor libcurl
+        // (examples/reverify-app, a package of its own, checks its binary's ldd).
+        .library(name: "SignetReverify", targets: ["SignetReverify"]),
         .executable(name: "signet", targets: ["signet"]),
     ],
     dependencies: [
@@ -183,13 +187,6 @@ let package = Package(
                 .product(name: "TOMLKit", package: "TOMLKit"),
             ]
         ),
-        // An app that only re-verifies installed trees (examples/reverify-only): it depends on
-        // the reverify layer alone, and a test checks that it links neither libzip nor libcurl.
-        .executableTarget(
-            name: "signet-reverify-example",
-            dependencies: ["SignetReverify", "SignetCrypto"],
-            path: "examples/reverify-only"
-        ),
         // Fuzz targets for every parser of untrusted bytes (Fuzz/SignetFuzz/main.swift,
         // scripts/fuzz.sh). An ordinary build runs given inputs once: the tests run the seed
         // corpus and past crashes in Tests/SignetCLITests/FuzzCorpus through it.
@@ -212,7 +209,7 @@ let package = Package(
         .testTarget(
             name: "SignetCLITests",
             // Depending on the executables makes `swift test` build them; the tests run the binaries.
-            dependencies: ["signet", "SignetFuzz", "signet-reverify-example", "SignetTestSupport"],
+            dependencies: ["signet", "SignetFuzz", "SignetTestSupport"],
             // The fuzz targets' seed corpus and past crashes (scripts/fuzz.sh adds to it).
             exclude: ["json_schema_check.py", "tuf_tool.py"],
             resources: [.copy("FuzzCorpus")]

@@ -96,9 +96,12 @@ struct ReverifyCLITests {
         #expect(verified.status == 0, "\(verified.stdoutText) \(verified.stderr)")
     }
 
-    @Test("an app that only re-verifies (examples/reverify-only, the reverify layer alone) links neither libzip nor libcurl, and re-verifies as signet does")
+    @Test("an app in a package of its own (examples/reverify-app) builds against the SignetReverify product, links neither libzip nor libcurl, and re-verifies as signet does")
     func reverifyOnlyApp() throws {
-        let app = URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().appendingPathComponent("signet-reverify-example").path
+        // Built as a user builds it: its own Package.swift, this checkout as a path dependency.
+        let built = try SignetTestSupport.run(UpdateCLITests.repository + "/scripts/example-app.sh", [], timeout: 900)
+        try #require(built.status == 0, "\(built.stderr)")
+        let app = built.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
         // What the dynamic linker loads: libcurl is never linked by Signet (it is dlopened on a
         // first download), libzip is, by the archive layer; neither may reach this app. libcrypto
         // must: the check would pass vacuously for a binary ldd cannot read.

@@ -167,6 +167,7 @@ public struct TrustPolicy: Sendable {
 
 extension TrustPolicy {
     /// Trusts the keys in these files.
+    @_disfavoredOverload
     public init(publicKeyFiles paths: [FilePath], allowWeakKeys: Bool = false) throws {
         try self.init(publicKeyFiles: paths.map(\.string), allowWeakKeys: allowWeakKeys)
     }
