@@ -22,7 +22,7 @@ struct Repo: ParsableCommand {
           signet repo sign site --role targets --key t2.pem
           signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
         """,
-        subcommands: [Init.self, Add.self, Rollout.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Discard.self, Status.self]
+        subcommands: [Init.self, Add.self, Rollout.self, Resign.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Discard.self, Status.self]
     )
 
     /// After a command staged the next targets version: its digest; with `key` (`--key`), also
@@ -453,15 +453,16 @@ struct Repo: ParsableCommand {
             let digest = try repo.review("root")?.digest ?? ""
             // Changing what signs targets, snapshot or timestamp needs more than root signatures.
             let again = try repo.rolesToSignAgain()
-            // A release signed by a key this root removes: devices that lack it would refuse it.
-            if role == "targets" {
-                for package in try repo.packagesRefusedByStagedRoot() {
-                    Output.warn("\(package.target) (\(package.name) \(package.version), sequence \(package.sequence), channels \(package.channels.joined(separator: ", "))) is not signed by a targets key root v\(version) keeps: once it is published, devices that do not have it refuse it. Pack that release again with a key it keeps, with a higher --sequence, and `signet repo add` it")
-                }
+            // A release signed by a key this root removes: devices that lack it would refuse it
+            // until it is re-signed (same sequence, every file untouched).
+            let stranded = role == "targets" ? try repo.strandedByStagedRoot() : []
+            for release in stranded {
+                Output.warn(repo.describeStranded(release, underRoot: version))
             }
             let targets = again.contains("targets") ? try repo.review("targets") : nil
             if output.json {
-                Output.json(RotateReport(staged_root: version, digest: digest, staged_targets: targets?.version, targets_digest: targets?.digest))
+                Output.json(RotateReport(staged_root: version, digest: digest, staged_targets: targets?.version, targets_digest: targets?.digest,
+                                         stranded: stranded.map { .init(target: $0.release.target, sequence: $0.release.sequence, resigned: $0.resignedInStaging) }))
             } else if !output.quiet {
                 Output.line("staged root v\(version), digest \(digest)")
                 Output.line("next: its root key holders (and those of the current root) review it (`signet repo status \(repository)`) and run `signet repo sign \(repository) --role root --key KEY --digest \(digest.prefix(16))`")
@@ -481,6 +482,9 @@ struct Repo: ParsableCommand {
             let digest: String
             @Null var staged_targets: Int64?
             @Null var targets_digest: String?
+            /// The listed releases this root strands until they are re-signed (`repo resign`).
+            struct Stranded: Encodable { let target: String; let sequence: UInt64; let resigned: Bool }
+            let stranded: [Stranded]
         }
     }
 

@@ -190,6 +190,7 @@ extension Repo {
                 let delegations: [String]
                 let roles: [RoleChange]
                 let problems: [Problem]
+                let stranded: [String]
 
                 init(_ review: TUFStagedReview) {
                     func target(_ t: TUFStagedReview.Target?) -> Target? {
@@ -207,6 +208,7 @@ extension Repo {
                     delegations = review.delegations
                     roles = review.roles.map { RoleChange(name: $0.name, keyids: $0.keyIDs, threshold: $0.threshold, published_keyids: $0.publishedKeyIDs, published_threshold: $0.publishedThreshold) }
                     problems = review.problems.map { Problem(kind: $0.kind, message: $0.message) }
+                    stranded = review.stranded
                 }
             }
             /// A published release's rollout now (issue 61: a rollout the publisher can watch).

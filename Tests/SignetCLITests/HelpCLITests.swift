@@ -6,9 +6,9 @@ import SignetTestSupport
 /// 80 columns (the man pages are generated from the same help text by scripts/build-deb.sh).
 @Suite("Help text and shell completions, run as a binary")
 struct HelpCLITests {
-    static let commands = ["", "keygen", "key", "key show", "sign", "verify", "pack", "inspect", "unpack", "fetch",
+    static let commands = ["", "keygen", "key", "key show", "sign", "verify", "pack", "resign", "inspect", "unpack", "fetch",
                            "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update",
-                           "repo", "repo init", "repo add", "repo rollout", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
+                           "repo", "repo init", "repo add", "repo rollout", "repo resign", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
                            "tuf", "tuf init", "tuf refresh", "tuf download"]
 
     @Test("every help page fits 80 columns, and no option's description is cut off", arguments: commands)

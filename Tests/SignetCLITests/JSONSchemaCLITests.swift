@@ -132,6 +132,9 @@ struct JSONSchemaCLITests {
         let deviceID = work.directory.file("machine-id")
         try Data("0123456789abcdef0123456789abcdef\n".utf8).write(to: URL(fileURLWithPath: deviceID))
         try record("update", viaRepository + ["--check", "--device-id-file", deviceID])
+        // Issue 61: a package and a listed release signed again.
+        try record("resign", ["resign", package, "--pubkey", work.publicDER, "--out", work.directory.file("resigned.zip")] + key)
+        try record("repo resign", ["repo", "resign", repo, "app.zip"] + key)
         try record("repo rotate", ["repo", "rotate", repo, "--role", "targets", "--add", work.directory.file("more-keys/public_key.der")])
         try record("repo renew", ["repo", "renew", repo, "--role", "targets"] + key)
         try record("repo discard", ["repo", "discard", repo, "--role", "root"])

@@ -239,6 +239,10 @@ package final class ZipReader {
     /// Every entry, in archive order.
     package func entries() -> [Entry] { (0..<count).map(entry(at:)) }
 
+    /// The central-directory record `entry` was read from (its local header offset, method,
+    /// sizes and CRC), for copying its data as it is.
+    package func record(of entry: Entry) -> CentralDirectory.Record { directory[Int(entry.index)] }
+
     /// The entry's name exactly as stored (not trusted: any bytes).
     package func rawName(of entry: Entry) -> ArraySlice<UInt8> { directory.name(of: directory[Int(entry.index)]) }
 

@@ -248,23 +248,26 @@ package final class DeferredBytesSource: ZipEntrySource {
     package func close() throws {}
 }
 
-/// An entry's deflate stream copied as is from another zip archive (one Signet wrote, such as
-/// a deflate worker's), found through that archive's central directory record.
+/// An entry's data copied as is from another zip archive (one Signet wrote, such as a deflate
+/// worker's, or a package being re-signed), found through that archive's central directory
+/// record: a deflate stream is handed to libzip already compressed, stored bytes as they are.
 package final class CopiedDeflateSource: ZipEntrySource {
     private let file: InputFile
     private let localHeaderOffset: UInt64
     private let uncompressedSize: UInt64
+    private let compressedSize: UInt64
     package let deflated: (compressedSize: UInt64, crc: UInt32)?
     private var dataStart: UInt64 = 0
     private var position: UInt64 = 0
 
     /// The entry whose local header is at `localHeaderOffset` in `file`, as its central
-    /// directory record gives it.
-    package init(file: InputFile, localHeaderOffset: UInt64, compressedSize: UInt64, crc: UInt32, size: UInt64) {
+    /// directory record gives it; `stored`: its data is the file's bytes (method 0).
+    package init(file: InputFile, localHeaderOffset: UInt64, compressedSize: UInt64, crc: UInt32, size: UInt64, stored: Bool = false) {
         self.file = file
         self.localHeaderOffset = localHeaderOffset
         uncompressedSize = size
-        deflated = (compressedSize, crc)
+        self.compressedSize = compressedSize
+        deflated = stored ? nil : (compressedSize, crc)
     }
 
     package func size() throws -> UInt64 { uncompressedSize }
@@ -282,7 +285,7 @@ package final class CopiedDeflateSource: ZipEntrySource {
     }
 
     package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        let remaining = (deflated?.compressedSize ?? 0) - position
+        let remaining = compressedSize - position
         let count = Int(min(UInt64(buffer.count), remaining))
         guard count > 0 else { return 0 }
         let n = try file.read(fullyAt: Int64(dataStart + position), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count]))

@@ -64,22 +64,6 @@ extension TUFRepository {
         return rolesFailing(under: root)
     }
 
-    /// Packages the published targets lists on a channel whose manifest no targets key of the
-    /// staged root verifies (read whole, as a device would): once that root is published,
-    /// devices that do not have them yet refuse them, so they are packed again with a key it
-    /// keeps (issue 49). Empty when no root is staged.
-    public func packagesRefusedByStagedRoot(now: Timestamp = .now) throws -> [TUFPackageTarget] {
-        guard let document = try staged("root"), let root = try? TUFRoot(document.metadata(as: "root", name: "staging/root.json")),
-              let (version, bytes) = try latest("targets") else { return [] }
-        let keys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
-        let targets = try TUFTargets(TUFMetadata(bytes: bytes, expectedType: "targets", name: "\(version).targets.json"))
-        return targets.targets.values.compactMap(TUFPackageTarget.init).filter { package in
-            guard !package.channels.isEmpty, !package.target.contains("/") else { return false }
-            let file = targetFile("\(package.sha256).\(package.target)")
-            return (try? PackageReader.verify(file, policy: TrustPolicy(keys: keys), now: now).isValid) != true
-        }.sorted { $0.target < $1.target }
-    }
-
     /// Whether `root` accepts the published `file` as `role` (its threshold of valid signatures).
     func accepts(_ root: TUFRoot, _ role: String, file: String) -> Bool {
         guard let bytes = try? readSmallFile("\(metadataDirectory)/\(file)", what: "\(role) metadata", limit: 64 << 20),
@@ -269,6 +253,12 @@ extension TUFRepository {
         if let pending {
             let failing = rolesFailing(under: pending.root)
             alerts.append(.init(role: "root", kind: "held", message: heldMessage(version: pending.document.version, failing: failing)))
+        }
+        // A listed release whose package the root devices trust (or the held one they will)
+        // does not verify: stranded until it is re-signed (FORMAT §7, "Rotating the targets keys").
+        let judging = pending?.root ?? root
+        for release in (try? stranded(under: judging, now: now)) ?? [] {
+            alerts.append(.init(role: "targets", kind: "stranded", message: describe(release, underRoot: judging.metadata.version)))
         }
         for role in roles {
             guard let expires = role.expires else { continue }

@@ -66,6 +66,10 @@ public struct TUFStagedReview: Sendable {
     public let delegations: [String]
     public let roles: [RoleChange]
     public let problems: [Problem]
+    /// For a staged root: the listed releases it strands (their package verifies with none of
+    /// its targets keys) and what is done about each — re-signed in the staged targets, or the
+    /// `signet repo resign` to run (FORMAT.md §7, "Rotating the targets keys").
+    public var stranded: [String] = []
     /// TUF key id → the same key's Signet id (16 hex digits), for the keys this review names
     /// that Signet reads: people know a key by the id `keygen` and `key show` print (issue 49).
     public var signetKeyIDs: [String: String] = [:]
@@ -110,6 +114,7 @@ public struct TUFStagedReview: Sendable {
         }
         if role == "root", roles.isEmpty { out.append("  keys and thresholds unchanged") }
         for problem in problems { out.append("  PROBLEM (\(problem.kind)): \(problem.message)") }
+        for release in stranded { out.append("  STRANDS: \(release)") }
         return out
     }
 }
@@ -211,6 +216,7 @@ extension TUFRepository {
                                signedBy: document.signatures.map(\.keyID), targets: targetChanges, delegations: delegations,
                                roles: roleChanges, problems: problems)
         for (id, _) in keys { if let signet = signetKeyID(id, in: keys) { review.signetKeyIDs[id] = signet } }
+        if role == "root" { review.stranded = try strandedByStagedRoot(now: now).map { describe($0, underRoot: document.version) } }
         return review
     }
 

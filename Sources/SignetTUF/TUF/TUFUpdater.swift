@@ -203,11 +203,18 @@ public enum TUFUpdater {
         // What this run acts on: the chosen release when it is newer than DIR's (or DIR holds
         // another name, or nothing); with --repair the release DIR holds, when still listed;
         // else the newest listed, for the report.
-        let newerChosen = choice.chosen.flatMap { chosen in installedSequence.map { chosen.sequence > $0 } ?? true ? chosen : nil }
+        let record = try ReleaseRecord.read(for: destination)
+        // The release DIR holds, re-signed since (a key rotation: the same sequence and files, a
+        // new manifest): installed like a newer one, so the tree carries signatures the
+        // device's keys verify; nothing is fetched but the package's own entries.
+        let resigned = choice.chosen.flatMap { chosen -> TUFPackageTarget? in
+            guard chosen.sequence == installedSequence, let held = record.current_manifest_sha256, held != chosen.manifestSHA256 else { return nil }
+            return chosen
+        }
+        let newerChosen = choice.chosen.flatMap { chosen in installedSequence.map { chosen.sequence > $0 } ?? true ? chosen : nil } ?? resigned
         let listedInstalled = installedSequence.flatMap { sequence in releases.first { $0.sequence == sequence } }
         // A hook of the installed release that never finished (Signet was killed in it) runs
         // again: the install path finds DIR up to date, ends what the hook left and reruns it.
-        let record = try ReleaseRecord.read(for: destination)
         let unfinished = (options.install.hooks.postInstall != nil && record.post_install.map { $0.sequence == installedSequence } == true)
             || (options.install.hooks.healthCheck != nil && record.unchecked != nil && record.unchecked == installedSequence)
         let repairing = (options.install.repair || unfinished) && newerChosen == nil && listedInstalled != nil
