@@ -274,7 +274,12 @@ struct TLSOptions: ParsableArguments {
     func validate() throws {
         for pin in tlsPin { _ = try PinArgument.parse(pin, option: "--tls-pin") }
         if allowHTTP && (!tlsCA.isEmpty || !tlsPin.isEmpty || !tlsCert.isEmpty) {
-            throw ValidationError("--allow-http cannot be combined with --tls-ca, --tls-pin or --tls-cert: plain http has no certificate to check")
+            // Set by a config file, the option is not on the command line: say where it is and how to leave it out.
+            let typed = Set(Update.commandLine())
+            let fromConfig = ["tls-ca": tlsCA, "tls-pin": tlsPin, "tls-cert": tlsCert].filter { !$0.value.isEmpty && !typed.contains("--" + $0.key) }.keys.sorted()
+            let hint = typed.contains("--config") && !fromConfig.isEmpty
+                ? " (\(fromConfig.joined(separator: ", ")) set by --config FILE: add \(fromConfig.map { "--unset \($0)" }.joined(separator: " ")) for this run)" : ""
+            throw ValidationError("--allow-http cannot be combined with --tls-ca, --tls-pin or --tls-cert: plain http has no certificate to check\(hint)")
         }
         if maxDownloadSize < 1 { throw ValidationError("--max-download-size must be at least 1 byte, not \(maxDownloadSize)") }
         if !(1...3600).contains(connectTimeout) { throw ValidationError("--connect-timeout takes 1 to 3600 seconds, not \(connectTimeout)") }

@@ -111,10 +111,12 @@ enum Output {
     }
 
     /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
-    static func fail(_ error: SignetError, json wantsJSON: Bool) -> Never {
+    static func fail(_ error: SignetError, json wantsJSON: Bool, usage: String? = nil) -> Never {
         releaseHeld()
         if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
         Output.error(error.description)
+        // A value the command refused (exit 2): its usage, as for an option ArgumentParser refused.
+        if let usage, error.code == .usage, !wantsJSON { Output.standardError(escaped(usage, keepNewlines: true) + "\n") }
         exit(error.code.exitStatus.rawValue)
     }
 

@@ -80,6 +80,10 @@ extension Repo {
             }
             let changed = try repo.changeRollout(of: release, change)
             guard let plan = changed.rollout else { throw SignetError(.malformedInput, "the staged release has no rollout plan") }
+            // A plan for a release no channel lists reaches no device.
+            if changed.channels.isEmpty {
+                Output.warn("\(changed.target) is listed on no channel (a newer release of \(changed.name) took its channels): no device installs it whatever its plan; plan the release the channel names, or list this one again with `signet repo add \(repository) PACKAGE --channel NAME --allow-lower-sequence`")
+            }
             let digest = try Repo.signStagedTargets(repo, key: key, output: output, what: "with \(changed.target)'s rollout \(TUFRollout.describe(plan))")
             if output.json {
                 Output.json(Report(target: changed.target, name: changed.name, version: changed.version, sequence: changed.sequence,

@@ -44,6 +44,18 @@ struct SignetCommand: ParsableCommand {
         print(SignetCommand.helpMessage())
     }
 
+    /// The command words `arguments` start with (`repo add`), as the parser walks them.
+    static func commandPath(for arguments: [String]) -> [String] {
+        var command: ParsableCommand.Type = SignetCommand.self
+        var path: [String] = []
+        for word in arguments where !word.hasPrefix("-") {
+            guard let next = command.configuration.subcommands.first(where: { $0._commandName == word }) else { break }
+            path.append(word)
+            command = next
+        }
+        return path
+    }
+
     /// For `signet help TOPIC...`: the first topic that names no command (ArgumentParser would
     /// print the overview and exit 0), with the commands that do exist there.
     static func unknownHelpTopic(_ topics: [String]) -> (topic: String, known: [String])? {
@@ -99,7 +111,12 @@ enum Main {
             var command = try SignetCommand.parseAsRoot()
             try command.run()
         } catch let error as SignetError {
-            Output.fail(error, json: wantsJSON)
+            // A value refused while the command ran is a usage error like one refused while
+            // parsing: the subcommand's usage follows the message.
+            let command = ArgumentErrors.command(for: arguments)
+            let name = SignetCommand.commandPath(for: arguments).joined(separator: " ")
+            let usage = "Usage: \(SignetCommand.usageString(for: command).trimmingCharacters(in: .whitespacesAndNewlines))\n  See 'signet \(name.isEmpty ? "" : name + " ")--help' for more information."
+            Output.fail(error, json: wantsJSON, usage: usage)
         } catch let exitCode as ExitCode {
             if exitCode.rawValue != 0 { Output.releaseHeld() }
             exit(exitCode.rawValue)

@@ -222,6 +222,30 @@ struct RepositoryOperationsCLITests {
         #expect(p.installedText() == "two\n")
     }
 
+    @Test("Messages that name the real mistake: a missing parent folder, a metadata file given as the repository, another repository's root, --allow-http beside a config's tls-ca, a value error with the subcommand's usage, a plan for a release no channel lists")
+    func mistakesNamed() throws {
+        let p = try UpdateCLITests.Publisher("ops-messages")
+        try p.release(1)
+        try p.release(2)
+        let initialised = try CLI.run(["repo", "init", p.work.directory.file("no-such-folder/site")] + p.key)
+        #expect(initialised.status == 5 && initialised.stderr.contains("its parent folder '\(p.work.directory.file("no-such-folder"))' does not exist"), "\(initialised.stderr)")
+        let file = try CLI.run(["update", "--repository", p.metadataURL + "timestamp.json", "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root])
+        #expect(file.status == 2 && file.stderr.contains("names a metadata file") && file.stderr.contains("give '\(p.metadataURL)'"), "\(file.stderr)")
+        // A device set up from another repository's root.
+        let other = try UpdateCLITests.Publisher("ops-messages-other")
+        try other.release(1)
+        let foreign = try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", other.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root])
+        #expect(foreign.status == 3 && foreign.stderr.contains("initialised with another repository's root.json"), "\(foreign.stderr)")
+        let config = try p.work.directory.write("app.conf", Data(p.configLines.utf8), mode: 0o600)
+        let http = try CLI.run(["update", "--config", config, "--allow-http"])
+        #expect(http.status == 2 && http.stderr.contains("tls-ca set by --config FILE: add --unset tls-ca"), "\(http.stderr)")
+        let value = try CLI.run(["repo", "add", p.repo, p.work.directory.file("app-2.zip"), "--channel", "bad name!"])
+        #expect(value.status == 2 && value.stderr.contains("Usage: signet repo add") && value.stderr.contains("See 'signet repo add --help'"), "\(value.stderr)")
+        // Release 1 lost its channel to release 2: a plan for it reaches no device.
+        let replanned = try CLI.run(["repo", "rollout", p.repo, "app-1.zip", "--plan", "now"])
+        #expect(replanned.status == 0 && replanned.stderr.contains("is listed on no channel"), "\(replanned.stderr)")
+    }
+
     @Test("point 15: every missing role key named at once; an empty metadata folder names tuf init; reverify outside a checkout does not suggest the example key; a full disk says needed and free; a shared folder for --state is named as the folder")
     func polish() throws {
         let work = try Workspace()

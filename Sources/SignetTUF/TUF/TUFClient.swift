@@ -126,6 +126,12 @@ public final class TUFClient {
 
     init(options: TUFClientOptions, cancelled: CancellationFlag?) throws {
         self.options = options
+        // The metadata folder's URL, not a file in it (`…/metadata/timestamp.json`).
+        let trimmed = String(options.metadataURL.dropLast())
+        if let file = trimmed.split(separator: "/").last, file.hasSuffix(".json") {
+            let folder = String(trimmed.dropLast(file.count))
+            throw SignetError(.usage, "'\(options.metadataURL.dropLast())' names a metadata file; the repository is the folder that holds it: give '\(folder)' (its timestamp.json, snapshot and targets are found from there)")
+        }
         try TrustedInput.check(options.metadataDirectory, what: "the metadata folder")
         guard let root = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) else {
             throw SignetError(.fileNotFound, "the metadata folder '\(options.metadataDirectory)' has no root.json: initialise it with the repository's trusted root first (`signet tuf init --metadata-dir \(options.metadataDirectory) ROOT.json`, ROOT.json being the repository's metadata/1.root.json)", path: options.metadataDirectory)
@@ -156,6 +162,16 @@ public final class TUFClient {
             // Signed by keys this root does not name: most often a newer root the server lacks
             // (issue 49: a deleted 2.root.json read as a targets threshold problem).
             let version = trusted.root.metadata.version
+            // The server's own root of that version, if it is another: the device was set up
+            // from another repository's root (or the repository was made anew).
+            let ours = try? Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength)
+            if let ours, case .found(let theirs)? = try? fetcher.get(options.metadataURL + "\(version).root.json", limit: options.maximumRootLength, what: "\(version).root.json"),
+               let mine = try? TUFMetadata(bytes: ours, expectedType: "root", name: "root.json"),
+               let served = try? TUFMetadata(bytes: theirs, expectedType: "root", name: "\(version).root.json"),
+               mine.signedBytes != served.signedBytes {
+                error.reason += "; this device trusts a root v\(version) that is not this repository's root v\(version): it was initialised with another repository's root.json (or the repository was made anew). Initialise it from this repository's root, as shipped by its publisher: `signet tuf init --metadata-dir \(options.metadataDirectory) --force ROOT.json`"
+                throw error
+            }
             error.reason += "; this device trusts root v\(version) and the server has no \(version + 1).root.json: if the repository's keys were rotated since, the publisher must put the newer root back (metadata/\(version + 1).root.json)"
             throw error
         }

@@ -97,6 +97,12 @@ public struct TUFRepository: Sendable {
             ("_type", .string("targets")), ("spec_version", .string(specVersion)), ("version", .number("1")),
             ("expires", .string(expiry(now, lifetimes.targets))), ("targets", .object([])),
         ]))
+        // The folder's parent must exist: a mistyped path is not made, it is named.
+        let parent = AtomicFile.parentDirectory(of: path)
+        var isFolder: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: parent, isDirectory: &isFolder), isFolder.boolValue else {
+            throw SignetError(.fileNotFound, "cannot create the repository '\(path)': its parent folder '\(parent)' does not exist (make it first, e.g. mkdir -p '\(parent)', or check the path)", path: parent)
+        }
         for folder in [path, path + "/metadata", path + "/targets", path + "/staging"] {
             if mkdir(folder, folder.hasSuffix("/staging") ? 0o700 : 0o755) != 0, errno != EEXIST {
                 throw SignetError.posix(SystemCallFailure("mkdir", code: errno), "cannot create the repository folder", path: folder)
