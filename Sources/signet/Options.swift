@@ -194,10 +194,16 @@ struct TrustOptions: ParsableArguments {
 
     /// The salt and seal keys that sealed directories (--trust-dir, --tls-ca DIR) are checked with.
     func seal() throws -> (salt: [UInt8]?, keys: [PublicKey]) {
-        try TrustedInput.check(trustSaltFile.map { [$0] } ?? [], what: "--trust-salt-file")
-        try TrustedInput.check(trustSealKey, what: "--trust-seal-key")
-        let salt = try trustSaltFile.map { try TrustStoreSeal.readSalt(from: $0, option: "--trust-salt-file") }
-        let keys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
+        try Self.seal(saltFile: trustSaltFile, sealKeys: trustSealKey, allowWeakKey: allowWeakKey)
+    }
+
+    /// The salt and seal keys from their options (each held to the rule of files that convey
+    /// trust): `update`'s trust options read them the same way.
+    static func seal(saltFile: String?, sealKeys: [String], allowWeakKey: Bool) throws -> (salt: [UInt8]?, keys: [PublicKey]) {
+        try TrustedInput.check(saltFile.map { [$0] } ?? [], what: "--trust-salt-file")
+        try TrustedInput.check(sealKeys, what: "--trust-seal-key")
+        let salt = try saltFile.map { try TrustStoreSeal.readSalt(from: $0, option: "--trust-salt-file") }
+        let keys = try sealKeys.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
         return (salt, keys)
     }
 

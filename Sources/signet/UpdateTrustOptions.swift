@@ -49,10 +49,6 @@ struct UpdateTrustOptions: ParsableArguments {
 
     /// The seal of --tls-ca directories.
     func seal() throws -> (salt: [UInt8]?, keys: [PublicKey]) {
-        try TrustedInput.check(trustSaltFile.map { [$0] } ?? [], what: "--trust-salt-file")
-        try TrustedInput.check(trustSealKey, what: "--trust-seal-key")
-        let salt = try trustSaltFile.map { try TrustStoreSeal.readSalt(from: $0, option: "--trust-salt-file") }
-        let keys = try trustSealKey.map { try PublicKey(contentsOf: $0, allowWeakKey: allowWeakKey) }
-        return (salt, keys)
+        try TrustOptions.seal(saltFile: trustSaltFile, sealKeys: trustSealKey, allowWeakKey: allowWeakKey)
     }
 }

@@ -67,21 +67,9 @@ public enum PackageBuilder {
         }
         let sequence = options.sequence ?? UInt64(max(0, (PackOptions.sourceDateEpoch ?? .now).secondsSinceEpoch))
 
-        let directory = AtomicFile.parentDirectory(of: output)
-        // What an interrupted or killed pack of the same output left (its process is gone).
-        TemporaryFiles.removeStale(besides: output)
-        let temporary = TemporaryFiles.name(besides: output, tag: "pack")
-        let token = TemporaryFiles.register(temporary)
-        defer { TemporaryFiles.unregister(token) }
-        let packageFile: OwnedDescriptor
-        do {
-            packageFile = try TemporaryFiles.guardedOpen(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        } catch let failure as SystemCallFailure {
-            throw SignetError.posix(failure, "cannot create the package beside", path: output)
-        }
-        let archive = ArchiveOutput(file: packageFile, path: output)
-        var committed = false
-        defer { if !committed { unlink(temporary) } }
+        let written = try PackageOutput(output, tag: "pack", what: "the package")
+        let temporary = written.temporary
+        let archive = written.archive
 
         // Judging a file reads a little of it (all of a small one): on every core.
         let compression = options.compression
@@ -160,18 +148,7 @@ public enum PackageBuilder {
         // written: the archive's structure and each entry's expansion ratio.
         let compressedSizes = try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
         // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
-        try archive.sync()
-        do {
-            if options.replace {
-                _ = try TemporaryFiles.guardedCall("rename") { rename(temporary, output) }.get()
-            } else {
-                try TemporaryFiles.guarded { try AtomicFile.renameNoReplace(temporary, output, what: "the package") }
-            }
-        } catch let failure as SystemCallFailure {
-            throw SignetError.posix(failure, "cannot write the package", path: output)
-        }
-        committed = true
-        AtomicFile.syncDirectory(directory)
+        try written.commit(replace: options.replace, what: "the package")
         ledger.progress?.finish()
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
         return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store }, compressedSizes: compressedSizes)

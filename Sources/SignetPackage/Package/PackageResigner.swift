@@ -62,21 +62,9 @@ public enum PackageResigner {
         let signatureOf = Dictionary(zip(manifest.files.map(\.path), signatures), uniquingKeysWith: { first, _ in first })
         let modes = Dictionary(manifest.files.map { ($0.path, $0.mode.permissions) }, uniquingKeysWith: { first, _ in first })
 
-        TemporaryFiles.removeStale(besides: output)
-        let temporary = TemporaryFiles.name(besides: output, tag: "resign")
-        let token = TemporaryFiles.register(temporary)
-        defer { TemporaryFiles.unregister(token) }
-        let packageFile: OwnedDescriptor
-        do {
-            packageFile = try TemporaryFiles.guardedOpen(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        } catch let failure as SystemCallFailure {
-            throw SignetError.posix(failure, "cannot create the re-signed package beside", path: output)
-        }
-        let archive = ArchiveOutput(file: packageFile, path: output)
-        var committed = false
-        defer { if !committed { unlink(temporary) } }
+        let written = try PackageOutput(output, tag: "resign", what: "the re-signed package")
         let source = try InputFile.open(package, what: "package", followSymlinks: false)
-        let writer = try ZipWriter(writingTo: archive)
+        let writer = try ZipWriter(writingTo: written.archive)
         // The entries in the order the package has them: resources and the chunk index copied,
         // Signet's own entries made anew (the old signer's certificates left out).
         for entry in reader.entries() {
@@ -111,22 +99,11 @@ public enum PackageResigner {
         }
         try writer.close()
         // What a device will check, checked on the bytes written, with the new key alone.
-        let written = try PackageReader.verify(temporary, policy: TrustPolicy(keys: [signer.key.publicKey]), limits: limits, now: now)
-        guard written.isValid else {
-            throw SignetError(.io, "the re-signed package does not verify with the new key (\(written.message)); nothing was written", path: output)
+        let check = try PackageReader.verify(written.temporary, policy: TrustPolicy(keys: [signer.key.publicKey]), limits: limits, now: now)
+        guard check.isValid else {
+            throw SignetError(.io, "the re-signed package does not verify with the new key (\(check.message)); nothing was written", path: output)
         }
-        try archive.sync()
-        do {
-            if replace {
-                _ = try TemporaryFiles.guardedCall("rename") { rename(temporary, output) }.get()
-            } else {
-                try TemporaryFiles.guarded { try AtomicFile.renameNoReplace(temporary, output, what: "the re-signed package") }
-            }
-        } catch let failure as SystemCallFailure {
-            throw SignetError.posix(failure, "cannot write the re-signed package", path: output)
-        }
-        committed = true
-        AtomicFile.syncDirectory(AtomicFile.parentDirectory(of: output))
+        try written.commit(replace: replace, what: "the re-signed package")
         return manifest
     }
 }
