@@ -9,6 +9,9 @@ public enum Interruption {
     /// Removes every temporary file and staging directory in progress. For a signal-handling
     /// thread about to exit the process; Signet's work in progress is not usable afterwards.
     public static func removeTemporaryFiles() {
+        // A ranged update first writes what arrived into its staging, which stays for the next
+        // run (at most a few seconds; FORMAT §5).
+        TemporaryFiles.drain(timeout: 5)
         HookRunner.endRunning()
         TemporaryFiles.removeAllForExit()
     }

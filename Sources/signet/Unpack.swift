@@ -173,8 +173,8 @@ struct Unpack: ParsableCommand {
     }
 
     func run() throws {
-        Signals.onInterrupt("'\(dest)' holds the tree it held before, or the whole new one if the swap had already happened (an install is all or nothing); the staged files are removed"
-                            + (Download.isURL(package) ? "; run the same command again to resume the download" : ""))
+        Signals.onInterrupt("'\(dest)' holds the tree it held before, or the whole new one if the swap had already happened (an install is all or nothing); "
+                            + (Download.isURL(package) ? "what was fetched is kept beside it: run the same command again to continue from there" : "the staged files are removed"))
         var options = InstallOptions()
         options.force = force
         options.repair = repair

@@ -209,7 +209,7 @@ struct Update: ParsableCommand {
     }
 
     func run() throws {
-        Signals.onInterrupt("the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); the staged files are removed; the next run resumes")
+        Signals.onInterrupt("the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); what was fetched is kept beside it, and the next run continues from there")
         guard let repository else { throw ValidationError("give --repository URL") }
         try runRepository(repository)
     }

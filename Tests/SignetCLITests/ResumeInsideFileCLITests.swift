@@ -153,6 +153,53 @@ struct ResumeInsideFileCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
     }
 
+    @Test("an update of a deflated chunked file stopped half-way through its changed segments (SIGTERM as a systemd stop sends, SIGINT as Ctrl-C): what arrived is written and kept, the next run continues in it and moves at most 60% of the update",
+          arguments: [SIGTERM, SIGINT])
+    func killedDeltaResumes(_ signal: Int32) throws {
+        let setup = try Self.setup("deflated")
+        let dest = setup.work.directory.file("app")
+        // The installed release: the new image with 8% of it different, spread over the file
+        // (an update of about 1.3 MB, as 1% of a 128 MiB image: the package's directory and
+        // manifest, which every run reads, are then a small part of it).
+        var old = setup.image
+        for spot in 0..<160 {
+            let at = spot * (Self.size / 160) + 1_000
+            old.replaceSubrange(at..<(at + 8_192), with: Hardening2CLITests.randomData(8_192))
+        }
+        let v1 = setup.work.directory.file("v1.zip")
+        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
+        try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        let baseline = setup.work.directory.file("baseline")
+        try FileManager.default.copyItem(atPath: dest, toPath: baseline)
+        // What the whole update moves, on a copy of DIR.
+        try setup.cut(at: nil)
+        let whole = try Self.transfer(try CLI.run(setup.arguments(baseline)))["bytes_downloaded"] as? Int ?? 0
+        try #require(whole > 0)
+        // Stopped while the server holds back the rest of the changed segments' answer.
+        try setup.server.replace(script: ["app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true, cutAt: setup.imageAt + setup.entrySize / 2, stall: true)]])
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CLI.binary)
+        process.arguments = setup.arguments(dest)
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        for _ in 0..<3_000 where !FileManager.default.fileExists(atPath: setup.server.stalledMarker) && process.isRunning { usleep(10_000) }
+        try #require(FileManager.default.fileExists(atPath: setup.server.stalledMarker), "the server's answer reached half of the image")
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == signal, "Signet ends of the signal, as a shell expects")
+        #expect(try contents(dest + "/image.bin") == old, "DIR as it was")
+        #expect(try Self.stagedImage(besides: dest) != nil, "what was staged is kept beside DIR for the next run")
+        try setup.cut(at: nil)
+        let next = try CLI.run(setup.arguments(dest))
+        #expect(next.status == 0, "\(next.stderr)")
+        let transfer = try Self.transfer(next)
+        let moved = transfer["bytes_downloaded"] as? Int ?? Int.max
+        #expect(transfer["chunk_bytes_resumed"] as? Int ?? 0 > 0, "\(transfer)")
+        #expect(Double(moved) <= 0.6 * Double(whole), "the next run moved \(moved) bytes of the update's \(whole)")
+        #expect(try contents(dest + "/image.bin") == setup.image)
+    }
+
     @Test("an update rebuilding a chunked file from the installed copy, cut in its second changed region, continues after the chunks it wrote and fetches only that region")
     func rebuildResumes() throws {
         let setup = try Self.setup()

@@ -30,7 +30,8 @@ public final class ScriptedServer {
         /// In a range answer (or a part of a multipart one) that holds this file offset: the
         /// bytes before it are sent, then the connection is cut (a link dropping inside an entry)...
         public var cutAt: Int?
-        /// ... or, with `stall`, the server sends nothing more for 60 s instead (a time-out).
+        /// ... or, with `stall`, the server sends nothing more for 60 s instead (a time-out); in
+        /// a multipart answer it first creates ``stalledMarker``, for a test to act on.
         public var stall: Bool
         /// How a request for several ranges is answered (with `honourRange`).
         public var parts: Parts
@@ -136,7 +137,9 @@ public final class ScriptedServer {
                     sent = data[start:end + 2] if kind == "longerSecond" and i == 1 else data[start:end + 1]
                     delimiter = "OTHERBOUNDARY" if kind == "wrongBoundary" else boundary
                     body += ("\r\n--%s\r\nContent-Type: application/zip\r\nContent-Range: bytes %d-%d/%d\r\n\r\n" % (delimiter, shown[0], shown[1], total)).encode()
-                    if cut is None and cut_at is not None and start <= cut_at <= end: cut = len(body) + cut_at - start
+                    # (A stall waits at the first part that reaches the offset, if it falls between parts.)
+                    if cut is None and cut_at is not None and (start <= cut_at or a.get("stall")) and cut_at <= end:
+                        cut = len(body) + max(cut_at, start) - start
                     body += sent
                 if kind != "unclosed": body += ("\r\n--%s--\r\n" % boundary).encode()
                 if kind == "endlessEpilogue": body += b"x" * 65536
@@ -146,6 +149,12 @@ public final class ScriptedServer {
                 for k, v in a.get("headers", {}).items(): self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(body if cut is None else body[:cut])
+                if cut is not None and a.get("stall"):
+                    # Stalled inside a part: the client waits, holding what arrived, for the
+                    # test to interrupt it (told by the marker file, not by the clock).
+                    self.wfile.flush()
+                    open(log_path + ".stalled", "a").close()
+                    time.sleep(60)
                 if cut is not None:
                     # The link drops inside a part, as for a single range.
                     self.wfile.flush()
@@ -236,6 +245,9 @@ public final class ScriptedServer {
         }
         self.port = port
     }
+
+    /// Created when a multipart answer stalls (``Answer/stall``).
+    public var stalledMarker: String { directory.file("requests.log.stalled") }
 
     /// Where `path` is served from.
     public func file(_ path: String) -> String { directory.file("www/" + path) }

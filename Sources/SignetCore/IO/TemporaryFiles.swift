@@ -6,11 +6,46 @@ import Musl
 #endif
 internal import SystemPackage
 
+/// A one-shot wait with a time-out over a mutex and condition (no libdispatch: the signal
+/// thread may run when libdispatch's own threads are busy).
+package final class DispatchSemaphoreLike: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+    private var condition = pthread_cond_t()
+    private var signalled = false
+
+    package init() {
+        pthread_mutex_init(&mutex, nil)
+        pthread_cond_init(&condition, nil)
+    }
+
+    package func signal() {
+        pthread_mutex_lock(&mutex)
+        signalled = true
+        pthread_cond_broadcast(&condition)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    package func wait(timeout: Double) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let total = Int(now.tv_nsec) + Int(timeout * 1e9)
+        var deadline = timespec(tv_sec: now.tv_sec + total / 1_000_000_000, tv_nsec: total % 1_000_000_000)
+        pthread_mutex_lock(&mutex)
+        while !signalled {
+            if pthread_cond_timedwait(&condition, &mutex, &deadline) == ETIMEDOUT { break }
+        }
+        pthread_mutex_unlock(&mutex)
+    }
+}
+
 /// The registry and naming of Signet's temporary files.
 package enum TemporaryFiles {
     private struct State {
         var next = 0
         var entries: [Int: (path: String, tree: Bool)] = [:]
+        /// Registrations an interruption leaves in place (a ranged update's staging, which the
+        /// next run continues in): still removed by their owner on any other failure.
+        var kept: Set<Int> = []
     }
 
     private static let state = Mutex(State())
@@ -36,7 +71,31 @@ package enum TemporaryFiles {
     }
 
     /// True once an interruption has begun (long transfers stop at the next chance).
-    package static var isInterrupted: Bool { interrupted.withLock { $0 } }
+    package static var isInterrupted: Bool { interrupted.withLock { $0 } || isDraining }
+
+    // MARK: Draining (an interruption that keeps what a ranged update fetched)
+
+    /// Set when an interruption asks the work in progress to keep what it has (a ranged
+    /// update writes what arrived into its staging, which stays for the next run) before the
+    /// temporaries are removed.
+    private static let draining = Mutex(false)
+    /// Signalled by the work once it has kept what it has and will write nothing more.
+    private static let parked = DispatchSemaphoreLike()
+
+    package static var isDraining: Bool { draining.withLock { $0 } }
+
+    /// For the signal-handling thread: asks the work in progress to keep what it has, and waits
+    /// at most `timeout` seconds for it to say it has (only when a kept staging exists: other
+    /// work has nothing to keep).
+    package static func drain(timeout: Double) {
+        let waits = state.withLock { !$0.kept.isEmpty }
+        draining.withLock { $0 = true }
+        if waits { parked.wait(timeout: timeout) }
+    }
+
+    /// For the work: it has kept what it has (after an interruption asked it to) and writes
+    /// nothing more; the interruption may go on.
+    package static func markParked() { parked.signal() }
 
     /// Runs `body` (one creation or rename of a temporary entry) unless the process is being
     /// interrupted; then throws instead, creating nothing.
@@ -59,7 +118,16 @@ package enum TemporaryFiles {
 
     /// Forgets a registration (the path was renamed into place or removed).
     package static func unregister(_ token: Int) {
-        state.withLock { _ = $0.entries.removeValue(forKey: token) }
+        state.withLock { state in
+            _ = state.entries.removeValue(forKey: token)
+            state.kept.remove(token)
+        }
+    }
+
+    /// Leaves the registered tree in place on an interruption (SIGINT, SIGTERM), as a SIGKILL
+    /// would: what it holds is verified again by the next run that takes it over.
+    package static func keepOnInterruption(_ token: Int) {
+        state.withLock { _ = $0.kept.insert(token) }
     }
 
     package static func removeAllForExit() {
@@ -68,7 +136,7 @@ package enum TemporaryFiles {
         state.withLock { state in
             // Every archive is written through Signet's own libzip source, so libzip makes no
             // temporary file of its own: the registry names everything there is.
-            for entry in state.entries.values {
+            for (token, entry) in state.entries where !state.kept.contains(token) {
                 if entry.tree { _ = TreeRemover.remove(entry.path) } else { unlink(entry.path) }
             }
             state.entries.removeAll()

@@ -334,7 +334,7 @@ extension Installer.Job {
                 hashers.forEach { $0.update(bytes) }
                 try writer.write(bytes)
             }
-        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged {
+        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged || failure.code == .interrupted {
             // The staging tree is kept for the next run (Installer+Phases): so is this file.
             keptForNextRun = true
             throw failure

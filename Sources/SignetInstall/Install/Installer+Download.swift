@@ -170,7 +170,7 @@ extension Installer {
                 }
             }
             throw SignetError(.packageChanged, "not reached")
-        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged || failure.code == .installDeferred {
+        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged || failure.code == .installDeferred || failure.code == .interrupted {
             leftovers.keep()
             throw failure
         } catch {

@@ -113,6 +113,9 @@ extension Installer {
     static func stageResources(_ job: Job, admitted: inout Admitted, state: DestinationState, ranged: RangedUpdate?) throws -> StagedTree {
         let (package, destination, options) = (job.package, job.destination, job.options)
         let staging = try Staging(besides: destination)
+        // Over ranges, what was fetched survives an interruption as it survives a cut link or
+        // a SIGKILL: the next run takes the tree over and continues in it (FORMAT §5).
+        if ranged != nil { staging.keepOnInterruption() }
         var done = false
         var keepForNextRun = false
         defer { if !done && !keepForNextRun { _ = staging.remove() } }
@@ -159,14 +162,17 @@ extension Installer {
             }
         } catch {
             if let bad = firstBadSignature() { throw bad }
-            if let ranged, var failure = error as? SignetError, failure.code == .network || failure.code == .packageChanged {
+            if let ranged, var failure = error as? SignetError, failure.code == .network || failure.code == .packageChanged || failure.code == .interrupted {
                 // What is staged is kept: the next attempt (this run's, after a package that
-                // changed on the server, or the next run's) continues in it.
+                // changed on the server, or the next run's) continues in it — also after an
+                // interruption (SIGINT, SIGTERM: a systemd stop), which first let this run write
+                // what had arrived (FORMAT §5).
                 keepForNextRun = true
                 ranged.leftovers.adopt(staging.path)
-                if failure.code == .network {
+                if failure.code == .network || failure.code == .interrupted {
                     failure.reason += "; what was fetched is kept beside '\(destination)' for the next run, which fetches only the rest"
                 }
+                if failure.code == .interrupted { Self.parkForInterruption() }
                 throw failure
             }
             throw error
@@ -193,6 +199,14 @@ extension Installer {
                           progress: progress, shared: shared, verityEnabled: verityEnabled, verityNotUsed: verityNotUsed)
     }
 
+    /// Once an interruption asked a ranged run to keep what it has and it has: told to the
+    /// signal-handling thread, which ends the process; this thread writes nothing more.
+    static func parkForInterruption() {
+        guard TemporaryFiles.isDraining else { return }
+        TemporaryFiles.markParked()
+        while true { pause() }
+    }
+
     // MARK: Phase 3
 
     /// Phase 3: the staged tree swapped with DIR in one step (the old tree kept as the previous
@@ -203,6 +217,12 @@ extension Installer {
     static func swap(_ staged: StagedTree, job: Job, admitted: Admitted, state: DestinationState, stale: [String],
                      ranged: RangedUpdate?, preInstall: HookResult? = nil) throws -> InstallReport {
         let (destination, options) = (job.destination, job.options)
+        // An interruption that let a ranged run keep what it fetched: the tree it staged whole
+        // is kept for the next run too, not swapped in while the process is being stopped.
+        if let ranged, TemporaryFiles.isDraining {
+            ranged.leftovers.adopt(staged.staging.path)
+            parkForInterruption()
+        }
         let (checked, installState) = (admitted.checked, admitted.installState)
         var releases = admitted.releases
         let staging = staged.staging

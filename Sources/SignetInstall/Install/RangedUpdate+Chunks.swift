@@ -179,7 +179,7 @@ extension Installer.Job {
                 try writer.write(UnsafeRawBufferPointer(into))
                 offset += UInt64(into.count)
             }
-        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged {
+        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged || failure.code == .interrupted {
             keptForNextRun = true
             throw failure
         }

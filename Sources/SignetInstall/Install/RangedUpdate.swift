@@ -82,6 +82,8 @@ final class StagedLeftovers {
         for (directory, name) in TemporaryFiles.staleTrees(besides: destination, tags: ["staging", "salvage"]).prefix(Self.maximum) {
             let aside = TemporaryFiles.name(besides: destination, tag: "salvage")
             let token = TemporaryFiles.register(aside, tree: true)
+            // What earlier runs fetched outlives an interruption of this one too.
+            TemporaryFiles.keepOnInterruption(token)
             guard (try? TemporaryFiles.guarded({ rename(directory + "/" + name, aside) == 0 })) == true,
                   let opened = try? Paths.open(aside, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
                 TemporaryFiles.unregister(token)
@@ -95,6 +97,7 @@ final class StagedLeftovers {
     /// tried again, or left for the next run by ``keep()``).
     func adopt(_ path: String) {
         let token = TemporaryFiles.register(path, tree: true)
+        TemporaryFiles.keepOnInterruption(token)
         guard let opened = try? Paths.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
             TemporaryFiles.unregister(token)
             return

@@ -21,6 +21,10 @@ final class Staging {
     private let rootDirectory: OwnedDescriptor
     private var root: FileDescriptor { rootDirectory.descriptor }
     private var token: Int
+
+    /// Leaves this staging beside DIR if Signet is interrupted (a ranged update: the next run
+    /// continues in it, as after a cut link or a SIGKILL).
+    func keepOnInterruption() { TemporaryFiles.keepOnInterruption(token) }
     private var asideToken: Int? = nil
     /// The tree a swap left to remove (``removeReplaced()``).
     private var replaced: (name: String, path: String, exchanged: Bool)? = nil

@@ -218,6 +218,8 @@ package final class RangeClient {
         guard left > 0 else {
             throw SignetError(.network, "cannot read '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s")
         }
+        // Interrupted: no new request (what arrived is used, then the run stops).
+        if TemporaryFiles.isInterrupted { throw SignetError(.interrupted, "interrupted; nothing was installed") }
         requests += 1
         request.onHeader = { [unowned self] in self.header($0) }
         request.onBody = { [unowned self] in self.body($0) }

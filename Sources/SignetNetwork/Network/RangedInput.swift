@@ -228,9 +228,9 @@ package final class RangedInput: ArchiveInput {
             }
         } catch is RangeClient.SeveralUnsupported {
             return false
-        } catch let failure as SignetError where failure.code == .network && !parts.isEmpty && !client.refusedAnswer {
+        } catch let failure as SignetError where (failure.code == .network || failure.code == .interrupted) && !parts.isEmpty && !client.refusedAnswer {
             // The link dropped inside a later part (a transport failure; an answer that broke
-            // the rules is refused whole): the parts that arrived are kept, so that
+            // the rules is refused whole), or an interruption stopped it: the parts that arrived are kept, so that
             // what they hold is used (and written, for a resumed file) before the failure is
             // met again at the first byte they lack (issue 51). Every byte is still checked
             // against the signed hashes where it is used.
@@ -296,7 +296,7 @@ package final class RangedInput: ArchiveInput {
                 bytes.append(contentsOf: chunk)
                 report?(chunk.count)
             }
-        } catch let failure as SignetError where failure.code == .network && !bytes.isEmpty && !client.refusedAnswer {
+        } catch let failure as SignetError where (failure.code == .network || failure.code == .interrupted) && !bytes.isEmpty && !client.refusedAnswer {
             // The link dropped part-way (a transport failure): what arrived is used before the
             // failure is met again at the first byte it lacks (issue 51), as for several ranges.
             lastEnd = position + Int64(bytes.count)
