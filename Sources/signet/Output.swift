@@ -106,7 +106,7 @@ enum Output {
     static func errorBody(_ error: SignetError) -> ErrorBody {
         ErrorBody(code: error.code.name, exit: error.code.exitStatus.rawValue, message: error.reason,
                   file: error.path, entry: error.entry,
-                  openssl: error.openSSLErrors.isEmpty ? nil : error.openSSLErrors,
+                  openssl: error.openSSLErrors.isEmpty ? nil : error.openSSLErrors.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } },
                   call: error.call, errno: error.systemError)
     }
 

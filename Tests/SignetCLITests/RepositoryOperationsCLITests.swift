@@ -241,6 +241,11 @@ struct RepositoryOperationsCLITests {
         #expect(http.status == 2 && http.stderr.contains("tls-ca set by --config FILE: add --unset tls-ca"), "\(http.stderr)")
         let value = try CLI.run(["repo", "add", p.repo, p.work.directory.file("app-2.zip"), "--channel", "bad name!"])
         #expect(value.status == 2 && value.stderr.contains("Usage: signet repo add") && value.stderr.contains("See 'signet repo add --help'"), "\(value.stderr)")
+        // OpenSSL's queue, said once (a decoder that tries again queues the same lines twice).
+        let wrongPass = try p.work.directory.write("wrong-pass.txt", Data("not the passphrase\n".utf8), mode: 0o600)
+        let refused = try CLI.run(["sign", config, "--key", p.work.privatePEM, "--passphrase-file", wrongPass])
+        let lines = refused.stderr.components(separatedBy: "(OpenSSL: ").last.map { $0.dropLast(2).components(separatedBy: "; ") } ?? []
+        #expect(refused.status != 0 && !lines.isEmpty && Set(lines).count == lines.count, "\(refused.stderr)")
         // Release 1 lost its channel to release 2: a plan for it reaches no device.
         let replanned = try CLI.run(["repo", "rollout", p.repo, "app-1.zip", "--plan", "now"])
         #expect(replanned.status == 0 && replanned.stderr.contains("is listed on no channel"), "\(replanned.stderr)")

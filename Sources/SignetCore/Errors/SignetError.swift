@@ -239,10 +239,13 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public static func == (lhs: SignetError, rhs: SignetError) -> Bool { lhs.code == rhs.code }
 
-    /// The reason, followed by OpenSSL's own words when it had any.
+    /// The reason, followed by OpenSSL's own words when it had any, each said once (OpenSSL
+    /// queues the same lines again when a decoder tries one format after another).
     public var description: String {
         if openSSLErrors.isEmpty { return reason }
-        return reason + " (OpenSSL: " + openSSLErrors.joined(separator: "; ") + ")"
+        var seen = Set<String>()
+        let once = openSSLErrors.filter { seen.insert($0).inserted }
+        return reason + " (OpenSSL: " + once.joined(separator: "; ") + ")"
     }
 }
 
