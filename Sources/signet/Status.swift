@@ -53,7 +53,7 @@ struct Status: ParsableCommand {
 
     /// `status DIR --json`.
     struct DestinationReport: Encodable {
-        struct Bad: Encodable { let name: String; let sequence: UInt64; let reason: String; let at: String }
+        struct Bad: Encodable { let name: String; let sequence: UInt64; let reason: String; let at: String; @Null var sequences: [UInt64]? }
         struct LastRollback: Encodable { let from: UInt64; let to: UInt64; let by: String; let at: String }
         let destination: String
         @Null var current: Update.Release?
@@ -82,14 +82,14 @@ struct Status: ParsableCommand {
             Output.json(DestinationReport(destination: dir, current: release(status.current), previous: release(status.previous),
                                           pending: status.pendingSince != nil, pending_since: status.pendingSince, unchecked: status.unchecked,
                                           post_install_unfinished: status.postInstallUnfinished,
-                                          bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at) },
+                                          bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at, sequences: $0.sequences) },
                                           last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) },
                                           channel: status.channel.map { .init(sequence: $0.sequence, version: $0.version, note: $0.note, at: $0.at) }))
         } else {
             // Never "confirmed" and bad at once: an unchecked release says so, one the record
             // refused says so, and a bad range is said from above the release DIR holds.
             func state(_ current: Signet.Release) -> String {
-                if status.bad.contains(where: { $0.name == current.name && $0.sequence == current.sequence }) { return ", refused as bad (see below)" }
+                if status.bad.contains(where: { $0.name == current.name && ($0.sequences?.contains(current.sequence) ?? ($0.sequence == current.sequence)) }) { return ", refused as bad (see below)" }
                 // Not "confirmed" either when its post-install command never finished.
                 var notes: [String] = []
                 if let since = status.postInstallUnfinished {
@@ -103,7 +103,9 @@ struct Status: ParsableCommand {
             lines.append("  previous: " + (status.previous.map { "\($0.description), kept for signet rollback" } ?? "none kept"))
             for bad in status.bad {
                 let running = status.current.flatMap { $0.name == bad.name && $0.sequence < bad.sequence ? $0.sequence : nil }
-                let range = running.map { $0 + 1 == bad.sequence ? "sequence \(bad.sequence)" : "sequences \($0 + 1) to \(bad.sequence)" } ?? "sequence \(bad.sequence) and lower"
+                // Each refused sequence (releases installed here); an older record's range.
+                let range = bad.sequences.map { $0.count == 1 ? "sequence \($0[0])" : "sequences \($0.map(String.init).joined(separator: ", "))" }
+                    ?? running.map { $0 + 1 == bad.sequence ? "sequence \(bad.sequence)" : "sequences \($0 + 1) to \(bad.sequence)" } ?? "sequence \(bad.sequence) and lower"
                 lines.append("  bad:      \(bad.name) \(range) — \(bad.reason) (\(bad.at))")
             }
             if let last = status.lastRollback { lines.append("  rollback: sequence \(last.from) to \(last.to) by \(last.by), \(last.at)") }

@@ -202,6 +202,28 @@ struct ReleasesCLITests {
         kill(leftChild, SIGKILL)
     }
 
+    @Test("rollback refuses only the release it rolled away from: one between the running release and it, never installed here, installs; the refused one does not")
+    func rollbackRefusesOnlyWhatWasInstalled() throws {
+        let f = try Fixture()
+        let one = try f.pack(1)
+        try f.write("config.txt", "release 2\n")
+        let two = try f.pack(2)
+        try f.write("config.txt", "release 3\n")
+        let three = try f.pack(3)
+        #expect(try f.unpack(one).status == 0)
+        #expect(try f.unpack(three).status == 0)
+        #expect(try CLI.run(["rollback", f.dest, "--state", f.state]).status == 0 && f.text("config.txt") == "release 1\n")
+        let status = try CLI.run(["status", f.dest, "--json"]).json()
+        let bad = try #require((status["bad"] as? [[String: Any]])?.first)
+        #expect(bad["sequences"] as? [Int] == [3], "\(status)")
+        let text = try CLI.run(["status", f.dest]).stdoutText
+        #expect(text.contains("bad:      app sequence 3 —"), "\(text)")
+        let refused = try f.unpack(three)
+        #expect(refused.status == 1 && refused.stderr.contains("refused"), "\(refused.stderr)")
+        let between = try f.unpack(two, ["--allow-downgrade"])
+        #expect(between.status == 0 && f.text("config.txt") == "release 2\n", "release 2 was never installed here: \(between.stderr)")
+    }
+
     @Test("hooks run without a shell in a clean environment; a failed or slow health check swaps the previous release back")
     func healthCheck() throws {
         let f = try Fixture()

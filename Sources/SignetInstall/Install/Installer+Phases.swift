@@ -95,7 +95,7 @@ extension Installer {
         // installed again; a higher sequence is (--retry-bad overrides).
         let releases = try ReleaseRecord.read(for: destination)
         if let checked, !options.retryBad, let bad = releases.isBad(checked.manifest.name, sequence: checked.manifest.sequence, installed: Self.release(of: state)?.sequence) {
-            throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (sequence \(bad.sequence) and lower: \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --retry-bad installs this one anyway", path: package)
+            throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (\(bad.sequences.map { "installed here and refused: sequence\($0.count == 1 ? "" : "s") \($0.map(String.init).joined(separator: ", "))" } ?? "sequence \(bad.sequence) and lower"): \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --retry-bad installs this one anyway", path: package)
         }
         return .install(Admitted(checked: checked, installState: installState, releases: releases,
                                  manifestDigest: try checked.map { try Digest.compute($0.manifestBytes, algorithm: .sha256).hex },

@@ -58,8 +58,10 @@ public struct DestinationStatus: Sendable {
     /// The post-install command started for the current release at this time never finished:
     /// Signet was killed while it ran. The next run with the command runs it again.
     public var postInstallUnfinished: String? = nil
-    /// Releases refused as bad: name, highest refused sequence, why, when.
-    public let bad: [(name: String, sequence: UInt64, reason: String, at: String)]
+    /// Releases refused as bad: name, highest refused sequence, why, when, and each sequence
+    /// refused (nil for a record made before they were listed: every sequence from the highest
+    /// down to the one DIR holds).
+    public let bad: [(name: String, sequence: UInt64, reason: String, at: String, sequences: [UInt64]?)]
     /// The last rollback: from, to, by whom ("owner", "health-check", "boot-check"), when.
     public let lastRollback: (from: UInt64, to: UInt64, by: String, at: String)?
     /// What the last `update` found on the channel and did not install, and why; or that the
@@ -344,7 +346,7 @@ extension Installer {
         let previous = previousManifest.flatMap { try? Manifest.parse($0) }.map(Release.init)
         let pending = releases.pending.flatMap { $0.sequence == current?.sequence ? $0.since : nil }
         var status = DestinationStatus(destination: destination, current: current, previous: previous, pendingSince: pending,
-                                       bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at) },
+                                       bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at, $0.value.sequences) },
                                        lastRollback: releases.last_rollback.map { ($0.from, $0.to, $0.by, $0.at) })
         status.unchecked = current != nil && releases.unchecked == current?.sequence
         status.postInstallUnfinished = releases.post_install.flatMap { $0.sequence == current?.sequence ? $0.since : nil }

@@ -95,9 +95,14 @@ package struct ReleaseRecord: Codable, Equatable {
         package var sequence: UInt64
         package var reason: String
         package var at: String
+        /// Each sequence refused, every one a release that was installed here and then rolled
+        /// back or failed its health check (issue 61: a range also refused releases never
+        /// installed). Nil in a record written before: then every sequence from `sequence` down
+        /// to the one DIR holds.
+        package var sequences: [UInt64]? = nil
 
-        package init(sequence: UInt64, reason: String, at: String) {
-            (self.sequence, self.reason, self.at) = (sequence, reason, at)
+        package init(sequence: UInt64, reason: String, at: String, sequences: [UInt64]? = nil) {
+            (self.sequence, self.reason, self.at, self.sequences) = (sequence, reason, at, sequences)
         }
     }
 
@@ -174,14 +179,25 @@ package struct ReleaseRecord: Codable, Equatable {
     /// Whether `sequence` of `name` was refused as bad: the bad sequence and those below it,
     /// down to the one DIR holds (`installed`), which stays installable.
     package func isBad(_ name: String, sequence: UInt64, installed: UInt64?) -> Bad? {
-        guard let bad = bad.first(where: { Manifest.sameName($0.key, name) })?.value, sequence <= bad.sequence,
-              sequence > installed ?? 0 || installed == nil else { return nil }
+        guard let bad = bad.first(where: { Manifest.sameName($0.key, name) })?.value else { return nil }
+        if let refused = bad.sequences { return refused.contains(sequence) ? bad : nil }
+        guard sequence <= bad.sequence, sequence > installed ?? 0 || installed == nil else { return nil }
         return bad
     }
 
+    /// Records `sequence` of `name` (a release that was installed here) as refused; the
+    /// sequences refused before stay refused, and no other one is (at most the last 64).
     package mutating func markBad(_ name: String, sequence: UInt64, reason: String) {
         let key = bad.keys.first(where: { Manifest.sameName($0, name) }) ?? name
-        if let known = bad[key], known.sequence > sequence { return }
-        bad[key] = Bad(sequence: sequence, reason: reason, at: Timestamp.now.rfc3339)
+        let known = bad[key]
+        var refused = known.map { $0.sequences ?? [$0.sequence] } ?? []
+        if !refused.contains(sequence) { refused.append(sequence) }
+        refused = Array(refused.sorted().suffix(64))
+        // The highest refused sequence, and why it was refused.
+        if let known, known.sequence > sequence {
+            bad[key] = Bad(sequence: known.sequence, reason: known.reason, at: known.at, sequences: refused)
+        } else {
+            bad[key] = Bad(sequence: sequence, reason: reason, at: Timestamp.now.rfc3339, sequences: refused)
+        }
     }
 }
