@@ -59,6 +59,10 @@ struct SwiftNativeAPITests {
         let fromURL = try PublicKey(contentsOf: URL(fileURLWithPath: Self.publicKeyPath.string))
         let fromData = try PublicKey(bytes: Data(try contents(Self.publicKeyPath.string)))
         #expect(fromPath.keyID == fromURL.keyID && fromPath.keyID == fromData.keyID)
+        // An empty list is the String form (the FilePath one is disfavoured): a policy filled in
+        // later, as the DocC article's `addTUFMetadata` sample does.
+        var empty = try TrustPolicy(publicKeyFiles: [])
+        #expect(throws: SignetError.self) { try empty.addTUFMetadata("/nonexistent-metadata") }
         let remote = #expect(throws: SignetError.self) { try PublicKey(contentsOf: URL(string: "https://example.com/key.der")!) }
         #expect(remote?.code == .usage && remote?.reason.contains("not a file URL") == true)
 
