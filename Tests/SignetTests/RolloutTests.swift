@@ -46,6 +46,26 @@ struct RolloutTests {
         #expect(first.allSatisfy { (0..<10_000).contains($0) })
     }
 
+    @Test("The device id is its bytes as read, trimmed of ASCII white space only: ids that are not UTF-8 get the buckets FORMAT.md's formula gives (Python's hashlib), not one shared bucket")
+    func deviceIDBytes() throws {
+        let work = try TemporaryDirectory()
+        var buckets: [Int] = []
+        let ids: [[UInt8]] = [[0xff, 0xff, 0xff, 0xff], [0xfe, 0xfe, 0xfe, 0xfe], [0xc3, 0x28, 0x80, 0x20]]
+        for (index, raw) in ids.enumerated() {
+            let path = work.file("id-\(index)")
+            try Data([0x20] + raw + [0x0d, 0x0a]).write(to: URL(fileURLWithPath: path))
+            let id = try TUFUpdater.deviceID(path)
+            #expect(id == (raw.last == 0x20 ? Array(raw.dropLast()) : raw), "trimmed of ASCII white space only")
+            buckets.append(TUFRollout.bucket(deviceID: id, name: "app", sequence: 7))
+        }
+        let script = "import hashlib\nfor i in [b'\\xff'*4, b'\\xfe'*4, b'\\xc3\\x28\\x80']: print(int.from_bytes(hashlib.sha256(i + b'\\x00app\\x007').digest()[:8], 'big') % 10000)"
+        let expected = try SignetTestSupport.run("python3", ["-c", script]).stdoutText.split(separator: "\n").compactMap { Int($0) }
+        #expect(buckets == expected && Set(buckets).count == 3, "\(buckets) against \(expected)")
+        // A non-breaking space (U+00A0) is not ASCII white space: it stays part of the id.
+        try Data([0x61, 0xc2, 0xa0]).write(to: URL(fileURLWithPath: work.file("nbsp")))
+        #expect(try TUFUpdater.deviceID(work.file("nbsp")) == [0x61, 0xc2, 0xa0])
+    }
+
     @Test("The bucket function is uniform: of 100,000 device ids, each step's share is the plan's within 0.5 points")
     func uniform() throws {
         let buckets = Self.ids(count: 100_000).map { TUFRollout.bucket(deviceID: $0, name: "app", sequence: 7) }

@@ -338,7 +338,7 @@ public enum TUFUpdater {
                              eligibleAt: bucket.flatMap { plan.opens($0, at: now) }, plan: plan)
     }
 
-    /// The device id: the file's content without surrounding white space (systemd's
+    /// The device id: the file's bytes without surrounding ASCII white space (systemd's
     /// machine-id is 32 hex digits and a newline), 1 to 4,096 bytes.
     static func deviceID(_ path: String) throws -> [UInt8] {
         let bytes: [UInt8]
@@ -347,11 +347,14 @@ public enum TUFUpdater {
         } catch let error as SignetError {
             throw SignetError(error.code, "the release has a rollout plan, and this device's id cannot be read from '\(path)' (\(error.reason)): give device-id-file (a file of the device's stable id; systemd's /etc/machine-id by default)", path: path)
         }
-        let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !text.isEmpty, text.utf8.count <= 4_096 else {
-            throw SignetError(.malformedInput, "the device id file '\(path)' is \(text.isEmpty ? "empty" : "longer than 4,096 bytes"): it must hold the device's stable id (systemd's /etc/machine-id is an empty file until first boot completes)", path: path)
+        // The bytes as read, trimmed of ASCII white space only (FORMAT §7): never decoded, so
+        // ids that are not text spread over the buckets as any other.
+        let space: Set<UInt8> = [0x20, 0x09, 0x0a, 0x0b, 0x0c, 0x0d]
+        let id = Array(bytes.drop { space.contains($0) }.reversed().drop { space.contains($0) }.reversed())
+        guard !id.isEmpty, id.count <= 4_096 else {
+            throw SignetError(.malformedInput, "the device id file '\(path)' is \(id.isEmpty ? "empty" : "longer than 4,096 bytes"): it must hold the device's stable id (systemd's /etc/machine-id is an empty file until first boot completes)", path: path)
         }
-        return Array(text.utf8)
+        return id
     }
 }
 
