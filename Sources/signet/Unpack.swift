@@ -107,6 +107,11 @@ struct Unpack: ParsableCommand {
     func validate() throws {
         if !trust.hasSources { throw ValidationError(TrustOptions.missingSources) }
         if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
+        // One rule (FORMAT §7): the gate before the swap needs a signed release to judge — its
+        // name, version and sequence for the pre-install command — which a bare package has not.
+        if bare, !releases.window.isEmpty || releases.preInstall != nil {
+            throw ValidationError("--bare cannot be combined with --window or --pre-install: a bare package has no signed release (name, version, sequence) for the gate to judge; install it without them, or pack it with signet pack")
+        }
     }
 
     struct Report: Encodable {

@@ -67,6 +67,16 @@ struct ConfigCLITests {
         #expect(!offset.stderr.contains("--rollout-start") && offset.stderr.contains("not a TUF repository"), "an offset is accepted: \(offset.stderr)")
     }
 
+    @Test("unpack --bare with --window or --pre-install is a usage error (exit 2) before anything is read: a bare package has no signed release for the gate")
+    func bareGate() throws {
+        let work = try TemporaryDirectory()
+        for extra in [["--window", "Mon 02:00..04:00"], ["--pre-install", "true"]] {
+            let refused = try CLI.run(["unpack", work.file("bare.zip"), "--bare", "--dest", work.file("app"), "--pubkey", work.file("key.der")] + extra)
+            #expect(refused.status == 2 && refused.stderr.contains("--bare cannot be combined with --window or --pre-install"), "\(refused.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: work.file("app")))
+        }
+    }
+
     @Test("help update lists only what update takes (--channel as the repository's channel); --pubkey and the other trust options are refused by name; -q is --quiet")
     func help() throws {
         let help = try CLI.run(["help", "update"])

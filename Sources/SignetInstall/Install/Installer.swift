@@ -130,7 +130,13 @@ public enum Installer {
     @discardableResult
     static func gate(_ job: Job, admitted: Admitted, state: DestinationState) throws -> HookResult? {
         let options = job.options
-        guard let manifest = admitted.checked?.manifest else { return nil }
+        guard let manifest = admitted.checked?.manifest else {
+            // A bare package: nothing signed names a release for the gate to judge (FORMAT §7).
+            if !options.windows.isEmpty || options.hooks.preInstall != nil {
+                throw SignetError(.usage, "a bare package cannot be installed with maintenance windows or a pre-install command: it has no signed release (name, version, sequence) for them to judge", path: job.destination)
+            }
+            return nil
+        }
         let new = Release(manifest)
         if !options.windows.isEmpty, !options.windows.contains(where: { $0.contains(options.now) }) {
             throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): \(new.description) is staged and verified, not installed", path: job.destination)
