@@ -159,6 +159,9 @@ struct TrustOptions: ParsableArguments {
     @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
     var allowWeakKey = false
 
+    @Flag(name: .customLong("allow-halted-release"), help: "With --tuf-metadata: accept a release whose rollout its publisher halted (dangerous: it was stopped for a reason).")
+    var allowHaltedRelease = false
+
     func validate() throws {
         for id in pin { _ = try PinArgument.parse(id, option: "--pin") }
         // More than a day of tolerance makes expiry (the protection against a freeze) meaningless.
@@ -224,6 +227,7 @@ struct TrustOptions: ParsableArguments {
             try policy.addTrustDirectory(directory, allowWeakKeys: allowWeakKey, salt: salt, sealKeys: sealKeys)
         }
         if let tufMetadata { try policy.addTUFMetadata(tufMetadata) }
+        policy.allowHaltedReleases = allowHaltedRelease
         policy.pins = Set(try pin.map { try PinArgument.parse($0, option: "--pin") })
         if let revoked { try policy.addRevocations(from: revoked) }
         policy.requiredChannel = channel

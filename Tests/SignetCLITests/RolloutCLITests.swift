@@ -169,6 +169,17 @@ struct RolloutCLITests {
         let kept = try eligible[0].update(p)
         let keptRollout = try Self.rollout(kept)
         #expect(kept.status == 0 && eligible[0].installed == "release 2\n" && keptRollout["state"] as? String == "halted")
+        // No other path installs or vouches for it either (issue 62): unpack URL and reverify
+        // with the device's metadata name the halt, unless told it is meant (dangerous).
+        let url = p.server.url("rollout-waves/targets/") + (try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix(".app-2.zip") } ?? "")
+        let other = p.work.directory.file("halted-unpack")
+        let unpacked = try CLI.run(["unpack", url, "--dest", other, "--tuf-metadata", waiting[1].metadata, "--tls-ca", p.server.root])
+        #expect(unpacked.status == 3 && unpacked.stderr.contains("halted its rollout"), "\(unpacked.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: other + "/a.txt"))
+        let reverified = try CLI.run(["reverify", eligible[0].dest, "--tuf-metadata", eligible[0].metadata])
+        #expect(reverified.status != 0 && (reverified.stdoutText + reverified.stderr).contains("halted its rollout"), "\(reverified.stdoutText) \(reverified.stderr)")
+        let allowed = try CLI.run(["reverify", eligible[0].dest, "--tuf-metadata", eligible[0].metadata, "--allow-halted-release"])
+        #expect(allowed.status == 0, "\(allowed.stdoutText) \(allowed.stderr)")
         // status DIR says so, on both.
         let haltedStatus = try CLI.run(["status", eligible[0].dest])
         #expect(haltedStatus.stdoutText.contains("channel:  halted: the publisher halted the rollout of 1.2 (sequence 2); this device keeps it"), "\(haltedStatus.stdoutText)")

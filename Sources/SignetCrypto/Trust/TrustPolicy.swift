@@ -87,6 +87,8 @@ public struct TrustPolicy: Sendable {
         package let role: String
         package let threshold: Int
         package let roleKeys: Int
+        /// Its rollout was halted by the publisher (FORMAT §7): vouched for by no path.
+        package var halted = false
 
         package init(name: String, sequence: UInt64, manifestSHA256: String, keyIDs: Set<KeyID>, role: String, threshold: Int, roleKeys: Int) {
             (self.name, self.sequence, self.manifestSHA256, self.keyIDs) = (name, sequence, manifestSHA256, keyIDs)
@@ -96,6 +98,9 @@ public struct TrustPolicy: Sendable {
     /// What the TUF metadata lists, and the keys trusted only through it (kept here, filled
     /// and read by the TUF layer's extension).
     package var tufListings: [TUFListed] = []
+    /// Accept a package whose TUF listing says its rollout was halted (`--allow-halted-release`:
+    /// dangerous — the publisher stopped it for a reason). False: refused as `update` refuses it.
+    public var allowHaltedReleases = false
     package var tufOnlyKeys: Set<KeyID> = []
     package var tufSource: String?
 
@@ -145,6 +150,7 @@ public struct TrustPolicy: Sendable {
         var accepted = TrustPolicy(keys: acceptedKeys)
         accepted.channels = channels
         accepted.tufListings = tufListings
+        accepted.allowHaltedReleases = allowHaltedReleases
         accepted.tufOnlyKeys = tufOnlyKeys
         accepted.tufSource = tufSource
         guard !certificateAuthorities.isEmpty else { return (accepted, nil) }

@@ -11,7 +11,13 @@ extension TrustPolicy {
         guard tufOnlyKeys.contains(signer) else { return nil }
         let digest = (try? Digest.compute(manifestBytes, algorithm: .sha256).hex) ?? ""
         let roles = tufListings.filter { $0.keyIDs.contains(signer) }
-        if tufListings.contains(where: { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Manifest.sameName($0.name, manifest.name) }) {
+        let listed = tufListings.filter { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Manifest.sameName($0.name, manifest.name) }
+        if !listed.isEmpty {
+            // A halted release is vouched for by no path, as `update` installs it on no device
+            // that lacks it (FORMAT §7; issue 62).
+            guard allowHaltedReleases || listed.contains(where: { !$0.halted }) else {
+                return "\(manifest.name) sequence \(manifest.sequence) is listed by the TUF metadata in '\(tufSource ?? "")', but its publisher halted its rollout: it is offered to no device, and no path installs or vouches for it (--allow-halted-release accepts it anyway: dangerous, the release was stopped for a reason)"
+            }
             return nil
         }
         let role = roles.first.map { "a key of role '\($0.role)' (\($0.threshold) of \($0.roleKeys) keys)" } ?? "a TUF key"

@@ -27,8 +27,10 @@ extension TrustPolicy {
                     tufOnlyKeys.insert(key.keyID)
                 }
             }
-            tufListings.append(TUFListed(name: listing.release.name, sequence: listing.release.sequence, manifestSHA256: listing.release.manifestSHA256,
-                                         keyIDs: ids, role: listing.role, threshold: listing.threshold, roleKeys: listing.keys.count))
+            var listed = TUFListed(name: listing.release.name, sequence: listing.release.sequence, manifestSHA256: listing.release.manifestSHA256,
+                                   keyIDs: ids, role: listing.role, threshold: listing.threshold, roleKeys: listing.keys.count)
+            listed.halted = listing.release.rollout?.state == .halted
+            tufListings.append(listed)
         }
         tufSource = metadataDirectory
     }
