@@ -9,20 +9,29 @@ internal import SystemPackage
 /// A one-shot wait with a time-out over a mutex and condition (no libdispatch: the signal
 /// thread may run when libdispatch's own threads are busy).
 package final class DispatchSemaphoreLike: @unchecked Sendable {
-    private var mutex = pthread_mutex_t()
-    private var condition = pthread_cond_t()
+    // Allocated, not stored inline: a pthread object must not move, and `&property` may pass
+    // a temporary copy.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     private var signalled = false
 
     package init() {
-        pthread_mutex_init(&mutex, nil)
-        pthread_cond_init(&condition, nil)
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
     }
 
     package func signal() {
-        pthread_mutex_lock(&mutex)
+        pthread_mutex_lock(mutex)
         signalled = true
-        pthread_cond_broadcast(&condition)
-        pthread_mutex_unlock(&mutex)
+        pthread_cond_broadcast(condition)
+        pthread_mutex_unlock(mutex)
     }
 
     package func wait(timeout: Double) {
@@ -30,11 +39,11 @@ package final class DispatchSemaphoreLike: @unchecked Sendable {
         clock_gettime(CLOCK_REALTIME, &now)
         let total = Int(now.tv_nsec) + Int(timeout * 1e9)
         var deadline = timespec(tv_sec: now.tv_sec + total / 1_000_000_000, tv_nsec: total % 1_000_000_000)
-        pthread_mutex_lock(&mutex)
+        pthread_mutex_lock(mutex)
         while !signalled {
-            if pthread_cond_timedwait(&condition, &mutex, &deadline) == ETIMEDOUT { break }
+            if pthread_cond_timedwait(condition, mutex, &deadline) == ETIMEDOUT { break }
         }
-        pthread_mutex_unlock(&mutex)
+        pthread_mutex_unlock(mutex)
     }
 }
 
