@@ -381,3 +381,38 @@ struct ReleaseChoiceTests {
         #expect(TUFReleaseChoice.kept([closed], at: time) == [closed])
     }
 }
+
+/// FORMAT.md §7, "Maintenance windows" (issue 62): the window is judged by the clock at the
+/// swap, not when the run started. An injected clock that moves during the run: the run starts
+/// in the last minute of the window and reaches the swap just after it.
+@Suite("Maintenance windows: judged at the swap")
+struct WindowAtSwapTests {
+    @Test("a run that starts inside its window and reaches the swap after it keeps what it staged and defers; one whose swap is still inside installs")
+    func judgedAtSwap() throws {
+        let window = try MaintenanceWindow("02:00..04:00")
+        // The window's last minute, found on the clock the window reads (local time).
+        var last = Timestamp(secondsSinceEpoch: 1_780_000_000 - 1_780_000_000 % 60)
+        while !(window.contains(last) && !window.contains(Timestamp(secondsSinceEpoch: last.secondsSinceEpoch + 60))) {
+            last = Timestamp(secondsSinceEpoch: last.secondsSinceEpoch + 60)
+        }
+        let start = Timestamp(secondsSinceEpoch: last.secondsSinceEpoch + 15)
+        let swapLate = Timestamp(secondsSinceEpoch: last.secondsSinceEpoch + 65)
+        let directory = try TemporaryDirectory()
+        let (_, package) = try InstallTests.package(directory)
+        var options = InstallOptions()
+        options.windows = [window]
+        options.now = start
+        options.clock = { swapLate }
+        let dest = directory.file("app")
+        #expect(throws: SignetError.self) { try Installer.install(package, to: dest, policy: try InstallTests.policy, options: options) }
+        do {
+            _ = try Installer.install(package, to: dest, policy: try InstallTests.policy, options: options)
+        } catch let error as SignetError {
+            #expect(error.code == .installDeferred && error.reason.contains("outside the maintenance window"), "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: dest + "/.signet"), "nothing installed")
+        options.clock = { start }
+        let report = try Installer.install(package, to: dest, policy: try InstallTests.policy, options: options)
+        #expect(report.manifest?.sequence == 10)
+    }
+}

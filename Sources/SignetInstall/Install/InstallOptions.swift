@@ -90,6 +90,11 @@ public struct InstallOptions: Sendable {
     /// When the swap may happen (issue 53; empty: any time). Outside them the release is
     /// staged and verified, then kept beside DIR for the next run (`.installDeferred`).
     public var windows: [MaintenanceWindow] = []
+    /// The clock the windows are judged by, read at the swap (after the download, the staging
+    /// and the pre-install command), not when the run started (FORMAT §7; issue 62): a slow
+    /// link, or a path that only delays traffic, cannot carry a swap out of its window. `now`
+    /// stays the time expiry and the rollout decision are judged against.
+    public var clock: @Sendable () -> Timestamp = { .now }
 
     /// The defaults: refuse to replace foreign directories and to roll back.
     public init() {}

@@ -138,16 +138,25 @@ public enum Installer {
             return nil
         }
         let new = Release(manifest)
-        if !options.windows.isEmpty, !options.windows.contains(where: { $0.contains(options.now) }) {
-            throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): \(new.description) is staged and verified, not installed", path: job.destination)
+        // The clock at the swap, not at the run's start (FORMAT §7): judged before the
+        // pre-install command is asked and again after it answers (it may take 300 s).
+        func checkWindow() throws {
+            let time = options.clock()
+            if !options.windows.isEmpty, !options.windows.contains(where: { $0.contains(time) }) {
+                throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; ")) at \(time.rfc3339)): \(new.description) is staged and verified, not installed", path: job.destination)
+            }
         }
+        try checkWindow()
         guard let command = options.hooks.preInstall else { return nil }
         let environment = hookEnvironment(event: "pre-install", destination: job.destination, from: Self.release(of: state), to: new)
         let result = HookRunner.run("pre-install", command, environment: environment, timeout: options.hooks.preInstallTimeout)
         if HookRunner.isStopped {
             throw SignetError(.interrupted, "interrupted in the pre-install command; nothing was installed", path: job.destination)
         }
-        if result.succeeded { return result }
+        if result.succeeded {
+            try checkWindow()
+            return result
+        }
         let output = result.output.trimmingCharacters(in: .whitespacesAndNewlines).suffix(300)
         if result.exitStatus == 75 {
             throw SignetError(.installDeferred, "the pre-install command said not now (exit 75)\(output.isEmpty ? "" : ": \(output)"): \(new.description) is staged and verified, not installed", path: job.destination)
