@@ -225,3 +225,32 @@ struct ResumeInsideFileCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
     }
 }
+
+/// FORMAT.md §7, "Maintenance windows" (issue 62): outside every window, a package that would
+/// be downloaded whole (a server that answers no range requests, or --full-download) is not
+/// downloaded at all — kept nowhere, it was fetched and thrown away at every run.
+@Suite("Maintenance windows and whole downloads")
+struct WindowWholeDownloadCLITests {
+    @Test("outside the window, behind a server without ranges or with --full-download: one probe (stopped at its headers) or no request, no download kept, exit 5 install-deferred; inside the window it installs")
+    func notDownloadedOutsideWindow() throws {
+        let setup = try ResumeInsideFileCLITests.setup()
+        // The script's default answer: 200 with the whole file, whatever the Range header.
+        try setup.server.replace(script: [:])
+        let utc = ["TZ": "UTC"]
+        let closed = "Mon..Sun " + RolloutCLITests.window(fromHours: 2, toHours: 3)
+        for (index, extra) in [[String](), ["--full-download"]].enumerated() {
+            let dest = setup.work.directory.file("app-\(index)")
+            let before = setup.server.requests.count
+            let deferred = try CLI.run(setup.arguments(dest) + extra + ["--window", closed], environment: utc)
+            #expect(deferred.status == 5 && Hardening3CLITests.errorCode(deferred) == "install-deferred", "\(deferred.stdoutText) \(deferred.stderr)")
+            #expect(deferred.stderr.contains("not downloaded until a window opens"), "\(deferred.stderr)")
+            // The probe, stopped at its 200 status, or (with --full-download) no request at all.
+            #expect(setup.server.requests.count - before == (extra.isEmpty ? 1 : 0), "\(setup.server.requests)")
+            let beside = try FileManager.default.contentsOfDirectory(atPath: setup.work.directory.path)
+            #expect(!beside.contains { $0.hasPrefix(".app-\(index).signet-") && !isKeptBesideDestination($0) }, "nothing downloaded kept: \(beside)")
+            #expect(!FileManager.default.fileExists(atPath: dest + "/image.bin"))
+            let open = try CLI.run(setup.arguments(dest) + extra + ["--window", RolloutCLITests.window(fromHours: -1, toHours: 1)], environment: utc)
+            #expect(open.status == 0 && (try? contents(dest + "/image.bin")) == setup.image, "\(open.stderr)")
+        }
+    }
+}

@@ -92,16 +92,25 @@ extension Installer {
         // What the range requests before the full download cost (every pass is reported).
         var earlier = (requests: 0, bytes: UInt64(0))
         var whole: DownloadResult? = nil
+        // Outside every maintenance window now, a package that would be downloaded whole (a
+        // server without ranges, --full-download) is not downloaded at all: kept nowhere, it would
+        // be fetched and thrown away at every run until a window opens (FORMAT §7; issue 62). The
+        // ranged path stages it and keeps it for the window, so it goes on.
+        let windowClosed = !options.windows.isEmpty && !options.windows.contains { $0.contains(options.clock()) }
         if download.ranges, !options.bare {
             // Read in place with range requests: only what the installed tree lacks is fetched.
             do {
-                return try installRanged(url, to: destination, policy: policy, options: options, download: download, full: full, cancelled: cancelled)
+                return try installRanged(url, to: destination, policy: policy, options: options, download: download,
+                                         full: windowClosed ? nil : full, cancelled: cancelled)
             } catch let unsupported as RangeClient.Unsupported {
                 // The server does not answer ranges: the whole package, as below (already
                 // downloaded when the first request's answer was the whole package).
                 earlier = (unsupported.requests, unsupported.bytesReceived)
                 whole = unsupported.download
             }
+        }
+        if whole == nil, windowClosed {
+            throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): the package would be downloaded whole (\(download.ranges ? "the server answers no range requests" : "--full-download")), so it is not downloaded until a window opens", path: destination)
         }
         let result = try whole ?? Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false,
                                                       body: full.body, restart: full.restart)
@@ -135,7 +144,7 @@ extension Installer {
     /// Throws ``/SignetNetwork/RangeClient/Unsupported`` before anything is fetched but the end of the package
     /// when the server does not answer ranges.
     private static func installRanged(_ url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
-                                      download: DownloadOptions, full: Downloader.FullDownload, cancelled: CancellationFlag?) throws -> InstallReport {
+                                      download: DownloadOptions, full: Downloader.FullDownload?, cancelled: CancellationFlag?) throws -> InstallReport {
         // What earlier runs left staged (killed, or their link dropped) is taken for its files,
         // which move into this run's staging tree; what this run staged is left for the next
         // one when its link drops too (or the package keeps changing on the server).
