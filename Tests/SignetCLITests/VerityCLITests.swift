@@ -35,6 +35,41 @@ struct VerityCLITests {
     /// Whether this machine's temporary filesystem takes fs-verity files (`fsverity enable`, the
     /// reference tool): the kernel and the filesystem both must. CI's and this project's
     /// machines answer no; the VM suite's guest answers yes (scripts/vm, ext4 -O verity).
+    @Test("a package whose signed fs-verity digest does not match its file is refused by inspect and repo add (modified, naming the file), checked in the same read; the honest one verifies")
+    func wrongDigestRefused() throws {
+        let work = try Workspace()
+        let tree = try TemporaryDirectory()
+        _ = try tree.write("a.txt", Data("alpha\n".utf8))
+        _ = try tree.writeRandom("b.bin", count: 9_000)
+        let package = work.directory.file("app.zip")
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: package, ["--verity"])
+        #expect(try CLI.run(["inspect", package, "--pubkey", work.publicDER]).status == 0)
+        // The publisher's mistake, made by hand: b.bin's digest changed in the manifest, which
+        // is signed again (openssl dgst, as signet signs), every other entry as it was.
+        let forged = work.directory.file("forged.zip")
+        let script = """
+            import re, subprocess, sys, zipfile
+            src, dst, key, passfile = sys.argv[1:5]
+            a = zipfile.ZipFile(src)
+            manifest = a.read(".signet/manifest.json").decode()
+            digest = re.search(r'"path" : "b.bin".*?"verity" : "([0-9a-f]{64})"', manifest, re.S).group(1)
+            manifest = manifest.replace(digest, ("0" if digest[0] != "0" else "1") + digest[1:]).encode()
+            sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", key, "-passin", "file:" + passfile], input=manifest, capture_output=True, check=True).stdout
+            with zipfile.ZipFile(dst, "w") as b:
+                for info in a.infolist():
+                    data = manifest if info.filename == ".signet/manifest.json" else sig if info.filename == ".signet/manifest.json.sig" else a.read(info.filename)
+                    b.writestr(info, data, compress_type=info.compress_type)
+            """
+        let made = try SignetTestSupport.run("python3", ["-c", script, package, forged, work.privatePEM, work.passFile])
+        try #require(made.status == 0, "\(made.stderr)")
+        let inspected = try CLI.run(["inspect", forged, "--pubkey", work.publicDER])
+        #expect(inspected.status == 1 && inspected.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(inspected.stdoutText) \(inspected.stderr)")
+        let site = work.directory.file("site")
+        #expect(try CLI.run(["repo", "init", site, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        let added = try CLI.run(["repo", "add", site, forged, "--channel", "stable"])
+        #expect(added.status != 0 && added.stderr.contains("fs-verity digest"), "\(added.stderr)")
+    }
+
     static func hostTakesVerity(_ directory: TemporaryDirectory) throws -> Bool {
         let probe = try directory.write("verity-probe", Data("probe".utf8))
         return try run(try which("fsverity"), ["enable", probe]).status == 0

@@ -211,9 +211,22 @@ public enum PackageReader {
             return .rejected(.modified, message: "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", entry: file.path)
         }
         let algorithms = checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]
-        let digests = try hashedRead(entry, size: file.size, name: file.path, reader: reader, algorithms: algorithms, sink: sink)
+        // A signed fs-verity digest is checked in the same read (FORMAT §2, `verity`; issue 62):
+        // a package whose digests do not match its content is refused here, not by every device
+        // that installs it with --verity.
+        let verity = file.verity == nil ? nil : try VerityDigest()
+        let feed: ((UnsafeRawBufferPointer) throws -> Void)? = verity.map { builder in
+            { chunk in
+                try builder.update(chunk)
+                try sink?(chunk)
+            }
+        } ?? sink
+        let digests = try hashedRead(entry, size: file.size, name: file.path, reader: reader, algorithms: algorithms, sink: feed)
         guard file.content.matches(digests[0]) else {
             return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
+        }
+        if let verity, let expected = file.verity, !expected.matches(bytes: try verity.finalize()) {
+            return .rejected(.modified, message: "'\(file.path)' does not match the fs-verity digest in the manifest (its content is the signed SHA-256's, so the package was made with a wrong digest): every device installing it with --verity would refuse it", entry: file.path)
         }
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
         if let later {
