@@ -49,9 +49,7 @@ public struct TUFReleaseChoice: Sendable, Equatable {
     /// device id file throws).
     public static func choose(among releases: [TUFPackageTarget], deviceID: () throws -> [UInt8], at now: Timestamp,
                               ignoreRollout: Bool = false, versionLock: VersionLock? = nil) throws -> TUFReleaseChoice? {
-        // Newest first; equal sequences (another file of the same release) by target name, so
-        // the answer never depends on the listing's order.
-        let ordered = releases.sorted { ($0.sequence, $0.target) > ($1.sequence, $1.target) }
+        let ordered = newestFirst(releases)
         guard let newest = ordered.first else { return nil }
         var id: [UInt8]? = nil
         var idFailure: Error? = nil
@@ -93,7 +91,7 @@ public struct TUFReleaseChoice: Sendable, Equatable {
     /// device takes the first whose wave includes its bucket (``choose(among:deviceID:at:ignoreRollout:versionLock:)``).
     public static func offered(_ releases: [TUFPackageTarget], at now: Timestamp) -> [(release: TUFPackageTarget, openBuckets: Int)] {
         var offered: [(release: TUFPackageTarget, openBuckets: Int)] = []
-        for release in releases.sorted(by: { ($0.sequence, $0.target) > ($1.sequence, $1.target) }) {
+        for release in newestFirst(releases) {
             guard let plan = release.rollout else {
                 offered.append((release, TUFRollout.bucketCount))
                 break
@@ -104,6 +102,12 @@ public struct TUFReleaseChoice: Sendable, Equatable {
             if open >= TUFRollout.bucketCount { break }
         }
         return offered
+    }
+
+    /// Newest first; equal sequences (another file of the same release) by target name, so no
+    /// answer depends on the listing's order.
+    static func newestFirst(_ releases: [TUFPackageTarget]) -> [TUFPackageTarget] {
+        releases.sorted { ($0.sequence, $0.target) > ($1.sequence, $1.target) }
     }
 
     /// A release is fully rolled out at `now` when it has no plan, or its active plan has opened
@@ -117,7 +121,7 @@ public struct TUFReleaseChoice: Sendable, Equatable {
     /// release down to, and including, the newest one fully rolled out at `now` (all of them
     /// while none is).
     public static func kept(_ releases: [TUFPackageTarget], at now: Timestamp) -> [TUFPackageTarget] {
-        let ordered = releases.sorted { ($0.sequence, $0.target) > ($1.sequence, $1.target) }
+        let ordered = newestFirst(releases)
         guard let complete = ordered.firstIndex(where: { isComplete($0, at: now) }) else { return ordered }
         return Array(ordered[...complete])
     }

@@ -233,7 +233,7 @@ public enum TUFUpdater {
         // A release this device refused (a failed health check, a rollback) is not news every
         // hour: it is held back, and the run succeeds (--retry-bad installs it).
         if installing, !repairing, !options.install.retryBad,
-           let bad = try ReleaseRecord.read(for: destination).isBad(release.name, sequence: release.sequence, installed: installedSequence) {
+           let bad = record.isBad(release.name, sequence: release.sequence, installed: installedSequence) {
             var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
                                          updateAvailable: false, channelIsOlder: false, install: nil)
             report.refused = RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)
