@@ -156,6 +156,7 @@ struct Unpack: ParsableCommand {
         let chunks_resumed: Int
         let chunk_bytes_resumed: UInt64
         let file_bytes_resumed: UInt64
+        let answer_bytes_resumed: UInt64
 
         init(_ report: TransferReport) {
             mode = report.mode.rawValue
@@ -174,6 +175,7 @@ struct Unpack: ParsableCommand {
             chunks_resumed = report.chunksResumed
             chunk_bytes_resumed = report.chunkBytesResumed
             file_bytes_resumed = report.fileBytesResumed
+            answer_bytes_resumed = report.answerBytesResumed
         }
     }
 
@@ -274,6 +276,9 @@ struct Unpack: ParsableCommand {
             }
             if transfer.fileBytesResumed > 0 {
                 text += "; \(ProgressLine.bytes(transfer.fileBytesResumed)) of files continued at the byte where an interrupted run stopped"
+            }
+            if transfer.answerBytesResumed > 0 {
+                text += "; \(ProgressLine.bytes(transfer.answerBytesResumed)) that a killed run had received, not asked for again"
             }
             text += "; \(ProgressLine.bytes(transfer.bytesDownloaded)) downloaded in \(count(transfer.requests)) range request\(transfer.requests == 1 ? "" : "s")"
         } else {

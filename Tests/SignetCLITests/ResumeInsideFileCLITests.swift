@@ -56,6 +56,45 @@ struct ResumeInsideFileCLITests {
             .first { FileManager.default.fileExists(atPath: $0) }
     }
 
+    /// Runs the update of `dest` and sends it `signal` while the server holds back the second
+    /// half of the changed segments' answer (for SIGKILL, once Signet has read what was sent).
+    static func stop(_ setup: Setup, installing dest: String, with signal: Int32) throws {
+        // Stopped while the server holds back the rest of the changed segments' answer.
+        try setup.server.replace(script: ["app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true, cutAt: setup.imageAt + setup.entrySize / 2, stall: true)]])
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CLI.binary)
+        process.arguments = setup.arguments(dest)
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        for _ in 0..<3_000 where !FileManager.default.fileExists(atPath: setup.server.stalledMarker) && process.isRunning { usleep(10_000) }
+        try #require(FileManager.default.fileExists(atPath: setup.server.stalledMarker), "the server's answer reached half of the image")
+        if signal == SIGKILL {
+            // A kill leaves only what was journalled: wait until Signet has read what the server
+            // sent (not the socket's buffers), told by the journal, not by the clock.
+            let reached = try #require(Int64(try String(contentsOfFile: setup.server.stalledMarker, encoding: .utf8)))
+            for _ in 0..<3_000 where !(try Self.journalReaches(reached, besides: dest)) && process.isRunning { usleep(10_000) }
+            let listing = (try? FileManager.default.subpathsOfDirectory(atPath: (dest as NSString).deletingLastPathComponent))?.filter { $0.contains("ranges") } ?? []
+            try #require(try Self.journalReaches(reached, besides: dest), "the journal holds the answer up to \(reached): \(listing)")
+        }
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == signal, "Signet ends of the signal, as a shell expects")
+    }
+
+    /// Whether a staging tree beside `dest` journals a part that ends at file offset `offset`.
+    static func journalReaches(_ offset: Int64, besides dest: String) throws -> Bool {
+        let parent = (dest as NSString).deletingLastPathComponent, name = (dest as NSString).lastPathComponent
+        for tree in try FileManager.default.contentsOfDirectory(atPath: parent) where tree.hasPrefix(".\(name).signet-") {
+            let journal = parent + "/" + tree + "/.signet/ranges-in-flight"
+            for part in (try? FileManager.default.contentsOfDirectory(atPath: journal)) ?? [] {
+                let size = (try? FileManager.default.attributesOfItem(atPath: journal + "/" + part)[.size] as? Int64) ?? nil
+                if let start = Int64(part), let size, start + size == offset { return true }
+            }
+        }
+        return false
+    }
+
     @Test("a fresh install cut half-way through a 16 MiB chunked file, stored or deflated: the next run keeps the verified half and moves at most 60% of a whole download",
           arguments: ["stored", "deflated"])
     func freshInstallResumes(_ kind: String) throws {
@@ -153,8 +192,8 @@ struct ResumeInsideFileCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
     }
 
-    @Test("an update of a deflated chunked file stopped half-way through its changed segments (SIGTERM as a systemd stop sends, SIGINT as Ctrl-C): what arrived is written and kept, the next run continues in it and moves at most 60% of the update",
-          arguments: [SIGTERM, SIGINT])
+    @Test("an update of a deflated chunked file stopped half-way through its changed segments (SIGTERM as a systemd stop sends, SIGINT as Ctrl-C, SIGKILL as a power cut would): what arrived is kept (written, or journalled as it arrived), the next run continues from it and moves at most 60% of the update",
+          arguments: [SIGTERM, SIGINT, SIGKILL])
     func killedDeltaResumes(_ signal: Int32) throws {
         let setup = try Self.setup("deflated")
         let dest = setup.work.directory.file("app")
@@ -175,19 +214,7 @@ struct ResumeInsideFileCLITests {
         try setup.cut(at: nil)
         let whole = try Self.transfer(try CLI.run(setup.arguments(baseline)))["bytes_downloaded"] as? Int ?? 0
         try #require(whole > 0)
-        // Stopped while the server holds back the rest of the changed segments' answer.
-        try setup.server.replace(script: ["app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true, cutAt: setup.imageAt + setup.entrySize / 2, stall: true)]])
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: CLI.binary)
-        process.arguments = setup.arguments(dest)
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        for _ in 0..<3_000 where !FileManager.default.fileExists(atPath: setup.server.stalledMarker) && process.isRunning { usleep(10_000) }
-        try #require(FileManager.default.fileExists(atPath: setup.server.stalledMarker), "the server's answer reached half of the image")
-        kill(process.processIdentifier, signal)
-        process.waitUntilExit()
-        #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == signal, "Signet ends of the signal, as a shell expects")
+        try Self.stop(setup, installing: dest, with: signal)
         #expect(try contents(dest + "/image.bin") == old, "DIR as it was")
         #expect(try Self.stagedImage(besides: dest) != nil, "what was staged is kept beside DIR for the next run")
         try setup.cut(at: nil)
@@ -195,9 +222,50 @@ struct ResumeInsideFileCLITests {
         #expect(next.status == 0, "\(next.stderr)")
         let transfer = try Self.transfer(next)
         let moved = transfer["bytes_downloaded"] as? Int ?? Int.max
-        #expect(transfer["chunk_bytes_resumed"] as? Int ?? 0 > 0, "\(transfer)")
+        if signal == SIGKILL {
+            // Nothing ran after the kill: what the answer in flight had brought is in the
+            // staging's journal, and the next run takes it rather than ask for it again.
+            #expect(transfer["answer_bytes_resumed"] as? Int ?? 0 > 0, "\(transfer)")
+        } else {
+            #expect(transfer["chunk_bytes_resumed"] as? Int ?? 0 > 0, "\(transfer)")
+        }
         #expect(Double(moved) <= 0.6 * Double(whole), "the next run moved \(moved) bytes of the update's \(whole)")
         #expect(try contents(dest + "/image.bin") == setup.image)
+        #expect(!FileManager.default.fileExists(atPath: dest + "/.signet/ranges-in-flight"), "the journal is never part of the installed tree")
+        #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
+    }
+
+    @Test("a journal whose bytes a kill (or a power cut) left wrong costs a fetch from the server in the same run, never a failed run or a wrong install")
+    func damagedJournal() throws {
+        let setup = try Self.setup("deflated")
+        let dest = setup.work.directory.file("app")
+        var old = setup.image
+        for spot in 0..<40 {
+            let at = spot * (Self.size / 40) + 1_000
+            old.replaceSubrange(at..<(at + 8_192), with: Hardening2CLITests.randomData(8_192))
+        }
+        let v1 = setup.work.directory.file("v1.zip")
+        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
+        try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        try Self.stop(setup, installing: dest, with: SIGKILL)
+        // Every journalled part gets one byte changed.
+        let parent = (dest as NSString).deletingLastPathComponent
+        var damaged = 0
+        for tree in try FileManager.default.contentsOfDirectory(atPath: parent) where tree.hasPrefix(".app.signet-") {
+            let journal = parent + "/" + tree + "/.signet/ranges-in-flight"
+            for part in (try? FileManager.default.contentsOfDirectory(atPath: journal)) ?? [] {
+                var bytes = try Data(contentsOf: URL(fileURLWithPath: journal + "/" + part))
+                bytes[bytes.count / 2] ^= 0x5A
+                try bytes.write(to: URL(fileURLWithPath: journal + "/" + part))
+                damaged += 1
+            }
+        }
+        try #require(damaged > 0)
+        try setup.cut(at: nil)
+        let next = try CLI.run(setup.arguments(dest))
+        #expect(next.status == 0, "\(next.stderr)")
+        #expect(try contents(dest + "/image.bin") == setup.image)
+        #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
     }
 
     @Test("an update rebuilding a chunked file from the installed copy, cut in its second changed region, continues after the chunks it wrote and fetches only that region")

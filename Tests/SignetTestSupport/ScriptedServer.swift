@@ -131,7 +131,7 @@ public final class ScriptedServer {
                 if kind == "whole": return single(0, total - 1, 200)
                 if kind == "reversed": ranges = list(reversed(ranges))
                 body = b""
-                cut_at, cut = a.get("cutAt"), None
+                cut_at, cut, reached = a.get("cutAt"), None, 0
                 for i, (start, end) in enumerate(ranges):
                     shown = (start + 1, end + 1) if kind == "shiftedSecond" and i == 1 else (start, end)
                     sent = data[start:end + 2] if kind == "longerSecond" and i == 1 else data[start:end + 1]
@@ -140,6 +140,8 @@ public final class ScriptedServer {
                     # (A stall waits at the first part that reaches the offset, if it falls between parts.)
                     if cut is None and cut_at is not None and (start <= cut_at or a.get("stall")) and cut_at <= end:
                         cut = len(body) + max(cut_at, start) - start
+                        if cut_at > start: reached = cut_at
+                    if cut is None: reached = end + 1
                     body += sent
                 if kind != "unclosed": body += ("\r\n--%s--\r\n" % boundary).encode()
                 if kind == "endlessEpilogue": body += b"x" * 65536
@@ -153,7 +155,9 @@ public final class ScriptedServer {
                     # Stalled inside a part: the client waits, holding what arrived, for the
                     # test to interrupt it (told by the marker file, not by the clock).
                     self.wfile.flush()
-                    open(log_path + ".stalled", "a").close()
+                    # The marker holds where, in the file, the last part's bytes sent end.
+                    with open(log_path + ".stalling", "w") as marker: marker.write(str(reached))
+                    os.replace(log_path + ".stalling", log_path + ".stalled")
                     time.sleep(60)
                 if cut is not None:
                     # The link drops inside a part, as for a single range.
@@ -246,7 +250,8 @@ public final class ScriptedServer {
         self.port = port
     }
 
-    /// Created when a multipart answer stalls (``Answer/stall``).
+    /// Created when a multipart answer stalls (``Answer/stall``), holding the offset in the file
+    /// where the bytes of the last part sent end.
     public var stalledMarker: String { directory.file("requests.log.stalled") }
 
     /// Where `path` is served from.

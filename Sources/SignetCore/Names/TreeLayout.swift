@@ -26,6 +26,10 @@ package enum TreeLayout {
     /// manifest (FORMAT.md §2, "The chunk-index entry"; issue 51). Named for the first Signet
     /// that reads it: an older one refuses the package naming this entry, so naming the version.
     package static let chunkIndex = ".signet/needs-signet-0.2/chunk-index"
+    /// A staging tree's folder of range answers as they arrived (``RangeJournal``), for the
+    /// next run after one killed mid-answer; removed before the tree is installed, never in a
+    /// package or an installed tree.
+    package static let rangeJournal = ".signet/ranges-in-flight"
     /// The folder of certificates.
     package static let certificates = ".signet/certs"
     /// The signer's certificate.

@@ -176,6 +176,11 @@ extension Installer {
                 } catch let failure as SignetError where failure.code == .packageChanged && attempt == 1 {
                     earlier = (earlier.requests + input.requests, earlier.bytes &+ input.bytesReceived)
                     continue
+                } catch let failure as SignetError where failure.code.exitStatus == .verificationFailed && attempt == 1 && input.preloaded > 0 {
+                    // Bytes a killed run journalled (a power cut may leave a file's last block
+                    // unwritten) did not verify: once more from the server alone, never installed.
+                    earlier = (earlier.requests + input.requests, earlier.bytes &+ input.bytesReceived)
+                    continue
                 }
             }
             throw SignetError(.packageChanged, "not reached")

@@ -60,6 +60,9 @@ public struct TransferReport: Sendable, Equatable {
     /// Bytes of stored files without a chunk index that an interrupted run of the same package
     /// (the same validator) had staged, continued at their byte offset (issue 51).
     public var fileBytesResumed: UInt64 = 0
+    /// Bytes of range answers that a run killed in the middle of them (SIGKILL, a power cut)
+    /// had received and journalled in its staging tree, used instead of being asked for again.
+    public var answerBytesResumed: UInt64 = 0
 }
 
 /// Staging trees that earlier runs of an update left beside DIR (killed, or their link
@@ -201,6 +204,7 @@ final class RangedUpdate {
         report.chunksResumed = chunkCounts.resumed
         report.chunkBytesResumed = chunkCounts.bytesResumed
         report.fileBytesResumed = fileBytesResumed
+        report.answerBytesResumed = input.preloaded
         return report
     }
 
@@ -229,6 +233,13 @@ final class RangedUpdate {
         let source = input.validator.map { "\($0) \(input.size)" }
         if let source { staging.markSource(source) }
         let sameSource = leftovers.trees.filter { source != nil && Staging.source(of: $0.root.descriptor) == source }
+        // What a run killed mid-answer had received of this same package is used as if it
+        // had just arrived; from here on, answers are journalled as they arrive.
+        for tree in sameSource {
+            guard let folder = Staging.rangeJournalFolder(of: tree.root.descriptor) else { continue }
+            input.preload(RangeJournal.takeParts(from: folder.descriptor, size: input.size, limit: RangedInput.cacheLimit))
+        }
+        if source != nil, let folder = staging.rangeJournalFolder() { input.journal = RangeJournal(folder: folder) }
         var continued: [(index: Int, file: Manifest.File)] = []
         for (index, file) in resources.enumerated() {
             let old = root == nil || file.sha256.isEmpty ? nil : installed[file.path]

@@ -231,6 +231,28 @@ final class Staging {
         return String(decoding: value, as: UTF8.self)
     }
 
+    /// The folder of this tree's range journal (``TreeLayout/rangeJournal``, 0700), made if
+    /// needed; nil where it cannot be made (the update then goes on without a journal).
+    func rangeJournalFolder() -> OwnedDescriptor? {
+        guard let (parent, name) = try? directory(for: TreeLayout.rangeJournal) else { return nil }
+        guard mkdirat(parent.rawValue, name, 0o700) == 0 || errno == EEXIST else { return nil }
+        return try? Paths.open(name, beneath: parent, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    }
+
+    /// The range journal an earlier run's staging tree (by its root) left, if any.
+    static func rangeJournalFolder(of tree: FileDescriptor) -> OwnedDescriptor? {
+        try? Paths.open(TreeLayout.rangeJournal, beneath: tree, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    }
+
+    /// Removes the range journal: it is never part of an installed tree.
+    private func removeRangeJournal() throws {
+        guard let own = try? Paths.open(TreeLayout.directory, beneath: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else { return }
+        let name = String(TreeLayout.rangeJournal.dropFirst(TreeLayout.directory.count + 1))
+        guard TreeRemover.removeEntry(Array(name.utf8CString), in: own.descriptor) else {
+            throw SignetError(.io, "cannot remove '\(TreeLayout.rangeJournal)' from the staging directory", path: path)
+        }
+    }
+
     /// Removes a staged file (a copy that turned out not to be the signed content).
     func removeFile(_ relative: String) {
         guard let (directory, name) = try? directory(for: relative) else { return }
@@ -262,6 +284,7 @@ final class Staging {
     /// same filesystem, which a busy device pays in time, never in safety. Measurements in
     /// bench/README.md.
     func finish() throws {
+        try removeRangeJournal()
         do {
             _ = ExtendedAttributes.remove(Self.sourceAttribute, on: root)
             let root = root.rawValue

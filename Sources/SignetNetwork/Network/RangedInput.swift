@@ -10,7 +10,8 @@ import SignetArchive
 
 /// A package on an HTTPS server, read with HTTP range requests instead of being downloaded
 /// (FORMAT.md §5, "Range requests"): the archive layer reads it as it reads a file, with the
-/// same checks, and nothing of it is stored on the device.
+/// same checks, and nothing of it is stored on the device but, where the caller gives a
+/// ``journal``, the answers in flight (for a run killed in the middle of one).
 ///
 /// Every request goes over one reused connection and carries `If-Range` with the validator
 /// of the first answer (a strong ETag, else Last-Modified), so a package replaced on the server
@@ -54,7 +55,7 @@ package final class RangedInput: ArchiveInput {
     /// Largest central directory kept whole.
     static let pinLimit: Int64 = 32 << 20
     /// Most fetched bytes kept besides the directory.
-    static let cacheLimit = 16 << 20
+    package static let cacheLimit = 16 << 20
 
     package let path: String
     package let size: Int64
@@ -83,6 +84,10 @@ package final class RangedInput: ArchiveInput {
     package var bytesReceived: UInt64 { client.bytesReceived }
     /// Called with the bytes of each answer as they arrive (progress displays).
     package var received: ((Int) -> Void)? = nil
+    /// Where answers are also written as they arrive, for a run killed before it used them.
+    package var journal: RangeJournal? = nil
+    /// Bytes taken from an earlier run's journal (``preload(_:)``), not asked for again.
+    package private(set) var preloaded: UInt64 = 0
 
     /// Opens `url`: one request for the last ``probeSize`` bytes, which tells the size and the
     /// validator. Throws ``RangeClient/Unsupported`` when the server does not answer range
@@ -216,14 +221,18 @@ package final class RangedInput: ArchiveInput {
     /// answer several ranges at once (then nothing is kept and the caller asks for one).
     private func fetchSeveral(_ spans: [ClosedRange<Int64>]) throws -> Bool {
         var parts: [(start: Int64, bytes: [UInt8])] = []
-        let report = received
+        let report = received, journal = journal
         do {
-            _ = try client.fetch(several: spans, restart: { parts.removeAll() }) { offset, chunk in
+            _ = try client.fetch(several: spans, restart: {
+                for part in parts { journal?.discard(part: part.start) }
+                parts.removeAll()
+            }) { offset, chunk in
                 if let last = parts.last, last.start + Int64(last.bytes.count) == offset {
                     parts[parts.count - 1].bytes.append(contentsOf: chunk)
                 } else {
                     parts.append((offset, Array(chunk)))
                 }
+                journal?.append(chunk, part: parts[parts.count - 1].start)
                 report?(chunk.count)
             }
         } catch is RangeClient.SeveralUnsupported {
@@ -290,10 +299,14 @@ package final class RangedInput: ArchiveInput {
         }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Int(end - position))
-        let report = received
+        let report = received, journal = journal
         do {
-            try client.fetch(position, end - 1, restart: { bytes.removeAll(keepingCapacity: true) }) { chunk in
+            try client.fetch(position, end - 1, restart: {
+                bytes.removeAll(keepingCapacity: true)
+                journal?.discard(part: position)
+            }) { chunk in
                 bytes.append(contentsOf: chunk)
+                journal?.append(chunk, part: position)
                 report?(chunk.count)
             }
         } catch let failure as SignetError where (failure.code == .network || failure.code == .interrupted) && !bytes.isEmpty && !client.refusedAnswer {
@@ -321,7 +334,19 @@ package final class RangedInput: ArchiveInput {
         cached.append((start, bytes))
         cachedBytes += bytes.count
         while cachedBytes > Self.cacheLimit, cached.count > 1 {
-            cachedBytes -= cached.removeFirst().bytes.count
+            let dropped = cached.removeFirst()
+            cachedBytes -= dropped.bytes.count
+            journal?.discard(part: dropped.start)
+        }
+    }
+
+    /// Takes the bytes an earlier run's ``RangeJournal`` kept of this same package (the caller
+    /// compared the validator and the size) as if they had just arrived: they are not asked for
+    /// again. Used as any answer is, every byte checked where it is used.
+    package func preload(_ parts: [(start: Int64, bytes: [UInt8])]) {
+        for part in parts where !part.bytes.isEmpty && part.start >= 0 && part.start <= size - Int64(part.bytes.count) {
+            remember(part.start, part.bytes)
+            preloaded &+= UInt64(part.bytes.count)
         }
     }
 }
