@@ -28,8 +28,10 @@ struct Repo: ParsableCommand {
     /// After a command staged the next targets version: its digest; with `key` (`--key`), also
     /// signed, saying what that did (`what`: the change, for the line when it publishes).
     static func signStagedTargets(_ repo: TUFRepository, key: PrivateKey?, output: OutputOptions, what: String) throws -> String {
-        let digest = try repo.review("targets")?.digest ?? ""
+        let review = try repo.review("targets")
+        let digest = review?.digest ?? ""
         if let key {
+            for warning in review?.warnings ?? [] { Output.warn(warning) }
             let outcome = try repo.sign("targets", with: key, reviewed: digest)
             if !output.json, !output.quiet {
                 Output.line(outcome.published ? "published \(outcome.version).targets.json \(what); devices see it after the next `signet repo refresh`"
@@ -67,21 +69,27 @@ struct Repo: ParsableCommand {
         let start: String
         let state: String
         @Null var paused_at: String?
+        @Null var staged_at: String?
 
         init(_ rollout: TUFRollout) {
             plan = rollout.planText
             start = rollout.start.rfc3339
             state = rollout.state.rawValue
             paused_at = rollout.pausedAt?.rfc3339
+            staged_at = rollout.stagedAt?.rfc3339
         }
     }
 
     /// A rollout plan from its text (`TUFRollout(plan:start:)`), with a "did you mean" for a
-    /// mistyped named plan, and a warning when the plan never opens the whole fleet.
-    static func plan(_ text: String, start: Timestamp) throws -> TUFRollout {
-        let plan: TUFRollout
+    /// mistyped named plan, and a warning when the plan never opens the whole fleet. Without a
+    /// start it counts from its publication (FORMAT.md §7): staged now, its clock standing
+    /// still until devices can see it.
+    static func plan(_ text: String, start: Timestamp?) throws -> TUFRollout {
+        var plan: TUFRollout
         do {
-            plan = try TUFRollout(plan: text, start: start)
+            let now = Timestamp.now
+            plan = try TUFRollout(plan: text, start: start ?? now)
+            if start == nil { plan = plan.countingFromPublication(stagedAt: now) }
         } catch var error as SignetError where !text.contains("%") && !text.contains("@") {
             let hint = ArgumentErrors.didYouMean(text.lowercased(), among: TUFRollout.namedPlans.keys.sorted())
             if !hint.isEmpty { error.reason = "'\(text)' is not a rollout plan\(hint) (\(error.reason))" }
@@ -280,7 +288,7 @@ struct Repo: ParsableCommand {
         var allowLower = false
         @Option(name: .long, help: ArgumentHelp("Roll the release out in waves: steps PERCENT%@OFFSET (1%@0h,10%@24h,50%@72h,100%@144h), or 'default' (1% to 100% over six days) or 'now'. Devices install once the share covers their bucket.", valueName: "plan"))
         var rollout: String?
-        @Option(name: .customLong("rollout-start"), help: ArgumentHelp("When the plan's offsets count from (RFC 3339; default now).", valueName: "time"))
+        @Option(name: .customLong("rollout-start"), help: ArgumentHelp("When the plan's offsets count from (RFC 3339; default: its publication).", valueName: "time"))
         var rolloutStart: String?
         @Option(name: .customLong("key"), help: ArgumentHelp("Also sign the staged targets with this targets key (what you just staged is what you sign): for a repository one key holds, this publishes it.", valueName: "key"))
         var signingKey: String?
@@ -311,7 +319,7 @@ struct Repo: ParsableCommand {
                 throw ValidationError("'\(package)' is a repository and '\(repository)' is not: the repository comes first, `signet repo add \(package) \(repository) --channel NAME`")
             }
             // The plan first: a mistyped one is said before anything is opened.
-            let plan = try rollout.map { try Repo.plan($0, start: try Repo.time(rolloutStart, option: "--rollout-start")) }
+            let plan = try rollout.map { try Repo.plan($0, start: try rolloutStart.map { try Repo.time($0, option: "--rollout-start") }) }
             let repo = try TUFRepository(at: repository)
             // The key first: a wrong passphrase stages nothing.
             let key = try signingKey.map { try token.load($0, passphrase: passphrase) }

@@ -74,6 +74,7 @@ extension Repo {
                 reviewed = review.digest
             }
             let signer = try key.load()
+            for warning in review.warnings { Output.warn(warning) }
             let outcome = try repo.sign(role, with: signer, reviewed: reviewed ?? "", acceptUnrecognized: acceptUnrecognized)
             // The key by the id its holder knows (keygen, key show), with the TUF id (issue 49).
             let by = "key \(signer.publicKey.keyID.short) (TUF \(try signer.publicKey.tufKeyID().prefix(12)))"
@@ -191,6 +192,7 @@ extension Repo {
                 let roles: [RoleChange]
                 let problems: [Problem]
                 let stranded: [String]
+                let warnings: [String]
 
                 init(_ review: TUFStagedReview) {
                     func target(_ t: TUFStagedReview.Target?) -> Target? {
@@ -209,6 +211,7 @@ extension Repo {
                     roles = review.roles.map { RoleChange(name: $0.name, keyids: $0.keyIDs, threshold: $0.threshold, published_keyids: $0.publishedKeyIDs, published_threshold: $0.publishedThreshold) }
                     problems = review.problems.map { Problem(kind: $0.kind, message: $0.message) }
                     stranded = review.stranded
+                    warnings = review.warnings
                 }
             }
             /// A published release's rollout now (issue 61: a rollout the publisher can watch).
@@ -222,7 +225,9 @@ extension Repo {
                 @Null var next_at: String?
 
                 init(_ plan: TUFRollout, now: Timestamp) {
-                    let progress = plan.progress(at: now)
+                    // A plan counting from its publication, in a version the next refresh
+                    // publishes: where it stands were it published now.
+                    let progress = plan.resolved(publishedAt: now).progress(at: now)
                     self.plan = Repo.RolloutPlan(plan)
                     state = progress.state.rawValue
                     percent = Double(progress.openBuckets) / 100
@@ -307,7 +312,8 @@ extension Repo {
                     var next: String? = nil
                     if let percent = rollout.next_percent, let at = rollout.next_at { next = " next \(TUFRollout.percent(Int((percent * 100).rounded()))) at \(at)" }
                     let state = rollout.plan.paused_at.map { "paused at \($0)" } ?? rollout.state
-                    Output.line("  rollout \(rollout.plan.plan) from \(rollout.plan.start): \(state), \(share) of devices now;\(next ?? (rollout.state == "active" ? " the plan opens no more" : " no next step until `signet repo rollout` changes it"))")
+                    let start = rollout.plan.staged_at == nil ? rollout.plan.start : "its publication (the next refresh)"
+                    Output.line("  rollout \(rollout.plan.plan) from \(start): \(state), \(share) of devices now;\(next ?? (rollout.state == "active" ? " the plan opens no more" : " no next step until `signet repo rollout` changes it"))")
                 }
             }
             // What a device that holds nothing gets now, per channel.

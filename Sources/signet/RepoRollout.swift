@@ -22,11 +22,13 @@ extension Repo {
             the next refresh publishes it. Devices see it at their next update.
 
             --pause keeps the share of devices open now and opens no more. --resume goes on \
-            from where it was paused (the plan's offsets move on by the time it was paused). \
+            from where it was paused (the plan's offsets move on by the time it was paused, \
+            up to when the refresh publishes the resume: the signing delay is part of the pause). \
             --halt offers the release to no device that does not hold it; devices that hold \
             it keep it (publish a fix with a higher sequence). --plan replaces the plan from \
-            --start (default now): `now` for an emergency fix (every device at its next \
-            update), or slower steps.
+            --start, by default from when the refresh publishes it (however long the key \
+            holders take to sign, devices see its first step first): `now` for an emergency \
+            fix (every device at its next update), or slower steps.
 
             Examples:
               signet repo rollout site app-1.4.2.zip --pause --key targets.pem
@@ -46,7 +48,7 @@ extension Repo {
         var halt = false
         @Option(name: .long, help: ArgumentHelp("A new plan: steps PERCENT%@OFFSET, default or now.", valueName: "plan"))
         var plan: String?
-        @Option(name: .long, help: ArgumentHelp("With --plan: when its offsets count from (RFC 3339; default now).", valueName: "time"))
+        @Option(name: .long, help: ArgumentHelp("With --plan: when its offsets count from (RFC 3339; default: its publication).", valueName: "time"))
         var start: String?
         @Option(name: .customLong("key"), help: ArgumentHelp("Also sign the staged targets with this targets key.", valueName: "key"))
         var signingKey: String?
@@ -76,7 +78,7 @@ extension Repo {
             if let key { try repo.checkTargetsSigner(key) }
             let change: TUFRepository.RolloutChange
             if pause { change = .pause } else if resume { change = .resume } else if halt { change = .halt } else {
-                change = .replace(try Repo.plan(plan ?? "", start: try Repo.time(start, option: "--start")))
+                change = .replace(try Repo.plan(plan ?? "", start: try start.map { try Repo.time($0, option: "--start") }))
             }
             let changed = try repo.changeRollout(of: release, change)
             guard let plan = changed.rollout else { throw SignetError(.malformedInput, "the staged release has no rollout plan") }

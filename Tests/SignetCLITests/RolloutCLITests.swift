@@ -49,13 +49,16 @@ struct RolloutCLITests {
     }
 
     /// Packs release `sequence` and lists it on stable with `extra` (a rollout plan), signed and refreshed.
-    static func publish(_ p: Publisher, _ sequence: Int, _ extra: [String] = []) throws {
+    /// Packs, adds (signed with --key) and publishes release `sequence`; returns `repo add`'s run.
+    @discardableResult
+    static func publish(_ p: Publisher, _ sequence: Int, _ extra: [String] = []) throws -> ProcessResult {
         let tree = try TemporaryDirectory()
         try Data("release \(sequence)\n".utf8).write(to: URL(fileURLWithPath: tree.file("a.txt")))
         let package = p.work.directory.file("app-\(sequence).zip")
         try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", package] + p.key))
-        try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable"] + extra + p.key))
+        let added = try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable"] + extra + p.key))
         try refresh(p)
+        return added
     }
 
     static func refresh(_ p: Publisher) throws {
@@ -75,7 +78,9 @@ struct RolloutCLITests {
         for device in devices { #expect(try device.update(p).status == 0 && device.installed == "release 1\n") }
         // 10% at once, 50% after a day, all after two: started 25 hours ago, so 50% now.
         let start = Clock.now.addingTimeInterval(-25 * 3_600)
-        try Self.publish(p, 2, ["--rollout", "10%@0h,50%@24h,100%@48h", "--rollout-start", Clock.rfc3339(start)])
+        let added = try Self.publish(p, 2, ["--rollout", "10%@0h,50%@24h,100%@48h", "--rollout-start", Clock.rfc3339(start)])
+        // A given start already past: whoever signs is told the share it opens at once.
+        #expect(added.stderr.contains("its plan counts from \(Clock.rfc3339(start)), which is past: published now, it opens 50% of devices at once"), "\(added.stderr)")
         let expected = try Self.buckets(devices.map(\.id), name: "app", sequence: 2)
         #expect(expected.count == devices.count)
         var waiting: [Device] = []

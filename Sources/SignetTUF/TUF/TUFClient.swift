@@ -320,7 +320,11 @@ public final class TUFClient {
         var listings: [TUFPackageListing] = []
         for path in try listedPaths() {
             guard let found = try listing(path), let release = TUFPackageTarget(found.target) else { continue }
-            listings.append(TUFPackageListing(release: release, target: found.target, keys: found.keys, role: found.role, threshold: found.threshold))
+            // A plan counting from its publication counts from when the trusted snapshot says
+            // the role's version carrying it was published (FORMAT.md §7, "Rollouts").
+            let published = trusted.snapshot?.meta["\(found.role).json"]?.published
+            let counted = release.resolvingRollout(publishedAt: published)
+            listings.append(TUFPackageListing(release: counted, target: found.target, keys: found.keys, role: found.role, threshold: found.threshold))
         }
         return TUFPackageListing.owned(listings)
     }

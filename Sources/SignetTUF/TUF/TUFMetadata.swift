@@ -115,6 +115,13 @@ struct TUFMetaFile: Sendable, Equatable {
     let version: Int64
     let length: Int64?
     let hashes: [String: String]?
+    /// Signet's own field (TUF allows added ones): when the snapshot first named this version
+    /// of a targets role, from which the rollout plans it carries that count from their
+    /// publication count (FORMAT.md §7, "Rollouts"). Nil where the snapshot states none.
+    let published: Timestamp?
+
+    /// The field ``published`` is read from.
+    static let publishedField = "signet_published"
 
     init(json: TUFJSON, name: String) throws {
         guard let version = json["version"]?.integerValue, version > 0 else {
@@ -131,6 +138,14 @@ struct TUFMetaFile: Sendable, Equatable {
             hashes = try tufHashes(value, what: "meta '\(name)'")
         } else {
             hashes = nil
+        }
+        if let value = json[Self.publishedField] {
+            guard let text = value.stringValue, let at = Timestamp(rfc3339: text) else {
+                throw TUFMetadata.malformed("meta '\(name)' has a '\(Self.publishedField)' that is not an RFC 3339 time")
+            }
+            published = at
+        } else {
+            published = nil
         }
     }
 }

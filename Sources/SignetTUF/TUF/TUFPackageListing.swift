@@ -71,11 +71,18 @@ struct TUFPackageListing: Sendable {
         try root.verify(metadata, as: "targets", name: "the stored targets.json")
         let top = try TUFTargets(metadata)
         let topRole = root.roles["targets"]!
+        // The stored snapshot (verified when it was fetched; its signature checked again) says
+        // when each role's version was published: plans counting from their publication count
+        // from then, as they did for the refresh (FORMAT.md §7, "Rollouts").
+        let snapshot = (try? TUFClient.readStored("snapshot.json", in: metadataDirectory, limit: 5_000_000)).flatMap { $0 }
+            .flatMap { try? TUFMetadata(bytes: $0, expectedType: "snapshot", name: "snapshot.json") }
+            .flatMap { metadata in (try? root.verify(metadata, as: "snapshot", name: "the stored snapshot.json")).flatMap { try? TUFSnapshot(metadata) } }
         var listings: [TUFPackageListing] = []
         func list(_ targets: TUFTargets, role: String, keys: [TUFKey], threshold: Int, allows: (String) -> Bool) {
+            let published = snapshot?.meta["\(role).json"].flatMap { $0.version == targets.metadata.version ? $0.published : nil }
             for path in targets.targets.keys.sorted() {
                 guard let target = targets.targets[path], allows(path), let release = TUFPackageTarget(target) else { continue }
-                listings.append(TUFPackageListing(release: release, target: target, keys: keys, role: role, threshold: threshold))
+                listings.append(TUFPackageListing(release: release.resolvingRollout(publishedAt: published), target: target, keys: keys, role: role, threshold: threshold))
             }
         }
         list(top, role: "targets", keys: topRole.keyIDs.compactMap { root.keys[$0] }, threshold: topRole.threshold, allows: { _ in true })

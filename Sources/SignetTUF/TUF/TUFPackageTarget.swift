@@ -63,6 +63,14 @@ public struct TUFPackageTarget: Sendable, Equatable {
 }
 
 extension TUFPackageTarget {
+    /// The same release with its plan as devices count it once the targets version listing it
+    /// was published at `publishedAt` (``TUFRollout/resolved(publishedAt:)``).
+    package func resolvingRollout(publishedAt: Timestamp?) -> TUFPackageTarget {
+        guard let rollout, rollout.stagedAt != nil else { return self }
+        return TUFPackageTarget(target: target, name: name, version: version, sequence: sequence, manifestSHA256: manifestSHA256,
+                                channels: channels, length: length, sha256: sha256, rollout: rollout.resolved(publishedAt: publishedAt))
+    }
+
     /// The same release listed for `channels`.
     func withChannels(_ channels: [String]) -> TUFPackageTarget {
         TUFPackageTarget(target: target, name: name, version: version, sequence: sequence, manifestSHA256: manifestSHA256,

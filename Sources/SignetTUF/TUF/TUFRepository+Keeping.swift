@@ -236,7 +236,11 @@ extension TUFRepository {
         var packages: [TUFPackageTarget] = []
         if let (version, bytes) = try latest("targets") {
             let targets = try TUFTargets(TUFMetadata(bytes: bytes, expectedType: "targets", name: "\(version).targets.json"))
-            packages = targets.targets.values.compactMap(TUFPackageTarget.init).sorted { ($0.name, $0.sequence) < ($1.name, $1.sequence) }
+            // Each plan as devices count it: from the publication the snapshot states (a plan in
+            // a version not yet published keeps counting from its publication, to come).
+            let published = publishedTime(ofTargets: version)
+            packages = targets.targets.values.compactMap(TUFPackageTarget.init).map { published == nil ? $0 : $0.resolvingRollout(publishedAt: published) }
+                .sorted { ($0.name, $0.sequence) < ($1.name, $1.sequence) }
         }
         return Status(roles: roles, staged: waiting, packages: packages, alerts: root.map { alerts(root: $0, roles: roles, now: now, warnWithin: warnWithin) } ?? [])
     }

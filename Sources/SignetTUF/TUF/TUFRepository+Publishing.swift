@@ -25,7 +25,7 @@ extension TUFRepository {
         guard let (version, bytes) = try latest("targets") else {
             throw SignetError(.fileNotFound, "the repository has no targets metadata: make it with `signet repo init`", path: metadataDirectory)
         }
-        var document = try TUFDocument(bytes: bytes, name: "\(version).targets.json")
+        var document = resolvingPublishedPlans(try TUFDocument(bytes: bytes, name: "\(version).targets.json"), version: version)
         document.signatures = []
         let (next, overflow) = version.addingReportingOverflow(1)
         guard !overflow else { throw SignetError(.usage, "the targets role is at the highest version there is") }
@@ -330,9 +330,14 @@ extension TUFRepository {
         if newSnapshot {
             let (next, overflow) = snapshotVersion.addingReportingOverflow(1)
             guard !overflow else { throw SignetError(.usage, "the snapshot role is at the highest version there is") }
+            // When devices could first see this targets version: kept from the snapshot that
+            // first named it (rollout plans counting from their publication count from it).
+            let named = current?.meta["targets.json"]
+            let published = named?.version == targetsVersion ? named?.published ?? now : now
             let meta = TUFJSON.object([("targets.json", .object([
                 ("version", .number(String(targetsVersion))), ("length", .number(String(targetsBytes.count))),
                 ("hashes", .object([("sha256", .string(try Digest.compute(targetsBytes, algorithm: .sha256).hex))])),
+                (TUFMetaFile.publishedField, .string(published.rfc3339)),
             ]))])
             var document = TUFDocument(signed: .object([
                 ("_type", .string("snapshot")), ("spec_version", .string(Self.specVersion)), ("version", .number(String(next))),

@@ -12,6 +12,12 @@ import SignetCrypto
 /// `after` seconds have passed since `start`; a device installs once its bucket is open.
 /// A paused plan stops widening at the moment it was paused; a halted release is offered to no
 /// device that does not already hold it.
+///
+/// A plan whose start was not given (`repo add --rollout`, `repo rollout --plan` without a
+/// start, `--resume`) counts from when devices can see it, not from when it was staged: it
+/// carries ``stagedAt``, and its clock stands still from then until the snapshot first names the
+/// targets version carrying it (``resolved(publishedAt:)``, issue 62). Key holders may take hours
+/// to sign; the first devices still see the plan's first step.
 public struct TUFRollout: Sendable, Equatable {
     /// All the buckets there are: a step of `buckets` 10,000 is the whole fleet.
     public static let bucketCount = 10_000
@@ -32,6 +38,10 @@ public struct TUFRollout: Sendable, Equatable {
     public let state: State
     /// When the plan was paused (set while `state` is paused).
     public let pausedAt: Timestamp?
+    /// When the plan was staged, for a plan that counts from its publication: its clock stands
+    /// still from then until the targets version carrying it is published (nil: it counts from
+    /// ``start`` as signed).
+    public let stagedAt: Timestamp?
 
     /// The named plans `repo add --rollout NAME` takes: `default` ramps over six days.
     public static let namedPlans: [String: String] = [
@@ -39,11 +49,37 @@ public struct TUFRollout: Sendable, Equatable {
         "now": "100%@0h",
     ]
 
-    init(start: Timestamp, steps: [Step], state: State = .active, pausedAt: Timestamp? = nil) {
+    init(start: Timestamp, steps: [Step], state: State = .active, pausedAt: Timestamp? = nil, stagedAt: Timestamp? = nil) {
         self.start = start
         self.steps = steps
         self.state = state
         self.pausedAt = pausedAt
+        self.stagedAt = state == .active ? stagedAt : nil
+    }
+
+    /// The same plan counting from its publication: staged at `now`, its clock standing still
+    /// until devices can see it.
+    public func countingFromPublication(stagedAt now: Timestamp) -> TUFRollout {
+        TUFRollout(start: start, steps: steps, state: state, pausedAt: pausedAt, stagedAt: now)
+    }
+
+    /// The plan as devices count it once the targets version carrying it was published at
+    /// `publishedAt` (the time the snapshot states; nil where it states none): a plan with
+    /// ``stagedAt`` has its start moved on by the time from staging to publication (never
+    /// back), and no longer carries it. A plan without one is unchanged.
+    ///
+    /// The snapshot role (an online key) states the time; it can only hold a plan back (as it
+    /// can hold back the whole targets version), never make it open sooner than it would have
+    /// from its staging: the shift is at least 0.
+    public func resolved(publishedAt: Timestamp?) -> TUFRollout {
+        guard let stagedAt else { return self }
+        var shift: Int64 = 0
+        if let publishedAt {
+            let (held, overflow) = publishedAt.secondsSinceEpoch.subtractingReportingOverflow(stagedAt.secondsSinceEpoch)
+            shift = overflow ? 0 : max(0, held)
+        }
+        let (moved, overflow) = start.secondsSinceEpoch.addingReportingOverflow(shift)
+        return TUFRollout(start: overflow ? start : Timestamp(secondsSinceEpoch: moved), steps: steps, state: state, pausedAt: pausedAt)
     }
 
     /// A plan from its text: a named plan (`default`, `now`) or steps `PERCENT%@OFFSET` joined
@@ -138,6 +174,7 @@ public struct TUFRollout: Sendable, Equatable {
     /// at TIME`, `halted`).
     public static func describe(_ plan: TUFRollout) -> String {
         let state = plan.state == .paused ? "paused at \(plan.pausedAt?.rfc3339 ?? "?")" : plan.state.rawValue
+        guard plan.stagedAt == nil else { return "\(plan.planText) from its publication, \(state)" }
         return "\(plan.planText) from \(plan.start.rfc3339), \(state)"
     }
 
@@ -208,30 +245,34 @@ public struct TUFRollout: Sendable, Equatable {
         }
     }
 
-    /// The same plan paused at `now` (its open share stays as it is).
+    /// The same plan paused at `now` (the share open when the pause is staged stays open; a
+    /// plan still counting from its publication is paused before it opened anything).
     public func paused(at now: Timestamp) -> TUFRollout {
-        TUFRollout(start: start, steps: steps, state: .paused, pausedAt: now)
+        let plan = resolved(publishedAt: now)
+        return TUFRollout(start: plan.start, steps: steps, state: .paused, pausedAt: now)
     }
 
-    /// The same plan resumed at `now`: its start moves on by the time it was paused, so it goes
-    /// on from where it stopped.
+    /// The same plan resumed, staged at `now`: its start moves on by the time it was paused up
+    /// to its publication (``stagedAt``: the pause lasts until devices see the resume), so it
+    /// goes on from where it stopped.
     public func resumed(at now: Timestamp) -> TUFRollout {
         guard state == .paused, let pausedAt else { return TUFRollout(start: start, steps: steps) }
         let (held, overflow) = now.secondsSinceEpoch.subtractingReportingOverflow(pausedAt.secondsSinceEpoch)
         let shift = overflow ? 0 : max(0, held)
-        return TUFRollout(start: Timestamp(secondsSinceEpoch: start.secondsSinceEpoch &+ shift), steps: steps)
+        return TUFRollout(start: Timestamp(secondsSinceEpoch: start.secondsSinceEpoch &+ shift), steps: steps, stagedAt: now)
     }
 
     /// The same release halted: offered to no device that does not hold it.
-    public var halted: TUFRollout { TUFRollout(start: start, steps: steps, state: .halted, pausedAt: nil) }
+    public var halted: TUFRollout { TUFRollout(start: resolved(publishedAt: nil).start, steps: steps, state: .halted, pausedAt: nil) }
 
     // MARK: JSON (custom.signet.rollout)
 
     /// `{"start": TIME, "steps": [{"after": SECONDS, "buckets": N}, …], "state": "active" |
-    /// "paused" | "halted", "paused_at": TIME}` (paused_at only while paused). Nil for anything
+    /// "paused" | "halted", "paused_at": TIME, "staged_at": TIME}` (paused_at only while paused;
+    /// staged_at only on an active plan that counts from its publication). Nil for anything
     /// else: a device refuses a release whose plan it cannot read rather than guess one.
     init?(json: TUFJSON) {
-        guard let members = json.objectMembers, Set(members.map(\.0)).isSubset(of: ["start", "steps", "state", "paused_at"]),
+        guard let members = json.objectMembers, Set(members.map(\.0)).isSubset(of: ["start", "steps", "state", "paused_at", "staged_at"]),
               let startText = json["start"]?.stringValue, let start = Timestamp(rfc3339: startText),
               let stateText = json["state"]?.stringValue, let state = State(rawValue: stateText),
               let items = json["steps"]?.arrayItems, (1...64).contains(items.count) else { return nil }
@@ -250,7 +291,12 @@ public struct TUFRollout: Sendable, Equatable {
         } else if json["paused_at"] != nil {
             return nil
         }
-        self.init(start: start, steps: steps, state: state, pausedAt: pausedAt)
+        var stagedAt: Timestamp? = nil
+        if let value = json["staged_at"] {
+            guard state == .active, let text = value.stringValue, let at = Timestamp(rfc3339: text) else { return nil }
+            stagedAt = at
+        }
+        self.init(start: start, steps: steps, state: state, pausedAt: pausedAt, stagedAt: stagedAt)
     }
 
     var json: TUFJSON {
@@ -260,6 +306,7 @@ public struct TUFRollout: Sendable, Equatable {
             ("state", .string(state.rawValue)),
         ]
         if let pausedAt { members.append(("paused_at", .string(pausedAt.rfc3339))) }
+        if let stagedAt { members.append(("staged_at", .string(stagedAt.rfc3339))) }
         return .object(members)
     }
 }

@@ -70,6 +70,10 @@ public struct TUFStagedReview: Sendable {
     /// its targets keys) and what is done about each — re-signed in the staged targets, or the
     /// `signet repo resign` to run (FORMAT.md §7, "Rotating the targets keys").
     public var stranded: [String] = []
+    /// What a signer should know but that does not stop the signature: a plan this version adds
+    /// or changes whose given start lies in the past, so that it opens a share at once when it
+    /// is published (FORMAT.md §7, "Rollouts").
+    public var warnings: [String] = []
     /// TUF key id → the same key's Signet id (16 hex digits), for the keys this review names
     /// that Signet reads: people know a key by the id `keygen` and `key show` print (issue 49).
     public var signetKeyIDs: [String: String] = [:]
@@ -115,6 +119,7 @@ public struct TUFStagedReview: Sendable {
         if role == "root", roles.isEmpty { out.append("  keys and thresholds unchanged") }
         for problem in problems { out.append("  PROBLEM (\(problem.kind)): \(problem.message)") }
         for release in stranded { out.append("  STRANDS: \(release)") }
+        for warning in warnings { out.append("  WARNING: \(warning)") }
         return out
     }
 }
@@ -217,7 +222,19 @@ extension TUFRepository {
                                roles: roleChanges, problems: problems)
         for (id, _) in keys { if let signet = signetKeyID(id, in: keys) { review.signetKeyIDs[id] = signet } }
         if role == "root" { review.stranded = try strandedByStagedRoot(now: now).map { describe($0, underRoot: document.version) } }
+        review.warnings = Self.pastStarts(targetChanges, now: now)
         return review
+    }
+
+    /// A warning for each plan the staged version adds or changes that counts from a given start
+    /// already past: published, it opens at once the share its steps reached since then.
+    static func pastStarts(_ changes: [TUFStagedReview.TargetChange], now: Timestamp) -> [String] {
+        changes.compactMap { change -> String? in
+            guard let package = change.staged?.package, let plan = package.rollout, plan.state == .active, plan.stagedAt == nil,
+                  plan.start.secondsSinceEpoch < now.secondsSinceEpoch, plan != change.published?.package?.rollout else { return nil }
+            let open = plan.openBuckets(at: now)
+            return "\(package.name) \(package.version) (\(change.staged?.path ?? "")): its plan counts from \(plan.start.rfc3339), which is past: published now, it opens \(TUFRollout.percent(open)) of devices at once, and more the longer the signatures take. To count from its publication, stage the plan again without a start (`signet repo rollout REPO RELEASE --plan \(plan.planText)`)"
+        }
     }
 
     /// A version's targets, each with the Signet package it binds; fields Signet never writes
