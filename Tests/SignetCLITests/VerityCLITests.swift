@@ -35,24 +35,71 @@ struct VerityCLITests {
     /// Whether this machine's temporary filesystem takes fs-verity files (`fsverity enable`, the
     /// reference tool): the kernel and the filesystem both must. CI's and this project's
     /// machines answer no; the VM suite's guest answers yes (scripts/vm, ext4 -O verity).
-    @Test("a package whose signed fs-verity digest does not match its file is refused by inspect and repo add (modified, naming the file), checked in the same read; the honest one verifies")
+    @Test("a package whose signed fs-verity digest does not match its file is refused by inspect, repo add and every install without --verity — streamed, shared with DIR, or copied from DIR over ranges (modified, naming the file), checked in the same read; the honest one verifies")
     func wrongDigestRefused() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
         _ = try tree.write("a.txt", Data("alpha\n".utf8))
         _ = try tree.writeRandom("b.bin", count: 9_000)
         let package = work.directory.file("app.zip")
-        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: package, ["--verity"])
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 1, out: package, ["--verity", "--chunk-threshold", "4096"])
         #expect(try CLI.run(["inspect", package, "--pubkey", work.publicDER]).status == 0)
-        // The publisher's mistake, made by hand: b.bin's digest changed in the manifest, which
-        // is signed again (openssl dgst, as signet signs), every other entry as it was.
         let forged = work.directory.file("forged.zip")
+        try Self.forgeVerity(of: "b.bin", in: package, out: forged, work: work)
+        let inspected = try CLI.run(["inspect", forged, "--pubkey", work.publicDER])
+        #expect(inspected.status == 1 && inspected.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(inspected.stdoutText) \(inspected.stderr)")
+        let site = work.directory.file("site")
+        #expect(try CLI.run(["repo", "init", site, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        let added = try CLI.run(["repo", "add", site, forged, "--channel", "stable"])
+        #expect(added.status != 0 && added.stderr.contains("fs-verity digest"), "\(added.stderr)")
+        // Installs without --verity. Streamed from the package into an empty DIR:
+        let fresh = work.directory.file("fresh")
+        let streamed = try CLI.run(["unpack", forged, "--dest", fresh, "--pubkey", work.publicDER])
+        #expect(streamed.status == 1 && streamed.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(streamed.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: fresh))
+        // An update whose b.bin is unchanged, so taken from DIR (shared, or copied over ranges)
+        // rather than streamed: its digest is checked in that read too.
+        _ = try tree.write("a.txt", Data("alpha 2\n".utf8))
+        let second = work.directory.file("app-2.zip"), forgedSecond = work.directory.file("forged-2.zip")
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 2, out: second, ["--verity", "--chunk-threshold", "4096"])
+        try Self.forgeVerity(of: "b.bin", in: second, out: forgedSecond, work: work)
+        let dest = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
+        let shared = try CLI.run(["unpack", forgedSecond, "--dest", dest, "--pubkey", work.publicDER])
+        #expect(shared.status == 1 && shared.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(shared.stderr)")
+        #expect(try String(contentsOfFile: dest + "/a.txt", encoding: .utf8) == "alpha\n", "DIR as it was")
+        let server = try RangedUpdateCLITests.shared.get()
+        try FileManager.default.createDirectory(atPath: server.www + "/verity-forged", withIntermediateDirectories: true)
+        let served = server.www + "/verity-forged/\(UUID().uuidString.prefix(8)).zip"
+        try FileManager.default.copyItem(atPath: forgedSecond, toPath: served)
+        let ranged = try RangedUpdateCLITests.unpack(server, String(served.dropFirst(server.www.count + 1)), work, dest: dest)
+        #expect(ranged.status == 1 && ranged.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(ranged.stderr)")
+        #expect((try ranged.json()["error"] as? [String: Any])?["code"] as? String == "modified", "\(ranged.stdoutText)")
+        #expect(try String(contentsOfFile: dest + "/a.txt", encoding: .utf8) == "alpha\n", "DIR as it was")
+        #expect(try CLI.run(["unpack", second, "--dest", dest, "--pubkey", work.publicDER]).status == 0, "the honest update installs")
+        // A changed chunked file rebuilt over ranges from DIR's chunks and the package's: its
+        // digest is checked as it is assembled.
+        var image = try Data(contentsOf: URL(fileURLWithPath: tree.file("b.bin")))
+        image.replaceSubrange(4_000..<4_100, with: Data(repeating: 0x41, count: 100))
+        _ = try tree.write("b.bin", image)
+        let third = work.directory.file("app-3.zip"), forgedThird = work.directory.file("forged-3.zip")
+        try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 3, out: third, ["--verity", "--chunk-threshold", "4096"])
+        try Self.forgeVerity(of: "b.bin", in: third, out: forgedThird, work: work)
+        try FileManager.default.copyItem(atPath: forgedThird, toPath: served + ".3")
+        let rebuilt = try RangedUpdateCLITests.unpack(server, String(served.dropFirst(server.www.count + 1)) + ".3", work, dest: dest)
+        #expect(rebuilt.status == 1 && rebuilt.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(rebuilt.stderr)")
+        #expect(try String(contentsOfFile: dest + "/a.txt", encoding: .utf8) == "alpha 2\n", "DIR as it was")
+    }
+
+    /// The publisher's mistake, made by hand: `path`'s fs-verity digest changed in `package`'s
+    /// manifest, which is signed again (openssl dgst, as signet signs), every other entry as it was.
+    static func forgeVerity(of path: String, in package: String, out forged: String, work: Workspace) throws {
         let script = """
             import re, subprocess, sys, zipfile
             src, dst, key, passfile = sys.argv[1:5]
             a = zipfile.ZipFile(src)
             manifest = a.read(".signet/manifest.json").decode()
-            digest = re.search(r'"path" : "b.bin".*?"verity" : "([0-9a-f]{64})"', manifest, re.S).group(1)
+            digest = re.search(r'"path" : "%s".*?"verity" : "([0-9a-f]{64})"' % re.escape(sys.argv[5]), manifest, re.S).group(1)
             manifest = manifest.replace(digest, ("0" if digest[0] != "0" else "1") + digest[1:]).encode()
             sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", key, "-passin", "file:" + passfile], input=manifest, capture_output=True, check=True).stdout
             with zipfile.ZipFile(dst, "w") as b:
@@ -60,14 +107,8 @@ struct VerityCLITests {
                     data = manifest if info.filename == ".signet/manifest.json" else sig if info.filename == ".signet/manifest.json.sig" else a.read(info.filename)
                     b.writestr(info, data, compress_type=info.compress_type)
             """
-        let made = try SignetTestSupport.run("python3", ["-c", script, package, forged, work.privatePEM, work.passFile])
+        let made = try SignetTestSupport.run("python3", ["-c", script, package, forged, work.privatePEM, work.passFile, path])
         try #require(made.status == 0, "\(made.stderr)")
-        let inspected = try CLI.run(["inspect", forged, "--pubkey", work.publicDER])
-        #expect(inspected.status == 1 && inspected.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(inspected.stdoutText) \(inspected.stderr)")
-        let site = work.directory.file("site")
-        #expect(try CLI.run(["repo", "init", site, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
-        let added = try CLI.run(["repo", "add", site, forged, "--channel", "stable"])
-        #expect(added.status != 0 && added.stderr.contains("fs-verity digest"), "\(added.stderr)")
     }
 
     static func hostTakesVerity(_ directory: TemporaryDirectory) throws -> Bool {

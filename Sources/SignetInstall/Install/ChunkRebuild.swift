@@ -182,12 +182,12 @@ extension Installer.Job {
     /// Hashes the first `length` bytes of a staged file an interrupted run left into `hashers`
     /// (the file is ours, in our staging tree, but read once more so that what is hashed is
     /// what is installed). False when it is shorter.
-    static func hashStaged(_ fd: FileDescriptor, upTo length: UInt64, into hashers: [Digest.Hasher], buffer: UnsafeMutableRawBufferPointer) throws -> Bool {
+    static func hashStaged(_ fd: FileDescriptor, upTo length: UInt64, into hashers: ContentHashers, buffer: UnsafeMutableRawBufferPointer) throws -> Bool {
         var offset: UInt64 = 0
         while offset < length {
             let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), length - offset))])
             guard try fd.read(fullyAt: Int64(offset), into: into) == into.count else { return false }
-            hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
+            try hashers.update(UnsafeRawBufferPointer(into))
             offset += UInt64(into.count)
         }
         return true
@@ -232,7 +232,7 @@ extension Installer.Job {
         }
         let resumeAt = plan.resumed < plan.chunks.count ? plan.chunks.spans[plan.resumed].offset : file.size
         let staged = plan.resumed > 0 ? try staging.openFile(file.path) : try staging.createFile(file.path, mode: mode_t(file.mode.permissions))
-        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+        let hashers = try ContentHashers(for: file, algorithm: checked.algorithm)
         let chunkHasher = try Digest.Hasher(.sha256)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ContentChunker.maximum, alignment: 64)
         defer { buffer.deallocate() }
@@ -331,7 +331,7 @@ extension Installer.Job {
                 counts.bytesReused += reused
                 counts.bytesFetched += fetched
                 let bytes = UnsafeRawBufferPointer(chunk)
-                hashers.forEach { $0.update(bytes) }
+                try hashers.update(bytes)
                 try writer.write(bytes)
             }
         } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged || failure.code == .interrupted {
@@ -339,11 +339,14 @@ extension Installer.Job {
             keptForNextRun = true
             throw failure
         }
-        let digests = try hashers.map { try $0.finalize() }
-        guard file.content.matches(digests[0]) else {
+        let digest: Digest
+        switch try hashers.finish() {
+        case .signed(let signed): digest = signed
+        case .contentMismatch:
             throw Installer.error(for: .modified, "'\(file.path)' rebuilt from its chunks does not match the SHA-256 in the manifest", package: package, entry: file.path)
+        case .verityMismatch:
+            throw Installer.error(for: .modified, ContentHashers.verityMessage(file.path), package: package, entry: file.path)
         }
-        let digest = digests[digests.count - 1]
         let signature = try reusedSignature(file, own: nil, digest: digest, checked: checked, later: later)
         let finished = try finishStaged(file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
                                         signer: checked.key, checked: checked, into: staging)

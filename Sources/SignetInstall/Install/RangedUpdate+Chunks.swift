@@ -165,7 +165,7 @@ extension Installer.Job {
         defer { if !kept && !keptForNextRun { staging.removeFile(file.path) } }
         guard UInt64(data.count) == file.size, from < file.size else { return nil }
         let staged = try staging.openFile(file.path)
-        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+        let hashers = try ContentHashers(for: file, algorithm: checked.algorithm)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 64)
         defer { buffer.deallocate() }
         guard try Self.hashStaged(staged.descriptor, upTo: from, into: hashers, buffer: buffer) else { return nil }
@@ -175,7 +175,7 @@ extension Installer.Job {
             while offset < file.size {
                 let into = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(UInt64(buffer.count), file.size - offset))])
                 guard try input.read(fullyAt: Int64(data.lowerBound + offset), into: into) == into.count else { return nil }
-                hashers.forEach { $0.update(UnsafeRawBufferPointer(into)) }
+                try hashers.update(UnsafeRawBufferPointer(into))
                 try writer.write(UnsafeRawBufferPointer(into))
                 offset += UInt64(into.count)
             }
@@ -183,9 +183,9 @@ extension Installer.Job {
             keptForNextRun = true
             throw failure
         }
-        let digests = try hashers.map { try $0.finalize() }
-        guard file.content.matches(digests[0]) else { return nil }
-        let digest = digests[digests.count - 1]
+        // Not the signed content (or a wrong fs-verity digest, which the whole entry's check
+        // then names): fetched whole.
+        guard case .signed(let digest) = try hashers.finish() else { return nil }
         let signature = try reusedSignature(file, own: nil, digest: digest, checked: checked, later: later)
         let finished = try finishStaged(file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
                                         signer: checked.key, checked: checked, into: staging)

@@ -450,7 +450,7 @@ extension Installer.Job {
         let copyFD = stagedCopy?.descriptor
         let writer = Installer.StagedWriter(fd: fd, path: file.path, destination: destination)
         let copy = copyFD.map { Installer.StagedWriter(fd: $0, path: copyPath!, destination: destination) }
-        let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+        let hashers = try ContentHashers(for: file, algorithm: checked.algorithm)
         /// The installed file grew while it was read: not the signed content.
         struct Longer: Error {}
         var total: UInt64 = 0
@@ -463,7 +463,7 @@ extension Installer.Job {
             try reader.forEachChunk { chunk in
                 total += UInt64(chunk.count)
                 guard total <= file.size else { throw Longer() }
-                hashers.forEach { $0.update(chunk) }
+                try hashers.update(chunk)
                 if written { try writer.write(chunk) }
                 try copy?.write(chunk)
             }
@@ -472,11 +472,11 @@ extension Installer.Job {
         } catch let error as SignetError where error.path == source.path {
             return nil   // unreadable where it is installed: fetched instead
         }
-        let digests = try hashers.map { try $0.finalize() }
-        guard total == file.size, file.content.matches(digests[0]) else { return nil }
+        // Not the signed content (or a wrong fs-verity digest, which the entry's check then
+        // names): fetched instead.
+        guard total == file.size, case .signed(let digest) = try hashers.finish() else { return nil }
         // The file's own signature where it may stand for the package's entry (not fetched;
         // verified already, so not checked again).
-        let digest = digests[digests.count - 1]
         let signature = try reusedSignature(file, own: ownSignature(source.descriptor, digest), digest: digest, checked: checked, later: later)
         let finished = try finishStaged(file, fd: fd, writer: writer, copy: copyFD.map { ($0, copy!) }, signature: signature, sha256: file.sha256,
                                         signer: checked.key, checked: checked, into: staging, exactMode: inPlace)

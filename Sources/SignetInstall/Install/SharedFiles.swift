@@ -110,23 +110,24 @@ extension Installer.Job {
             // the signed content, unread (the kernel checks its blocks whenever they are read).
             digest = measured
         } else {
-            let hashers = try (checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]).map { try Digest.Hasher($0) }
+            let hashers = try ContentHashers(for: file, algorithm: checked.algorithm)
             struct Longer: Error {}
             var total: UInt64 = 0
             do {
                 try input.forEachChunk { chunk in
                     total += UInt64(chunk.count)
                     guard total <= file.size else { throw Longer() }
-                    hashers.forEach { $0.update(chunk) }
+                    try hashers.update(chunk)
                 }
             } catch is Longer {
                 return nil
             } catch let error as SignetError where error.path == input.path {
                 return nil
             }
-            let digests = try hashers.map { try $0.finalize() }
-            guard total == file.size, file.content.matches(digests[0]) else { return nil }
-            digest = digests[digests.count - 1]
+            // Not the signed content (or a wrong fs-verity digest, which the package's entry
+            // then names when it is streamed instead): not shared.
+            guard total == file.size, case .signed(let signed) = try hashers.finish() else { return nil }
+            digest = signed
         }
         guard Verifier.check(attribute, digest: digest, key: signer, algorithm: checked.algorithm),
               staging.link(file.path, from: parent, name: name, identity: info) else { return nil }

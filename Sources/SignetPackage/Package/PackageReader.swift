@@ -226,7 +226,7 @@ public enum PackageReader {
             return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
         }
         if let verity, let expected = file.verity, !expected.matches(bytes: try verity.finalize()) {
-            return .rejected(.modified, message: "'\(file.path)' does not match the fs-verity digest in the manifest (its content is the signed SHA-256's, so the package was made with a wrong digest): every device installing it with --verity would refuse it", entry: file.path)
+            return .rejected(.modified, message: ContentHashers.verityMessage(file.path), entry: file.path)
         }
         let signature = try reader.readAll(signatureEntry, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
         if let later {
