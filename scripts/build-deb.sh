@@ -17,7 +17,8 @@ arch=$(dpkg --print-architecture)
 out=${OUT_DIR:-dist}
 # The default build folder: the release build scripts/quickstart.sh made (the same flags) is
 # reused, and the man pages come from the debug build `swift test` made.
-scratch=.build
+# Its own build folder where one is given (CI builds it beside `swift test`, which holds .build).
+scratch=${SIGNET_SCRATCH:-.build}
 package="signet_${version}_${arch}.deb"
 
 for tool in dpkg-deb dpkg-shlibdeps gzip strip; do
@@ -40,9 +41,9 @@ install -m 0755 "$binary" "$root/usr/bin/signet"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/signet"
 
 echo "== man pages (generate-manual)" >&2
-# The plugin builds every product and runs signet to read its help: in debug, which `swift test`
-# has built already (the text is the same in every configuration).
-swift package --scratch-path "$scratch" plugin generate-manual --multi-page --configuration debug >&2
+# The plugin builds every product and runs signet to read its help: in release, from the build
+# just made, so that the package needs no other build (the text is the same in every configuration).
+swift package --scratch-path "$scratch" plugin generate-manual --multi-page --configuration release >&2
 manuals=$(find "$scratch/plugins" -path '*GenerateManual*' -name 'signet*.1' -newer "$binary" | head -n 1 | xargs -r dirname)
 [ -n "$manuals" ] || { echo "build-deb.sh: generate-manual made no pages" >&2; exit 1; }
 for page in "$manuals"/signet*.1; do
