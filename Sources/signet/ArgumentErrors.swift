@@ -1,7 +1,7 @@
 import Foundation
 import ArgumentParser
 
-/// ArgumentParser's messages in Signet's style (issue 29): lower case like every other error,
+/// ArgumentParser's messages in Signet's style: lower case like every other error,
 /// "out of range" for a number that does not fit, a "did you mean" that prefers the option the
 /// typed one begins (`--sig` → `--signature`), and the secret-safe options for `--passphrase`.
 enum ArgumentErrors {
@@ -47,7 +47,7 @@ enum ArgumentErrors {
     /// The first `--option` in `arguments` that the command they name does not have (before a
     /// `--` that ends the options), or nil. ArgumentParser checks a command's own rules (such as
     /// `sign --out` with one FILE) before it reports an unknown option, so a mistyped option
-    /// whose value was then taken as an argument was reported as that rule (issue 41): the
+    /// whose value was then taken as an argument was reported as that rule: the
     /// unknown option is what to say first.
     static func firstUnknownOption(in arguments: [String]) -> String? {
         let command = command(for: arguments)

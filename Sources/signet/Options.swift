@@ -178,7 +178,7 @@ struct TrustOptions: ParsableArguments {
     /// True when some source of trust was given.
     var hasSources: Bool { !pubkey.isEmpty || !trustDirectory.isEmpty || !ca.isEmpty || tufMetadata != nil }
 
-    /// What to give without a trust source, for where it runs (issue 49): the metadata folders
+    /// What to give without a trust source, for where it runs: the metadata folders
     /// this device's update configs name, else the repository's example key when run inside a
     /// checkout, else the publisher's key — never the example key on a device.
     static var missingSources: String {

@@ -32,8 +32,8 @@ enum Output {
         print(escaped(text))
     }
 
-    /// `--quiet`: the lines a command prints are held, and shown only if it fails (issue 29:
-    /// nothing on success; a failure still says what failed).
+    /// `--quiet`: the lines a command prints are held, and shown only if it fails
+    /// (nothing on success; a failure still says what failed).
     nonisolated(unsafe) static var quiet = false
     private static let held = Mutex<[String]>([])
 

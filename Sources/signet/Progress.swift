@@ -90,7 +90,7 @@ final class ProgressLine: Sendable {
         return try work { line.update($0) }
     }
 
-    /// Names what the line shows from now on (the package after the metadata: issue 49), with
+    /// Names what the line shows from now on (the package after the metadata), with
     /// its own rate. Returns false when it already did.
     @discardableResult
     func relabel(_ text: String) -> Bool {
@@ -173,7 +173,7 @@ extension ProgressLine {
 /// prefers an executor whose jobs that thread runs until the work is done. Swift's global
 /// executor is never used: its worker threads are libdispatch's, which set their priority from
 /// a QoS class as they start, and a systemd unit that refuses that (`@resources`) would log
-/// "Failed to set thread priority" on every run (issue 48, point 13). The library's blocking
+/// "Failed to set thread priority" on every run. The library's blocking
 /// work runs on its own threads and resumes the task here.
 enum Blocking {
     private final class Box<R>: @unchecked Sendable {

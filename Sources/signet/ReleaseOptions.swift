@@ -1,7 +1,7 @@
 import ArgumentParser
 import Signet
 
-/// What `unpack` and `update` do around the swap (issue 39): the previous release kept for a
+/// What `unpack` and `update` do around the swap: the previous release kept for a
 /// rollback, a release left pending until confirmed, and the hooks.
 struct ReleaseOptions: ParsableArguments {
     enum YesNo: String, ExpressibleByArgument, CaseIterable {

@@ -200,7 +200,7 @@ struct Repo: ParsableCommand {
                 }
                 return
             }
-            // Every missing role named at once (issue 49: only the first was).
+            // Every missing role named at once (only the first was).
             let missing = [("--root-key", rootKeys), ("--targets-key", targetsKeys), ("--snapshot-key", snapshotKeys), ("--timestamp-key", timestampKeys)]
                 .filter { $0.1.isEmpty }.map(\.0)
             if !missing.isEmpty {

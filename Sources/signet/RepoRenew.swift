@@ -3,7 +3,7 @@ import Foundation
 import Signet
 
 /// `signet repo renew` and `signet repo discard`: staged versions made without a release, and
-/// dropped when no one will sign them (issue 49).
+/// dropped when no one will sign them.
 extension Repo {
     struct Renew: ParsableCommand {
         static let configuration = CommandConfiguration(

@@ -4,7 +4,7 @@ import Signet
 
 extension Repo {
     /// `signet repo resign`: a listed release signed again with a targets key the root names,
-    /// staged in place of its old listing (FORMAT.md §7, "Rotating the targets keys"; issue 61).
+    /// staged in place of its old listing (FORMAT.md §7, "Rotating the targets keys").
     struct Resign: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "resign",

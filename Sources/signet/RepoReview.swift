@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import Signet
 
-/// `signet repo sign` and `signet repo status`: what a signer reviews, and signs (issue 48).
+/// `signet repo sign` and `signet repo status`: what a signer reviews, and signs.
 extension Repo {
     struct Sign: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -76,7 +76,7 @@ extension Repo {
             let signer = try key.load()
             for warning in review.warnings { Output.warn(warning) }
             let outcome = try repo.sign(role, with: signer, reviewed: reviewed ?? "", acceptUnrecognized: acceptUnrecognized)
-            // The key by the id its holder knows (keygen, key show), with the TUF id (issue 49).
+            // The key by the id its holder knows (keygen, key show), with the TUF id.
             let by = "key \(signer.publicKey.keyID.short) (TUF \(try signer.publicKey.tufKeyID().prefix(12)))"
             if output.json {
                 Output.json(Report(role: outcome.role, version: outcome.version, digest: review.digest, signatures: outcome.signatures, threshold: outcome.threshold,
@@ -214,7 +214,7 @@ extension Repo {
                     warnings = review.warnings
                 }
             }
-            /// A published release's rollout now (issue 61: a rollout the publisher can watch).
+            /// A published release's rollout now (a rollout the publisher can watch).
             struct Rollout: Encodable {
                 let plan: Repo.RolloutPlan
                 /// active, paused, halted or complete.

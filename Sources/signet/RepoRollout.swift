@@ -4,7 +4,7 @@ import Signet
 
 extension Repo {
     /// `signet repo rollout`: pause, resume, halt or replace a listed release's rollout plan
-    /// without a new package (issue 53, FORMAT.md §7 "Rollouts").
+    /// without a new package (FORMAT.md §7 "Rollouts").
     struct Rollout: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "rollout",

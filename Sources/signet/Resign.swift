@@ -3,7 +3,7 @@ import Foundation
 import Signet
 
 /// `signet resign`: a package signed again with another key, its resources untouched
-/// (FORMAT.md §2, "Re-signing"; issue 61).
+/// (FORMAT.md §2, "Re-signing").
 struct Resign: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resign",

@@ -219,7 +219,7 @@ struct Reverify: ParsableCommand {
         if status != 0 { throw ExitCode(status) }
     }
 
-    /// --summary in JSON too (issue 49: it was as large as without): at most five files of each
+    /// --summary in JSON too (it was as large as without): at most five files of each
     /// verdict other than ok, in the tree's order; `counts` has every verdict's total.
     static func summarized(_ files: [FileReport]) -> [FileReport] {
         var shown: [String: Int] = [:]

@@ -13,8 +13,8 @@ import Glibc
 enum Signals {
     static let handled: [Int32] = [SIGINT, SIGTERM, SIGHUP]
 
-    /// What an interruption leaves, said on stderr when one comes (issue 29: exit 130 used to
-    /// print nothing). Each command that writes sets its own.
+    /// What an interruption leaves, said on stderr when one comes (an exit
+    /// 130 with nothing said leaves the user guessing). Each command that writes sets its own.
     static let state = Mutex("temporary files are removed; nothing else was changed")
 
     /// Sets what an interruption of the running command leaves.

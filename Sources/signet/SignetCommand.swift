@@ -11,7 +11,7 @@ import Glibc
 /// Every command names itself (`commandName:`) rather than letting ArgumentParser derive the
 /// name from the type: the derivation is `String(describing:)` of the type, a scan of every
 /// protocol conformance in the process per command, a fifth of a small `sign` run's time
-/// (issue 28; bench/README.md).
+/// (bench/README.md).
 struct SignetCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "signet",
@@ -80,7 +80,7 @@ enum Main {
         // converts every entry's DOS time when it opens or writes an archive: two system calls
         // per file, a quarter of a 50,000-file inspect's time. The same zone, named once.
         if getenv("TZ") == nil { setenv("TZ", ":/etc/localtime", 0) }
-        // The allocator, told what a run of many small files needs (issue 50, bench/README.md):
+        // The allocator, told what a run of many small files needs (bench/README.md):
         // glibc gives a thread that meets a locked arena an arena of its own, each keeping what
         // it freed, and its fast bins never coalesce, so the small buffers freed by one thread
         // and reused by another leave holes the heap grows past. An inspect of 50,000 files

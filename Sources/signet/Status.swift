@@ -68,7 +68,7 @@ struct Status: ParsableCommand {
         @Null var channel: Channel?
     }
 
-    /// What the last update found on the channel and did not install, and why (issue 53).
+    /// What the last update found on the channel and did not install, and why.
     struct Channel: Encodable { let sequence: UInt64; let version: String; let note: String; let at: String }
 
     /// One directory: the releases of an installed destination.

@@ -242,7 +242,7 @@ struct Unpack: ParsableCommand {
         ReleaseOptions.say(report)
     }
 
-    /// Unchanged files shared with the replaced tree and copied from it (issues 49 and 51).
+    /// Unchanged files shared with the replaced tree and copied from it.
     static func sayShared(_ report: InstallReport) {
         guard report.filesShared + report.filesCopied > 0 else { return }
         var text = "  unchanged files: \(count(report.filesShared)) shared with the replaced tree (nothing written)"

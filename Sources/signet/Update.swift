@@ -127,8 +127,8 @@ struct Update: ParsableCommand {
             do {
                 self = try Update.parse(arguments + kept)
             } catch {
-                // The parser's own error wraps the message: say only the message (issue 49,
-                // point 8: "commandError(commandStack: …)" was printed, in JSON too).
+                // The parser's own error wraps the message: say only the message, never
+                // "commandError(commandStack: …)", in text or JSON.
                 throw ValidationError(Update.message(for: error))
             }
             return
@@ -288,7 +288,7 @@ extension Update {
         }
     }
 
-    /// The channel's release's rollout, for this device (JSON `rollout`; issue 53).
+    /// The channel's release's rollout, for this device (JSON `rollout`).
     struct Rollout: Encodable {
         @Null var bucket: Int?
         let percent: Double

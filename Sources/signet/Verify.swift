@@ -68,7 +68,7 @@ struct Verify: ParsableCommand {
     }
 
     func run() throws {
-        // Keys from --tuf-metadata vouch only for the packages their roles list (issue 48).
+        // Keys from --tuf-metadata vouch only for the packages their roles list.
         let policy = try trust.policy().forRawSignatures
         if policy.keys.isEmpty, policy.certificateAuthorities.isEmpty {
             throw SignetError(.untrustedSigner, "the keys of --tuf-metadata vouch only for the packages their TUF roles list, each by its threshold (check those with signet inspect or unpack), never for a raw signature over a file: give the signer's key with --pubkey", path: file)

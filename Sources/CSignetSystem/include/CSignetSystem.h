@@ -73,7 +73,7 @@ int signet_O_PATH(void);
 /// `path` (0x4d44 vfat, ...), or -1 with errno set.
 long long signet_filesystem_type(const char *path);
 
-/// FS_IOC_ENABLE_VERITY (<linux/fsverity.h>; issue 52): makes the file `fd` (open read-only,
+/// FS_IOC_ENABLE_VERITY (<linux/fsverity.h>): makes the file `fd` (open read-only,
 /// with no writer) an fs-verity file: SHA-256, 4,096-byte Merkle tree blocks, no salt, no
 /// built-in signature. 0, or minus the errno (read here, right after the call): EOPNOTSUPP or
 /// ENOTTY where the filesystem has no fs-verity, EEXIST where the file already is one, ETXTBSY

@@ -51,7 +51,7 @@ public enum _FuzzTargets {
         // Entries read and hashed as unpack reads resources, every size sent down the pipelined
         // path (hashed on a second thread), with the reader's sink failing after the number of
         // bytes the first input byte names (x 64; 255: never): a damaged entry, a failing disk
-        // or a cancel part-way must release what the hasher holds (issue 36).
+        // or a cancel part-way must release what the hasher holds.
         "zip-pipelined": { bytes in
             guard let first = bytes.first, let path = scratch(Array(bytes.dropFirst())),
                   let reader = try? ZipReader(path: path, maximumEntries: 64) else { return }
@@ -68,7 +68,7 @@ public enum _FuzzTargets {
                 }
             }
         },
-        // Segments of a deflated chunked resource (issue 51), as an update inflates them:
+        // Segments of a deflated chunked resource, as an update inflates them:
         // byte 0 gives the segments (1 to 4), bytes 1-2 the last one's length, then each
         // segment's compressed length (2 bytes), then the stream. A segment must inflate to
         // exactly its length with the bytes before it as the dictionary, whatever the input.
@@ -100,7 +100,7 @@ public enum _FuzzTargets {
                 file += part
             }
         },
-        // TUF metadata (issue 37): the strict reader, each role's shape, a root's own
+        // TUF metadata: the strict reader, each role's shape, a root's own
         // signatures (keys from the input through OpenSSL), delegation matching, the canonical
         // and file forms.
         "tuf-metadata": { bytes in
@@ -136,7 +136,7 @@ public enum _FuzzTargets {
         },
         // The trust seal document.
         "seal": { bytes in _ = TrustStoreSeal.parse(bytes) },
-        // A server's answer to a request for several ranges (issue 40): the first line is the
+        // A server's answer to a request for several ranges: the first line is the
         // Content-Type (its boundary), the first byte of the rest sets how the body arrives in
         // chunks (1 to 64 bytes), the rest is the body; three ranges of a 200,000-byte file asked.
         "multipart": { bytes in

@@ -85,7 +85,7 @@ extension SignetError {
             return SignetError(.malformedInput, "\(action) '\(path)': it is a directory, not a file",
                                path: path, fileID: fileID, line: line)
         case ENOSPC, EDQUOT:
-            // What was needed and what is free, the caller adds where it knows (issue 49).
+            // What was needed and what is free, the caller adds where it knows.
             return SignetError(.io, "\(action) '\(path)': no space left on the device\(err == EDQUOT ? " (this user's quota)" : ""); free some space and try again",
                                path: path, fileID: fileID, line: line)
         default:

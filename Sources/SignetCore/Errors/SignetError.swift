@@ -134,7 +134,7 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// No trusted targets role lists the target asked for.
         public static let targetNotFound = Code("target-not-found", exitStatus: .verificationFailed)
         /// The health check of a release that was just installed failed or timed out: the
-        /// previous release was swapped back and the failed one recorded as bad (issue 39).
+        /// previous release was swapped back and the failed one recorded as bad.
         public static let healthCheckFailed = Code("health-check-failed", exitStatus: .verificationFailed)
         /// A release this destination refused before (a failed health check, a rollback, an
         /// unconfirmed release rolled back at boot): not installed again; a higher sequence is.
@@ -145,14 +145,14 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// what was installed (a file shared with the current release was changed in place).
         /// DIR is unchanged.
         public static let rollbackRefused = Code("rollback-refused", exitStatus: .verificationFailed)
-        /// `--verity` on a filesystem that does not take fs-verity files (issue 52).
+        /// `--verity` on a filesystem that does not take fs-verity files.
         public static let verityUnsupported = Code("verity-unsupported", exitStatus: .environment)
         /// The release was staged and verified, but not swapped in: outside the maintenance
         /// window, or the pre-install command said "not now" (exit 75). What was staged is kept
-        /// for the next run (issue 53). `signet update` reports it and exits 0.
+        /// for the next run. `signet update` reports it and exits 0.
         public static let installDeferred = Code("install-deferred", exitStatus: .environment)
         /// The pre-install command refused the release (an exit other than 0 and 75, a signal,
-        /// a time-out): nothing was installed; the next run asks again (issue 53).
+        /// a time-out): nothing was installed; the next run asks again.
         public static let preInstallRefused = Code("pre-install-refused", exitStatus: .verificationFailed)
         /// Any other I/O failure (no space, read error, ...).
         public static let io = Code("io-error", exitStatus: .environment)
@@ -250,7 +250,7 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 extension SignetError {
-    /// The refusal of Signet's one rule for outputs (issue 29): `what` at `path` already exists
+    /// The refusal of Signet's one rule for outputs: `what` at `path` already exists
     /// and is replaced only with `--force` (``Code/fileExists``, exit 5).
     public static func existingOutput(_ path: String, what: String) -> SignetError {
         SignetError(.fileExists, "\(what) '\(path)' already exists; an existing output is replaced only with --force. Nothing was written", path: path)

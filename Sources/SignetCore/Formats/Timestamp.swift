@@ -21,7 +21,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
 
     /// "this device's clock reads 2026-11-28 10:55:02 CET": said beside every refusal a wrong
     /// clock causes (a certificate not yet valid, metadata expired), in local time, so that a
-    /// clock two years off is seen for what it is (issue 49).
+    /// clock two years off is seen for what it is.
     package static var clockReading: String {
         var seconds = time(nil)
         var parts = tm()
@@ -84,7 +84,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool { lhs.secondsSinceEpoch < rhs.secondsSinceEpoch }
 }
 
-// MARK: Foundation's Date (issue 41)
+// MARK: Foundation's Date
 
 extension Timestamp {
     /// The second `date` falls in (a fraction is dropped, toward the past).

@@ -77,7 +77,7 @@ package enum AtomicFile {
 
     /// Refuses (``SignetError/Code/fileExists``, exit 5) when anything is at `path` (a dangling
     /// link too): Signet's one rule for outputs is that an existing one is replaced only with
-    /// `--force` (issue 29). Checked before any work, so nothing is written; the final rename
+    /// `--force`. Checked before any work, so nothing is written; the final rename
     /// is ``renameNoReplace(_:_:)``, so a file that appears meanwhile is not replaced either.
     package static func refuseExisting(_ path: String, what: String) throws {
         try OutputFiles.refuseExisting(path, what: what)

@@ -4,7 +4,7 @@ import Glibc
 import Musl
 #endif
 
-/// Signet's one rule for outputs (FORMAT.md §4, issue 29): an output that exists is replaced
+/// Signet's one rule for outputs (FORMAT.md §4): an output that exists is replaced
 /// only when the user says so (`--force`).
 public enum OutputFiles {
     /// Refuses (``SignetError/Code/fileExists``, exit 5) when anything is at `path` (a dangling

@@ -38,7 +38,7 @@ package enum PrivateFile {
                 // A link (ELOOP), a folder (EISDIR), a file we may not open: not ours either.
             }
             // Root's own (a Signet run as root made it) and we are not root: it is Signet's,
-            // and the answer is to run as root, never to remove it (issue 49, point 7).
+            // and the answer is to run as root, never to remove it.
             if geteuid() != 0, let info = try? Paths.lstat(path), info.st_uid == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o022 == 0 {
                 throw SignetError(.permissionDenied, "'\(path)' is root's \(what) (made by Signet run as root, as the update service runs): this user (uid \(geteuid())) may not use it. Run this as root", path: path)
             }

@@ -10,7 +10,7 @@ import Musl
 /// `DispatchQueue` did for the second core, without libdispatch's worker threads. Those set
 /// their priority from a QoS class as they start, which a systemd unit without `CAP_SYS_NICE`
 /// refuses, and libdispatch then writes "Failed to set thread priority for worker thread" to
-/// the journal on every run (issue 48, point 13).
+/// the journal on every run.
 ///
 /// The thread starts with the first block and ends with ``stop()``, which its owner calls in
 /// `deinit` (blocks already given still run first).

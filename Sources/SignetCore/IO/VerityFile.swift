@@ -6,7 +6,7 @@ import Musl
 internal import CSignetSystem
 package import SystemPackage
 
-/// The kernel's fs-verity (Documentation/filesystems/fsverity.rst; issue 52), on one open
+/// The kernel's fs-verity (Documentation/filesystems/fsverity.rst), on one open
 /// file: enabling it (the file becomes read-only for good, and every read of it is checked
 /// against its Merkle tree; a block changed under it reads as EIO) and measuring it (the file's
 /// digest from the kernel, without reading the data). SHA-256, 4,096-byte blocks, no salt:

@@ -23,7 +23,7 @@ package enum TreeLayout {
     /// sidecars under `.signet/sigs/` (and the files' attributes). Written by unpack `--bare`.
     package static let bareMarker = ".signet/bare"
     /// The chunk-index entry of a package whose chunked resources keep their indexes out of the
-    /// manifest (FORMAT.md §2, "The chunk-index entry"; issue 51). Named for the first Signet
+    /// manifest (FORMAT.md §2, "The chunk-index entry"). Named for the first Signet
     /// that reads it: an older one refuses the package naming this entry, so naming the version.
     package static let chunkIndex = ".signet/needs-signet-0.2/chunk-index"
     /// A staging tree's folder of range answers as they arrived (``RangeJournal``), for the

@@ -212,7 +212,7 @@ extension Optional {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath
+// MARK: Swift-native forms: FilePath
 
 extension GeneratedKey {
     /// ``refuseExisting(in:)-(String)`` with a `FilePath`.

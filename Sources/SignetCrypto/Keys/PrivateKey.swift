@@ -467,7 +467,7 @@ enum LegacyProvider {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension PrivateKey {
     /// Loads a private key file (`init(contentsOf:passphrase:allowWeakKey:)`).

@@ -168,7 +168,7 @@ enum PublicKeyLoader {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension PublicKey {
     /// Loads a public key or certificate file (`init(contentsOf:allowWeakKey:)`).

@@ -148,7 +148,7 @@ public struct Digest: Hashable, Sendable {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension Digest {
     /// The digest of bytes in memory (`Data`, a slice, ...).

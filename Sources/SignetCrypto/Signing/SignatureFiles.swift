@@ -95,7 +95,7 @@ public enum SignatureFiles {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension SignatureFiles {
     /// Reads a raw signature file.

@@ -165,7 +165,7 @@ private final class ResultSlots<R>: @unchecked Sendable {
     func collect() -> [R] { buffer.map { $0! } }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension Signer {
     /// Signs bytes in memory (`Data`, a slice, ...).

@@ -120,7 +120,7 @@ public struct Verifier: Sendable {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension Verifier {
     /// Verifies a signature over bytes in memory (`Data`, a slice, ...).

@@ -169,7 +169,7 @@ public struct TrustPolicy: Sendable {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension TrustPolicy {
     /// Trusts the keys in these files.

@@ -43,7 +43,7 @@ package enum TrustedInput {
         if lstat(path, &info) == 0 { return try check(path, what: what) }
         let slash = path.lastIndex(of: "/")
         let parent = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-        // Named as the folder it is, not as the file (issue 49: a tmpfs folder was called --state).
+        // Named as the folder it is, not as the file (a tmpfs folder was called --state).
         try check(parent, what: "the folder of \(what) (where '\(path)' is to be made)", contents: false)
     }
 

@@ -2,7 +2,7 @@ import SignetCore
 import SignetCrypto
 
 /// A file's fs-verity digest, computed from its bytes as the kernel measures an fs-verity file
-/// (Documentation/filesystems/fsverity.rst, "File digest computation"; issue 52): SHA-256,
+/// (Documentation/filesystems/fsverity.rst, "File digest computation"): SHA-256,
 /// 4,096-byte blocks, no salt. The data blocks (the last zero-padded) are hashed; each level's
 /// hashes are packed into blocks (the last zero-padded) and hashed into the next level, until
 /// one block's hash is left — the root hash (all zeros for an empty file; a file of one block

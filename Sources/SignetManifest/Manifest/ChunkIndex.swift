@@ -3,7 +3,7 @@ internal import CSignetZlib
 import SignetCore
 import SignetCrypto
 
-/// The content-defined chunks of one large resource (FORMAT.md §2, "Chunk indexes"; issue 40):
+/// The content-defined chunks of one large resource (FORMAT.md §2, "Chunk indexes"):
 /// each chunk's length and SHA-256, in file order, as ``ContentChunker`` cut them. Carried in
 /// the manifest's file entry as one string (`"chunks"`), so the manifest's signature covers it
 /// and a Signet that does not know the field skips it.
@@ -35,7 +35,7 @@ package struct ChunkIndex: Sendable, Equatable {
     /// bytes: the chunk's SHA-256 decides, so they need not resist collisions.
     package enum BlockScheme: String, Sendable {
         /// The first 4 bytes of the block's SHA-256: the manifest's inline `"blocks"` (packages
-        /// made before issue 51's chunk-index entry).
+        /// made before the chunk-index entry, FORMAT.md §2).
         case sha256Prefix = "sha256t4-4096:"
         /// zlib's CRC-32 of the block, big-endian: the chunk-index entry's (FORMAT.md §2).
         case crc32 = "crc32-4096:"

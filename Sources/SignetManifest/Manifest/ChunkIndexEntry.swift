@@ -2,7 +2,7 @@ import Foundation
 import SignetCore
 import SignetCrypto
 
-/// The package's chunk-index entry (FORMAT.md §2, "The chunk-index entry"; issue 51): the chunk
+/// The package's chunk-index entry (FORMAT.md §2, "The chunk-index entry"): the chunk
 /// records, deflate segment lengths and block hints of every chunked resource, out of the
 /// manifest, so that an update reads by range only what it needs — the chunk records of the
 /// files it rebuilds, and the block hints of just the chunks it lacks. The manifest binds it

@@ -1,7 +1,7 @@
 import SignetCore
 import SignetCrypto
 /// Cuts a stream into content-defined chunks (FastCDC: Xia et al., USENIX ATC 2016, with its
-/// normalised chunking) and hashes each, as `pack` reads a large resource (issue 40). A cut
+/// normalised chunking) and hashes each, as `pack` reads a large resource. A cut
 /// depends only on the bytes before it within the chunk, so an insertion moves the cuts around
 /// it and the chunks after it are found again, shifted.
 ///

@@ -4,8 +4,8 @@ import SignetCrypto
 /// Everything a resource's bytes are checked against, computed in the one read that streams
 /// them (FORMAT.md §2): the SHA-256 the manifest records, the digest its signatures are over
 /// where the algorithm hashes otherwise, and the fs-verity digest where the manifest records one
-/// (`pack --verity`; issue 62: checked by every install, with fs-verity or without, never by a
-/// read of its own).
+/// (`pack --verity`; FORMAT.md §2, `verity`: checked by every install, with fs-verity or
+/// without, never by a read of its own).
 package final class ContentHashers {
     /// Why the bytes are not the signed content, or the digest the signatures are over.
     package enum Outcome: Equatable {

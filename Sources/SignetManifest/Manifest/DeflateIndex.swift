@@ -1,7 +1,7 @@
 import Foundation
 
 /// Where a chunked, deflated resource's bytes are in its deflate stream (FORMAT.md §2,
-/// `deflate`; issue 51): the stream has a sync flush after every ``segmentSize`` bytes of the
+/// `deflate`): the stream has a sync flush after every ``segmentSize`` bytes of the
 /// file (byte-aligned, the window kept), and this lists each segment's compressed length, so
 /// that a device can fetch the compressed bytes of just the segments it lacks and inflate each
 /// one with the 32 KiB of the file that precede it as the dictionary. The entry stays one valid

@@ -34,15 +34,15 @@ public struct Manifest: Sendable, Equatable {
         /// The content-defined chunks of a large resource (FORMAT.md §2, "Chunk indexes").
         package var chunks: ChunkIndex? = nil
         /// For a chunked resource stored deflated: its segments in the deflate stream (FORMAT.md
-        /// §2, `deflate`; issue 51).
+        /// §2, `deflate`).
         package var deflate: DeflateIndex? = nil
         /// For a chunked resource of a package with a chunk-index entry: where its indexes are
-        /// in it (FORMAT.md §2, "The chunk-index entry"; issue 51). ``chunks`` is then nil until
+        /// in it (FORMAT.md §2, "The chunk-index entry"). ``chunks`` is then nil until
         /// read from the entry.
         package var indexed: IndexedChunks? = nil
 
         /// The file's fs-verity digest (SHA-256, 4 KiB blocks, no salt: ``VerityDigest``), for
-        /// packages made with `pack --verity` (FORMAT.md §2, `verity`; issue 52).
+        /// packages made with `pack --verity` (FORMAT.md §2, `verity`).
         package var verity: ContentHash? = nil
 
         /// Whether the resource has a chunk index, inline or in the entry.
@@ -284,7 +284,7 @@ public struct Manifest: Sendable, Equatable {
         var reader = ManifestReader()
         // Sized once from a count of the entries' "sha256" keys (an upper bound: the key may
         // also occur inside a path), instead of doubling: growth holds the old and the new
-        // buffer at once, 7.8 MiB instead of 4 at 50,000 files (issue 28).
+        // buffer at once, 7.8 MiB instead of 4 at 50,000 files.
         reader.files.reserveCapacity(Self.estimatedEntries(bytes))
         do {
             try StrictJSON.parse(bytes, integersOnly: true, into: &reader)

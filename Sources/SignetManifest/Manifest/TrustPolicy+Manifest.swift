@@ -14,7 +14,7 @@ extension TrustPolicy {
         let listed = tufListings.filter { $0.keyIDs.contains(signer) && $0.manifestSHA256 == digest && Manifest.sameName($0.name, manifest.name) }
         if !listed.isEmpty {
             // A halted release is vouched for by no path, as `update` installs it on no device
-            // that lacks it (FORMAT §7; issue 62).
+            // that lacks it (FORMAT §7).
             guard allowHaltedReleases || listed.contains(where: { !$0.halted }) else {
                 return "\(manifest.name) sequence \(manifest.sequence) is listed by the TUF metadata in '\(tufSource ?? "")', but its publisher halted its rollout: it is offered to no device, and no path installs or vouches for it (--allow-halted-release accepts it anyway: dangerous, the release was stopped for a reason)"
             }
@@ -27,7 +27,7 @@ extension TrustPolicy {
 
 extension TrustPolicy {
     /// The keys besides `signer` whose signature an unchanged installed file may keep in a tree
-    /// of this manifest (FORMAT.md §3, "Files shared across keys"; issue 51): the keys this
+    /// of this manifest (FORMAT.md §3, "Files shared across keys"): the keys this
     /// policy accepts, not revoked and of the required channel; when `signer` is trusted only
     /// through TUF metadata, only the keys of the role whose metadata lists this manifest (the
     /// same role: a key of another role never vouches for this package's files). The file's

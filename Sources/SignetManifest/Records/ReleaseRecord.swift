@@ -8,7 +8,7 @@ internal import SystemPackage
 import SignetCore
 import SignetCrypto
 
-/// What Signet knows of the releases of one destination beyond the tree itself (issue 39):
+/// What Signet knows of the releases of one destination beyond the tree itself:
 /// `.DIR.signet-release` beside DIR, written atomically under DIR's lock (FORMAT.md §2, "The
 /// previous release"). The previous release itself is the tree `.DIR.signet-previous`; this
 /// record pins it to the manifest that verified when it was installed, says whether the
@@ -28,7 +28,7 @@ package struct ReleaseRecord: Codable, Equatable {
     package var previous_manifest_sha256: String? = nil
     /// The public key (base64 DER SubjectPublicKeyInfo) that verified the installed and the
     /// kept previous release's manifests when they were installed: a rollback re-verifies the
-    /// previous tree with it, as `reverify` would (issue 48). Absent in older records.
+    /// previous tree with it, as `reverify` would. Absent in older records.
     package var current_signer: String? = nil
     package var previous_signer: String? = nil
     package var pending: Pending? = nil
@@ -38,12 +38,12 @@ package struct ReleaseRecord: Codable, Equatable {
     package var unchecked: UInt64? = nil
     package var bad: [String: Bad] = [:]
     package var last_rollback: Rollback? = nil
-    /// What the last `update` found on the channel and did not install, and why (issue 53:
-    /// waiting for its wave, halted, held, locked, outside the window, not now); or that the
+    /// What the last `update` found on the channel and did not install, and why
+    /// (waiting for its wave, halted, held, locked, outside the window, not now); or that the
     /// release DIR holds was halted. Cleared by the next install and when nothing is held back.
     package var channel: ChannelNote? = nil
     /// A post-install command started for `sequence` and not seen to finish: Signet was killed
-    /// while it ran (issue 61). The next run ends its process group if it still lives (the same
+    /// while it ran. The next run ends its process group if it still lives (the same
     /// process: pid and start time), and runs the command again; `status DIR` shows it.
     package var post_install: HookRun? = nil
 
@@ -96,7 +96,7 @@ package struct ReleaseRecord: Codable, Equatable {
         package var reason: String
         package var at: String
         /// Each sequence refused, every one a release that was installed here and then rolled
-        /// back or failed its health check (issue 61: a range also refused releases never
+        /// back or failed its health check (a range would also refuse releases never
         /// installed). Nil in a record written before: then every sequence from `sequence` down
         /// to the one DIR holds.
         package var sequences: [UInt64]? = nil

@@ -15,8 +15,8 @@ import SignetCrypto
 /// It serves two purposes with one sequential file instead of a sidecar file per resource:
 /// a tree check compares each file's `user.signet.sig` with it and verifies the signature (RSA)
 /// only where they differ, and `--repair` restores a lost attribute from it (after verifying
-/// it). The record is signed by the publisher (`.signet/signatures.sig`, made by pack, since
-/// issue 25): a tree check compares attributes with it only once that signature verified over
+/// it). The record is signed by the publisher (`.signet/signatures.sig`, made by pack; FORMAT.md
+/// §3): a tree check compares attributes with it only once that signature verified over
 /// the whole record; a record without it (older packages) or whose signature fails is used
 /// only as a source of signatures to verify. A file's content is always checked against the
 /// signed manifest, and a signature taken from the record is verified before it is restored.

@@ -1,6 +1,6 @@
 import SignetCore
 import SignetCrypto
-/// A parsed JSON document or property list in a compact form (issue 36, point 9): one entry
+/// A parsed JSON document or property list in a compact form: one entry
 /// per value in three flat arrays, in document order, and every string, number and data as a
 /// range of bytes: of the document itself where its text is the value's (a JSON string without
 /// escapes, a number already canonical, a binary list's ASCII string or data), else of a second

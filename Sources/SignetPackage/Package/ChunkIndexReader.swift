@@ -3,7 +3,7 @@ import SignetCrypto
 import SignetManifest
 import SignetArchive
 
-/// Reads a package's chunk-index entry (FORMAT.md §2, "The chunk-index entry"; issue 51) by
+/// Reads a package's chunk-index entry (FORMAT.md §2, "The chunk-index entry") by
 /// range: whole slices, each checked against the SHA-256 the verified manifest binds before a
 /// byte of it is used, and kept once checked. Over HTTPS the caller plans the slices first
 /// (``packageRanges(_:)``), so that the sections of several files arrive in one request.

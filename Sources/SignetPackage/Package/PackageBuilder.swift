@@ -77,7 +77,7 @@ public enum PackageBuilder {
         // Large resources get a chunk index: a stored one's bytes are read by range at their own
         // offsets; a deflated one is deflated in segments (a sync flush every 8 KiB of the
         // file) whose compressed offsets the manifest lists, so that its parts are addressable
-        // too (issue 51).
+        // too.
         let chunked = inputs.indices.map { index in options.chunkThreshold.map { inputs[index].size >= $0 } == true }
         let ledger = PackLedger(inputs: inputs, signer: signer,
                                 structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
@@ -101,7 +101,7 @@ public enum PackageBuilder {
         }
         // Everything below is made inside zip_close, after the resources it covers were read.
         // The chunked resources' indexes go into the chunk-index entry, read (and so made)
-        // before the manifest, which binds its slices (FORMAT.md §2; issue 51).
+        // before the manifest, which binds its slices (FORMAT.md §2).
         var files: [Manifest.File]? = nil
         var chunkIndex: ChunkIndexEntry? = nil
         let makeChunkIndex = { () throws -> [UInt8] in
@@ -375,7 +375,7 @@ extension String {
     }
 }
 
-// MARK: Swift-native forms (issue 41): FilePath and URL paths, DataProtocol bytes
+// MARK: Swift-native forms: FilePath and URL paths, DataProtocol bytes
 
 extension PackageBuilder {
     /// Packs files and directories into a package at `output`.

@@ -4,7 +4,7 @@ extension PackageReader {
     /// Streams `entry`, which must hold `size` bytes, to `sink` (if given) while hashing it with
     /// each of `algorithms`; large entries are hashed on the second core. Whatever throws part
     /// way (the archive, the sink, a cancel) leaves nothing held: the pipelined hasher gives its
-    /// buffers back on every path (issue 36; the `zip-pipelined` fuzz target drives this).
+    /// buffers back on every path (the `zip-pipelined` fuzz target drives this).
     package static func hashedRead(_ entry: ZipReader.Entry, size: UInt64, name: String, reader: ZipReader, algorithms: [DigestAlgorithm],
                            sink: ((UnsafeRawBufferPointer) throws -> Void)?) throws -> [Digest] {
         if size >= PipelinedHasher.threshold {

@@ -101,7 +101,7 @@ public enum PackageReader {
         package let key: PublicKey
         package let algorithm: SignatureAlgorithm
         /// The other keys whose signature an unchanged installed file may keep in a tree of
-        /// this manifest (`TrustPolicy.peerKeys`; issue 51).
+        /// this manifest (`TrustPolicy.peerKeys`).
         package let peers: [PublicKey]
         let contents: PackageContents
 
@@ -211,7 +211,7 @@ public enum PackageReader {
             return .rejected(.modified, message: "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", entry: file.path)
         }
         let algorithms = checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]
-        // A signed fs-verity digest is checked in the same read (FORMAT §2, `verity`; issue 62):
+        // A signed fs-verity digest is checked in the same read (FORMAT §2, `verity`):
         // a package whose digests do not match its content is refused here, not by every device
         // that installs it with --verity.
         let verity = file.verity == nil ? nil : try VerityDigest()
@@ -251,7 +251,7 @@ public enum PackageReader {
 }
 
 extension PackageReader {
-    // Swift-native forms (issue 41): FilePath paths.
+    // Swift-native forms: FilePath paths.
     /// Reads a package's manifest and entries without verifying them.
     public static func contents(of path: FilePath, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
         try contents(of: path.string, limits: limits)

@@ -6,14 +6,14 @@ import SignetManifest
 /// Digests computed on the second core while the caller reads, checks and writes the same
 /// bytes on the first: for a large resource, unpack's one thread otherwise spends 40% of its
 /// time in SHA-256 beside libzip's CRC-32 and the copies to and from the kernel (`perf` of a
-/// 256 MiB stored package; issue 28). The bytes are copied into one of four 1 MiB buffers and
+/// 256 MiB stored package). The bytes are copied into one of four 1 MiB buffers and
 /// hashed in order; the caller waits only when all four are queued. Memory: 4 MiB, whatever
 /// the size of the resource.
 ///
 /// Every path lets go of what it holds: a hasher dropped mid-way (a read that failed, a
 /// cancel, a full disk) hands the buffer it was filling back to the pool in `deinit`, and the
 /// pool is a count under a condition, not a `DispatchSemaphore` (which traps when it is freed
-/// with fewer signals than waits: issue 36).
+/// with fewer signals than waits).
 package final class PipelinedHasher {
     /// Resources from this size on are hashed this way; smaller ones are not worth a hand-off.
     /// A task-local so that the fuzzer and the tests can send small entries down this path

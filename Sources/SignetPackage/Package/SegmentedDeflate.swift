@@ -11,7 +11,7 @@ import SignetManifest
 import SignetArchive
 
 /// Deflates the large compressible resources of a package with a sync flush after every
-/// 8,192 bytes of the file (FORMAT.md §2, `deflate`; issue 51), so that a device can fetch and
+/// 8,192 bytes of the file (FORMAT.md §2, `deflate`), so that a device can fetch and
 /// inflate only the segments it lacks, while the entry stays one deflate stream any unzip
 /// reads. Each file is read once, through the ledger's hashing and chunking source, and
 /// deflated into a temporary file beside the output, which the package then copies as is.

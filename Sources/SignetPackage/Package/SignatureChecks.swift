@@ -27,7 +27,7 @@ package final class SignatureChecks: @unchecked Sendable {
     }
 
     /// Checks handed to the second core at once: one wake-up (a `futex` pair) per batch, not
-    /// per file (issue 28).
+    /// per file.
     static let batch = 32
 
     private let key: PublicKey
@@ -35,7 +35,7 @@ package final class SignatureChecks: @unchecked Sendable {
     private let queue = SerialWorker()
     /// Balanced on every path: each `wait` is followed by a block that holds `self` and
     /// signals when it ends, so the semaphore is back at its start value before it can be freed
-    /// (libdispatch traps on freeing one that is not: issue 36).
+    /// (libdispatch traps on freeing one that is not).
     private let slots = DispatchSemaphore(value: SignatureChecks.window / SignatureChecks.batch)
     private let lock = NSLock()
     private var failure: Failure?
