@@ -25,14 +25,24 @@ for tool in dpkg-deb dpkg-shlibdeps gzip strip; do
   command -v "$tool" >/dev/null || { echo "build-deb.sh: $tool is missing (apt-get install dpkg-dev binutils)" >&2; exit 1; }
 done
 
-echo "== build signet $version (release, static Swift runtime)" >&2
-swift build -c release --product signet --static-swift-stdlib --scratch-path "$scratch" >&2
-binary="$scratch/release/signet"
-
 root=$(mktemp -d)
 work=$(mktemp -d)
 trap 'rm -rf "$root" "$work"' EXIT
 chmod 0755 "$root"
+
+echo "== man pages (generate-manual)" >&2
+# The plugin builds every product in release and runs signet to read its help (the text is the
+# same in every configuration). First: its build (without the static runtime) would otherwise
+# leave the static build below stale, and the quick start that follows in the same folder
+# would build signet once more.
+touch "$work/manual-start"
+swift package --scratch-path "$scratch" plugin generate-manual --multi-page --configuration release >&2
+manuals=$(find "$scratch/plugins" -path '*GenerateManual*' -name 'signet*.1' -newer "$work/manual-start" | head -n 1 | xargs -r dirname)
+[ -n "$manuals" ] || { echo "build-deb.sh: generate-manual made no pages" >&2; exit 1; }
+
+echo "== build signet $version (release, static Swift runtime)" >&2
+swift build -c release --product signet --static-swift-stdlib --scratch-path "$scratch" >&2
+binary="$scratch/release/signet"
 
 install -d -m 0755 "$root/usr/bin" "$root/usr/share/man/man1" "$root/usr/share/doc/signet" \
   "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" \
@@ -40,12 +50,6 @@ install -d -m 0755 "$root/usr/bin" "$root/usr/share/man/man1" "$root/usr/share/d
 install -m 0755 "$binary" "$root/usr/bin/signet"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/signet"
 
-echo "== man pages (generate-manual)" >&2
-# The plugin builds every product and runs signet to read its help: in release, from the build
-# just made, so that the package needs no other build (the text is the same in every configuration).
-swift package --scratch-path "$scratch" plugin generate-manual --multi-page --configuration release >&2
-manuals=$(find "$scratch/plugins" -path '*GenerateManual*' -name 'signet*.1' -newer "$binary" | head -n 1 | xargs -r dirname)
-[ -n "$manuals" ] || { echo "build-deb.sh: generate-manual made no pages" >&2; exit 1; }
 for page in "$manuals"/signet*.1; do
   # mdoc wants .Pp between paragraphs, not blank lines (groff warns about each).
   sed 's/^$/.Pp/' "$page" | gzip -9n > "$root/usr/share/man/man1/$(basename "$page").gz"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes one parser of untrusted bytes with libFuzzer (and AddressSanitizer) for SECONDS.
 #
-#   scripts/fuzz.sh TARGET SECONDS        targets: zip zip-pipelined manifest private-key public-key attributes seal structured tuf-metadata multipart deflate-segments
+#   scripts/fuzz.sh TARGET SECONDS        TARGET: a folder of Tests/SignetCLITests/FuzzCorpus (SignetFuzz
+#                                         without arguments lists the same names)
 #
 # Builds Fuzz/SignetFuzz with -sanitize=fuzzer,address into .build-fuzz (lld: the default gold
 # linker crashes on it; --export-dynamic: main finds LLVMFuzzerRunDriver with dlsym, because

@@ -29,9 +29,11 @@ if [ -n "${SIGNET:-}" ]; then
 else
   step "Build signet (release)"
   # With the Swift runtime linked in, as scripts/build-deb.sh packages it: one release
-  # configuration, built once (CI builds the package from this build).
-  swift build -c release --product signet --static-swift-stdlib 2>&1 | tail -n 1
-  signet="$(swift build -c release --static-swift-stdlib --show-bin-path)/signet"
+  # configuration, built once. SIGNET_SCRATCH names the build folder (CI gives the one its
+  # package was built in, so this finds it built).
+  scratch=${SIGNET_SCRATCH:-.build}
+  swift build -c release --product signet --static-swift-stdlib --scratch-path "$scratch" 2>&1 | tail -n 1
+  signet="$(swift build -c release --static-swift-stdlib --scratch-path "$scratch" --show-bin-path)/signet"
 fi
 "$signet" --version
 

@@ -56,6 +56,20 @@ struct ResumeInsideFileCLITests {
             .first { FileManager.default.fileExists(atPath: $0) }
     }
 
+    /// Installs at `dest` an older release of the setup's image: 8 KiB replaced at each of
+    /// `changedSpots` places spread over it (sequence 0). Returns that image.
+    static func installOlder(_ setup: Setup, at dest: String, changedSpots: Int) throws -> Data {
+        var old = setup.image
+        for spot in 0..<changedSpots {
+            let at = spot * (Self.size / changedSpots) + 1_000
+            old.replaceSubrange(at..<(at + 8_192), with: Hardening2CLITests.randomData(8_192))
+        }
+        let v1 = setup.work.directory.file("v1.zip")
+        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
+        try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        return old
+    }
+
     /// Runs the update of `dest` and sends it `signal` while the server holds back the second
     /// half of the changed segments' answer (for SIGKILL, once Signet has read what was sent).
     static func stop(_ setup: Setup, installing dest: String, with signal: Int32) throws {
@@ -200,14 +214,7 @@ struct ResumeInsideFileCLITests {
         // The installed release: the new image with 8% of it different, spread over the file
         // (an update of about 1.3 MB, as 1% of a 128 MiB image: the package's directory and
         // manifest, which every run reads, are then a small part of it).
-        var old = setup.image
-        for spot in 0..<160 {
-            let at = spot * (Self.size / 160) + 1_000
-            old.replaceSubrange(at..<(at + 8_192), with: Hardening2CLITests.randomData(8_192))
-        }
-        let v1 = setup.work.directory.file("v1.zip")
-        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
-        try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        let old = try Self.installOlder(setup, at: dest, changedSpots: 160)
         let baseline = setup.work.directory.file("baseline")
         try FileManager.default.copyItem(atPath: dest, toPath: baseline)
         // What the whole update moves, on a copy of DIR.
@@ -239,14 +246,7 @@ struct ResumeInsideFileCLITests {
     func damagedJournal() throws {
         let setup = try Self.setup("deflated")
         let dest = setup.work.directory.file("app")
-        var old = setup.image
-        for spot in 0..<40 {
-            let at = spot * (Self.size / 40) + 1_000
-            old.replaceSubrange(at..<(at + 8_192), with: Hardening2CLITests.randomData(8_192))
-        }
-        let v1 = setup.work.directory.file("v1.zip")
-        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
-        try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
+        _ = try Self.installOlder(setup, at: dest, changedSpots: 40)
         try Self.stop(setup, installing: dest, with: SIGKILL)
         // Every journalled part gets one byte changed.
         let parent = (dest as NSString).deletingLastPathComponent

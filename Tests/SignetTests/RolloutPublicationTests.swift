@@ -26,14 +26,21 @@ struct RolloutPublicationTests {
         return (meta?["targets.json"] as? [String: Any])?["signet_published"] as? String
     }
 
-    @Test("1%@0h,100%@1h paused at once; the resume staged at +10 h is signed and published at +12 h: devices see 1% then, 100% an hour later; repo status shows the start devices count from; the next version fixes it")
-    func resumeCountsFromPublication() throws {
-        let site = try Site("rollout-publication")
+    /// Release 10 published for all, then 11 with the plan `1%@0h,100%@1h` from a minute ago,
+    /// published then; returns that start.
+    static func rollingOut(_ site: Site) throws -> Timestamp {
         let t0 = Timestamp(secondsSinceEpoch: Timestamp.now.secondsSinceEpoch - 60)
         try site.add(10)
         let (_, package) = try InstallTests.package(site.work, sequence: 11, name: "assets-11.zip", extra: "release 11\n")
         _ = try site.repository.add(package: package, channels: ["stable"], rollout: try TUFRollout(plan: "1%@0h,100%@1h", start: t0), now: t0)
         try site.publish(now: t0)
+        return t0
+    }
+
+    @Test("1%@0h,100%@1h paused at once; the resume staged at +10 h is signed and published at +12 h: devices see 1% then, 100% an hour later; repo status shows the start devices count from; the next version fixes it")
+    func resumeCountsFromPublication() throws {
+        let site = try Site("rollout-publication")
+        let t0 = try Self.rollingOut(site)
         _ = try site.repository.changeRollout(of: "assets-11.zip", .pause, now: Self.after(t0, hours: 0.01))
         try site.publish(now: Self.after(t0, hours: 0.01))
         // Staged at +10 h; the second key holder signs, and the refresh publishes, at +12 h.
@@ -70,11 +77,7 @@ struct RolloutPublicationTests {
     @Test("a new plan without a start counts from its publication; one whose given start is past warns the signer with the share it would open at once; a later refresh keeps the publication time")
     func replanWithoutStart() throws {
         let site = try Site("replan-publication")
-        let t0 = Timestamp(secondsSinceEpoch: Timestamp.now.secondsSinceEpoch - 60)
-        try site.add(10)
-        let (_, package) = try InstallTests.package(site.work, sequence: 11, name: "assets-11.zip", extra: "release 11\n")
-        _ = try site.repository.add(package: package, channels: ["stable"], rollout: try TUFRollout(plan: "1%@0h,100%@1h", start: t0), now: t0)
-        try site.publish(now: t0)
+        let t0 = try Self.rollingOut(site)
         // A given start two hours past: the signer is told what it opens at once.
         _ = try site.repository.changeRollout(of: "assets-11.zip", .replace(try TUFRollout(plan: "5%@0h,50%@1h,100%@4h", start: t0)), now: Self.after(t0, hours: 2))
         let warned = try #require(try site.repository.review("targets", now: Self.after(t0, hours: 2)))
