@@ -156,15 +156,34 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        // TUF: The Update Framework: the client over a metadata folder (roles, thresholds, the
-        // root chain), the publisher's repository (staging, review, signing, rotation, renewal)
-        // and `signet update`, which installs what the trusted targets list.
+        // TUF: The Update Framework's client and model: metadata, roles, thresholds, the root
+        // chain, delegations, the package listing and rollout plans, over one transport seam
+        // (HTTPS through the network layer, a copy on local media, the tests' in-memory
+        // repository). No package format, no installing.
         .target(
             name: "SignetTUF",
             dependencies: [
-                "SignetCore", "SignetCrypto", "SignetManifest", "SignetNetwork",
-                "SignetPackage", "SignetInstall",
-                "COpenSSL", "CCurl",
+                "SignetCore", "SignetCrypto", "SignetNetwork",
+                "COpenSSL",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // Publish: the publisher's TUF repository (`repo …`): staging, review, signing,
+        // rotation, renewal, rollout plans, releases re-signed.
+        .target(
+            name: "SignetPublish",
+            dependencies: [
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetPackage", "SignetTUF",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // Update: the device's update policy (`signet update`): which listed release to
+        // install, decided once from the trusted listing, the installed release and its
+        // records, the plan, the options and the clock; then the install layer installs it.
+        .target(
+            name: "SignetUpdate",
+            dependencies: [
+                "SignetCore", "SignetCrypto", "SignetManifest", "SignetPackage", "SignetInstall", "SignetTUF",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
@@ -174,7 +193,7 @@ let package = Package(
             name: "Signet",
             dependencies: [
                 "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive", "SignetNetwork", "SignetPackage",
-                "SignetInstall", "SignetTUF",
+                "SignetInstall", "SignetTUF", "SignetPublish", "SignetUpdate",
                 "CSignetSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]

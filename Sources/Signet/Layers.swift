@@ -9,3 +9,5 @@
 @_exported import SignetPackage
 @_exported import SignetInstall
 @_exported import SignetTUF
+@_exported import SignetPublish
+@_exported import SignetUpdate

@@ -71,6 +71,15 @@ extension Installer {
         // told which process holds it, as for a local package.
         let lock = try DestinationLock(destination, wait: options.wait)
         defer { lock.release() }
+        return try install(downloading: url, to: destination, policy: policy, options: options, download: download,
+                           cancelled: cancelled, holding: lock)
+    }
+
+    /// The same with DIR's lock already held (`lockDestination(_:wait:)`) and `destination` as
+    /// that returned it: an update decides and installs under one lock.
+    package static func install(downloading url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
+                                download: DownloadOptions, cancelled: CancellationFlag?, holding lock: DestinationLock) throws -> InstallReport {
+        try Downloader.checkScheme(url, policy: download.tls)
         var options = options
         options.source = Download.recordedSource(url)
         let partial = Downloader.partialPath(besides: destination)

@@ -361,7 +361,13 @@ extension Installer {
         let destination = try normalizedDestination(destination)
         let lock = try DestinationLock(destination, wait: wait)
         defer { lock.release() }
-        var releases = try ReleaseRecord.read(for: destination)
+        try noteChannel(destination, sequence: sequence, version: version, note: note, records: ReleaseRecord.read(for: destination), holding: lock)
+    }
+
+    /// The same under DIR's lock, already held, with the records read under it.
+    package static func noteChannel(_ destination: String, sequence: UInt64, version: String, note: String?, records: ReleaseRecord,
+                                    holding lock: DestinationLock) throws {
+        var releases = records
         guard releases.current_manifest_sha256 != nil else { return }
         var wanted: ReleaseRecord.ChannelNote? = nil
         if let note {

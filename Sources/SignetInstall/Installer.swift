@@ -59,9 +59,17 @@ public enum Installer {
         return String(cString: resolved)
     }
 
+    /// DIR's lock, taken before an update decides what to install and held until it has (one
+    /// decision, one lock), and the destination as the lock and the swap name it.
+    package static func lockDestination(_ destination: String, wait: Double) throws -> (destination: String, lock: DestinationLock) {
+        let destination = try normalizedDestination(destination)
+        try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
+        return (destination, try DestinationLock(destination, wait: wait))
+    }
+
     /// ``install(_:to:policy:options:)`` with the destination's lock already held (a download
-    /// into DIR takes it before the download starts).
-    static func install(_ package: String, to destination: String, policy: TrustPolicy,
+    /// into DIR takes it before the download starts; an update before it decides).
+    package static func install(_ package: String, to destination: String, policy: TrustPolicy,
                         options: InstallOptions, holding lock: DestinationLock) throws -> InstallReport {
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)

@@ -11,7 +11,7 @@ import SignetCrypto
 /// back, and role names and target paths as file names and URL paths.
 extension TUFClient {
     /// Checks a file against a target's length and every hash it states.
-    static func check(_ path: String, _ target: TUFTarget, name: String) throws {
+    package static func check(_ path: String, _ target: TUFTarget, name: String) throws {
         let file = try InputFile.open(path, what: "target", followSymlinks: false)
         let size = try file.descriptor.status().st_size
         guard Int64(size) == target.length else {

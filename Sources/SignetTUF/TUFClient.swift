@@ -124,7 +124,15 @@ public final class TUFClient {
         try self.init(options: options, cancelled: nil)
     }
 
-    init(options: TUFClientOptions, cancelled: CancellationFlag?) throws {
+    package convenience init(options: TUFClientOptions, cancelled: CancellationFlag?) throws {
+        let transport: any TUFTransport = TUFLocalFolder.path(of: options.metadataURL) != nil
+            ? TUFLocalFolder() : TUFHTTPSTransport(options: options.download, cancelled: cancelled)
+        try self.init(options: options, transport: transport)
+    }
+
+    /// A client whose files come from `transport` (the tests' in-memory repository, local
+    /// media, HTTPS): every check the same.
+    package init(options: TUFClientOptions, transport: any TUFTransport) throws {
         self.options = options
         // The metadata folder's URL, not a file in it (`…/metadata/timestamp.json`).
         let trimmed = String(options.metadataURL.dropLast())
@@ -140,7 +148,7 @@ public final class TUFClient {
         // Read again under the lock: another client may have walked the chain meanwhile.
         let current = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) ?? root
         trusted = try TUFTrustedSet(root: current, now: options.now ?? .now)
-        fetcher = TUFLocalFolder.path(of: options.metadataURL) != nil ? TUFLocalFolder() : TUFFetcher(options: options.download, cancelled: cancelled)
+        fetcher = transport
     }
 
     // MARK: Refresh (§5.3–5.6)
@@ -316,7 +324,7 @@ public final class TUFClient {
     /// Every Signet package the trusted roles list (refreshing first), in the order the walk
     /// reaches them, each found through ``listing(_:)`` and kept where the name rule allows it
     /// (``TUFPackageListing``): a delegated role cannot claim another role's package name.
-    func packageListings() throws -> [TUFPackageListing] {
+    package func packageListings() throws -> [TUFPackageListing] {
         var listings: [TUFPackageListing] = []
         for path in try listedPaths() {
             guard let found = try listing(path), let release = TUFPackageTarget(found.target) else { continue }
@@ -331,7 +339,7 @@ public final class TUFClient {
 
     /// Where `target` is on the server: `baseURL` and its path, with the hash prefix of a
     /// consistent-snapshot repository.
-    func url(of target: TUFTarget, base baseURL: String) -> String {
+    package func url(of target: TUFTarget, base baseURL: String) -> String {
         var remote = target.path
         if trusted.root.consistentSnapshot {
             if let slash = remote.lastIndex(of: "/") {

@@ -6,11 +6,11 @@ import SignetCrypto
 /// gathered so far. Written as canonical JSON (`{"signatures":[…],"signed":{…}}`), which every
 /// TUF client reads; each signature covers the canonical JSON of `signed`.
 package struct TUFDocument {
-    var signed: TUFJSON
+    package var signed: TUFJSON
     /// Key id → hex signature, in the order they were added.
-    var signatures: [(keyID: String, hex: String)]
+    package var signatures: [(keyID: String, hex: String)]
 
-    init(signed: TUFJSON) {
+    package init(signed: TUFJSON) {
         self.signed = signed
         signatures = []
     }
@@ -39,21 +39,21 @@ package struct TUFDocument {
     }
 
     /// Adds (or replaces) the signature of `key`, whose TUF key id is `keyID`.
-    mutating func sign(with key: PrivateKey, keyID: String) throws {
+    package mutating func sign(with key: PrivateKey, keyID: String) throws {
         let signature = try Signer(key: key, algorithm: .rsaPSSSHA256).sign(signed.canonical)
         signatures.removeAll { $0.keyID == keyID }
         signatures.append((keyID, signature.bytes.hexString))
     }
 
     /// The document as the client parses it (for threshold checks with the client's own rules).
-    func metadata(as type: String, name: String) throws -> TUFMetadata {
+    package func metadata(as type: String, name: String) throws -> TUFMetadata {
         try TUFMetadata(bytes: bytes, expectedType: type, name: name)
     }
 
-    var version: Int64 { signed["version"]?.integerValue ?? 0 }
+    package var version: Int64 { signed["version"]?.integerValue ?? 0 }
 
     /// Replaces top-level members of `signed` (adding those it lacks), keeping the others.
-    mutating func set(_ members: [(String, TUFJSON)]) {
+    package mutating func set(_ members: [(String, TUFJSON)]) {
         guard case .object(var existing) = signed else { return }
         for (key, value) in members {
             if let index = existing.firstIndex(where: { $0.0 == key }) { existing[index].1 = value } else { existing.append((key, value)) }
@@ -65,11 +65,11 @@ package struct TUFDocument {
 /// A publisher's public key as TUF metadata states it: `rsa`, `rsassa-pss-sha256`, the PEM
 /// SubjectPublicKeyInfo; its key id is the SHA-256 of that object's canonical JSON (as
 /// securesystemslib computes it).
-struct TUFPublicKeyEntry {
-    let keyID: String
-    let json: TUFJSON
+package struct TUFPublicKeyEntry {
+    package let keyID: String
+    package let json: TUFJSON
 
-    init(_ key: PublicKey) throws {
+    package init(_ key: PublicKey) throws {
         let base64 = Data(key.subjectPublicKeyInfo).base64EncodedString(options: [.lineLength64Characters, .endLineWithLineFeed])
         let pem = "-----BEGIN PUBLIC KEY-----\n\(base64)\n-----END PUBLIC KEY-----\n"
         json = .object([("keytype", .string("rsa")), ("scheme", .string("rsassa-pss-sha256")), ("keyval", .object([("public", .string(pem))]))])
@@ -79,7 +79,7 @@ struct TUFPublicKeyEntry {
 
 extension TUFKey {
     /// The key as a Signet ``/SignetCrypto/PublicKey`` (RSA keys only: what Signet's packages are signed with).
-    func publicKey(source: String) -> PublicKey? {
+    package func publicKey(source: String) -> PublicKey? {
         guard keyType == "rsa", let evp = evpKey else { return nil }
         return try? PublicKey(key: evp, format: .pemSPKI, certificateDER: nil, source: source)
     }

@@ -144,33 +144,33 @@ package indirect enum TUFJSON: Equatable, Sendable {
 
     // MARK: Reading fields
 
-    subscript(key: String) -> TUFJSON? {
+    package subscript(key: String) -> TUFJSON? {
         guard case .object(let members) = self else { return nil }
         return members.first { $0.0 == key }?.1
     }
 
-    var objectMembers: [(String, TUFJSON)]? {
+    package var objectMembers: [(String, TUFJSON)]? {
         if case .object(let members) = self { return members }
         return nil
     }
 
-    var arrayItems: [TUFJSON]? {
+    package var arrayItems: [TUFJSON]? {
         if case .array(let items) = self { return items }
         return nil
     }
 
-    var stringValue: String? {
+    package var stringValue: String? {
         if case .string(let text) = self { return text }
         return nil
     }
 
-    var boolValue: Bool? {
+    package var boolValue: Bool? {
         if case .bool(let flag) = self { return flag }
         return nil
     }
 
     /// The integer, when it fits in 64 bits.
-    var integerValue: Int64? {
+    package var integerValue: Int64? {
         if case .number(let digits) = self { return Int64(digits) }
         return nil
     }

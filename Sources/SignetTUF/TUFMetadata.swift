@@ -9,16 +9,16 @@ package struct TUFMetadata: Sendable {
     static let specificationMajor = "1"
 
     /// The four top-level roles.
-    static let topLevelRoles: Set<String> = ["root", "timestamp", "snapshot", "targets"]
+    package static let topLevelRoles: Set<String> = ["root", "timestamp", "snapshot", "targets"]
 
     let signed: TUFJSON
     /// The canonical JSON of `signed`: the bytes each signature is over.
-    let signedBytes: [UInt8]
+    package let signedBytes: [UInt8]
     /// Key id → signature bytes (nil when the hex does not decode: it verifies nothing).
-    let signatures: [String: [UInt8]?]
+    package let signatures: [String: [UInt8]?]
     let type: String
-    let version: Int64
-    let expires: Timestamp
+    package let version: Int64
+    package let expires: Timestamp
 
     static func malformed(_ reason: String) -> SignetError {
         SignetError(.malformedMetadata, reason)
@@ -82,8 +82,8 @@ package struct TUFMetadata: Sendable {
 
 /// A role's keys and threshold, as a delegating role states them.
 package struct TUFRole: Sendable {
-    let keyIDs: [String]
-    let threshold: Int
+    package let keyIDs: [String]
+    package let threshold: Int
 
     init(json: TUFJSON, name: String) throws {
         guard let ids = json["keyids"]?.arrayItems else { throw TUFMetadata.malformed("role '\(name)' has no 'keyids' list") }
@@ -111,17 +111,17 @@ func tufKeys(_ json: TUFJSON?, what: String) throws -> [String: TUFKey] {
 }
 
 /// The version, length and hashes of a metadata file (`meta` of timestamp and snapshot).
-struct TUFMetaFile: Sendable, Equatable {
-    let version: Int64
-    let length: Int64?
-    let hashes: [String: String]?
+package struct TUFMetaFile: Sendable, Equatable {
+    package let version: Int64
+    package let length: Int64?
+    package let hashes: [String: String]?
     /// Signet's own field (TUF allows added ones): when the snapshot first named this version
     /// of a targets role, from which the rollout plans it carries that count from their
     /// publication count (FORMAT.md §7, "Rollouts"). Nil where the snapshot states none.
-    let published: Timestamp?
+    package let published: Timestamp?
 
     /// The field ``published`` is read from.
-    static let publishedField = "signet_published"
+    package static let publishedField = "signet_published"
 
     init(json: TUFJSON, name: String) throws {
         guard let version = json["version"]?.integerValue, version > 0 else {

@@ -18,14 +18,14 @@ import SignetCrypto
 /// - a name belongs to the first role, in the order the walk reaches them (the top-level
 ///   targets role first, then its delegations breadth first, in their order), that lists a
 ///   package of that name: any later role's listing of it is ignored.
-struct TUFPackageListing: Sendable {
-    let release: TUFPackageTarget
-    let target: TUFTarget
+package struct TUFPackageListing: Sendable {
+    package let release: TUFPackageTarget
+    package let target: TUFTarget
     /// The keys of the role that lists it (a package it lists is signed with one of them).
-    let keys: [TUFKey]
-    let role: String
+    package let keys: [TUFKey]
+    package let role: String
     /// The role's threshold: what signed the listing.
-    let threshold: Int
+    package let threshold: Int
 
     /// Whether a delegated role may list a package named `name` under `path`.
     static func nameFits(_ name: String, path: String, role: String) -> Bool {

@@ -39,7 +39,7 @@ public struct TUFPackageTarget: Sendable, Equatable {
         self.sha256 = sha256.lowercased()
     }
 
-    var custom: TUFJSON {
+    package var custom: TUFJSON {
         var members: [(String, TUFJSON)] = [
             ("name", .string(name)), ("version", .string(version)), ("sequence", .number(String(sequence))),
             ("manifest_sha256", .string(manifestSHA256)), ("channels", .array(channels.map(TUFJSON.string))),
@@ -48,8 +48,8 @@ public struct TUFPackageTarget: Sendable, Equatable {
         return .object([("signet", .object(members))])
     }
 
-    init(target: String, name: String, version: String, sequence: UInt64, manifestSHA256: String, channels: [String], length: Int64, sha256: String,
-         rollout: TUFRollout? = nil) {
+    package init(target: String, name: String, version: String, sequence: UInt64, manifestSHA256: String, channels: [String], length: Int64, sha256: String,
+                 rollout: TUFRollout? = nil) {
         self.rollout = rollout
         self.target = target
         self.name = name
@@ -72,7 +72,7 @@ extension TUFPackageTarget {
     }
 
     /// The same release listed for `channels`.
-    func withChannels(_ channels: [String]) -> TUFPackageTarget {
+    package func withChannels(_ channels: [String]) -> TUFPackageTarget {
         TUFPackageTarget(target: target, name: name, version: version, sequence: sequence, manifestSHA256: manifestSHA256,
                          channels: channels, length: length, sha256: sha256, rollout: rollout)
     }

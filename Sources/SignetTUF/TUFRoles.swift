@@ -33,9 +33,9 @@ extension TUFDelegator {
 
 /// `root`: the keys and thresholds of the top-level roles.
 package struct TUFRoot: TUFDelegator {
-    let metadata: TUFMetadata
-    let keys: [String: TUFKey]
-    let roles: [String: TUFRole]
+    package let metadata: TUFMetadata
+    package let keys: [String: TUFKey]
+    package let roles: [String: TUFRole]
     let consistentSnapshot: Bool
 
     package init(_ metadata: TUFMetadata) throws {
@@ -74,8 +74,8 @@ package struct TUFTimestamp: Sendable {
 
 /// `snapshot`: the version of every targets metadata file.
 package struct TUFSnapshot: Sendable {
-    let metadata: TUFMetadata
-    let meta: [String: TUFMetaFile]
+    package let metadata: TUFMetadata
+    package let meta: [String: TUFMetaFile]
 
     package init(_ metadata: TUFMetadata) throws {
         self.metadata = metadata
@@ -99,7 +99,7 @@ public struct TUFTarget: Sendable {
     /// The first hash as listed: the one a consistent-snapshot repository prefixes the file name with.
     let firstHash: String
 
-    init(path: String, json: TUFJSON) throws {
+    package init(path: String, json: TUFJSON) throws {
         guard let length = json["length"]?.integerValue, length >= 0 else { throw TUFMetadata.malformed("target '\(path)' has no non-negative 'length'") }
         guard let hashes = json["hashes"] else { throw TUFMetadata.malformed("target '\(path)' has no 'hashes'") }
         self.path = path

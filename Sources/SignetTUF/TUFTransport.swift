@@ -4,17 +4,27 @@ import Glibc
 import Musl
 #endif
 import Foundation
-internal import SystemPackage
+package import SystemPackage
 import SignetCore
 
-/// Where a TUF client's files come from: one seam, two conformers — ``TUFFetcher`` (HTTPS
-/// through libcurl, under Signet's TLS policy) and ``TUFLocalFolder`` (a copy of a repository
-/// on local media). The client's checks are the same whatever the transport: every file is
-/// bounded by the length the workflow allows, and verified before it is trusted or stored.
-protocol TUFTransport: AnyObject {
-    /// The file at `url` in memory, at most `limit` bytes, or `.absent` (the end of the root
-    /// chain: HTTP 403/404, or no such file).
-    func get(_ url: String, limit: Int, what: String) throws -> TUFFetcher.Answer
+import SignetNetwork
+
+/// What a transport found at a URL: the bytes, or nothing there (HTTP 403/404, no such file:
+/// the end of the root chain).
+package enum TUFAnswer {
+    case found([UInt8])
+    case absent(status: Int)
+}
+
+/// Where a TUF client's files come from: one seam, with ``TUFHTTPSTransport`` (HTTPS through
+/// the network layer, under Signet's TLS policy) and ``TUFLocalFolder`` (a copy of a repository
+/// on local media) as its conformers, and the tests' in-memory repository. The client's checks
+/// are the same whatever the transport: every file is bounded by the length the workflow
+/// allows, and verified before it is trusted or stored. A transport throws Signet's own error
+/// kinds (`.network`, `.downloadTooLarge`, `.tlsPolicy`, …).
+package protocol TUFTransport: AnyObject {
+    /// The file at `url` in memory, at most `limit` bytes, or `.absent`.
+    func get(_ url: String, limit: Int, what: String) throws -> TUFAnswer
     /// The file at `url` written into the open file `fd`, at most `limit` bytes; the bytes
     /// written.
     func download(_ url: String, into fd: FileDescriptor, path: String, limit: Int64, what: String) throws -> Int64
@@ -23,20 +33,42 @@ protocol TUFTransport: AnyObject {
     var bytesReceived: UInt64 { get }
 }
 
-extension TUFFetcher: TUFTransport {}
+/// HTTPS: one bounded fetcher (one connection) for the client's life.
+final class TUFHTTPSTransport: TUFTransport {
+    private let fetcher: BoundedFetcher
+
+    init(options: DownloadOptions, cancelled: CancellationFlag?) {
+        fetcher = BoundedFetcher(options: options, cancelled: cancelled)
+    }
+
+    func get(_ url: String, limit: Int, what: String) throws -> TUFAnswer {
+        switch try fetcher.get(url, limit: limit, what: what) {
+        case .found(let bytes): return .found(bytes)
+        case .absent(let status): return .absent(status: status)
+        }
+    }
+
+    func download(_ url: String, into fd: FileDescriptor, path: String, limit: Int64, what: String) throws -> Int64 {
+        try fetcher.download(url, into: fd, path: path, limit: limit, what: what)
+    }
+
+    var requests: Int { fetcher.requests }
+    var bytesReceived: UInt64 { fetcher.bytesReceived }
+}
 
 /// A repository copied to a folder — a USB stick, a mounted image (`update --repository
 /// /media/stick/app/metadata/` or `file:///…`): its `metadata/` and `targets/` read as the
 /// server's would be, each file bounded as a response is, never through a symbolic link at its
 /// last component nor from anything but a regular file. The media conveys no trust: what it
 /// holds is verified exactly as a download is (FORMAT.md §7, "Updates from local media").
-final class TUFLocalFolder: TUFTransport {
-    private(set) var requests = 0
-    private(set) var bytesReceived: UInt64 = 0
+package final class TUFLocalFolder: TUFTransport {
+    package init() {}
+    package private(set) var requests = 0
+    package private(set) var bytesReceived: UInt64 = 0
 
     /// The local path a repository location names: `/abs/path/` or `file:///abs/path/`; nil
     /// for anything else (an `https://` URL).
-    static func path(of location: String) -> String? {
+    package static func path(of location: String) -> String? {
         if location.hasPrefix("/") { return location }
         guard location.lowercased().hasPrefix("file://") else { return nil }
         let rest = String(location.dropFirst("file://".count))
@@ -45,7 +77,7 @@ final class TUFLocalFolder: TUFTransport {
         return path.flatMap { $0.removingPercentEncoding }
     }
 
-    func get(_ url: String, limit: Int, what: String) throws -> TUFFetcher.Answer {
+    package func get(_ url: String, limit: Int, what: String) throws -> TUFAnswer {
         guard let path = Self.path(of: url) else { throw SignetError(.usage, "'\(url)' is not a local path") }
         requests += 1
         guard let file = try open(path, what: what) else { return .absent(status: 404) }
@@ -59,7 +91,7 @@ final class TUFLocalFolder: TUFTransport {
         return .found(bytes)
     }
 
-    func download(_ url: String, into fd: FileDescriptor, path destination: String, limit: Int64, what: String) throws -> Int64 {
+    package func download(_ url: String, into fd: FileDescriptor, path destination: String, limit: Int64, what: String) throws -> Int64 {
         guard let path = Self.path(of: url) else { throw SignetError(.usage, "'\(url)' is not a local path") }
         requests += 1
         guard let file = try open(path, what: what) else {

@@ -272,7 +272,7 @@ extension Repo {
             }
             return groups.keys.sorted().compactMap { key in
                 guard let releases = groups[key], let first = releases.first else { return nil }
-                let offered = TUFReleaseChoice.offered(releases, at: now)
+                let offered = TUFChannel.offered(releases, at: now)
                 return Report.Offer(channel: String(key.prefix { $0 != "\u{0}" }), name: first.name,
                                     releases: offered.map { .init(target: $0.release.target, version: $0.release.version, sequence: $0.release.sequence,
                                                                   percent: Double($0.openBuckets) / 100) })

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import Signet
 @testable import SignetTUF
+@testable import SignetUpdate
 import SignetTestSupport
 
 /// Issue 53: a release's rollout plan, with an injected clock: a fleet of 1,000 device ids
@@ -375,10 +376,10 @@ struct ReleaseChoiceTests {
         #expect(throws: NoID.self) { try TUFReleaseChoice.choose(among: [closed, plain], deviceID: { throw NoID() }, at: time) }
         // What a channel keeps: down to the newest release fully rolled out.
         let old = try release(1)
-        #expect(TUFReleaseChoice.kept([old, plain, closed], at: time) == [closed, plain])
-        #expect(TUFReleaseChoice.kept([old, plain, open], at: time) == [open])
-        #expect(TUFReleaseChoice.kept([old, halted, plain], at: time) == [halted, plain])
-        #expect(TUFReleaseChoice.kept([closed], at: time) == [closed])
+        #expect(TUFChannel.kept([old, plain, closed], at: time) == [closed, plain])
+        #expect(TUFChannel.kept([old, plain, open], at: time) == [open])
+        #expect(TUFChannel.kept([old, halted, plain], at: time) == [halted, plain])
+        #expect(TUFChannel.kept([closed], at: time) == [closed])
     }
 }
 

@@ -22,6 +22,9 @@ import SignetCrypto
 /// "channel": {"sequence": N, "version": TEXT, "note": TEXT, "at": TIME}|absent}`.
 package struct ReleaseRecord: Codable, Equatable {
     package var format = "signet-release/1"
+
+    /// An empty record: what a destination with no record reads as.
+    package init() {}
     /// The SHA-256 of the installed tree's manifest, as verified when it was installed.
     package var current_manifest_sha256: String? = nil
     /// The same for the kept previous release.

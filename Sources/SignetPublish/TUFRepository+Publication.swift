@@ -1,4 +1,5 @@
 import SignetCore
+import SignetTUF
 
 /// When a targets version reached devices, and the rollout plans that count from it
 /// (FORMAT.md §7, "Rollouts": a plan whose start was not given counts from its publication).

@@ -6,6 +6,7 @@ import Musl
 import Foundation
 public import SystemPackage
 import SignetCore
+import SignetTUF
 import SignetCrypto
 
 /// A TUF repository kept by a publisher as plain files (FORMAT.md §7): `metadata/` and

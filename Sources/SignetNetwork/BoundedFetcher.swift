@@ -5,16 +5,17 @@ import Musl
 #endif
 import Foundation
 internal import CCurl
-internal import SystemPackage
+package import SystemPackage
 import SignetCore
-import SignetNetwork
 
-/// Fetches a TUF repository's metadata and targets under Signet's TLS policy, on one libcurl
-/// handle (one connection for a whole refresh), each answer bounded by the length the workflow
-/// allows: a server that sends more is cut off at the limit (the "endless data" attack).
-final class TUFFetcher {
+/// A sequence of bounded GETs under Signet's TLS policy on one libcurl handle (one connection
+/// for a whole TUF refresh), each answer bounded by the length its caller allows: a server that
+/// sends more is cut off at the limit (the "endless data" attack), and every request ends by one
+/// deadline (`--max-time` from the fetcher's creation: slow retrieval). Failures are Signet's
+/// own error kinds; no libcurl code leaves this layer.
+package final class BoundedFetcher {
     /// What a request found: the bytes, or a 403/404 (the end of the root chain).
-    enum Answer {
+    package enum Answer {
         case found([UInt8])
         case absent(status: Int)
     }
@@ -23,13 +24,13 @@ final class TUFFetcher {
     private let cancelled: CancellationFlag?
     private var request: CurlRequest?
     /// Requests made and body bytes received, for reports.
-    private(set) var requests = 0
-    private(set) var bytesReceived: UInt64 = 0
+    package private(set) var requests = 0
+    package private(set) var bytesReceived: UInt64 = 0
     /// When every request of this fetcher must have ended (`--max-time` from its creation): a
     /// slow-retrieval attack cannot stretch a refresh further.
     private let deadline: UInt64
 
-    init(options: DownloadOptions, cancelled: CancellationFlag?) {
+    package init(options: DownloadOptions, cancelled: CancellationFlag?) {
         self.options = options
         self.cancelled = cancelled
         deadline = Downloader.deadline(options)
@@ -47,7 +48,7 @@ final class TUFFetcher {
     }
 
     /// GETs `url` into memory, at most `limit` bytes.
-    func get(_ url: String, limit: Int, what: String) throws -> Answer {
+    package func get(_ url: String, limit: Int, what: String) throws -> Answer {
         var body: [UInt8] = []
         var tooLarge = false
         let outcome = try perform(url, what: what) { chunk in
@@ -56,7 +57,7 @@ final class TUFFetcher {
             return true
         }
         if tooLarge {
-            throw SignetError(.downloadTooLarge, "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes the TUF workflow allows for it: refused (an endless-data attack, or a repository that outgrew the limit)", path: Download.redacted(url))
+            throw SignetError(.downloadTooLarge, "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes allowed for it: refused (an endless-data attack, or a file that outgrew its bound)", path: Download.redacted(url))
         }
         if outcome.code == CURLE_HTTP_RETURNED_ERROR, outcome.status == 403 || outcome.status == 404 {
             return .absent(status: outcome.status)
@@ -66,12 +67,12 @@ final class TUFFetcher {
     }
 
     /// GETs `url` into the open file `fd`, at most `limit` bytes; returns the bytes written.
-    func download(_ url: String, into fd: FileDescriptor, path: String, limit: Int64, what: String) throws -> Int64 {
+    package func download(_ url: String, into fd: FileDescriptor, path: String, limit: Int64, what: String) throws -> Int64 {
         var written: Int64 = 0
         var failure: Error? = nil
         let outcome = try perform(url, what: what) { chunk in
             guard written + Int64(chunk.count) <= limit else {
-                failure = SignetError(.downloadTooLarge, "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes its targets role states: refused", path: Download.redacted(url))
+                failure = SignetError(.downloadTooLarge, "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes it is stated to have: refused", path: Download.redacted(url))
                 return false
             }
             do {

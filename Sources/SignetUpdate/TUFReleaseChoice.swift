@@ -1,4 +1,5 @@
 import SignetCore
+import SignetTUF
 
 /// Which of the releases a channel lists a device installs (FORMAT.md §7, "Which release a
 /// device installs"): a pure function of the trusted listing, the device's id, the clock and its
@@ -49,7 +50,7 @@ public struct TUFReleaseChoice: Sendable, Equatable {
     /// device id file throws).
     public static func choose(among releases: [TUFPackageTarget], deviceID: () throws -> [UInt8], at now: Timestamp,
                               ignoreRollout: Bool = false, versionLock: VersionLock? = nil) throws -> TUFReleaseChoice? {
-        let ordered = newestFirst(releases)
+        let ordered = TUFChannel.newestFirst(releases)
         guard let newest = ordered.first else { return nil }
         var id: [UInt8]? = nil
         var idFailure: Error? = nil
@@ -83,46 +84,5 @@ public struct TUFReleaseChoice: Sendable, Equatable {
             return TUFReleaseChoice(chosen: release, reason: why, newest: newest, rollout: status, passedOver: passed)
         }
         return TUFReleaseChoice(chosen: nil, reason: passed.first?.reason ?? .newest, newest: newest, rollout: nil, passedOver: passed)
-    }
-
-    /// What a device that holds none of them gets from one package name's releases in one
-    /// channel at `now`, newest first: each release offered (not halted) with the buckets its
-    /// wave has opened, down to the first one every device may take (its share 10,000). A new
-    /// device takes the first whose wave includes its bucket (``choose(among:deviceID:at:ignoreRollout:versionLock:)``).
-    public static func offered(_ releases: [TUFPackageTarget], at now: Timestamp) -> [(release: TUFPackageTarget, openBuckets: Int)] {
-        var offered: [(release: TUFPackageTarget, openBuckets: Int)] = []
-        for release in newestFirst(releases) {
-            guard let plan = release.rollout else {
-                offered.append((release, TUFRollout.bucketCount))
-                break
-            }
-            guard plan.state != .halted else { continue }
-            let open = plan.openBuckets(at: now)
-            offered.append((release, open))
-            if open >= TUFRollout.bucketCount { break }
-        }
-        return offered
-    }
-
-    /// Newest first; equal sequences (another file of the same release) by target name, so no
-    /// answer depends on the listing's order.
-    static func newestFirst(_ releases: [TUFPackageTarget]) -> [TUFPackageTarget] {
-        releases.sorted { ($0.sequence, $0.target) > ($1.sequence, $1.target) }
-    }
-
-    /// A release is fully rolled out at `now` when it has no plan, or its active plan has opened
-    /// every bucket: a channel keeps no release older than the newest such one.
-    public static func isComplete(_ release: TUFPackageTarget, at now: Timestamp) -> Bool {
-        guard let plan = release.rollout else { return true }
-        return plan.state == .active && plan.openBuckets(at: now) >= TUFRollout.bucketCount
-    }
-
-    /// Of one package name's releases in one channel, those the channel keeps listing: every
-    /// release down to, and including, the newest one fully rolled out at `now` (all of them
-    /// while none is).
-    public static func kept(_ releases: [TUFPackageTarget], at now: Timestamp) -> [TUFPackageTarget] {
-        let ordered = newestFirst(releases)
-        guard let complete = ordered.firstIndex(where: { isComplete($0, at: now) }) else { return ordered }
-        return Array(ordered[...complete])
     }
 }

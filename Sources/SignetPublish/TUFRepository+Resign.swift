@@ -5,6 +5,7 @@ import Musl
 #endif
 import Foundation
 import SignetCore
+import SignetTUF
 import SignetCrypto
 import SignetManifest
 import SignetPackage

@@ -5,6 +5,7 @@ import Musl
 #endif
 import Foundation
 import SignetCore
+import SignetTUF
 import SignetCrypto
 import SignetManifest
 import SignetPackage
@@ -107,13 +108,13 @@ extension TUFRepository {
     }
 
     /// `members` where each of `channels` keeps, of the releases named `name`, those
-    /// ``TUFReleaseChoice/kept(_:at:)`` keeps at `now`; the others leave that channel.
+    /// ``/SignetTUF/TUFChannel/kept(_:at:)`` keeps at `now`; the others leave that channel.
     static func pruneChannels(_ channels: [String], of name: String, in members: [(String, TUFJSON)], at now: Timestamp) -> [(String, TUFJSON)] {
         let listed = members.compactMap { path, value in (try? TUFTarget(path: path, json: value)).flatMap(TUFPackageTarget.init) }
             .filter { Manifest.sameName($0.name, name) }
         var result = members
         for channel in channels {
-            let kept = Set(TUFReleaseChoice.kept(listed.filter { $0.channels.contains(channel) }, at: now).map(\.target))
+            let kept = Set(TUFChannel.kept(listed.filter { $0.channels.contains(channel) }, at: now).map(\.target))
             result = dropChannels([channel], from: result, name: name) { !kept.contains($0.target) }
         }
         return result

@@ -1,6 +1,7 @@
 import Foundation
 public import SystemPackage
 import SignetCore
+import SignetTUF
 import SignetCrypto
 import SignetManifest
 import SignetPackage
@@ -174,16 +175,27 @@ public enum TUFUpdater {
         if options.checkOnly, access(clientOptions.metadataDirectory, W_OK) != 0 { clientOptions.readOnly = true }
         let client = try TUFClient(options: clientOptions, cancelled: cancelled)
         let refresh = try client.refresh()
+        // DIR's lock, taken once: what DIR holds and its records are read under it, the
+        // decision is made from them, and the release is installed under the same lock. A
+        // check changes nothing and takes none (a monitor may not write beside DIR).
+        var destination = destination
+        var lock: DestinationLock? = nil
+        if !options.checkOnly {
+            let locked = try Installer.lockDestination(destination, wait: options.install.wait)
+            (destination, lock) = (locked.destination, locked.lock)
+        }
+        defer { lock?.release() }
         let installed = try InstalledRelease.inspect(destination, force: options.install.force)
+        let records = try ReleaseRecord.read(for: destination)
         let wanted = options.package ?? installed?.name
-        var candidates: [(TUFPackageTarget, TUFTarget, [TUFKey], String)] = []
+        var candidates: [TUFPackageListing] = []
         let listings = try client.packageListings()
         // Each package name only from the role it belongs to (the name rule, FORMAT §7).
         for listing in listings where listing.release.channels.contains(options.channel) {
             if let wanted, !Manifest.sameName(wanted, listing.release.name) { continue }
-            candidates.append((listing.release, listing.target, listing.keys, listing.role))
+            candidates.append(listing)
         }
-        let names = Set(candidates.map { $0.0.name })
+        let names = Set(candidates.map(\.release.name))
         guard names.count <= 1 else {
             throw SignetError(.usage, "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
         }
@@ -191,118 +203,54 @@ public enum TUFUpdater {
             let channels = Set(listings.filter { wanted == nil || Manifest.sameName(wanted, $0.release.name) }.flatMap(\.release.channels)).sorted()
             throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)'; \(channels.isEmpty ? "it lists \(wanted == nil ? "no package" : "none of that name") on any channel" : "its channels\(wanted.map { " for '\($0)'" } ?? ""): \(channels.joined(separator: ", "))")", path: options.client.metadataURL)
         }
-        // Which listed release reaches this device (FORMAT §7, "Which release a device installs").
-        let now = clientOptions.now ?? .now
-        let releases = candidates.map(\.0)
-        guard let choice = try TUFReleaseChoice.choose(among: releases, deviceID: { try deviceID(options.deviceIDFile) }, at: now,
-                                                       ignoreRollout: options.ignoreRollout, versionLock: options.versionLock) else {
+        // Which listed release reaches this device, and what this run does with it: decided
+        // once (FORMAT §7, "Which release a device installs").
+        guard let decision = try UpdateDecision.decide(releases: candidates.map(\.release), installed: installed, records: records,
+                                                      options: UpdateDecision.Options(options), at: clientOptions.now ?? .now,
+                                                      deviceID: { try deviceID(options.deviceIDFile) }) else {
             throw SignetError(.targetNotFound, "the channel '\(options.channel)' lists no release", path: options.client.metadataURL)
         }
-        let newest = choice.newest
-        let installedSequence = installed.flatMap { Manifest.sameName($0.name, newest.name) ? $0.sequence : nil }
-        // What this run acts on: the chosen release when it is newer than DIR's (or DIR holds
-        // another name, or nothing); with --repair the release DIR holds, when still listed;
-        // else the newest listed, for the report.
-        let record = try ReleaseRecord.read(for: destination)
-        // The release DIR holds, re-signed since (a key rotation: the same sequence and files, a
-        // new manifest): installed like a newer one, so the tree carries signatures the
-        // device's keys verify; nothing is fetched but the package's own entries.
-        let resigned = choice.chosen.flatMap { chosen -> TUFPackageTarget? in
-            guard chosen.sequence == installedSequence, let held = record.current_manifest_sha256, held != chosen.manifestSHA256 else { return nil }
-            return chosen
-        }
-        let newerChosen = choice.chosen.flatMap { chosen in installedSequence.map { chosen.sequence > $0 } ?? true ? chosen : nil } ?? resigned
-        let listedInstalled = installedSequence.flatMap { sequence in releases.first { $0.sequence == sequence } }
-        // A hook of the installed release that never finished (Signet was killed in it) runs
-        // again: the install path finds DIR up to date, ends what the hook left and reruns it.
-        let unfinished = (options.install.hooks.postInstall != nil && record.post_install.map { $0.sequence == installedSequence } == true)
-            || (options.install.hooks.healthCheck != nil && record.unchecked != nil && record.unchecked == installedSequence)
-        let repairing = (options.install.repair || unfinished) && newerChosen == nil && listedInstalled != nil
-        let release = options.hold ? newest : (newerChosen ?? (repairing ? listedInstalled : nil) ?? newest)
-        guard let (_, target, keys, role) = candidates.first(where: { $0.0.target == release.target }) else {
+        let release = decision.release
+        guard let listing = candidates.first(where: { $0.release.target == release.target }) else {
             throw SignetError(.targetNotFound, "the channel's release \(release.target) is not listed", path: options.client.metadataURL)
         }
         // `targets/` beside the metadata folder: on a server, or in a copy on local media.
         let localMetadata = TUFLocalFolder.path(of: clientOptions.metadataURL)
         let base = options.targetsURL ?? localMetadata.map { (($0 as NSString).deletingLastPathComponent as NSString).appendingPathComponent("targets") + "/" }
             ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
-        let packageURL = client.url(of: target, base: base)
-        let newer = installedSequence.map { newest.sequence > $0 } ?? true
-        let older = installedSequence.map { newest.sequence < $0 } ?? false
-        let installing = !options.hold && (newerChosen != nil || repairing)
-        // A release this device refused (a failed health check, a rollback) is not news every
-        // hour: it is held back, and the run succeeds (--retry-bad installs it).
-        if installing, !repairing, !options.install.retryBad,
-           let bad = record.isBad(release.name, sequence: release.sequence, installed: installedSequence) {
-            var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                                         updateAvailable: false, channelIsOlder: false, install: nil)
-            report.refused = RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)
-            report.choice = choice
-            return report
+        let packageURL = client.url(of: listing.target, base: base)
+        func report(install: InstallReport? = nil, deferredInstall: String? = nil) -> TUFUpdateReport {
+            TUFUpdateReport(decision: decision, refresh: refresh, role: listing.role, packageURL: packageURL, installed: installed,
+                            install: install, deferredInstall: deferredInstall)
         }
-        // The newest release's rollout for this device, and why it is not installed,
-        // when it is newer than what DIR holds and this run does not install it.
-        let rollout = choice.passedOver.first?.rollout ?? (choice.chosen?.target == newest.target ? choice.rollout : nil)
-        var deferred: String? = nil
-        if newer, newest.target != (installing ? release.target : nil) {
-            if options.hold {
-                deferred = "held: this device installs nothing new (hold)"
-            } else if let passed = choice.passedOver.first {
-                deferred = Self.describe(passed, lock: options.versionLock)
-            }
+        if case .refusedBad = decision.action { return report() }
+        if let lock, let note = decision.channelNote {
+            try Installer.noteChannel(destination, sequence: note.sequence, version: note.version, note: note.note, records: records, holding: lock)
         }
-        // What `status DIR` shows: why the channel's release is not installed, or that the
-        // release DIR holds was halted (not on --check, which changes nothing).
-        if !options.checkOnly, installed != nil {
-            let holds = listedInstalled?.rollout?.state == .halted ? listedInstalled : nil
-            let halted = deferred == nil && !installing ? holds.map { "halted: the publisher halted the rollout of \($0.version) (sequence \($0.sequence)); this device keeps it" } : nil
-            try Installer.noteChannel(destination, sequence: newest.sequence, version: newest.version, note: deferred ?? halted,
-                                      wait: options.install.wait)
-        }
-        guard installing, !options.checkOnly else {
-            var report = TUFUpdateReport(refresh: refresh, release: installing ? release : newest, role: role, packageURL: packageURL, installed: installed,
-                                         updateAvailable: installing || newer, channelIsOlder: older, install: nil)
-            report.rollout = rollout
-            report.deferred = deferred
-            report.choice = choice
-            return report
-        }
-        let packageKeys = keys.compactMap { $0.publicKey(source: "TUF role \(role)") }
+        guard let lock, decision.action == .install || decision.action == .repair else { return report() }
+        let packageKeys = listing.keys.compactMap { $0.publicKey(source: "TUF role \(listing.role)") }
         guard !packageKeys.isEmpty else {
-            throw SignetError(.untrustedSigner, "role '\(role)', which lists \(release.target), has no RSA key: Signet packages are signed with RSA keys of the role that lists them", path: release.target)
+            throw SignetError(.untrustedSigner, "role '\(listing.role)', which lists \(release.target), has no RSA key: Signet packages are signed with RSA keys of the role that lists them", path: release.target)
         }
         var install = options.install
         install.expectedPackage = PackageBinding(name: release.name, version: release.version, sequence: release.sequence,
                                                  size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
-        let report: InstallReport
         do {
             if let local = TUFLocalFolder.path(of: packageURL) {
                 // A copy of the repository on local media: the package file checked whole
                 // against the target (length and every hash) and installed from where it is.
-                try TUFClient.check(local, target, name: release.target)
-                report = try Installer.install(local, to: destination, policy: TrustPolicy(keys: packageKeys), options: install)
-            } else {
-                report = try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
-                                               download: options.client.download, cancelled: cancelled)
+                try TUFClient.check(local, listing.target, name: release.target)
+                return report(install: try Installer.install(local, to: destination, policy: TrustPolicy(keys: packageKeys), options: install, holding: lock))
             }
+            return report(install: try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
+                                                         download: options.client.download, cancelled: cancelled, holding: lock))
         } catch let deferred as SignetError where deferred.code == .installDeferred {
             // Outside the maintenance window, or the pre-install command said not now: staged,
             // kept for the next run; not a failure.
-            var report = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                                         updateAvailable: true, channelIsOlder: false, install: nil)
-            report.rollout = rollout
-            report.deferred = deferred.reason
-            report.choice = choice
-            try? Installer.noteChannel(destination, sequence: release.sequence, version: release.version, note: deferred.reason, wait: options.install.wait)
-            return report
+            try? Installer.noteChannel(destination, sequence: release.sequence, version: release.version, note: deferred.reason,
+                                       records: ReleaseRecord.read(for: destination), holding: lock)
+            return report(deferredInstall: deferred.reason)
         }
-        var updated = TUFUpdateReport(refresh: refresh, release: release, role: role, packageURL: packageURL, installed: installed,
-                                      updateAvailable: true, channelIsOlder: false, install: report)
-        updated.rollout = rollout
-        // A newer release still on its way to this device (it got the one before it).
-        updated.deferred = deferred
-        updated.choice = choice
-        return updated
     }
 
     /// Why a device did not install `passed` (FORMAT §7's `deferred` lines).
