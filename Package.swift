@@ -214,16 +214,49 @@ let package = Package(
             dependencies: ["Signet"],
             path: "Fuzz/SignetFuzz"
         ),
-        // Helpers both test targets use: running peers (openssl, python3, the signet binary),
-        // temporary directories.
+        // Helpers every test target uses: running peers (openssl, python3, nginx, the signet
+        // binary), temporary directories, and the committed inputs (key fixtures, Wycheproof
+        // vectors, the hostile-archive generator). No Signet layer: the core's tests use it too.
         .target(
             name: "SignetTestSupport",
-            path: "Tests/SignetTestSupport"
+            path: "Tests/SignetTestSupport",
+            resources: [.copy("Fixtures"), .copy("Vectors"), .copy("Hostile")]
         ),
+        // The key fixtures as the library reads them, and `signetError`: for the tests of the
+        // crypto layer and above.
+        .target(
+            name: "SignetCryptoTestSupport",
+            dependencies: ["SignetCore", "SignetCrypto", "SignetTestSupport"],
+            path: "Tests/SignetCryptoTestSupport"
+        ),
+        // The one builder of test packages for the package layer and above.
+        .target(
+            name: "SignetPackageTestSupport",
+            dependencies: ["SignetCore", "SignetCrypto", "SignetNetwork", "SignetPackage", "SignetTestSupport", "SignetCryptoTestSupport"],
+            path: "Tests/SignetPackageTestSupport"
+        ),
+        // One test target per library layer, depending on that layer alone (and what is below
+        // it): a layer's tests cannot reach the layers above it. A layer whose behaviour is only
+        // observable through a higher one (the archive reader through unpack, re-verification of
+        // an installed tree) is tested there.
+        .testTarget(name: "SignetCoreTests", dependencies: ["SignetCore", "SignetTestSupport"]),
+        .testTarget(name: "SignetCryptoTests", dependencies: ["SignetCrypto", "SignetTestSupport", "SignetCryptoTestSupport"]),
+        .testTarget(name: "SignetManifestTests", dependencies: ["SignetManifest", "SignetTestSupport", "SignetCryptoTestSupport"]),
+        .testTarget(name: "SignetReverifyTests", dependencies: ["SignetReverify", "SignetTestSupport", "SignetCryptoTestSupport"]),
+        .testTarget(name: "SignetNetworkTests", dependencies: ["SignetNetwork", "SignetTestSupport", "SignetCryptoTestSupport"]),
+        // Not "SignetPackageTests": SwiftPM names the package's own test product so.
+        .testTarget(name: "SignetPackageLayerTests", dependencies: ["SignetPackage", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
+        .testTarget(name: "SignetInstallTests", dependencies: ["SignetInstall", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
+        .testTarget(name: "SignetTUFTests", dependencies: ["SignetTUF", "SignetTestSupport", "SignetCryptoTestSupport"]),
+        .testTarget(name: "SignetPublishTests", dependencies: ["SignetPublish", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
+        // The device's policy; its end-to-end suites build repositories with the publisher (a
+        // sibling layer, not one above it).
+        .testTarget(name: "SignetUpdateTests", dependencies: ["SignetUpdate", "SignetPublish", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
+        // The umbrella: the public API as an app sees it (`import Signet`), the README's
+        // examples, and the house rules of the source tree.
         .testTarget(
             name: "SignetTests",
-            dependencies: ["Signet", "SignetTestSupport"],
-            resources: [.copy("Fixtures"), .copy("Vectors"), .copy("Hostile")]
+            dependencies: ["Signet", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]
         ),
         .testTarget(
             name: "SignetCLITests",

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates Tests/SignetTests/Fixtures/keys with the openssl CLI: one RSA-2048 key in every
+# Regenerates Tests/SignetTestSupport/Fixtures/keys with the openssl CLI: one RSA-2048 key in every
 # format Signet must read, plus keys Signet must refuse. The outputs are committed so the tests
 # do not depend on key generation; run this again only to refresh them.
 set -euo pipefail
-out="${1:-$(cd "$(dirname "$0")/.." && pwd)/Tests/SignetTests/Fixtures/keys}"
+out="${1:-$(cd "$(dirname "$0")/.." && pwd)/Tests/SignetTestSupport/Fixtures/keys}"
 rm -rf "$out"
 mkdir -p "$out"
 cd "$out"

@@ -16,7 +16,7 @@ struct DependencyTests {
     static func declared() throws -> [String: Set<String>] {
         let manifest = try String(contentsOfFile: root + "/Package.swift", encoding: .utf8)
         var targets: [String: Set<String>] = [:]
-        let target = try Regex(#"\.(?:target|executableTarget)\(\s*name:\s*"([A-Za-z0-9]+)"(?:,\s*dependencies:\s*\[([^\]]*)\])?"#)
+        let target = try Regex(#"\.(?:target|executableTarget|testTarget)\(\s*name:\s*"([A-Za-z0-9]+)"(?:,\s*dependencies:\s*\[([^\]]*)\])?"#)
         let name = try Regex(#"\.product\(name:\s*"([A-Za-z0-9]+)"[^)]*\)|"([A-Za-z0-9]+)""#)
         for match in manifest.matches(of: target) {
             guard let targetName = match.output[1].substring.map(String.init) else { continue }
@@ -31,9 +31,9 @@ struct DependencyTests {
         return targets
     }
 
-    /// The modules the Swift files under Sources/`target` import.
-    static func imported(by target: String) throws -> Set<String> {
-        let base = root + "/Sources/" + target
+    /// The modules the Swift files under Sources/`target` (or `folder`) import.
+    static func imported(by target: String, in folder: String = "Sources") throws -> Set<String> {
+        let base = root + "/" + folder + "/" + target
         let line = try Regex(#"^(?:@_exported |internal |package |public |@preconcurrency )*import ([A-Za-z0-9_]+)"#).anchorsMatchLineEndings()
         var modules: Set<String> = []
         for path in try #require(FileManager.default.enumerator(atPath: base)).compactMap({ $0 as? String }) where path.hasSuffix(".swift") {
@@ -60,5 +60,34 @@ struct DependencyTests {
     func networkLayer() throws {
         let declared = try #require(try Self.declared()["SignetNetwork"])
         #expect(Set(declared.filter { $0.hasPrefix("Signet") }) == ["SignetCore", "SignetCrypto"], "\(declared.sorted())")
+    }
+
+    /// What `target` may reach: its declared dependencies and theirs, down to the bottom.
+    static func closure(of target: String, _ declared: [String: Set<String>]) -> Set<String> {
+        var seen: Set<String> = []
+        var next = declared[target] ?? []
+        while let module = next.popFirst() {
+            guard seen.insert(module).inserted else { continue }
+            next.formUnion(declared[module] ?? [])
+        }
+        return seen
+    }
+
+    @Test("each layer's tests reach only that layer and those below it (and the test support), never a layer above")
+    func layerTestsStayInTheirLayer() throws {
+        let declared = try Self.declared()
+        let layerTests = try FileManager.default.contentsOfDirectory(atPath: Self.root + "/Tests")
+            .filter { $0.hasPrefix("Signet") && $0.hasSuffix("Tests") && $0 != "SignetTests" && $0 != "SignetCLITests" }
+        #expect(layerTests.count >= 10, "a test target per library layer: \(layerTests.sorted())")
+        let testing: Set<String> = ["Testing", "XCTest"]
+        for target in layerTests.sorted() {
+            let reach = Self.closure(of: target, declared)
+            let imports = try Self.imported(by: target, in: "Tests").subtracting(testing)
+            #expect(imports.subtracting(reach).isEmpty, "\(target) imports \(imports.subtracting(reach).sorted()), above what it depends on")
+            let above = ["SignetInstall", "SignetTUF", "SignetPublish", "SignetUpdate", "Signet"].filter { !reach.contains($0) }
+            #expect(imports.isDisjoint(with: above), "\(target) reaches a layer above its own")
+        }
+        // The core's tests reach the core alone.
+        #expect(Self.closure(of: "SignetCoreTests", declared).filter { $0.hasPrefix("Signet") } == ["SignetCore", "SignetTestSupport"])
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Signet   // not @testable: the README example must work with the public API alone
 import SignetTestSupport
+import SignetCryptoTestSupport
 import Testing
 
 @Suite("README library example")

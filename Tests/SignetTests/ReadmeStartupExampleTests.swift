@@ -1,6 +1,7 @@
 import Foundation
 import Signet   // not @testable: the README's start-up example uses the public API alone
 import SignetTestSupport
+import SignetCryptoTestSupport
 import Testing
 
 /// README "Checking an app's resources at start-up": the same code, with paths and a log

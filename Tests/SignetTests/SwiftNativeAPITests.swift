@@ -3,6 +3,8 @@ import Testing
 import Signet
 import SystemPackage
 import SignetTestSupport
+import SignetCryptoTestSupport
+import SignetPackageTestSupport
 
 /// Issue 41, points 12-16: the library as an app developer meets it from another package (a
 /// plain `import Signet`, no `@testable`): async forms with their own names, `FilePath` and
@@ -27,7 +29,7 @@ struct SwiftNativeAPITests {
     @Test("point 12: async forms have their own names, local install included; each does what the blocking form does")
     func asyncNames() async throws {
         let directory = try TemporaryDirectory()
-        let (_, package) = try InstallTests.package(directory)
+        let (_, package) = try PackageFixture.package(directory)
         let policy = try TrustPolicy(publicKeyFiles: [Self.publicKeyPath])
         let dest = FilePath(directory.file("installed"))
         let report = try await Installer.installAsync(FilePath(package), to: dest, policy: policy)
@@ -89,7 +91,7 @@ struct SwiftNativeAPITests {
     func filePathsEverywhere() async throws {
         let server = try HTTPSServer()
         let work = try TemporaryDirectory()
-        let download = try DownloadTests.options(server)
+        let download = try PackageFixture.downloadOptions(server)
 
         // Key generation into a FilePath; a second write there is refused.
         let keys = FilePath(work.file("keys"))
@@ -100,7 +102,7 @@ struct SwiftNativeAPITests {
 
         // Release 10 described by FilePath and installed from a URL into a FilePath, bound to
         // that description; a binding it does not match is refused before anything is written.
-        let (_, v10) = try InstallTests.package(work, sequence: 10, name: "v10.zip")
+        let (_, v10) = try PackageFixture.package(work, sequence: 10, name: "v10.zip")
         let site = FilePath(server.www + "/native")
         try FileManager.default.createDirectory(atPath: site.string, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: v10, toPath: site.string + "/app.zip")
@@ -113,12 +115,12 @@ struct SwiftNativeAPITests {
         wrong.expectedPackage = PackageBinding(name: described.name, version: described.version, sequence: described.sequence, size: described.size,
                                                sha256: described.sha256, manifestSHA256: String(repeating: "0", count: 64))
         let mismatch = #expect(throws: SignetError.self) {
-            try Installer.install(downloading: packageURL, to: dest, policy: try InstallTests.policy, options: wrong, download: download)
+            try Installer.install(downloading: packageURL, to: dest, policy: try PackageFixture.policy, options: wrong, download: download)
         }
         #expect(mismatch?.code == .indexMismatch && !FileManager.default.fileExists(atPath: dest.string), "\(String(describing: mismatch))")
         var bound = InstallOptions()
         bound.expectedPackage = described
-        let installed = try Installer.install(downloading: packageURL, to: dest, policy: try InstallTests.policy, options: bound, download: download)
+        let installed = try Installer.install(downloading: packageURL, to: dest, policy: try PackageFixture.policy, options: bound, download: download)
         #expect(!installed.upToDate)
 
         // Release 11 through a TUF repository made, filled and read by FilePath, URL and Data.
@@ -127,7 +129,7 @@ struct SwiftNativeAPITests {
         let repository = try TUFRepository.create(at: site.appending("tuf"), root: one, targets: one, snapshot: one, timestamp: one)
         _ = try repository.sign("root", with: key, reviewed: try repository.review("root")!.digest)
         _ = try repository.sign("targets", with: key, reviewed: try repository.review("targets")!.digest)
-        let (_, v11) = try InstallTests.package(work, sequence: 11, name: "v11.zip")
+        let (_, v11) = try PackageFixture.package(work, sequence: 11, name: "v11.zip")
         let reopened = try TUFRepository(at: site.appending("tuf"))
         #expect(try reopened.add(package: FilePath(v11), channels: ["stable"]).sequence == 11)
         _ = try reopened.sign("targets", with: key, reviewed: try reopened.review("targets")!.digest)
