@@ -220,6 +220,8 @@ let package = Package(
         .target(
             name: "SignetTestSupport",
             path: "Tests/SignetTestSupport",
+            // Python helpers are read from Python/ beside the Swift file that runs them.
+            exclude: ["Python"],
             resources: [.copy("Fixtures"), .copy("Vectors"), .copy("Hostile")]
         ),
         // The key fixtures as the library reads them, and `signetError`: for the tests of the
@@ -245,8 +247,8 @@ let package = Package(
         .testTarget(name: "SignetReverifyTests", dependencies: ["SignetReverify", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetNetworkTests", dependencies: ["SignetNetwork", "SignetTestSupport", "SignetCryptoTestSupport"]),
         // Not "SignetPackageTests": SwiftPM names the package's own test product so.
-        .testTarget(name: "SignetPackageLayerTests", dependencies: ["SignetPackage", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
-        .testTarget(name: "SignetInstallTests", dependencies: ["SignetInstall", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
+        .testTarget(name: "SignetPackageLayerTests", dependencies: ["SignetPackage", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"], exclude: ["Python"]),
+        .testTarget(name: "SignetInstallTests", dependencies: ["SignetInstall", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"], exclude: ["Python"]),
         .testTarget(name: "SignetTUFTests", dependencies: ["SignetTUF", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetPublishTests", dependencies: ["SignetPublish", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
         // The device's policy; its end-to-end suites build repositories with the publisher (a
@@ -263,7 +265,7 @@ let package = Package(
             // Depending on the executables makes `swift test` build them; the tests run the binaries.
             dependencies: ["signet", "SignetFuzz", "SignetTestSupport"],
             // The fuzz targets' seed corpus and past crashes (scripts/fuzz.sh adds to it).
-            exclude: ["chunk_index.py", "json_schema_check.py", "tuf_tool.py"],
+            exclude: ["chunk_index.py", "json_schema_check.py", "tuf_tool.py", "Python"],
             resources: [.copy("FuzzCorpus")]
         ),
     ]

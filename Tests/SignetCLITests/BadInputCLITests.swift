@@ -196,4 +196,58 @@ struct BadInputCLITests {
         #expect(warned.stderr.contains("warning: private key '\(work.privatePEM)' can be read by group or others"))
         #expect(warned.stderr.contains("chmod 600"))
     }
+
+    @Test("control characters in file names are escaped on every human-readable line")
+    func controlCharactersEscaped() throws {
+        let work = try Workspace()
+        let evil = "evil\u{1b}[2J\rfake ok\n\u{202e}txt.exe"
+        let file = try work.directory.write(evil, Data("x\n".utf8))
+        func isClean(_ text: String) -> Bool {
+            !text.unicodeScalars.contains { $0.value == 0x1b || $0.value == 0x0d || $0.value == 0x202e }
+        }
+        let sign = try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(sign.status == 0, "\(sign.stderr)")
+        #expect(isClean(sign.stdoutText) && sign.stdoutText.contains("evil\\x1b[2J\\rfake ok\\n\\u{202e}txt.exe"), "\(sign.stdoutText.debugDescription)")
+        #expect(sign.stdoutText.split(separator: "\n").count == 1, "one file, one line")
+        let verify = try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", work.publicDER])
+        #expect(verify.status == 0 && isClean(verify.stdoutText), "\(verify.stdoutText.debugDescription)")
+        let missing = try CLI.run(["verify", file + "-gone", "--signature", file + ".sig", "--pubkey", work.publicDER])
+        #expect(missing.status == 5 && isClean(missing.stderr), "\(missing.stderr.debugDescription)")
+        let single = try CLI.run(["reverify", file, "--pubkey", work.publicDER])
+        #expect(single.status == 1 && isClean(single.stdoutText), "\(single.stdoutText.debugDescription)")
+
+        // A file added to an installed tree under such a name.
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, out: package)
+        let app = work.directory.file("app")
+        #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
+        _ = try work.directory.write("app/" + evil, Data("added\n".utf8))
+        let tree = try CLI.run(["reverify", app, "--pubkey", work.publicDER])
+        #expect(tree.status == 1)
+        #expect(isClean(tree.stdoutText) && tree.stdoutText.contains("added"), "\(tree.stdoutText.debugDescription)")
+        let json = try CLI.run(["reverify", app, "--pubkey", work.publicDER, "--json"])
+        let files = ((try json.json()["trees"] as? [[String: Any]])?.first?["files"] as? [[String: Any]]) ?? []
+        #expect(files.contains { $0["path"] as? String == evil }, "JSON keeps the real name (escaped by JSON itself)")
+    }
+
+
+    @Test("numbers at the extremes from the command line never trap")
+    func extremeNumbers() throws {
+        let work = try Workspace()
+        let package = work.directory.file("app.zip")
+        try TrustCLITests.pack(work, extra: ["--expires", "9999-12-31T23:59:59Z"], out: package)
+        for skew in ["86400", "0"] {
+            let inspect = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--clock-skew", skew])
+            #expect(inspect.status == 0, "--clock-skew \(skew): \(inspect.status) \(inspect.stderr)")
+        }
+        // Issue 37: a skew beyond a day would switch expiry off: refused, never wrapped.
+        let beyond = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--clock-skew", "9223372036854775807"])
+        #expect(beyond.status == 2 && beyond.stderr.contains("at most 86400"), "\(beyond.status) \(beyond.stderr)")
+        let huge = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--max-total-size", "18446744073709551615", "--max-files", "9223372036854775807"])
+        #expect(huge.status == 0, "\(huge.status) \(huge.stderr)")
+        let epoch = try CLI.run(["pack", work.directory.file("src"), "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "e",
+                                 "--version", "1", "--out", work.directory.file("e.zip")], environment: ["SOURCE_DATE_EPOCH": "99999999999999"])
+        #expect(epoch.status == 2 && epoch.stderr.contains("SOURCE_DATE_EPOCH"), "\(epoch.status) \(epoch.stderr)")
+    }
+
 }

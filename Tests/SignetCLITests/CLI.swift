@@ -87,21 +87,7 @@ final class Workspace {
 /// Python that starts the program in argv[1:] on a new pseudo-terminal (as a shell would: signal
 /// mask cleared, SIGINT default) and reads its output into `out` until the passphrase prompt.
 /// The test appends what to do at the prompt; `fd` is the terminal, `pid` the child.
-let ptyPrelude = """
-import os, pty, signal, sys, termios
-pid, fd = pty.fork()
-if pid == 0:
-    # The test runner's threads block signals, and spawned children inherit that mask.
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.execv(sys.argv[1], sys.argv[1:])
-out = b""
-while b"Passphrase for" not in out:
-    chunk = os.read(fd, 1024)
-    if not chunk: break
-    out += chunk
-
-"""
+let ptyPrelude = pythonScript("pty_prelude.py")
 
 /// ``ptyPrelude`` that then types stdin at the prompt, collects everything the terminal shows
 /// until the program ends, prints it on stdout and exits with the program's status.
@@ -122,24 +108,4 @@ sys.exit(os.waitstatus_to_exitcode(status))
 /// Python that runs the program in argv[1:] on a new pseudo-terminal (its stdin, stdout and
 /// stderr), prints everything the terminal showed on stdout, the seconds it ran on stderr, and
 /// exits with the program's status.
-let ptyRun = """
-import os, pty, signal, sys, time
-start = time.monotonic()
-pid, fd = pty.fork()
-if pid == 0:
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.execv(sys.argv[1], sys.argv[1:])
-out = b""
-while True:
-    try:
-        chunk = os.read(fd, 65536)
-    except OSError:
-        break
-    if not chunk: break
-    out += chunk
-_, status = os.waitpid(pid, 0)
-sys.stderr.write("%.3f" % (time.monotonic() - start))
-sys.stdout.buffer.write(out)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
+let ptyRun = pythonScript("pty_run.py")

@@ -31,34 +31,7 @@ struct DeflatedChunksCLITests {
     /// every segment (inflated alone by Python's zlib with the 32 KiB before it as the
     /// dictionary) match the file zipfile reads.
     static func check(_ package: String) throws -> [String: (method: Int, chunks: Int, segments: Int, valid: Bool)] {
-        let script = """
-        import hashlib, json, struct, sys, zipfile, zlib
-        sys.path.insert(0, sys.argv[2]); import chunk_index
-        z = zipfile.ZipFile(sys.argv[1]); raw = open(sys.argv[1], "rb").read()
-        manifest, indexes = chunk_index.indexes(sys.argv[1]); out = {}
-        for f in manifest["files"]:
-            info = z.getinfo(f["path"]); data = z.read(f["path"]); chunks = segments = 0; valid = True
-            n, e = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
-            start = info.header_offset + 30 + n + e
-            index = indexes.get(f["path"])
-            if index:
-                records = index["records"]; offset = 0
-                rs = index["record_size"]
-                for i in range(0, len(records), rs):
-                    length = int.from_bytes(records[i:i + 3], "big")
-                    valid = valid and hashlib.sha256(data[offset:offset + length]).digest()[:rs - 3] == records[i + 3:i + rs]
-                    offset += length; chunks += 1
-            if index and index["segments"] is not None:
-                lengths = index["segments"]; position = start
-                for k in range(0, len(lengths) // 2):
-                    length = int.from_bytes(lengths[2 * k:2 * k + 2], "big")
-                    d = zlib.decompressobj(-15, zdict=data[max(0, k * 8192 - 32768):k * 8192])
-                    valid = valid and d.decompress(raw[position:position + length]) == data[k * 8192:(k + 1) * 8192]
-                    position += length; segments += 1
-                valid = valid and position == start + info.compress_size
-            out[f["path"]] = [info.compress_type, chunks, segments, valid]
-        print(json.dumps(out))
-        """
+        let script = pythonScript("deflated_chunks_check.py")
         let result = try run(try which("python3"), ["-c", script, package, ChunkedUpdateCLITests.here])
         guard result.status == 0, let object = try JSONSerialization.jsonObject(with: result.stdout) as? [String: [Any]] else {
             throw SupportError("python: \(result.stderr)")
@@ -173,24 +146,7 @@ struct DeflatedChunksCLITests {
         // The segment at 4 MiB (the one the device lacks) rewritten on the server: its bytes
         // altered, a deflate bomb (1 MiB of zeros in a few hundred bytes), or one byte cut so
         // that the stream no longer has the length the index gives.
-        let tamper = """
-            import struct, sys, zipfile, zlib
-            kind, path = sys.argv[1], sys.argv[2]
-            sys.path.insert(0, sys.argv[3]); import chunk_index
-            z = zipfile.ZipFile(path); info = z.getinfo("image.bin"); raw = bytearray(open(path, "rb").read())
-            lengths = chunk_index.indexes(path)[1]["image.bin"]["segments"]
-            n, e = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
-            start = info.header_offset + 30 + n + e; k = (4 << 20) // 8192
-            offset = start + sum(int.from_bytes(lengths[2 * i:2 * i + 2], "big") for i in range(k))
-            length = int.from_bytes(lengths[2 * k:2 * k + 2], "big")
-            if kind == "altered":
-                raw[offset + length // 2] ^= 0xFF
-            else:
-                c = zlib.compressobj(9, zlib.DEFLATED, -15); bomb = c.compress(bytes(1 << 20)) + c.flush(zlib.Z_SYNC_FLUSH)
-                assert len(bomb) < length, (len(bomb), length)
-                raw[offset:offset + len(bomb)] = bomb
-            open(path, "wb").write(raw)
-            """
+        let tamper = pythonScript("deflated_chunks_tamper.py")
         for kind in ["altered", "bomb"] {
             let dest = work.directory.file("app-" + kind)
             #expect(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)

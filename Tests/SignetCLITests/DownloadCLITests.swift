@@ -242,14 +242,7 @@ struct DownloadCLITests {
         #expect(try CLI.run(["status", dest + "/data.bin"]).stdoutText.contains("from:     " + server.url("install/app.zip")))
         // The served package is rebuilt with one byte of data.bin changed, as an attacker would
         // (a valid zip, CRCs right, the signed manifest and signatures copied): refused, DIR unchanged.
-        let rebuild = """
-        import sys, zipfile
-        src = zipfile.ZipFile(sys.argv[1]); entries = [(i, src.read(i.filename)) for i in src.infolist()]; src.close()
-        with zipfile.ZipFile(sys.argv[1], "w") as out:
-            for info, data in entries:
-                if info.filename == "data.bin": data = data[:1000] + bytes([data[1000] ^ 0x55]) + data[1001:]
-                out.writestr(info, data)
-        """
+        let rebuild = pythonScript("download_rebuild.py")
         let rebuilt = try run("python3", ["-c", rebuild, package])
         #expect(rebuilt.status == 0, "\(rebuilt.stderr)")
         let before = try contents(dest + "/data.bin")

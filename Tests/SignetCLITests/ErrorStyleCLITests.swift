@@ -134,4 +134,102 @@ struct ErrorStyleCLITests {
         let inspected = try CLI.run(["inspect", package, "--json"])
         #expect(try inspected.json()["expires"] is NSNull, "\(inspected.stdoutText)")
     }
+
+    @Test("verify FILE defaults to FILE.sig (what sign writes); a missing one and a package get a pointer to what to do")
+    func verifyDefaultSignature() throws {
+        let work = try Workspace()
+        let file = try work.directory.write("app.tar", Data("release bytes\n".utf8))
+        #expect(try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        let verified = try CLI.run(["verify", file, "--pubkey", work.publicDER])
+        #expect(verified.status == 0, "\(verified.stderr)")
+        #expect(verified.stdoutText.contains("OK \(file)"))
+        // The default is the signature that is checked: a changed file is exit 1.
+        try Data("other bytes\n".utf8).write(to: URL(fileURLWithPath: file))
+        #expect(try CLI.run(["verify", file, "--pubkey", work.publicDER]).status == 1)
+
+        let unsigned = try work.directory.write("unsigned.bin", Data("x".utf8))
+        let missing = try CLI.run(["verify", unsigned, "--pubkey", work.publicDER])
+        #expect(missing.status == 5, "\(missing.stderr)")
+        #expect(missing.stderr.contains("unsigned.bin.sig") && missing.stderr.contains("--signature"), "\(missing.stderr)")
+
+        let root = try PackCLITests.tree(work)
+        let package = work.directory.file("app.zip")
+        #expect(try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package]).status == 0)
+        let zip = try CLI.run(["verify", package, "--pubkey", work.publicDER])
+        #expect(zip.status == 2, "\(zip.stderr)")
+        #expect(zip.stderr.contains("signet inspect"), "\(zip.stderr)")
+    }
+
+
+    @Test("--pin takes the full key id, sha256//BASE64 or a key file; the 16-hex short id gets a pointer to the full one")
+    func pins() throws {
+        let work = try Workspace()
+        let file = try work.directory.write("fw.bin", Data("fw\n".utf8))
+        #expect(try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        let verify = ["verify", file, "--pubkey", work.publicDER, "--pin"]
+        #expect(try CLI.run(verify + [work.keyID]).status == 0)
+        #expect(try CLI.run(verify + [work.keyID.uppercased()]).status == 0)
+        #expect(try CLI.run(verify + [work.certificate]).status == 0, "a certificate file pins its key")
+        let other = try Workspace()
+        #expect(try CLI.run(verify + [other.publicDER]).status == 3, "another key's file: not pinned")
+        let short = try CLI.run(verify + [String(work.keyID.prefix(16))])
+        #expect(short.status == 2, "\(short.stderr)")
+        #expect(short.stderr.contains("short key id") && short.stderr.contains("signet key show"), "\(short.stderr)")
+        #expect(!short.stderr.contains("Error:"), "Signet's style: \(short.stderr)")
+    }
+
+
+    @Test("--expires takes a date alone as its midnight UTC; --version --json is a document")
+    func datesAndVersion() throws {
+        let work = try Workspace()
+        let src = work.directory.file("src")
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try Data("a".utf8).write(to: URL(fileURLWithPath: src + "/a.txt"))
+        let packed = try CLI.run(["pack", src, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "a", "--version", "1",
+                                  "--expires", "2099-01-01", "--out", work.directory.file("a.zip"), "--json"])
+        #expect(packed.status == 0, "\(packed.stderr)")
+        #expect(try packed.json()["expires"] as? String == "2099-01-01T00:00:00Z")
+        let bad = try CLI.run(["pack", src, "--key", work.privatePEM, "--name", "a", "--version", "1", "--expires", "2099-13-01", "--out", work.directory.file("b.zip")])
+        #expect(bad.status == 2 && bad.stderr.contains("a date like 2027-01-01"), "\(bad.stderr)")
+        let version = try CLI.run(["--version", "--json"])
+        #expect(version.status == 0)
+        #expect((try version.json()["signet"] as? String)?.isEmpty == false)
+    }
+
+
+    @Test("an interrupted command says what state things are in (exit 130 used to print nothing)", arguments: ["sign", "pack", "fetch"])
+    func interruptedSaysSo(_ command: String) throws {
+        let work = try Workspace()
+        let file = try work.directory.write("f.bin", Data("f".utf8))
+        // The passphrase comes from a FIFO nobody writes: the command waits there, reliably.
+        let fifo = work.directory.file("pass.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let arguments: [String] = switch command {
+        case "sign": ["sign", file, "--key", work.privatePEM, "--passphrase-file", fifo]
+        case "pack": ["pack", file, "--key", work.privatePEM, "--passphrase-file", fifo, "--name", "a", "--version", "1", "--out", work.directory.file("a.zip")]
+        default: ["fetch", "https://127.0.0.1:9/x", "--out", work.directory.file("x.bin"), "--signature", file, "--trust-dir", work.directory.file("t"),
+                  "--trust-salt-file", fifo]
+        }
+        let script = pythonScript("run_with_signals_unblocked.py")
+        let result = try SignetTestSupport.run("python3", ["-c", script, fifo, CLI.binary] + arguments)
+        let lines = result.stdoutText.split(separator: "\n", maxSplits: 1).map(String.init)
+        #expect(lines.first == "-2", "died of SIGINT: \(result.stdoutText) \(result.stderr)")
+        let said = lines.count > 1 ? lines[1] : ""
+        #expect(said.contains("signet: interrupted (SIGINT); "), "\(said)")
+        let expected = ["sign": "no signature was written", "pack": "no package was written", "fetch": "run the same command again to resume"][command]!
+        #expect(said.contains(expected), "\(said)")
+    }
+
+
+    @Test("point 5: a TOML string without quotes is named, with its line")
+    func unquotedTOMLValue() throws {
+        let work = try Workspace()
+        let config = try work.directory.write("app.conf", Data("channel = \"stable\"\ntls-ca = /etc/app/roots.pem\n".utf8))
+        let result = try CLI.run(["update", "--config", config])
+        #expect(result.status == 2, "\(result.stderr)")
+        #expect(result.stderr.contains("app.conf:2:") && result.stderr.contains("not quoted")
+                && result.stderr.contains(#"tls-ca = "/etc/app/roots.pem""#), "\(result.stderr)")
+        #expect(!result.stderr.contains("could not determine value type"), "\(result.stderr)")
+    }
+
 }

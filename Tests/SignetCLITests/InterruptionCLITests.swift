@@ -11,31 +11,10 @@ import Glibc
 struct InterruptionCLITests {
     /// Starts signet, sends `signal` after `delay` seconds (signals reset to default in the
     /// child, as a shell does), and returns its exit status (negative: killed by that signal).
-    static let killer = """
-    import signal, subprocess, sys, time
-    delay, number = float(sys.argv[1]), int(sys.argv[2])
-    def reset():
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)
-    p = subprocess.Popen(sys.argv[3:], preexec_fn=reset, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(delay)
-    p.send_signal(number)
-    print(p.wait())
-    """
+    static let killer = pythonScript("interruption_killer.py")
 
     /// Runs several signet command lines at once (separated by "--") and prints their statuses.
-    static let together = """
-    import subprocess, sys
-    commands, current = [], []
-    for word in sys.argv[1:]:
-        if word == "--":
-            commands.append(current); current = []
-        else:
-            current.append(word)
-    commands.append(current)
-    running = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
-    print(" ".join(str(p.wait()) for p in running))
-    """
+    static let together = pythonScript("interruption_together.py")
 
     struct Setup {
         let work: Workspace
@@ -193,14 +172,7 @@ struct InterruptionCLITests {
         let setup = try Self.setup(files: 4, size: 1 << 10)
         #expect(try run(CLI.binary, Array(Self.unpack(setup, 1).dropFirst())).status == 0)
         // Hold the lock as unpack does (flock on .app.signet-lock) from another process.
-        let hold = """
-        import fcntl, os, sys, time, subprocess
-        fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0); os.write(fd, b"%d\\n" % os.getpid())
-        r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
-        print(r.returncode); print(r.stderr)
-        """
+        let hold = pythonScript("interruption_hold.py")
         let result = try run("python3", ["-c", hold, setup.parent + "/.app.signet-lock"] + Self.unpack(setup, 2, extra: ["--wait", "0.3"])).stdoutText
         #expect(result.hasPrefix("5\n"), "\(result)")
         #expect(result.contains("is being updated by process"), "\(result)")
@@ -211,17 +183,7 @@ struct InterruptionCLITests {
     func reverifyDuringUpdates() throws {
         let setup = try Self.setup(files: 60, size: 16 << 10)
         #expect(try run(CLI.binary, Array(Self.unpack(setup, 1).dropFirst())).status == 0)
-        let loop = """
-        import subprocess, sys, time
-        unpack2, unpack3, reverify = sys.argv[1].split("\\x1f"), sys.argv[2].split("\\x1f"), sys.argv[3].split("\\x1f")
-        updater = subprocess.Popen([sys.executable, "-c", "import subprocess, sys\\nfor i in range(16):\\n    subprocess.run(sys.argv[1 + i % 2].split('\\\\x1f'), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)", sys.argv[1], sys.argv[2]])
-        results = []
-        while updater.poll() is None:
-            r = subprocess.run(reverify, capture_output=True, text=True)
-            results.append(r.returncode)
-            if r.returncode != 0: print(r.returncode, r.stdout, r.stderr, file=sys.stderr)
-        print(" ".join(map(str, results)))
-        """
+        let loop = pythonScript("interruption_loop.py")
         let separator = "\u{1f}"
         let reverify = [CLI.binary, "reverify", setup.app, "--pubkey", setup.work.publicDER]
         let result = try run("python3", ["-c", loop, Self.unpack(setup, 2).joined(separator: separator),

@@ -26,15 +26,7 @@ struct LargeResourceCLITests {
 
         // One byte of the big file changed, the archive otherwise consistent (CRC recomputed).
         let tampered = work.directory.file("tampered.zip")
-        let script = """
-        import sys, zipfile
-        with zipfile.ZipFile(sys.argv[1]) as source, zipfile.ZipFile(sys.argv[2], "w", zipfile.ZIP_STORED) as out:
-            for info in source.infolist():
-                data = source.read(info)
-                if info.filename == "firmware.bin":
-                    data = data[:15000000] + bytes([data[15000000] ^ 1]) + data[15000001:]
-                out.writestr(info, data)
-        """
+        let script = pythonScript("repack_stored.py")
         #expect(try run("python3", ["-c", script, package, tampered]).status == 0)
         let refused = try CLI.run(["unpack", tampered, "--dest", work.directory.file("other"), "--pubkey", work.publicDER, "--json"])
         #expect(refused.status == 1, "\(refused.stderr)")

@@ -9,8 +9,8 @@ struct RangeCLITests {
     /// than the first range request reads).
     static func package(_ work: Workspace, files count: Int, out: String) throws {
         var files: [String: Data] = [:]
-        for index in 0..<count { files[String(format: "d%02d/f%04d.bin", index % 10, index)] = Hardening2CLITests.randomData(8 * 1024) }
-        try Hardening2CLITests.pack(work, files, out: out)
+        for index in 0..<count { files[String(format: "d%02d/f%04d.bin", index % 10, index)] = CLIHelpers.randomData(8 * 1024) }
+        try CLIHelpers.pack(work, files, out: out)
     }
 
     @Test("inspect URL verifies through range requests only (206s in nginx's log, nothing in TMPDIR); a server without ranges gets a full download; a tampered package fails")
@@ -38,14 +38,7 @@ struct RangeCLITests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: tmp).isEmpty)
 
         // A resource changed by one byte (CRC right, signatures copied): fails over ranges too.
-        let rebuild = """
-        import sys, zipfile
-        src = zipfile.ZipFile(sys.argv[1]); entries = [(i, src.read(i.filename)) for i in src.infolist()]; src.close()
-        with zipfile.ZipFile(sys.argv[1], "w") as out:
-            for info, data in entries:
-                if info.filename == "d03/f0003.bin": data = data[:10] + bytes([data[10] ^ 1]) + data[11:]
-                out.writestr(info, data)
-        """
+        let rebuild = pythonScript("range_rebuild.py")
         #expect(try run("python3", ["-c", rebuild, server.www + "/app.zip"]).status == 0)
         let tampered = try CLI.run(["inspect", server.url("app.zip"), "--pubkey", work.publicDER, "--tls-ca", server.root])
         #expect(tampered.status == 1, "\(tampered.stderr)")

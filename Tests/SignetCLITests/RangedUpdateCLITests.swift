@@ -148,14 +148,7 @@ struct RangedUpdateCLITests {
         let bad = server.www + "/bad/app.zip"
         let (tree3, _) = try Self.tree(300, size: 8 * 1024)
         try Self.pack(work, tree3, sequence: 3, out: bad)
-        let rebuild = """
-        import sys, zipfile
-        src = zipfile.ZipFile(sys.argv[1]); entries = [(i, src.read(i.filename)) for i in src.infolist()]; src.close()
-        with zipfile.ZipFile(sys.argv[1], "w") as out:
-            for info, data in entries:
-                if info.filename == sys.argv[2]: data = data[:10] + bytes([data[10] ^ 1]) + data[11:]
-                out.writestr(info, data)
-        """
+        let rebuild = pythonScript("ranged_update_rebuild.py")
         #expect(try run("python3", ["-c", rebuild, bad, paths[150]]).status == 0)
         let refused = try Self.unpack(server, "bad/app.zip", work, dest: dest)
         #expect(refused.status == 1, "\(refused.stderr)")

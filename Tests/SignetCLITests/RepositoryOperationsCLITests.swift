@@ -105,9 +105,9 @@ struct RepositoryOperationsCLITests {
         let root = try p.work.directory.write("tls-root.pem", try Data(contentsOf: URL(fileURLWithPath: p.server.root)), mode: 0o644)
         let publicKey = try p.work.directory.write("release.der", try Data(contentsOf: URL(fileURLWithPath: p.work.publicDER)), mode: 0o644)
         try Data(p.configLines.replacingOccurrences(of: p.server.root, with: root).utf8).write(to: URL(fileURLWithPath: config))
-        guard let status = try Hardening2CLITests.asUser(65534, CLI.binary, ["status", p.dest]) else { return }
+        guard let status = try CLIHelpers.asUser(65534, CLI.binary, ["status", p.dest]) else { return }
         #expect(status.status == 0 && status.stdoutText.contains("current:") && status.stdoutText.contains("sequence 2"), "\(status.stdoutText) \(status.stderr)")
-        let refused = try #require(try Hardening2CLITests.asUser(65534, CLI.binary, ["unpack", p.work.directory.file("app-1.zip"), "--dest", p.dest, "--pubkey", publicKey]))
+        let refused = try #require(try CLIHelpers.asUser(65534, CLI.binary, ["unpack", p.work.directory.file("app-1.zip"), "--dest", p.dest, "--pubkey", publicKey]))
         #expect(refused.status != 0 && refused.stderr.contains("Run this as root") && !refused.stderr.contains("Remove it"), "unpack: \(refused.stderr)")
         // update --check by a monitor (issue 61): every TUF check, read-only — no lock, nothing written.
         try p.release(3)
@@ -122,7 +122,7 @@ struct RepositoryOperationsCLITests {
             return seen
         }
         let before = try snapshot()
-        let checked = try #require(try Hardening2CLITests.asUser(65534, CLI.binary, ["update", "--config", config, "--check", "--json"]))
+        let checked = try #require(try CLIHelpers.asUser(65534, CLI.binary, ["update", "--config", config, "--check", "--json"]))
         #expect(checked.status == 0, "\(checked.stderr)")
         let report = try checked.json()
         #expect(report["update_available"] as? Bool == true && (report["available"] as? [String: Any])?["sequence"] as? Int == 3, "\(checked.stdoutText)")

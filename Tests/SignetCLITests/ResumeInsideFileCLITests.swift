@@ -30,11 +30,11 @@ struct ResumeInsideFileCLITests {
     /// issue 51) and a small one, served by a scripted server.
     static func setup(_ kind: String = "stored") throws -> Setup {
         let work = try Workspace()
-        let image = kind != "deflated" ? Hardening2CLITests.randomData(size) : try DeflatedChunksCLITests.programs(size)
+        let image = kind != "deflated" ? CLIHelpers.randomData(size) : try DeflatedChunksCLITests.programs(size)
         let package = work.directory.file("app.zip")
-        try Hardening2CLITests.pack(work, ["image.bin": image, "small.txt": Data("small\n".utf8)], sequence: 1, out: package,
+        try CLIHelpers.pack(work, ["image.bin": image, "small.txt": Data("small\n".utf8)], sequence: 1, out: package,
                                     extra: kind == "unindexed" ? ["--chunk-threshold", "0"] : [])
-        let offsets = try Hardening3CLITests.offsets(package)
+        let offsets = try DamagedTransfersCLITests.offsets(package)
         let server = try ScriptedServer(script: [:])
         try FileManager.default.copyItem(atPath: package, toPath: server.file("app.zip"))
         let packageSize = (try FileManager.default.attributesOfItem(atPath: package)[.size] as? Int) ?? 0
@@ -62,10 +62,10 @@ struct ResumeInsideFileCLITests {
         var old = setup.image
         for spot in 0..<changedSpots {
             let at = spot * (Self.size / changedSpots) + 1_000
-            old.replaceSubrange(at..<(at + 8_192), with: Hardening2CLITests.randomData(8_192))
+            old.replaceSubrange(at..<(at + 8_192), with: CLIHelpers.randomData(8_192))
         }
         let v1 = setup.work.directory.file("v1.zip")
-        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
+        try CLIHelpers.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
         try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
         return old
     }
@@ -116,7 +116,7 @@ struct ResumeInsideFileCLITests {
         let dest = setup.work.directory.file("app")
         try setup.cut(at: setup.entrySize / 2)
         let cut = try CLI.run(setup.arguments(dest))
-        #expect(cut.status == 5 && Hardening3CLITests.errorCode(cut) == "network-error", "\(cut.status) \(cut.stderr)")
+        #expect(cut.status == 5 && CLIHelpers.errorCode(cut) == "network-error", "\(cut.status) \(cut.stderr)")
         #expect(cut.stderr.contains("fetches only the rest"), "\(cut.stderr)")
         try setup.cut(at: nil)
         let done = try CLI.run(setup.arguments(dest))
@@ -185,7 +185,7 @@ struct ResumeInsideFileCLITests {
         #expect(try CLI.run(setup.arguments(dest)).status == 5)
         try setup.cut(at: Self.size * 3 / 4)
         let second = try CLI.run(setup.arguments(dest))
-        #expect(second.status == 5 && Hardening3CLITests.errorCode(second) == "network-error", "\(second.stderr)")
+        #expect(second.status == 5 && CLIHelpers.errorCode(second) == "network-error", "\(second.stderr)")
         let staged = try #require(try Self.stagedImage(besides: dest), "the rebuild's file is kept for the next run")
         let length = (try FileManager.default.attributesOfItem(atPath: staged)[.size] as? Int) ?? 0
         #expect(length > Self.size / 2 && length <= Self.size * 3 / 4, "the second run's chunks were written after the first run's: \(length)")
@@ -274,13 +274,13 @@ struct ResumeInsideFileCLITests {
         let dest = setup.work.directory.file("app")
         let v1 = setup.work.directory.file("v1.zip")
         var old = setup.image
-        old.replaceSubrange((4 << 20)..<(5 << 20), with: Hardening2CLITests.randomData(1 << 20))
-        old.replaceSubrange((12 << 20)..<(13 << 20), with: Hardening2CLITests.randomData(1 << 20))
-        try Hardening2CLITests.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
+        old.replaceSubrange((4 << 20)..<(5 << 20), with: CLIHelpers.randomData(1 << 20))
+        old.replaceSubrange((12 << 20)..<(13 << 20), with: CLIHelpers.randomData(1 << 20))
+        try CLIHelpers.pack(setup.work, ["image.bin": old, "small.txt": Data("small\n".utf8)], sequence: 0, out: v1)
         try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", setup.work.publicDER]).status == 0)
         try setup.cut(at: (12 << 20) + (512 << 10))
         let cut = try CLI.run(setup.arguments(dest))
-        #expect(cut.status == 5 && Hardening3CLITests.errorCode(cut) == "network-error", "\(cut.stderr)")
+        #expect(cut.status == 5 && CLIHelpers.errorCode(cut) == "network-error", "\(cut.stderr)")
         #expect(try contents(dest + "/image.bin") == old, "DIR as it was")
         try setup.cut(at: nil)
         let done = try CLI.run(setup.arguments(dest))
@@ -310,7 +310,7 @@ struct WindowWholeDownloadCLITests {
             let dest = setup.work.directory.file("app-\(index)")
             let before = setup.server.requests.count
             let deferred = try CLI.run(setup.arguments(dest) + extra + ["--window", closed], environment: utc)
-            #expect(deferred.status == 5 && Hardening3CLITests.errorCode(deferred) == "install-deferred", "\(deferred.stdoutText) \(deferred.stderr)")
+            #expect(deferred.status == 5 && CLIHelpers.errorCode(deferred) == "install-deferred", "\(deferred.stdoutText) \(deferred.stderr)")
             #expect(deferred.stderr.contains("not downloaded until a window opens"), "\(deferred.stderr)")
             // The probe, stopped at its 200 status, or (with --full-download) no request at all.
             #expect(setup.server.requests.count - before == (extra.isEmpty ? 1 : 0), "\(setup.server.requests)")

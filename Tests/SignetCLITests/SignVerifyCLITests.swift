@@ -200,4 +200,18 @@ struct SignVerifyCLITests {
         try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", "big.openssl.sig", big])
         #expect(try contents(big + ".sig") == contents(work.directory.file("big.openssl.sig")))
     }
+
+    @Test("sign writes all signatures or none: a target that cannot be written stops every one")
+    func signAllOrNothing() throws {
+        let work = try Workspace()
+        let a = try work.directory.write("a.txt", Data("a\n".utf8)), b = try work.directory.write("b.txt", Data("b\n".utf8))
+        try work.directory.write("a.txt.sig", Data("old signature\n".utf8))
+        try FileManager.default.createDirectory(atPath: b + ".sig", withIntermediateDirectories: true)
+        let result = try CLI.run(["sign", a, b, "--key", work.privatePEM, "--passphrase-file", work.passFile])
+        #expect(result.status == 5, "\(result.status) \(result.stderr)")
+        #expect(try contents(a + ".sig") == Data("old signature\n".utf8), "a.txt.sig untouched")
+        let strays = try FileManager.default.contentsOfDirectory(atPath: work.path).filter { $0.hasPrefix(".") }
+        #expect(strays.isEmpty, "no staged files left: \(strays)")
+    }
+
 }

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// Issue 36, points 3 and 7: files that convey trust, and the systemd unit's sandbox.
-@Suite("Hardening 3: other users' files, the unit's bounds and filter", .serialized)
+@Suite("Files that convey trust: other users' files, the unit's bounds and filter", .serialized)
 struct TrustFilesCLITests {
     // MARK: Point 3: files that convey trust must be trustworthy
 
@@ -14,7 +14,7 @@ struct TrustFilesCLITests {
     func untrustworthyTrustFiles(_ flaw: String) throws {
         let work = try Workspace()
         let package = work.directory.file("app.zip")
-        try Hardening2CLITests.pack(work, ["a.txt": Data("a\n".utf8)], out: package)
+        try CLIHelpers.pack(work, ["a.txt": Data("a\n".utf8)], out: package)
         // Everything a device reads to decide whom to trust, made the way a careful admin would.
         let d = work.directory
         try FileManager.default.createDirectory(atPath: d.file("trust/stable"), withIntermediateDirectories: true)
@@ -63,7 +63,7 @@ struct TrustFilesCLITests {
             }
             let result = try CLI.run(arguments + ["--json"])
             let shown = "\(flaw) of \((target as NSString).lastPathComponent) for \(arguments[0]) \(arguments.dropFirst().first ?? "")"
-            #expect(result.status == 5 && Hardening3CLITests.errorCode(result) == "insecure-file", "\(shown): \(result.status) \(result.stdoutText) \(result.stderr)")
+            #expect(result.status == 5 && CLIHelpers.errorCode(result) == "insecure-file", "\(shown): \(result.status) \(result.stdoutText) \(result.stderr)")
             let fix = flaw == "owner" ? "chown" : "chmod"
             #expect(result.stderr.contains(fix) && result.stderr.contains(flaw == "folder" ? "open-" : (target as NSString).lastPathComponent), "\(shown): names the file and the fix: \(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: dest) && !FileManager.default.fileExists(atPath: d.file("out")), "\(shown): nothing done")
@@ -117,16 +117,16 @@ struct TrustFilesCLITests {
 
     @Test("under a seccomp filter that answers openat2 with EPERM, a ranged update still reuses the unchanged files (the fallback walks one component at a time)")
     func openat2DeniedWithEPERM() throws {
-        let server = try Hardening3CLITests.shared.get()
+        let server = try DamagedTransfersCLITests.shared.get()
         let work = try Workspace()
         let harness = work.directory.file("deny-openat2")
         try work.directory.write("deny-openat2.c", Data(Self.denyOpenat2.utf8))
         let built = try run("gcc", ["-O1", "-o", harness, harness + ".c"])
         try #require(built.status == 0, "\(built.stderr)")
         var same: [String: Data] = [:]
-        for index in 0..<20 { same["d/f\(index).bin"] = Hardening2CLITests.randomData(20_000) }
-        try Hardening2CLITests.pack(work, same.merging(["changed.bin": Hardening2CLITests.randomData(1000)]) { $1 }, sequence: 1, out: work.directory.file("v1.zip"))
-        try Hardening2CLITests.pack(work, same.merging(["changed.bin": Hardening2CLITests.randomData(1000)]) { $1 }, sequence: 2, out: server.www + "/seccomp.zip")
+        for index in 0..<20 { same["d/f\(index).bin"] = CLIHelpers.randomData(20_000) }
+        try CLIHelpers.pack(work, same.merging(["changed.bin": CLIHelpers.randomData(1000)]) { $1 }, sequence: 1, out: work.directory.file("v1.zip"))
+        try CLIHelpers.pack(work, same.merging(["changed.bin": CLIHelpers.randomData(1000)]) { $1 }, sequence: 2, out: server.www + "/seccomp.zip")
         let dest = work.directory.file("app")
         try #require(try CLI.run(["unpack", work.directory.file("v1.zip"), "--dest", dest, "--pubkey", work.publicDER]).status == 0)
         let result = try run(harness, [CLI.binary, "unpack", server.url("seccomp.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"])

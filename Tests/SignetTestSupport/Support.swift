@@ -390,3 +390,12 @@ public func sanitizerOptions(adding options: String) -> [String: String?] {
     let current = ProcessInfo.processInfo.environment["ASAN_OPTIONS"]
     return ["ASAN_OPTIONS": [current, options].compactMap { $0 }.joined(separator: ":")]
 }
+
+/// The source of a Python helper kept as a file in the `Python/` folder beside the Swift file
+/// that calls this (`python3 -c SOURCE ARGS`): Python is read as Python, not as a Swift string.
+/// A missing file is a helper that fails with its name, never a silent pass.
+public func pythonScript(_ name: String, beside file: StaticString = #filePath) -> String {
+    let folder = URL(fileURLWithPath: "\(file)").deletingLastPathComponent().appendingPathComponent("Python")
+    let path = folder.appendingPathComponent(name).path
+    return (try? String(contentsOfFile: path, encoding: .utf8)) ?? "raise SystemExit('the Python helper \(path) is missing')"
+}

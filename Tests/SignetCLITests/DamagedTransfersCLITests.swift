@@ -5,10 +5,10 @@ import SignetTestSupport
 import Glibc
 #endif
 
-/// Issue 36: the update loop against damaged large entries, flaky links, other servers and
+/// The update loop against damaged large entries, flaky links, other servers and
 /// other users.
-@Suite("Hardening 3: large damaged entries, flaky links, other users' files", .serialized)
-struct Hardening3CLITests {
+@Suite("Damaged and interrupted transfers: large damaged entries, links cut inside entries, runs cut mid-update, encodings", .serialized)
+struct DamagedTransfersCLITests {
     /// One nginx for the suite.
     nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
 
@@ -32,18 +32,7 @@ struct Hardening3CLITests {
     /// The package at `package` with one byte of `entry`'s data flipped, at `position` (0, 0.5
     /// or 1: start, middle, end) of that data, written to `out`. Python's zipfile finds the data.
     static func damage(_ package: String, entry: String, at position: Double, out: String) throws {
-        let script = """
-        import struct, sys, zipfile
-        path, name, where, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-        info = zipfile.ZipFile(path).getinfo(name)
-        data = bytearray(open(path, 'rb').read())
-        n, e = struct.unpack('<HH', data[info.header_offset + 26:info.header_offset + 30])
-        start = info.header_offset + 30 + n + e
-        offset = start + min(info.compress_size - 1, max(0, int(info.compress_size * where) - 16 if where > 0 else 16))
-        data[offset] ^= 0x5a
-        open(out, 'wb').write(data)
-        print(info.compress_type)
-        """
+        let script = pythonScript("damage_entry.py")
         let result = try run("python3", ["-c", script, package, entry, "\(position)", out])
         guard result.status == 0 else { throw SupportError("damaging the package failed: \(result.stderr)") }
     }
@@ -66,10 +55,10 @@ struct Hardening3CLITests {
             let kind = deflated ? "deflated" : "stored"
             let package = work.directory.file("\(kind).zip")
             let big = Self.largeResource(deflated: deflated)
-            try Hardening2CLITests.pack(work, ["big.bin": big, "small.txt": Data("small\n".utf8)], sequence: 2, out: package)
+            try CLIHelpers.pack(work, ["big.bin": big, "small.txt": Data("small\n".utf8)], sequence: 2, out: package)
             // Installed: release 1, whose big.bin differs, so that every path must read the damaged entry.
             let older = work.directory.file("\(kind)-1.zip")
-            try Hardening2CLITests.pack(work, ["big.bin": big.prefix(big.count - 4096), "small.txt": Data("small\n".utf8)], sequence: 1, out: older)
+            try CLIHelpers.pack(work, ["big.bin": big.prefix(big.count - 4096), "small.txt": Data("small\n".utf8)], sequence: 1, out: older)
             let method = try run("python3", ["-c", "import zipfile,sys; print(zipfile.ZipFile(sys.argv[1]).getinfo('big.bin').compress_type)", package])
             #expect(method.stdoutText.hasPrefix(deflated ? "8" : "0"), "\(kind): compression method \(method.stdoutText)")
             let installed = work.directory.file("installed-\(kind)")
@@ -106,24 +95,12 @@ struct Hardening3CLITests {
     /// Where each entry's data starts in `package` (name → file offset), and the central
     /// directory's offset under "".
     static func offsets(_ package: String) throws -> [String: Int] {
-        let script = """
-        import json, struct, sys, zipfile
-        z = zipfile.ZipFile(sys.argv[1]); data = open(sys.argv[1], 'rb').read(); out = {}
-        for i in z.infolist():
-            n, e = struct.unpack('<HH', data[i.header_offset + 26:i.header_offset + 30])
-            out[i.filename] = i.header_offset + 30 + n + e
-        out[""] = z.start_dir
-        print(json.dumps(out))
-        """
+        let script = pythonScript("entry_data_offsets.py")
         let result = try run("python3", ["-c", script, package])
         guard result.status == 0, let map = try JSONSerialization.jsonObject(with: result.stdout) as? [String: Int] else {
             throw SupportError("reading the offsets failed: \(result.stderr)")
         }
         return map
-    }
-
-    static func errorCode(_ result: ProcessResult) -> String? {
-        (try? result.json()["error"] as? [String: Any])?["code"] as? String
     }
 
     @Test("a link cut (or stalled past --max-time) inside a 20 MiB stored entry, a deflated one, .signet/ or the directory is exit 5 network-error naming the URL, the staging kept; the next run completes")
@@ -133,8 +110,8 @@ struct Hardening3CLITests {
         let deflated = Self.largeResource(deflated: true)
         let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
         let small = Data("small\n".utf8)
-        try Hardening2CLITests.pack(work, ["stored.bin": stored.prefix(1000), "deflated.txt": deflated.prefix(1000), "small.txt": small], sequence: 1, out: v1)
-        try Hardening2CLITests.pack(work, ["stored.bin": stored, "deflated.txt": deflated, "small.txt": small], sequence: 2, out: v2)
+        try CLIHelpers.pack(work, ["stored.bin": stored.prefix(1000), "deflated.txt": deflated.prefix(1000), "small.txt": small], sequence: 1, out: v1)
+        try CLIHelpers.pack(work, ["stored.bin": stored, "deflated.txt": deflated, "small.txt": small], sequence: 2, out: v2)
         let at = try Self.offsets(v2)
         let etag = ["ETag": "\"v2\""]
         let server = try ScriptedServer(script: [:])
@@ -153,7 +130,7 @@ struct Hardening3CLITests {
             try server.replace(script: ["app.zip": [.init(headers: etag, honourRange: true, cutAt: offset, stall: stall)]])
             let failed = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http",
                                       "--retries", "0", "--json"] + (stall ? ["--max-time", "4"] : []))
-            #expect(failed.status == 5 && Self.errorCode(failed) == "network-error", "\(place): \(failed.status) \(failed.stdoutText) \(failed.stderr)")
+            #expect(failed.status == 5 && CLIHelpers.errorCode(failed) == "network-error", "\(place): \(failed.status) \(failed.stdoutText) \(failed.stderr)")
             #expect(failed.stderr.contains(server.url("app.zip")), "\(place): names the URL: \(failed.stderr)")
             #expect(try contents(dest + "/stored.bin") == stored.prefix(1000), "\(place): DIR as it was")
             let kept = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
@@ -185,13 +162,13 @@ struct Hardening3CLITests {
         let work = try Workspace()
         let size = 3 << 20
         var v1: [String: Data] = [:]
-        for name in ["a", "b", "c", "d", "e", "f"] { v1["\(name).bin"] = Hardening2CLITests.randomData(size) }
+        for name in ["a", "b", "c", "d", "e", "f"] { v1["\(name).bin"] = CLIHelpers.randomData(size) }
         var v2 = v1
-        v2["b.bin"] = Hardening2CLITests.randomData(size)   // fetched whole by the first run
-        v2["e.bin"] = Hardening2CLITests.randomData(size)   // the link drops inside it, every time
+        v2["b.bin"] = CLIHelpers.randomData(size)   // fetched whole by the first run
+        v2["e.bin"] = CLIHelpers.randomData(size)   // the link drops inside it, every time
         let p1 = work.directory.file("v1.zip"), p2 = work.directory.file("v2.zip")
-        try Hardening2CLITests.pack(work, v1, sequence: 1, out: p1)
-        try Hardening2CLITests.pack(work, v2, sequence: 2, out: p2)
+        try CLIHelpers.pack(work, v1, sequence: 1, out: p1)
+        try CLIHelpers.pack(work, v2, sequence: 2, out: p2)
         let at = try Self.offsets(p2)
         let dest = work.directory.file("app")
         try #require(try CLI.run(["unpack", p1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
@@ -202,7 +179,7 @@ struct Hardening3CLITests {
         var spaces: [Int] = []
         for attempt in 1...7 {
             let failed = try CLI.run(arguments)
-            #expect(failed.status == 5 && Self.errorCode(failed) == "network-error", "attempt \(attempt): \(failed.status) \(failed.stderr)")
+            #expect(failed.status == 5 && CLIHelpers.errorCode(failed) == "network-error", "attempt \(attempt): \(failed.status) \(failed.stderr)")
             let parent = work.directory.path
             let trees = try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
             #expect(trees.count == 1, "attempt \(attempt): one staging tree beside DIR: \(trees)")
@@ -230,14 +207,7 @@ struct Hardening3CLITests {
     /// Each entry's bytes in `package` (local header to the end of its data), and where the
     /// central directory starts.
     static func entrySpans(_ package: String) throws -> (spans: [String: Range<Int>], directory: Int) {
-        let script = """
-        import json, struct, sys, zipfile
-        z = zipfile.ZipFile(sys.argv[1]); data = open(sys.argv[1], 'rb').read(); out = {}
-        for i in z.infolist():
-            n, e = struct.unpack('<HH', data[i.header_offset + 26:i.header_offset + 30])
-            out[i.filename] = [i.header_offset, i.header_offset + 30 + n + e + i.compress_size]
-        print(json.dumps({"spans": out, "directory": z.start_dir}))
-        """
+        let script = pythonScript("entry_spans.py")
         let result = try run("python3", ["-c", script, package])
         guard result.status == 0, let map = try JSONSerialization.jsonObject(with: result.stdout) as? [String: Any],
               let spans = map["spans"] as? [String: [Int]], let directory = map["directory"] as? Int else {
@@ -265,10 +235,10 @@ struct Hardening3CLITests {
     func reusedSignaturesNotFetched() throws {
         let work = try Workspace()
         var files: [String: Data] = [:]
-        for index in 0..<600 { files[String(format: "f%03d.bin", index)] = Hardening2CLITests.randomData(4096) }
+        for index in 0..<600 { files[String(format: "f%03d.bin", index)] = CLIHelpers.randomData(4096) }
         let changed = ["f010.bin", "f300.bin", "f590.bin"]
         var v2 = files
-        for name in changed { v2[name] = Hardening2CLITests.randomData(4096) }
+        for name in changed { v2[name] = CLIHelpers.randomData(4096) }
         let other = try work.opensslKeyPair("other", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
         let cases: [(String, [String], [String])] = [
             ("PKCS#1 v1.5, same key", [], []),
@@ -279,14 +249,14 @@ struct Hardening3CLITests {
             let v1Package = work.directory.file("v1.zip"), v2Package = work.directory.file("v2.zip")
             try? FileManager.default.removeItem(atPath: v1Package)
             try? FileManager.default.removeItem(atPath: v2Package)
-            try Hardening2CLITests.pack(work, files, sequence: 1, out: v1Package, extra: algorithm)
+            try CLIHelpers.pack(work, files, sequence: 1, out: v1Package, extra: algorithm)
             if what == "a new key" {
                 let tree = try TemporaryDirectory()
                 for (name, data) in v2 { try data.write(to: URL(fileURLWithPath: tree.file(name))) }
                 let packed = try CLI.run(["pack", tree.path, "--key", other.privateKey, "--name", "app", "--version", "2", "--sequence", "2", "--out", v2Package])
                 try #require(packed.status == 0, "\(packed.stderr)")
             } else {
-                try Hardening2CLITests.pack(work, v2, sequence: 2, out: v2Package, extra: algorithm)
+                try CLIHelpers.pack(work, v2, sequence: 2, out: v2Package, extra: algorithm)
             }
             let dest = work.directory.file("app")
             try? FileManager.default.removeItem(atPath: dest)
@@ -324,7 +294,7 @@ struct Hardening3CLITests {
     func contentEncodingRefused() throws {
         let work = try Workspace()
         let package = work.directory.file("app.zip")
-        try Hardening2CLITests.pack(work, ["a.txt": Data(String(repeating: "text ", count: 20_000).utf8)], sequence: 3, out: package)
+        try CLIHelpers.pack(work, ["a.txt": Data(String(repeating: "text ", count: 20_000).utf8)], sequence: 3, out: package)
         let gzip = ["Content-Encoding": "gzip", "ETag": "\"e\""]
         // Two one-key repositories on the server: one whose timestamp comes gzipped, one whose
         // package does.
@@ -366,7 +336,7 @@ struct Hardening3CLITests {
         ]
         for (what, arguments) in runs {
             let result = try CLI.run(arguments)
-            #expect(result.status == 5 && Self.errorCode(result) == "content-encoding", "\(what): \(result.status) \(result.stdoutText) \(result.stderr)")
+            #expect(result.status == 5 && CLIHelpers.errorCode(result) == "content-encoding", "\(what): \(result.status) \(result.stdoutText) \(result.stderr)")
             #expect(result.stderr.contains("Content-Encoding: gzip") && result.stderr.contains("127.0.0.1:\(server.port)"), "\(what): \(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: out) && !FileManager.default.fileExists(atPath: dest), "\(what): nothing written")
             let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.contains("signet-") && !isKeptBesideDestination($0) }
