@@ -9,7 +9,7 @@ let package = Package(
         // (core, crypto, manifest, reverify), which links neither libzip nor libcurl
         // (examples/reverify-app, a package of its own, checks its binary's ldd).
         .library(name: "SignetReverify", targets: ["SignetReverify"]),
-        .executable(name: "signet", targets: ["signet"]),
+        .executable(name: "signet", targets: ["signet"])
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -20,7 +20,7 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // `signet update --config FILE`: TOML (`key = value`), parsed by toml++ through TOMLKit,
         // never by hand. The CLI's concern only: the library takes its options in code.
-        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0")
     ],
     targets: [
         // System libraries. `providers` is only a hint for the error message; the module
@@ -78,7 +78,7 @@ let package = Package(
             name: "SignetCore",
             dependencies: [
                 "COpenSSL", "CSignetOpenSSL", "CSignetSystem",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Crypto: keys (files, PKCS#12, PKCS#11 tokens), digests, signing and verifying, trust
@@ -88,7 +88,7 @@ let package = Package(
             dependencies: [
                 "SignetCore",
                 "COpenSSL", "CPKCS11", "CSignetOpenSSL",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Manifest: the signed manifest (reader, writer, chunk indexes), the signature record
@@ -99,7 +99,7 @@ let package = Package(
             dependencies: [
                 "SignetCore", "SignetCrypto",
                 "COpenSSL", "CSignetZlib",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Reverify: installed files and trees checked against the signatures and manifest they
@@ -108,7 +108,7 @@ let package = Package(
             name: "SignetReverify",
             dependencies: [
                 "SignetCore", "SignetCrypto", "SignetManifest",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Archive: zip, read by Signet's own cross-checked central directory and libzip,
@@ -118,7 +118,7 @@ let package = Package(
             dependencies: [
                 "SignetCore",
                 "CZip", "CSignetZlib", "CSignetSystem",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Network: HTTPS through libcurl (loaded on first use) under Signet's TLS policy (pinned
@@ -130,7 +130,7 @@ let package = Package(
             dependencies: [
                 "SignetCore", "SignetCrypto",
                 "COpenSSL", "CCurl", "CSignetOpenSSL", "CSignetCurl",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Package: the signet/1 package: pack (patterns, the pipelined hasher, parallel deflate),
@@ -141,7 +141,7 @@ let package = Package(
             dependencies: [
                 "SignetCore", "SignetCrypto", "SignetManifest", "SignetArchive", "SignetNetwork",
                 "CSignetSystem", "CSignetZlib",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Install: a package installed into a destination (unpack, `unpack URL`): staging beside
@@ -153,7 +153,7 @@ let package = Package(
                 "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive", "SignetNetwork",
                 "SignetPackage",
                 "CSignetSystem", "CSignetZlib",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // TUF: The Update Framework's client and model: metadata, roles, thresholds, the root
@@ -165,7 +165,7 @@ let package = Package(
             dependencies: [
                 "SignetCore", "SignetCrypto", "SignetNetwork",
                 "COpenSSL",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Publish: the publisher's TUF repository (`repo …`): staging, review, signing,
@@ -174,7 +174,7 @@ let package = Package(
             name: "SignetPublish",
             dependencies: [
                 "SignetCore", "SignetCrypto", "SignetManifest", "SignetPackage", "SignetTUF",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // Update: the device's update policy (`signet update`): which listed release to
@@ -184,7 +184,7 @@ let package = Package(
             name: "SignetUpdate",
             dependencies: [
                 "SignetCore", "SignetCrypto", "SignetManifest", "SignetPackage", "SignetInstall", "SignetTUF",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         // The umbrella: re-exports every layer, so that `import Signet` is all an app writes;
@@ -195,7 +195,7 @@ let package = Package(
                 "SignetCore", "SignetCrypto", "SignetManifest", "SignetReverify", "SignetArchive", "SignetNetwork", "SignetPackage",
                 "SignetInstall", "SignetTUF", "SignetPublish", "SignetUpdate",
                 "CSignetSystem",
-                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "SystemPackage", package: "swift-system")
             ]
         ),
         .executableTarget(
@@ -203,7 +203,7 @@ let package = Package(
             dependencies: [
                 "Signet", "CSignetSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "TOMLKit", package: "TOMLKit")
             ]
         ),
         // Fuzz targets for every parser of untrusted bytes (Fuzz/SignetFuzz/main.swift,
@@ -247,13 +247,19 @@ let package = Package(
         .testTarget(name: "SignetReverifyTests", dependencies: ["SignetReverify", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetNetworkTests", dependencies: ["SignetNetwork", "SignetTestSupport", "SignetCryptoTestSupport"]),
         // Not "SignetPackageTests": SwiftPM names the package's own test product so.
-        .testTarget(name: "SignetPackageLayerTests", dependencies: ["SignetPackage", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"], exclude: ["Python"]),
-        .testTarget(name: "SignetInstallTests", dependencies: ["SignetInstall", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"], exclude: ["Python"]),
+        .testTarget(
+            name: "SignetPackageLayerTests", dependencies: ["SignetPackage", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"],
+            exclude: ["Python"]),
+        .testTarget(
+            name: "SignetInstallTests", dependencies: ["SignetInstall", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"],
+            exclude: ["Python"]),
         .testTarget(name: "SignetTUFTests", dependencies: ["SignetTUF", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetPublishTests", dependencies: ["SignetPublish", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
         // The device's policy; its end-to-end suites build repositories with the publisher (a
         // sibling layer, not one above it).
-        .testTarget(name: "SignetUpdateTests", dependencies: ["SignetUpdate", "SignetPublish", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
+        .testTarget(
+            name: "SignetUpdateTests",
+            dependencies: ["SignetUpdate", "SignetPublish", "SignetTestSupport", "SignetCryptoTestSupport", "SignetPackageTestSupport"]),
         // The umbrella: the public API as an app sees it (`import Signet`), the README's
         // examples, and the house rules of the source tree.
         .testTarget(
@@ -267,6 +273,6 @@ let package = Package(
             // The fuzz targets' seed corpus and past crashes (scripts/fuzz.sh adds to it).
             exclude: ["chunk_index.py", "json_schema_check.py", "tuf_tool.py", "Python"],
             resources: [.copy("FuzzCorpus")]
-        ),
+        )
     ]
 )

@@ -23,7 +23,8 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
 }
 
 typealias TestOneInput = @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32
-typealias RunDriver = @convention(c) (UnsafeMutablePointer<Int32>, UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>, TestOneInput) -> Int32
+typealias RunDriver =
+    @convention(c) (UnsafeMutablePointer<Int32>, UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>, TestOneInput) -> Int32
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 2, _FuzzTargets.names.contains(arguments[1]) else {
@@ -51,7 +52,8 @@ for path in arguments.dropFirst(2) {
         FileHandle.standardError.write(Data("SignetFuzz: no such input \(path)\n".utf8))
         exit(2)
     }
-    let files = isDirectory.boolValue
+    let files =
+        isDirectory.boolValue
         ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { path + "/" + $0 }
         : [path]
     for file in files {

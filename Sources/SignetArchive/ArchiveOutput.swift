@@ -107,12 +107,13 @@ package final class ArchiveOutput: ZipSourceContext {
 private let writableCommands = zipSourceCommands([
     ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
     ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS, ZIP_SOURCE_BEGIN_WRITE, ZIP_SOURCE_COMMIT_WRITE,
-    ZIP_SOURCE_ROLLBACK_WRITE, ZIP_SOURCE_WRITE, ZIP_SOURCE_SEEK_WRITE, ZIP_SOURCE_TELL_WRITE, ZIP_SOURCE_REMOVE,
+    ZIP_SOURCE_ROLLBACK_WRITE, ZIP_SOURCE_WRITE, ZIP_SOURCE_SEEK_WRITE, ZIP_SOURCE_TELL_WRITE, ZIP_SOURCE_REMOVE
 ])
 
 /// libzip's callback for an ``ArchiveOutput``. The archive is always new (created and
 /// truncated), so libzip never reads it back: the reading commands are refused.
-let archiveOutputCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = { context, data, length, command in
+let archiveOutputCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = {
+    context, data, length, command in
     guard let context else { return -1 }
     let output = Unmanaged<ArchiveOutput>.fromOpaque(context).takeUnretainedValue()
     do {
@@ -134,12 +135,13 @@ let archiveOutputCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutab
                 return -1
             }
             let seek = data.assumingMemoryBound(to: zip_source_args_seek_t.self).pointee
-            let base: Int64 = switch seek.whence {
-            case SEEK_SET: 0
-            case SEEK_CUR: Int64(output.position)
-            case SEEK_END: Int64(output.end)
-            default: -1
-            }
+            let base: Int64 =
+                switch seek.whence {
+                case SEEK_SET: 0
+                case SEEK_CUR: Int64(output.position)
+                case SEEK_END: Int64(output.end)
+                default: -1
+                }
             guard base >= 0, base + seek.offset >= 0 else {
                 zip_error_set(&output.zipError, ZIP_ER_INVAL, 0)
                 return -1

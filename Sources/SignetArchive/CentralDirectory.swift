@@ -63,8 +63,10 @@ package enum CentralDirectory {
 
     /// Every record, in directory order, after the whole layout was checked. Throws
     /// `.malformedArchive` for any disagreement, and for more than `maximumEntries` entries.
-    package static func records(of file: any ArchiveInput, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
-                        localHeaders: LocalHeaders = .upFront) throws -> Directory {
+    package static func records(
+        of file: any ArchiveInput, archive: String, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
+        localHeaders: LocalHeaders = .upFront
+    ) throws -> Directory {
         var reader = Reader(file: file, archive: archive)
         let end = try reader.endOfCentralDirectory()
         guard end.count <= UInt64(maximumEntries) else {
@@ -79,7 +81,9 @@ package enum CentralDirectory {
             let (record, name) = try reader.centralRecord(&stream, index: index, nameStart: directory.nextNameStart, recordOffset: at)
             directory.append(record, name: name)
         }
-        guard stream.remaining == 0, stream.used == stream.buffer.count else { throw reader.malformed("its central directory holds more than its \(end.count) records") }
+        guard stream.remaining == 0, stream.used == stream.buffer.count else {
+            throw reader.malformed("its central directory holds more than its \(end.count) records")
+        }
         switch localHeaders {
         case .upFront:
             // Every header in offset order, each a small read: through one read-ahead block.
@@ -100,8 +104,10 @@ package enum CentralDirectory {
         let (data, end) = try reader.checkLocalHeader(directory[position], in: directory, limit: span.upperBound)
         guard end == span.upperBound else {
             let shown = directory.shownName(of: directory[position])
-            throw reader.malformed(end < span.upperBound ? "there are \(span.upperBound - end) bytes after the entry '\(shown)' that belong to no entry"
-                                                          : "the entry '\(shown)' runs into the one after it")
+            throw reader.malformed(
+                end < span.upperBound
+                    ? "there are \(span.upperBound - end) bytes after the entry '\(shown)' that belong to no entry"
+                    : "the entry '\(shown)' runs into the one after it")
         }
         return data
     }
@@ -155,7 +161,10 @@ package enum CentralDirectory {
             // Comments may hold bytes that look like an end record: only one ending at EOF counts.
             while at >= 0 {
                 if tail[at] == 0x50, tail[at + 1] == 0x4b, tail[at + 2] == 5, tail[at + 3] == 6,
-                   at + 22 + Int(u16(tail, at + 20)) == tailLength { break }
+                    at + 22 + Int(u16(tail, at + 20)) == tailLength
+                {
+                    break
+                }
                 at -= 1
             }
             guard at >= 0 else { throw malformed("it has no end-of-central-directory record (truncated?)") }
@@ -184,8 +193,9 @@ package enum CentralDirectory {
                 guard u64(head, 24) == u64(head, 32) else { throw malformed("its ZIP64 end record counts entries twice, differently") }
                 let zip64 = End(count: u64(head, 32), directorySize: u64(head, 40), directoryOffset: u64(head, 48))
                 guard (end.count == 0xffff || end.count == zip64.count),
-                      (end.directorySize == 0xffff_ffff || end.directorySize == zip64.directorySize),
-                      (end.directoryOffset == 0xffff_ffff || end.directoryOffset == zip64.directoryOffset) else {
+                    (end.directorySize == 0xffff_ffff || end.directorySize == zip64.directorySize),
+                    (end.directoryOffset == 0xffff_ffff || end.directoryOffset == zip64.directoryOffset)
+                else {
                     throw malformed("its end record and its ZIP64 end record disagree")
                 }
                 end = zip64
@@ -247,7 +257,8 @@ package enum CentralDirectory {
                     guard zip64 == nil else { throw malformed("'\(entry)' has two ZIP64 extra fields") }
                     zip64 = Array(extra[(at + 4)..<(at + 4 + length)])
                 case 0x7075:
-                    throw malformed("'\(entry)' carries a second name in an Info-ZIP Unicode path field, which other tools would show instead of the one Signet checks")
+                    throw malformed(
+                        "'\(entry)' carries a second name in an Info-ZIP Unicode path field, which other tools would show instead of the one Signet checks")
                 default: break
                 }
                 at += 4 + length
@@ -290,9 +301,12 @@ package enum CentralDirectory {
             try resolveZip64(try extraFields(extra, entry: shown), size: &size, compressedSize: &compressedSize, offset: &offset, entry: shown)
             guard disk == 0 else { throw malformed("'\(shown)' starts on another disk") }
             let madeBy = fixed[5]
-            return (Record(nameStart: nameStart, nameLength: UInt16(name.count), flags: flags, method: UInt16(u16(fixed, 10)),
-                           crc: UInt32(u32(fixed, 16)), compressedSize: compressedSize, size: size, localHeaderOffset: offset!, recordOffset: recordOffset,
-                           unixMode: madeBy == 3 ? UInt32(u32(fixed, 38) >> 16) : nil), name)
+            return (
+                Record(
+                    nameStart: nameStart, nameLength: UInt16(name.count), flags: flags, method: UInt16(u16(fixed, 10)),
+                    crc: UInt32(u32(fixed, 16)), compressedSize: compressedSize, size: size, localHeaderOffset: offset!, recordOffset: recordOffset,
+                    unixMode: madeBy == 3 ? UInt32(u32(fixed, 38) >> 16) : nil), name
+            )
         }
 
         /// For ``LocalHeaders/deferred``: the entries sorted by offset must start at byte 0 and
@@ -313,7 +327,8 @@ package enum CentralDirectory {
                 let next = rank + 1 < order.count ? records[order[rank + 1]].localHeaderOffset : directoryOffset
                 let least = try sum(try sum(record.localHeaderOffset, UInt64(30 + Int(record.nameLength))), record.compressedSize)
                 guard least <= next else {
-                    throw malformed(rank + 1 < order.count ? "the entry '\(shown)' overlaps the one after it" : "the last entry runs into the central directory")
+                    throw malformed(
+                        rank + 1 < order.count ? "the entry '\(shown)' overlaps the one after it" : "the last entry runs into the central directory")
                 }
                 ends[index] = next
                 expected = least
@@ -332,14 +347,18 @@ package enum CentralDirectory {
                 let record = records[index]
                 let shown = records.shownName(of: record)
                 guard record.localHeaderOffset == expected else {
-                    throw malformed(record.localHeaderOffset < expected ? "the entry '\(shown)' overlaps the one before it"
-                                                                        : "there are \(record.localHeaderOffset - expected) bytes before the entry '\(shown)' that belong to no entry")
+                    throw malformed(
+                        record.localHeaderOffset < expected
+                            ? "the entry '\(shown)' overlaps the one before it"
+                            : "there are \(record.localHeaderOffset - expected) bytes before the entry '\(shown)' that belong to no entry")
                 }
                 expected = try checkLocalHeader(record, in: records, limit: directoryOffset).end
             }
             guard expected == directoryOffset else {
-                throw malformed(expected < directoryOffset ? "there are \(directoryOffset - expected) bytes before the central directory that belong to no entry"
-                                                           : "the last entry runs into the central directory")
+                throw malformed(
+                    expected < directoryOffset
+                        ? "there are \(directoryOffset - expected) bytes before the central directory that belong to no entry"
+                        : "the last entry runs into the central directory")
             }
         }
 
@@ -357,8 +376,12 @@ package enum CentralDirectory {
             guard variable.prefix(nameLength).elementsEqual(records.name(of: record)) else {
                 throw malformed("the local header of '\(shown)' names another file")
             }
-            guard UInt16(u16(header, 6)) == record.flags else { throw malformed("the local header and the central directory of '\(shown)' disagree on its flags") }
-            guard UInt16(u16(header, 8)) == record.method else { throw malformed("the local header and the central directory of '\(shown)' disagree on its compression method") }
+            guard UInt16(u16(header, 6)) == record.flags else {
+                throw malformed("the local header and the central directory of '\(shown)' disagree on its flags")
+            }
+            guard UInt16(u16(header, 8)) == record.method else {
+                throw malformed("the local header and the central directory of '\(shown)' disagree on its compression method")
+            }
             let localZip64 = try extraFields(Array(variable.dropFirst(nameLength)), entry: shown)
             var size = u32(header, 22), compressedSize = u32(header, 18)
             var noOffset: UInt64? = nil
@@ -367,7 +390,8 @@ package enum CentralDirectory {
             if descriptor {
                 // Sizes and CRC follow the data; the header may leave them zero, or state them.
                 guard (u32(header, 14) == 0 || UInt32(u32(header, 14)) == record.crc),
-                      (size == 0 || size == record.size), (compressedSize == 0 || compressedSize == record.compressedSize) else {
+                    (size == 0 || size == record.size), (compressedSize == 0 || compressedSize == record.compressedSize)
+                else {
                     throw malformed("the local header and the central directory of '\(shown)' disagree on its CRC or sizes")
                 }
             } else {

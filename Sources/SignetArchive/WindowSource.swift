@@ -97,11 +97,14 @@ final class WindowSource: ZipSourceContext {
     }
 }
 
-private let windowCommands = zipSourceCommands([ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR,
-                                                 ZIP_SOURCE_FREE, ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS])
+private let windowCommands = zipSourceCommands([
+    ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR,
+    ZIP_SOURCE_FREE, ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS
+])
 
 /// libzip's callback for a ``WindowSource`` (the context is retained; `FREE` releases it).
-let windowSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = { context, data, length, command in
+let windowSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = {
+    context, data, length, command in
     guard let context else { return -1 }
     let source = Unmanaged<WindowSource>.fromOpaque(context).takeUnretainedValue()
     switch command {

@@ -67,8 +67,10 @@ package final class ZipReader {
     /// requests), each entry's local header is checked when the entry is first read, and libzip
     /// opens windows without its own pass over every local header: only the entries read are
     /// fetched.
-    package init(input file: any ArchiveInput, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
-         localHeaders: CentralDirectory.LocalHeaders = .upFront) throws {
+    package init(
+        input file: any ArchiveInput, maximumEntries: Int = Int.max, limitFlag: String = "--max-files",
+        localHeaders: CentralDirectory.LocalHeaders = .upFront
+    ) throws {
         let path = file.path
         directory = try CentralDirectory.records(of: file, archive: path, maximumEntries: maximumEntries, limitFlag: limitFlag, localHeaders: localHeaders)
         self.file = file
@@ -148,12 +150,13 @@ package final class ZipReader {
             if code == ZIP_ER_OPEN || code == ZIP_ER_READ {
                 throw SignetError(.io, "cannot read the package '\(path)': \(ZipWriter.describe(code: code))", path: path)
             }
-            let reason = switch code {
-            case ZIP_ER_EXISTS: "two entries have the same name"
-            case ZIP_ER_INCONS: "its headers are inconsistent (local and central records disagree, or entries overlap)"
-            case ZIP_ER_NOZIP: "it is not a zip archive, or it is truncated"
-            default: ZipWriter.describe(code: code)
-            }
+            let reason =
+                switch code {
+                case ZIP_ER_EXISTS: "two entries have the same name"
+                case ZIP_ER_INCONS: "its headers are inconsistent (local and central records disagree, or entries overlap)"
+                case ZIP_ER_NOZIP: "it is not a zip archive, or it is truncated"
+                default: ZipWriter.describe(code: code)
+                }
             throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: \(reason); it may be truncated, corrupt or crafted", path: path)
         }
         let window = Window(first: first, count: count, archive: archive, source: source)
@@ -167,7 +170,10 @@ package final class ZipReader {
         let count = zip_get_num_entries(window.archive, 0)
         guard count >= 0 else { throw failure(window, "cannot list the entries") }
         guard count == window.count else {
-            throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip counts \(count) entries from entry \(window.first), its central directory \(window.count)", path: path)
+            throw SignetError(
+                .malformedArchive,
+                "'\(path)' is not a valid zip archive: libzip counts \(count) entries from entry \(window.first), its central directory \(window.count)",
+                path: path)
         }
         for offset in 0..<window.count {
             let position = window.first + offset
@@ -184,8 +190,11 @@ package final class ZipReader {
                 throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: entry \(position) has two different names", path: path)
             }
             guard info.size == record.size, info.comp_size == record.compressedSize, info.crc == record.crc, info.comp_method == record.method,
-                  (info.encryption_method != ZIP_EM_NONE) == record.isEncrypted else {
-                throw SignetError(.malformedArchive, "'\(path)' is not a valid zip archive: libzip and Signet read different sizes, CRC, method or encryption for entry \(position)", path: path)
+                (info.encryption_method != ZIP_EM_NONE) == record.isEncrypted
+            else {
+                throw SignetError(
+                    .malformedArchive,
+                    "'\(path)' is not a valid zip archive: libzip and Signet read different sizes, CRC, method or encryption for entry \(position)", path: path)
             }
         }
     }
@@ -196,8 +205,9 @@ package final class ZipReader {
     /// The entry at `position` in archive order.
     package func entry(at position: Int) -> Entry {
         let record = directory[position]
-        return Entry(index: UInt64(position), size: record.size, compressedSize: record.compressedSize,
-                     method: record.method, crc: record.crc, encrypted: record.isEncrypted, unixMode: record.unixMode)
+        return Entry(
+            index: UInt64(position), size: record.size, compressedSize: record.compressedSize,
+            method: record.method, crc: record.crc, encrypted: record.isEncrypted, unixMode: record.unixMode)
     }
 
     /// Where a stored entry's bytes are in the archive, once its local header agrees with the
@@ -254,7 +264,9 @@ package final class ZipReader {
     @discardableResult
     package func read(_ entry: Entry, limit: UInt64, name: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> UInt64 {
         guard entry.size <= limit else {
-            throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' claims \(entry.size) bytes, more than the \(limit) allowed for it", path: path, entry: name)
+            throw SignetError(
+                .malformedArchive, "the entry '\(name)' in '\(path)' claims \(entry.size) bytes, more than the \(limit) allowed for it", path: path, entry: name
+            )
         }
         let position = Int(entry.index)
         if position < headersChecked.count, !headersChecked[position] {
@@ -287,14 +299,17 @@ package final class ZipReader {
                 if n == 0 { break }
                 total += UInt64(n)
                 guard total <= entry.size else {
-                    throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path, entry: name)
+                    throw SignetError(
+                        .malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path,
+                        entry: name)
                 }
                 try body(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(n)]))
             }
             return total
         }
         guard total == entry.size else {
-            throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
+            throw SignetError(
+                .malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
         }
         return total
     }
@@ -332,15 +347,18 @@ package final class ZipReader {
             var full = false
             while offset < Int(n) || full {
                 var consumed = 0, produced = 0
-                let result = signet_inflate(inflater, input.baseAddress!.assumingMemoryBound(to: UInt8.self) + offset, Int(n) - offset, &consumed,
-                                            output.baseAddress!.assumingMemoryBound(to: UInt8.self), output.count, &produced)
+                let result = signet_inflate(
+                    inflater, input.baseAddress!.assumingMemoryBound(to: UInt8.self) + offset, Int(n) - offset, &consumed,
+                    output.baseAddress!.assumingMemoryBound(to: UInt8.self), output.count, &produced)
                 guard result >= 0 else { throw corrupt("its data is not a valid deflate stream") }
                 offset += consumed
                 full = produced == output.count
                 if produced > 0 {
                     total += UInt64(produced)
                     guard total <= entry.size else {
-                        throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path, entry: name)
+                        throw SignetError(
+                            .malformedArchive, "the entry '\(name)' in '\(path)' holds more data than the \(entry.size) bytes its headers state", path: path,
+                            entry: name)
                     }
                     crc = signet_crc32(crc, output.baseAddress!.assumingMemoryBound(to: UInt8.self), produced)
                     try body(UnsafeRawBufferPointer(rebasing: output[0..<produced]))
@@ -350,12 +368,13 @@ package final class ZipReader {
                     guard offset == Int(n) else { throw corrupt("bytes follow the end of its deflate stream inside the entry") }
                     break
                 }
-                if consumed == 0 && produced == 0 { break }   // needs more input
+                if consumed == 0 && produced == 0 { break } // needs more input
             }
         }
         guard ended else { throw corrupt("its deflate stream is cut short") }
         guard total == entry.size else {
-            throw SignetError(.malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
+            throw SignetError(
+                .malformedArchive, "the entry '\(name)' in '\(path)' holds \(total) bytes, not the \(entry.size) its headers state", path: path, entry: name)
         }
         guard UInt32(truncatingIfNeeded: crc) == entry.crc else { throw corrupt("CRC error (its data does not match the CRC-32 its headers state)") }
         return total

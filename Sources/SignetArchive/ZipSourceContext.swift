@@ -10,8 +10,10 @@ protocol ZipSourceContext: AnyObject {
 /// The commands every Signet source answers alike: the last error, freeing the context, the
 /// supported commands (`supported`, a bitmap of ``zipSourceCommands(_:)``), and any other
 /// command as not supported.
-func answerCommonZipSourceCommand<Context: ZipSourceContext>(_ command: zip_source_cmd_t, of _: Context.Type, context: UnsafeMutableRawPointer,
-                                                             data: UnsafeMutableRawPointer?, length: zip_uint64_t, supported: Int64) -> Int64 {
+func answerCommonZipSourceCommand<Context: ZipSourceContext>(
+    _ command: zip_source_cmd_t, of _: Context.Type, context: UnsafeMutableRawPointer,
+    data: UnsafeMutableRawPointer?, length: zip_uint64_t, supported: Int64
+) -> Int64 {
     let object = Unmanaged<Context>.fromOpaque(context).takeUnretainedValue()
     switch command {
     case ZIP_SOURCE_ERROR:

@@ -104,7 +104,8 @@ package final class ZipWriter {
         }
         let entry = zip_uint64_t(index)
         guard zip_file_set_mtime(archive, entry, Self.fixedDOSTime, 0) == 0,
-              zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), (UInt32(S_IFREG) | permissions) << 16) == 0 else {
+            zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), (UInt32(S_IFREG) | permissions) << 16) == 0
+        else {
             throw failure("cannot set the attributes of '\(name)'")
         }
         return entry
@@ -174,11 +175,14 @@ private final class SourceBox: ZipSourceContext {
     }
 }
 
-private let supportedCommands = zipSourceCommands([ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
-                                                    ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_SUPPORTS])
+private let supportedCommands = zipSourceCommands([
+    ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+    ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_SUPPORTS
+])
 
 /// libzip's callback for every source Signet adds.
-private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = { context, data, length, command in
+private let zipSourceCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, zip_uint64_t, zip_source_cmd_t) -> zip_int64_t = {
+    context, data, length, command in
     guard let context else { return -1 }
     let box = Unmanaged<SourceBox>.fromOpaque(context).takeUnretainedValue()
     do {

@@ -22,7 +22,10 @@ public enum CaseFolding {
         var files: [String: String] = [:]
         for path in paths {
             if let other = files.updateValue(path, forKey: key(path)) {
-                throw SignetError(.malformedArchive, "'\(other)' and '\(path)' in '\(package)' would be the same file on a case-insensitive filesystem; nothing was installed (rename one in the package)", path: package, entry: path)
+                throw SignetError(
+                    .malformedArchive,
+                    "'\(other)' and '\(path)' in '\(package)' would be the same file on a case-insensitive filesystem; nothing was installed (rename one in the package)",
+                    path: package, entry: path)
             }
         }
         for path in paths {
@@ -30,7 +33,10 @@ public enum CaseFolding {
             for component in path.split(separator: "/").dropLast() {
                 prefix += (prefix.isEmpty ? "" : "/") + component
                 if let file = files[key(prefix)] {
-                    throw SignetError(.malformedArchive, "'\(file)' is a file and '\(prefix)' a folder (of '\(path)') in '\(package)', the same name on a case-insensitive filesystem; nothing was installed", path: package, entry: path)
+                    throw SignetError(
+                        .malformedArchive,
+                        "'\(file)' is a file and '\(prefix)' a folder (of '\(path)') in '\(package)', the same name on a case-insensitive filesystem; nothing was installed",
+                        path: package, entry: path)
                 }
             }
         }

@@ -87,15 +87,18 @@ struct ChunkPlan {
                 let number = position / block
                 let blockEnd = min((number + 1) * block, size)
                 let partEnd = min(end, blockEnd)
-                let same = Int(number) < installed.blockCount && Int(number) < chunks.blockCount
+                let same =
+                    Int(number) < installed.blockCount && Int(number) < chunks.blockCount
                     && min((number + 1) * block, installedSize) == blockEnd && chunks.block(Int(number)) == installed.block(Int(number))
                 var source: UInt64? = same ? position : nil
                 if source == nil, blockEnd - number * block == block, Int(number) < chunks.blockCount,
-                   let shifted = blocksHeld[chunks.blockKey(Int(number))] {
+                    let shifted = blocksHeld[chunks.blockKey(Int(number))]
+                {
                     source = shifted + (position - number * block)
                 }
                 if let last = list.last, last.offset + last.length == position,
-                   last.installed.map({ old in source == old + (position - last.offset) }) ?? (source == nil) {
+                    last.installed.map({ old in source == old + (position - last.offset) }) ?? (source == nil)
+                {
                     list[list.count - 1] = Piece(offset: last.offset, length: last.length + partEnd - position, installed: last.installed)
                 } else {
                     list.append(Piece(offset: position, length: partEnd - position, installed: source))
@@ -124,7 +127,11 @@ struct ChunkPlan {
         var runs: [Range<Int>] = []
         for (index, span) in chunks.spans.enumerated() where index >= first && !held.contains(Key(chunks.hash(index))) {
             let run = Int(span.offset / block)..<Int((span.offset + span.length + block - 1) / block)
-            if let last = runs.last, last.upperBound >= run.lowerBound { runs[runs.count - 1] = last.lowerBound..<max(last.upperBound, run.upperBound) } else { runs.append(run) }
+            if let last = runs.last, last.upperBound >= run.lowerBound {
+                runs[runs.count - 1] = last.lowerBound..<max(last.upperBound, run.upperBound)
+            } else {
+                runs.append(run)
+            }
         }
         return runs
     }
@@ -164,7 +171,11 @@ struct ChunkPlan {
         var ranges: [Range<Int64>] = []
         for piece in pieces.joined() where piece.installed == nil {
             let (start, end) = packageRange(of: piece.offset..<(piece.offset + piece.length))
-            if let last = ranges.last, last.upperBound >= start { ranges[ranges.count - 1] = last.lowerBound..<max(end, last.upperBound) } else { ranges.append(start..<end) }
+            if let last = ranges.last, last.upperBound >= start {
+                ranges[ranges.count - 1] = last.lowerBound..<max(end, last.upperBound)
+            } else {
+                ranges.append(start..<end)
+            }
         }
         return ranges
     }
@@ -213,21 +224,25 @@ extension Installer.Job {
     /// leading chunks are hashed where they are and the rest is written after them. A transfer
     /// that fails (`network`, `package-changed`) leaves the file staged for the next run, which
     /// checks every chunk of it again before keeping any.
-    func stageRebuilt(_ file: Manifest.File, plan: ChunkPlan, from root: FileDescriptor?, input: any ArchiveInput, into staging: Staging,
-                      checked: PackageReader.Checked, counts: inout ChunkCounts,
-                      later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
+    func stageRebuilt(
+        _ file: Manifest.File, plan: ChunkPlan, from root: FileDescriptor?, input: any ArchiveInput, into staging: Staging,
+        checked: PackageReader.Checked, counts: inout ChunkCounts,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?
+    ) throws -> Staged? {
         var kept = false, keptForNextRun = false
         defer { if !kept && !keptForNextRun { staging.removeFile(file.path) } }
         // `plan.data` came from the entry's local header, checked when the plan was made.
         let needsInstalled = plan.pieces.joined().contains { $0.installed != nil }
         guard let entry = layout.resource(file.path), entry.size == file.size,
-              UInt64(plan.data.count) == (plan.segments == nil ? entry.size : entry.compressedSize) else { return nil }
+            UInt64(plan.data.count) == (plan.segments == nil ? entry.size : entry.compressedSize)
+        else { return nil }
         let segmentReader = plan.segments.flatMap { DeflatedSegments(input: input, data: plan.data, offsets: $0, fileSize: file.size) }
         if plan.segments != nil && segmentReader == nil { return nil }
         var installed: InputFile? = nil
         if needsInstalled {
             guard let root, let opened = try? Paths.open(file.path, beneath: root),
-                  let source = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file") else { return nil }
+                let source = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file")
+            else { return nil }
             installed = source
         }
         let resumeAt = plan.resumed < plan.chunks.count ? plan.chunks.spans[plan.resumed].offset : file.size
@@ -241,7 +256,8 @@ extension Installer.Job {
             // digests as they are read (the file is ours, in our staging tree, but read once
             // more so that what is hashed is what is installed); what follows them is cut.
             guard try Self.hashStaged(staged.descriptor, upTo: resumeAt, into: hashers, buffer: buffer),
-                  ftruncate(staged.descriptor.rawValue, off_t(resumeAt)) == 0 else { return nil }
+                ftruncate(staged.descriptor.rawValue, off_t(resumeAt)) == 0
+            else { return nil }
             counts.resumed += plan.resumed
             counts.bytesResumed += resumeAt
         }
@@ -274,25 +290,27 @@ extension Installer.Job {
         }
         do {
             /// The file's bytes at `offset` from the package: the entry's bytes, or inflated
-        /// segments whose dictionary is the file before them (the staged file below the chunk
-        /// being assembled at `chunkStart`, and `buffer`'s bytes of that chunk after it).
-        func fetch(_ offset: UInt64, into: UnsafeMutableRawBufferPointer, chunkStart: UInt64) throws -> Bool {
-            guard let segmentReader else { return try input.read(fullyAt: Int64(plan.data.lowerBound + offset), into: into) == into.count }
-            return try segmentReader.read(at: offset, into: into) { start, dictionary in
-                var done = 0
-                if start < chunkStart {
-                    done = Int(min(UInt64(dictionary.count), chunkStart - start))
-                    guard try staged.descriptor.read(fullyAt: Int64(start), into: UnsafeMutableRawBufferPointer(rebasing: dictionary[0..<done])) == done else { return false }
+            /// segments whose dictionary is the file before them (the staged file below the chunk
+            /// being assembled at `chunkStart`, and `buffer`'s bytes of that chunk after it).
+            func fetch(_ offset: UInt64, into: UnsafeMutableRawBufferPointer, chunkStart: UInt64) throws -> Bool {
+                guard let segmentReader else { return try input.read(fullyAt: Int64(plan.data.lowerBound + offset), into: into) == into.count }
+                return try segmentReader.read(at: offset, into: into) { start, dictionary in
+                    var done = 0
+                    if start < chunkStart {
+                        done = Int(min(UInt64(dictionary.count), chunkStart - start))
+                        guard try staged.descriptor.read(fullyAt: Int64(start), into: UnsafeMutableRawBufferPointer(rebasing: dictionary[0..<done])) == done
+                        else { return false }
+                    }
+                    if done < dictionary.count {
+                        let from = Int(start + UInt64(done) - chunkStart), count = dictionary.count - done
+                        guard from + count <= buffer.count else { return false }
+                        UnsafeMutableRawBufferPointer(rebasing: dictionary[done...]).copyMemory(
+                            from: UnsafeRawBufferPointer(rebasing: buffer[from..<(from + count)]))
+                    }
+                    return true
                 }
-                if done < dictionary.count {
-                    let from = Int(start + UInt64(done) - chunkStart), count = dictionary.count - done
-                    guard from + count <= buffer.count else { return false }
-                    UnsafeMutableRawBufferPointer(rebasing: dictionary[done...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: buffer[from..<(from + count)]))
-                }
-                return true
             }
-        }
-        for (index, span) in plan.chunks.spans.enumerated() where index >= plan.resumed {
+            for (index, span) in plan.chunks.spans.enumerated() where index >= plan.resumed {
                 let length = Int(span.length)
                 let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
                 /// Whether the chunk's bytes in the buffer are the chunk.
@@ -322,8 +340,9 @@ extension Installer.Job {
                     segmentReader?.forget()
                     let again = try reused > 0 && fetch(span.offset, into: chunk, chunkStart: span.offset)
                     guard again, try matches() else {
-                        throw Installer.error(for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
-                                              package: package, entry: file.path)
+                        throw Installer.error(
+                            for: .modified, "'\(file.path)' does not match the chunk index in the manifest (chunk \(index) at \(span.offset))",
+                            package: package, entry: file.path)
                     }
                     (reused, fetched) = (0, span.length)
                 }
@@ -343,13 +362,15 @@ extension Installer.Job {
         switch try hashers.finish() {
         case .signed(let signed): digest = signed
         case .contentMismatch:
-            throw Installer.error(for: .modified, "'\(file.path)' rebuilt from its chunks does not match the SHA-256 in the manifest", package: package, entry: file.path)
+            throw Installer.error(
+                for: .modified, "'\(file.path)' rebuilt from its chunks does not match the SHA-256 in the manifest", package: package, entry: file.path)
         case .verityMismatch:
             throw Installer.error(for: .modified, ContentHashers.verityMessage(file.path), package: package, entry: file.path)
         }
         let signature = try reusedSignature(file, own: nil, digest: digest, checked: checked, later: later)
-        let finished = try finishStaged(file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
-                                        signer: checked.key, checked: checked, into: staging)
+        let finished = try finishStaged(
+            file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
+            signer: checked.key, checked: checked, into: staging)
         kept = true
         return finished
     }

@@ -38,8 +38,10 @@ package final class DeflatedSegments {
     /// Fills `into` with the file's bytes from `position`, inflating the segments that hold
     /// them; `preceding(start, buffer)` fills `buffer` with the file's bytes from `start` (the
     /// dictionary, all before `position`). False when a segment does not inflate to its length.
-    package func read(at position: UInt64, into buffer: UnsafeMutableRawBufferPointer,
-              preceding: (UInt64, UnsafeMutableRawBufferPointer) throws -> Bool) throws -> Bool {
+    package func read(
+        at position: UInt64, into buffer: UnsafeMutableRawBufferPointer,
+        preceding: (UInt64, UnsafeMutableRawBufferPointer) throws -> Bool
+    ) throws -> Bool {
         let size = UInt64(DeflateIndex.segmentSize)
         var done = 0
         while done < buffer.count {
@@ -54,7 +56,8 @@ package final class DeflatedSegments {
             let from = Int(at - start)
             let count = min(length - from, buffer.count - done)
             output.withUnsafeBytes { bytes in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[done..<(done + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[from..<(from + count)]))
+                UnsafeMutableRawBufferPointer(rebasing: buffer[done..<(done + count)]).copyMemory(
+                    from: UnsafeRawBufferPointer(rebasing: bytes[from..<(from + count)]))
             }
             done += count
         }
@@ -74,7 +77,8 @@ package final class DeflatedSegments {
         guard read == stored else { return false }
         let window = Int(min(start, UInt64(dictionary.count)))
         if window > 0 {
-            guard try dictionary.withUnsafeMutableBytes({ try preceding(start - UInt64(window), UnsafeMutableRawBufferPointer(rebasing: $0[0..<window])) }) else { return false }
+            guard try dictionary.withUnsafeMutableBytes({ try preceding(start - UInt64(window), UnsafeMutableRawBufferPointer(rebasing: $0[0..<window])) })
+            else { return false }
         }
         let restarted = dictionary.withUnsafeBytes { signet_inflater_restart(inflater, $0.baseAddress?.assumingMemoryBound(to: UInt8.self), window) }
         guard restarted == 0 else { return false }
@@ -84,8 +88,9 @@ package final class DeflatedSegments {
         repeat {
             result = compressed.withUnsafeBytes { input in
                 output.withUnsafeMutableBytes { out in
-                    signet_inflate(inflater, input.baseAddress!.assumingMemoryBound(to: UInt8.self) + used, stored - used, &consumed,
-                                   out.baseAddress!.assumingMemoryBound(to: UInt8.self) + total, out.count - total, &produced)
+                    signet_inflate(
+                        inflater, input.baseAddress!.assumingMemoryBound(to: UInt8.self) + used, stored - used, &consumed,
+                        out.baseAddress!.assumingMemoryBound(to: UInt8.self) + total, out.count - total, &produced)
                 }
             }
             used += consumed

@@ -67,12 +67,18 @@ enum DestinationState {
             // unless its files say they came from a signed manifest (the manifest's signature
             // removed and the bare marker added: that would skip every check the manifest gives).
             if let origin = Reverifier.manifestOrigin(of: fd), !force {
-                throw SignetError(.relabelledTree, "'\(destination)' is marked as a bare tree, but its files were installed from the signed package '\(origin.name)' sequence \(origin.sequence) (their user.signet.meta says so): its manifest or manifest signature was removed. Reinstall it, or pass --force to replace it", path: destination)
+                throw SignetError(
+                    .relabelledTree,
+                    "'\(destination)' is marked as a bare tree, but its files were installed from the signed package '\(origin.name)' sequence \(origin.sequence) (their user.signet.meta says so): its manifest or manifest signature was removed. Reinstall it, or pass --force to replace it",
+                    path: destination)
             }
             return .bare
         }
         guard force else {
-            throw SignetError(.destinationRefused, "destination '\(destination)' is not empty and holds no tree Signet installed (no readable .signet/manifest.json); choose a new or empty directory, or pass --force to replace it", path: destination)
+            throw SignetError(
+                .destinationRefused,
+                "destination '\(destination)' is not empty and holds no tree Signet installed (no readable .signet/manifest.json); choose a new or empty directory, or pass --force to replace it",
+                path: destination)
         }
         return .foreign
     }

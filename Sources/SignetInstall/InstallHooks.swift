@@ -44,9 +44,7 @@ public struct InstallHooks: Sendable {
         for character in line {
             if escaped { current.append(character); escaped = false; inWord = true; continue }
             if let open = quote {
-                if character == open { quote = nil }
-                else if character == "\\" && open == "\"" { escaped = true }
-                else { current.append(character) }
+                if character == open { quote = nil } else if character == "\\" && open == "\"" { escaped = true } else { current.append(character) }
                 continue
             }
             switch character {
@@ -128,8 +126,10 @@ package enum HookRunner {
     ///
     /// `started` is told the hook's pid (its process group) once it runs, for the release
     /// record (a next run ends a group a killed Signet left behind).
-    static func run(_ hook: String, _ command: [String], environment: [String: String], timeout: Double?,
-                    started: ((pid_t) -> Void)? = nil) -> HookResult {
+    static func run(
+        _ hook: String, _ command: [String], environment: [String: String], timeout: Double?,
+        started: ((pid_t) -> Void)? = nil
+    ) -> HookResult {
         func failed(_ why: String) -> HookResult {
             HookResult(hook: hook, command: command, exitStatus: nil, timedOut: false, output: "", failure: why)
         }
@@ -203,8 +203,9 @@ package enum HookRunner {
         while drain(wait: 0) {}
         if output.count > outputLimit { output.removeFirst(output.count - outputLimit) }
         let exited = status & 0x7f == 0
-        return HookResult(hook: hook, command: command, exitStatus: exited && !timedOut ? (status >> 8) & 0xff : nil, timedOut: timedOut,
-                          output: String(decoding: output, as: UTF8.self), failure: nil)
+        return HookResult(
+            hook: hook, command: command, exitStatus: exited && !timedOut ? (status >> 8) & 0xff : nil, timedOut: timedOut,
+            output: String(decoding: output, as: UTF8.self), failure: nil)
     }
 
     /// `name` itself when it has a slash, else the first executable `name` on the clean PATH.

@@ -30,9 +30,11 @@ extension Installer {
     /// installed from it; a complete download is removed whether the package installed or was
     /// refused. Each installed file's `user.signet.meta` records `url` as its `source` (without
     /// query or fragment).
-    public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
-                               options: InstallOptions = InstallOptions(),
-                               download: DownloadOptions = DownloadOptions()) throws -> InstallReport {
+    public static func install(
+        downloading url: String, to destination: String, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions(),
+        download: DownloadOptions = DownloadOptions()
+    ) throws -> InstallReport {
         try install(downloading: url, to: destination, policy: policy, options: options, download: download, cancelled: nil)
     }
 
@@ -41,9 +43,11 @@ extension Installer {
     /// and throws `CancellationError`, with the destination as it was. Once everything is
     /// fetched and verified, the installation itself runs to its end, so that DIR is never
     /// left between the old tree and the new one.
-    public static func installAsync(downloading url: String, to destination: String, policy: TrustPolicy,
-                                    options: InstallOptions = InstallOptions(),
-                                    download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
+    public static func installAsync(
+        downloading url: String, to destination: String, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions(),
+        download: DownloadOptions = DownloadOptions()
+    ) async throws -> InstallReport {
         let cancelled = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await OwnThreads.async {
@@ -55,15 +59,22 @@ extension Installer {
     }
 
     /// The old name of ``installAsync(downloading:to:policy:options:download:)-(String,_,_,_,_)``.
-    @available(*, deprecated, renamed: "installAsync(downloading:to:policy:options:download:)", message: "the async form has its own name, so that a blocking call is never chosen for `try await`")
-    public static func install(downloading url: String, to destination: String, policy: TrustPolicy,
-                               options: InstallOptions = InstallOptions(),
-                               download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
+    @available(
+        *, deprecated, renamed: "installAsync(downloading:to:policy:options:download:)",
+        message: "the async form has its own name, so that a blocking call is never chosen for `try await`"
+    )
+    public static func install(
+        downloading url: String, to destination: String, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions(),
+        download: DownloadOptions = DownloadOptions()
+    ) async throws -> InstallReport {
         try await installAsync(downloading: url, to: destination, policy: policy, options: options, download: download)
     }
 
-    package static func install(downloading url: String, to destination: String, policy: TrustPolicy,
-                        options: InstallOptions, download: DownloadOptions, cancelled: CancellationFlag?) throws -> InstallReport {
+    package static func install(
+        downloading url: String, to destination: String, policy: TrustPolicy,
+        options: InstallOptions, download: DownloadOptions, cancelled: CancellationFlag?
+    ) throws -> InstallReport {
         try Downloader.checkScheme(url, policy: download.tls)
         let destination = try normalizedDestination(destination)
         try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
@@ -71,14 +82,17 @@ extension Installer {
         // told which process holds it, as for a local package.
         let lock = try DestinationLock(destination, wait: options.wait)
         defer { lock.release() }
-        return try install(downloading: url, to: destination, policy: policy, options: options, download: download,
-                           cancelled: cancelled, holding: lock)
+        return try install(
+            downloading: url, to: destination, policy: policy, options: options, download: download,
+            cancelled: cancelled, holding: lock)
     }
 
     /// The same with DIR's lock already held (`lockDestination(_:wait:)`) and `destination` as
     /// that returned it: an update decides and installs under one lock.
-    package static func install(downloading url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
-                                download: DownloadOptions, cancelled: CancellationFlag?, holding lock: DestinationLock) throws -> InstallReport {
+    package static func install(
+        downloading url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
+        download: DownloadOptions, cancelled: CancellationFlag?, holding lock: DestinationLock
+    ) throws -> InstallReport {
         try Downloader.checkScheme(url, policy: download.tls)
         var options = options
         options.source = Download.recordedSource(url)
@@ -95,9 +109,10 @@ extension Installer {
         // the metadata's before it is opened.
         var hashing = try options.expectedPackage.map { _ in try Digest.Hasher(.sha256) }
         let binds = hashing != nil
-        let full = Downloader.FullDownload(partial: partial, options: download, cancelled: cancelled,
-                                           body: binds ? { hashing?.update($0) } : nil,
-                                           restart: { if binds { hashing = try Digest.Hasher(.sha256) } })
+        let full = Downloader.FullDownload(
+            partial: partial, options: download, cancelled: cancelled,
+            body: binds ? { hashing?.update($0) } : nil,
+            restart: { if binds { hashing = try Digest.Hasher(.sha256) } })
         // What the range requests before the full download cost (every pass is reported).
         var earlier = (requests: 0, bytes: UInt64(0))
         var whole: DownloadResult? = nil
@@ -109,8 +124,9 @@ extension Installer {
         if download.ranges, !options.bare {
             // Read in place with range requests: only what the installed tree lacks is fetched.
             do {
-                return try installRanged(url, to: destination, policy: policy, options: options, download: download,
-                                         full: windowClosed ? nil : full, cancelled: cancelled)
+                return try installRanged(
+                    url, to: destination, policy: policy, options: options, download: download,
+                    full: windowClosed ? nil : full, cancelled: cancelled)
             } catch let unsupported as RangeClient.Unsupported {
                 // The server does not answer ranges: the whole package, as below (already
                 // downloaded when the first request's answer was the whole package).
@@ -119,15 +135,24 @@ extension Installer {
             }
         }
         if whole == nil, windowClosed {
-            throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): the package would be downloaded whole (\(download.ranges ? "the server answers no range requests" : "--full-download")), so it is not downloaded until a window opens", path: destination)
+            throw SignetError(
+                .installDeferred,
+                "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; "))): the package would be downloaded whole (\(download.ranges ? "the server answers no range requests" : "--full-download")), so it is not downloaded until a window opens",
+                path: destination)
         }
-        let result = try whole ?? Downloader.download(url, into: partial, options: download, cancelled: cancelled, durable: false,
-                                                      body: full.body, restart: full.restart)
+        let result =
+            try whole
+            ?? Downloader.download(
+                url, into: partial, options: download, cancelled: cancelled, durable: false,
+                body: full.body, restart: full.restart)
         defer { unlink(partial) }
         if let expected = options.expectedPackage, let hashing {
             let digest = try hashing.finalize()
             guard result.size == expected.size, digest.matches(hex: expected.sha256) else {
-                throw SignetError(.indexMismatch, "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); its signed metadata binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed", path: url)
+                throw SignetError(
+                    .indexMismatch,
+                    "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); its signed metadata binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed",
+                    path: url)
             }
         }
         var report: InstallReport
@@ -144,16 +169,19 @@ extension Installer {
         let bytes = files.reduce(0) { $0 &+ $1.size }
         // The first request's answer, when it was the whole package, is counted once.
         let requests = earlier.requests + (whole == nil ? result.requests : 0)
-        report.transfer = TransferReport(mode: .full, bytesDownloaded: earlier.bytes + result.bytesReceived, requests: requests, filesFetched: report.files.count,
-                                         filesReused: 0, filesResumed: 0, bytesFetched: bytes, bytesTotal: bytes, packageSize: result.size)
+        report.transfer = TransferReport(
+            mode: .full, bytesDownloaded: earlier.bytes + result.bytesReceived, requests: requests, filesFetched: report.files.count,
+            filesReused: 0, filesResumed: 0, bytesFetched: bytes, bytesTotal: bytes, packageSize: result.size)
         return report
     }
 
     /// ``install(downloading:to:policy:options:download:)`` over range requests (DIR locked).
     /// Throws ``/SignetNetwork/RangeClient/Unsupported`` before anything is fetched but the end of the package
     /// when the server does not answer ranges.
-    private static func installRanged(_ url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
-                                      download: DownloadOptions, full: Downloader.FullDownload?, cancelled: CancellationFlag?) throws -> InstallReport {
+    private static func installRanged(
+        _ url: String, to destination: String, policy: TrustPolicy, options: InstallOptions,
+        download: DownloadOptions, full: Downloader.FullDownload?, cancelled: CancellationFlag?
+    ) throws -> InstallReport {
         // What earlier runs left staged (killed, or their link dropped) is taken for its files,
         // which move into this run's staging tree; what this run staged is left for the next
         // one when its link drops too (or the package keeps changing on the server).
@@ -193,7 +221,9 @@ extension Installer {
                 }
             }
             throw SignetError(.packageChanged, "not reached")
-        } catch let failure as SignetError where failure.code == .network || failure.code == .packageChanged || failure.code == .installDeferred || failure.code == .interrupted {
+        } catch let failure as SignetError
+            where failure.code == .network || failure.code == .packageChanged || failure.code == .installDeferred || failure.code == .interrupted
+        {
             leftovers.keep()
             throw failure
         } catch {
@@ -202,8 +232,10 @@ extension Installer {
         }
     }
 
-    private static func installRanged(_ input: RangedInput, update: RangedUpdate, to destination: String, policy: TrustPolicy,
-                                      options: InstallOptions, download: DownloadOptions) throws -> InstallReport {
+    private static func installRanged(
+        _ input: RangedInput, update: RangedUpdate, to destination: String, policy: TrustPolicy,
+        options: InstallOptions, download: DownloadOptions
+    ) throws -> InstallReport {
         let url = input.url
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
@@ -224,8 +256,9 @@ extension Installer {
         }
         defer { input.received = nil }
         return try sayingRoom(reader, destination) {
-            try install(reader: reader, package: input.path, to: destination, state: state, stale: stale, policy: policy,
-                        options: options, ranged: update)
+            try install(
+                reader: reader, package: input.path, to: destination, state: state, stale: stale, policy: policy,
+                options: options, ranged: update)
         }
     }
 }

@@ -75,15 +75,17 @@ extension Installer {
                 if let installState, (installState.destination(destination)?.sequence ?? 0) < installed.sequence {
                     try installState.record(checked.manifest.name, sequence: checked.manifest.sequence, destination: destination, changedFrom: nil)
                 }
-                var report = InstallReport(destination: destination, manifest: checked.manifest, files: [], signer: checked.key,
-                                           replacedSequence: nil, attributesWritten: true, exchanged: false,
-                                           leftover: stale.first, transfer: ranged?.report)
+                var report = InstallReport(
+                    destination: destination, manifest: checked.manifest, files: [], signer: checked.key,
+                    replacedSequence: nil, attributesWritten: true, exchanged: false,
+                    leftover: stale.first, transfer: ranged?.report)
                 report.upToDate = true
                 // A post-install command or a health check that never finished (Signet was
                 // killed in it): what it left running is ended, and it runs again now.
                 let releases = try ReleaseRecord.read(for: destination)
                 if (options.hooks.healthCheck != nil && releases.unchecked == installed.sequence)
-                    || (options.hooks.postInstall != nil && releases.post_install?.sequence == installed.sequence) {
+                    || (options.hooks.postInstall != nil && releases.post_install?.sequence == installed.sequence)
+                {
                     report.pending = releases.pending?.sequence == installed.sequence
                     try Self.runHooks(&report, old: try? Self.status(of: destination).previous, options: options, installState: installState, recheck: true)
                 }
@@ -94,14 +96,21 @@ extension Installer {
         // A release this destination refused (a failed health check, a rollback) is not
         // installed again; a higher sequence is (--retry-bad overrides).
         let releases = try ReleaseRecord.read(for: destination)
-        if let checked, !options.retryBad, let bad = releases.isBad(checked.manifest.name, sequence: checked.manifest.sequence, installed: Self.release(of: state)?.sequence) {
-            throw SignetError(.badRelease, "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (\(bad.sequences.map { "installed here and refused: sequence\($0.count == 1 ? "" : "s") \($0.map(String.init).joined(separator: ", "))" } ?? "sequence \(bad.sequence) and lower"): \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --retry-bad installs this one anyway", path: package)
+        if let checked, !options.retryBad,
+            let bad = releases.isBad(checked.manifest.name, sequence: checked.manifest.sequence, installed: Self.release(of: state)?.sequence)
+        {
+            throw SignetError(
+                .badRelease,
+                "\(checked.manifest.name) sequence \(checked.manifest.sequence) is a release '\(destination)' refused (\(bad.sequences.map { "installed here and refused: sequence\($0.count == 1 ? "" : "s") \($0.map(String.init).joined(separator: ", "))" } ?? "sequence \(bad.sequence) and lower"): \(bad.reason), \(bad.at)); nothing was installed. A higher sequence installs; --retry-bad installs this one anyway",
+                path: package)
         }
-        return .install(Admitted(checked: checked, installState: installState, releases: releases,
-                                 manifestDigest: try checked.map { try Digest.compute($0.manifestBytes, algorithm: .sha256).hex },
-                                 // --pending records this boot's id: read before anything is written.
-                                 bootID: options.pending ? try ReleaseRecord.bootID() : "",
-                                 repaired: repaired))
+        return .install(
+            Admitted(
+                checked: checked, installState: installState, releases: releases,
+                manifestDigest: try checked.map { try Digest.compute($0.manifestBytes, algorithm: .sha256).hex },
+                // --pending records this boot's id: read before anything is written.
+                bootID: options.pending ? try ReleaseRecord.bootID() : "",
+                repaired: repaired))
     }
 
     // MARK: Phase 2
@@ -131,7 +140,10 @@ extension Installer {
         var attributesWritten = true
         var files: [String] = []
         // Every signature, in manifest order, in one file (not a sidecar file per resource).
-        let record = try checked.map { try SignatureRecord.Writer(file: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest) }
+        let record = try checked.map {
+            try SignatureRecord.Writer(
+                file: try staging.createFile(TreeLayout.signatureRecord), path: staging.path, length: $0.key.signatureLength, digest: $0.algorithm.digest)
+        }
         let resources = job.resources(checked)
         // Over ranges: which files the installed tree already holds (copied, not fetched).
         try ranged?.prepare(resources, manifest: checked?.manifest, job: job, state: state, staging: staging, algorithm: checked?.algorithm)
@@ -195,8 +207,9 @@ extension Installer {
         done = true
         var verityNotUsed: String? = nil
         if case .notUsed(let reason) = verity { verityNotUsed = reason }
-        return StagedTree(staging: staging, files: files, signer: signer, attributesWritten: attributesWritten,
-                          progress: progress, shared: shared, verityEnabled: verityEnabled, verityNotUsed: verityNotUsed)
+        return StagedTree(
+            staging: staging, files: files, signer: signer, attributesWritten: attributesWritten,
+            progress: progress, shared: shared, verityEnabled: verityEnabled, verityNotUsed: verityNotUsed)
     }
 
     /// Once an interruption asked a ranged run to keep what it has and it has: told to the
@@ -214,8 +227,10 @@ extension Installer {
     /// beside DIR, the state file — and the hooks. The release record says pending or unchecked
     /// before the swap, so that a power cut after it never leaves a release confirmed that was
     /// not. If the swap fails, DIR and its record are as they were and the staging is removed.
-    static func swap(_ staged: StagedTree, job: Job, admitted: Admitted, state: DestinationState, stale: [String],
-                     ranged: RangedUpdate?, preInstall: HookResult? = nil) throws -> InstallReport {
+    static func swap(
+        _ staged: StagedTree, job: Job, admitted: Admitted, state: DestinationState, stale: [String],
+        ranged: RangedUpdate?, preInstall: HookResult? = nil
+    ) throws -> InstallReport {
         let (destination, options) = (job.destination, job.options)
         // An interruption that let a ranged run keep what it fetched: the tree it staged whole
         // is kept for the next run too, not swapped in while the process is being stopped.
@@ -257,8 +272,10 @@ extension Installer {
         installed = true
         let old = Self.release(of: state)
         if checked != nil {
-            releases.record(installed: admitted.manifestDigest, signer: checked?.key, pending: releases.pending?.sequence == checked?.manifest.sequence ? releases.pending : nil,
-                            kept: kept, previous: previous)
+            releases.record(
+                installed: admitted.manifestDigest, signer: checked?.key,
+                pending: releases.pending?.sequence == checked?.manifest.sequence ? releases.pending : nil,
+                kept: kept, previous: previous)
             try releases.write(for: destination)
         }
         let leftover = staging.removeReplaced()
@@ -270,9 +287,10 @@ extension Installer {
         }
         var replaced: UInt64? = nil
         if case .installed(let manifest?) = state { replaced = manifest.sequence }
-        var report = InstallReport(destination: destination, manifest: checked?.manifest, files: staged.files, signer: staged.signer,
-                                   replacedSequence: replaced, attributesWritten: staged.attributesWritten, exchanged: exchanged,
-                                   leftover: leftover ?? stale.first, transfer: ranged?.report)
+        var report = InstallReport(
+            destination: destination, manifest: checked?.manifest, files: staged.files, signer: staged.signer,
+            replacedSequence: replaced, attributesWritten: staged.attributesWritten, exchanged: exchanged,
+            leftover: leftover ?? stale.first, transfer: ranged?.report)
         report.repaired = admitted.repaired
         report.verityEnabled = staged.verityEnabled
         report.verityNotUsed = staged.verityNotUsed

@@ -95,8 +95,10 @@ extension Installer {
     /// when it was never confirmed; removed with it under `--keep-previous=no`. The same
     /// release installed again (`--force`, `--repair`) is not kept either: the previous release
     /// stays the one before it.
-    static func previousPolicy(options: InstallOptions, state: DestinationState, releases: ReleaseRecord, checked: PackageReader.Checked?,
-                               digest: String?) -> Staging.Previous {
+    static func previousPolicy(
+        options: InstallOptions, state: DestinationState, releases: ReleaseRecord, checked: PackageReader.Checked?,
+        digest: String?
+    ) -> Staging.Previous {
         guard options.keepPrevious, checked != nil else { return .none }
         guard case .installed(let manifest?) = state, let current = releases.current_manifest_sha256 else { return .none }
         if let pending = releases.pending, pending.sequence == manifest.sequence { return .discard }
@@ -119,8 +121,10 @@ extension Installer {
     /// The `SIGNET_*` variables every hook gets: the event, DIR, the new release and the old
     /// one (absent on a first install).
     static func hookEnvironment(event: String, destination: String, from: Release?, to: Release) -> [String: String] {
-        var env = ["SIGNET_EVENT": event, "SIGNET_DEST": destination,
-                   "SIGNET_NEW_NAME": to.name, "SIGNET_NEW_VERSION": to.version, "SIGNET_NEW_SEQUENCE": String(to.sequence)]
+        var env = [
+            "SIGNET_EVENT": event, "SIGNET_DEST": destination,
+            "SIGNET_NEW_NAME": to.name, "SIGNET_NEW_VERSION": to.version, "SIGNET_NEW_SEQUENCE": String(to.sequence)
+        ]
         if let from {
             env["SIGNET_OLD_NAME"] = from.name
             env["SIGNET_OLD_VERSION"] = from.version
@@ -133,7 +137,8 @@ extension Installer {
     /// recorded process group, when it is that one (this boot, the same start time).
     static func endLeftoverHook(_ destination: String) {
         guard let run = (try? ReleaseRecord.read(for: destination))?.post_install, let pid = run.pid, let ticks = run.start_ticks,
-              run.boot_id == (try? ReleaseRecord.bootID()) else { return }
+            run.boot_id == (try? ReleaseRecord.bootID())
+        else { return }
         ProcessStart.endGroup(pid, startedAt: ticks)
     }
 
@@ -151,7 +156,10 @@ extension Installer {
         // recorded after it; the release stays unchecked for the next run.
         func checkInterrupted(_ hook: String) throws {
             guard HookRunner.isStopped else { return }
-            throw SignetError(.interrupted, "interrupted in the \(hook) hook; \(new.description) is installed in '\(report.destination)'\(options.hooks.healthCheck != nil ? " but unchecked: the next run with the health check runs it" : "")", path: report.destination)
+            throw SignetError(
+                .interrupted,
+                "interrupted in the \(hook) hook; \(new.description) is installed in '\(report.destination)'\(options.hooks.healthCheck != nil ? " but unchecked: the next run with the health check runs it" : "")",
+                path: report.destination)
         }
         if let command = options.hooks.postInstall, !recheck || releasesBefore.post_install?.sequence == new.sequence {
             // Recorded as running until it ends: a Signet killed in it (SIGKILL, a power cut)
@@ -161,11 +169,12 @@ extension Installer {
             releases.post_install = .init(sequence: new.sequence, pid: nil, start_ticks: nil, boot_id: boot, since: Timestamp.now.rfc3339)
             try releases.write(for: report.destination)
             let destination = report.destination
-            report.hooks.append(HookRunner.run("post-install", command, environment: environment(event: "install", from: old, to: new), timeout: 600) { pid in
-                releases.post_install?.pid = pid
-                releases.post_install?.start_ticks = ProcessStart.ticks(of: pid)
-                try? releases.write(for: destination)
-            })
+            report.hooks.append(
+                HookRunner.run("post-install", command, environment: environment(event: "install", from: old, to: new), timeout: 600) { pid in
+                    releases.post_install?.pid = pid
+                    releases.post_install?.start_ticks = ProcessStart.ticks(of: pid)
+                    try? releases.write(for: destination)
+                })
             try checkInterrupted("post-install")
             releases.post_install = nil
             try releases.write(for: report.destination)
@@ -176,7 +185,8 @@ extension Installer {
         var releases = try ReleaseRecord.read(for: report.destination)
         releases.unchecked = new.sequence
         try releases.write(for: report.destination)
-        let result = HookRunner.run("health-check", check, environment: environment(event: "health-check", from: old, to: new), timeout: options.hooks.healthTimeout)
+        let result = HookRunner.run(
+            "health-check", check, environment: environment(event: "health-check", from: old, to: new), timeout: options.hooks.healthTimeout)
         report.hooks.append(result)
         try checkInterrupted("health-check")
         guard !result.succeeded else {
@@ -190,21 +200,29 @@ extension Installer {
             releases.markBad(new.name, sequence: new.sequence, reason: why)
             releases.unchecked = nil
             try releases.write(for: report.destination)
-            throw SignetError(.healthCheckFailed, "\(new.description) was installed into '\(report.destination)', but its \(why)\(tail.isEmpty ? "" : " (\(tail))"); there is no previous release to go back to, so it stays installed, recorded as bad", path: report.destination)
+            throw SignetError(
+                .healthCheckFailed,
+                "\(new.description) was installed into '\(report.destination)', but its \(why)\(tail.isEmpty ? "" : " (\(tail))"); there is no previous release to go back to, so it stays installed, recorded as bad",
+                path: report.destination)
         }
         let (from, to) = try swapBack(report.destination, releases: &releases, by: "health-check", reason: why, installState: installState)
         if let command = options.hooks.postInstall {
             report.hooks.append(HookRunner.run("post-install", command, environment: environment(event: "rollback", from: from, to: to), timeout: 600))
         }
-        throw SignetError(.healthCheckFailed, "\(from.description) was installed into '\(report.destination)', but its \(why)\(tail.isEmpty ? "" : " (\(tail))"); \(to.description) was swapped back and sequence \(from.sequence) is recorded as bad (not installed again; a higher sequence is)", path: report.destination)
+        throw SignetError(
+            .healthCheckFailed,
+            "\(from.description) was installed into '\(report.destination)', but its \(why)\(tail.isEmpty ? "" : " (\(tail))"); \(to.description) was swapped back and sequence \(from.sequence) is recorded as bad (not installed again; a higher sequence is)",
+            path: report.destination)
     }
 
     /// The report a hook finds in `SIGNET_REPORT`.
     private static func reportJSON(_ report: InstallReport, from: Release?, to: Release, event: String) -> String {
         func release(_ r: Release?) -> Any { r.map { ["name": $0.name, "version": $0.version, "sequence": $0.sequence] as [String: Any] } ?? NSNull() }
-        let object: [String: Any] = ["event": event, "destination": report.destination, "old": release(from), "new": release(to),
-                                     "files": report.files.count, "files_shared": report.filesShared, "pending": report.pending,
-                                     "previous_kept": report.previousKept]
+        let object: [String: Any] = [
+            "event": event, "destination": report.destination, "old": release(from), "new": release(to),
+            "files": report.files.count, "files_shared": report.filesShared, "pending": report.pending,
+            "previous_kept": report.previousKept
+        ]
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
         return String(decoding: data, as: UTF8.self)
     }
@@ -213,19 +231,27 @@ extension Installer {
     /// verified: its manifest is the one the record pinned when it was installed, and every file
     /// is as that manifest says (content, mode, nothing added or missing). The release swapped
     /// out is removed and recorded as bad.
-    static func swapBack(_ destination: String, releases: inout ReleaseRecord, by: String, reason: String,
-                         installState: InstallState?) throws -> (from: Release, to: Release) {
+    static func swapBack(
+        _ destination: String, releases: inout ReleaseRecord, by: String, reason: String,
+        installState: InstallState?
+    ) throws -> (from: Release, to: Release) {
         guard case .installed(let current?) = try inspectForRollback(destination) else {
-            throw SignetError(.rollbackRefused, "'\(destination)' holds no release installed from a signed package; nothing to roll back from", path: destination)
+            throw SignetError(
+                .rollbackRefused, "'\(destination)' holds no release installed from a signed package; nothing to roll back from", path: destination)
         }
         let previousPath = ReleaseRecord.previousPath(for: destination)
         guard let info = try Paths.lstatIfPresent(previousPath) else {
-            throw SignetError(.rollbackRefused, "no previous release is kept beside '\(destination)' (the first install, --keep-previous=no, an unconfirmed release replaced, or a rollback already made); \(Release(current).description) stays installed", path: destination)
+            throw SignetError(
+                .rollbackRefused,
+                "no previous release is kept beside '\(destination)' (the first install, --keep-previous=no, an unconfirmed release replaced, or a rollback already made); \(Release(current).description) stays installed",
+                path: destination)
         }
         guard info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
-            throw SignetError(.rollbackRefused, "'\(previousPath)' is not a directory of this user's that only it may write; it is not rolled back to", path: previousPath)
+            throw SignetError(
+                .rollbackRefused, "'\(previousPath)' is not a directory of this user's that only it may write; it is not rolled back to", path: previousPath)
         }
-        let previous = try PreviousTree.verify(previousPath, pinned: releases.previous_manifest_sha256, signer: releases.previous_signer, destination: destination)
+        let previous = try PreviousTree.verify(
+            previousPath, pinned: releases.previous_manifest_sha256, signer: releases.previous_signer, destination: destination)
         let (directory, name) = (AtomicFile.parentDirectory(of: destination), destination.split(separator: "/").last.map(String.init) ?? destination)
         let parent = try openDirectory(directory, what: "the directory")
         let previousName = previousPath.split(separator: "/").last.map(String.init)!
@@ -234,7 +260,9 @@ extension Installer {
         // an install, so a power cut at any later step leaves it consistent with DIR (a DIR
         // still holding `from` is simply a higher release than recorded).
         try installState?.record(rollbackOf: destination, to: to, from: from.sequence)
-        let swapped = try TemporaryFiles.guarded { signet_renameat2(parent.descriptor.rawValue, previousName, parent.descriptor.rawValue, name, signet_RENAME_EXCHANGE()) == 0 }
+        let swapped = try TemporaryFiles.guarded {
+            signet_renameat2(parent.descriptor.rawValue, previousName, parent.descriptor.rawValue, name, signet_RENAME_EXCHANGE()) == 0
+        }
         guard swapped else {
             let failure = SignetError.posix(errno, "cannot swap the previous release back into", path: destination, call: "renameat2")
             // DIR still holds `from`: so does the state again.
@@ -265,7 +293,10 @@ extension Installer {
         do {
             return try DestinationState.inspect(destination, force: false)
         } catch let error as SignetError where error.code == .destinationRefused || error.code == .relabelledTree {
-            throw SignetError(.rollbackRefused, "'\(destination)' holds no release Signet installed (no readable .signet/manifest.json): there is nothing to roll back; check the path", path: destination)
+            throw SignetError(
+                .rollbackRefused,
+                "'\(destination)' holds no release Signet installed (no readable .signet/manifest.json): there is nothing to roll back; check the path",
+                path: destination)
         }
     }
 
@@ -288,7 +319,8 @@ extension Installer {
         var by = "owner", reason = "rolled back by its owner (signet rollback)"
         if options.bootCheck {
             guard case .installed(let current?) = try inspectForRollback(destination),
-                  let pending = releases.pending, pending.sequence == current.sequence else {
+                let pending = releases.pending, pending.sequence == current.sequence
+            else {
                 return RollbackReport(from: nil, to: nil, skipped: "no release of '\(destination)' waits to be confirmed")
             }
             guard pending.boot_id != (try ReleaseRecord.bootID()) else {
@@ -300,13 +332,18 @@ extension Installer {
         let (from, to) = try swapBack(destination, releases: &releases, by: by, reason: reason, installState: installState)
         var report = RollbackReport(from: from, to: to, skipped: nil)
         if let command = options.postInstall {
-            var environment = ["SIGNET_EVENT": "rollback", "SIGNET_DEST": destination, "SIGNET_PENDING": "0",
-                               "SIGNET_NEW_NAME": to.name, "SIGNET_NEW_VERSION": to.version, "SIGNET_NEW_SEQUENCE": String(to.sequence),
-                               "SIGNET_OLD_NAME": from.name, "SIGNET_OLD_VERSION": from.version, "SIGNET_OLD_SEQUENCE": String(from.sequence)]
-            let object: [String: Any] = ["event": "rollback", "destination": destination, "by": by,
-                                         "old": ["name": from.name, "version": from.version, "sequence": from.sequence],
-                                         "new": ["name": to.name, "version": to.version, "sequence": to.sequence]]
-            environment["SIGNET_REPORT"] = String(decoding: (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data(), as: UTF8.self)
+            var environment = [
+                "SIGNET_EVENT": "rollback", "SIGNET_DEST": destination, "SIGNET_PENDING": "0",
+                "SIGNET_NEW_NAME": to.name, "SIGNET_NEW_VERSION": to.version, "SIGNET_NEW_SEQUENCE": String(to.sequence),
+                "SIGNET_OLD_NAME": from.name, "SIGNET_OLD_VERSION": from.version, "SIGNET_OLD_SEQUENCE": String(from.sequence)
+            ]
+            let object: [String: Any] = [
+                "event": "rollback", "destination": destination, "by": by,
+                "old": ["name": from.name, "version": from.version, "sequence": from.sequence],
+                "new": ["name": to.name, "version": to.version, "sequence": to.sequence]
+            ]
+            environment["SIGNET_REPORT"] = String(
+                decoding: (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data(), as: UTF8.self)
             report.hooks.append(HookRunner.run("post-install", command, environment: environment, timeout: 600))
         }
         return report
@@ -319,13 +356,17 @@ extension Installer {
     public static func confirm(_ destination: String, wait: Double = 10) throws -> Release? {
         let destination = try normalizedDestination(destination)
         guard case .installed(_?) = try DestinationState.inspect(destination, force: true) else {
-            throw SignetError(.notInstalled, "'\(destination)' holds no release installed by Signet (no signed .signet/manifest.json), so there is nothing there to confirm: is the path the DIR the release was installed to?", path: destination)
+            throw SignetError(
+                .notInstalled,
+                "'\(destination)' holds no release installed by Signet (no signed .signet/manifest.json), so there is nothing there to confirm: is the path the DIR the release was installed to?",
+                path: destination)
         }
         let lock = try DestinationLock(destination, wait: wait)
         defer { lock.release() }
         var releases = try ReleaseRecord.read(for: destination)
         guard let pending = releases.pending, case .installed(let current?) = try DestinationState.inspect(destination, force: false),
-              pending.sequence == current.sequence else { return nil }
+            pending.sequence == current.sequence
+        else { return nil }
         releases.pending = nil
         try releases.write(for: destination)
         return Release(current)
@@ -341,13 +382,16 @@ extension Installer {
         if case .installed(let manifest?) = try DestinationState.inspect(destination, force: true) { current = Release(manifest) }
         // The previous release as the record pins it (a tree there that is not pinned is what a
         // crash left while removing it, replaced by the next install).
-        let previousManifest = releases.previous_manifest_sha256 == nil ? nil
+        let previousManifest =
+            releases.previous_manifest_sha256 == nil
+            ? nil
             : try? readSmallFile(ReleaseRecord.previousPath(for: destination) + "/" + TreeLayout.manifest, what: "previous manifest", limit: 64 << 20)
         let previous = previousManifest.flatMap { try? Manifest.parse($0) }.map(Release.init)
         let pending = releases.pending.flatMap { $0.sequence == current?.sequence ? $0.since : nil }
-        var status = DestinationStatus(destination: destination, current: current, previous: previous, pendingSince: pending,
-                                       bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at, $0.value.sequences) },
-                                       lastRollback: releases.last_rollback.map { ($0.from, $0.to, $0.by, $0.at) })
+        var status = DestinationStatus(
+            destination: destination, current: current, previous: previous, pendingSince: pending,
+            bad: releases.bad.sorted { $0.key < $1.key }.map { ($0.key, $0.value.sequence, $0.value.reason, $0.value.at, $0.value.sequences) },
+            lastRollback: releases.last_rollback.map { ($0.from, $0.to, $0.by, $0.at) })
         status.unchecked = current != nil && releases.unchecked == current?.sequence
         status.postInstallUnfinished = releases.post_install.flatMap { $0.sequence == current?.sequence ? $0.since : nil }
         status.channel = releases.channel.map { ($0.sequence, $0.version, $0.note, $0.at) }
@@ -365,8 +409,10 @@ extension Installer {
     }
 
     /// The same under DIR's lock, already held, with the records read under it.
-    package static func noteChannel(_ destination: String, sequence: UInt64, version: String, note: String?, records: ReleaseRecord,
-                                    holding lock: DestinationLock) throws {
+    package static func noteChannel(
+        _ destination: String, sequence: UInt64, version: String, note: String?, records: ReleaseRecord,
+        holding lock: DestinationLock
+    ) throws {
         var releases = records
         guard releases.current_manifest_sha256 != nil else { return }
         var wanted: ReleaseRecord.ChannelNote? = nil
@@ -378,91 +424,6 @@ extension Installer {
         guard wanted != releases.channel else { return }
         releases.channel = wanted
         try releases.write(for: destination)
-    }
-}
-
-/// The kept previous release, checked before it is swapped back.
-struct PreviousTree {
-    let manifest: Manifest
-    let digest: String
-
-    /// Its manifest must be the one pinned when it was installed; each file must have that
-    /// manifest's size, SHA-256 and mode, and the tree no file the manifest does not list.
-    /// Files it shares with the current release (hard links) are the ones an in-place edit
-    /// would have changed: such a rollback is refused, naming them.
-    static func verify(_ path: String, pinned: String?, signer: String?, destination: String) throws -> PreviousTree {
-        let root = try Installer.openDirectory(path, what: "the previous release")
-        let fd = root.descriptor
-        guard let bytes = try InputFile.readBeneath(fd, TreeLayout.manifest, rootPath: path, what: "previous manifest", limit: 64 << 20) else {
-            throw SignetError(.rollbackRefused, "the previous release '\(path)' has no manifest; it is not rolled back to", path: path)
-        }
-        let digest = try Digest.compute(bytes, algorithm: .sha256).hex
-        guard let pinned, digest == pinned else {
-            throw SignetError(.rollbackRefused, "the previous release's manifest is not the one that verified when it was installed (\(pinned == nil ? "none is recorded" : "recorded SHA-256 \(pinned!)")); it is not rolled back to", path: path)
-        }
-        let manifest = try Manifest.parse(bytes)
-        var damaged: [String] = []
-        for file in manifest.files {
-            if damaged.count >= 5 { break }
-            guard let opened = try? Paths.open(file.path, beneath: fd), let input = try? InputFile.adopt(opened, path: path + "/" + file.path, what: "file"),
-                  let info = try? input.descriptor.status(), info.st_mode & S_IFMT == S_IFREG else {
-                damaged.append("\(file.path) (missing, or not a regular file)")
-                continue
-            }
-            let shared = info.st_nlink > 1 ? ": it is shared with the installed release (a hard link)" : ""
-            guard UInt64(info.st_size) == file.size else {
-                damaged.append("\(file.path) (changed in place: \(info.st_size) bytes, not \(file.size)\(shared))")
-                continue
-            }
-            guard info.st_mode & 0o7777 == mode_t(file.mode.permissions) else {
-                damaged.append("\(file.path) (mode \(String(info.st_mode & 0o7777, radix: 8)), not \(String(file.mode.permissions, radix: 8))\(shared))")
-                continue
-            }
-            let hasher = try Digest.Hasher(.sha256)
-            try input.forEachChunk { hasher.update($0) }
-            if !file.content.matches(try hasher.finalize()) {
-                damaged.append("\(file.path) (changed in place\(shared))")
-            }
-        }
-        if damaged.isEmpty {
-            let listed = Set(manifest.files.map(\.path))
-            let extra = try Reverifier.diskFiles(fd, root: path).filter { !listed.contains($0) && !$0.hasPrefix(".signet/") }
-            damaged += extra.prefix(5).map { "\($0) (added)" }
-        }
-        if damaged.isEmpty {
-            damaged = try reverified(path, root: fd, signer: signer)
-        }
-        guard damaged.isEmpty else {
-            throw SignetError(.rollbackRefused, "the previous release \(Release(manifest).description) no longer matches its manifest: \(damaged.joined(separator: ", ")); it is not rolled back to, and '\(destination)' is unchanged. Install a release instead (unpack or update)", path: path)
-        }
-        return PreviousTree(manifest: manifest, digest: digest)
-    }
-
-    /// What `reverify` would refuse in the previous tree: with the key pinned when
-    /// it was installed, the whole tree check (each file's signature attribute or the signature
-    /// record, file and folder modes, anything unexpected under `.signet/`); and, always, every
-    /// file and folder owned by this user and not writable by others beyond the manifest's mode.
-    private static func reverified(_ path: String, root fd: FileDescriptor, signer: String?) throws -> [String] {
-        var damaged: [String] = []
-        let me = geteuid()
-        let tree = try Reverifier.diskTree(fd, root: path)
-        for relative in tree.folders.map({ $0.path + "/" }) + tree.files + (try Reverifier.signetFiles(fd, root: path)) {
-            var info = stat()
-            let name = relative.hasSuffix("/") ? String(relative.dropLast()) : relative
-            guard fstatat(fd.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-            if info.st_uid != me { damaged.append("\(relative) (owned by uid \(info.st_uid), not \(me))") }
-            if damaged.count >= 5 { return damaged }
-        }
-        guard let signer, let der = Data(base64Encoded: signer), let key = try? PublicKey(bytes: Array(der), name: "the previous release's signer") else {
-            return damaged
-        }
-        let report = try Reverifier.verifyTree(at: path, policy: TrustPolicy(keys: [key]))
-        if let failure = report.manifestFailure { damaged.append("its manifest (\(failure))") }
-        for file in report.files where !file.verdict.isOK {
-            guard damaged.count < 5 else { break }
-            damaged.append("\(file.path) (\(file.verdict.name): \(file.detail))")
-        }
-        return damaged
     }
 }
 

@@ -23,8 +23,10 @@ public enum Installer {
     /// Throws ``/SignetCore/SignetError``: `.untrustedSigner` (exit 3); a verification failure, `.rollback`
     /// (exit 1); `.malformedArchive` / `.malformedManifest` (exit 4); `.destinationRefused`, I/O
     /// errors (exit 5). Whatever is thrown, `destination` is as it was.
-    public static func install(_ package: String, to destination: String, policy: TrustPolicy,
-                               options: InstallOptions = InstallOptions()) throws -> InstallReport {
+    public static func install(
+        _ package: String, to destination: String, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions()
+    ) throws -> InstallReport {
         let destination = try normalizedDestination(destination)
         try Paths.createDirectories(AtomicFile.parentDirectory(of: destination), mode: 0o755, what: "directory")
         // One update of DIR at a time: the rollback check and the swap happen under this lock.
@@ -37,8 +39,10 @@ public enum Installer {
     /// pool, which blocking file I/O would hold). A task cancelled before it starts throws
     /// `CancellationError` with DIR untouched; once started, the installation runs to its end,
     /// so that DIR is never left between the old tree and the new one.
-    public static func installAsync(_ package: String, to destination: String, policy: TrustPolicy,
-                                    options: InstallOptions = InstallOptions()) async throws -> InstallReport {
+    public static func installAsync(
+        _ package: String, to destination: String, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions()
+    ) async throws -> InstallReport {
         try Task.checkCancellation()
         return try await OwnThreads.async { try install(package, to: destination, policy: policy, options: options) }
     }
@@ -69,15 +73,18 @@ public enum Installer {
 
     /// ``install(_:to:policy:options:)`` with the destination's lock already held (a download
     /// into DIR takes it before the download starts; an update before it decides).
-    package static func install(_ package: String, to destination: String, policy: TrustPolicy,
-                        options: InstallOptions, holding lock: DestinationLock) throws -> InstallReport {
+    package static func install(
+        _ package: String, to destination: String, policy: TrustPolicy,
+        options: InstallOptions, holding lock: DestinationLock
+    ) throws -> InstallReport {
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
         let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
         return try sayingRoom(reader, destination) {
-            try install(reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,
-                        options: options, ranged: nil)
+            try install(
+                reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,
+                options: options, ranged: nil)
         }
     }
 
@@ -90,7 +97,8 @@ public enum Installer {
             let needed = reader.entries().reduce(UInt64(0)) { $0 &+ $1.size }
             var info = statvfs()
             let free = statvfs(AtomicFile.parentDirectory(of: destination), &info) == 0 ? UInt64(info.f_bavail) &* UInt64(info.f_frsize) : nil
-            error.reason += "; the package unpacks to \(SignetError.size(needed)) at most (unchanged files shared with '\(destination)' take none)\(free.map { ", and \(SignetError.size($0)) is free on that filesystem" } ?? "")"
+            error.reason +=
+                "; the package unpacks to \(SignetError.size(needed)) at most (unchanged files shared with '\(destination)' take none)\(free.map { ", and \(SignetError.size($0)) is free on that filesystem" } ?? "")"
             throw error
         }
     }
@@ -101,11 +109,14 @@ public enum Installer {
     /// decides before anything is written, ``stageResources(_:admitted:state:ranged:)`` builds the
     /// new tree beside DIR, ``swap(_:job:admitted:state:stale:ranged:)`` puts it in place and
     /// records it.
-    static func install(reader: ZipReader, package: String, to destination: String, state: DestinationState, stale: [String],
-                        policy: TrustPolicy, options: InstallOptions, ranged: RangedUpdate?) throws -> InstallReport {
-        let job = Job(package: package, destination: destination, reader: reader,
-                      layout: try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare),
-                      policy: policy, options: options)
+    static func install(
+        reader: ZipReader, package: String, to destination: String, state: DestinationState, stale: [String],
+        policy: TrustPolicy, options: InstallOptions, ranged: RangedUpdate?
+    ) throws -> InstallReport {
+        let job = Job(
+            package: package, destination: destination, reader: reader,
+            layout: try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare),
+            policy: policy, options: options)
         var admitted: Admitted
         switch try admit(job, state: state, stale: stale, ranged: ranged) {
         case .upToDate(let report): return report
@@ -141,7 +152,10 @@ public enum Installer {
         guard let manifest = admitted.checked?.manifest else {
             // A bare package: nothing signed names a release for the gate to judge (FORMAT §7).
             if !options.windows.isEmpty || options.hooks.preInstall != nil {
-                throw SignetError(.usage, "a bare package cannot be installed with maintenance windows or a pre-install command: it has no signed release (name, version, sequence) for them to judge", path: job.destination)
+                throw SignetError(
+                    .usage,
+                    "a bare package cannot be installed with maintenance windows or a pre-install command: it has no signed release (name, version, sequence) for them to judge",
+                    path: job.destination)
             }
             return nil
         }
@@ -151,7 +165,10 @@ public enum Installer {
         func checkWindow() throws {
             let time = options.clock()
             if !options.windows.isEmpty, !options.windows.contains(where: { $0.contains(time) }) {
-                throw SignetError(.installDeferred, "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; ")) at \(time.rfc3339)): \(new.description) is staged and verified, not installed", path: job.destination)
+                throw SignetError(
+                    .installDeferred,
+                    "outside the maintenance window (\(options.windows.map(\.description).joined(separator: "; ")) at \(time.rfc3339)): \(new.description) is staged and verified, not installed",
+                    path: job.destination)
             }
         }
         try checkWindow()
@@ -167,9 +184,15 @@ public enum Installer {
         }
         let output = result.output.trimmingCharacters(in: .whitespacesAndNewlines).suffix(300)
         if result.exitStatus == 75 {
-            throw SignetError(.installDeferred, "the pre-install command said not now (exit 75)\(output.isEmpty ? "" : ": \(output)"): \(new.description) is staged and verified, not installed", path: job.destination)
+            throw SignetError(
+                .installDeferred,
+                "the pre-install command said not now (exit 75)\(output.isEmpty ? "" : ": \(output)"): \(new.description) is staged and verified, not installed",
+                path: job.destination)
         }
-        throw SignetError(.preInstallRefused, "the pre-install command refused \(new.description) (\(result.outcome))\(output.isEmpty ? "" : ": \(output)"); nothing was installed, and the next run asks again", path: job.destination)
+        throw SignetError(
+            .preInstallRefused,
+            "the pre-install command refused \(new.description) (\(result.outcome))\(output.isEmpty ? "" : ": \(output)"); nothing was installed, and the next run asks again",
+            path: job.destination)
     }
 
     /// The installed tree holds exactly this release: the same name and sequence, and its
@@ -177,7 +200,8 @@ public enum Installer {
     static func sameRelease(_ installed: Manifest, _ checked: PackageReader.Checked, at destination: String) -> Bool {
         guard Manifest.sameName(installed.name, checked.manifest.name), installed.sequence == checked.manifest.sequence else { return false }
         guard let file = try? InputFile.open(destination + "/" + TreeLayout.manifest, what: "the installed manifest", followSymlinks: false),
-              let bytes = try? file.readAll(limit: checked.manifestBytes.count + 1, what: "the installed manifest") else { return false }
+            let bytes = try? file.readAll(limit: checked.manifestBytes.count + 1, what: "the installed manifest")
+        else { return false }
         return bytes == checked.manifestBytes
     }
 
@@ -196,18 +220,29 @@ public enum Installer {
     /// publisher's seal: an install never leaves a sealed directory unsealed.
     static func checkSeal(of destination: String, replacedBy paths: [String], options: InstallOptions, package: String) throws {
         guard TrustStoreSeal.isSealed(destination), !paths.contains(where: { $0.utf8.elementsEqual(TrustStoreSeal.fileName.utf8) }) else { return }
-        throw SignetError(.destinationRefused, "'\(destination)' is a sealed directory (it has \(TrustStoreSeal.fileName)) and '\(package)' brings no seal: installed as it is, the directory would be left unsealed. Publish the tree sealed (signet trust seal DIR --key KEY before packing it; devices check it with --trust-seal-key), or remove \(TrustStoreSeal.fileName) first if it should no longer be sealed", path: destination)
+        throw SignetError(
+            .destinationRefused,
+            "'\(destination)' is a sealed directory (it has \(TrustStoreSeal.fileName)) and '\(package)' brings no seal: installed as it is, the directory would be left unsealed. Publish the tree sealed (signet trust seal DIR --key KEY before packing it; devices check it with --trust-seal-key), or remove \(TrustStoreSeal.fileName) first if it should no longer be sealed",
+            path: destination)
     }
 
     /// The package must be the one signed metadata binds: the same signed manifest (SHA-256 of
     /// its bytes), name and sequence.
     static func checkBinding(_ expected: PackageBinding, checked: PackageReader.Checked?, package: String) throws {
         guard let checked else {
-            throw SignetError(.indexMismatch, "'\(package)' is a bare package; its signed metadata names \(expected.name) sequence \(expected.sequence). Nothing was installed", path: package)
+            throw SignetError(
+                .indexMismatch,
+                "'\(package)' is a bare package; its signed metadata names \(expected.name) sequence \(expected.sequence). Nothing was installed", path: package
+            )
         }
         let digest = try Digest.compute(checked.manifestBytes, algorithm: .sha256)
-        guard digest.matches(hex: expected.manifestSHA256), Manifest.sameName(checked.manifest.name, expected.name), checked.manifest.sequence == expected.sequence else {
-            throw SignetError(.indexMismatch, "'\(package)' is \(checked.manifest.name) sequence \(checked.manifest.sequence) with manifest SHA-256 \(digest.hex); its signed metadata binds \(expected.name) sequence \(expected.sequence) with manifest SHA-256 \(expected.manifestSHA256). The package on the server is not the one the metadata was signed for. Nothing was installed", path: package)
+        guard digest.matches(hex: expected.manifestSHA256), Manifest.sameName(checked.manifest.name, expected.name),
+            checked.manifest.sequence == expected.sequence
+        else {
+            throw SignetError(
+                .indexMismatch,
+                "'\(package)' is \(checked.manifest.name) sequence \(checked.manifest.sequence) with manifest SHA-256 \(digest.hex); its signed metadata binds \(expected.name) sequence \(expected.sequence) with manifest SHA-256 \(expected.manifestSHA256). The package on the server is not the one the metadata was signed for. Nothing was installed",
+                path: package)
         }
     }
 
@@ -226,29 +261,37 @@ public enum Installer {
 
 extension Installer {
     /// Verifies `package` and installs it at `destination` (`install(_:to:policy:options:)`).
-    public static func install(_ package: FilePath, to destination: FilePath, policy: TrustPolicy,
-                               options: InstallOptions = InstallOptions()) throws -> InstallReport {
+    public static func install(
+        _ package: FilePath, to destination: FilePath, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions()
+    ) throws -> InstallReport {
         try install(package.string, to: destination.string, policy: policy, options: options)
     }
 
     /// `installAsync(_:to:policy:options:)` with `FilePath`s.
-    public static func installAsync(_ package: FilePath, to destination: FilePath, policy: TrustPolicy,
-                                    options: InstallOptions = InstallOptions()) async throws -> InstallReport {
+    public static func installAsync(
+        _ package: FilePath, to destination: FilePath, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions()
+    ) async throws -> InstallReport {
         try await installAsync(package.string, to: destination.string, policy: policy, options: options)
     }
 
     /// Downloads the package at `url` and installs it at `destination`, blocking.
-    public static func install(downloading url: URL, to destination: FilePath, policy: TrustPolicy,
-                               options: InstallOptions = InstallOptions(),
-                               download: DownloadOptions = DownloadOptions()) throws -> InstallReport {
+    public static func install(
+        downloading url: URL, to destination: FilePath, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions(),
+        download: DownloadOptions = DownloadOptions()
+    ) throws -> InstallReport {
         try install(downloading: url.absoluteString, to: destination.string, policy: policy, options: options, download: download)
     }
 
     /// Downloads the package at `url` and installs it at `destination`, on a thread of its own;
     /// cancellable as `installAsync(downloading:to:policy:options:download:)` is.
-    public static func installAsync(downloading url: URL, to destination: FilePath, policy: TrustPolicy,
-                                    options: InstallOptions = InstallOptions(),
-                                    download: DownloadOptions = DownloadOptions()) async throws -> InstallReport {
+    public static func installAsync(
+        downloading url: URL, to destination: FilePath, policy: TrustPolicy,
+        options: InstallOptions = InstallOptions(),
+        download: DownloadOptions = DownloadOptions()
+    ) async throws -> InstallReport {
         try await installAsync(downloading: url.absoluteString, to: destination.string, policy: policy, options: options, download: download)
     }
 }

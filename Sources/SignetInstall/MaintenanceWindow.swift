@@ -25,7 +25,8 @@ public struct MaintenanceWindow: Sendable, Equatable, CustomStringConvertible {
     /// Parses `Mon..Fri 02:00..04:00`, `Sat,Sun 00:00..24:00` or `22:00..02:00`. Throws
     /// `.usage` naming the problem.
     public init(_ text: String) throws {
-        let usage = "a window is [DAYS] HH:MM..HH:MM in local time, such as \"Mon..Fri 02:00..04:00\" or \"Sat,Sun 22:00..06:00\" (DAYS: Mon to Sun, joined by , or ..)"
+        let usage =
+            "a window is [DAYS] HH:MM..HH:MM in local time, such as \"Mon..Fri 02:00..04:00\" or \"Sat,Sun 22:00..06:00\" (DAYS: Mon to Sun, joined by , or ..)"
         let words = text.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
         guard (1...2).contains(words.count) else { throw SignetError(.usage, "'\(text)': \(usage)") }
         var days = Set(0..<7)
@@ -57,7 +58,8 @@ public struct MaintenanceWindow: Sendable, Equatable, CustomStringConvertible {
     private static func day(_ text: String) -> Int? {
         let name = text.prefix(3).lowercased()
         guard text.count >= 3, let index = dayNames.firstIndex(of: name),
-              ["sun", "mon", "tue", "wed", "thu", "fri", "sat", "sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"].contains(text.lowercased())
+            ["sun", "mon", "tue", "wed", "thu", "fri", "sat", "sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"].contains(
+                text.lowercased())
         else { return nil }
         return index
     }
@@ -66,7 +68,8 @@ public struct MaintenanceWindow: Sendable, Equatable, CustomStringConvertible {
     private static func minutes(_ text: String) -> Int? {
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, parts.allSatisfy({ $0.count == 2 && $0.allSatisfy { $0.isASCII && $0.isNumber } }),
-              let hours = Int(parts[0]), let minutes = Int(parts[1]), minutes < 60, hours < 24 || (hours == 24 && minutes == 0) else { return nil }
+            let hours = Int(parts[0]), let minutes = Int(parts[1]), minutes < 60, hours < 24 || (hours == 24 && minutes == 0)
+        else { return nil }
         return hours * 60 + minutes
     }
 

@@ -55,7 +55,9 @@ extension RangedUpdate {
             }
             guard resumed > 0 || old != nil else { ready.append(nil); continue }
             if let old, file.indexed != nil {
-                hints += ChunkPlan.blocksToCompare(chunks, installed: old.chunks, from: resumed).compactMap { ChunkIndexReader.blockRange(of: file, blocks: $0) }
+                hints += ChunkPlan.blocksToCompare(chunks, installed: old.chunks, from: resumed).compactMap {
+                    ChunkIndexReader.blockRange(of: file, blocks: $0)
+                }
             }
             ready.append((chunks, deflate, old, resumed))
         }
@@ -87,8 +89,9 @@ extension RangedUpdate {
     /// Nil when it cannot be read; what it holds is checked chunk by chunk as it is used.
     private func scan(_ path: String, blocks: ChunkIndex.BlockScheme) -> ChunkIndex? {
         guard let root, let opened = try? Paths.open(path, beneath: root.descriptor),
-              let source = try? InputFile.adopt(opened, path: destination + "/" + path, what: "installed file"),
-              let chunker = try? ContentChunker(blocks: blocks) else { return nil }
+            let source = try? InputFile.adopt(opened, path: destination + "/" + path, what: "installed file"),
+            let chunker = try? ContentChunker(blocks: blocks)
+        else { return nil }
         guard (try? source.forEachChunk { try chunker.update($0) }) != nil else { return nil }
         return try? chunker.finish()
     }
@@ -96,8 +99,10 @@ extension RangedUpdate {
     /// How `file` is rebuilt from `installed` (its chunks and size): nil when its entry is not
     /// stored or deflated in segments, or shares no chunk. Reads the entry's local header
     /// (planned first).
-    private func chunkPlan(_ file: Manifest.File, chunks: ChunkIndex, deflate: DeflateIndex?, installed: (chunks: ChunkIndex, size: UInt64)?,
-                           resumed: Int, job: Installer.Job) -> ChunkPlan? {
+    private func chunkPlan(
+        _ file: Manifest.File, chunks: ChunkIndex, deflate: DeflateIndex?, installed: (chunks: ChunkIndex, size: UInt64)?,
+        resumed: Int, job: Installer.Job
+    ) -> ChunkPlan? {
         guard let entry = job.layout.resource(file.path), entry.size == file.size else { return nil }
         let data: Range<UInt64>
         var segments: [UInt64]? = nil
@@ -122,7 +127,8 @@ extension RangedUpdate {
     /// before this is asked.
     private func resumedChunks(_ file: Manifest.File, chunks: ChunkIndex, staging: Staging) -> Int? {
         guard !leftovers.trees.isEmpty, file.size > 0,
-              leftovers.trees.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, below: file.size) }) else { return nil }
+            leftovers.trees.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, below: file.size) })
+        else { return nil }
         guard let opened = try? staging.openFile(file.path) else { return nil }
         let count = ChunkPlan.verifiedChunks(of: opened.descriptor, chunks: chunks)
         if count == 0 { staging.removeFile(file.path) }
@@ -135,15 +141,18 @@ extension RangedUpdate {
     /// short (moved into `staging`): where each entry's bytes are and how much is staged, once
     /// their local headers arrived (one request); nil, with the staged file removed, where the
     /// entry is not stored as the directory says.
-    func continuations(_ files: [(index: Int, file: Manifest.File)], job: Installer.Job,
-                       staging: Staging) -> [(index: Int, file: Manifest.File, continuation: (data: Range<UInt64>, from: UInt64)?)] {
+    func continuations(
+        _ files: [(index: Int, file: Manifest.File)], job: Installer.Job,
+        staging: Staging
+    ) -> [(index: Int, file: Manifest.File, continuation: (data: Range<UInt64>, from: UInt64)?)] {
         guard !files.isEmpty else { return [] }
         input.plan(files.compactMap { headerSpan(of: $0.file, job: job) })
         return files.map { index, file in
             var info = stat()
             guard let entry = job.layout.resource(file.path), entry.size == file.size, let data = try? job.reader.storedData(of: entry),
-                  let opened = try? staging.openFile(file.path), fstat(opened.descriptor.rawValue, &info) == 0,
-                  info.st_size > 0, UInt64(info.st_size) < file.size else {
+                let opened = try? staging.openFile(file.path), fstat(opened.descriptor.rawValue, &info) == 0,
+                info.st_size > 0, UInt64(info.st_size) < file.size
+            else {
                 staging.removeFile(file.path)
                 return (index, file, nil)
             }
@@ -159,8 +168,10 @@ extension Installer.Job {
     /// and the whole file's SHA-256 and signature are checked as for any resource. Nil, with
     /// nothing staged, when the whole does not hash to the manifest (the caller fetches the
     /// entry whole). A transfer that fails keeps the file for the next run.
-    func stageContinued(_ file: Manifest.File, data: Range<UInt64>, from: UInt64, input: any ArchiveInput, into staging: Staging,
-                        checked: PackageReader.Checked, later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Staged? {
+    func stageContinued(
+        _ file: Manifest.File, data: Range<UInt64>, from: UInt64, input: any ArchiveInput, into staging: Staging,
+        checked: PackageReader.Checked, later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?
+    ) throws -> Staged? {
         var kept = false, keptForNextRun = false
         defer { if !kept && !keptForNextRun { staging.removeFile(file.path) } }
         guard UInt64(data.count) == file.size, from < file.size else { return nil }
@@ -187,8 +198,9 @@ extension Installer.Job {
         // then names): fetched whole.
         guard case .signed(let digest) = try hashers.finish() else { return nil }
         let signature = try reusedSignature(file, own: nil, digest: digest, checked: checked, later: later)
-        let finished = try finishStaged(file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
-                                        signer: checked.key, checked: checked, into: staging)
+        let finished = try finishStaged(
+            file, fd: staged.descriptor, writer: writer, copy: nil, signature: signature, sha256: file.sha256,
+            signer: checked.key, checked: checked, into: staging)
         kept = true
         return finished
     }

@@ -65,68 +65,6 @@ public struct TransferReport: Sendable, Equatable {
     public var answerBytesResumed: UInt64 = 0
 }
 
-/// Staging trees that earlier runs of an update left beside DIR (killed, or their link
-/// dropped), taken over: moved aside under this process's name, and their files of the right
-/// size moved (renamed) into the new staging tree, then hashed against the manifest when their
-/// turn comes, rather than fetched or copied again. What is left of them is removed once the
-/// plan is made, so that DIR never has more than one staging tree beside it, however many runs
-/// fail; a run whose link drops in turn leaves its own staging tree for the next.
-final class StagedLeftovers {
-    let destination: String
-    private(set) var trees: [(root: SharedDescriptor, path: String, token: Int)] = []
-    /// Most trees taken over: older ones are removed.
-    static let maximum = 4
-
-    init(destination: String) { self.destination = destination }
-
-    /// Takes over the staging trees dead processes left beside DIR, newest first (DIR's lock is
-    /// held: no live process is using them). Call before stale temporaries are removed.
-    func adopt() {
-        for (directory, name) in TemporaryFiles.staleTrees(besides: destination, tags: ["staging", "salvage"]).prefix(Self.maximum) {
-            let aside = TemporaryFiles.name(besides: destination, tag: "salvage")
-            let token = TemporaryFiles.register(aside, tree: true)
-            // What earlier runs fetched outlives an interruption of this one too.
-            TemporaryFiles.keepOnInterruption(token)
-            guard (try? TemporaryFiles.guarded({ rename(directory + "/" + name, aside) == 0 })) == true,
-                  let opened = try? Paths.open(aside, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
-                TemporaryFiles.unregister(token)
-                continue
-            }
-            trees.append((SharedDescriptor(opened), aside, token))
-        }
-    }
-
-    /// Takes over this process's own staging tree at `path` (an attempt that failed and is
-    /// tried again, or left for the next run by ``keep()``).
-    func adopt(_ path: String) {
-        let token = TemporaryFiles.register(path, tree: true)
-        TemporaryFiles.keepOnInterruption(token)
-        guard let opened = try? Paths.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else {
-            TemporaryFiles.unregister(token)
-            return
-        }
-        trees.append((SharedDescriptor(opened), path, token))
-    }
-
-    /// Removes the trees (the update ended, or what they held is in the new staging tree).
-    func remove() {
-        for tree in trees {
-            _ = TreeRemover.remove(tree.path)
-            TemporaryFiles.unregister(tree.token)
-        }
-        trees.removeAll()
-    }
-
-    /// Leaves the trees beside DIR for the next run (still named as this process's, which the
-    /// next run takes for a dead one's).
-    func keep() {
-        for tree in trees {
-            TemporaryFiles.unregister(tree.token)
-        }
-        trees.removeAll()
-    }
-}
-
 /// An update of an installed tree from a package read with range requests (FORMAT.md §5,
 /// "Updates over range requests"). Once the manifest verified, every resource whose path, size
 /// and SHA-256 equal a file of the installed tree's manifest is copied from that tree into the
@@ -194,9 +132,10 @@ final class RangedUpdate {
     }
 
     var report: TransferReport {
-        var report = TransferReport(mode: .ranges, bytesDownloaded: earlier.bytes &+ input.bytesReceived, requests: earlier.requests + input.requests, filesFetched: fetched,
-                                    filesReused: reusedCount, filesResumed: resumed, bytesFetched: bytesFetched, bytesTotal: bytesTotal,
-                                    packageSize: UInt64(input.size))
+        var report = TransferReport(
+            mode: .ranges, bytesDownloaded: earlier.bytes &+ input.bytesReceived, requests: earlier.requests + input.requests, filesFetched: fetched,
+            filesReused: reusedCount, filesResumed: resumed, bytesFetched: bytesFetched, bytesTotal: bytesTotal,
+            packageSize: UInt64(input.size))
         report.chunksReused = chunkCounts.reused
         report.chunkBytesReused = chunkCounts.bytesReused
         report.chunksFetched = chunkCounts.fetched
@@ -211,8 +150,10 @@ final class RangedUpdate {
     /// Called once the manifest verified (the staging tree made): decides, per resource in
     /// manifest order, where it comes from; moves what earlier runs staged into `staging`
     /// (then removes their trees), and plans the requests for every resource to fetch.
-    func prepare(_ resources: [Manifest.File], manifest: Manifest?, job: Installer.Job, state: DestinationState, staging: Staging,
-                 algorithm: SignatureAlgorithm?) throws {
+    func prepare(
+        _ resources: [Manifest.File], manifest: Manifest?, job: Installer.Job, state: DestinationState, staging: Staging,
+        algorithm: SignatureAlgorithm?
+    ) throws {
         installedSignatures = algorithm.map { !$0.isPSS } ?? false
         bytesTotal = resources.reduce(0) { $0 &+ $1.size }
         if case .installed(let manifest?) = state {
@@ -252,7 +193,8 @@ final class RangedUpdate {
                 origins[index] = .installed
                 reusedSignatureSpans += signature.map { [$0] } ?? []
             } else if !file.isChunked, file.structured == nil, job.layout.resource(file.path)?.method == 0,
-                      sameSource.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, below: file.size) }) {
+                sameSource.contains(where: { staging.moveIn(file.path, from: $0.root.descriptor, below: file.size) })
+            {
                 continued.append((index, file))
             } else if file.isChunked, !leftovers.trees.isEmpty || (old != nil && !job.options.force) {
                 let reusable = job.options.force ? nil : old.map { ($0.size, installedChunks[file.path]?.chunks) }
@@ -317,8 +259,9 @@ final class RangedUpdate {
     private func installedSignature(_ fd: FileDescriptor, digest: Digest, checked: PackageReader.Checked) -> [UInt8]? {
         guard installedSignatures else { return nil }
         if case .success(let signature?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd),
-           signature.count == checked.key.signatureLength,
-           Verifier.check(signature, digest: digest, key: checked.key, algorithm: checked.algorithm) {
+            signature.count == checked.key.signatureLength,
+            Verifier.check(signature, digest: digest, key: checked.key, algorithm: checked.algorithm)
+        {
             return signature
         }
         installedSignatures = false
@@ -337,8 +280,10 @@ final class RangedUpdate {
     /// Stages `file` from the installed tree (copied and hashed in one pass), or checks the copy
     /// an earlier run staged (hashed where it is). Nil when that copy is missing or is not the
     /// signed content: the caller then fetches the entry (planned here).
-    func copy(_ file: Manifest.File, index: Int, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
-              later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> Installer.Job.Staged? {
+    func copy(
+        _ file: Manifest.File, index: Int, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?
+    ) throws -> Installer.Job.Staged? {
         let origin = index < origins.count ? origins[index] : .fetch
         let staged: Installer.Job.Staged?
         switch origin {
@@ -353,8 +298,10 @@ final class RangedUpdate {
             staged = nil
         case .rebuild(let plan):
             let before = chunkCounts
-            if let rebuilt = try job.stageRebuilt(file, plan: plan, from: root?.descriptor, input: input, into: staging, checked: checked,
-                                                            counts: &chunkCounts, later: later) {
+            if let rebuilt = try job.stageRebuilt(
+                file, plan: plan, from: root?.descriptor, input: input, into: staging, checked: checked,
+                counts: &chunkCounts, later: later)
+            {
                 fetched += 1
                 bytesFetched &+= chunkCounts.bytesFetched - before.bytesFetched
                 return rebuilt
@@ -370,8 +317,9 @@ final class RangedUpdate {
                 staged = try job.stageCopy(file, from: root?.descriptor, into: staging, checked: checked, later: later, ownSignature: own)
             }
         case .staged(let unchanged):
-            staged = try job.stageCopy(file, from: nil, inPlace: true, into: staging, checked: checked, later: later,
-                                       ownSignature: { self.installedSignature($0, digest: $1, checked: checked) })
+            staged = try job.stageCopy(
+                file, from: nil, inPlace: true, into: staging, checked: checked, later: later,
+                ownSignature: { self.installedSignature($0, digest: $1, checked: checked) })
             // An unchanged file the earlier run shared with DIR (a hard link) is reported as
             // shared, as it is on disk, not as copied.
             if unchanged, staged != nil, sharesInode(file.path, staging: staging) { linked += 1 }
@@ -390,7 +338,8 @@ final class RangedUpdate {
         guard let root else { return false }
         var installed = stat(), staged = stat()
         guard fstatat(root.descriptor.rawValue, relative, &installed, AT_SYMLINK_NOFOLLOW) == 0,
-              lstat(staging.path + "/" + relative, &staged) == 0 else { return false }
+            lstat(staging.path + "/" + relative, &staged) == 0
+        else { return false }
         return installed.st_dev == staged.st_dev && installed.st_ino == staged.st_ino
     }
 
@@ -418,9 +367,11 @@ extension Installer.Job {
     /// manifest's key over the file's digest, instead of the package's entry. Nil, with
     /// nothing staged, when the file is absent, not a regular file, unreadable, or not exactly
     /// the signed content.
-    func stageCopy(_ file: Manifest.File, from root: FileDescriptor?, inPlace: Bool = false, into staging: Staging, checked: PackageReader.Checked,
-                   later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
-                   ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]? = { _, _ in nil }) throws -> Staged? {
+    func stageCopy(
+        _ file: Manifest.File, from root: FileDescriptor?, inPlace: Bool = false, into staging: Staging, checked: PackageReader.Checked,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
+        ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]? = { _, _ in nil }
+    ) throws -> Staged? {
         let copyPath = file.structured != nil ? TreeLayout.structuredCopy(of: file.path) : nil
         var kept = false
         defer {
@@ -432,13 +383,17 @@ extension Installer.Job {
         var installed: InputFile? = nil
         if !inPlace {
             guard let root, let opened = try? Paths.open(file.path, beneath: root),
-                  let input = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file") else { return nil }
+                let input = try? InputFile.adopt(opened, path: destination + "/" + file.path, what: "installed file")
+            else { return nil }
             installed = input
         }
         let staged = if inPlace { try staging.openFile(file.path) } else { try staging.createFile(file.path, mode: mode_t(file.mode.permissions)) }
         let fd = staged.descriptor
-        let source = try installed ?? InputFile.adopt(OwnedDescriptor(adopting: try systemCall("dup") { dup(fd.rawValue) }),
-                                                      path: staging.path + "/" + file.path, what: "staged file")
+        let source =
+            try installed
+            ?? InputFile.adopt(
+                OwnedDescriptor(adopting: try systemCall("dup") { dup(fd.rawValue) }),
+                path: staging.path + "/" + file.path, what: "staged file")
         if inPlace, options.imaAttribute == nil {
             // Written by an earlier run, perhaps with --ima: an IMA attribute this install does
             // not ask for is not left behind.
@@ -459,7 +414,10 @@ extension Installer.Job {
         let cloned = !inPlace && signet_clone_file(fd.rawValue, source.descriptor.rawValue) == 0
         let written = !inPlace && !cloned
         do {
-            let reader = cloned ? try InputFile.adopt(OwnedDescriptor(adopting: try systemCall("dup") { dup(fd.rawValue) }), path: staging.path + "/" + file.path, what: "staged copy") : source
+            let reader =
+                cloned
+                ? try InputFile.adopt(
+                    OwnedDescriptor(adopting: try systemCall("dup") { dup(fd.rawValue) }), path: staging.path + "/" + file.path, what: "staged copy") : source
             try reader.forEachChunk { chunk in
                 total += UInt64(chunk.count)
                 guard total <= file.size else { throw Longer() }
@@ -470,7 +428,7 @@ extension Installer.Job {
         } catch is Longer {
             return nil
         } catch let error as SignetError where error.path == source.path {
-            return nil   // unreadable where it is installed: fetched instead
+            return nil // unreadable where it is installed: fetched instead
         }
         // Not the signed content (or a wrong fs-verity digest, which the entry's check then
         // names): fetched instead.
@@ -478,8 +436,9 @@ extension Installer.Job {
         // The file's own signature where it may stand for the package's entry (not fetched;
         // verified already, so not checked again).
         let signature = try reusedSignature(file, own: ownSignature(source.descriptor, digest), digest: digest, checked: checked, later: later)
-        let finished = try finishStaged(file, fd: fd, writer: writer, copy: copyFD.map { ($0, copy!) }, signature: signature, sha256: file.sha256,
-                                        signer: checked.key, checked: checked, into: staging, exactMode: inPlace)
+        let finished = try finishStaged(
+            file, fd: fd, writer: writer, copy: copyFD.map { ($0, copy!) }, signature: signature, sha256: file.sha256,
+            signer: checked.key, checked: checked, into: staging, exactMode: inPlace)
         kept = true
         return finished
     }

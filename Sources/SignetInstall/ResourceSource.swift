@@ -77,8 +77,9 @@ final class PackageStream: ResourceSource {
 
     /// Streams `file`'s entry into the staging directory; throws when it is not the signed content.
     func stream(_ file: Manifest.File, in context: StagingContext) throws -> Installer.Job.Staged {
-        let staged = try context.job.stage(file, into: context.staging, checked: context.checked, signer: context.signer,
-                                           progress: context.progress, later: context.later)
+        let staged = try context.job.stage(
+            file, into: context.staging, checked: context.checked, signer: context.signer,
+            progress: context.progress, later: context.later)
         ranged?.countFetched(file)
         return staged
     }
@@ -87,7 +88,8 @@ final class PackageStream: ResourceSource {
 extension SharedTree: ResourceSource {
     func stage(_ file: Manifest.File, index: Int, in context: StagingContext) throws -> Installer.Job.Staged? {
         guard let checked = context.checked, holds(file),
-              let staged = try stage(file, job: context.job, into: context.staging, checked: checked, later: context.later) else { return nil }
+            let staged = try stage(file, job: context.job, into: context.staging, checked: checked, later: context.later)
+        else { return nil }
         context.progress?.add(bytes: Int(clamping: file.size))
         return staged
     }

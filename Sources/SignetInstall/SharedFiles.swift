@@ -28,7 +28,8 @@ final class SharedTree {
     /// Nil when `state` is not a tree installed from a signed manifest, or it cannot be opened.
     init?(destination: String, state: DestinationState) {
         guard case .installed(let manifest?) = state,
-              let opened = try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else { return nil }
+            let opened = try? Paths.open(destination, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        else { return nil }
         root = SharedDescriptor(opened)
         installed.reserveCapacity(manifest.files.count)
         for file in manifest.files { installed[file.path] = (file.size, file.sha256) }
@@ -42,11 +43,15 @@ final class SharedTree {
 
     /// Stages `file` from the installed tree: shared if it can be, else copied; nil when the
     /// installed file is not the signed content (it is then read from the package).
-    func stage(_ file: Manifest.File, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
-               later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
-               ownSignature: @escaping (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]? = { _, _ in nil }) throws -> Installer.Job.Staged? {
-        if let shared = try job.stageShared(file, from: root.descriptor, into: staging, checked: checked, later: later, ownSignature: ownSignature,
-                                            mayMeasure: !damaged.contains(file.path)) {
+    func stage(
+        _ file: Manifest.File, job: Installer.Job, into staging: Staging, checked: PackageReader.Checked,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
+        ownSignature: @escaping (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]? = { _, _ in nil }
+    ) throws -> Installer.Job.Staged? {
+        if let shared = try job.stageShared(
+            file, from: root.descriptor, into: staging, checked: checked, later: later, ownSignature: ownSignature,
+            mayMeasure: !damaged.contains(file.path))
+        {
             linked += 1
             return shared
         }
@@ -72,38 +77,47 @@ extension Installer.Job {
     /// `mayMeasure`: an fs-verity file may be taken as the signed content on the kernel's
     /// measurement alone (`verityContent`); by default not under
     /// `--repair`, which must read what it repairs.
-    func stageShared(_ file: Manifest.File, from root: FileDescriptor, into staging: Staging, checked: PackageReader.Checked,
-                     later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
-                     ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?, mayMeasure: Bool? = nil) throws -> Staged? {
+    func stageShared(
+        _ file: Manifest.File, from root: FileDescriptor, into staging: Staging, checked: PackageReader.Checked,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
+        ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?, mayMeasure: Bool? = nil
+    ) throws -> Staged? {
         guard file.structured == nil, !options.force else { return nil }
         var components = file.path.split(separator: "/").map(String.init)
         guard let name = components.popLast() else { return nil }
         let parentPath = components.joined(separator: "/")
         if parentPath.isEmpty {
-            return try stageShared(file, parent: root, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature,
-                                   mayMeasure: mayMeasure ?? !options.repair)
+            return try stageShared(
+                file, parent: root, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature,
+                mayMeasure: mayMeasure ?? !options.repair)
         }
         guard let parent = try? Paths.open(parentPath, beneath: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) else { return nil }
-        return try stageShared(file, parent: parent.descriptor, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature,
-                               mayMeasure: mayMeasure ?? !options.repair)
+        return try stageShared(
+            file, parent: parent.descriptor, name: name, into: staging, checked: checked, later: later, ownSignature: ownSignature,
+            mayMeasure: mayMeasure ?? !options.repair)
     }
 
-    private func stageShared(_ file: Manifest.File, parent: FileDescriptor, name: String, into staging: Staging, checked: PackageReader.Checked,
-                             later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
-                             ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?, mayMeasure: Bool) throws -> Staged? {
+    private func stageShared(
+        _ file: Manifest.File, parent: FileDescriptor, name: String, into staging: Staging, checked: PackageReader.Checked,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?,
+        ownSignature: (_ file: FileDescriptor, _ digest: Digest) -> [UInt8]?, mayMeasure: Bool
+    ) throws -> Staged? {
         let raw = openat(parent.rawValue, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)
-        guard raw >= 0, let input = try? InputFile.adopt(OwnedDescriptor(adopting: raw), path: destination + "/" + file.path, what: "installed file") else { return nil }
+        guard raw >= 0, let input = try? InputFile.adopt(OwnedDescriptor(adopting: raw), path: destination + "/" + file.path, what: "installed file") else {
+            return nil
+        }
         let fd = input.descriptor
         // The inode keeps the signature of the release that wrote it: by this manifest's key, or
         // by another key the trust policy accepts for this package (`checked.peers`).
         guard let info = try? fd.status(), info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(),
-              info.st_mode & 0o7777 == mode_t(file.mode.permissions), UInt64(info.st_size) == file.size,
-              case .success(let attribute?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd),
-              let meta = SignetMetadata(fd), meta.name.map({ Manifest.sameName($0, checked.manifest.name) }) == true,
-              meta.path == file.path, meta.algorithm == checked.algorithm,
-              let signer = meta.keyID == checked.key.keyID ? checked.key : checked.peers.first(where: { $0.keyID == meta.keyID }),
-              attribute.count == signer.signatureLength,
-              imaMatches(fd, signature: attribute, key: signer, checked: checked) else { return nil }
+            info.st_mode & 0o7777 == mode_t(file.mode.permissions), UInt64(info.st_size) == file.size,
+            case .success(let attribute?) = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd),
+            let meta = SignetMetadata(fd), meta.name.map({ Manifest.sameName($0, checked.manifest.name) }) == true,
+            meta.path == file.path, meta.algorithm == checked.algorithm,
+            let signer = meta.keyID == checked.key.keyID ? checked.key : checked.peers.first(where: { $0.keyID == meta.keyID }),
+            attribute.count == signer.signatureLength,
+            imaMatches(fd, signature: attribute, key: signer, checked: checked)
+        else { return nil }
         let digest: Digest
         if mayMeasure, let measured = Self.verityContent(file, fd, algorithm: checked.algorithm) {
             // An fs-verity file whose kernel-measured digest is the signed one: its content is
@@ -130,7 +144,8 @@ extension Installer.Job {
             digest = signed
         }
         guard Verifier.check(attribute, digest: digest, key: signer, algorithm: checked.algorithm),
-              staging.link(file.path, from: parent, name: name, identity: info) else { return nil }
+            staging.link(file.path, from: parent, name: name, identity: info)
+        else { return nil }
         // The package's signature of the file, for the tree's record (verified like any).
         do {
             return (checked.key, true, try reusedSignature(file, own: ownSignature(fd, digest), digest: digest, checked: checked, later: later))
@@ -143,14 +158,18 @@ extension Installer.Job {
     /// The signature a file taken from the installed tree gets in the new tree's record: its
     /// own (`own`, already verified with the manifest's key over `digest`), else the package's
     /// entry, verified now or handed to `later` (the batched checks).
-    func reusedSignature(_ file: Manifest.File, own: [UInt8]?, digest: Digest, checked: PackageReader.Checked,
-                         later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?) throws -> [UInt8] {
+    func reusedSignature(
+        _ file: Manifest.File, own: [UInt8]?, digest: Digest, checked: PackageReader.Checked,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)?
+    ) throws -> [UInt8] {
         if let own { return own }
         let signature = try reader.readAll(layout.signature(file.path)!, limit: 64 * 1024, name: TreeLayout.signature(of: file.path))
         if let later {
             later(signature, digest)
-        } else if case .rejected(let failure, let message, let entry) = PackageReader.signatureCheck(file, signature: signature, digest: digest,
-                                                                                                    key: checked.key, algorithm: checked.algorithm) {
+        } else if case .rejected(let failure, let message, let entry) = PackageReader.signatureCheck(
+            file, signature: signature, digest: digest,
+            key: checked.key, algorithm: checked.algorithm)
+        {
             throw Installer.error(for: failure, message, package: package, entry: entry)
         }
         return signature
@@ -162,7 +181,8 @@ extension Installer.Job {
     /// signatures over another digest.
     fileprivate static func verityContent(_ file: Manifest.File, _ fd: FileDescriptor, algorithm: SignatureAlgorithm) -> Digest? {
         guard let expected = file.verity, algorithm.digest == .sha256, case .digest(let measured) = VerityFile.measure(fd),
-              expected.matches(bytes: measured), let sha256 = file.content.bytes else { return nil }
+            expected.matches(bytes: measured), let sha256 = file.content.bytes
+        else { return nil }
         return Digest(algorithm: .sha256, bytes: sha256)
     }
 
@@ -173,7 +193,8 @@ extension Installer.Job {
             let present = ExtendedAttributes.get(name, on: fd)
             if name == options.imaAttribute {
                 guard let ima = IMASignature(signatureBytes: signature, algorithm: checked.algorithm, key: key),
-                      case .success(let bytes?) = present, bytes == ima.bytes else { return false }
+                    case .success(let bytes?) = present, bytes == ima.bytes
+                else { return false }
             } else {
                 guard case .success(nil) = present else { return false }
             }

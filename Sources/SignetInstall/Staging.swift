@@ -177,7 +177,8 @@ final class Staging {
         func move(from parent: FileDescriptor) -> Bool {
             var info = stat()
             guard fstatat(parent.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
-                  fits(UInt64(info.st_size)), let (directory, target) = try? directory(for: relative) else { return false }
+                fits(UInt64(info.st_size)), let (directory, target) = try? directory(for: relative)
+            else { return false }
             return (try? TemporaryFiles.guarded { renameat(parent.rawValue, name, directory.rawValue, target) == 0 }) == true
         }
         if parentPath.isEmpty { return move(from: tree) }
@@ -192,10 +193,12 @@ final class Staging {
     /// filesystem, a link limit) or the name now leads elsewhere.
     func link(_ relative: String, from directory: FileDescriptor, name: String, identity: stat) -> Bool {
         guard let (target, targetName) = try? self.directory(for: relative),
-              (try? TemporaryFiles.guarded({ linkat(directory.rawValue, name, target.rawValue, targetName, 0) == 0 })) == true else { return false }
+            (try? TemporaryFiles.guarded({ linkat(directory.rawValue, name, target.rawValue, targetName, 0) == 0 })) == true
+        else { return false }
         var linked = stat()
         guard fstatat(target.rawValue, targetName, &linked, AT_SYMLINK_NOFOLLOW) == 0,
-              linked.st_dev == identity.st_dev, linked.st_ino == identity.st_ino else {
+            linked.st_dev == identity.st_dev, linked.st_ino == identity.st_ino
+        else {
             _ = unlinkat(target.rawValue, targetName, 0)
             return false
         }
@@ -265,7 +268,7 @@ final class Staging {
         let fd = file.descriptor
         try bytes.withUnsafeBytes { try Installer.writeAll($0, to: fd, path: relative, destination: path) }
         do {
-            _ = try systemCall("fchmod") { fchmod(fd.rawValue, 0o644) }   // durable with the tree (finish())
+            _ = try systemCall("fchmod") { fchmod(fd.rawValue, 0o644) } // durable with the tree (finish())
         } catch {
             throw SignetError.posix(error, "cannot write '\(relative)' in the staging directory", path: path)
         }
@@ -307,7 +310,10 @@ final class Staging {
     /// Signet says so on standard error each time it is honoured.
     static let durabilityBrokenForTests: Bool = {
         guard ProcessInfo.processInfo.environment["SIGNET_TEST_BREAK_DURABILITY"] == "skip-syncfs" else { return false }
-        FileHandle.standardError.write(Data("signet: warning: SIGNET_TEST_BREAK_DURABILITY=skip-syncfs: the staged tree is NOT made durable before the swap (a test-only broken build)\n".utf8))
+        FileHandle.standardError.write(
+            Data(
+                "signet: warning: SIGNET_TEST_BREAK_DURABILITY=skip-syncfs: the staged tree is NOT made durable before the swap (a test-only broken build)\n"
+                    .utf8))
         return true
     }()
 
@@ -364,11 +370,12 @@ final class Staging {
             // The replaced tree takes the previous one's name in one exchange (the one kept
             // before is then at the old tree's name, removed later), or one rename if none.
             let oldName = Array(old.name.utf8CString)
-            kept = (try? TemporaryFiles.guarded {
-                if signet_renameat2(parent.rawValue, oldName, parent.rawValue, previousName, signet_RENAME_EXCHANGE()) == 0 { return true }
-                guard errno == ENOENT else { return false }
-                return signet_renameat2(parent.rawValue, oldName, parent.rawValue, previousName, signet_RENAME_NOREPLACE()) == 0
-            }) ?? false
+            kept =
+                (try? TemporaryFiles.guarded {
+                    if signet_renameat2(parent.rawValue, oldName, parent.rawValue, previousName, signet_RENAME_EXCHANGE()) == 0 { return true }
+                    guard errno == ENOENT else { return false }
+                    return signet_renameat2(parent.rawValue, oldName, parent.rawValue, previousName, signet_RENAME_NOREPLACE()) == 0
+                }) ?? false
         }
         return (old.exchanged, kept)
     }
@@ -385,7 +392,7 @@ final class Staging {
     /// The renames of ``install(at:replacing:)``; returns where the old tree went, if any.
     private func rename(to destination: String, replacing state: DestinationState) throws -> (name: String, path: String, exchanged: Bool)? {
         let target = destination.split(separator: "/").last.map(String.init) ?? destination
-        let parent = parentDirectory.descriptor.rawValue   // for the *at calls below
+        let parent = parentDirectory.descriptor.rawValue // for the *at calls below
         if case .absent = state {
             if signet_renameat2(parent, name, parent, target, signet_RENAME_NOREPLACE()) == 0 {
                 TemporaryFiles.unregister(token)
@@ -419,7 +426,9 @@ final class Staging {
         let aside = TemporaryFiles.name(besides: destination, tag: "old")
         let asideName = String(aside.split(separator: "/").last!)
         asideToken = TemporaryFiles.register(aside, tree: true)
-        guard renameat(parent, target, parent, asideName) == 0 else { throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination, call: "renameat") }
+        guard renameat(parent, target, parent, asideName) == 0 else {
+            throw SignetError.posix(errno, "cannot move the old tree aside at", path: destination, call: "renameat")
+        }
         guard renameat(parent, name, parent, target) == 0 else {
             let err = errno
             renameat(parent, asideName, parent, target)

@@ -29,16 +29,24 @@ struct VerityStep {
         guard mode != .off else { return nil }
         let required = mode == .on
         guard let manifest, manifest.files.allSatisfy({ $0.verity != nil }) else {
-            let what = manifest == nil ? "a bare package has no manifest to record fs-verity digests in"
-                                       : "'\(package)' records no fs-verity digest for some of its files (pack it with signet pack --verity)"
-            if required { throw SignetError(.usage, "--verity: \(what); install it without --verity, or with --verity-auto to use fs-verity where it can be used", path: package) }
+            let what =
+                manifest == nil
+                ? "a bare package has no manifest to record fs-verity digests in"
+                : "'\(package)' records no fs-verity digest for some of its files (pack it with signet pack --verity)"
+            if required {
+                throw SignetError(
+                    .usage, "--verity: \(what); install it without --verity, or with --verity-auto to use fs-verity where it can be used", path: package)
+            }
             return .notUsed(what)
         }
         switch try probe(staging) {
         case nil: return .enable
         case let reason?:
             if required {
-                throw SignetError(.verityUnsupported, "--verity: the filesystem of '\(destination)' does not take fs-verity files (\(reason)); on ext4 it needs the verity feature (tune2fs -O verity, Linux 5.4 or later, 4 KiB blocks), on f2fs and btrfs kernel support; or install with --verity-auto, which installs without it and says so", path: destination)
+                throw SignetError(
+                    .verityUnsupported,
+                    "--verity: the filesystem of '\(destination)' does not take fs-verity files (\(reason)); on ext4 it needs the verity feature (tune2fs -O verity, Linux 5.4 or later, 4 KiB blocks), on f2fs and btrfs kernel support; or install with --verity-auto, which installs without it and says so",
+                    path: destination)
             }
             return .notUsed("the filesystem of '\(destination)' does not take fs-verity files (\(reason))")
         }
@@ -47,7 +55,7 @@ struct VerityStep {
     /// Nil when an empty staged file can be made an fs-verity file; else why not.
     private static func probe(_ staging: Staging) throws -> String? {
         let name = ".signet-verity-probe"
-        _ = try staging.createFile(name)   // closed at once: no writer may hold it
+        _ = try staging.createFile(name) // closed at once: no writer may hold it
         defer { staging.removeFile(name) }
         let probe = try staging.openFile(name, access: O_RDONLY)
         do {
@@ -81,7 +89,10 @@ struct VerityStep {
                 throw SignetError(.io, "cannot measure the fs-verity digest of '\(file.path)' staged beside '\(destination)' (\(measured))", path: destination)
             }
             guard expected.hex == digest.hexString else {
-                throw SignetError(.packageInvalid, "'\(package)' does not verify: the fs-verity digest its manifest records for '\(file.path)' is not the one of its signed content (\(digest.hexString) measured by the kernel); nothing was installed", path: package, entry: file.path)
+                throw SignetError(
+                    .packageInvalid,
+                    "'\(package)' does not verify: the fs-verity digest its manifest records for '\(file.path)' is not the one of its signed content (\(digest.hexString) measured by the kernel); nothing was installed",
+                    path: package, entry: file.path)
             }
         }
         return enabled

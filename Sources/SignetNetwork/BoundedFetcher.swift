@@ -57,7 +57,10 @@ package final class BoundedFetcher {
             return true
         }
         if tooLarge {
-            throw SignetError(.downloadTooLarge, "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes allowed for it: refused (an endless-data attack, or a file that outgrew its bound)", path: Download.redacted(url))
+            throw SignetError(
+                .downloadTooLarge,
+                "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes allowed for it: refused (an endless-data attack, or a file that outgrew its bound)",
+                path: Download.redacted(url))
         }
         if outcome.code == CURLE_HTTP_RETURNED_ERROR, outcome.status == 403 || outcome.status == 404 {
             return .absent(status: outcome.status)
@@ -72,7 +75,9 @@ package final class BoundedFetcher {
         var failure: Error? = nil
         let outcome = try perform(url, what: what) { chunk in
             guard written + Int64(chunk.count) <= limit else {
-                failure = SignetError(.downloadTooLarge, "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes it is stated to have: refused", path: Download.redacted(url))
+                failure = SignetError(
+                    .downloadTooLarge, "\(what) from '\(Download.redacted(url))' is larger than the \(limit) bytes it is stated to have: refused",
+                    path: Download.redacted(url))
                 return false
             }
             do {
@@ -93,7 +98,9 @@ package final class BoundedFetcher {
         let request = try handle(for: url)
         let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
         guard left > 0 else {
-            throw SignetError(.network, "cannot fetch \(what) from '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s (a slow or stalling server)", path: Download.redacted(url))
+            throw SignetError(
+                .network, "cannot fetch \(what) from '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s (a slow or stalling server)",
+                path: Download.redacted(url))
         }
         requests += 1
         let cancelled = self.cancelled
@@ -117,7 +124,9 @@ package final class BoundedFetcher {
         if cancelled?.isSet ?? false { throw CancellationError() }
         if let refusal { throw refusal }
         if outcome.code == CURLE_OPERATION_TIMEDOUT {
-            throw SignetError(.network, "cannot fetch \(what) from '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s (a slow or stalling server)", path: Download.redacted(url))
+            throw SignetError(
+                .network, "cannot fetch \(what) from '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s (a slow or stalling server)",
+                path: Download.redacted(url))
         }
         return outcome
     }

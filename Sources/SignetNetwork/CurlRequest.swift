@@ -50,24 +50,27 @@ package final class CurlRequest {
         var ok = Downloader.configure(curl, url: url, options: options, check: check, errorBuffer: errorBuffer)
         func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
         set(signet_curl_setopt_pointer(curl, CURLOPT_HEADERDATA, me))
-        set(signet_curl_setopt_data_callback(curl, CURLOPT_HEADERFUNCTION) { data, size, count, argument in
-            guard let data, let argument else { return 0 }
-            let line = String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self)
-            Unmanaged<CurlRequest>.fromOpaque(argument).takeUnretainedValue().onHeader(line)
-            return size * count
-        })
+        set(
+            signet_curl_setopt_data_callback(curl, CURLOPT_HEADERFUNCTION) { data, size, count, argument in
+                guard let data, let argument else { return 0 }
+                let line = String(decoding: UnsafeRawBufferPointer(start: data, count: size * count), as: UTF8.self)
+                Unmanaged<CurlRequest>.fromOpaque(argument).takeUnretainedValue().onHeader(line)
+                return size * count
+            })
         set(signet_curl_setopt_pointer(curl, CURLOPT_WRITEDATA, me))
-        set(signet_curl_setopt_data_callback(curl, CURLOPT_WRITEFUNCTION) { data, size, count, argument in
-            guard let data, let argument else { return 0 }
-            let chunk = UnsafeRawBufferPointer(start: data, count: size * count)
-            return Unmanaged<CurlRequest>.fromOpaque(argument).takeUnretainedValue().onBody(chunk) ? size * count : 0
-        })
+        set(
+            signet_curl_setopt_data_callback(curl, CURLOPT_WRITEFUNCTION) { data, size, count, argument in
+                guard let data, let argument else { return 0 }
+                let chunk = UnsafeRawBufferPointer(start: data, count: size * count)
+                return Unmanaged<CurlRequest>.fromOpaque(argument).takeUnretainedValue().onBody(chunk) ? size * count : 0
+            })
         set(signet_curl_setopt_long(curl, CURLOPT_NOPROGRESS, 0))
         set(signet_curl_setopt_pointer(curl, CURLOPT_XFERINFODATA, me))
-        set(signet_curl_setopt_progress_callback(curl) { argument, _, _, _, _ in
-            guard let argument else { return 1 }
-            return Unmanaged<CurlRequest>.fromOpaque(argument).takeUnretainedValue().onTick() ? 0 : 1
-        })
+        set(
+            signet_curl_setopt_progress_callback(curl) { argument, _, _, _, _ in
+                guard let argument else { return 1 }
+                return Unmanaged<CurlRequest>.fromOpaque(argument).takeUnretainedValue().onTick() ? 0 : 1
+            })
         guard ok else {
             // Every property is set: deinit runs and frees the handle and the buffer.
             throw SignetError(.crypto, "libcurl refused Signet's transfer settings (libcurl \(SignetVersion.curl))")

@@ -42,9 +42,11 @@ public enum Download {
     /// signature verifies; `label` is then given the file (before its rename), the key that
     /// signed it and the digest, to record them (the package layer writes Signet's attributes:
     /// ``/SignetPackage``'s `Download.file`).
-    package static func fetch(_ url: String, to path: String, options: DownloadOptions, signature: [UInt8]?,
-                              algorithm: SignatureAlgorithm, policy: TrustPolicy?, replace: Bool = true, cancelled: CancellationFlag?,
-                              label: (_ file: FileDescriptor, _ signer: PublicKey, _ digest: Digest) throws -> Void) throws -> DownloadResult {
+    package static func fetch(
+        _ url: String, to path: String, options: DownloadOptions, signature: [UInt8]?,
+        algorithm: SignatureAlgorithm, policy: TrustPolicy?, replace: Bool = true, cancelled: CancellationFlag?,
+        label: (_ file: FileDescriptor, _ signer: PublicKey, _ digest: Digest) throws -> Void
+    ) throws -> DownloadResult {
         guard (signature == nil) == (policy == nil) else {
             throw SignetError(.usage, "a signature needs a trust policy to verify it with, and a trust policy a signature")
         }
@@ -53,9 +55,10 @@ public enum Download {
         let partial = Downloader.partialPath(besides: path)
         let state = HasherBox(try Digest.Hasher(algorithm.digest))
         // Hashed as it arrives only when there is a signature to check.
-        let result = try Downloader.download(url, into: partial, options: options, cancelled: cancelled,
-                                             body: signature == nil ? nil : { state.hasher.update($0) },
-                                             restart: { state.hasher = try Digest.Hasher(algorithm.digest) })
+        let result = try Downloader.download(
+            url, into: partial, options: options, cancelled: cancelled,
+            body: signature == nil ? nil : { state.hasher.update($0) },
+            restart: { state.hasher = try Digest.Hasher(algorithm.digest) })
         if let signature, let policy {
             let digest = try state.hasher.finalize()
             let verdict = Verifier(policy: policy).verify(signature: signature, digest: digest, algorithm: algorithm)
@@ -78,8 +81,9 @@ public enum Download {
             throw SignetError.posix(failure, "cannot write", path: path)
         }
         AtomicFile.syncDirectory(AtomicFile.parentDirectory(of: path))
-        return DownloadResult(path: path, size: result.size, resumedFrom: result.resumedFrom, effectiveURL: result.effectiveURL,
-                              requests: result.requests, bytesReceived: result.bytesReceived)
+        return DownloadResult(
+            path: path, size: result.size, resumedFrom: result.resumedFrom, effectiveURL: result.effectiveURL,
+            requests: result.requests, bytesReceived: result.bytesReceived)
     }
 
     /// Downloads `url` into a new private folder (`mkdtemp`, mode 0700) under `$TMPDIR` and
@@ -101,7 +105,10 @@ public enum Download {
     }
 
     /// The old name of ``temporaryCopyAsync(of:options:)``.
-    @available(*, deprecated, renamed: "temporaryCopyAsync(of:options:)", message: "the async form has its own name, so that a blocking call is never chosen for `try await`")
+    @available(
+        *, deprecated, renamed: "temporaryCopyAsync(of:options:)",
+        message: "the async form has its own name, so that a blocking call is never chosen for `try await`"
+    )
     public static func temporaryCopy(of url: String, options: DownloadOptions = DownloadOptions()) async throws -> String {
         try await temporaryCopyAsync(of: url, options: options)
     }
@@ -117,7 +124,7 @@ public enum Download {
         try Downloader.checkScheme(url, policy: options.tls)
         let path = try temporaryPath()
         do {
-            _ = try Downloader.download(url, into: path, options: options, cancelled: cancelled, durable: false)   // read at once, then removed
+            _ = try Downloader.download(url, into: path, options: options, cancelled: cancelled, durable: false) // read at once, then removed
         } catch {
             removeTemporaryCopy(path)
             throw error

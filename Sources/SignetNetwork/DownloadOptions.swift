@@ -51,9 +51,14 @@ public struct DownloadOptions: Sendable {
     /// The error for a body larger than allowed: the signed length, else `--max-download-size`.
     func tooLarge(_ url: String, path: String?) -> SignetError {
         if let signedLength, signedLength <= maxSize {
-            return SignetError(.indexMismatch, "'\(Download.redacted(url))' sends more than the \(signedLength) bytes its signed metadata states for it: stopped at the first byte over. Nothing was installed", path: path ?? url)
+            return SignetError(
+                .indexMismatch,
+                "'\(Download.redacted(url))' sends more than the \(signedLength) bytes its signed metadata states for it: stopped at the first byte over. Nothing was installed",
+                path: path ?? url)
         }
-        return SignetError(.downloadTooLarge, "'\(Download.redacted(url))' is larger than \(maxSize) bytes (--max-download-size); refusing to download more", path: path ?? url)
+        return SignetError(
+            .downloadTooLarge, "'\(Download.redacted(url))' is larger than \(maxSize) bytes (--max-download-size); refusing to download more", path: path ?? url
+        )
     }
 
     /// The defaults.

@@ -44,10 +44,12 @@ extension Downloader {
         /// Body bytes this attempt received (every byte the server sent, for reports).
         private(set) var bodyBytes: UInt64 = 0
         private var expected: UInt64?
-        private var lastReport: UInt64 = 0   // uptime in ns of the last progress report
+        private var lastReport: UInt64 = 0 // uptime in ns of the last progress report
 
-        init(url: String, fd: FileDescriptor, partial: String, options: DownloadOptions, cancelled: CancellationFlag?, durable: Bool,
-             body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void, deadline: UInt64) {
+        init(
+            url: String, fd: FileDescriptor, partial: String, options: DownloadOptions, cancelled: CancellationFlag?, durable: Bool,
+            body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void, deadline: UInt64
+        ) {
             self.deadline = deadline
             self.durable = durable
             self.url = url
@@ -78,7 +80,8 @@ extension Downloader {
             }
             var ifRange: String? = nil
             if size > 0, case .success(let stored?) = ExtendedAttributes.get(Downloader.partialAttribute, on: fd),
-               let record = try? JSONDecoder().decode(PartialRecord.self, from: Data(stored)), record.url == url {
+                let record = try? JSONDecoder().decode(PartialRecord.self, from: Data(stored)), record.url == url
+            {
                 ifRange = record.validator
             }
             if ifRange == nil {
@@ -108,13 +111,18 @@ extension Downloader {
             // What is left of --max-time for this attempt.
             let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
             guard left > 0 else {
-                throw fail(SignetError(.network, "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial))
+                throw fail(
+                    SignetError(
+                        .network,
+                        "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time",
+                        path: partial))
             }
             listen(to: request)
             let resuming = ifRange != nil && requestedFrom > 0
             let outcome: CurlRequest.Outcome
             do {
-                outcome = try request.perform(range: resuming ? "\(requestedFrom)-" : nil, headers: resuming ? ["If-Range: " + ifRange!] : [], timeout: Int(left))
+                outcome = try request.perform(
+                    range: resuming ? "\(requestedFrom)-" : nil, headers: resuming ? ["If-Range: " + ifRange!] : [], timeout: Int(left))
             } catch {
                 throw fail(error as? SignetError ?? SignetError(.crypto, "libcurl refused a request's settings"))
             }
@@ -158,12 +166,14 @@ extension Downloader {
             }
             guard code == CURLE_OK else {
                 let check = request?.check ?? TLSCheck(policy: options.tls)
-                throw fail(error(code, status: status, message: outcome.message, effectiveURL: effectiveURL, check: check), transient: Self.isTransient(code, status: status))
+                throw fail(
+                    error(code, status: status, message: outcome.message, effectiveURL: effectiveURL, check: check),
+                    transient: Self.isTransient(code, status: status))
             }
             guard status == 200 || status == 206 else {
                 throw fail(SignetError(.network, "cannot download '\(effectiveURL)': the server answered HTTP \(status)"))
             }
-            if !started { try begin(status: status) }   // an empty body
+            if !started { try begin(status: status) } // an empty body
             if durable {
                 do { try fd.sync() } catch {
                     throw fail(SignetError.posix(error, "cannot flush the download", path: partial))
@@ -195,7 +205,7 @@ extension Downloader {
             }
             let record = PartialRecord(url: url, validator: validator)
             if let bytes = try? JSONEncoder().encode(record), validator != nil {
-                _ = ExtendedAttributes.set(Downloader.partialAttribute, Array(bytes), on: fd)   // without it the next run starts over
+                _ = ExtendedAttributes.set(Downloader.partialAttribute, Array(bytes), on: fd) // without it the next run starts over
             } else {
                 _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: fd)
             }
@@ -271,7 +281,10 @@ extension Downloader {
             case CURLE_ABORTED_BY_CALLBACK:
                 return SignetError(.interrupted, "interrupted; the partial download '\(partial)' is kept and continues next time", path: partial)
             case CURLE_OPERATION_TIMEDOUT where DispatchTime.now().uptimeNanoseconds >= deadline:
-                return SignetError(.network, "cannot download '\(effectiveURL)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time", path: partial)
+                return SignetError(
+                    .network,
+                    "cannot download '\(effectiveURL)' within --max-time \(Int(options.maxTime)) s; what arrived is kept in '\(partial)' and continues next time",
+                    path: partial)
             default:
                 return Downloader.error(code, status: status, message: message, effectiveURL: effectiveURL, check: check)
             }
@@ -280,7 +293,7 @@ extension Downloader {
         static func isTransient(_ code: CURLcode, status: Int) -> Bool {
             switch code {
             case CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT, CURLE_RECV_ERROR, CURLE_SEND_ERROR,
-                 CURLE_PARTIAL_FILE, CURLE_GOT_NOTHING:
+                CURLE_PARTIAL_FILE, CURLE_GOT_NOTHING:
                 return true
             case CURLE_HTTP_RETURNED_ERROR:
                 return status >= 500

@@ -34,10 +34,14 @@ package enum Downloader {
         }
         // A password in a URL is a secret on the command line (ps, shell history, logs).
         if let components = URLComponents(string: url), components.user != nil || components.password != nil {
-            throw SignetError(.usage, "'\(Download.redacted(url))' has credentials in it (user@ or user:password@), where every process list and log would show them; Signet does not send them: serve the update without them, or with client certificates or a token in a proxy")
+            throw SignetError(
+                .usage,
+                "'\(Download.redacted(url))' has credentials in it (user@ or user:password@), where every process list and log would show them; Signet does not send them: serve the update without them, or with client certificates or a token in a proxy"
+            )
         }
         if lower.hasPrefix("http://") && !policy.allowHTTP {
-            throw SignetError(.usage, "'\(url)' is plain http://: the download could be changed by anyone on the way; use https://, or --allow-http for a test server")
+            throw SignetError(
+                .usage, "'\(url)' is plain http://: the download could be changed by anyone on the way; use https://, or --allow-http for a test server")
         }
     }
 
@@ -45,10 +49,12 @@ package enum Downloader {
     /// server still has the same file. `body` sees every byte of the file in order (the bytes
     /// already on disk first); `restart` is called before each attempt (whose `body` then sees
     /// the file from byte 0 again) and when the server sends the file anew.
-    package static func download(_ url: String, into partial: String, options: DownloadOptions,
-                         cancelled: CancellationFlag? = nil, durable: Bool = true,
-                         body: ((UnsafeRawBufferPointer) throws -> Void)? = nil,
-                         restart: @escaping () throws -> Void = {}) throws -> DownloadResult {
+    package static func download(
+        _ url: String, into partial: String, options: DownloadOptions,
+        cancelled: CancellationFlag? = nil, durable: Bool = true,
+        body: ((UnsafeRawBufferPointer) throws -> Void)? = nil,
+        restart: @escaping () throws -> Void = {}
+    ) throws -> DownloadResult {
         try checkScheme(url, policy: options.tls)
         try requireCurl()
         let locked = try lockPartial(partial, options: options, cancelled: cancelled)
@@ -66,8 +72,9 @@ package enum Downloader {
         var received: UInt64 = 0
         let deadline = Self.deadline(options)
         for attempt in 1...attempts {
-            let transfer = Transfer(url: url, fd: fd, partial: partial, options: options, cancelled: cancelled, durable: durable,
-                                    body: body, restart: restart, deadline: deadline)
+            let transfer = Transfer(
+                url: url, fd: fd, partial: partial, options: options, cancelled: cancelled, durable: durable,
+                body: body, restart: restart, deadline: deadline)
             defer { received &+= transfer.bodyBytes }
             do {
                 let result = try transfer.run()
@@ -75,22 +82,28 @@ package enum Downloader {
                 // The attribute is for partial downloads only (FORMAT.md §5): a complete file
                 // does not carry it.
                 _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: fd)
-                return DownloadResult(path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL,
-                                      requests: attempt, bytesReceived: received &+ transfer.bodyBytes)
+                return DownloadResult(
+                    path: partial, size: result.size, resumedFrom: kept ?? result.resumedFrom, effectiveURL: result.effectiveURL,
+                    requests: attempt, bytesReceived: received &+ transfer.bodyBytes)
             } catch let failure as Transfer.Failure {
                 kept = kept ?? failure.resumedFrom
                 let left = Double(Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds)) / 1e9
                 let delay = min(30, max(0, options.retryDelay) * pow(2, Double(attempt - 1)))
                 if failure.transient, attempt < attempts, left <= delay {
-                    throw SignetError(.network, "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s (\(failure.error.reason)); what arrived is kept in '\(partial)' and continues next time", path: partial)
+                    throw SignetError(
+                        .network,
+                        "cannot download '\(url)' within --max-time \(Int(options.maxTime)) s (\(failure.error.reason)); what arrived is kept in '\(partial)' and continues next time",
+                        path: partial)
                 }
                 guard failure.transient, attempt < attempts else { throw failure.error }
-                options.progress?(DownloadProgress(url: url, received: failure.received, expected: failure.expected, resumedFrom: kept ?? 0,
-                                                   retry: .init(attempt: attempt + 1, attempts: attempts, delay: delay, reason: failure.error.reason)))
+                options.progress?(
+                    DownloadProgress(
+                        url: url, received: failure.received, expected: failure.expected, resumedFrom: kept ?? 0,
+                        retry: .init(attempt: attempt + 1, attempts: attempts, delay: delay, reason: failure.error.reason)))
                 try pause(delay, cancelled: cancelled, partial: partial)
             }
         }
-        throw SignetError(.network, "cannot download '\(url)'")   // not reached: the last attempt throws
+        throw SignetError(.network, "cannot download '\(url)'") // not reached: the last attempt throws
     }
 
     /// When a transfer started now must end (uptime in ns): `--max-time` from now.
@@ -108,8 +121,10 @@ package enum Downloader {
         package let body: ((UnsafeRawBufferPointer) throws -> Void)?
         package let restart: () throws -> Void
 
-        package init(partial: String, options: DownloadOptions, cancelled: CancellationFlag?,
-                     body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void) {
+        package init(
+            partial: String, options: DownloadOptions, cancelled: CancellationFlag?,
+            body: ((UnsafeRawBufferPointer) throws -> Void)?, restart: @escaping () throws -> Void
+        ) {
             self.partial = partial
             self.options = options
             self.cancelled = cancelled
@@ -129,8 +144,9 @@ package enum Downloader {
         init(_ full: FullDownload, request: CurlRequest, response: ResponseHeaders, deadline: UInt64) throws {
             locked = try lockPartial(full.partial, options: full.options, cancelled: full.cancelled)
             partial = full.partial
-            transfer = Transfer(url: request.url, fd: locked.descriptor, partial: full.partial, options: full.options, cancelled: full.cancelled,
-                                durable: false, body: full.body, restart: full.restart, deadline: deadline)
+            transfer = Transfer(
+                url: request.url, fd: locked.descriptor, partial: full.partial, options: full.options, cancelled: full.cancelled,
+                durable: false, body: full.body, restart: full.restart, deadline: deadline)
             try transfer.takeOver(request, response: response)
         }
 
@@ -141,8 +157,9 @@ package enum Downloader {
         func conclude(_ outcome: CurlRequest.Outcome) throws -> DownloadResult {
             let result = try transfer.conclude(outcome)
             _ = ExtendedAttributes.remove(Downloader.partialAttribute, on: locked.descriptor)
-            return DownloadResult(path: partial, size: result.size, resumedFrom: 0, effectiveURL: result.effectiveURL,
-                                  requests: 1, bytesReceived: transfer.bodyBytes)
+            return DownloadResult(
+                path: partial, size: result.size, resumedFrom: 0, effectiveURL: result.effectiveURL,
+                requests: 1, bytesReceived: transfer.bodyBytes)
         }
     }
 
@@ -166,7 +183,9 @@ package enum Downloader {
             if cancelled?.isSet == true { throw CancellationError() }
             if TemporaryFiles.isInterrupted { throw SignetError(.interrupted, "interrupted while waiting for another download of '\(partial)'", path: partial) }
             if DispatchTime.now().uptimeNanoseconds >= deadline {
-                throw SignetError(.destinationBusy, "'\(partial)' is being downloaded by another process; try again when it has finished, or wait longer with --wait SECONDS", path: partial)
+                throw SignetError(
+                    .destinationBusy, "'\(partial)' is being downloaded by another process; try again when it has finished, or wait longer with --wait SECONDS",
+                    path: partial)
             }
             usleep(20_000)
         }
@@ -177,8 +196,10 @@ package enum Downloader {
     /// or later with peer and host checked and Signet's policy (`check`) installed on each
     /// handshake's SSL_CTX; connect and low-speed time-outs; HTTP errors as errors; curl's
     /// message into `errorBuffer`. False when libcurl refused a setting.
-    static func configure(_ curl: UnsafeMutableRawPointer, url: String, options: DownloadOptions, check: TLSCheck,
-                          errorBuffer: UnsafeMutablePointer<CChar>) -> Bool {
+    static func configure(
+        _ curl: UnsafeMutableRawPointer, url: String, options: DownloadOptions, check: TLSCheck,
+        errorBuffer: UnsafeMutablePointer<CChar>
+    ) -> Bool {
         let protocols = options.tls.allowHTTP ? "http,https" : "https"
         var ok = true
         func set(_ result: CURLcode) { ok = ok && result == CURLE_OK }
@@ -205,11 +226,12 @@ package enum Downloader {
         set(signet_curl_setopt_long(curl, CURLOPT_HTTP_CONTENT_DECODING, 0))
         set(signet_curl_setopt_pointer(curl, CURLOPT_ERRORBUFFER, errorBuffer))
         set(signet_curl_setopt_pointer(curl, CURLOPT_SSL_CTX_DATA, Unmanaged.passUnretained(check).toOpaque()))
-        set(signet_curl_setopt_ssl_ctx_callback(curl) { _, context, argument in
-            guard let context, let argument else { return CURLE_SSL_CERTPROBLEM }
-            let check = Unmanaged<TLSCheck>.fromOpaque(argument).takeUnretainedValue()
-            return check.install(on: OpaquePointer(context)) ? CURLE_OK : CURLE_SSL_CERTPROBLEM
-        })
+        set(
+            signet_curl_setopt_ssl_ctx_callback(curl) { _, context, argument in
+                guard let context, let argument else { return CURLE_SSL_CERTPROBLEM }
+                let check = Unmanaged<TLSCheck>.fromOpaque(argument).takeUnretainedValue()
+                return check.install(on: OpaquePointer(context)) ? CURLE_OK : CURLE_SSL_CERTPROBLEM
+            })
         return ok
     }
 
@@ -234,7 +256,8 @@ package enum Downloader {
             let reason = check.refusal ?? (message.isEmpty ? "the certificate chain did not verify" : message)
             // Which roots the chain was checked against: without --tls-ca, the system's store,
             // which a private CA is not in (the usual reason a first setup is refused).
-            let roots = check.policy.roots.isEmpty
+            let roots =
+                check.policy.roots.isEmpty
                 ? "; the chain was checked against the system's CA store (no --tls-ca was given): for a server whose certificate a private CA issued, give that CA with --tls-ca FILE"
                 : "; the chain was checked against the --tls-ca roots only"
             return SignetError(.tlsRefused, "TLS refused for '\(host)': \(reason)\(pins)\(roots)")
@@ -246,7 +269,10 @@ package enum Downloader {
             return SignetError(.network, "cannot download '\(shown)': the server answered HTTP \(status)")
         case CURLE_OUT_OF_MEMORY:
             // libcurl's answer to a response header over its 100 KiB limit, as to a failed allocation.
-            return SignetError(.network, "cannot download '\(shown)': the server's response headers are larger than libcurl accepts (100 KiB), or memory ran out (\(message.isEmpty ? "out of memory" : message))")
+            return SignetError(
+                .network,
+                "cannot download '\(shown)': the server's response headers are larger than libcurl accepts (100 KiB), or memory ran out (\(message.isEmpty ? "out of memory" : message))"
+            )
         default:
             let text = message.isEmpty ? String(cString: signet_curl_easy_strerror(code)) : message
             return SignetError(.network, "cannot download '\(shown)': \(text)")

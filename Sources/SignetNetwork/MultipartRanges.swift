@@ -147,7 +147,9 @@ package struct MultipartRanges {
     private mutating func count(_ bytes: Int) throws {
         switch state {
         case .preamble(let read):
-            guard read + bytes <= Self.preambleLimit else { throw Refused(reason: "sent a multipart answer without its boundary '\(String(decoding: (delimiter ?? []).dropFirst(2), as: UTF8.self))'") }
+            guard read + bytes <= Self.preambleLimit else {
+                throw Refused(reason: "sent a multipart answer without its boundary '\(String(decoding: (delimiter ?? []).dropFirst(2), as: UTF8.self))'")
+            }
             state = .preamble(bytes: read + bytes)
         case .headers(let read, let range):
             guard read + bytes <= Self.headerLimit else { throw Refused(reason: "sent a part whose headers do not end within \(Self.headerLimit) bytes") }
@@ -201,7 +203,8 @@ package struct MultipartRanges {
     /// where one asked ends, in a file of the same size.
     private func partStarts(_ range: (start: Int64, end: Int64, total: Int64)) throws -> State {
         guard covered < asked.count, range.total == total, range.start == asked[covered].lowerBound,
-              let last = asked[covered...].firstIndex(where: { $0.upperBound == range.end }) else {
+            let last = asked[covered...].firstIndex(where: { $0.upperBound == range.end })
+        else {
             let next = covered < asked.count ? "\(asked[covered].lowerBound)-\(asked[covered].upperBound)" : "none"
             throw Refused(reason: "answered with the part \(range.start)-\(range.end)/\(range.total) where the range \(next) of \(total) bytes was next")
         }
@@ -210,8 +213,10 @@ package struct MultipartRanges {
         var gaps: Int64 = 0
         for index in covered..<last { gaps += asked[index + 1].lowerBound - asked[index].upperBound - 1 }
         guard gaps <= Self.coalescedGapLimit else {
-            throw Refused(reason: "answered with the part \(range.start)-\(range.end)/\(range.total), which coalesces \(last - covered + 1) ranges across \(gaps) bytes that were not asked for (at most \(Self.coalescedGapLimit))",
-                          coalescedGap: true)
+            throw Refused(
+                reason:
+                    "answered with the part \(range.start)-\(range.end)/\(range.total), which coalesces \(last - covered + 1) ranges across \(gaps) bytes that were not asked for (at most \(Self.coalescedGapLimit))",
+                coalescedGap: true)
         }
         return .body(next: range.start, end: range.end, ranges: last + 1)
     }

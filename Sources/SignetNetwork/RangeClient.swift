@@ -86,7 +86,9 @@ package final class RangeClient {
     /// The answer is bounded by what was asked: a part longer than `length`, or a file larger
     /// than `--max-download-size` (or than its signed length), is refused at its first byte,
     /// never held.
-    package func probe(suffix length: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> (start: Int64, total: Int64) {
+    package func probe(suffix length: Int64, restart: () -> Void = {}, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> (
+        start: Int64, total: Int64
+    ) {
         probeLength = length
         defer { probeLength = nil }
         try retrying(restart: restart) { try perform(range: "-\(length)", wanted: nil, body) }
@@ -94,7 +96,8 @@ package final class RangeClient {
             throw unsupported("the server answered a range request with HTTP \(status)")
         }
         guard let validator = response.validator else {
-            throw unsupported("the server gives no strong validator (a strong ETag, or a Last-Modified at least 60 s older than its Date) to pin range requests to one file")
+            throw unsupported(
+                "the server gives no strong validator (a strong ETag, or a Last-Modified at least 60 s older than its Date) to pin range requests to one file")
         }
         guard range.total > 0, range.end == range.total - 1, received == range.end - range.start + 1 else {
             throw refused("answered the first range request with bytes \(range.start)-\(range.end)/\(range.total) and \(received) bytes")
@@ -135,7 +138,7 @@ package final class RangeClient {
                 restart()
             }
         }
-        throw SignetError(.network, "cannot read '\(Download.redacted(url))'")   // not reached: the last attempt throws
+        throw SignetError(.network, "cannot read '\(Download.redacted(url))'") // not reached: the last attempt throws
     }
 
     private func fetchOnce(_ start: Int64, _ end: Int64, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
@@ -155,7 +158,9 @@ package final class RangeClient {
     /// fewer is from then on asked one range at a time (``multipart`` false), as is one that
     /// answers with anything but 206 (``SeveralUnsupported``: the caller asks for one range,
     /// which tells such a server from a package that changed). Retried as ``fetch(_:_:restart:_:)``.
-    package func fetch(several ranges: [ClosedRange<Int64>], restart: () -> Void = {}, _ body: @escaping (Int64, UnsafeRawBufferPointer) throws -> Void) throws -> Int {
+    package func fetch(several ranges: [ClosedRange<Int64>], restart: () -> Void = {}, _ body: @escaping (Int64, UnsafeRawBufferPointer) throws -> Void) throws
+        -> Int
+    {
         refusedAnswer = false
         do {
             let covered = try retrying(restart: restart) { try fetchSeveralOnce(ranges, body) }
@@ -175,7 +180,8 @@ package final class RangeClient {
 
     private func fetchSeveralOnce(_ ranges: [ClosedRange<Int64>], _ body: @escaping (Int64, UnsafeRawBufferPointer) throws -> Void) throws -> Int {
         guard validator != nil, ranges.count > 1, ranges[0].lowerBound >= 0, ranges[ranges.count - 1].upperBound < total,
-              zip(ranges, ranges.dropFirst()).allSatisfy({ $0.upperBound + 1 < $1.lowerBound }) else {
+            zip(ranges, ranges.dropFirst()).allSatisfy({ $0.upperBound + 1 < $1.lowerBound })
+        else {
             throw SignetError(.io, "an internal request for \(ranges.count) ranges not ascending and apart within the package of \(total) bytes")
         }
         several = ranges
@@ -195,17 +201,25 @@ package final class RangeClient {
     /// The whole file instead of the range: `If-Range` did not match (the package was replaced
     /// on the server), or the server stopped answering ranges.
     private func changed(_ status: Int) -> SignetError {
-        SignetError(.packageChanged, "'\(Download.redacted(url))' answered a range request with HTTP \(status): the package changed on the server during the update (or the server stopped answering ranges). Nothing was installed; run again")
+        SignetError(
+            .packageChanged,
+            "'\(Download.redacted(url))' answered a range request with HTTP \(status): the package changed on the server during the update (or the server stopped answering ranges). Nothing was installed; run again"
+        )
     }
 
     private func refused(_ what: String) -> SignetError {
         refusedAnswer = true
-        return SignetError(.network, "'\(Download.redacted(url))' \(what); a range answer must be exactly what was asked (the package may have changed on the server). Nothing was installed; try again, or use --full-download")
+        return SignetError(
+            .network,
+            "'\(Download.redacted(url))' \(what); a range answer must be exactly what was asked (the package may have changed on the server). Nothing was installed; try again, or use --full-download"
+        )
     }
 
     /// One request. `pinned` (a request after the first: `wanted`'s, or several ranges) sends
     /// `If-Range` with the first answer's validator.
-    private func perform(range: String, wanted: (start: Int64, end: Int64)?, pinned: Bool? = nil, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void) throws {
+    private func perform(range: String, wanted: (start: Int64, end: Int64)?, pinned: Bool? = nil, _ body: @escaping (UnsafeRawBufferPointer) throws -> Void)
+        throws
+    {
         let pinned = pinned ?? (wanted != nil)
         status = 0
         response = ResponseHeaders()
@@ -295,7 +309,8 @@ package final class RangeClient {
                 }
                 if current != 206 {
                     // The whole file (ranges ignored, or If-Range failed: the file changed).
-                    throw wanted == nil ? unsupported("the server answered a range request with HTTP \(current)")
+                    throw wanted == nil
+                        ? unsupported("the server answered a range request with HTTP \(current)")
                         : changed(current)
                 }
                 if let probeLength, let range = contentRange {
@@ -303,7 +318,9 @@ package final class RangeClient {
                         throw options.tooLarge(url, path: nil)
                     }
                     if let signed = options.signedLength, UInt64(range.total) != signed {
-                        throw SignetError(.indexMismatch, "'\(Download.redacted(url))' is \(range.total) bytes; its signed metadata states \(signed). Nothing was installed", path: url)
+                        throw SignetError(
+                            .indexMismatch, "'\(Download.redacted(url))' is \(range.total) bytes; its signed metadata states \(signed). Nothing was installed",
+                            path: url)
                     }
                     guard range.end >= range.start, range.end - range.start + 1 <= probeLength else {
                         throw refused("answered a request for its last \(probeLength) bytes with bytes \(range.start)-\(range.end)/\(range.total)")

@@ -74,7 +74,8 @@ package final class RangeJournal {
             guard fd >= 0 else { continue }
             let file = OwnedDescriptor(adopting: fd)
             guard let info = try? file.descriptor.status(), info.st_mode & S_IFMT == S_IFREG, info.st_size > 0,
-                  info.st_size <= size - start, total + Int(info.st_size) <= limit else { continue }
+                info.st_size <= size - start, total + Int(info.st_size) <= limit
+            else { continue }
             var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
             guard let read = try? bytes.withUnsafeMutableBytes({ try file.descriptor.read(fullyAt: 0, into: $0) }), read == bytes.count else { continue }
             total += read

@@ -67,8 +67,9 @@ package struct ResponseHeaders {
     package var validator: String? {
         if let strongETag { return strongETag }
         guard let lastModified, let date, let modified = Self.httpDate(lastModified), let sent = Self.httpDate(date),
-              case let (age, overflow) = sent.subtractingReportingOverflow(modified), !overflow,
-              age >= Self.lastModifiedMinimumAge else { return nil }
+            case let (age, overflow) = sent.subtractingReportingOverflow(modified), !overflow,
+            age >= Self.lastModifiedMinimumAge
+        else { return nil }
         return lastModified
     }
 
@@ -76,7 +77,10 @@ package struct ResponseHeaders {
     /// `identity`, and encoded bytes are not the file.
     package func refusedEncoding(url: String) -> SignetError? {
         guard let contentEncoding else { return nil }
-        return SignetError(.contentEncoding, "'\(url)' was sent with Content-Encoding: \(contentEncoding), although Signet asks for identity: the bytes are not the file, and nothing was written. Turn off compression for this path on the server (nginx: gzip off; Apache: SetEnv no-gzip 1 or RemoveOutputFilter; lighttpd: no deflate for it) or on the CDN", path: url)
+        return SignetError(
+            .contentEncoding,
+            "'\(url)' was sent with Content-Encoding: \(contentEncoding), although Signet asks for identity: the bytes are not the file, and nothing was written. Turn off compression for this path on the server (nginx: gzip off; Apache: SetEnv no-gzip 1 or RemoveOutputFilter; lighttpd: no deflate for it) or on the CDN",
+            path: url)
     }
 
     /// `bytes START-END/TOTAL`, all decimal, START ≤ END < TOTAL; nil for anything else.
@@ -86,7 +90,8 @@ package struct ResponseHeaders {
         guard parts.count == 2 else { return nil }
         let bounds = parts[0].split(separator: "-", omittingEmptySubsequences: false)
         guard bounds.count == 2, let start = Int64(bounds[0]), let end = Int64(bounds[1]), let total = Int64(parts[1]),
-              start >= 0, start <= end, end < total else { return nil }
+            start >= 0, start <= end, end < total
+        else { return nil }
         return (start, end, total)
     }
 

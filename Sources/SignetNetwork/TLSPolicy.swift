@@ -42,7 +42,10 @@ public struct TLSPolicy: Sendable {
             // A directory of package keys (what --trust-dir takes) given here by mistake: said
             // as such, before its seal's demands or its first file's parse error.
             if !files.isEmpty, files.allSatisfy({ Self.isPublicKey(atPath: path + "/" + $0.0) }) {
-                throw SignetError(.malformedKey, "--tls-ca directory '\(path)' is a trust directory of public keys (package keys, for --trust-dir), not CA certificates; --tls-ca takes the CA certificates that issued the server's certificate, PEM or DER, as a file or a directory of them", path: path)
+                throw SignetError(
+                    .malformedKey,
+                    "--tls-ca directory '\(path)' is a trust directory of public keys (package keys, for --trust-dir), not CA certificates; --tls-ca takes the CA certificates that issued the server's certificate, PEM or DER, as a file or a directory of them",
+                    path: path)
             }
             try TrustStoreSeal.check(path, salt: salt, sealKeys: sealKeys)
             guard !files.isEmpty else {
@@ -57,7 +60,10 @@ public struct TLSPolicy: Sendable {
             let isCA = X509_check_ca(certificate) != 0
             X509_free(certificate)
             guard isCA else {
-                throw SignetError(.malformedKey, "'\(file)' given with --tls-ca holds a certificate that is not a CA certificate (no basicConstraints CA:TRUE); --tls-ca takes root or intermediate CAs. To accept one server's certificate exactly, give it with --tls-cert", path: file)
+                throw SignetError(
+                    .malformedKey,
+                    "'\(file)' given with --tls-ca holds a certificate that is not a CA certificate (no basicConstraints CA:TRUE); --tls-ca takes root or intermediate CAs. To accept one server's certificate exactly, give it with --tls-cert",
+                    path: file)
             }
         }
         roots += found.map(\.der)
@@ -79,10 +85,14 @@ public struct TLSPolicy: Sendable {
     /// The refusal of a public key where a certificate was expected: what it is, and what
     /// `option` takes instead.
     static func publicKeyGiven(_ path: String, option: String) -> SignetError {
-        let wanted = option == "--tls-cert"
+        let wanted =
+            option == "--tls-cert"
             ? "--tls-cert takes the server's own certificate (PEM or DER)"
             : "--tls-ca takes the CA certificates that issued the server's certificate (PEM or DER)"
-        return SignetError(.malformedKey, "'\(path)' is a public key, not a certificate: \(wanted). To trust the server by its public key, give its pin with --tls-pin sha256//... (signet key show prints it); a package's signing key goes with --pubkey or --trust-dir", path: path)
+        return SignetError(
+            .malformedKey,
+            "'\(path)' is a public key, not a certificate: \(wanted). To trust the server by its public key, give its pin with --tls-pin sha256//... (signet key show prints it); a package's signing key goes with --pubkey or --trust-dir",
+            path: path)
     }
 
     /// The certificates in a PEM file (every CERTIFICATE block) or a DER file, as DER. `option`
@@ -120,11 +130,14 @@ public struct TLSPolicy: Sendable {
                 found.append(body)
             }
         }
-        OpenSSLErrorQueue.clear()   // the end of the PEM stream leaves a "no start line" error
+        OpenSSLErrorQueue.clear() // the end of the PEM stream leaves a "no start line" error
         guard !found.isEmpty else {
             if isPublicKey(atPath: path) { throw publicKeyGiven(path, option: option) }
             if String(decoding: bytes, as: UTF8.self).contains("PRIVATE KEY-----") {
-                throw SignetError(.malformedKey, "'\(path)' is a private key, not a certificate: \(option) takes certificates (PEM or DER). A private key has no place on a device that downloads; give the CA's certificate", path: path)
+                throw SignetError(
+                    .malformedKey,
+                    "'\(path)' is a private key, not a certificate: \(option) takes certificates (PEM or DER). A private key has no place on a device that downloads; give the CA's certificate",
+                    path: path)
             }
             throw SignetError(.malformedKey, "'\(path)' holds no CERTIFICATE block", path: path)
         }
@@ -177,12 +190,14 @@ package final class TLSCheck: @unchecked Sendable {
                 X509_free(certificate)
                 guard added == 1 else { X509_STORE_free(store); return false }
             }
-            SSL_CTX_set_cert_store(context, store)   // the context owns it now
+            SSL_CTX_set_cert_store(context, store) // the context owns it now
         }
-        SSL_CTX_set_cert_verify_callback(context, { storeContext, argument in
-            guard let storeContext, let argument else { return 0 }
-            return Unmanaged<TLSCheck>.fromOpaque(argument).takeUnretainedValue().verify(storeContext)
-        }, Unmanaged.passUnretained(self).toOpaque())
+        SSL_CTX_set_cert_verify_callback(
+            context,
+            { storeContext, argument in
+                guard let storeContext, let argument else { return 0 }
+                return Unmanaged<TLSCheck>.fromOpaque(argument).takeUnretainedValue().verify(storeContext)
+            }, Unmanaged.passUnretained(self).toOpaque())
         return true
     }
 
@@ -202,7 +217,9 @@ package final class TLSCheck: @unchecked Sendable {
             let depth = X509_STORE_CTX_get_error_depth(storeContext)
             let place = depth == 0 ? "the server's certificate" : "the certificate \(depth) up the chain"
             refusal = "\(String(cString: X509_verify_cert_error_string(Int(code)))) (\(place))"
-            if code == X509_V_ERR_CERT_NOT_YET_VALID || code == X509_V_ERR_CERT_HAS_EXPIRED || code == X509_V_ERR_CRL_NOT_YET_VALID || code == X509_V_ERR_CRL_HAS_EXPIRED {
+            if code == X509_V_ERR_CERT_NOT_YET_VALID || code == X509_V_ERR_CERT_HAS_EXPIRED || code == X509_V_ERR_CRL_NOT_YET_VALID
+                || code == X509_V_ERR_CRL_HAS_EXPIRED
+            {
                 refusal! += "; \(Timestamp.clockReading)"
             }
             return 0
@@ -236,7 +253,8 @@ package final class TLSCheck: @unchecked Sendable {
         }
         if !policy.certificates.isEmpty {
             guard let leaf = chain.first, let der = try? derEncode("certificate", { i2d_X509(leaf, $0) }),
-                  policy.certificates.contains(der) else {
+                policy.certificates.contains(der)
+            else {
                 refusal = "the server's certificate is not one of the pinned certificates (--tls-cert)"
                 X509_STORE_CTX_set_error(storeContext, X509_V_ERR_APPLICATION_VERIFICATION)
                 return 0
@@ -248,8 +266,9 @@ package final class TLSCheck: @unchecked Sendable {
     /// The `sha256//` pin of a certificate's SubjectPublicKeyInfo.
     static func pin(of certificate: OpaquePointer) -> String? {
         guard let spki = X509_get_X509_PUBKEY(certificate),
-              let der = try? derEncode("public key", { i2d_X509_PUBKEY(spki, $0) }),
-              let id = try? KeyID(subjectPublicKeyInfo: der) else { return nil }
+            let der = try? derEncode("public key", { i2d_X509_PUBKEY(spki, $0) }),
+            let id = try? KeyID(subjectPublicKeyInfo: der)
+        else { return nil }
         return id.pin
     }
 }

@@ -23,10 +23,12 @@ extension TUFRepository {
         guard let document = try staged("root") else { return nil }
         let name = "\(document.version).root.json"
         guard let metadata = try? document.metadata(as: "root", name: name), let new = try? TUFRoot(metadata),
-              let own = new.roles["root"], count(metadata, keys: new.keys, role: own) >= own.threshold else { return nil }
+            let own = new.roles["root"], count(metadata, keys: new.keys, role: own) >= own.threshold
+        else { return nil }
         if document.version > 1 {
             guard let previous = try? publishedRoot(), previous.metadata.version + 1 == document.version, let old = previous.roles["root"],
-                  count(metadata, keys: previous.keys, role: old) >= old.threshold else { return nil }
+                count(metadata, keys: previous.keys, role: old) >= old.threshold
+            else { return nil }
         }
         return (new, document)
     }
@@ -45,7 +47,8 @@ extension TUFRepository {
         let snapshot = try? latest("snapshot")
         var targetsVersion = try? latest("targets")?.version
         if let (version, bytes) = snapshot, let metadata = try? TUFMetadata(bytes: bytes, expectedType: "snapshot", name: "\(version).snapshot.json"),
-           let named = (try? TUFSnapshot(metadata))?.meta["targets.json"]?.version {
+            let named = (try? TUFSnapshot(metadata))?.meta["targets.json"]?.version
+        {
             targetsVersion = named
         }
         if let version = targetsVersion ?? nil, !accepts(root, "targets", file: "\(version).targets.json") { failing.append("targets") }
@@ -61,14 +64,16 @@ extension TUFRepository {
     /// published, and until then the root is held.
     public func rolesToSignAgain() throws -> [String] {
         guard let document = try staged("root"), let root = try? TUFRoot(document.metadata(as: "root", name: "staging/root.json")),
-              document.version > 1 else { return [] }
+            document.version > 1
+        else { return [] }
         return rolesFailing(under: root)
     }
 
     /// Whether `root` accepts the published `file` as `role` (its threshold of valid signatures).
     func accepts(_ root: TUFRoot, _ role: String, file: String) -> Bool {
         guard let bytes = try? readSmallFile("\(metadataDirectory)/\(file)", what: "\(role) metadata", limit: 64 << 20),
-              let metadata = try? TUFMetadata(bytes: bytes, expectedType: role, name: file) else { return false }
+            let metadata = try? TUFMetadata(bytes: bytes, expectedType: role, name: file)
+        else { return false }
         return (try? root.verify(metadata, as: role, name: file)) != nil
     }
 
@@ -104,11 +109,15 @@ extension TUFRepository {
     /// expiring. Refused when a version of the role is staged already: signing that renews it.
     public func renew(_ role: String, now: Timestamp = .now) throws -> Int64 {
         guard role == "root" || role == "targets" else {
-            throw SignetError(.usage, "only root and targets are renewed by their key holders; snapshot and timestamp are renewed by `signet repo refresh`, not '\(role)'")
+            throw SignetError(
+                .usage, "only root and targets are renewed by their key holders; snapshot and timestamp are renewed by `signet repo refresh`, not '\(role)'")
         }
         if let staged = try staged(role) {
             let expires = staged.signed["expires"]?.stringValue ?? "?"
-            throw SignetError(.usage, "staging/\(role).json already holds \(role) v\(staged.version) (expires \(expires)), waiting for signatures: signing it renews \(role) (`signet repo status \(path)` shows it)", path: stagingDirectory)
+            throw SignetError(
+                .usage,
+                "staging/\(role).json already holds \(role) v\(staged.version) (expires \(expires)), waiting for signatures: signing it renews \(role) (`signet repo status \(path)` shows it)",
+                path: stagingDirectory)
         }
         if role == "targets" { return try restageTargets(now: now) }
         let root = try publishedRoot()
@@ -145,7 +154,8 @@ extension TUFRepository {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: metadataDirectory)) ?? []
         for name in names where name.hasSuffix(".targets.json") {
             guard let bytes = try? readSmallFile("\(metadataDirectory)/\(name)", what: "targets metadata", limit: 64 << 20),
-                  let published = try? TUFDocument(bytes: bytes, name: name) else { continue }
+                let published = try? TUFDocument(bytes: bytes, name: name)
+            else { continue }
             for (target, value) in published.signed["targets"]?.objectMembers ?? [] {
                 if let sha256 = value["hashes"]?["sha256"]?.stringValue { listed.insert("\(sha256).\(target)") }
             }
@@ -219,20 +229,25 @@ extension TUFRepository {
             var expires: Timestamp? = nil
             if name == "timestamp" {
                 if let bytes = try? readSmallFile(metadataDirectory + "/timestamp.json", what: "timestamp", limit: 1 << 20),
-                   let metadata = try? TUFMetadata(bytes: bytes, expectedType: name, name: name) {
+                    let metadata = try? TUFMetadata(bytes: bytes, expectedType: name, name: name)
+                {
                     (version, expires) = (metadata.version, metadata.expires)
                 }
             } else if let (latestVersion, bytes) = try latest(name), let metadata = try? TUFMetadata(bytes: bytes, expectedType: name, name: name) {
                 (version, expires) = (latestVersion, metadata.expires)
             }
             let ids = root?.roles[name]?.keyIDs ?? []
-            roles.append(Status.Role(name: name, version: version, expires: expires, keyIDs: ids,
-                                     signetKeyIDs: ids.map { signetKeyID($0, in: root?.keys ?? [:]) ?? "" },
-                                     threshold: root?.roles[name]?.threshold ?? 0))
+            roles.append(
+                Status.Role(
+                    name: name, version: version, expires: expires, keyIDs: ids,
+                    signetKeyIDs: ids.map { signetKeyID($0, in: root?.keys ?? [:]) ?? "" },
+                    threshold: root?.roles[name]?.threshold ?? 0))
         }
         var waiting: [Status.Staged] = []
         for name in ["root", "targets"] {
-            if let document = try staged(name) { waiting.append(Status.Staged(role: name, version: document.version, signatures: document.signatures.map(\.keyID))) }
+            if let document = try staged(name) {
+                waiting.append(Status.Staged(role: name, version: document.version, signatures: document.signatures.map(\.keyID)))
+            }
         }
         var packages: [TUFPackageTarget] = []
         if let (version, bytes) = try latest("targets") {
@@ -243,17 +258,24 @@ extension TUFRepository {
             packages = targets.targets.values.compactMap(TUFPackageTarget.init).map { published == nil ? $0 : $0.resolvingRollout(publishedAt: published) }
                 .sorted { ($0.name, $0.sequence) < ($1.name, $1.sequence) }
         }
-        return Status(roles: roles, staged: waiting, packages: packages, alerts: root.map { alerts(root: $0, roles: roles, now: now, warnWithin: warnWithin) } ?? [])
+        return Status(
+            roles: roles, staged: waiting, packages: packages, alerts: root.map { alerts(root: $0, roles: roles, now: now, warnWithin: warnWithin) } ?? [])
     }
 
     private func alerts(root: TUFRoot, roles: [Status.Role], now: Timestamp, warnWithin: Int64) -> [Status.Alert] {
         var alerts: [Status.Alert] = []
         let pending = try? completeStagedRoot()
         for role in rolesFailing(under: root) {
-            let fix = role == "targets"
+            let fix =
+                role == "targets"
                 ? "stage it again with `signet repo renew \(path) --role targets`, have its key holders sign it (`signet repo sign --role targets`), then `signet repo refresh`"
                 : "run `signet repo refresh \(path)` with the \(role) keys root v\(root.metadata.version) names"
-            alerts.append(.init(role: role, kind: "threshold", message: "the \(role) metadata devices read does not meet the \(role) threshold of root v\(root.metadata.version) (\(root.roles[role]?.threshold ?? 0) of its keys): every device refuses it; \(fix)"))
+            alerts.append(
+                .init(
+                    role: role, kind: "threshold",
+                    message:
+                        "the \(role) metadata devices read does not meet the \(role) threshold of root v\(root.metadata.version) (\(root.roles[role]?.threshold ?? 0) of its keys): every device refuses it; \(fix)"
+                ))
         }
         if let pending {
             let failing = rolesFailing(under: pending.root)
@@ -270,9 +292,15 @@ extension TUFRepository {
             let left = expires.secondsSinceEpoch &- now.secondsSinceEpoch
             let renew = renewal(role.name)
             if left <= 0 {
-                alerts.append(.init(role: role.name, kind: "expired", message: "\(role.name) v\(role.version) expired \(expires.rfc3339) (\(Self.span(-left)) ago): devices refuse to update; \(renew)"))
+                alerts.append(
+                    .init(
+                        role: role.name, kind: "expired",
+                        message: "\(role.name) v\(role.version) expired \(expires.rfc3339) (\(Self.span(-left)) ago): devices refuse to update; \(renew)"))
             } else if left <= warnWithin, role.name == "root" || role.name == "targets" {
-                alerts.append(.init(role: role.name, kind: "expiring", message: "\(role.name) v\(role.version) expires \(expires.rfc3339), in \(Self.span(left)): \(renew) before then"))
+                alerts.append(
+                    .init(
+                        role: role.name, kind: "expiring",
+                        message: "\(role.name) v\(role.version) expires \(expires.rfc3339), in \(Self.span(left)): \(renew) before then"))
             }
         }
         return alerts
@@ -282,12 +310,15 @@ extension TUFRepository {
     func heldMessage(version: Int64, failing: [String]) -> String {
         var steps: [String] = []
         if failing.contains("targets") {
-            steps.append(((try? staged("targets")) ?? nil) != nil
-                ? "the targets key holders it names sign staged targets (`signet repo sign \(path) --role targets`)"
-                : "targets is staged again (`signet repo renew \(path) --role targets`) and signed by the targets key holders it names")
+            steps.append(
+                ((try? staged("targets")) ?? nil) != nil
+                    ? "the targets key holders it names sign staged targets (`signet repo sign \(path) --role targets`)"
+                    : "targets is staged again (`signet repo renew \(path) --role targets`) and signed by the targets key holders it names")
         }
         let online = failing.filter { $0 != "targets" }
-        steps.append("`signet repo refresh \(path)`\(online.isEmpty ? "" : " with the \(online.joined(separator: " and ")) keys it names (change the cron job's keys)") publishes it")
+        steps.append(
+            "`signet repo refresh \(path)`\(online.isEmpty ? "" : " with the \(online.joined(separator: " and ")) keys it names (change the cron job's keys)") publishes it"
+        )
         return "root v\(version) is signed and held so devices never see it before what it changes is signed again: \(steps.joined(separator: ", then "))"
     }
 
@@ -302,7 +333,8 @@ extension TUFRepository {
 
     /// `3 days`, `5 hours`, `12 minutes`.
     static func span(_ seconds: Int64) -> String {
-        let (value, unit): (Int64, String) = seconds >= 2 * 86_400 ? (seconds / 86_400, "day") : seconds >= 2 * 3_600 ? (seconds / 3_600, "hour") : (max(1, seconds / 60), "minute")
+        let (value, unit): (Int64, String) =
+            seconds >= 2 * 86_400 ? (seconds / 86_400, "day") : seconds >= 2 * 3_600 ? (seconds / 3_600, "hour") : (max(1, seconds / 60), "minute")
         return "\(value) \(unit)\(value == 1 ? "" : "s")"
     }
 

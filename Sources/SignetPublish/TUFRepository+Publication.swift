@@ -9,8 +9,9 @@ extension TUFRepository {
     /// (signed, not yet refreshed) or states none.
     func publishedTime(ofTargets version: Int64) -> Timestamp? {
         guard let (snapshotVersion, bytes) = try? latest("snapshot"),
-              let snapshot = try? TUFSnapshot(TUFMetadata(bytes: bytes, expectedType: "snapshot", name: "\(snapshotVersion).snapshot.json")),
-              let named = snapshot.meta["targets.json"], named.version == version else { return nil }
+            let snapshot = try? TUFSnapshot(TUFMetadata(bytes: bytes, expectedType: "snapshot", name: "\(snapshotVersion).snapshot.json")),
+            let named = snapshot.meta["targets.json"], named.version == version
+        else { return nil }
         return named.published
     }
 
@@ -25,8 +26,9 @@ extension TUFRepository {
         for index in members.indices {
             let (path, value) = members[index]
             guard let target = try? TUFTarget(path: path, json: value), let release = TUFPackageTarget(target),
-                  release.rollout?.stagedAt != nil, case .object(var fields) = value,
-                  let custom = fields.firstIndex(where: { $0.0 == "custom" }) else { continue }
+                release.rollout?.stagedAt != nil, case .object(var fields) = value,
+                let custom = fields.firstIndex(where: { $0.0 == "custom" })
+            else { continue }
             fields[custom].1 = release.resolvingRollout(publishedAt: published).custom
             members[index].1 = .object(fields)
             changed = true

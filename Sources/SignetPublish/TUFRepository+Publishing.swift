@@ -44,7 +44,8 @@ extension TUFRepository {
     ///
     /// `rollout`: the release's rollout plan, signed with it; nil keeps the plan of
     /// the same file listed before, if any (a release added to another channel).
-    public func add(package: String, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, now: Timestamp = .now) throws -> TUFPackageTarget {
+    public func add(package: String, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, now: Timestamp = .now) throws -> TUFPackageTarget
+    {
         guard !channels.isEmpty else { throw SignetError(.usage, "name at least one channel (--channel stable)") }
         for channel in channels where !PackageBinding.isValidChannel(channel) {
             throw SignetError(.usage, "the channel name '\(channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
@@ -57,7 +58,10 @@ extension TUFRepository {
         let keys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
         let verification = try PackageReader.verify(package, policy: TrustPolicy(keys: keys), now: now)
         guard verification.isValid else {
-            throw SignetError(.untrustedSigner, "'\(package)' does not verify with the repository's targets keys (\(verification.message)): devices take their package keys from the targets role, so sign the package with one of them", path: package)
+            throw SignetError(
+                .untrustedSigner,
+                "'\(package)' does not verify with the repository's targets keys (\(verification.message)): devices take their package keys from the targets role, so sign the package with one of them",
+                path: package)
         }
         let fileName = (package as NSString).lastPathComponent
         var document = try nextTargets(now: now)
@@ -65,22 +69,32 @@ extension TUFRepository {
         for channel in channels {
             for (path, value) in members {
                 guard path != fileName, let other = try? TUFTarget(path: path, json: value), let listed = TUFPackageTarget(other),
-                      listed.channels.contains(channel), Manifest.sameName(listed.name, described.name) else { continue }
+                    listed.channels.contains(channel), Manifest.sameName(listed.name, described.name)
+                else { continue }
                 if described.sequence <= listed.sequence && !allowLower {
-                    throw SignetError(.rollback, "channel '\(channel)' names \(listed.name) \(listed.version) (sequence \(listed.sequence), \(listed.target)); \(fileName) has sequence \(described.sequence), which devices would see as \(described.sequence == listed.sequence ? "the same release" : "an older release"). Pack it with a higher --sequence, or give --allow-lower-sequence to roll the channel back on purpose", path: package)
+                    throw SignetError(
+                        .rollback,
+                        "channel '\(channel)' names \(listed.name) \(listed.version) (sequence \(listed.sequence), \(listed.target)); \(fileName) has sequence \(described.sequence), which devices would see as \(described.sequence == listed.sequence ? "the same release" : "an older release"). Pack it with a higher --sequence, or give --allow-lower-sequence to roll the channel back on purpose",
+                        path: package)
                 }
             }
         }
         if let existing = members.first(where: { $0.0 == fileName }), existing.1["hashes"]?["sha256"]?.stringValue != described.sha256 {
-            throw SignetError(.fileExists, "the repository already lists a target named '\(fileName)' with other content: give each release its own file name (app-1.4.3.zip)", path: package)
+            throw SignetError(
+                .fileExists,
+                "the repository already lists a target named '\(fileName)' with other content: give each release its own file name (app-1.4.3.zip)",
+                path: package)
         }
         let previous = members.first(where: { $0.0 == fileName }).flatMap { try? TUFTarget(path: $0.0, json: $0.1) }.flatMap(TUFPackageTarget.init)
         let previousChannels = previous?.channels ?? []
         let allChannels = previousChannels + channels.filter { !previousChannels.contains($0) }
-        let entry = TUFPackageTarget(target: fileName, name: described.name, version: described.version, sequence: described.sequence,
-                                     manifestSHA256: described.manifestSHA256, channels: allChannels, length: Int64(described.size), sha256: described.sha256,
-                                     rollout: rollout ?? previous?.rollout)
-        let json = TUFJSON.object([("length", .number(String(described.size))), ("hashes", .object([("sha256", .string(described.sha256))])), ("custom", entry.custom)])
+        let entry = TUFPackageTarget(
+            target: fileName, name: described.name, version: described.version, sequence: described.sequence,
+            manifestSHA256: described.manifestSHA256, channels: allChannels, length: Int64(described.size), sha256: described.sha256,
+            rollout: rollout ?? previous?.rollout)
+        let json = TUFJSON.object([
+            ("length", .number(String(described.size))), ("hashes", .object([("sha256", .string(described.sha256))])), ("custom", entry.custom)
+        ])
         if let index = members.firstIndex(where: { $0.0 == fileName }) { members[index].1 = json } else { members.append((fileName, json)) }
         // A deliberate roll-back: the releases at or above the new one leave its channels.
         if allowLower {
@@ -94,14 +108,18 @@ extension TUFRepository {
     }
 
     /// `members` with `channels` taken off the releases named `name` that `drop` selects.
-    static func dropChannels(_ channels: [String], from members: [(String, TUFJSON)], name: String,
-                             where drop: (TUFPackageTarget) -> Bool) -> [(String, TUFJSON)] {
+    static func dropChannels(
+        _ channels: [String], from members: [(String, TUFJSON)], name: String,
+        where drop: (TUFPackageTarget) -> Bool
+    ) -> [(String, TUFJSON)] {
         members.map { path, value in
             guard let target = try? TUFTarget(path: path, json: value), let listed = TUFPackageTarget(target),
-                  Manifest.sameName(listed.name, name), drop(listed) else { return (path, value) }
+                Manifest.sameName(listed.name, name), drop(listed)
+            else { return (path, value) }
             let kept = listed.channels.filter { !channels.contains($0) }
             guard kept != listed.channels, case .object(var fields) = value,
-                  let index = fields.firstIndex(where: { $0.0 == "custom" }) else { return (path, value) }
+                let index = fields.firstIndex(where: { $0.0 == "custom" })
+            else { return (path, value) }
             fields[index].1 = listed.withChannels(kept).custom
             return (path, .object(fields))
         }
@@ -147,9 +165,12 @@ extension TUFRepository {
         }
         guard matches.count == 1, let release = matches.first else {
             let names = listed.map(\.target).sorted().joined(separator: ", ")
-            throw SignetError(matches.isEmpty ? .targetNotFound : .usage, matches.isEmpty
-                ? "the targets metadata lists no release '\(target)' (give a target file name or a package name; it lists: \(names.isEmpty ? "nothing" : names))"
-                : "'\(target)' names \(matches.count) listed releases (\(matches.map(\.target).joined(separator: ", "))): give the target file name", path: metadataDirectory)
+            throw SignetError(
+                matches.isEmpty ? .targetNotFound : .usage,
+                matches.isEmpty
+                    ? "the targets metadata lists no release '\(target)' (give a target file name or a package name; it lists: \(names.isEmpty ? "nothing" : names))"
+                    : "'\(target)' names \(matches.count) listed releases (\(matches.map(\.target).joined(separator: ", "))): give the target file name",
+                path: metadataDirectory)
         }
         let plan: TUFRollout
         switch change {
@@ -164,8 +185,11 @@ extension TUFRepository {
                 plan = current.paused(at: now)
             case .resume:
                 guard current.state == .paused else {
-                    throw SignetError(.usage, "\(release.target)'s rollout is \(current.state.rawValue), not paused"
-                        + (current.state == .halted ? ": a halted release is reopened with a new plan (--plan PLAN, e.g. --plan now or the plan it had: \(current.planText))" : ""))
+                    throw SignetError(
+                        .usage,
+                        "\(release.target)'s rollout is \(current.state.rawValue), not paused"
+                            + (current.state == .halted
+                                ? ": a halted release is reopened with a new plan (--plan PLAN, e.g. --plan now or the plan it had: \(current.planText))" : ""))
                 }
                 plan = current.resumed(at: now)
             default:
@@ -173,11 +197,13 @@ extension TUFRepository {
                 plan = current.halted
             }
         }
-        let updated = TUFPackageTarget(target: release.target, name: release.name, version: release.version, sequence: release.sequence,
-                                       manifestSHA256: release.manifestSHA256, channels: release.channels, length: release.length,
-                                       sha256: release.sha256, rollout: plan)
+        let updated = TUFPackageTarget(
+            target: release.target, name: release.name, version: release.version, sequence: release.sequence,
+            manifestSHA256: release.manifestSHA256, channels: release.channels, length: release.length,
+            sha256: release.sha256, rollout: plan)
         guard let index = members.firstIndex(where: { $0.0 == release.target }), case .object(var fields) = members[index].1,
-              let custom = fields.firstIndex(where: { $0.0 == "custom" }) else {
+            let custom = fields.firstIndex(where: { $0.0 == "custom" })
+        else {
             throw SignetError(.malformedInput, "the target '\(release.target)' has no custom data", path: metadataDirectory)
         }
         fields[custom].1 = updated.custom
@@ -210,7 +236,9 @@ extension TUFRepository {
             chmod(temporary, 0o644)
             let copied = try InputFile.open(temporary, what: "target", followSymlinks: false)
             fsync(copied.descriptor.rawValue)
-            guard rename(temporary, destination) == 0 else { throw SignetError.posix(SystemCallFailure("rename", code: errno), "cannot stage the package", path: destination) }
+            guard rename(temporary, destination) == 0 else {
+                throw SignetError.posix(SystemCallFailure("rename", code: errno), "cannot stage the package", path: destination)
+            }
         } catch {
             unlink(temporary)
             throw error
@@ -280,8 +308,10 @@ extension TUFRepository {
     /// keys given are the ones it names: snapshot first, then the root, then the timestamp, so
     /// a device reads a root together with metadata it accepts. Until then the refresh goes on
     /// under the published root, and ``RefreshOutcome/held`` says what the root waits for.
-    public func refresh(snapshotKeys: [PrivateKey], timestampKeys: [PrivateKey], now: Timestamp = .now,
-                        warnWithin: Int64 = 14 * 86_400) throws -> RefreshOutcome {
+    public func refresh(
+        snapshotKeys: [PrivateKey], timestampKeys: [PrivateKey], now: Timestamp = .now,
+        warnWithin: Int64 = 14 * 86_400
+    ) throws -> RefreshOutcome {
         let published = try publishedRoot()
         guard try latest("targets") != nil else {
             throw SignetError(.fileNotFound, "no targets metadata is published yet: its key holders sign staging/targets.json first", path: metadataDirectory)
@@ -315,7 +345,10 @@ extension TUFRepository {
             }
         }
         guard let (targetsVersion, targetsBytes) = try newestTargets(acceptedBy: root, atLeast: namedVersion) else {
-            throw SignetError(.thresholdNotMet, "no published targets version from v\(namedVersion) on meets the targets threshold of root v\(root.metadata.version): devices would refuse it. Stage it again with `signet repo renew \(path) --role targets` and have the targets key holders sign it", path: metadataDirectory)
+            throw SignetError(
+                .thresholdNotMet,
+                "no published targets version from v\(namedVersion) on meets the targets threshold of root v\(root.metadata.version): devices would refuse it. Stage it again with `signet repo renew \(path) --role targets` and have the targets key holders sign it",
+                path: metadataDirectory)
         }
         var newSnapshot = true
         if let current {
@@ -324,7 +357,8 @@ extension TUFRepository {
             let targetsHash = try Digest.compute(targetsBytes, algorithm: .sha256).hex
             // Another file under the same version (replaced by hand) is a change too; so is a
             // snapshot the root no longer accepts (its keys rotated).
-            newSnapshot = named?.version != targetsVersion || named?.length.map { $0 != Int64(targetsBytes.count) } == true
+            newSnapshot =
+                named?.version != targetsVersion || named?.length.map { $0 != Int64(targetsBytes.count) } == true
                 || named?.hashes?["sha256"].map { $0 != targetsHash } == true || now >= halfLife || rootDocument != nil
                 || !accepts(root, "snapshot", file: "\(snapshotVersion).snapshot.json")
         }
@@ -335,15 +369,21 @@ extension TUFRepository {
             // first named it (rollout plans counting from their publication count from it).
             let named = current?.meta["targets.json"]
             let published = named?.version == targetsVersion ? named?.published ?? now : now
-            let meta = TUFJSON.object([("targets.json", .object([
-                ("version", .number(String(targetsVersion))), ("length", .number(String(targetsBytes.count))),
-                ("hashes", .object([("sha256", .string(try Digest.compute(targetsBytes, algorithm: .sha256).hex))])),
-                (TUFMetaFile.publishedField, .string(published.rfc3339)),
-            ]))])
-            var document = TUFDocument(signed: .object([
-                ("_type", .string("snapshot")), ("spec_version", .string(Self.specVersion)), ("version", .number(String(next))),
-                ("expires", .string(Self.expiry(now, lifetimes.snapshot))), ("meta", meta),
-            ]))
+            let meta = TUFJSON.object([
+                (
+                    "targets.json",
+                    .object([
+                        ("version", .number(String(targetsVersion))), ("length", .number(String(targetsBytes.count))),
+                        ("hashes", .object([("sha256", .string(try Digest.compute(targetsBytes, algorithm: .sha256).hex))])),
+                        (TUFMetaFile.publishedField, .string(published.rfc3339))
+                    ])
+                )
+            ])
+            var document = TUFDocument(
+                signed: .object([
+                    ("_type", .string("snapshot")), ("spec_version", .string(Self.specVersion)), ("version", .number(String(next))),
+                    ("expires", .string(Self.expiry(now, lifetimes.snapshot))), ("meta", meta)
+                ]))
             try signOnline(&document, role: "snapshot", keys: snapshotKeys, root: root, other: other, held: held)
             try publish("\(next).snapshot.json", document.bytes)
             snapshotVersion = next
@@ -351,29 +391,40 @@ extension TUFRepository {
         }
         var timestampVersion: Int64 = 0
         if let bytes = try? readSmallFile(metadataDirectory + "/timestamp.json", what: "timestamp", limit: 1 << 20),
-           let current = try? TUFMetadata(bytes: bytes, expectedType: "timestamp", name: "timestamp.json") {
+            let current = try? TUFMetadata(bytes: bytes, expectedType: "timestamp", name: "timestamp.json")
+        {
             timestampVersion = current.version
         }
         let (nextTimestamp, overflow) = timestampVersion.addingReportingOverflow(1)
         guard !overflow else { throw SignetError(.usage, "the timestamp role is at the highest version there is") }
         let snapshot = snapshotBytes ?? []
         let expires = Self.expiry(now, lifetimes.timestamp)
-        var timestamp = TUFDocument(signed: .object([
-            ("_type", .string("timestamp")), ("spec_version", .string(Self.specVersion)), ("version", .number(String(nextTimestamp))),
-            ("expires", .string(expires)),
-            ("meta", .object([("snapshot.json", .object([
-                ("version", .number(String(snapshotVersion))), ("length", .number(String(snapshot.count))),
-                ("hashes", .object([("sha256", .string(try Digest.compute(snapshot, algorithm: .sha256).hex))])),
-            ]))])),
-        ]))
+        var timestamp = TUFDocument(
+            signed: .object([
+                ("_type", .string("timestamp")), ("spec_version", .string(Self.specVersion)), ("version", .number(String(nextTimestamp))),
+                ("expires", .string(expires)),
+                (
+                    "meta",
+                    .object([
+                        (
+                            "snapshot.json",
+                            .object([
+                                ("version", .number(String(snapshotVersion))), ("length", .number(String(snapshot.count))),
+                                ("hashes", .object([("sha256", .string(try Digest.compute(snapshot, algorithm: .sha256).hex))]))
+                            ])
+                        )
+                    ])
+                )
+            ]))
         try signOnline(&timestamp, role: "timestamp", keys: timestampKeys, root: root, other: other, held: held)
         if let rootDocument {
             try publish("\(rootDocument.version).root.json", rootDocument.bytes)
             unlink("\(stagingDirectory)/root.json")
         }
         try publish("timestamp.json", timestamp.bytes, replace: true)
-        var outcome = RefreshOutcome(snapshotVersion: snapshotVersion, newSnapshot: newSnapshot, timestampVersion: nextTimestamp,
-                                     timestampExpires: Timestamp(rfc3339: expires) ?? now, targetsVersion: targetsVersion)
+        var outcome = RefreshOutcome(
+            snapshotVersion: snapshotVersion, newSnapshot: newSnapshot, timestampVersion: nextTimestamp,
+            timestampExpires: Timestamp(rfc3339: expires) ?? now, targetsVersion: targetsVersion)
         outcome.publishedRoot = rootDocument?.version
         outcome.held = held
         outcome.expiring = try status(now: now, warnWithin: warnWithin).alerts.filter {
@@ -396,78 +447,18 @@ extension TUFRepository {
             guard delegated.keyIDs.contains(id) else {
                 // While a root is held, the keys of the root before or after it may be given too.
                 if other?.roles[role]?.keyIDs.contains(id) == true { continue }
-                throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(id.prefix(12))) is not a \(role) key of root version \(root.metadata.version)\(held.map { "; \($0)" } ?? "")", path: nil)
+                throw SignetError(
+                    .untrustedSigner,
+                    "key \(key.publicKey.keyID.short) (TUF \(id.prefix(12))) is not a \(role) key of root version \(root.metadata.version)\(held.map { "; \($0)" } ?? "")",
+                    path: nil)
             }
             try document.sign(with: key, keyID: id)
         }
         let metadata = try document.metadata(as: role, name: role)
         let valid = count(metadata, keys: root.keys, role: delegated)
         guard valid >= delegated.threshold else {
-            throw SignetError(.thresholdNotMet, "the \(role) role's threshold is \(delegated.threshold); \(valid) of its keys signed: give more --\(role)-key", path: nil)
+            throw SignetError(
+                .thresholdNotMet, "the \(role) role's threshold is \(delegated.threshold); \(valid) of its keys signed: give more --\(role)-key", path: nil)
         }
-    }
-
-    // MARK: Rotation (a new root version)
-
-    /// Stages the next root version with `role`'s keys changed: `add` keys added, keys whose ids
-    /// start with any of `remove` (and the keys `removeKeys`) removed, the threshold set when given. Its root key holders
-    /// then sign it (those of the current root too, for a root rotation: both thresholds).
-    /// Revoking a compromised key is removing it: devices refuse its signatures from the new
-    /// root on, however many versions they were behind.
-    public func rotate(_ role: String, add: [PublicKey], remove: [String], removeKeys: [PublicKey] = [], threshold: Int?, now: Timestamp = .now) throws -> Int64 {
-        guard TUFMetadata.topLevelRoles.contains(role) else { throw SignetError(.usage, "the roles are root, targets, snapshot and timestamp, not '\(role)'") }
-        var document: TUFDocument
-        if let staged = try staged("root") {
-            document = staged
-            document.signatures = []
-        } else {
-            let root = try publishedRoot()
-            document = try TUFDocument(bytes: try latest("root")?.bytes ?? [], name: "\(root.metadata.version).root.json")
-            document.signatures = []
-            let (next, overflow) = root.metadata.version.addingReportingOverflow(1)
-            guard !overflow else { throw SignetError(.usage, "the root role is at the highest version there is") }
-            document.set([("version", .number(String(next)))])
-        }
-        let current = try TUFRoot(TUFMetadata(bytes: document.bytes, expectedType: "root", name: "staging/root.json"))
-        var ids = current.roles[role]?.keyIDs ?? []
-        var keys = document.signed["keys"]?.objectMembers ?? []
-        for key in removeKeys {
-            let id = try TUFPublicKeyEntry(key).keyID
-            guard ids.contains(id) else { throw SignetError(.usage, "\(key.source) is not a \(role) key (its TUF key id is \(id.prefix(16))); see `signet repo status`") }
-            ids.removeAll { $0 == id }
-        }
-        for prefix in remove {
-            // A key's Signet id (what keygen, key show and pack print) or its TUF key id.
-            let text = prefix.lowercased()
-            let matching = ids.filter { $0.hasPrefix(text) || (current.keys[$0]?.publicKey(source: role)?.keyID.hex.hasPrefix(text) ?? false) }
-            guard !text.isEmpty, matching.count == 1 else {
-                throw SignetError(.usage, matching.isEmpty ? "no \(role) key has a Signet or TUF key id starting with '\(prefix)' (`signet repo status` lists both)" : "'\(prefix)' matches \(matching.count) \(role) keys: give more of the id")
-            }
-            ids.removeAll { $0 == matching[0] }
-        }
-        for key in add {
-            let entry = try TUFPublicKeyEntry(key)
-            if !ids.contains(entry.keyID) { ids.append(entry.keyID) }
-            if !keys.contains(where: { $0.0 == entry.keyID }) { keys.append((entry.keyID, entry.json)) }
-        }
-        let newThreshold = threshold ?? current.roles[role]?.threshold ?? 1
-        try Self.checkThreshold(newThreshold, keys: ids.count, role: role)
-        // A root that changes nothing would cost every key holder a signature for nothing.
-        if ids == current.roles[role]?.keyIDs, newThreshold == current.roles[role]?.threshold {
-            throw SignetError(.usage, "nothing changes: the \(role) role is already \(newThreshold) of \(ids.count) with these keys. To extend root's expiry, `signet repo renew \(path) --role root`")
-        }
-        var roles = document.signed["roles"]?.objectMembers ?? []
-        if let index = roles.firstIndex(where: { $0.0 == role }) { roles[index].1 = Self.roleJSON(ids, threshold: newThreshold) }
-        // Keys no role names any more leave the root.
-        let used = Set(roles.flatMap { $0.1["keyids"]?.arrayItems?.compactMap(\.stringValue) ?? [] })
-        keys.removeAll { !used.contains($0.0) }
-        document.set([("keys", .object(keys)), ("roles", .object(roles)), ("expires", .string(Self.expiry(now, lifetimes.root)))])
-        try writeStaged("root", document)
-        // Targets the new root would not accept is staged again now, so its key holders can
-        // review and sign it while the root is signed (the root is held until they have).
-        if let new = try? TUFRoot(document.metadata(as: "root", name: "staging/root.json")), rolesFailing(under: new).contains("targets") {
-            try restageTargets(now: now)
-        }
-        return document.version
     }
 }

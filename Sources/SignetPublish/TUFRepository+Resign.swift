@@ -31,11 +31,13 @@ extension TUFRepository {
         guard let (version, bytes) = try latest("targets") else { return [] }
         let keys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
         let targets = try TUFTargets(TUFMetadata(bytes: bytes, expectedType: "targets", name: "\(version).targets.json"))
-        let staged = try self.staged("targets").flatMap { document -> [String: TUFPackageTarget]? in
-            let members = document.signed["targets"]?.objectMembers ?? []
-            return Dictionary(members.compactMap { path, value in (try? TUFTarget(path: path, json: value)).flatMap(TUFPackageTarget.init).map { (path, $0) } },
-                              uniquingKeysWith: { first, _ in first })
-        } ?? [:]
+        let staged =
+            try self.staged("targets").flatMap { document -> [String: TUFPackageTarget]? in
+                let members = document.signed["targets"]?.objectMembers ?? []
+                return Dictionary(
+                    members.compactMap { path, value in (try? TUFTarget(path: path, json: value)).flatMap(TUFPackageTarget.init).map { (path, $0) } },
+                    uniquingKeysWith: { first, _ in first })
+            } ?? [:]
         func verifies(_ package: TUFPackageTarget) -> Bool {
             let file = targetFile("\(package.sha256).\(package.target)")
             return (try? PackageReader.verify(file, policy: TrustPolicy(keys: keys), now: now).isValid) == true
@@ -59,7 +61,8 @@ extension TUFRepository {
         if stranded.resignedInStaging {
             return "\(what): re-signed in the staged targets (same sequence, every file untouched); its targets key holders sign it"
         }
-        return "\(what) is signed by no targets key root v\(version) names: devices that lack it would refuse it. Re-sign it (same sequence, every file untouched): `signet repo resign \(path) \(release.target) --key KEY`, KEY a targets key of root v\(version)\(try? staged("root") != nil ? " (once its root key holders have signed it)" : "")"
+        return
+            "\(what) is signed by no targets key root v\(version) names: devices that lack it would refuse it. Re-sign it (same sequence, every file untouched): `signet repo resign \(path) \(release.target) --key KEY`, KEY a targets key of root v\(version)\(try? staged("root") != nil ? " (once its root key holders have signed it)" : "")"
     }
 
     /// Releases the staged root would strand (nothing while no root is staged).
@@ -81,7 +84,10 @@ extension TUFRepository {
         let newKeys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
         guard newKeys.contains(where: { $0.keyID == signer.key.keyID }) else {
             let staged = try staged("root") != nil
-            throw SignetError(.untrustedSigner, "key \(signer.key.keyID.short) is not a targets key of root v\(root.metadata.version)\(staged ? ", and the staged root is not signed by its root key holders yet: sign it first (`signet repo sign \(path) --role root`), then re-sign the releases it strands" : ""): devices would refuse a package it signs; nothing was staged", path: path)
+            throw SignetError(
+                .untrustedSigner,
+                "key \(signer.key.keyID.short) is not a targets key of root v\(root.metadata.version)\(staged ? ", and the staged root is not signed by its root key holders yet: sign it first (`signet repo sign \(path) --role root`), then re-sign the releases it strands" : ""): devices would refuse a package it signs; nothing was staged",
+                path: path)
         }
         var document = try nextTargets(now: now)
         var members = document.signed["targets"]?.objectMembers ?? []
@@ -92,14 +98,18 @@ extension TUFRepository {
         } else if let newest = listed.filter({ Manifest.sameName($0.name, target) && !$0.channels.isEmpty }).max(by: { $0.sequence < $1.sequence }) {
             release = newest
         } else {
-            throw SignetError(.targetNotFound, "the targets metadata lists no release '\(target)' (give a target file name or a package name; it lists: \(listed.map(\.target).sorted().joined(separator: ", ")))", path: metadataDirectory)
+            throw SignetError(
+                .targetNotFound,
+                "the targets metadata lists no release '\(target)' (give a target file name or a package name; it lists: \(listed.map(\.target).sorted().joined(separator: ", ")))",
+                path: metadataDirectory)
         }
         // The key that packed it: a targets key of any published root version.
         var oldKeys: [PublicKey] = []
         let names = (try? FileManager.default.contentsOfDirectory(atPath: metadataDirectory)) ?? []
         for name in names where name.hasSuffix(".root.json") {
             guard let bytes = try? readSmallFile("\(metadataDirectory)/\(name)", what: "root metadata", limit: 512_000),
-                  let metadata = try? TUFMetadata(bytes: bytes, expectedType: "root", name: name), let old = try? TUFRoot(metadata) else { continue }
+                let metadata = try? TUFMetadata(bytes: bytes, expectedType: "root", name: name), let old = try? TUFRoot(metadata)
+            else { continue }
             oldKeys += (old.roles["targets"]?.keyIDs ?? []).compactMap { old.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
         }
         let source = targetFile("\(release.sha256).\(release.target)")
@@ -119,10 +129,13 @@ extension TUFRepository {
             }
             AtomicFile.syncDirectory(folder)
         }
-        let entry = TUFPackageTarget(target: release.target, name: release.name, version: release.version, sequence: release.sequence,
-                                     manifestSHA256: described.manifestSHA256, channels: release.channels, length: Int64(described.size),
-                                     sha256: described.sha256, rollout: release.rollout)
-        let json = TUFJSON.object([("length", .number(String(described.size))), ("hashes", .object([("sha256", .string(described.sha256))])), ("custom", entry.custom)])
+        let entry = TUFPackageTarget(
+            target: release.target, name: release.name, version: release.version, sequence: release.sequence,
+            manifestSHA256: described.manifestSHA256, channels: release.channels, length: Int64(described.size),
+            sha256: described.sha256, rollout: release.rollout)
+        let json = TUFJSON.object([
+            ("length", .number(String(described.size))), ("hashes", .object([("sha256", .string(described.sha256))])), ("custom", entry.custom)
+        ])
         guard let index = members.firstIndex(where: { $0.0 == release.target }) else {
             throw SignetError(.targetNotFound, "the target '\(release.target)' is not listed", path: metadataDirectory)
         }

@@ -72,13 +72,18 @@ public struct TUFRepository: Sendable {
     /// Makes a repository: root version 1 and an empty targets version 1, staged for their key
     /// holders' signatures (``sign(_:with:reviewed:acceptUnrecognized:now:)``, after ``review(_:now:)``), and the roles' lifetimes.
     @discardableResult
-    public static func create(at path: String, root: RoleKeys, targets: RoleKeys, snapshot: RoleKeys, timestamp: RoleKeys,
-                              lifetimes: Lifetimes = Lifetimes(), now: Timestamp = .now) throws -> TUFRepository {
+    public static func create(
+        at path: String, root: RoleKeys, targets: RoleKeys, snapshot: RoleKeys, timestamp: RoleKeys,
+        lifetimes: Lifetimes = Lifetimes(), now: Timestamp = .now
+    ) throws -> TUFRepository {
         if let names = try? FileManager.default.contentsOfDirectory(atPath: path + "/metadata"), !names.isEmpty {
-            throw SignetError(.fileExists, "'\(path)' already holds a TUF repository: rotate its keys with `signet repo rotate` instead of making it again", path: path)
+            throw SignetError(
+                .fileExists, "'\(path)' already holds a TUF repository: rotate its keys with `signet repo rotate` instead of making it again", path: path)
         }
         for (name, value) in [("root", lifetimes.root), ("targets", lifetimes.targets), ("snapshot", lifetimes.snapshot), ("timestamp", lifetimes.timestamp)] {
-            guard value > 0, value <= 10 * 366 * 86_400 else { throw SignetError(.usage, "the \(name) role's lifetime must be 1 second to 10 years, not \(value) seconds") }
+            guard value > 0, value <= 10 * 366 * 86_400 else {
+                throw SignetError(.usage, "the \(name) role's lifetime must be 1 second to 10 years, not \(value) seconds")
+            }
         }
         var keys: [(String, TUFJSON)] = []
         var roles: [(String, TUFJSON)] = []
@@ -89,20 +94,25 @@ public struct TUFRepository: Sendable {
             for entry in entries where !keys.contains(where: { $0.0 == entry.keyID }) { keys.append((entry.keyID, entry.json)) }
             roles.append((name, roleJSON(ids, threshold: role.threshold)))
         }
-        let rootDocument = TUFDocument(signed: .object([
-            ("_type", .string("root")), ("spec_version", .string(specVersion)), ("version", .number("1")),
-            ("expires", .string(expiry(now, lifetimes.root))), ("consistent_snapshot", .bool(true)),
-            ("keys", .object(keys)), ("roles", .object(roles)),
-        ]))
-        let targetsDocument = TUFDocument(signed: .object([
-            ("_type", .string("targets")), ("spec_version", .string(specVersion)), ("version", .number("1")),
-            ("expires", .string(expiry(now, lifetimes.targets))), ("targets", .object([])),
-        ]))
+        let rootDocument = TUFDocument(
+            signed: .object([
+                ("_type", .string("root")), ("spec_version", .string(specVersion)), ("version", .number("1")),
+                ("expires", .string(expiry(now, lifetimes.root))), ("consistent_snapshot", .bool(true)),
+                ("keys", .object(keys)), ("roles", .object(roles))
+            ]))
+        let targetsDocument = TUFDocument(
+            signed: .object([
+                ("_type", .string("targets")), ("spec_version", .string(specVersion)), ("version", .number("1")),
+                ("expires", .string(expiry(now, lifetimes.targets))), ("targets", .object([]))
+            ]))
         // The folder's parent must exist: a mistyped path is not made, it is named.
         let parent = AtomicFile.parentDirectory(of: path)
         var isFolder: ObjCBool = false
         guard FileManager.default.fileExists(atPath: parent, isDirectory: &isFolder), isFolder.boolValue else {
-            throw SignetError(.fileNotFound, "cannot create the repository '\(path)': its parent folder '\(parent)' does not exist (make it first, e.g. mkdir -p '\(parent)', or check the path)", path: parent)
+            throw SignetError(
+                .fileNotFound,
+                "cannot create the repository '\(path)': its parent folder '\(parent)' does not exist (make it first, e.g. mkdir -p '\(parent)', or check the path)",
+                path: parent)
         }
         for folder in [path, path + "/metadata", path + "/targets", path + "/staging"] {
             if mkdir(folder, folder.hasSuffix("/staging") ? 0o700 : 0o755) != 0, errno != EEXIST {
@@ -119,7 +129,10 @@ public struct TUFRepository: Sendable {
     static func checkThreshold(_ threshold: Int, keys: Int, role: String) throws {
         guard keys >= 1 else { throw SignetError(.usage, "the \(role) role needs at least one key") }
         guard threshold >= 1, threshold <= keys else {
-            throw SignetError(.usage, "the \(role) role's threshold is \(threshold) with \(keys) distinct key\(keys == 1 ? "" : "s"): it must be 1 to \(keys) (more could never be met)")
+            throw SignetError(
+                .usage,
+                "the \(role) role's threshold is \(threshold) with \(keys) distinct key\(keys == 1 ? "" : "s"): it must be 1 to \(keys) (more could never be met)"
+            )
         }
     }
 
@@ -134,7 +147,8 @@ public struct TUFRepository: Sendable {
 
     var lifetimes: Lifetimes {
         guard let data = FileManager.default.contents(atPath: stagingDirectory + "/lifetimes.json"),
-              let decoded = try? JSONDecoder().decode(Lifetimes.self, from: data) else { return Lifetimes() }
+            let decoded = try? JSONDecoder().decode(Lifetimes.self, from: data)
+        else { return Lifetimes() }
         return decoded
     }
 
@@ -155,7 +169,9 @@ public struct TUFRepository: Sendable {
     /// The newest published root, verified as a client would (signed by its own threshold).
     func publishedRoot() throws -> TUFRoot {
         guard let (version, bytes) = try latest("root") else {
-            throw SignetError(.fileNotFound, "the repository has no published root yet: its root key holders sign staging/root.json first (`signet repo sign --role root`)", path: metadataDirectory)
+            throw SignetError(
+                .fileNotFound, "the repository has no published root yet: its root key holders sign staging/root.json first (`signet repo sign --role root`)",
+                path: metadataDirectory)
         }
         let name = "\(version).root.json"
         let root = try TUFRoot(TUFMetadata(bytes: bytes, expectedType: "root", name: name))
@@ -214,21 +230,34 @@ public struct TUFRepository: Sendable {
     /// publisher never writes or a longer expiry unless `acceptUnrecognized`.
     public func sign(_ role: String, with key: PrivateKey, reviewed: String, acceptUnrecognized: Bool = false, now: Timestamp = .now) throws -> SignOutcome {
         guard role == "root" || role == "targets" else {
-            throw SignetError(.usage, "only root and targets are signed by hand; snapshot and timestamp are signed by `signet repo refresh` with the online keys")
+            throw SignetError(
+                .usage, "only root and targets are signed by hand; snapshot and timestamp are signed by `signet repo refresh` with the online keys")
         }
         guard var document = try staged(role), let review = try review(role, now: now) else {
-            throw SignetError(.fileNotFound, "nothing of role \(role) is waiting for signatures (staging/\(role).json): \(role == "root" ? "`signet repo rotate` stages a new root" : "`signet repo add` stages a new targets version")", path: stagingDirectory)
+            throw SignetError(
+                .fileNotFound,
+                "nothing of role \(role) is waiting for signatures (staging/\(role).json): \(role == "root" ? "`signet repo rotate` stages a new root" : "`signet repo add` stages a new targets version")",
+                path: stagingDirectory)
         }
         guard review.matches(reviewed), try Digest.compute(document.signed.canonical, algorithm: .sha256).hex == review.digest else {
-            throw SignetError(.metadataMismatch, "staging/\(role).json is not what you reviewed: its digest is \(review.digest), you gave \(reviewed) (at least 16 hex digits of it are needed). It changed since, or the digest is another version's. Nothing was signed: review it again with `signet repo status \(path)`", path: "staging/\(role).json")
+            throw SignetError(
+                .metadataMismatch,
+                "staging/\(role).json is not what you reviewed: its digest is \(review.digest), you gave \(reviewed) (at least 16 hex digits of it are needed). It changed since, or the digest is another version's. Nothing was signed: review it again with `signet repo status \(path)`",
+                path: "staging/\(role).json")
         }
         let packages = review.problems.filter { $0.kind == "package" }
         guard packages.isEmpty else {
-            throw SignetError(.metadataMismatch, "staging/\(role).json lists packages that do not match their files in targets/: \(packages.map(\.message).joined(separator: " | ")). Nothing was signed", path: "staging/\(role).json")
+            throw SignetError(
+                .metadataMismatch,
+                "staging/\(role).json lists packages that do not match their files in targets/: \(packages.map(\.message).joined(separator: " | ")). Nothing was signed",
+                path: "staging/\(role).json")
         }
         let others = review.problems.filter { $0.kind != "package" }
         guard others.isEmpty || acceptUnrecognized else {
-            throw SignetError(.metadataMismatch, "staging/\(role).json holds what signet repo never writes: \(others.map(\.message).joined(separator: " | ")). Nothing was signed; if you meant to sign it, give --accept-unrecognized", path: "staging/\(role).json")
+            throw SignetError(
+                .metadataMismatch,
+                "staging/\(role).json holds what signet repo never writes: \(others.map(\.message).joined(separator: " | ")). Nothing was signed; if you meant to sign it, give --accept-unrecognized",
+                path: "staging/\(role).json")
         }
         let keyID = try TUFPublicKeyEntry(key.publicKey).keyID
         let name = "\(document.version).\(role).json"
@@ -259,7 +288,10 @@ public struct TUFRepository: Sendable {
         let stagedRoot = held == nil ? (try? staged("root")).flatMap { try? TUFRoot($0.metadata(as: "root", name: "staging/root.json")) } : nil
         guard let targetsRole = root.roles["targets"] else { throw SignetError(.malformedMetadata, "root has no targets role", path: name) }
         guard targetsRole.keyIDs.contains(keyID) || stagedRoot?.roles["targets"]?.keyIDs.contains(keyID) == true else {
-            throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a targets key of root version \(root.metadata.version)\(stagedRoot == nil ? "" : " or of the staged root"): its signature would not count", path: name)
+            throw SignetError(
+                .untrustedSigner,
+                "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a targets key of root version \(root.metadata.version)\(stagedRoot == nil ? "" : " or of the staged root"): its signature would not count",
+                path: name)
         }
         return (root, stagedRoot, targetsRole)
     }
@@ -271,10 +303,16 @@ public struct TUFRepository: Sendable {
             let previous = document.version > 1 ? try publishedRoot() : nil
             let allowed = Set(new.roles["root"]?.keyIDs ?? []).union(previous?.roles["root"]?.keyIDs ?? [])
             guard allowed.contains(keyID) else {
-                throw SignetError(.untrustedSigner, "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a root key of root version \(document.version)\(previous == nil ? "" : " or of the version before it"): its signature would not count", path: name)
+                throw SignetError(
+                    .untrustedSigner,
+                    "key \(key.publicKey.keyID.short) (TUF \(keyID.prefix(12))) is not a root key of root version \(document.version)\(previous == nil ? "" : " or of the version before it"): its signature would not count",
+                    path: name)
             }
             if let previous, previous.metadata.version + 1 != document.version {
-                throw SignetError(.usage, "staging/root.json is version \(document.version) but the published root is version \(previous.metadata.version): stage it again with `signet repo rotate`", path: name)
+                throw SignetError(
+                    .usage,
+                    "staging/root.json is version \(document.version) but the published root is version \(previous.metadata.version): stage it again with `signet repo rotate`",
+                    path: name)
             }
             try document.sign(with: key, keyID: keyID)
             try writeStaged(role, document)
@@ -292,19 +330,24 @@ public struct TUFRepository: Sendable {
                         try restageTargets(now: now)
                         try publishStagedTargets(under: new)
                     }
-                    var outcome = SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: false, missing: nil)
+                    var outcome = SignOutcome(
+                        role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: false, missing: nil)
                     outcome.heldFor = failing
                     return outcome
                 }
                 try publish(name, document.bytes)
                 unlink("\(stagingDirectory)/root.json")
-                return SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: true, missing: nil)
+                return SignOutcome(
+                    role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: true, missing: nil)
             }
             var missing: [String] = []
             if !ownMet { missing.append("\(new.roles["root"]!.threshold - ownCount) more of its own root keys") }
-            if let previous, !previousMet { missing.append("\(previous.roles["root"]!.threshold - previousCount!) more of root version \(previous.metadata.version)'s keys") }
-            return SignOutcome(role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: false,
-                               missing: missing.joined(separator: " and "))
+            if let previous, !previousMet {
+                missing.append("\(previous.roles["root"]!.threshold - previousCount!) more of root version \(previous.metadata.version)'s keys")
+            }
+            return SignOutcome(
+                role: role, version: document.version, signatures: ownCount, threshold: new.roles["root"]!.threshold, published: false,
+                missing: missing.joined(separator: " and "))
         }
         // Under a complete root held in staging, its targets keys count (what it waits for);
         // the keys of a staged root still being signed may sign too, and count once it is.
@@ -318,12 +361,14 @@ public struct TUFRepository: Sendable {
             if let stagedRoot, let future = stagedRoot.roles["targets"] {
                 let counted = count(metadata, keys: stagedRoot.keys, role: future)
                 if counted >= future.threshold {
-                    return SignOutcome(role: role, version: document.version, signatures: counted, threshold: future.threshold, published: false,
-                                       missing: "root v\(stagedRoot.metadata.version)'s signatures: it names these targets keys, and targets is published once it is signed")
+                    return SignOutcome(
+                        role: role, version: document.version, signatures: counted, threshold: future.threshold, published: false,
+                        missing: "root v\(stagedRoot.metadata.version)'s signatures: it names these targets keys, and targets is published once it is signed")
                 }
             }
-            return SignOutcome(role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: false,
-                               missing: "\(targetsRole.threshold - valid) more targets key\(targetsRole.threshold - valid == 1 ? "" : "s")")
+            return SignOutcome(
+                role: role, version: document.version, signatures: valid, threshold: targetsRole.threshold, published: false,
+                missing: "\(targetsRole.threshold - valid) more targets key\(targetsRole.threshold - valid == 1 ? "" : "s")")
         }
         try publishTargetFiles(of: document)
         try publish(name, document.bytes)
@@ -363,13 +408,17 @@ extension TUFRepository {
 
     /// ``create(at:root:targets:snapshot:timestamp:lifetimes:now:)-(String,_,_,_,_,_,_)`` with a `FilePath`.
     @discardableResult
-    public static func create(at path: FilePath, root: RoleKeys, targets: RoleKeys, snapshot: RoleKeys, timestamp: RoleKeys,
-                              lifetimes: Lifetimes = Lifetimes(), now: Timestamp = .now) throws -> TUFRepository {
+    public static func create(
+        at path: FilePath, root: RoleKeys, targets: RoleKeys, snapshot: RoleKeys, timestamp: RoleKeys,
+        lifetimes: Lifetimes = Lifetimes(), now: Timestamp = .now
+    ) throws -> TUFRepository {
         try create(at: path.string, root: root, targets: targets, snapshot: snapshot, timestamp: timestamp, lifetimes: lifetimes, now: now)
     }
 
     /// ``add(package:channels:allowLower:rollout:now:)-(String,_,_,_,_)`` with a `FilePath`.
-    public func add(package: FilePath, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, now: Timestamp = .now) throws -> TUFPackageTarget {
+    public func add(package: FilePath, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, now: Timestamp = .now) throws
+        -> TUFPackageTarget
+    {
         try add(package: package.string, channels: channels, allowLower: allowLower, rollout: rollout, now: now)
     }
 }

@@ -97,10 +97,12 @@ public struct TUFStagedReview: Sendable {
         out.append("  signed by \(signedBy.isEmpty ? "nobody yet" : signedBy.map(shown).joined(separator: ", "))")
         func describe(_ target: Target) -> String {
             if let package = target.package {
-                return "\(target.path): \(package.name) \(package.version) (sequence \(package.sequence)), channels \(package.channels.isEmpty ? "none" : package.channels.joined(separator: ", ")), \(target.length) bytes, sha256 \(target.hashes["sha256"] ?? "none"), manifest sha256 \(package.manifestSHA256)"
+                return
+                    "\(target.path): \(package.name) \(package.version) (sequence \(package.sequence)), channels \(package.channels.isEmpty ? "none" : package.channels.joined(separator: ", ")), \(target.length) bytes, sha256 \(target.hashes["sha256"] ?? "none"), manifest sha256 \(package.manifestSHA256)"
                     + (package.rollout.map { ", rollout \(TUFRollout.describe($0))" } ?? "")
             }
-            return "\(target.path): \(target.length) bytes, \(target.hashes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")) (not a Signet package)"
+            return
+                "\(target.path): \(target.length) bytes, \(target.hashes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")) (not a Signet package)"
         }
         for change in targets {
             switch change.change {
@@ -114,7 +116,8 @@ public struct TUFStagedReview: Sendable {
         if role == "targets", targets.isEmpty { out.append("  targets unchanged") }
         for delegation in delegations { out.append("  delegation: \(delegation)") }
         for change in roles {
-            let before = change.publishedKeyIDs.isEmpty ? "none" : "\(change.publishedThreshold) of \(change.publishedKeyIDs.map(shown).joined(separator: ", "))"
+            let before =
+                change.publishedKeyIDs.isEmpty ? "none" : "\(change.publishedThreshold) of \(change.publishedKeyIDs.map(shown).joined(separator: ", "))"
             out.append("  role \(change.name): \(change.threshold) of \(change.keyIDs.map(shown).joined(separator: ", ")) (published: \(before))")
         }
         if role == "root", roles.isEmpty { out.append("  keys and thresholds unchanged") }
@@ -141,13 +144,21 @@ extension TUFRepository {
         let digest = try Digest.compute(document.signed.canonical, algorithm: .sha256).hex
         let expires = document.signed["expires"]?.stringValue.flatMap(Timestamp.init(rfc3339:))
         if let expires, expires.secondsSinceEpoch > now.secondsSinceEpoch &+ lifetimes.seconds(role) &+ 86_400 {
-            problems.append(.init(kind: "expires", message: "it expires \(expires.rfc3339), later than the \(role) role's lifetime (\(lifetimes.seconds(role) / 86_400) days) allows from now"))
+            problems.append(
+                .init(
+                    kind: "expires",
+                    message: "it expires \(expires.rfc3339), later than the \(role) role's lifetime (\(lifetimes.seconds(role) / 86_400) days) allows from now")
+            )
         }
-        let topLevel: Set<String> = role == "root"
+        let topLevel: Set<String> =
+            role == "root"
             ? ["_type", "spec_version", "version", "expires", "consistent_snapshot", "keys", "roles"]
             : ["_type", "spec_version", "version", "expires", "targets"]
         for (name, _) in document.signed.objectMembers ?? [] where !topLevel.contains(name) {
-            unrecognized(name == "delegations" ? "it delegates to other roles ('delegations'), which signet repo never writes" : "its 'signed' holds '\(name)', which signet repo never writes")
+            unrecognized(
+                name == "delegations"
+                    ? "it delegates to other roles ('delegations'), which signet repo never writes"
+                    : "its 'signed' holds '\(name)', which signet repo never writes")
         }
         var targetChanges: [TUFStagedReview.TargetChange] = []
         var delegations: [String] = []
@@ -171,20 +182,25 @@ extension TUFRepository {
             for change in targetChanges {
                 guard let target = change.staged, let package = target.package else { continue }
                 if let old = change.published, old.length == target.length, old.hashes == target.hashes,
-                   let before = old.package, before.manifestSHA256 == package.manifestSHA256,
-                   Manifest.sameName(before.name, package.name), before.sequence == package.sequence { continue }
+                    let before = old.package, before.manifestSHA256 == package.manifestSHA256,
+                    Manifest.sameName(before.name, package.name), before.sequence == package.sequence
+                {
+                    continue
+                }
                 if let wrong = checkPackage(target, package, keys: keys, now: now) { problems.append(.init(kind: "package", message: wrong)) }
             }
             let before = published?.signed["delegations"]?.canonical
             let after = document.signed["delegations"]?.canonical
             if before != after {
-                let roles = document.signed["delegations"]?["roles"]?.arrayItems?.compactMap { item -> String? in
-                    guard let name = item["name"]?.stringValue else { return nil }
-                    let paths = item["paths"]?.arrayItems?.compactMap(\.stringValue).joined(separator: " ") ?? "hash prefixes"
-                    let ids = item["keyids"]?.arrayItems?.compactMap { $0.stringValue.map { String($0.prefix(12)) } }.joined(separator: " ") ?? ""
-                    return "'\(name)' for \(paths), \(item["threshold"]?.integerValue ?? 0) of \(ids)"
-                } ?? []
-                delegations.append(after == nil ? "all delegations removed" : "staged delegations: \(roles.isEmpty ? "succinct hash bins" : roles.joined(separator: "; "))")
+                let roles =
+                    document.signed["delegations"]?["roles"]?.arrayItems?.compactMap { item -> String? in
+                        guard let name = item["name"]?.stringValue else { return nil }
+                        let paths = item["paths"]?.arrayItems?.compactMap(\.stringValue).joined(separator: " ") ?? "hash prefixes"
+                        let ids = item["keyids"]?.arrayItems?.compactMap { $0.stringValue.map { String($0.prefix(12)) } }.joined(separator: " ") ?? ""
+                        return "'\(name)' for \(paths), \(item["threshold"]?.integerValue ?? 0) of \(ids)"
+                    } ?? []
+                delegations.append(
+                    after == nil ? "all delegations removed" : "staged delegations: \(roles.isEmpty ? "succinct hash bins" : roles.joined(separator: "; "))")
             }
         } else {
             let staged = try TUFRoot(document.metadata(as: "root", name: "staging/root.json"))
@@ -193,13 +209,17 @@ extension TUFRepository {
                 guard let now = staged.roles[name] else { continue }
                 let before = old?.roles[name]
                 if before?.keyIDs != now.keyIDs || before?.threshold != now.threshold {
-                    roleChanges.append(.init(name: name, keyIDs: now.keyIDs, threshold: now.threshold,
-                                             publishedKeyIDs: before?.keyIDs ?? [], publishedThreshold: before?.threshold ?? 0))
+                    roleChanges.append(
+                        .init(
+                            name: name, keyIDs: now.keyIDs, threshold: now.threshold,
+                            publishedKeyIDs: before?.keyIDs ?? [], publishedThreshold: before?.threshold ?? 0))
                 }
             }
             for (id, key) in document.signed["keys"]?.objectMembers ?? [] {
-                for (field, value) in key.objectMembers ?? [] where !["keytype", "scheme", "keyval"].contains(field) || (field == "keyval" && (value.objectMembers?.map(\.0) ?? []) != ["public"]) {
-                    unrecognized("key \(id.prefix(12)) has '\(field)' \(field == "keyval" ? "members other than 'public'" : ""), which signet repo never writes")
+                for (field, value) in key.objectMembers ?? []
+                where !["keytype", "scheme", "keyval"].contains(field) || (field == "keyval" && (value.objectMembers?.map(\.0) ?? []) != ["public"]) {
+                    unrecognized(
+                        "key \(id.prefix(12)) has '\(field)' \(field == "keyval" ? "members other than 'public'" : ""), which signet repo never writes")
                 }
             }
             for (name, value) in document.signed["roles"]?.objectMembers ?? [] {
@@ -217,10 +237,11 @@ extension TUFRepository {
         if let stagedRoot = try? staged("root").flatMap({ try TUFRoot($0.metadata(as: "root", name: "staging/root.json")) }) {
             keys.merge(stagedRoot.keys) { old, _ in old }
         }
-        var review = TUFStagedReview(role: role, version: document.version, publishedVersion: published0, digest: digest, expires: expires,
-                               publishedExpires: published?.signed["expires"]?.stringValue.flatMap(Timestamp.init(rfc3339:)),
-                               signedBy: document.signatures.map(\.keyID), targets: targetChanges, delegations: delegations,
-                               roles: roleChanges, problems: problems)
+        var review = TUFStagedReview(
+            role: role, version: document.version, publishedVersion: published0, digest: digest, expires: expires,
+            publishedExpires: published?.signed["expires"]?.stringValue.flatMap(Timestamp.init(rfc3339:)),
+            signedBy: document.signatures.map(\.keyID), targets: targetChanges, delegations: delegations,
+            roles: roleChanges, problems: problems)
         for (id, _) in keys { if let signet = signetKeyID(id, in: keys) { review.signetKeyIDs[id] = signet } }
         if role == "root" { review.stranded = try strandedByStagedRoot(now: now).map { describe($0, underRoot: document.version) } }
         review.warnings = Self.pastStarts(targetChanges, now: now)
@@ -232,9 +253,11 @@ extension TUFRepository {
     static func pastStarts(_ changes: [TUFStagedReview.TargetChange], now: Timestamp) -> [String] {
         changes.compactMap { change -> String? in
             guard let package = change.staged?.package, let plan = package.rollout, plan.state == .active, plan.stagedAt == nil,
-                  plan.start.secondsSinceEpoch < now.secondsSinceEpoch, plan != change.published?.package?.rollout else { return nil }
+                plan.start.secondsSinceEpoch < now.secondsSinceEpoch, plan != change.published?.package?.rollout
+            else { return nil }
             let open = plan.openBuckets(at: now)
-            return "\(package.name) \(package.version) (\(change.staged?.path ?? "")): its plan counts from \(plan.start.rfc3339), which is past: published now, it opens \(TUFRollout.percent(open)) of devices at once, and more the longer the signatures take. To count from its publication, stage the plan again without a start (`signet repo rollout REPO RELEASE --plan \(plan.planText)`)"
+            return
+                "\(package.name) \(package.version) (\(change.staged?.path ?? "")): its plan counts from \(plan.start.rfc3339), which is past: published now, it opens \(TUFRollout.percent(open)) of devices at once, and more the longer the signatures take. To count from its publication, stage the plan again without a start (`signet repo rollout REPO RELEASE --plan \(plan.planText)`)"
         }
     }
 
@@ -248,11 +271,16 @@ extension TUFRepository {
             for (field, _) in value.objectMembers ?? [] where !["length", "hashes", "custom"].contains(field) {
                 unrecognized("target '\(path)' has '\(field)', which signet repo never writes")
             }
-            if target.hashes.keys.sorted() != ["sha256"] { unrecognized("target '\(path)' is bound by \(target.hashes.keys.sorted().joined(separator: ", ")), not by sha256 alone as signet repo writes") }
+            if target.hashes.keys.sorted() != ["sha256"] {
+                unrecognized("target '\(path)' is bound by \(target.hashes.keys.sorted().joined(separator: ", ")), not by sha256 alone as signet repo writes")
+            }
             let signet = value["custom"]?["signet"]
             if package == nil || (value["custom"]?.objectMembers?.count ?? 0) != 1
-                || Set(signet?.objectMembers?.map(\.0) ?? []).subtracting(["rollout"]) != ["name", "version", "sequence", "manifest_sha256", "channels"] {
-                unrecognized("target '\(path)' is not a Signet package as signet repo lists one (custom.signet with name, version, sequence, manifest_sha256, channels, a rollout if any, and nothing else)")
+                || Set(signet?.objectMembers?.map(\.0) ?? []).subtracting(["rollout"]) != ["name", "version", "sequence", "manifest_sha256", "channels"]
+            {
+                unrecognized(
+                    "target '\(path)' is not a Signet package as signet repo lists one (custom.signet with name, version, sequence, manifest_sha256, channels, a rollout if any, and nothing else)"
+                )
             }
             if path.contains("/") { unrecognized("target '\(path)' has a folder in its path; signet repo names targets after the package file") }
             out[path] = .init(path: path, length: target.length, hashes: target.hashes, package: package)
@@ -270,7 +298,9 @@ extension TUFRepository {
         var wrong: [String] = []
         if Int64(described.size) != target.length { wrong.append("it is \(described.size) bytes, the entry says \(target.length)") }
         if described.sha256 != sha256.lowercased() { wrong.append("its SHA-256 is \(described.sha256), the entry says \(sha256)") }
-        if described.manifestSHA256 != package.manifestSHA256 { wrong.append("its manifest SHA-256 is \(described.manifestSHA256), the entry says \(package.manifestSHA256)") }
+        if described.manifestSHA256 != package.manifestSHA256 {
+            wrong.append("its manifest SHA-256 is \(described.manifestSHA256), the entry says \(package.manifestSHA256)")
+        }
         if !Manifest.sameName(described.name, package.name) || described.sequence != package.sequence {
             wrong.append("it is \(described.name) sequence \(described.sequence), the entry says \(package.name) sequence \(package.sequence)")
         }

@@ -21,7 +21,8 @@ extension Reverifier {
     /// document. It is the device's, not the package's, and not reported as added.
     static func isDeviceSeal(_ path: String, rootFD: FileDescriptor, root: String) -> Bool {
         guard path.utf8.elementsEqual(TrustStoreSeal.fileName.utf8),
-              let bytes = try? InputFile.readBeneath(rootFD, path, rootPath: root, what: "trust seal", limit: 16 << 20) else { return false }
+            let bytes = try? InputFile.readBeneath(rootFD, path, rootPath: root, what: "trust seal", limit: 16 << 20)
+        else { return false }
         return TrustStoreSeal.parse(bytes) != nil
     }
 
@@ -69,7 +70,9 @@ extension Reverifier {
     /// below the root that could not be opened or listed (with why): the walk goes on without
     /// them, and the tree check reports each as `unreadable` (the files the manifest lists there
     /// get their own `unreadable` verdict). Only the root itself failing is an error.
-    package static func diskTree(_ rootFD: FileDescriptor, root: String) throws -> (files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)]) {
+    package static func diskTree(_ rootFD: FileDescriptor, root: String) throws -> (
+        files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)]
+    ) {
         var found: [String] = []
         var folders: [(path: String, mode: UInt32)] = []
         var unreadable: [(path: String, reason: String)] = []
@@ -117,8 +120,10 @@ extension Reverifier {
     /// Folders on disk: one that holds no file of the manifest is `added` (an empty folder, or
     /// one holding only added files); one whose mode is not 0755 is `mode-changed` (restored by
     /// `--repair`, once the manifest has verified).
-    package static func folderReports(_ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: FileDescriptor, options: ReverifyOptions,
-                              inOrder known: Bool? = nil) -> [FileReport] {
+    package static func folderReports(
+        _ folders: [(path: String, mode: UInt32)], manifest: Manifest, rootFD: FileDescriptor, options: ReverifyOptions,
+        inOrder known: Bool? = nil
+    ) -> [FileReport] {
         let files = manifest.files
         // Whether the manifest lists a file below `folder`: in a manifest in byte order (what
         // pack writes) the paths starting with "folder/" are one run, found by binary search
@@ -152,18 +157,26 @@ extension Reverifier {
             guard holdsSignedFile(path) else {
                 if listedFiles == nil { listedFiles = Set(manifest.files.map { Array($0.path.utf8) }) }
                 if listedFiles!.contains(Array(path.utf8)) { continue }
-                reports.append(FileReport(path: path + "/", verdict: .added, detail: "'\(path)/' is a folder the signed manifest does not have", signatureSource: nil, signer: nil))
+                reports.append(
+                    FileReport(
+                        path: path + "/", verdict: .added, detail: "'\(path)/' is a folder the signed manifest does not have", signatureSource: nil, signer: nil
+                    ))
                 continue
             }
             guard mode != 0o755 else { continue }
             let found = String(mode, radix: 8)
             if options.repair, let folder = try? Paths.open(path, beneath: rootFD, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) {
                 if fchmod(folder.descriptor.rawValue, 0o755) == 0 {
-                    reports.append(FileReport(path: path + "/", verdict: .repaired, detail: "'\(path)/' had mode \(found); restored to 0755", signatureSource: nil, signer: nil))
+                    reports.append(
+                        FileReport(
+                            path: path + "/", verdict: .repaired, detail: "'\(path)/' had mode \(found); restored to 0755", signatureSource: nil, signer: nil))
                     continue
                 }
             }
-            reports.append(FileReport(path: path + "/", verdict: .modeChanged, detail: "'\(path)/' has mode \(found), not 0755 (every installed folder is 0755); --repair restores it", signatureSource: nil, signer: nil))
+            reports.append(
+                FileReport(
+                    path: path + "/", verdict: .modeChanged,
+                    detail: "'\(path)/' has mode \(found), not 0755 (every installed folder is 0755); --repair restores it", signatureSource: nil, signer: nil))
         }
         return reports
     }
@@ -178,7 +191,9 @@ extension Reverifier {
     /// have a folder where anything can be put unnoticed).
     static func signetReports(_ files: [String], manifest: Manifest, options: ReverifyOptions) -> [FileReport] {
         guard !files.isEmpty, options.only.isEmpty else { return [] }
-        let fixed: Set<[UInt8]> = Set([TreeLayout.manifest, TreeLayout.manifestSignature, TreeLayout.signatureRecord, TreeLayout.signatureRecordSignature, TreeLayout.signerCertificate].map { Array($0.utf8) })
+        let fixed: Set<[UInt8]> = Set(
+            [TreeLayout.manifest, TreeLayout.manifestSignature, TreeLayout.signatureRecord, TreeLayout.signatureRecordSignature, TreeLayout.signerCertificate]
+                .map { Array($0.utf8) })
         let others = files.filter { !fixed.contains(Array($0.utf8)) && TreeLayout.chainIndex(of: $0) == nil }
         // Sidecars and structured copies are looked up only when there are any (an xattr tree
         // has none): no set of every manifest path per check.

@@ -52,38 +52,49 @@ extension Reverifier {
         }
     }
 
-    private static func verifyTree(_ rootFD: FileDescriptor, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws -> TreeReport {
+    private static func verifyTree(_ rootFD: FileDescriptor, root: String, policy: TrustPolicy, options: ReverifyOptions, cancelled: CancellationFlag) throws
+        -> TreeReport
+    {
         let started = DispatchTime.now()
         func elapsed() -> Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
         // What is on disk, listed and sorted on another core while this one reads, verifies and
         // parses the manifest (joined before returning: it reads through rootFD).
-        let walk = OwnThreads.start { () throws -> (files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)], signet: [String]) in
+        let walk = OwnThreads.start {
+            () throws -> (files: [String], folders: [(path: String, mode: UInt32)], unreadable: [(path: String, reason: String)], signet: [String]) in
             var found = try diskTree(rootFD, root: root)
             found.files.sort(by: ResourcePath.byteOrder)
             return (found.files, found.folders, found.unreadable, try signetFiles(rootFD, root: root))
         }
         defer { _ = walk.wait() }
         guard let manifestBytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
-              let manifestSignature = try InputFile.readBeneath(rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024) else {
+            let manifestSignature = try InputFile.readBeneath(
+                rootFD, TreeLayout.manifestSignature, rootPath: root, what: "installed manifest signature", limit: 64 * 1024)
+        else {
             if isBareTree(rootFD) {
                 // After the walk: it reads the same directory descriptor (whose offset a second
                 // reader would share).
                 let walked = try walk.wait().get().files
                 if let origin = manifestOrigin(of: rootFD, files: walked) {
-                    return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: .relabelled,
-                                      manifestMessage: "'\(root)' is marked as a bare tree, but its files were installed from the signed package '\(origin.name)' sequence \(origin.sequence) (their user.signet.meta says so): its manifest or manifest signature was removed. Reinstall the package",
-                                      files: [], attributesSupported: true, duration: elapsed())
+                    return TreeReport(
+                        root: root, manifest: nil, signer: nil, manifestFailure: .relabelled,
+                        manifestMessage:
+                            "'\(root)' is marked as a bare tree, but its files were installed from the signed package '\(origin.name)' sequence \(origin.sequence) (their user.signet.meta says so): its manifest or manifest signature was removed. Reinstall the package",
+                        files: [], attributesSupported: true, duration: elapsed())
                 }
                 if let (failure, message) = try options.expectationFailure(name: nil, sequence: nil, root: root) {
-                    return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: failure, manifestMessage: message,
-                                      files: [], attributesSupported: true, duration: elapsed())
+                    return TreeReport(
+                        root: root, manifest: nil, signer: nil, manifestFailure: failure, manifestMessage: message,
+                        files: [], attributesSupported: true, duration: elapsed())
                 }
                 var onDisk = walked
                 onDisk.removeAll { $0.utf8.elementsEqual(TreeLayout.bareMarker.utf8) }
-                return try verifyBareTree(rootFD, root: root, onDisk: onDisk, unreadable: try walk.wait().get().unreadable,
-                                          policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
+                return try verifyBareTree(
+                    rootFD, root: root, onDisk: onDisk, unreadable: try walk.wait().get().unreadable,
+                    policy: policy, options: options, cancelled: cancelled, elapsed: elapsed)
             }
-            throw SignetError(.usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed", path: root)
+            throw SignetError(
+                .usage, "'\(root)' is not a tree installed by signet unpack (no .signet/manifest.json and .sig); give files, or the directory unpack installed",
+                path: root)
         }
         let signerCertificate = try InputFile.readBeneath(rootFD, TreeLayout.signerCertificate, rootPath: root, what: "signer certificate", limit: 1 << 20)
         var chain: [[UInt8]] = []
@@ -94,7 +105,9 @@ extension Reverifier {
                 .filter { TreeLayout.chainIndex(of: $0) != nil }
                 .sorted { TreeLayout.chainIndex(of: $0)! < TreeLayout.chainIndex(of: $1)! }
             for name in names {
-                if let der = try InputFile.readBeneath(rootFD, TreeLayout.certificates + "/" + name, rootPath: root, what: "certificate", limit: 1 << 20) { chain.append(der) }
+                if let der = try InputFile.readBeneath(rootFD, TreeLayout.certificates + "/" + name, rootPath: root, what: "certificate", limit: 1 << 20) {
+                    chain.append(der)
+                }
             }
         } catch let failure as SystemCallFailure where failure.code != ENOENT {
             throw SignetError.posix(failure, "cannot read the certificates of", path: root + "/" + TreeLayout.certificates)
@@ -116,26 +129,32 @@ extension Reverifier {
         let manifest = try Manifest.parse(manifestBytes, source: root + "/" + TreeLayout.manifest)
         guard let (key, algorithm) = signer, key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
             let refusal = resolved.key(withID: manifest.keyID) == nil ? (certificateRefusal ?? policy.refusal(for: manifest.keyID)) : nil
-            return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: refusal != nil ? .untrustedSigner : .badManifestSignature,
-                              manifestMessage: refusal.map { "'\(root)' was installed from a package signed by key \(manifest.keyID.short), which the trust policy does not accept: \($0)" }
-                                ?? "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
-                              files: [], attributesSupported: true, duration: elapsed())
+            return TreeReport(
+                root: root, manifest: nil, signer: nil, manifestFailure: refusal != nil ? .untrustedSigner : .badManifestSignature,
+                manifestMessage: refusal.map {
+                    "'\(root)' was installed from a package signed by key \(manifest.keyID.short), which the trust policy does not accept: \($0)"
+                }
+                    ?? "the installed manifest of '\(root)' does not verify: .signet/manifest.json or its signature was changed",
+                files: [], attributesSupported: true, duration: elapsed())
         }
         if let refusal = resolved.tufRefusal(signer: key.keyID, manifestBytes: manifestBytes, manifest: manifest) {
-            return TreeReport(root: root, manifest: manifest, signer: nil, manifestFailure: .untrustedSigner,
-                              manifestMessage: "'\(root)' holds \(refusal)", files: [], attributesSupported: true, duration: elapsed())
+            return TreeReport(
+                root: root, manifest: manifest, signer: nil, manifestFailure: .untrustedSigner,
+                manifestMessage: "'\(root)' holds \(refusal)", files: [], attributesSupported: true, duration: elapsed())
         }
         if let (failure, message) = try options.expectationFailure(name: manifest.name, sequence: manifest.sequence, root: root) {
-            return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: failure, manifestMessage: message,
-                              files: [], attributesSupported: true, duration: elapsed())
+            return TreeReport(
+                root: root, manifest: manifest, signer: key, manifestFailure: failure, manifestMessage: message,
+                files: [], attributesSupported: true, duration: elapsed())
         }
         try options.checkSelectors(against: manifest, root: root)
         try options.checkAllowedKeys(against: manifest, rootFD: rootFD, root: root)
         let record = (try? recordRead?.wait().get())?.flatMap { $0.count == manifest.files.count ? $0 : nil }
-        let checker = try TreeChecker(root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
-                                  allowedKeys: options.allowedKeys,
-                                  peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest),
-                                  readVerityFiles: options.readVerityFiles)
+        let checker = try TreeChecker(
+            root: root, descriptor: rootFD, manifest: manifest, key: key, algorithm: algorithm, repair: options.repair, record: record,
+            allowedKeys: options.allowedKeys,
+            peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest),
+            readVerityFiles: options.readVerityFiles)
         let listed = manifest.files.indices.filter { options.selects(manifest.files[$0].path) }
         let progress = ProgressCounter.make(options.progress, items: listed.count, bytes: listed.reduce(0) { $0 &+ manifest.files[$1].size })
         // A tree of fs-verity files is measured, not read: each file costs an open and the
@@ -157,7 +176,11 @@ extension Reverifier {
             reports.append(FileReport(path: path, verdict: .added, detail: "'\(path)' is not in the signed manifest", signatureSource: nil, signer: nil))
         }
         for (path, reason) in disk.unreadable where options.selects(path) {
-            reports.append(FileReport(path: path + "/", verdict: .unreadable, detail: "\(reason); files added there cannot be seen, and each file the manifest lists there is reported on its own", signatureSource: nil, signer: nil))
+            reports.append(
+                FileReport(
+                    path: path + "/", verdict: .unreadable,
+                    detail: "\(reason); files added there cannot be seen, and each file the manifest lists there is reported on its own", signatureSource: nil,
+                    signer: nil))
         }
         reports += folderReports(disk.folders, manifest: manifest, rootFD: rootFD, options: options, inOrder: inOrder)
         reports += signetReports(disk.signet, manifest: manifest, options: options)
@@ -165,17 +188,23 @@ extension Reverifier {
         if !reports.indices.dropFirst().allSatisfy({ ResourcePath.byteOrder(reports[$0 - 1].path, reports[$0].path) }) {
             reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
         }
-        return TreeReport(root: root, manifest: manifest, signer: key, manifestFailure: nil, manifestMessage: nil,
-                          files: reports, attributesSupported: !checker.sawUnsupported.isSet, duration: elapsed())
+        return TreeReport(
+            root: root, manifest: manifest, signer: key, manifestFailure: nil, manifestMessage: nil,
+            files: reports, attributesSupported: !checker.sawUnsupported.isSet, duration: elapsed())
     }
 
     /// A tree unpack `--bare` installed: no manifest, so no completeness guarantee; each file
     /// on disk is checked against its own signature (its attribute, else its sidecar), verified
     /// with the trust policy, and a sidecar whose file is gone is `missing`.
-    private static func verifyBareTree(_ rootFD: FileDescriptor, root: String, onDisk: [String], unreadable: [(path: String, reason: String)], policy: TrustPolicy, options: ReverifyOptions,
-                                       cancelled: CancellationFlag, elapsed: () -> Double) throws -> TreeReport {
+    private static func verifyBareTree(
+        _ rootFD: FileDescriptor, root: String, onDisk: [String], unreadable: [(path: String, reason: String)], policy: TrustPolicy, options: ReverifyOptions,
+        cancelled: CancellationFlag, elapsed: () -> Double
+    ) throws -> TreeReport {
         guard options.allowedKeys.isEmpty else {
-            throw SignetError(.usage, "'\(root)' was installed from a bare package, which has no structured files; --allow-key and allow_keys need a package made by signet pack --structured", path: root)
+            throw SignetError(
+                .usage,
+                "'\(root)' was installed from a bare package, which has no structured files; --allow-key and allow_keys need a package made by signet pack --structured",
+                path: root)
         }
         // The files the sidecars name.
         var signed: [String] = []
@@ -190,7 +219,11 @@ extension Reverifier {
             do {
                 for entry in try DirectoryEntries.list(fd) {
                     let relative = folder + "/" + entry.name
-                    if entry.isDirectory { pending.append(relative) } else if let resource = TreeLayout.resource(ofSignature: relative) { signed.append(resource) }
+                    if entry.isDirectory {
+                        pending.append(relative)
+                    } else if let resource = TreeLayout.resource(ofSignature: relative) {
+                        signed.append(resource)
+                    }
                 }
             } catch let failure as SystemCallFailure {
                 throw SignetError.posix(failure, "cannot read the sidecar signatures in", path: root + "/" + folder)
@@ -207,11 +240,14 @@ extension Reverifier {
             guard !cancelled.isSet else { return nil }
             defer { progress?.add(items: 1) }
             guard present.contains(Array(relative.utf8)) else {
-                return FileReport(path: relative, verdict: .missing, detail: "'\(relative)' has a signature in \(TreeLayout.signatures)/ but is gone", signatureSource: nil, signer: nil)
+                return FileReport(
+                    path: relative, verdict: .missing, detail: "'\(relative)' has a signature in \(TreeLayout.signatures)/ but is gone", signatureSource: nil,
+                    signer: nil)
             }
             let file: InputFile
             do {
-                file = try InputFile.adopt(try Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path: root + "/" + relative, what: "file")
+                file = try InputFile.adopt(
+                    try Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path: root + "/" + relative, what: "file")
             } catch {
                 let failure = SignetError.posix(error, "cannot open", path: root + "/" + relative)
                 return FileReport(path: relative, verdict: .unreadable, detail: failure.reason, signatureSource: nil, signer: nil)
@@ -221,17 +257,21 @@ extension Reverifier {
             }
             // No signature anywhere: the file did not come from the package.
             guard report.verdict == .unsigned, !signedSet.contains(Array(relative.utf8)) else { return report }
-            return FileReport(path: relative, verdict: .added, detail: "'\(relative)' was not installed from the bare package (it has no signature)", signatureSource: nil, signer: nil)
+            return FileReport(
+                path: relative, verdict: .added, detail: "'\(relative)' was not installed from the bare package (it has no signature)", signatureSource: nil,
+                signer: nil)
         }.compactMap { $0 }
         if cancelled.isSet { throw CancellationError() }
         progress?.finish()
         for (path, reason) in unreadable where options.selects(path) {
-            reports.append(FileReport(path: path + "/", verdict: .unreadable, detail: "\(reason); the files there cannot be checked", signatureSource: nil, signer: nil))
+            reports.append(
+                FileReport(path: path + "/", verdict: .unreadable, detail: "\(reason); the files there cannot be checked", signatureSource: nil, signer: nil))
         }
         reports.sort { ResourcePath.byteOrder($0.path, $1.path) }
         let untrusted = !reports.isEmpty && reports.allSatisfy { $0.verdict == .untrusted }
-        return TreeReport(root: root, manifest: nil, signer: nil, manifestFailure: untrusted ? .untrustedSigner : nil,
-                          manifestMessage: untrusted ? "'\(root)' was installed from a bare package signed by a key the trust policy does not accept" : nil,
-                          files: reports, attributesSupported: !reports.contains { $0.signatureSource == .sidecar }, duration: elapsed())
+        return TreeReport(
+            root: root, manifest: nil, signer: nil, manifestFailure: untrusted ? .untrustedSigner : nil,
+            manifestMessage: untrusted ? "'\(root)' was installed from a bare package signed by a key the trust policy does not accept" : nil,
+            files: reports, attributesSupported: !reports.contains { $0.signatureSource == .sidecar }, duration: elapsed())
     }
 }

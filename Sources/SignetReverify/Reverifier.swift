@@ -35,15 +35,19 @@ public enum Reverifier {
     /// content, the verdict is `attributes-lost` (saying so), not `modified`. Nil otherwise.
     private static func damagedAttribute(_ report: FileReport, file: InputFile, path: String, policy: TrustPolicy) -> FileReport? {
         guard report.verdict == .modified, report.signatureSource == .xattr || report.signatureSource == .ima,
-              let (root, relative) = installedTree(containing: path),
-              let copy = try? treeCopy(root: root, relative: relative) else { return nil }
+            let (root, relative) = installedTree(containing: path),
+            let copy = try? treeCopy(root: root, relative: relative)
+        else { return nil }
         let algorithm = SignetMetadata(file.descriptor)?.algorithm ?? .default
         guard lseek(file.descriptor.rawValue, 0, SEEK_SET) == 0,
-              let digest = try? Digest.compute(descriptorOf: file, algorithm: algorithm.digest),
-              let key = Verifier(policy: policy).verify(signature: copy, digest: digest, algorithm: algorithm).signer else { return nil }
-        return FileReport(path: path, verdict: .attributesLost,
-                          detail: "'\(path)' is the signed content (the installed tree's copy of its signature verifies with key \(key.keyID.short)), but its \(report.signatureSource == .ima ? "IMA attribute" : "user.signet.sig") is damaged or replaced; reverify '\(root)' --repair restores it",
-                          signatureSource: .sidecar, signer: nil)
+            let digest = try? Digest.compute(descriptorOf: file, algorithm: algorithm.digest),
+            let key = Verifier(policy: policy).verify(signature: copy, digest: digest, algorithm: algorithm).signer
+        else { return nil }
+        return FileReport(
+            path: path, verdict: .attributesLost,
+            detail:
+                "'\(path)' is the signed content (the installed tree's copy of its signature verifies with key \(key.keyID.short)), but its \(report.signatureSource == .ima ? "IMA attribute" : "user.signet.sig") is damaged or replaced; reverify '\(root)' --repair restores it",
+            signatureSource: .sidecar, signer: nil)
     }
 
     /// An `unreadable` verdict for `path`, carrying the error (its code decides the exit status).
@@ -56,8 +60,10 @@ public enum Reverifier {
 
     /// The check of ``verifyFile(at:policy:)`` on a file already opened; `findSignature` gives
     /// its signature, algorithm and source (nil: unsigned).
-    static func verifyOpened(_ file: InputFile, path: String, policy: TrustPolicy,
-                             findSignature: (FileDescriptor, SignetMetadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)?) -> FileReport {
+    static func verifyOpened(
+        _ file: InputFile, path: String, policy: TrustPolicy,
+        findSignature: (FileDescriptor, SignetMetadata?) throws -> ([UInt8], SignatureAlgorithm, SignatureSource)?
+    ) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil, _ signer: KeyID? = nil) -> FileReport {
             FileReport(path: path, verdict: verdict, detail: detail, signatureSource: source, signer: signer)
         }
@@ -68,7 +74,9 @@ public enum Reverifier {
             return unreadable(error)
         }
         guard let (signature, algorithm, source) = found else {
-            return report(.unsigned, "'\(path)' has no user.signet.sig or IMA attribute and no sidecar signature: it was not installed by Signet, or its attributes were stripped")
+            return report(
+                .unsigned,
+                "'\(path)' has no user.signet.sig or IMA attribute and no sidecar signature: it was not installed by Signet, or its attributes were stripped")
         }
         let digest: Digest
         do {
@@ -86,7 +94,8 @@ public enum Reverifier {
         if let claimed = meta?.keyID, let refusal = policy.refusal(for: claimed) {
             return report(.untrusted, "'\(path)' is signed by key \(claimed.short), which the trust policy does not accept: \(refusal)", source)
         }
-        return report(.modified, "'\(path)' does not match its signature (from \(source)): the content was changed, or the signature belongs to another file", source)
+        return report(
+            .modified, "'\(path)' does not match its signature (from \(source)): the content was changed, or the signature belongs to another file", source)
     }
 
     /// The signature, its algorithm and where it came from.
@@ -98,7 +107,8 @@ public enum Reverifier {
         }
         for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
             if case .success(let bytes?) = ExtendedAttributes.get(name, on: descriptor),
-               let ima = IMASignature(bytes: bytes), let imaAlgorithm = ima.signatureAlgorithm {
+                let ima = IMASignature(bytes: bytes), let imaAlgorithm = ima.signatureAlgorithm
+            {
                 return (ima.signature, imaAlgorithm, .ima)
             }
         }
@@ -124,8 +134,9 @@ public enum Reverifier {
         }
         let rootFD = tree.descriptor
         guard let bytes = try InputFile.readBeneath(rootFD, TreeLayout.manifest, rootPath: root, what: "installed manifest", limit: 64 << 20),
-              let manifest = try? Manifest.parse(bytes),
-              let index = manifest.files.firstIndex(where: { $0.path == relative }) else { return nil }
+            let manifest = try? Manifest.parse(bytes),
+            let index = manifest.files.firstIndex(where: { $0.path == relative })
+        else { return nil }
         return SignatureRecord.Reader(beneath: rootFD, files: manifest.files.count)?.signature(at: index)
     }
 
@@ -165,9 +176,10 @@ public enum Reverifier {
         let recorded = fstatat(rootFD.rawValue, TreeLayout.signatureRecord, &info, AT_SYMLINK_NOFOLLOW) == 0
         for relative in walked ?? (try? diskFiles(rootFD, root: "")) ?? [] {
             guard let file = try? Paths.open(relative, beneath: rootFD, flags: O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC),
-                  case .success(let bytes?) = ExtendedAttributes.get(TreeLayout.metadataAttribute, on: file.descriptor),
-                  let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-                  let name = object["name"] as? String else { continue }
+                case .success(let bytes?) = ExtendedAttributes.get(TreeLayout.metadataAttribute, on: file.descriptor),
+                let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+                let name = object["name"] as? String
+            else { continue }
             return (name, (object["sequence"] as? NSNumber)?.uint64Value ?? 0)
         }
         return recorded ? ("(unknown)", 0) : nil
@@ -187,7 +199,10 @@ public enum Reverifier {
     }
 
     /// The old name of ``verifyFileAsync(at:policy:)-(String,_)``.
-    @available(*, deprecated, renamed: "verifyFileAsync(at:policy:)", message: "the async form has its own name, so that a blocking call is never chosen for `try await`")
+    @available(
+        *, deprecated, renamed: "verifyFileAsync(at:policy:)",
+        message: "the async form has its own name, so that a blocking call is never chosen for `try await`"
+    )
     public static func verifyFile(at path: String, policy: TrustPolicy) async -> FileReport {
         await verifyFileAsync(at: path, policy: policy)
     }
@@ -205,7 +220,10 @@ public enum Reverifier {
     }
 
     /// The old name of ``verifyTreeAsync(at:policy:options:)-(String,_,_)``.
-    @available(*, deprecated, renamed: "verifyTreeAsync(at:policy:options:)", message: "the async form has its own name, so that a blocking call is never chosen for `try await`")
+    @available(
+        *, deprecated, renamed: "verifyTreeAsync(at:policy:options:)",
+        message: "the async form has its own name, so that a blocking call is never chosen for `try await`"
+    )
     public static func verifyTree(at root: String, policy: TrustPolicy, options: ReverifyOptions = ReverifyOptions()) async throws -> TreeReport {
         try await verifyTreeAsync(at: root, policy: policy, options: options)
     }

@@ -62,7 +62,10 @@ public struct ReverifyOptions: Sendable {
     public init(rulesFile path: String) throws {
         let bytes = try readSmallFile(path, what: "rules file", limit: 1 << 20)
         func wrong(_ reason: String) -> SignetError {
-            SignetError(.usage, "rules file '\(path)': \(reason); a rules file is a JSON object with \"exclude\", \"only\" and \"allow_keys\" (see signet help reverify)", path: path)
+            SignetError(
+                .usage,
+                "rules file '\(path)': \(reason); a rules file is a JSON object with \"exclude\", \"only\" and \"allow_keys\" (see signet help reverify)",
+                path: path)
         }
         let value: StructuredValue
         do { value = try StructuredValue.json(bytes) } catch {
@@ -85,7 +88,9 @@ public struct ReverifyOptions: Sendable {
                 guard case .dictionary(let files) = field else { throw wrong("\"allow_keys\" is not an object from file paths to arrays of key paths") }
                 for (file, keys) in files.sorted(by: { $0.key < $1.key }) {
                     for text in try strings("allow_keys.\(file.text)", keys) {
-                        guard let keyPath = KeyPath(text) else { throw wrong("\"\(text)\" in allow_keys.\(file.text) is not a key path (dotted keys such as server.url or items.*.name)") }
+                        guard let keyPath = KeyPath(text) else {
+                            throw wrong("\"\(text)\" in allow_keys.\(file.text) is not a key path (dotted keys such as server.url or items.*.name)")
+                        }
                         allow(keyPath, in: file.text)
                     }
                 }
@@ -109,10 +114,16 @@ public struct ReverifyOptions: Sendable {
         for selector in only {
             let trimmed = Self.subtree(selector)
             if case .failure(let refusal) = ResourcePath.validate(trimmed) {
-                throw SignetError(.usage, "--only '\(selector)' is not a subtree of the installed tree: \(refusal.reason); give a path relative to '\(root)', e.g. --only bin", path: root)
+                throw SignetError(
+                    .usage,
+                    "--only '\(selector)' is not a subtree of the installed tree: \(refusal.reason); give a path relative to '\(root)', e.g. --only bin",
+                    path: root)
             }
             guard manifest.files.contains(where: { $0.path == trimmed || $0.path.hasPrefix(trimmed + "/") }) else {
-                throw SignetError(.usage, "--only '\(selector)' matches no file in the signed manifest of '\(root)'; check the spelling (paths are relative to the tree, e.g. --only bin)", path: root)
+                throw SignetError(
+                    .usage,
+                    "--only '\(selector)' matches no file in the signed manifest of '\(root)'; check the spelling (paths are relative to the tree, e.g. --only bin)",
+                    path: root)
             }
         }
         if !manifest.files.isEmpty, !manifest.files.contains(where: { selects($0.path) }) {
@@ -133,14 +144,23 @@ public struct ReverifyOptions: Sendable {
         for file in manifest.files where wanted.contains(Array(file.path.utf8)) { listed[Array(file.path.utf8)] = file }
         for (path, keys) in allowedKeys.sorted(by: { ResourcePath.byteOrder($0.key, $1.key) }) {
             guard let file = listed[Array(path.utf8)] else {
-                throw SignetError(.usage, "an allowed key names '\(path)', which is not in the signed manifest of '\(root)'; give the path relative to the tree (e.g. config/app.json:server.url)", path: root)
+                throw SignetError(
+                    .usage,
+                    "an allowed key names '\(path)', which is not in the signed manifest of '\(root)'; give the path relative to the tree (e.g. config/app.json:server.url)",
+                    path: root)
             }
             guard let format = file.structured else {
-                throw SignetError(.usage, "an allowed key names '\(path)', which was not packed as structured (pack --structured) and so is compared byte for byte; pack it with --structured to allow keys to change", path: root)
+                throw SignetError(
+                    .usage,
+                    "an allowed key names '\(path)', which was not packed as structured (pack --structured) and so is compared byte for byte; pack it with --structured to allow keys to change",
+                    path: root)
             }
             guard let signed = try? TreeChecker.signedContent(of: file, format: format, rootFD: rootFD, root: root).get() else { continue }
             for key in keys where !signed.contains(key) {
-                throw SignetError(.usage, "the allowed key '\(key)' names nothing in the signed '\(path)' of '\(root)'; check the spelling (keys are joined by '.', array elements are numbers or '*')", path: root)
+                throw SignetError(
+                    .usage,
+                    "the allowed key '\(key)' names nothing in the signed '\(path)' of '\(root)'; check the spelling (keys are joined by '.', array elements are numbers or '*')",
+                    path: root)
             }
         }
     }
@@ -156,29 +176,43 @@ public struct ReverifyOptions: Sendable {
         let state = try InstallState.read(stateFile)
         if let recorded = state.destinations[InstallState.key(for: root)] {
             if recorded.kind == "manifest", name == nil {
-                return (.relabelled, "'\(root)' was installed from the signed package '\(recorded.name ?? "?")' sequence \(recorded.sequence ?? 0) (recorded in '\(stateFile)'), but is now a bare tree: its manifest or manifest signature was removed. Reinstall the package")
+                return (
+                    .relabelled,
+                    "'\(root)' was installed from the signed package '\(recorded.name ?? "?")' sequence \(recorded.sequence ?? 0) (recorded in '\(stateFile)'), but is now a bare tree: its manifest or manifest signature was removed. Reinstall the package"
+                )
             }
             if recorded.kind == "manifest", !Manifest.sameName(recorded.name, name) {
-                return (.otherPackage, "'\(root)' holds \(holds), but '\(stateFile)' records package '\(recorded.name ?? "?")' there: the tree was replaced by another product")
+                return (
+                    .otherPackage,
+                    "'\(root)' holds \(holds), but '\(stateFile)' records package '\(recorded.name ?? "?")' there: the tree was replaced by another product"
+                )
             }
         }
         if let name, let sequence, let highest = state.sequences[name], sequence < highest,
-           state.destinations[InstallState.key(for: root)]?.rolledBack(to: name, sequence: sequence) != true {
+            state.destinations[InstallState.key(for: root)]?.rolledBack(to: name, sequence: sequence) != true
+        {
             // `signet rollback` without --state: its own record beside DIR (ours, written under
             // DIR's lock) says this release was swapped back on purpose.
             if let record = try? ReleaseRecord.read(for: root), let last = record.last_rollback, last.to == sequence, last.from > sequence {
                 return nil
             }
-            return (.rollback, "'\(root)' holds \(name) sequence \(sequence), but sequence \(highest) was installed before (recorded in '\(stateFile)'), and no `signet rollback` of it is recorded beside it: the tree was rolled back to an older release")
+            return (
+                .rollback,
+                "'\(root)' holds \(name) sequence \(sequence), but sequence \(highest) was installed before (recorded in '\(stateFile)'), and no `signet rollback` of it is recorded beside it: the tree was rolled back to an older release"
+            )
         }
         return nil
     }
 
     func selects(_ path: String) -> Bool {
-        if !only.isEmpty, !only.contains(where: { selector in
-            let subtree = Self.subtree(selector)
-            return path == subtree || path.hasPrefix(subtree + "/")
-        }) { return false }
+        if !only.isEmpty,
+            !only.contains(where: { selector in
+                let subtree = Self.subtree(selector)
+                return path == subtree || path.hasPrefix(subtree + "/")
+            })
+        {
+            return false
+        }
         return !exclude.contains { ResourcePath.matches(pattern: $0, path) }
     }
 }

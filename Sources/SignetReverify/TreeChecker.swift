@@ -32,8 +32,10 @@ final class TreeChecker: @unchecked Sendable {
     /// Read fs-verity files too instead of measuring them (`reverify --read-all`).
     let readVerityFiles: Bool
 
-    init(root: String, descriptor: FileDescriptor, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
-         record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:], peers: [PublicKey] = [], readVerityFiles: Bool = false) throws {
+    init(
+        root: String, descriptor: FileDescriptor, manifest: Manifest, key: PublicKey, algorithm: SignatureAlgorithm, repair: Bool,
+        record: SignatureRecord.Reader? = nil, allowedKeys: [String: [KeyPath]] = [:], peers: [PublicKey] = [], readVerityFiles: Bool = false
+    ) throws {
         self.readVerityFiles = readVerityFiles
         self.record = record
         self.peers = peers
@@ -83,7 +85,9 @@ final class TreeChecker: @unchecked Sendable {
             guard let info = try? fd.status(), info.st_mode & S_IFMT == S_IFREG else { return report(.modified, Self.notRegular(file.path)) }
             if let format = file.structured { return compareKeys(fd, file, format: format, at: position, in: workspace) }
             let size = UInt64(clamping: info.st_size)
-            return report(.modified, "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
+            return report(
+                .modified,
+                "'\(file.path)' differs from the signed manifest (\(size == file.size ? "same size, other content" : "\(size) bytes, not \(file.size)"))")
         }
         let opened: OwnedDescriptor
         do { opened = try openBeneath(file.path) } catch { return report(error.verdict, error.detail) }
@@ -94,10 +98,14 @@ final class TreeChecker: @unchecked Sendable {
         // file reads as EIO, which `--read-all` finds). Signatures over SHA-256 only: the digest
         // they are over is then the manifest's.
         if !readVerityFiles, let verity = file.verity, algorithm.digest == .sha256,
-           case .digest(let measured) = VerityFile.measure(fd), verity.matches(bytes: measured),
-           let sha256 = file.content.bytes, let digest = Digest(algorithm: .sha256, bytes: sha256) {
-            return modeCheck(fd, file, attributeCheck(fd, file, at: position, in: workspace, digest: digest,
-                                                      note: "its fs-verity digest, measured by the kernel, is the signed one"))
+            case .digest(let measured) = VerityFile.measure(fd), verity.matches(bytes: measured),
+            let sha256 = file.content.bytes, let digest = Digest(algorithm: .sha256, bytes: sha256)
+        {
+            return modeCheck(
+                fd, file,
+                attributeCheck(
+                    fd, file, at: position, in: workspace, digest: digest,
+                    note: "its fs-verity digest, measured by the kernel, is the signed one"))
         }
         // The content against the signed manifest, through this descriptor: at most one byte more
         // than the signed size is read (a longer file differs; its length is for fstat to tell).
@@ -123,7 +131,10 @@ final class TreeChecker: @unchecked Sendable {
         } catch let failure as SystemCallFailure {
             if !Self.isRegularFile(fd) { return report(.modified, Self.notRegular(file.path)) }
             if failure.code == EIO, file.verity != nil, case .digest = VerityFile.measure(fd) {
-                return report(.modified, "'\(file.path)' is an fs-verity file and a block of it no longer matches its Merkle tree: the kernel refuses to read it (EIO); its data was changed under the file (on the device)")
+                return report(
+                    .modified,
+                    "'\(file.path)' is an fs-verity file and a block of it no longer matches its Merkle tree: the kernel refuses to read it (EIO); its data was changed under the file (on the device)"
+                )
             }
             return report(.unreadable, SignetError.posix(failure, "cannot read", path: root + "/" + file.path).reason)
         } catch {
@@ -144,7 +155,8 @@ final class TreeChecker: @unchecked Sendable {
         guard mode != file.mode.permissions else { return made }
         let found = String(mode, radix: 8), wanted = file.mode.rawValue
         func report(_ verdict: FileVerdict, _ detail: String) -> FileReport {
-            var changed = FileReport(path: file.path, verdict: verdict, detail: detail, signatureSource: made.signatureSource, signer: verdict.isOK ? key.keyID : nil)
+            var changed = FileReport(
+                path: file.path, verdict: verdict, detail: detail, signatureSource: made.signatureSource, signer: verdict.isOK ? key.keyID : nil)
             changed.changedKeys = made.changedKeys
             return changed
         }
@@ -161,15 +173,21 @@ final class TreeChecker: @unchecked Sendable {
     /// (`digest`, in the signature's algorithm): the attribute unpack installed, another valid
     /// signature, or lost (restored with --repair). `note` and `changes` describe a structured
     /// file whose allowed keys changed.
-    private func attributeCheck(_ fd: FileDescriptor, _ file: Manifest.File, at position: Int, in workspace: Workspace, digest: Digest,
-                                note: String? = nil, changes: [KeyChange] = []) -> FileReport {
+    private func attributeCheck(
+        _ fd: FileDescriptor, _ file: Manifest.File, at position: Int, in workspace: Workspace, digest: Digest,
+        note: String? = nil, changes: [KeyChange] = []
+    ) -> FileReport {
         func report(_ verdict: FileVerdict, _ detail: String, _ source: SignatureSource? = nil) -> FileReport {
-            var made = FileReport(path: file.path, verdict: verdict, detail: note.map { "\($0); \(detail)" } ?? detail, signatureSource: source, signer: verdict.isOK ? key.keyID : nil)
+            var made = FileReport(
+                path: file.path, verdict: verdict, detail: note.map { "\($0); \(detail)" } ?? detail, signatureSource: source,
+                signer: verdict.isOK ? key.keyID : nil)
             made.changedKeys = changes
             return made
         }
         func annotated(_ made: FileReport) -> FileReport {
-            var made = FileReport(path: made.path, verdict: made.verdict, detail: note.map { "\($0); \(made.detail)" } ?? made.detail, signatureSource: made.signatureSource, signer: made.signer)
+            var made = FileReport(
+                path: made.path, verdict: made.verdict, detail: note.map { "\($0); \(made.detail)" } ?? made.detail, signatureSource: made.signatureSource,
+                signer: made.signer)
             made.changedKeys = changes
             return made
         }
@@ -184,7 +202,10 @@ final class TreeChecker: @unchecked Sendable {
         var validSidecar: Result<(bytes: [UInt8], source: SignatureSource)?, SignetError> {
             if let recorded = record?.signature(at: position), verifies(recorded) { return .success((recorded, .record)) }
             do {
-                guard let bytes = try InputFile.readBeneath(rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024) else { return .success(nil) }
+                guard
+                    let bytes = try InputFile.readBeneath(
+                        rootDescriptor, TreeLayout.signature(of: file.path), rootPath: root, what: "sidecar signature", limit: 64 * 1024)
+                else { return .success(nil) }
                 return .success(verifies(bytes) ? (bytes, .sidecar) : nil)
             } catch let error as SignetError where error.code == .malformedInput {
                 return .success(nil)
@@ -195,14 +216,19 @@ final class TreeChecker: @unchecked Sendable {
         let attribute = ExtendedAttributes.get(ExtendedAttributes.signature, on: fd)
         // Without the attribute, the file may not be a regular file at all (an empty FIFO or
         // device reads as an empty file); the check above did not fstat it.
-        if case .success(.some) = attribute {} else if !Self.isRegularFile(fd) {
+        if case .success(.some) = attribute {
+        } else if !Self.isRegularFile(fd) {
             return report(.modified, Self.notRegular(file.path))
         }
         switch attribute {
         case .success(let attribute?):
             // The signature unpack installed, over content that matches the signed manifest.
             if let record, record.matches(attribute, at: position, through: workspace.window) {
-                return report(.ok, note == nil ? "matches the signed manifest; user.signet.sig is the signature unpack installed" : "user.signet.sig is the signature unpack installed", .xattr)
+                return report(
+                    .ok,
+                    note == nil
+                        ? "matches the signed manifest; user.signet.sig is the signature unpack installed"
+                        : "user.signet.sig is the signature unpack installed", .xattr)
             }
             if verifies(attribute) {
                 return report(.ok, "verified", .xattr)
@@ -210,11 +236,16 @@ final class TreeChecker: @unchecked Sendable {
             // A file shared from a release signed by another key this policy accepts for the
             // package: its attribute is that key's signature over this content, and the tree's
             // own record (or sidecar) holds this manifest key's, which must verify too.
-            if let peer = peers.first(where: { attribute.count == $0.signatureLength && Verifier.check(attribute, digest: digest, key: $0, algorithm: algorithm) }),
-               case .success(let own?) = validSidecar {
-                var made = FileReport(path: file.path, verdict: .ok,
-                                      detail: (note.map { "\($0); " } ?? "") + "verified: user.signet.sig is by key \(peer.keyID.short), which the trust policy also accepts for this package (the release that wrote these bytes); \(own.source == .record ? "the tree's record" : "the sidecar") holds \(key.keyID.short)'s signature",
-                                      signatureSource: .xattr, signer: peer.keyID)
+            if let peer = peers.first(where: {
+                attribute.count == $0.signatureLength && Verifier.check(attribute, digest: digest, key: $0, algorithm: algorithm)
+            }),
+                case .success(let own?) = validSidecar
+            {
+                var made = FileReport(
+                    path: file.path, verdict: .ok,
+                    detail: (note.map { "\($0); " } ?? "")
+                        + "verified: user.signet.sig is by key \(peer.keyID.short), which the trust policy also accepts for this package (the release that wrote these bytes); \(own.source == .record ? "the tree's record" : "the sidecar") holds \(key.keyID.short)'s signature",
+                    signatureSource: .xattr, signer: peer.keyID)
                 made.changedKeys = changes
                 return made
             }
@@ -224,19 +255,25 @@ final class TreeChecker: @unchecked Sendable {
             // above). Only where user.signet.meta names that other key: an attribute damaged
             // under the manifest's own key is still attributes-lost.
             if let meta = SignetMetadata(fd), let other = meta.keyID, other != key.keyID, !peers.contains(where: { $0.keyID == other }),
-               case .success(let own?) = validSidecar, own.source == .record {
-                var made = FileReport(path: file.path, verdict: .ok,
-                                      detail: (note.map { "\($0); " } ?? "") + "verified from the tree's record: its user.signet.sig is by key \(other.short) (the release that wrote these bytes), which the trust policy no longer accepts; the next update that installs the file gives it \(key.keyID.short)'s signature",
-                                      signatureSource: .record, signer: key.keyID)
+                case .success(let own?) = validSidecar, own.source == .record
+            {
+                var made = FileReport(
+                    path: file.path, verdict: .ok,
+                    detail: (note.map { "\($0); " } ?? "")
+                        + "verified from the tree's record: its user.signet.sig is by key \(other.short) (the release that wrote these bytes), which the trust policy no longer accepts; the next update that installs the file gives it \(key.keyID.short)'s signature",
+                    signatureSource: .record, signer: key.keyID)
                 made.changedKeys = changes
                 return made
             }
-            return annotated(restore(fd, file, sidecar: validSidecar,
-                                     lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)"))
+            return annotated(
+                restore(
+                    fd, file, sidecar: validSidecar,
+                    lost: "its user.signet.sig does not verify (replaced by another signature, truncated or extended)"))
         case .success(nil):
             for name in [IMASignature.userAttribute, IMASignature.securityAttribute] {
                 if case .success(let bytes?) = ExtendedAttributes.get(name, on: fd), let ima = IMASignature(bytes: bytes),
-                   ima.signatureAlgorithm == algorithm, verifies(ima.signature) {
+                    ima.signatureAlgorithm == algorithm, verifies(ima.signature)
+                {
                     return report(.ok, "verified from \(name)", .ima)
                 }
             }
@@ -244,7 +281,11 @@ final class TreeChecker: @unchecked Sendable {
         case .failure(let failure) where failure.isUnsupported:
             sawUnsupported.set()
             switch validSidecar {
-            case .success(let found?): return report(.ok, "verified from \(found.source == .record ? "the tree's record .signet/signatures" : "the sidecar") (no user xattrs on this filesystem)", found.source)
+            case .success(let found?):
+                return report(
+                    .ok,
+                    "verified from \(found.source == .record ? "the tree's record .signet/signatures" : "the sidecar") (no user xattrs on this filesystem)",
+                    found.source)
             case .success(nil): return report(.unsigned, "no user xattrs on this filesystem and no valid sidecar \(TreeLayout.signature(of: file.path))")
             case .failure(let error): return report(.unreadable, error.reason)
             }
@@ -256,8 +297,10 @@ final class TreeChecker: @unchecked Sendable {
     /// The signed content of a structured resource: the tree's copy under `.signet/structured/`,
     /// parsed, once its size and SHA-256 are the manifest's; with the digests of the copy in
     /// `algorithms` when asked. A failure is a sentence for the report.
-    static func signedContent(of file: Manifest.File, format: StructuredFormat, rootFD: FileDescriptor, root: String,
-                              digest algorithm: DigestAlgorithm = .sha256) -> Result<StructuredDocument, StructuredFailure> {
+    static func signedContent(
+        of file: Manifest.File, format: StructuredFormat, rootFD: FileDescriptor, root: String,
+        digest algorithm: DigestAlgorithm = .sha256
+    ) -> Result<StructuredDocument, StructuredFailure> {
         signedCopy(of: file, format: format, rootFD: rootFD, root: root, digest: algorithm).map(\.value)
     }
 
@@ -266,13 +309,19 @@ final class TreeChecker: @unchecked Sendable {
         let reason: String
     }
 
-    private static func signedCopy(of file: Manifest.File, format: StructuredFormat, rootFD: FileDescriptor, root: String,
-                                   digest algorithm: DigestAlgorithm) -> Result<(value: StructuredDocument, digest: Digest), StructuredFailure> {
+    private static func signedCopy(
+        of file: Manifest.File, format: StructuredFormat, rootFD: FileDescriptor, root: String,
+        digest algorithm: DigestAlgorithm
+    ) -> Result<(value: StructuredDocument, digest: Digest), StructuredFailure> {
         let relative = TreeLayout.structuredCopy(of: file.path)
         let bytes: [UInt8]
         do {
             guard let read = try InputFile.readBeneath(rootFD, relative, rootPath: root, what: "signed copy", limit: StructuredFormat.maximumSize) else {
-                return .failure(.init(reason: "the tree has no signed copy (\(relative)) to compare its keys with; it was installed by a Signet without structured resources, or the copy was removed"))
+                return .failure(
+                    .init(
+                        reason:
+                            "the tree has no signed copy (\(relative)) to compare its keys with; it was installed by a Signet without structured resources, or the copy was removed"
+                    ))
             }
             bytes = read
         } catch {
@@ -296,7 +345,8 @@ final class TreeChecker: @unchecked Sendable {
     /// listing every changed, added and removed key path.
     private func compareKeys(_ fd: FileDescriptor, _ file: Manifest.File, format: StructuredFormat, at position: Int, in workspace: Workspace) -> FileReport {
         func modified(_ detail: String, _ changes: [KeyChange] = []) -> FileReport {
-            var made = FileReport(path: file.path, verdict: .modified, detail: "'\(file.path)' differs from the signed manifest; \(detail)", signatureSource: nil, signer: nil)
+            var made = FileReport(
+                path: file.path, verdict: .modified, detail: "'\(file.path)' differs from the signed manifest; \(detail)", signatureSource: nil, signer: nil)
             made.changedKeys = changes
             return made
         }
@@ -322,25 +372,31 @@ final class TreeChecker: @unchecked Sendable {
                 offset += Int64(read)
             }
         } catch {
-            return FileReport(path: file.path, verdict: .unreadable, detail: SignetError.posix(error, "cannot read", path: root + "/" + file.path).reason, signatureSource: nil, signer: nil)
+            return FileReport(
+                path: file.path, verdict: .unreadable, detail: SignetError.posix(error, "cannot read", path: root + "/" + file.path).reason,
+                signatureSource: nil, signer: nil)
         }
         let current: StructuredDocument
         do { current = try format.parse(bytes) } catch {
             return modified("it no longer parses as \(format.rawValue): \(error)")
         }
-        bytes = []   // the parsed form holds what is compared
+        bytes = [] // the parsed form holds what is compared
         let changes = StructuredDocument.changes(from: signed.value, to: current, allowed: allowedKeys[Array(file.path.utf8)] ?? [])
         let refused = changes.filter { !$0.allowed }
         guard refused.isEmpty else {
             return modified("keys changed: \(refused.map(\.description).joined(separator: ", "))", changes)
         }
-        let note = changes.isEmpty ? "'\(file.path)' holds the same keys and values as signed, formatted otherwise"
+        let note =
+            changes.isEmpty
+            ? "'\(file.path)' holds the same keys and values as signed, formatted otherwise"
             : "keys-changed: \(changes.map(\.path.description).joined(separator: ", ")) (allowed); every other key of '\(file.path)' is as signed"
         return attributeCheck(fd, file, at: position, in: workspace, digest: signed.digest, note: note, changes: changes)
     }
 
     /// The content is right but the attribute is not: repair it from a verified sidecar if asked.
-    private func restore(_ fd: FileDescriptor, _ file: Manifest.File, sidecar read: Result<(bytes: [UInt8], source: SignatureSource)?, SignetError>, lost: String) -> FileReport {
+    private func restore(
+        _ fd: FileDescriptor, _ file: Manifest.File, sidecar read: Result<(bytes: [UInt8], source: SignatureSource)?, SignetError>, lost: String
+    ) -> FileReport {
         let found: (bytes: [UInt8], source: SignatureSource)?
         switch read {
         case .success(let copy): found = copy
@@ -348,22 +404,33 @@ final class TreeChecker: @unchecked Sendable {
             return FileReport(path: file.path, verdict: .unreadable, detail: "'\(file.path)': \(lost), and \(error.reason)", signatureSource: nil, signer: nil)
         }
         guard let found else {
-            return FileReport(path: file.path, verdict: .unsigned, detail: "'\(file.path)': \(lost), and the tree has no valid copy of its signature (.signet/signatures or \(TreeLayout.signature(of: file.path))) to restore it from", signatureSource: nil, signer: nil)
+            return FileReport(
+                path: file.path, verdict: .unsigned,
+                detail:
+                    "'\(file.path)': \(lost), and the tree has no valid copy of its signature (.signet/signatures or \(TreeLayout.signature(of: file.path))) to restore it from",
+                signatureSource: nil, signer: nil)
         }
         let sidecar = found.bytes
         let copy = found.source == .record ? TreeLayout.signatureRecord : TreeLayout.signature(of: file.path)
         guard repair else {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it from \(copy)", signatureSource: found.source, signer: nil)
+            return FileReport(
+                path: file.path, verdict: .attributesLost, detail: "'\(file.path)' matches the signed manifest but \(lost); --repair restores it from \(copy)",
+                signatureSource: found.source, signer: nil)
         }
         let meta: [UInt8]
         do { meta = try SignetMetadata.encode(path: file.path, sha256: file.sha256, signer: key, manifest: manifest, algorithm: algorithm) } catch {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: (error as? SignetError)?.reason ?? "\(error)", signatureSource: found.source, signer: nil)
+            return FileReport(
+                path: file.path, verdict: .attributesLost, detail: (error as? SignetError)?.reason ?? "\(error)", signatureSource: found.source, signer: nil)
         }
         if case .failure(let failure) = ExtendedAttributes.set(ExtendedAttributes.signature, sidecar, on: fd) {
-            return FileReport(path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason, signatureSource: found.source, signer: nil)
+            return FileReport(
+                path: file.path, verdict: .attributesLost, detail: failure.error("restore", attribute: ExtendedAttributes.signature, path: file.path).reason,
+                signatureSource: found.source, signer: nil)
         }
         _ = ExtendedAttributes.set(ExtendedAttributes.metadata, meta, on: fd)
-        return FileReport(path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from \(copy) after checking the content", signatureSource: found.source, signer: key.keyID)
+        return FileReport(
+            path: file.path, verdict: .repaired, detail: "'\(file.path)': \(lost); restored from \(copy) after checking the content",
+            signatureSource: found.source, signer: key.keyID)
     }
 
     /// Why a listed file could not be opened, as a verdict.
@@ -381,7 +448,8 @@ final class TreeChecker: @unchecked Sendable {
         func refusal(_ err: Int32) -> OpenRefusal {
             switch err {
             case ENOENT: OpenRefusal(.missing, "'\(relative)' is in the signed manifest but not on disk")
-            case ELOOP, ENOTDIR, EXDEV: OpenRefusal(.modified, "'\(relative)' (or a directory on its path) was replaced by a symbolic link or another kind of file")
+            case ELOOP, ENOTDIR, EXDEV:
+                OpenRefusal(.modified, "'\(relative)' (or a directory on its path) was replaced by a symbolic link or another kind of file")
             default: OpenRefusal(.unreadable, "cannot open '\(relative)': \(String(cString: strerror(err)))")
             }
         }

@@ -19,12 +19,16 @@ extension TUFClient {
         }
         for (algorithm, expected) in target.hashes.sorted(by: { $0.key < $1.key }) {
             guard let digestAlgorithm = tufDigestAlgorithm(algorithm) else {
-                throw SignetError(.metadataMismatch, "\(name) is bound by a '\(algorithm)' hash, which Signet does not compute (sha256, sha384, sha512): refused rather than unchecked", path: name)
+                throw SignetError(
+                    .metadataMismatch,
+                    "\(name) is bound by a '\(algorithm)' hash, which Signet does not compute (sha256, sha384, sha512): refused rather than unchecked",
+                    path: name)
             }
             // Each hash from the file's first byte (one open file per hash: its own offset).
             let digest = try Digest.compute(descriptorOf: InputFile.open(path, what: "target", followSymlinks: false), algorithm: digestAlgorithm)
             guard digest.hex == expected.lowercased() else {
-                throw SignetError(.metadataMismatch, "\(name) does not have the \(algorithm) hash its targets role gives: modified on the way or on the server", path: name)
+                throw SignetError(
+                    .metadataMismatch, "\(name) does not have the \(algorithm) hash its targets role gives: modified on the way or on the server", path: name)
             }
         }
     }
@@ -44,7 +48,7 @@ extension TUFClient {
         for byte in name.utf8 {
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"), UInt8(ascii: "~"):
+                UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"), UInt8(ascii: "~"):
                 out.unicodeScalars.append(Unicode.Scalar(byte))
             default:
                 out += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 0xF, radix: 16, uppercase: true)

@@ -92,12 +92,17 @@ public final class TUFClient {
             new = try TUFTrustedSet(root: trustedRoot, now: .now).root.metadata.version
         } catch var error as SignetError where error.code == .thresholdNotMet {
             // A staged root (REPO/staging/root.json) before its holders signed it: say what to use.
-            error.reason += ". A device starts from a root its threshold signed: the repository's metadata/1.root.json once `signet repo sign --role root` published it, not staging/root.json"
+            error.reason +=
+                ". A device starts from a root its threshold signed: the repository's metadata/1.root.json once `signet repo sign --role root` published it, not staging/root.json"
             throw error
         }
         if !force, let stored = try? readStored("root.json", in: metadataDirectory, limit: 512_000),
-           let current = try? TUFTrustedSet(root: stored, now: .now).root.metadata.version, current > new {
-            throw SignetError(.rollback, "'\(metadataDirectory)' already trusts root version \(current); the root given is version \(new), older: refused, so that a device never goes back to keys its repository revoked. Nothing was changed. A device whose root is current needs no init (`signet update` and `signet tuf refresh` walk the chain); to move it to a repository made anew on purpose, give --force", path: metadataDirectory)
+            let current = try? TUFTrustedSet(root: stored, now: .now).root.metadata.version, current > new
+        {
+            throw SignetError(
+                .rollback,
+                "'\(metadataDirectory)' already trusts root version \(current); the root given is version \(new), older: refused, so that a device never goes back to keys its repository revoked. Nothing was changed. A device whose root is current needs no init (`signet update` and `signet tuf refresh` walk the chain); to move it to a repository made anew on purpose, give --force",
+                path: metadataDirectory)
         }
         do {
             try FileManager.default.createDirectory(atPath: metadataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
@@ -111,8 +116,9 @@ public final class TUFClient {
             for name in names where name.hasSuffix(".json") && name != "root.json" {
                 let path = metadataDirectory + "/" + name
                 guard let bytes = try? readSmallFile(path, what: "stored metadata", limit: 5_000_000),
-                      let document = try? TUFDocument(bytes: bytes, name: name),
-                      let type = document.signed["_type"]?.stringValue, TUFMetadata.topLevelRoles.contains(type) else { continue }
+                    let document = try? TUFDocument(bytes: bytes, name: name),
+                    let type = document.signed["_type"]?.stringValue, TUFMetadata.topLevelRoles.contains(type)
+                else { continue }
                 unlink(path)
             }
         }
@@ -125,7 +131,8 @@ public final class TUFClient {
     }
 
     package convenience init(options: TUFClientOptions, cancelled: CancellationFlag?) throws {
-        let transport: any TUFTransport = TUFLocalFolder.path(of: options.metadataURL) != nil
+        let transport: any TUFTransport =
+            TUFLocalFolder.path(of: options.metadataURL) != nil
             ? TUFLocalFolder() : TUFHTTPSTransport(options: options.download, cancelled: cancelled)
         try self.init(options: options, transport: transport)
     }
@@ -138,11 +145,17 @@ public final class TUFClient {
         let trimmed = String(options.metadataURL.dropLast())
         if let file = trimmed.split(separator: "/").last, file.hasSuffix(".json") {
             let folder = String(trimmed.dropLast(file.count))
-            throw SignetError(.usage, "'\(options.metadataURL.dropLast())' names a metadata file; the repository is the folder that holds it: give '\(folder)' (its timestamp.json, snapshot and targets are found from there)")
+            throw SignetError(
+                .usage,
+                "'\(options.metadataURL.dropLast())' names a metadata file; the repository is the folder that holds it: give '\(folder)' (its timestamp.json, snapshot and targets are found from there)"
+            )
         }
         try TrustedInput.check(options.metadataDirectory, what: "the metadata folder")
         guard let root = try Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength) else {
-            throw SignetError(.fileNotFound, "the metadata folder '\(options.metadataDirectory)' has no root.json: initialise it with the repository's trusted root first (`signet tuf init --metadata-dir \(options.metadataDirectory) ROOT.json`, ROOT.json being the repository's metadata/1.root.json)", path: options.metadataDirectory)
+            throw SignetError(
+                .fileNotFound,
+                "the metadata folder '\(options.metadataDirectory)' has no root.json: initialise it with the repository's trusted root first (`signet tuf init --metadata-dir \(options.metadataDirectory) ROOT.json`, ROOT.json being the repository's metadata/1.root.json)",
+                path: options.metadataDirectory)
         }
         lock = options.readOnly ? nil : try DestinationLock(options.metadataDirectory, wait: options.download.wait)
         // Read again under the lock: another client may have walked the chain meanwhile.
@@ -173,21 +186,27 @@ public final class TUFClient {
             // The server's own root of that version, if it is another: the device was set up
             // from another repository's root (or the repository was made anew).
             let ours = try? Self.readStored("root.json", in: options.metadataDirectory, limit: options.maximumRootLength)
-            if let ours, case .found(let theirs)? = try? fetcher.get(options.metadataURL + "\(version).root.json", limit: options.maximumRootLength, what: "\(version).root.json"),
-               let mine = try? TUFMetadata(bytes: ours, expectedType: "root", name: "root.json"),
-               let served = try? TUFMetadata(bytes: theirs, expectedType: "root", name: "\(version).root.json"),
-               mine.signedBytes != served.signedBytes {
-                error.reason += "; this device trusts a root v\(version) that is not this repository's root v\(version): it was initialised with another repository's root.json (or the repository was made anew). Initialise it from this repository's root, as shipped by its publisher: `signet tuf init --metadata-dir \(options.metadataDirectory) --force ROOT.json`"
+            if let ours,
+                case .found(let theirs)? = try? fetcher.get(
+                    options.metadataURL + "\(version).root.json", limit: options.maximumRootLength, what: "\(version).root.json"),
+                let mine = try? TUFMetadata(bytes: ours, expectedType: "root", name: "root.json"),
+                let served = try? TUFMetadata(bytes: theirs, expectedType: "root", name: "\(version).root.json"),
+                mine.signedBytes != served.signedBytes
+            {
+                error.reason +=
+                    "; this device trusts a root v\(version) that is not this repository's root v\(version): it was initialised with another repository's root.json (or the repository was made anew). Initialise it from this repository's root, as shipped by its publisher: `signet tuf init --metadata-dir \(options.metadataDirectory) --force ROOT.json`"
                 throw error
             }
-            error.reason += "; this device trusts root v\(version) and the server has no \(version + 1).root.json: if the repository's keys were rotated since, the publisher must put the newer root back (metadata/\(version + 1).root.json)"
+            error.reason +=
+                "; this device trusts root v\(version) and the server has no \(version + 1).root.json: if the repository's keys were rotated since, the publisher must put the newer root back (metadata/\(version + 1).root.json)"
             throw error
         }
-        let report = TUFRefreshReport(rootVersion: trusted.root.metadata.version, rootsWalked: walked,
-                                      timestampVersion: trusted.timestamp?.metadata.version ?? 0,
-                                      snapshotVersion: trusted.snapshot?.metadata.version ?? 0,
-                                      targetsVersion: targets.metadata.version,
-                                      requests: fetcher.requests, bytesReceived: fetcher.bytesReceived)
+        let report = TUFRefreshReport(
+            rootVersion: trusted.root.metadata.version, rootsWalked: walked,
+            timestampVersion: trusted.timestamp?.metadata.version ?? 0,
+            snapshotVersion: trusted.snapshot?.metadata.version ?? 0,
+            targetsVersion: targets.metadata.version,
+            requests: fetcher.requests, bytesReceived: fetcher.bytesReceived)
         refreshed = report
         return report
     }
@@ -247,7 +266,8 @@ public final class TUFClient {
         if let loaded = trusted.loadedTargets(role, delegator: delegator) { return loaded }
         let local = Self.quoted(role) + ".json"
         if let stored = try? Self.readStored(local, in: options.metadataDirectory, limit: options.maximumTargetsLength),
-           let verified = try? trusted.updateTargets(stored, role: role, delegator: delegator, delegatorParent: delegatorParent, name: "the stored \(local)") {
+            let verified = try? trusted.updateTargets(stored, role: role, delegator: delegator, delegatorParent: delegatorParent, name: "the stored \(local)")
+        {
             return verified
         }
         guard let info = trusted.snapshot?.meta["\(role).json"] else {
@@ -279,7 +299,8 @@ public final class TUFClient {
             if visited.contains(key) { continue }
             let targets = try loadTargets(next.role, delegator: next.delegator, delegatorParent: next.delegatorParent)
             if let found = targets.targets[path] {
-                let delegation: (keys: [String: TUFKey], role: TUFRole)? = next.delegator == "root"
+                let delegation: (keys: [String: TUFKey], role: TUFRole)? =
+                    next.delegator == "root"
                     ? trusted.root.delegation(to: next.role)
                     : next.delegatorParent.flatMap { trusted.loadedTargets(next.delegator, delegator: $0) }?.delegation(to: next.role)
                 let keys = delegation.map { d in d.role.keyIDs.compactMap { d.keys[$0] } } ?? []
@@ -371,17 +392,21 @@ public final class TUFClient {
         defer { if !committed { unlink(temporary) } }
         let fd: FileDescriptor
         do {
-            fd = try FileDescriptor.open(temporary, .readWrite, options: [.create, .exclusiveCreate, .noFollow, .closeOnExec], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+            fd = try FileDescriptor.open(
+                temporary, .readWrite, options: [.create, .exclusiveCreate, .noFollow, .closeOnExec], permissions: [.ownerReadWrite, .groupRead, .otherRead])
         } catch {
             throw SignetError.posix(error, "cannot write target '\(target.path)' into", path: directory)
         }
         let written: Int64
         do {
             defer { try? fd.close() }
-            written = try fetcher.download(url(of: target, base: baseURL), into: fd, path: temporary, limit: max(target.length, 0), what: "target '\(target.path)'")
+            written = try fetcher.download(
+                url(of: target, base: baseURL), into: fd, path: temporary, limit: max(target.length, 0), what: "target '\(target.path)'")
         }
         guard written == target.length else {
-            throw SignetError(.metadataMismatch, "target '\(target.path)' arrived with \(written) bytes; its targets role says \(target.length): nothing was written", path: target.path)
+            throw SignetError(
+                .metadataMismatch, "target '\(target.path)' arrived with \(written) bytes; its targets role says \(target.length): nothing was written",
+                path: target.path)
         }
         try Self.check(temporary, target, name: "target '\(target.path)'")
         try TemporaryFiles.guarded {
@@ -399,9 +424,12 @@ public final class TUFClient {
         case .absent(let status):
             // The timestamp is the first file every repository has: its absence usually means
             // the URL names the repository's folder, not its metadata/ folder.
-            let hint = name == "timestamp.json" && !options.metadataURL.hasSuffix("/metadata/")
-                ? "; is the URL the repository's metadata folder? Signet's repositories serve it as …/metadata/ (try '\(Download.redacted(options.metadataURL))metadata/')" : ""
-            throw SignetError(.network, "the repository has no \(name) (HTTP \(status) from '\(Download.redacted(options.metadataURL + name))')\(hint)", path: name)
+            let hint =
+                name == "timestamp.json" && !options.metadataURL.hasSuffix("/metadata/")
+                ? "; is the URL the repository's metadata folder? Signet's repositories serve it as …/metadata/ (try '\(Download.redacted(options.metadataURL))metadata/')"
+                : ""
+            throw SignetError(
+                .network, "the repository has no \(name) (HTTP \(status) from '\(Download.redacted(options.metadataURL + name))')\(hint)", path: name)
         }
     }
 
@@ -426,8 +454,10 @@ public final class TUFClient {
     /// Refreshes, finds the target at `path` and writes it into `directory` as
     /// ``download(_:from:into:)-(_,String,String)`` does, on a thread of its own; cancellable like
     /// ``refreshAsync(_:)``. Throws `.targetNotFound` when no trusted role lists `path`.
-    public static func downloadAsync(_ path: String, options: TUFClientOptions, from baseURL: String,
-                                     into directory: String) async throws -> TUFDownload {
+    public static func downloadAsync(
+        _ path: String, options: TUFClientOptions, from baseURL: String,
+        into directory: String
+    ) async throws -> TUFDownload {
         try await onOwnThread { cancelled in
             let client = try TUFClient(options: options, cancelled: cancelled)
             guard let target = try client.target(path) else {
@@ -438,9 +468,14 @@ public final class TUFClient {
     }
 
     /// The old name of ``downloadAsync(_:options:from:into:)-(_,_,String,String)``.
-    @available(*, deprecated, renamed: "downloadAsync(_:options:from:into:)", message: "the async form has its own name, so that a blocking call is never chosen for `try await`")
-    public static func download(_ path: String, options: TUFClientOptions, from baseURL: String,
-                                into directory: String) async throws -> TUFDownload {
+    @available(
+        *, deprecated, renamed: "downloadAsync(_:options:from:into:)",
+        message: "the async form has its own name, so that a blocking call is never chosen for `try await`"
+    )
+    public static func download(
+        _ path: String, options: TUFClientOptions, from baseURL: String,
+        into directory: String
+    ) async throws -> TUFDownload {
         try await downloadAsync(path, options: options, from: baseURL, into: directory)
     }
 
@@ -451,32 +486,5 @@ public final class TUFClient {
         } onCancel: {
             cancelled.set()
         }
-    }
-}
-
-// MARK: Swift-native forms: FilePath, URL and DataProtocol
-
-extension TUFClientOptions {
-    /// Options for the repository at `metadataURL`, trusted metadata in `metadataDirectory`.
-    public init(metadataDirectory: FilePath, metadataURL: URL) {
-        self.init(metadataDirectory: metadataDirectory.string, metadataURL: metadataURL.absoluteString)
-    }
-}
-
-extension TUFClient {
-    /// ``initialize(metadataDirectory:trustedRoot:force:)-(String,_,_)`` with a `FilePath` and any bytes.
-    public static func initialize(metadataDirectory: FilePath, trustedRoot: some DataProtocol, force: Bool = false) throws {
-        try initialize(metadataDirectory: metadataDirectory.string, trustedRoot: Array(trustedRoot), force: force)
-    }
-
-    /// ``download(_:from:into:)-(_,String,String)`` with a `URL` and a `FilePath`.
-    public func download(_ target: TUFTarget, from baseURL: URL, into directory: FilePath) throws -> TUFDownload {
-        try download(target, from: baseURL.absoluteString, into: directory.string)
-    }
-
-    /// ``downloadAsync(_:options:from:into:)-(_,_,String,String)`` with a `URL` and a `FilePath`.
-    public static func downloadAsync(_ path: String, options: TUFClientOptions, from baseURL: URL,
-                                     into directory: FilePath) async throws -> TUFDownload {
-        try await downloadAsync(path, options: options, from: baseURL.absoluteString, into: directory.string)
     }
 }

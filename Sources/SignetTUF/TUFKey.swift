@@ -18,7 +18,8 @@ package struct TUFKey: Sendable {
 
     package init(json: TUFJSON) throws {
         guard let keyType = json["keytype"]?.stringValue, let scheme = json["scheme"]?.stringValue,
-              let publicText = json["keyval"]?["public"]?.stringValue else {
+            let publicText = json["keyval"]?["public"]?.stringValue
+        else {
             throw TUFMetadata.malformed("a key has no string keytype, scheme or keyval.public")
         }
         self.keyType = keyType
@@ -27,7 +28,7 @@ package struct TUFKey: Sendable {
         var why: String? = nil
         switch (keyType, scheme) {
         case ("rsa", "rsassa-pss-sha256"), ("rsa", "rsassa-pss-sha384"), ("rsa", "rsassa-pss-sha512"),
-             ("rsa", "rsa-pkcs1v15-sha256"), ("rsa", "rsa-pkcs1v15-sha384"), ("rsa", "rsa-pkcs1v15-sha512"):
+            ("rsa", "rsa-pkcs1v15-sha256"), ("rsa", "rsa-pkcs1v15-sha384"), ("rsa", "rsa-pkcs1v15-sha512"):
             loaded = Self.pem(publicText, baseID: EVP_PKEY_RSA)
             if let key = loaded, key.bits < 2048 { loaded = nil; why = "an RSA key below 2048 bits" }
         case ("ecdsa", "ecdsa-sha2-nistp256"), ("ecdsa-sha2-nistp256", "ecdsa-sha2-nistp256"):
@@ -73,7 +74,8 @@ package struct TUFKey: Sendable {
         }
         let algorithm: DigestAlgorithm = scheme.hasSuffix("384") ? .sha384 : scheme.hasSuffix("512") ? .sha512 : .sha256
         guard let digest = try? Digest.compute(message, algorithm: algorithm), let md = algorithm.md,
-              let context = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return false }
+            let context = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil)
+        else { return false }
         defer { EVP_PKEY_CTX_free(context) }
         guard EVP_PKEY_verify_init(context) == 1, EVP_PKEY_CTX_set_signature_md(context, md) == 1 else { return false }
         if keyType == "rsa" {
@@ -81,8 +83,9 @@ package struct TUFKey: Sendable {
                 // securesystemslib verifies PSS with any salt length (PSS.AUTO); the hash and
                 // MGF1 hash are the scheme's.
                 guard EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PSS_PADDING) == 1,
-                      EVP_PKEY_CTX_set_rsa_pss_saltlen(context, RSA_PSS_SALTLEN_AUTO) == 1,
-                      EVP_PKEY_CTX_set_rsa_mgf1_md(context, md) == 1 else { return false }
+                    EVP_PKEY_CTX_set_rsa_pss_saltlen(context, RSA_PSS_SALTLEN_AUTO) == 1,
+                    EVP_PKEY_CTX_set_rsa_mgf1_md(context, md) == 1
+                else { return false }
             } else {
                 guard EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PADDING) == 1 else { return false }
             }

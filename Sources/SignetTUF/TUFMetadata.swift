@@ -60,7 +60,8 @@ package struct TUFMetadata: Sendable {
             throw SignetError(.malformedMetadata, "\(name) has spec_version '\(spec)', not MAJOR.MINOR[.PATCH]", path: name)
         }
         guard parts[0] == Substring(Self.specificationMajor) else {
-            throw SignetError(.malformedMetadata, "\(name) is for TUF specification \(spec); Signet implements version \(Self.specificationMajor).x", path: name)
+            throw SignetError(
+                .malformedMetadata, "\(name) is for TUF specification \(spec); Signet implements version \(Self.specificationMajor).x", path: name)
         }
         guard let version = signed["version"]?.integerValue, version > 0 else {
             throw SignetError(.malformedMetadata, "\(name) has no positive integer 'version' (at most 2^63-1)", path: name)
@@ -129,7 +130,9 @@ package struct TUFMetaFile: Sendable, Equatable {
         }
         self.version = version
         if let value = json["length"] {
-            guard let length = value.integerValue, length >= 0 else { throw TUFMetadata.malformed("meta '\(name)' has a 'length' that is not a non-negative integer") }
+            guard let length = value.integerValue, length >= 0 else {
+                throw TUFMetadata.malformed("meta '\(name)' has a 'length' that is not a non-negative integer")
+            }
             self.length = length
         } else {
             length = nil
@@ -169,11 +172,13 @@ func tufCheck(_ bytes: [UInt8], length: Int64?, hashes: [String: String]?, name:
     }
     for (algorithm, expected) in (hashes ?? [:]).sorted(by: { $0.key < $1.key }) {
         guard let digestAlgorithm = tufDigestAlgorithm(algorithm) else {
-            throw SignetError(.metadataMismatch, "\(name) is bound by a '\(algorithm)' hash, which Signet does not compute (sha256, sha384, sha512)", path: name)
+            throw SignetError(
+                .metadataMismatch, "\(name) is bound by a '\(algorithm)' hash, which Signet does not compute (sha256, sha384, sha512)", path: name)
         }
         let digest = try Digest.compute(bytes, algorithm: digestAlgorithm)
         guard digest.hex == expected.lowercased() else {
-            throw SignetError(.metadataMismatch, "\(name) does not have the \(algorithm) hash the trusted metadata gives: modified, or another version", path: name)
+            throw SignetError(
+                .metadataMismatch, "\(name) does not have the \(algorithm) hash the trusted metadata gives: modified, or another version", path: name)
         }
     }
 }

@@ -61,11 +61,17 @@ package struct TUFPackageListing: Sendable {
     static func stored(in metadataDirectory: String, maximumRoles: Int = 32) throws -> [TUFPackageListing] {
         try TrustedInput.check(metadataDirectory, what: "--tuf-metadata")
         guard let rootBytes = try TUFClient.readStored("root.json", in: metadataDirectory, limit: 512_000) else {
-            throw SignetError(.fileNotFound, "the TUF metadata folder '\(metadataDirectory)' has no root.json: check the path (signet tuf init puts the repository's root there)", path: metadataDirectory)
+            throw SignetError(
+                .fileNotFound,
+                "the TUF metadata folder '\(metadataDirectory)' has no root.json: check the path (signet tuf init puts the repository's root there)",
+                path: metadataDirectory)
         }
         let root = try TUFTrustedSet(root: rootBytes, now: .now).root
         guard let bytes = try TUFClient.readStored("targets.json", in: metadataDirectory, limit: 5_000_000) else {
-            throw SignetError(.fileNotFound, "the TUF metadata folder '\(metadataDirectory)' has no targets.json yet: the device refreshes it with `signet update --repository` (or `signet tuf refresh`) before it can vouch for packages", path: metadataDirectory)
+            throw SignetError(
+                .fileNotFound,
+                "the TUF metadata folder '\(metadataDirectory)' has no targets.json yet: the device refreshes it with `signet update --repository` (or `signet tuf refresh`) before it can vouch for packages",
+                path: metadataDirectory)
         }
         let metadata = try TUFMetadata(bytes: bytes, expectedType: "targets", name: "targets.json")
         try root.verify(metadata, as: "targets", name: "the stored targets.json")
@@ -82,7 +88,8 @@ package struct TUFPackageListing: Sendable {
             let published = snapshot?.meta["\(role).json"].flatMap { $0.version == targets.metadata.version ? $0.published : nil }
             for path in targets.targets.keys.sorted() {
                 guard let target = targets.targets[path], allows(path), let release = TUFPackageTarget(target) else { continue }
-                listings.append(TUFPackageListing(release: release.resolvingRollout(publishedAt: published), target: target, keys: keys, role: role, threshold: threshold))
+                listings.append(
+                    TUFPackageListing(release: release.resolvingRollout(publishedAt: published), target: target, keys: keys, role: role, threshold: threshold))
             }
         }
         list(top, role: "targets", keys: topRole.keyIDs.compactMap { root.keys[$0] }, threshold: topRole.threshold, allows: { _ in true })
@@ -106,10 +113,11 @@ package struct TUFPackageListing: Sendable {
             let next = queue.removeFirst()
             visited += 1
             guard let (keys, role) = next.delegator.delegation(to: next.name),
-                  let bytes = try TUFClient.readStored(TUFClient.quoted(next.name) + ".json", in: metadataDirectory, limit: 5_000_000),
-                  let metadata = try? TUFMetadata(bytes: bytes, expectedType: "targets", name: next.name + ".json"),
-                  (try? next.delegator.verify(metadata, as: next.name, name: next.name + ".json")) != nil,
-                  let targets = try? TUFTargets(metadata) else { continue }
+                let bytes = try TUFClient.readStored(TUFClient.quoted(next.name) + ".json", in: metadataDirectory, limit: 5_000_000),
+                let metadata = try? TUFMetadata(bytes: bytes, expectedType: "targets", name: next.name + ".json"),
+                (try? next.delegator.verify(metadata, as: next.name, name: next.name + ".json")) != nil,
+                let targets = try? TUFTargets(metadata)
+            else { continue }
             list(targets, role: next.name, keys: role.keyIDs.compactMap { keys[$0] }, threshold: role.threshold, allows: next.allows)
             enqueue(targets, above: next.allows)
         }

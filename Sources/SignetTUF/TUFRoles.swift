@@ -26,7 +26,10 @@ extension TUFDelegator {
             if key.verifies(signature, over: metadata.signedBytes) { valid.insert(id) }
         }
         guard valid.count >= delegated.threshold else {
-            throw SignetError(.thresholdNotMet, "\(name) has \(valid.count) valid signature\(valid.count == 1 ? "" : "s") by the keys of role '\(role)'; its threshold is \(delegated.threshold)", path: name)
+            throw SignetError(
+                .thresholdNotMet,
+                "\(name) has \(valid.count) valid signature\(valid.count == 1 ? "" : "s") by the keys of role '\(role)'; its threshold is \(delegated.threshold)",
+                path: name)
         }
     }
 }
@@ -45,7 +48,8 @@ package struct TUFRoot: TUFDelegator {
         var roles: [String: TUFRole] = [:]
         for (name, value) in members { roles[name] = try TUFRole(json: value, name: name) }
         guard Set(roles.keys) == TUFMetadata.topLevelRoles else {
-            throw TUFMetadata.malformed("root's roles are \(roles.keys.sorted().joined(separator: ", ")); exactly root, snapshot, targets and timestamp are required")
+            throw TUFMetadata.malformed(
+                "root's roles are \(roles.keys.sorted().joined(separator: ", ")); exactly root, snapshot, targets and timestamp are required")
         }
         self.roles = roles
         switch metadata.signed["consistent_snapshot"] {
@@ -167,7 +171,9 @@ package struct TUFSuccinctRoles: Sendable {
 
     package init(json: TUFJSON) throws {
         role = try TUFRole(json: json, name: "succinct_roles")
-        guard let bits = json["bit_length"]?.integerValue, (1...32).contains(bits) else { throw TUFMetadata.malformed("succinct_roles has no bit_length from 1 to 32") }
+        guard let bits = json["bit_length"]?.integerValue, (1...32).contains(bits) else {
+            throw TUFMetadata.malformed("succinct_roles has no bit_length from 1 to 32")
+        }
         guard let prefix = json["name_prefix"]?.stringValue else { throw TUFMetadata.malformed("succinct_roles has no 'name_prefix'") }
         bitLength = Int(bits)
         namePrefix = prefix

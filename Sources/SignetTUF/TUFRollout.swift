@@ -46,7 +46,7 @@ public struct TUFRollout: Sendable, Equatable {
     /// The named plans `repo add --rollout NAME` takes: `default` ramps over six days.
     public static let namedPlans: [String: String] = [
         "default": "1%@0h,5%@24h,15%@48h,40%@72h,60%@96h,90%@120h,100%@144h",
-        "now": "100%@0h",
+        "now": "100%@0h"
     ]
 
     init(start: Timestamp, steps: [Step], state: State = .active, pausedAt: Timestamp? = nil, stagedAt: Timestamp? = nil) {
@@ -88,18 +88,22 @@ public struct TUFRollout: Sendable, Equatable {
     /// rising, the first one any. Throws `.usage` naming what is wrong.
     public init(plan text: String, start: Timestamp) throws {
         let plan = Self.namedPlans[text] ?? text
-        let usage = "a rollout plan is steps PERCENT%@OFFSET joined by commas (1%@0h,10%@24h,100%@72h) or a named plan (\(Self.namedPlans.keys.sorted().joined(separator: ", ")))"
+        let usage =
+            "a rollout plan is steps PERCENT%@OFFSET joined by commas (1%@0h,10%@24h,100%@72h) or a named plan (\(Self.namedPlans.keys.sorted().joined(separator: ", ")))"
         var steps: [Step] = []
         for part in plan.split(separator: ",", omittingEmptySubsequences: false) {
             let pieces = part.trimmingCharacters(in: .whitespaces).split(separator: "@", omittingEmptySubsequences: false)
             guard pieces.count == 2, pieces[0].hasSuffix("%"), let buckets = Self.buckets(percent: pieces[0].dropLast()),
-                  let after = Self.seconds(pieces[1]) else {
+                let after = Self.seconds(pieces[1])
+            else {
                 throw SignetError(.usage, "'\(part)' is not a step: \(Self.stepRule(pieces))\(usage)")
             }
             guard buckets > 0 else { throw SignetError(.usage, "'\(part)': a step opens more than 0% of the fleet") }
             if let last = steps.last {
                 guard after > last.after else { throw SignetError(.usage, "'\(part)': each step comes later than the one before it (\(usage))") }
-                guard buckets > last.buckets else { throw SignetError(.usage, "'\(part)': each step opens more of the fleet than the one before it (\(usage))") }
+                guard buckets > last.buckets else {
+                    throw SignetError(.usage, "'\(part)': each step opens more of the fleet than the one before it (\(usage))")
+                }
             }
             steps.append(Step(after: after, buckets: buckets))
         }
@@ -156,8 +160,12 @@ public struct TUFRollout: Sendable, Equatable {
     public var planText: String {
         steps.map { step in
             let percent = Self.percent(step.buckets).dropLast()
-            let after = step.after % 86_400 == 0 && step.after > 0 ? "\(step.after / 86_400)d" : step.after % 3_600 == 0 ? "\(step.after / 3_600)h"
-                : step.after % 60 == 0 ? "\(step.after / 60)m" : "\(step.after)s"
+            let after =
+                step.after % 86_400 == 0 && step.after > 0
+                ? "\(step.after / 86_400)d"
+                : step.after % 3_600 == 0
+                    ? "\(step.after / 3_600)h"
+                    : step.after % 60 == 0 ? "\(step.after / 60)m" : "\(step.after)s"
             return "\(percent)%@\(after)"
         }.joined(separator: ",")
     }
@@ -273,14 +281,16 @@ public struct TUFRollout: Sendable, Equatable {
     /// else: a device refuses a release whose plan it cannot read rather than guess one.
     init?(json: TUFJSON) {
         guard let members = json.objectMembers, Set(members.map(\.0)).isSubset(of: ["start", "steps", "state", "paused_at", "staged_at"]),
-              let startText = json["start"]?.stringValue, let start = Timestamp(rfc3339: startText),
-              let stateText = json["state"]?.stringValue, let state = State(rawValue: stateText),
-              let items = json["steps"]?.arrayItems, (1...64).contains(items.count) else { return nil }
+            let startText = json["start"]?.stringValue, let start = Timestamp(rfc3339: startText),
+            let stateText = json["state"]?.stringValue, let state = State(rawValue: stateText),
+            let items = json["steps"]?.arrayItems, (1...64).contains(items.count)
+        else { return nil }
         var steps: [Step] = []
         for item in items {
             guard let members = item.objectMembers, Set(members.map(\.0)) == ["after", "buckets"],
-                  case .number(let afterText)? = item["after"], let after = Int64(afterText), (0...(366 * 86_400)).contains(after),
-                  case .number(let bucketsText)? = item["buckets"], let buckets = Int(bucketsText), (1...Self.bucketCount).contains(buckets) else { return nil }
+                case .number(let afterText)? = item["after"], let after = Int64(afterText), (0...(366 * 86_400)).contains(after),
+                case .number(let bucketsText)? = item["buckets"], let buckets = Int(bucketsText), (1...Self.bucketCount).contains(buckets)
+            else { return nil }
             if let last = steps.last, after <= last.after || buckets <= last.buckets { return nil }
             steps.append(Step(after: after, buckets: buckets))
         }
@@ -303,7 +313,7 @@ public struct TUFRollout: Sendable, Equatable {
         var members: [(String, TUFJSON)] = [
             ("start", .string(start.rfc3339)),
             ("steps", .array(steps.map { .object([("after", .number(String($0.after))), ("buckets", .number(String($0.buckets)))]) })),
-            ("state", .string(state.rawValue)),
+            ("state", .string(state.rawValue))
         ]
         if let pausedAt { members.append(("paused_at", .string(pausedAt.rfc3339))) }
         if let stagedAt { members.append(("staged_at", .string(stagedAt.rfc3339))) }

@@ -42,7 +42,10 @@ package struct TUFTrustedSet {
     /// §5.3.10: the final root must not be expired.
     func checkFinalRoot() throws {
         if root.metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "the newest root (version \(root.metadata.version)) expired at \(root.metadata.expires): the repository's root keys must sign a new root (the publisher: `signet repo renew --role root`); nothing was updated; \(Timestamp.clockReading)", path: "root.json")
+            throw SignetError(
+                .expiredMetadata,
+                "the newest root (version \(root.metadata.version)) expired at \(root.metadata.expires): the repository's root keys must sign a new root (the publisher: `signet repo renew --role root`); nothing was updated; \(Timestamp.clockReading)",
+                path: "root.json")
         }
     }
 
@@ -58,11 +61,17 @@ package struct TUFTrustedSet {
         try root.verify(metadata, as: "timestamp", name: name)
         if let old = timestamp {
             guard metadata.version >= old.metadata.version else {
-                throw SignetError(.rollback, "\(name) has version \(metadata.version), lower than version \(old.metadata.version) already trusted: an older timestamp served again (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
+                throw SignetError(
+                    .rollback,
+                    "\(name) has version \(metadata.version), lower than version \(old.metadata.version) already trusted: an older timestamp served again (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root",
+                    path: name)
             }
             if metadata.version == old.metadata.version { return false }
             guard new.snapshot.version >= old.snapshot.version else {
-                throw SignetError(.rollback, "\(name) names snapshot version \(new.snapshot.version), lower than version \(old.snapshot.version) already trusted (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
+                throw SignetError(
+                    .rollback,
+                    "\(name) names snapshot version \(new.snapshot.version), lower than version \(old.snapshot.version) already trusted (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root",
+                    path: name)
             }
         }
         timestamp = new
@@ -73,7 +82,10 @@ package struct TUFTrustedSet {
     func checkFinalTimestamp() throws {
         guard let timestamp else { return }
         if timestamp.metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "timestamp.json (version \(timestamp.metadata.version)) expired at \(timestamp.metadata.expires): the publisher must run `signet repo refresh` (its hourly job has stopped, or its timestamp key no longer signs), or the repository is holding back updates (a freeze attack); \(Timestamp.clockReading)", path: "timestamp.json")
+            throw SignetError(
+                .expiredMetadata,
+                "timestamp.json (version \(timestamp.metadata.version)) expired at \(timestamp.metadata.expires): the publisher must run `signet repo refresh` (its hourly job has stopped, or its timestamp key no longer signs), or the repository is holding back updates (a freeze attack); \(Timestamp.clockReading)",
+                path: "timestamp.json")
         }
     }
 
@@ -93,10 +105,16 @@ package struct TUFTrustedSet {
         if let old = snapshot {
             for (file, info) in old.meta {
                 guard let now = new.meta[file] else {
-                    throw SignetError(.rollback, "\(name) no longer lists '\(file)', which the trusted snapshot lists: refused. If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
+                    throw SignetError(
+                        .rollback,
+                        "\(name) no longer lists '\(file)', which the trusted snapshot lists: refused. If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root",
+                        path: name)
                 }
                 guard now.version >= info.version else {
-                    throw SignetError(.rollback, "\(name) lists '\(file)' at version \(now.version), lower than version \(info.version) already trusted (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root", path: name)
+                    throw SignetError(
+                        .rollback,
+                        "\(name) lists '\(file)' at version \(now.version), lower than version \(info.version) already trusted (a rollback). If this persists, the server or a mirror serves stale metadata: check what it publishes (`signet repo status` on the publisher). If the repository was made anew on purpose, move the device to it with `signet tuf init --force` and its new root",
+                        path: name)
                 }
             }
         }
@@ -107,10 +125,15 @@ package struct TUFTrustedSet {
     func checkFinalSnapshot() throws {
         guard let snapshot, let timestamp else { return }
         if snapshot.metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "snapshot.json (version \(snapshot.metadata.version)) expired at \(snapshot.metadata.expires): the publisher must run `signet repo refresh`, or the repository is holding back updates (a freeze attack); \(Timestamp.clockReading)", path: "snapshot.json")
+            throw SignetError(
+                .expiredMetadata,
+                "snapshot.json (version \(snapshot.metadata.version)) expired at \(snapshot.metadata.expires): the publisher must run `signet repo refresh`, or the repository is holding back updates (a freeze attack); \(Timestamp.clockReading)",
+                path: "snapshot.json")
         }
         guard snapshot.metadata.version == timestamp.snapshot.version else {
-            throw SignetError(.metadataMismatch, "snapshot.json has version \(snapshot.metadata.version); the timestamp names version \(timestamp.snapshot.version)", path: "snapshot.json")
+            throw SignetError(
+                .metadataMismatch, "snapshot.json has version \(snapshot.metadata.version); the timestamp names version \(timestamp.snapshot.version)",
+                path: "snapshot.json")
         }
     }
 
@@ -144,7 +167,10 @@ package struct TUFTrustedSet {
             throw SignetError(.metadataMismatch, "\(name) has version \(metadata.version); the snapshot names version \(info.version)", path: name)
         }
         if metadata.isExpired(at: now) {
-            throw SignetError(.expiredMetadata, "\(name) (version \(metadata.version)) expired at \(metadata.expires): its key holders must sign it again (the publisher: `signet repo renew --role targets`, or a new release); \(Timestamp.clockReading)", path: name)
+            throw SignetError(
+                .expiredMetadata,
+                "\(name) (version \(metadata.version)) expired at \(metadata.expires): its key holders must sign it again (the publisher: `signet repo renew --role targets`, or a new release); \(Timestamp.clockReading)",
+                path: name)
         }
         targets["\(delegator)\u{0}\(role)"] = new
         return new

@@ -16,7 +16,10 @@ extension TrustPolicy {
     public mutating func addTUFMetadata(_ metadataDirectory: String) throws {
         let listings = try TUFPackageListing.stored(in: metadataDirectory)
         guard !listings.isEmpty else {
-            throw SignetError(.untrustedSigner, "the TUF metadata in '\(metadataDirectory)' lists no Signet package (a target with custom.signet): nothing there can vouch for a package", path: metadataDirectory)
+            throw SignetError(
+                .untrustedSigner,
+                "the TUF metadata in '\(metadataDirectory)' lists no Signet package (a target with custom.signet): nothing there can vouch for a package",
+                path: metadataDirectory)
         }
         for listing in listings {
             var ids: Set<KeyID> = []
@@ -27,8 +30,9 @@ extension TrustPolicy {
                     tufOnlyKeys.insert(key.keyID)
                 }
             }
-            var listed = TUFListed(name: listing.release.name, sequence: listing.release.sequence, manifestSHA256: listing.release.manifestSHA256,
-                                   keyIDs: ids, role: listing.role, threshold: listing.threshold, roleKeys: listing.keys.count)
+            var listed = TUFListed(
+                name: listing.release.name, sequence: listing.release.sequence, manifestSHA256: listing.release.manifestSHA256,
+                keyIDs: ids, role: listing.role, threshold: listing.threshold, roleKeys: listing.keys.count)
             listed.halted = listing.release.rollout?.state == .halted
             tufListings.append(listed)
         }

@@ -48,8 +48,10 @@ public struct TUFReleaseChoice: Sendable, Equatable {
     /// Chooses among `releases` (one package name's releases a channel lists; at least one).
     /// `deviceID` is read only when a release has a rollout plan (it throws what reading the
     /// device id file throws).
-    public static func choose(among releases: [TUFPackageTarget], deviceID: () throws -> [UInt8], at now: Timestamp,
-                              ignoreRollout: Bool = false, versionLock: VersionLock? = nil) throws -> TUFReleaseChoice? {
+    public static func choose(
+        among releases: [TUFPackageTarget], deviceID: () throws -> [UInt8], at now: Timestamp,
+        ignoreRollout: Bool = false, versionLock: VersionLock? = nil
+    ) throws -> TUFReleaseChoice? {
         let ordered = TUFChannel.newestFirst(releases)
         guard let newest = ordered.first else { return nil }
         var id: [UInt8]? = nil

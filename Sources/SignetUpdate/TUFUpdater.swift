@@ -156,7 +156,9 @@ public enum TUFUpdater {
     }
 
     /// The old name of ``updateAsync(to:options:)-(String,_)``.
-    @available(*, deprecated, renamed: "updateAsync(to:options:)", message: "the async form has its own name, so that a blocking call is never chosen for `try await`")
+    @available(
+        *, deprecated, renamed: "updateAsync(to:options:)", message: "the async form has its own name, so that a blocking call is never chosen for `try await`"
+    )
     public static func update(to destination: String, options: TUFUpdateOptions) async throws -> TUFUpdateReport {
         try await updateAsync(to: destination, options: options)
     }
@@ -197,17 +199,25 @@ public enum TUFUpdater {
         }
         let names = Set(candidates.map(\.release.name))
         guard names.count <= 1 else {
-            throw SignetError(.usage, "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
+            throw SignetError(
+                .usage,
+                "channel '\(options.channel)' lists several packages (\(names.sorted().joined(separator: ", "))): name the one this device runs with --package")
         }
         guard !candidates.isEmpty else {
             let channels = Set(listings.filter { wanted == nil || Manifest.sameName(wanted, $0.release.name) }.flatMap(\.release.channels)).sorted()
-            throw SignetError(.targetNotFound, "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)'; \(channels.isEmpty ? "it lists \(wanted == nil ? "no package" : "none of that name") on any channel" : "its channels\(wanted.map { " for '\($0)'" } ?? ""): \(channels.joined(separator: ", "))")", path: options.client.metadataURL)
+            throw SignetError(
+                .targetNotFound,
+                "the repository lists no \(wanted.map { "package '\($0)'" } ?? "package") for channel '\(options.channel)'; \(channels.isEmpty ? "it lists \(wanted == nil ? "no package" : "none of that name") on any channel" : "its channels\(wanted.map { " for '\($0)'" } ?? ""): \(channels.joined(separator: ", "))")",
+                path: options.client.metadataURL)
         }
         // Which listed release reaches this device, and what this run does with it: decided
         // once (FORMAT §7, "Which release a device installs").
-        guard let decision = try UpdateDecision.decide(releases: candidates.map(\.release), installed: installed, records: records,
-                                                      options: UpdateDecision.Options(options), at: clientOptions.now ?? .now,
-                                                      deviceID: { try deviceID(options.deviceIDFile) }) else {
+        guard
+            let decision = try UpdateDecision.decide(
+                releases: candidates.map(\.release), installed: installed, records: records,
+                options: UpdateDecision.Options(options), at: clientOptions.now ?? .now,
+                deviceID: { try deviceID(options.deviceIDFile) })
+        else {
             throw SignetError(.targetNotFound, "the channel '\(options.channel)' lists no release", path: options.client.metadataURL)
         }
         let release = decision.release
@@ -216,12 +226,14 @@ public enum TUFUpdater {
         }
         // `targets/` beside the metadata folder: on a server, or in a copy on local media.
         let localMetadata = TUFLocalFolder.path(of: clientOptions.metadataURL)
-        let base = options.targetsURL ?? localMetadata.map { (($0 as NSString).deletingLastPathComponent as NSString).appendingPathComponent("targets") + "/" }
+        let base =
+            options.targetsURL ?? localMetadata.map { (($0 as NSString).deletingLastPathComponent as NSString).appendingPathComponent("targets") + "/" }
             ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
         let packageURL = client.url(of: listing.target, base: base)
         func report(install: InstallReport? = nil, deferredInstall: String? = nil) -> TUFUpdateReport {
-            TUFUpdateReport(decision: decision, refresh: refresh, role: listing.role, packageURL: packageURL, installed: installed,
-                            install: install, deferredInstall: deferredInstall)
+            TUFUpdateReport(
+                decision: decision, refresh: refresh, role: listing.role, packageURL: packageURL, installed: installed,
+                install: install, deferredInstall: deferredInstall)
         }
         if case .refusedBad = decision.action { return report() }
         if let lock, let note = decision.channelNote {
@@ -230,11 +242,15 @@ public enum TUFUpdater {
         guard let lock, decision.action == .install || decision.action == .repair else { return report() }
         let packageKeys = listing.keys.compactMap { $0.publicKey(source: "TUF role \(listing.role)") }
         guard !packageKeys.isEmpty else {
-            throw SignetError(.untrustedSigner, "role '\(listing.role)', which lists \(release.target), has no RSA key: Signet packages are signed with RSA keys of the role that lists them", path: release.target)
+            throw SignetError(
+                .untrustedSigner,
+                "role '\(listing.role)', which lists \(release.target), has no RSA key: Signet packages are signed with RSA keys of the role that lists them",
+                path: release.target)
         }
         var install = options.install
-        install.expectedPackage = PackageBinding(name: release.name, version: release.version, sequence: release.sequence,
-                                                 size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
+        install.expectedPackage = PackageBinding(
+            name: release.name, version: release.version, sequence: release.sequence,
+            size: UInt64(max(0, release.length)), sha256: release.sha256, manifestSHA256: release.manifestSHA256)
         do {
             if let local = TUFLocalFolder.path(of: packageURL) {
                 // A copy of the repository on local media: the package file checked whole
@@ -242,13 +258,16 @@ public enum TUFUpdater {
                 try TUFClient.check(local, listing.target, name: release.target)
                 return report(install: try Installer.install(local, to: destination, policy: TrustPolicy(keys: packageKeys), options: install, holding: lock))
             }
-            return report(install: try Installer.install(downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
-                                                         download: options.client.download, cancelled: cancelled, holding: lock))
+            return report(
+                install: try Installer.install(
+                    downloading: packageURL, to: destination, policy: TrustPolicy(keys: packageKeys), options: install,
+                    download: options.client.download, cancelled: cancelled, holding: lock))
         } catch let deferred as SignetError where deferred.code == .installDeferred {
             // Outside the maintenance window, or the pre-install command said not now: staged,
             // kept for the next run; not a failure.
-            try? Installer.noteChannel(destination, sequence: release.sequence, version: release.version, note: deferred.reason,
-                                       records: ReleaseRecord.read(for: destination), holding: lock)
+            try? Installer.noteChannel(
+                destination, sequence: release.sequence, version: release.version, note: deferred.reason,
+                records: ReleaseRecord.read(for: destination), holding: lock)
             return report(deferredInstall: deferred.reason)
         }
     }
@@ -260,11 +279,13 @@ public enum TUFUpdater {
         case .versionLock, .newest, .rolloutIgnored:
             return "locked: this device's version lock\(lock.map { " (\($0))" } ?? "") excludes \(release.version) (sequence \(release.sequence))"
         case .halted:
-            return "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); it is offered to no device that does not hold it"
+            return
+                "halted: the publisher halted the rollout of \(release.version) (sequence \(release.sequence)); it is offered to no device that does not hold it"
         case .waveNotReached:
             guard let rollout = passed.rollout else { return "waiting: \(release.version) (sequence \(release.sequence))" }
             let share = TUFRollout.percent(rollout.openBuckets)
-            return "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket.map(String.init) ?? "?")) "
+            return
+                "waiting: \(release.version) (sequence \(release.sequence)) is rolling out to \(share) of devices\(rollout.state == .paused ? " (paused)" : ""); this device (bucket \(rollout.bucket.map(String.init) ?? "?")) "
                 + (rollout.eligibleAt.map { "from \($0.rfc3339)" } ?? (rollout.state == .paused ? "once it resumes" : "is not in the plan yet"))
         }
     }
@@ -282,8 +303,9 @@ public enum TUFUpdater {
         let bucket = deviceID.map { TUFRollout.bucket(deviceID: $0, name: release.name, sequence: release.sequence) }
         let open = plan.openBuckets(at: now)
         let eligible = plan.state != .halted && (bucket.map { $0 < open } ?? (open >= TUFRollout.bucketCount))
-        return RolloutStatus(bucket: bucket, openBuckets: open, state: plan.state, eligible: eligible,
-                             eligibleAt: bucket.flatMap { plan.opens($0, at: now) }, plan: plan)
+        return RolloutStatus(
+            bucket: bucket, openBuckets: open, state: plan.state, eligible: eligible,
+            eligibleAt: bucket.flatMap { plan.opens($0, at: now) }, plan: plan)
     }
 
     /// The device id: the file's bytes without surrounding ASCII white space (systemd's
@@ -293,14 +315,20 @@ public enum TUFUpdater {
         do {
             bytes = try readSmallFile(path, what: "device id", limit: 4_096 + 2)
         } catch let error as SignetError {
-            throw SignetError(error.code, "the release has a rollout plan, and this device's id cannot be read from '\(path)' (\(error.reason)): give device-id-file (a file of the device's stable id; systemd's /etc/machine-id by default)", path: path)
+            throw SignetError(
+                error.code,
+                "the release has a rollout plan, and this device's id cannot be read from '\(path)' (\(error.reason)): give device-id-file (a file of the device's stable id; systemd's /etc/machine-id by default)",
+                path: path)
         }
         // The bytes as read, trimmed of ASCII white space only (FORMAT §7): never decoded, so
         // ids that are not text spread over the buckets as any other.
         let space: Set<UInt8> = [0x20, 0x09, 0x0a, 0x0b, 0x0c, 0x0d]
         let id = Array(bytes.drop { space.contains($0) }.reversed().drop { space.contains($0) }.reversed())
         guard !id.isEmpty, id.count <= 4_096 else {
-            throw SignetError(.malformedInput, "the device id file '\(path)' is \(id.isEmpty ? "empty" : "longer than 4,096 bytes"): it must hold the device's stable id (systemd's /etc/machine-id is an empty file until first boot completes)", path: path)
+            throw SignetError(
+                .malformedInput,
+                "the device id file '\(path)' is \(id.isEmpty ? "empty" : "longer than 4,096 bytes"): it must hold the device's stable id (systemd's /etc/machine-id is an empty file until first boot completes)",
+                path: path)
         }
         return id
     }

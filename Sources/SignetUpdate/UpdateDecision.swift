@@ -75,10 +75,15 @@ package struct UpdateDecision: Sendable, Equatable {
     /// Decides for `releases` (one name's, the channel's; at least one), DIR holding
     /// `installed` with `records`. `deviceID` is read only when a plan needs it. Nil when the
     /// channel lists no release.
-    package static func decide(releases: [TUFPackageTarget], installed: InstalledRelease?, records: ReleaseRecord, options: Options,
-                               at now: Timestamp, deviceID: () throws -> [UInt8]) throws -> UpdateDecision? {
-        guard let choice = try TUFReleaseChoice.choose(among: releases, deviceID: deviceID, at: now,
-                                                       ignoreRollout: options.ignoreRollout, versionLock: options.versionLock) else { return nil }
+    package static func decide(
+        releases: [TUFPackageTarget], installed: InstalledRelease?, records: ReleaseRecord, options: Options,
+        at now: Timestamp, deviceID: () throws -> [UInt8]
+    ) throws -> UpdateDecision? {
+        guard
+            let choice = try TUFReleaseChoice.choose(
+                among: releases, deviceID: deviceID, at: now,
+                ignoreRollout: options.ignoreRollout, versionLock: options.versionLock)
+        else { return nil }
         let newest = choice.newest
         let installedSequence = installed.flatMap { Manifest.sameName($0.name, newest.name) ? $0.sequence : nil }
         // The release DIR holds, re-signed since (a key rotation: the same sequence and files, a
@@ -92,7 +97,8 @@ package struct UpdateDecision: Sendable, Equatable {
         let listedInstalled = installedSequence.flatMap { sequence in releases.first { $0.sequence == sequence } }
         // A hook of the installed release that never finished (Signet was killed in it) runs
         // again: the install path finds DIR up to date, ends what the hook left and reruns it.
-        let unfinished = (options.postInstallHook && records.post_install.map { $0.sequence == installedSequence } == true)
+        let unfinished =
+            (options.postInstallHook && records.post_install.map { $0.sequence == installedSequence } == true)
             || (options.healthCheckHook && records.unchecked != nil && records.unchecked == installedSequence)
         let repairing = (options.repair || unfinished) && newerChosen == nil && listedInstalled != nil
         let release = options.hold ? newest : (newerChosen ?? (repairing ? listedInstalled : nil) ?? newest)
@@ -102,9 +108,11 @@ package struct UpdateDecision: Sendable, Equatable {
         // A release this device refused (a failed health check, a rollback) is not news every
         // hour: it is held back, and the run succeeds (--retry-bad installs it).
         if installing, !repairing, !options.retryBad,
-           let bad = records.isBad(release.name, sequence: release.sequence, installed: installedSequence) {
-            return UpdateDecision(action: .refusedBad(RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)), release: release,
-                                  choice: choice, updateAvailable: false, channelIsOlder: false, rollout: nil, deferred: nil, channelNote: nil)
+            let bad = records.isBad(release.name, sequence: release.sequence, installed: installedSequence)
+        {
+            return UpdateDecision(
+                action: .refusedBad(RefusedRelease(sequence: bad.sequence, reason: bad.reason, at: bad.at)), release: release,
+                choice: choice, updateAvailable: false, channelIsOlder: false, rollout: nil, deferred: nil, channelNote: nil)
         }
         // The newest release's rollout for this device, and why it is not installed, when it
         // is newer than what DIR holds and this run does not install it.
@@ -122,12 +130,15 @@ package struct UpdateDecision: Sendable, Equatable {
         var channelNote: ChannelNote? = nil
         if installed != nil {
             let holds = listedInstalled?.rollout?.state == .halted ? listedInstalled : nil
-            let halted = deferred == nil && !installing ? holds.map { "halted: the publisher halted the rollout of \($0.version) (sequence \($0.sequence)); this device keeps it" } : nil
+            let halted =
+                deferred == nil && !installing
+                ? holds.map { "halted: the publisher halted the rollout of \($0.version) (sequence \($0.sequence)); this device keeps it" } : nil
             channelNote = ChannelNote(sequence: newest.sequence, version: newest.version, note: deferred ?? halted)
         }
-        return UpdateDecision(action: installing ? (repairing ? .repair : .install) : .none, release: installing ? release : newest,
-                              choice: choice, updateAvailable: installing || newer, channelIsOlder: older, rollout: rollout,
-                              deferred: deferred, channelNote: channelNote)
+        return UpdateDecision(
+            action: installing ? (repairing ? .repair : .install) : .none, release: installing ? release : newest,
+            choice: choice, updateAvailable: installing || newer, channelIsOlder: older, rollout: rollout,
+            deferred: deferred, channelNote: channelNote)
     }
 }
 
@@ -135,10 +146,13 @@ extension TUFUpdateReport {
     /// The report of an update: the one place it is built, from the decision and what the
     /// install did (`deferredInstall`: the install layer deferred it — outside the maintenance
     /// window, or the pre-install command said not now).
-    init(decision: UpdateDecision, refresh: TUFRefreshReport, role: String, packageURL: String, installed: InstalledRelease?,
-         install: InstallReport?, deferredInstall: String? = nil) {
-        self.init(refresh: refresh, release: decision.release, role: role, packageURL: packageURL, installed: installed,
-                  updateAvailable: decision.updateAvailable, channelIsOlder: decision.channelIsOlder, install: install)
+    init(
+        decision: UpdateDecision, refresh: TUFRefreshReport, role: String, packageURL: String, installed: InstalledRelease?,
+        install: InstallReport?, deferredInstall: String? = nil
+    ) {
+        self.init(
+            refresh: refresh, release: decision.release, role: role, packageURL: packageURL, installed: installed,
+            updateAvailable: decision.updateAvailable, channelIsOlder: decision.channelIsOlder, install: install)
         choice = decision.choice
         if case .refusedBad(let refused) = decision.action { self.refused = refused }
         rollout = decision.rollout

@@ -21,11 +21,14 @@ enum ArgumentErrors {
                 let number = value.allSatisfy(\.isNumber)
                 // An option with named values (yes|no): the values are what it takes, not numbers.
                 let named = text[range.upperBound...].contains("Please provide one of")
-                text = "\(option) '\(value)' is \(named ? "not one of its values" : negative || number ? "out of range" : "not a whole number")" + text[range.upperBound...]
+                text =
+                    "\(option) '\(value)' is \(named ? "not one of its values" : negative || number ? "out of range" : "not a whole number")"
+                    + text[range.upperBound...]
             }
         } else if let range = text.range(of: #"^Unknown option '([^']*)'(\. Did you mean '[^']*'\?)?"#, options: .regularExpression) {
             let typed = String(text[range].split(separator: "'")[1])
-            text = "unknown option '\(typed)'" + (suggestion(for: typed, arguments: arguments).map { "; did you mean \($0)?" } ?? "") + text[range.upperBound...]
+            text =
+                "unknown option '\(typed)'" + (suggestion(for: typed, arguments: arguments).map { "; did you mean \($0)?" } ?? "") + text[range.upperBound...]
         } else if let first = text.first, first.isUppercase, !text.hasPrefix("TLS") {
             text = first.lowercased() + text.dropFirst()
         }
@@ -94,7 +97,9 @@ enum ArgumentErrors {
 
     /// "; did you mean NAME?" for a mistyped name among `names`, or nothing.
     static func didYouMean(_ typed: String, among names: [String]) -> String {
-        if let prefixed = names.filter({ $0.hasPrefix(typed) || typed.hasPrefix($0) }).min(by: { $0.count < $1.count }) { return "; did you mean '\(prefixed)'?" }
+        if let prefixed = names.filter({ $0.hasPrefix(typed) || typed.hasPrefix($0) }).min(by: { $0.count < $1.count }) {
+            return "; did you mean '\(prefixed)'?"
+        }
         let close = names.map { ($0, distance($0, typed)) }.filter { $0.1 <= max(2, typed.count / 4) }
         return close.min { ($0.1, $0.0) < ($1.1, $1.0) }.map { "; did you mean '\($0.0)'?" } ?? ""
     }

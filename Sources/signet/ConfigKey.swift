@@ -35,13 +35,17 @@ enum ConfigKey: Equatable {
         "max-files": .integer, "max-total-size": .integer, "max-ratio": .integer, "wait": .number,
         "hold": .flag, "version-lock": .stringOrSequence,
         "ima": .string, "verity": .flagOrAuto, "keep-previous": .yesNo, "pending": .flag, "retry-bad": .flag,
-        "post-install": .string, "health-check": .string, "health-timeout": .string, "pre-install": .string, "window": .strings,
+        "post-install": .string, "health-check": .string, "health-timeout": .string, "pre-install": .string, "window": .strings
     ]
 
     /// Keys of other commands' trust options that `update` refuses, and why.
-    static let refusedByUpdate: [String: String] = Dictionary(uniqueKeysWithValues: ["pubkey", "trust-dir", "ca", "pin", "revoked", "expect-subject", "allow-expired-cert", "clock-skew"].map {
-        ($0, "update takes the package keys, and who may sign which package, from the repository's trusted metadata (tuf-metadata); '\($0)' belongs to unpack and verify: leave it out")
-    })
+    static let refusedByUpdate: [String: String] = Dictionary(
+        uniqueKeysWithValues: ["pubkey", "trust-dir", "ca", "pin", "revoked", "expect-subject", "allow-expired-cert", "clock-skew"].map {
+            (
+                $0,
+                "update takes the package keys, and who may sign which package, from the repository's trusted metadata (tuf-metadata); '\($0)' belongs to unpack and verify: leave it out"
+            )
+        })
 
     /// What to write, for a message.
     var expected: String {
@@ -74,7 +78,8 @@ enum ConfigKey: Equatable {
             case .table: found = "a table"
             default: found = "a date or time"
             }
-            let quote = type == .double && (self == .string || self == .stringOrSequence || self == .strings)
+            let quote =
+                type == .double && (self == .string || self == .stringOrSequence || self == .strings)
                 ? ": quote it, as in \(key) = \"\(literal ?? "…")\"" : ""
             return ValidationError("\(place): '\(key)' takes \(what ?? expected), not \(found)\(quote)")
         }

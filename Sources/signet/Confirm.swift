@@ -6,14 +6,14 @@ struct Confirm: ParsableCommand {
         commandName: "confirm",
         abstract: "Mark DIR's pending release good: it is no longer rolled back at the next boot.",
         discussion: """
-        A release installed with --pending waits for this: the application (or its health \
-        check) runs it once it works. Until then, a restart of the machine makes the boot unit \
-        (signet-boot-check@NAME.service) swap the previous release back. Exit 0, also when no \
-        release was pending.
+            A release installed with --pending waits for this: the application (or its health \
+            check) runs it once it works. Until then, a restart of the machine makes the boot unit \
+            (signet-boot-check@NAME.service) swap the previous release back. Exit 0, also when no \
+            release was pending.
 
-        Example:
-          signet confirm /opt/app
-        """
+            Example:
+              signet confirm /opt/app
+            """
     )
 
     @Argument(help: ArgumentHelp("The installed directory.", valueName: "dir"))

@@ -7,32 +7,32 @@ struct Fetch: ParsableCommand {
         commandName: "fetch",
         abstract: "Download one file over HTTPS, with the server's certificate pinned, resumable.",
         discussion: """
-        The file is downloaded into .FILE.signet-download beside FILE (never into memory) and \
-        renamed to FILE only when it is complete. A download cut short (a dropped link, kill -9, \
-        a power cut) continues from the bytes on disk on the next run, with HTTP Range and \
-        If-Range, so a file that changed on the server is downloaded anew.
+            The file is downloaded into .FILE.signet-download beside FILE (never into memory) and \
+            renamed to FILE only when it is complete. A download cut short (a dropped link, kill -9, \
+            a power cut) continues from the bytes on disk on the next run, with HTTP Range and \
+            If-Range, so a file that changed on the server is downloaded anew.
 
-        With --signature and a trust source (--pubkey, --trust-dir, --ca), the body is hashed as \
-        it arrives and FILE appears only if the signature verifies; FILE then carries it in \
-        user.signet.sig, as unpack does.
+            With --signature and a trust source (--pubkey, --trust-dir, --ca), the body is hashed as \
+            it arrives and FILE appears only if the signature verifies; FILE then carries it in \
+            user.signet.sig, as unpack does.
 
-        TLS: the host name is always checked, TLS 1.2 or later. By default the system's CA \
-        store; --tls-ca trusts only the given roots; --tls-pin requires a public key anywhere in \
-        the verified chain (repeat it for backup pins); --tls-cert requires the exact server \
-        certificate. Redirects: at most 5, to https:// only, each under the same policy. \
-        Proxies: the https_proxy, HTTPS_PROXY and NO_PROXY variables, as curl reads them.
+            TLS: the host name is always checked, TLS 1.2 or later. By default the system's CA \
+            store; --tls-ca trusts only the given roots; --tls-pin requires a public key anywhere in \
+            the verified chain (repeat it for backup pins); --tls-cert requires the exact server \
+            certificate. Redirects: at most 5, to https:// only, each under the same policy. \
+            Proxies: the https_proxy, HTTPS_PROXY and NO_PROXY variables, as curl reads them.
 
-        Exit codes: 3 when the server fails the TLS policy (the message lists the sha256// pin of \
-        every certificate it presented), 5 for network failures and HTTP errors, 4 for a body \
-        over --max-download-size, 1 or 3 when --signature does not verify.
+            Exit codes: 3 when the server fails the TLS policy (the message lists the sha256// pin of \
+            every certificate it presented), 5 for network failures and HTTP errors, 4 for a body \
+            over --max-download-size, 1 or 3 when --signature does not verify.
 
-        Examples:
-          signet fetch https://updates.example.com/app-1.4.2.zip --out app.zip \\
-            --tls-pin sha256//BASE64
-          signet fetch https://updates.example.com/fw.bin --out fw.bin \\
-            --signature https://updates.example.com/fw.bin.sig \\
-            --pubkey keys/public_key.der
-        """
+            Examples:
+              signet fetch https://updates.example.com/app-1.4.2.zip --out app.zip \\
+                --tls-pin sha256//BASE64
+              signet fetch https://updates.example.com/fw.bin --out fw.bin \\
+                --signature https://updates.example.com/fw.bin.sig \\
+                --pubkey keys/public_key.der
+            """
     )
 
     @Argument(help: ArgumentHelp("What to download.", valueName: "https-url"))

@@ -7,24 +7,27 @@ struct Inspect: ParsableCommand {
         commandName: "inspect",
         abstract: "Show what a package holds and, with --pubkey, whether it verifies. Extracts nothing.",
         discussion: """
-        Without --pubkey the manifest is shown as stored, NOT verified. With --pubkey every \
-        check unpack makes is made, streaming each entry: manifest signature, expiry, the exact \
-        set of files, and each file's size, SHA-256 and signature.
+            Without --pubkey the manifest is shown as stored, NOT verified. With --pubkey every \
+            check unpack makes is made, streaming each entry: manifest signature, expiry, the exact \
+            set of files, and each file's size, SHA-256 and signature.
 
-        An https:// URL is read with HTTP range requests over one connection (each pinned to \
-        the first answer with If-Range): the package is never stored on the device. A server \
-        that does not answer ranges, or --full-download, gets the whole package downloaded \
-        into a private temporary folder, removed afterwards.
+            An https:// URL is read with HTTP range requests over one connection (each pinned to \
+            the first answer with If-Range): the package is never stored on the device. A server \
+            that does not answer ranges, or --full-download, gets the whole package downloaded \
+            into a private temporary folder, removed afterwards.
 
-        Exit 0 if the package verifies (or, without keys, is well-formed), 1 if it fails \
-        verification, 3 if its signer is not trusted, 4 if it is malformed.
+            Exit 0 if the package verifies (or, without keys, is well-formed), 1 if it fails \
+            verification, 3 if its signer is not trusted, 4 if it is malformed.
 
-        Example:
-          signet inspect app-1.4.2.zip --pubkey keys/public_key.der
-        """
+            Example:
+              signet inspect app-1.4.2.zip --pubkey keys/public_key.der
+            """
     )
 
-    @Argument(help: ArgumentHelp("The package: a file, or an https:// URL (read with range requests, or downloaded to a private temporary folder and removed).", valueName: "pkg.zip|url"))
+    @Argument(
+        help: ArgumentHelp(
+            "The package: a file, or an https:// URL (read with range requests, or downloaded to a private temporary folder and removed).",
+            valueName: "pkg.zip|url"))
     var package: String
 
     @Flag(name: .customLong("full-download"), help: "For a URL: download the whole package first instead of reading it with range requests.")
@@ -79,17 +82,22 @@ struct Inspect: ParsableCommand {
         }
         let verdict = !trust.hasSources ? "not-checked" : signer != nil ? "valid" : failure?.code == .untrustedSigner ? "untrusted" : "invalid"
         if output.json {
-            Output.json(BareReport(package: self.package, algorithm: algorithm.id, files: package.files.map {
-                .init(path: $0.path, size: $0.size, compressed_size: $0.compressedSize, compression: $0.compression.rawValue, signed: $0.hasSignature)
-            }, verdict: verdict, verified: signer != nil, signer: signer?.keyID.hex, error: failure.map(Output.errorBody)))
+            Output.json(
+                BareReport(
+                    package: self.package, algorithm: algorithm.id,
+                    files: package.files.map {
+                        .init(path: $0.path, size: $0.size, compressed_size: $0.compressedSize, compression: $0.compression.rawValue, signed: $0.hasSignature)
+                    }, verdict: verdict, verified: signer != nil, signer: signer?.keyID.hex, error: failure.map(Output.errorBody)))
         } else {
             Output.lines([
                 "package:   \(self.package) (bare: FILE + FILE.sig, no manifest; no completeness, rollback or expiry check)",
                 "algorithm: \(algorithm.id)",
-                "files:     \(package.files.count)",
+                "files:     \(package.files.count)"
             ])
             for entry in package.files {
-                Output.line("  \(String(entry.size).leftPadded(12))  \(String(entry.compressedSize).leftPadded(12))  \(entry.compression.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0))  \(entry.hasSignature ? "signed  " : "UNSIGNED")  \(entry.path)")
+                Output.line(
+                    "  \(String(entry.size).leftPadded(12))  \(String(entry.compressedSize).leftPadded(12))  \(entry.compression.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0))  \(entry.hasSignature ? "signed  " : "UNSIGNED")  \(entry.path)"
+                )
             }
             if let signer {
                 Output.line("verified:  yes — every file's signature verifies with key \(signer.keyID.short)")
@@ -131,12 +139,15 @@ struct Inspect: ParsableCommand {
         let download = ranged ? try tls.options(trust: trust) : DownloadOptions()
         if !trust.hasSources {
             verification = nil
-            contents = ranged ? try PackageReader.contents(downloading: file, download: download, limits: limits.limits)
+            contents =
+                ranged
+                ? try PackageReader.contents(downloading: file, download: download, limits: limits.limits)
                 : try PackageReader.contents(of: file, limits: limits.limits)
         } else {
             let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
             let result = try ProgressLine.showing("verifying " + file, output: output) { progress in
-                ranged ? try PackageReader.verify(downloading: file, policy: policy, download: download, limits: limits.limits, progress: progress)
+                ranged
+                    ? try PackageReader.verify(downloading: file, policy: policy, download: download, limits: limits.limits, progress: progress)
                     : try PackageReader.verify(file, policy: policy, limits: limits.limits, progress: progress)
             }
             channel = result.signer.flatMap { policy.channel(of: $0.keyID) }
@@ -152,8 +163,9 @@ struct Inspect: ParsableCommand {
         }
         let verdict = verification.map { $0.isValid ? "valid" : ($0.failure == .untrustedSigner ? "untrusted" : "invalid") } ?? "not-checked"
         if output.json {
-            var report = PackageReport(package: package, manifest: manifest,
-                                       storage: { stored.named($0).map { (compression: $0.compression, compressedSize: $0.compressedSize) } })
+            var report = PackageReport(
+                package: package, manifest: manifest,
+                storage: { stored.named($0).map { (compression: $0.compression, compressedSize: $0.compressedSize) } })
             report.verdict = verdict
             report.verified = verification?.isValid ?? false
             report.signer = verification?.signer?.keyID.hex
@@ -170,11 +182,13 @@ struct Inspect: ParsableCommand {
                 "expires:   \(manifest.expires?.rfc3339 ?? "never")",
                 "algorithm: \(manifest.algorithm.id)",
                 "key id:    \(manifest.keyID.hex)",
-                "files:     \(manifest.files.count)",
+                "files:     \(manifest.files.count)"
             ])
             for file in manifest.files {
                 let entry = stored.named(file.path)
-                Output.line("  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \(((entry?.compression.rawValue ?? "missing") + (file.isChunked ? ", chunked" : "")).padding(toLength: 17, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)")
+                Output.line(
+                    "  \(file.mode.rawValue)  \(String(file.size).leftPadded(12))  \(String(entry?.compressedSize ?? 0).leftPadded(12))  \(((entry?.compression.rawValue ?? "missing") + (file.isChunked ? ", chunked" : "")).padding(toLength: 17, withPad: " ", startingAt: 0))  \(file.sha256.prefix(16))  \(file.path)"
+                )
             }
             if let verification {
                 Output.line(verification.isValid ? "verified:  yes — \(verification.message)" : "verified:  NO")

@@ -12,38 +12,44 @@ struct Key: ParsableCommand {
     struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "show",
-            abstract: "Print a key's id, its sha256// pin and its size; --pubout writes the public key for --pubkey, --ima-cert the certificate for the kernel's IMA keyring.",
+            abstract:
+                "Print a key's id, its sha256// pin and its size; --pubout writes the public key for --pubkey, --ima-cert the certificate for the kernel's IMA keyring.",
             usage: "signet key show <key> [--pubout <file>] [--ima-cert <file>] [<options>]",
             discussion: """
-            KEY is a private key file (PEM, DER PKCS#8, PKCS#12), a public key or certificate
-            file, or a key on a token as a PKCS#11 URI. For a token, the private key never
-            leaves it: only the modulus and exponent are read (after logging in with the PIN).
-            A URI that names a token but no key (no object= or id=) lists the token's private
-            keys, each with the URI that names it for --key.
+                KEY is a private key file (PEM, DER PKCS#8, PKCS#12), a public key or certificate
+                file, or a key on a token as a PKCS#11 URI. For a token, the private key never
+                leaves it: only the modulus and exponent are read (after logging in with the PIN).
+                A URI that names a token but no key (no object= or id=) lists the token's private
+                keys, each with the URI that names it for --key.
 
-            --ima-cert writes a self-signed X.509 certificate of a private key file (DER) for
-            the kernel's IMA keyring: its subject key identifier ends in the key id of the
-            IMA signatures unpack --ima security writes, which is how the kernel finds the
-            key. Load it on the device into the _ima keyring with keyctl padd, as README's
-            "Let the kernel check every read" shows (a systemd unit links @u into @s first).
+                --ima-cert writes a self-signed X.509 certificate of a private key file (DER) for
+                the kernel's IMA keyring: its subject key identifier ends in the key id of the
+                IMA signatures unpack --ima security writes, which is how the kernel finds the
+                key. Load it on the device into the _ima keyring with keyctl padd, as README's
+                "Let the kernel check every read" shows (a systemd unit links @u into @s first).
 
-            Examples:
-              signet key show keys/private_key.pem
-              signet key show 'pkcs11:token=release' --passphrase-file pin.txt
-              signet key show 'pkcs11:token=release;object=signing-2026' \\
-                  --pkcs11-module /usr/lib/softhsm/libsofthsm2.so \\
-                  --passphrase-file pin.txt --pubout release.der
-              signet key show keys/private_key.pem --ima-cert ima-signet.der
-            """
+                Examples:
+                  signet key show keys/private_key.pem
+                  signet key show 'pkcs11:token=release' --passphrase-file pin.txt
+                  signet key show 'pkcs11:token=release;object=signing-2026' \\
+                      --pkcs11-module /usr/lib/softhsm/libsofthsm2.so \\
+                      --passphrase-file pin.txt --pubout release.der
+                  signet key show keys/private_key.pem --ima-cert ima-signet.der
+                """
         )
 
         @Argument(help: ArgumentHelp("The key: a file or a pkcs11: URI.", valueName: "key"))
         var key: String
 
-        @Option(name: .long, help: ArgumentHelp("Write the public key here as DER SubjectPublicKeyInfo (what --pubkey and --trust-dir read).", valueName: "file"))
+        @Option(
+            name: .long, help: ArgumentHelp("Write the public key here as DER SubjectPublicKeyInfo (what --pubkey and --trust-dir read).", valueName: "file"))
         var pubout: String?
 
-        @Option(name: .customLong("ima-cert"), help: ArgumentHelp("Write a self-signed X.509 certificate of the key (a private key file) here, DER, for the kernel's IMA keyring (_ima): its key id is the one in unpack --ima's signatures.", valueName: "file"))
+        @Option(
+            name: .customLong("ima-cert"),
+            help: ArgumentHelp(
+                "Write a self-signed X.509 certificate of the key (a private key file) here, DER, for the kernel's IMA keyring (_ima): its key id is the one in unpack --ima's signatures.",
+                valueName: "file"))
         var imaCert: String?
 
         @Flag(name: .long, help: "Replace --pubout or --ima-cert if it exists.")
@@ -90,13 +96,19 @@ struct Key: ParsableCommand {
             }
             let (description, keys) = try PrivateKey.tokenKeys(pkcs11: key, module: token.module, pin: passphrase.source)
             if output.json {
-                Output.json(TokenReport(token: description, keys: keys.map {
-                    .init(uri: $0.uri, label: $0.label, id: $0.id.map { String(format: "%02x", $0) }.joined(), type: $0.type,
-                          bits: $0.bits, key_id: $0.keyID?.hex, pin: $0.keyID?.pin)
-                }))
+                Output.json(
+                    TokenReport(
+                        token: description,
+                        keys: keys.map {
+                            .init(
+                                uri: $0.uri, label: $0.label, id: $0.id.map { String(format: "%02x", $0) }.joined(), type: $0.type,
+                                bits: $0.bits, key_id: $0.keyID?.hex, pin: $0.keyID?.pin)
+                        }))
                 return
             }
-            Output.line("\(description): \(keys.count) private key\(keys.count == 1 ? "" : "s")\(keys.isEmpty ? " (create one with pkcs11-tool --keypairgen or softhsm2-util --import)" : "")")
+            Output.line(
+                "\(description): \(keys.count) private key\(keys.count == 1 ? "" : "s")\(keys.isEmpty ? " (create one with pkcs11-tool --keypairgen or softhsm2-util --import)" : "")"
+            )
             for entry in keys {
                 let size = entry.bits.map { "\($0)-bit \(entry.type)" } ?? entry.type
                 Output.line("  \(entry.uri)")
@@ -123,7 +135,10 @@ struct Key: ParsableCommand {
             var certificate: [UInt8]? = nil
             if imaCert != nil {
                 guard let privateKey else {
-                    throw SignetError(.wrongKeyKind, "--ima-cert: '\(key)' is a public key or certificate; the certificate is signed with the private key (private_key.pem or .p12); keygen's certificate.der already is one", path: key)
+                    throw SignetError(
+                        .wrongKeyKind,
+                        "--ima-cert: '\(key)' is a public key or certificate; the certificate is signed with the private key (private_key.pem or .p12); keygen's certificate.der already is one",
+                        path: key)
                 }
                 certificate = try privateKey.imaCertificate(commonName: "Signet IMA key \(imaKeyID)")
             }
@@ -132,13 +147,16 @@ struct Key: ParsableCommand {
                 try publicKey.writeDER(to: pubout, replace: force, protecting: protected + [imaCert].compactMap { $0 })
             }
             if let imaCert, let certificate {
-                try FileIdentity.refuseOverwriting(targets: [imaCert], inputs: (protected + [pubout].compactMap { $0 }).map { ($0, "input") }, what: "--ima-cert")
+                try FileIdentity.refuseOverwriting(
+                    targets: [imaCert], inputs: (protected + [pubout].compactMap { $0 }).map { ($0, "input") }, what: "--ima-cert")
                 if !force { try AtomicFile.refuseExisting(imaCert, what: "the certificate file") }
                 try AtomicFile.write(certificate, to: imaCert, mode: 0o644, replace: force)
             }
             if output.json {
-                Output.json(Report(key_id: publicKey.keyID.hex, tuf_keyid: try publicKey.tufKeyID(), pin: publicKey.keyID.pin, bits: publicKey.bits,
-                                   format: format, source: publicKey.source, pubout: pubout, ima_keyid: imaKeyID, ima_cert: imaCert))
+                Output.json(
+                    Report(
+                        key_id: publicKey.keyID.hex, tuf_keyid: try publicKey.tufKeyID(), pin: publicKey.keyID.pin, bits: publicKey.bits,
+                        format: format, source: publicKey.source, pubout: pubout, ima_keyid: imaKeyID, ima_cert: imaCert))
             } else {
                 Output.line("key id  \(publicKey.keyID.hex)")
                 // The same key as TUF metadata names it (`signet repo status` shows both).

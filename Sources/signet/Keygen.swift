@@ -8,20 +8,20 @@ struct Keygen: ParsableCommand {
         abstract: "Generate an RSA signing key, its certificate, and the files clients need.",
         usage: "signet keygen --out <dir> [--bits <bits>] [--days <days>] [<options>]",
         discussion: """
-        Writes into DIR (created if missing, never overwriting anything):
-          private_key.pem   PKCS#8 PEM, encrypted with AES-256 when a passphrase
-                            is given (mode 0600)
-          private_key.p12   PKCS#12 with the key and certificate, for tools that
-                            want one (mode 0600)
-          public_key.der    DER SubjectPublicKeyInfo: give this to clients (--pubkey)
-          certificate.der   self-signed X.509 with the codeSigning extended key usage
+            Writes into DIR (created if missing, never overwriting anything):
+              private_key.pem   PKCS#8 PEM, encrypted with AES-256 when a passphrase
+                                is given (mode 0600)
+              private_key.p12   PKCS#12 with the key and certificate, for tools that
+                                want one (mode 0600)
+              public_key.der    DER SubjectPublicKeyInfo: give this to clients (--pubkey)
+              certificate.der   self-signed X.509 with the codeSigning extended key usage
 
-        Without --passphrase-file or --passphrase-env you are asked for a passphrase on a terminal;
-        elsewhere the private key is written unencrypted (with a warning).
+            Without --passphrase-file or --passphrase-env you are asked for a passphrase on a terminal;
+            elsewhere the private key is written unencrypted (with a warning).
 
-        Example:
-          signet keygen --out keys --passphrase-file keys/passphrase.txt
-        """
+            Example:
+              signet keygen --out keys --passphrase-file keys/passphrase.txt
+            """
     )
 
     @Option(name: .long, help: ArgumentHelp("Directory to write the key files into.", valueName: "dir"))
@@ -36,7 +36,8 @@ struct Keygen: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: "Certificate validity in days.")
     var days = 3650
 
-    @Flag(name: .long, help: "Replace key files that already exist in --out (the old private key is lost; without it, they are refused and nothing is written).")
+    @Flag(
+        name: .long, help: "Replace key files that already exist in --out (the old private key is lost; without it, they are refused and nothing is written).")
     var force = false
 
     @OptionGroup var passphrase: PassphraseOptions
@@ -78,8 +79,10 @@ struct Keygen: ParsableCommand {
         if output.json {
             var files: [String: String] = [:]
             for (name, path) in zip(GeneratedKey.fileNames, written.paths) { files[name] = path }
-            Output.json(Report(key_id: id.hex, key_id_short: id.short, pin: id.pin, bits: bits,
-                               encrypted: written.encrypted, directory: out, files: files))
+            Output.json(
+                Report(
+                    key_id: id.hex, key_id_short: id.short, pin: id.pin, bits: bits,
+                    encrypted: written.encrypted, directory: out, files: files))
             return
         }
         Output.lines([
@@ -89,7 +92,7 @@ struct Keygen: ParsableCommand {
             "  public_key.der    give this to clients: --pubkey \(out)/public_key.der",
             "  certificate.der   self-signed, codeSigning",
             "key id: \(id.hex)",
-            "pin:    \(id.pin)",
+            "pin:    \(id.pin)"
         ])
     }
 

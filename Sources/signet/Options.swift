@@ -19,18 +19,24 @@ struct OutputOptions: ParsableArguments {
     @Flag(name: .long, help: "Print one JSON document on stdout instead of text (errors included).")
     var json = false
 
-    @Flag(name: [.customShort("q"), .long], help: "Print nothing on success: no progress line and no result (a failure still prints what failed; errors and warnings always).")
+    @Flag(
+        name: [.customShort("q"), .long],
+        help: "Print nothing on success: no progress line and no result (a failure still prints what failed; errors and warnings always).")
     var quiet = false
 }
 
 /// Where a passphrase comes from. Never from argv.
 struct PassphraseOptions: ParsableArguments {
-    @Option(name: .customLong("passphrase-file"), help: ArgumentHelp(
-        "Read the passphrase from the first line of this file.", valueName: "file"))
+    @Option(
+        name: .customLong("passphrase-file"),
+        help: ArgumentHelp(
+            "Read the passphrase from the first line of this file.", valueName: "file"))
     var passphraseFile: String?
 
-    @Option(name: .customLong("passphrase-env"), help: ArgumentHelp(
-        "Read the passphrase from this environment variable (give its name, not its value).", valueName: "var"))
+    @Option(
+        name: .customLong("passphrase-env"),
+        help: ArgumentHelp(
+            "Read the passphrase from this environment variable (give its name, not its value).", valueName: "var"))
     var passphraseEnvironment: String?
 
     func validate() throws {
@@ -39,7 +45,9 @@ struct PassphraseOptions: ParsableArguments {
         }
         if let name = passphraseEnvironment, !PassphraseSource.isVariableName(name) {
             // Never repeat the value: it may be the passphrase, given where its variable's name belongs.
-            throw ValidationError("--passphrase-env takes the NAME of an environment variable (letters, digits and _, e.g. --passphrase-env SIGNET_PASSPHRASE); the value given is not a valid variable name, and is not repeated here in case it is the secret itself")
+            throw ValidationError(
+                "--passphrase-env takes the NAME of an environment variable (letters, digits and _, e.g. --passphrase-env SIGNET_PASSPHRASE); the value given is not a valid variable name, and is not repeated here in case it is the secret itself"
+            )
         }
     }
 
@@ -56,9 +64,11 @@ struct PassphraseOptions: ParsableArguments {
 
 /// --key and how to unlock it.
 struct SigningKeyOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp(
-        "The private key: PEM (PKCS#1/PKCS#8, encrypted or not), DER PKCS#8, PKCS#12, or a key on a token as a PKCS#11 URI ('pkcs11:token=release;object=signing-2026'; the PIN from --passphrase-file/--passphrase-env, the prompt, or pin-source=file:… in the URI).",
-        valueName: "key"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The private key: PEM (PKCS#1/PKCS#8, encrypted or not), DER PKCS#8, PKCS#12, or a key on a token as a PKCS#11 URI ('pkcs11:token=release;object=signing-2026'; the PIN from --passphrase-file/--passphrase-env, the prompt, or pin-source=file:… in the URI).",
+            valueName: "key"))
     var key: String
 
     @OptionGroup var passphrase: PassphraseOptions
@@ -83,9 +93,11 @@ struct SigningKeyOptions: ParsableArguments {
 
 /// --pkcs11-module: which PKCS#11 module reaches the token a `pkcs11:` key is on.
 struct TokenOptions: ParsableArguments {
-    @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp(
-        "The PKCS#11 module for a pkcs11: key (default: module-path= in the URI, else $SIGNET_PKCS11_MODULE, else p11-kit's proxy).",
-        valueName: "path"))
+    @Option(
+        name: .customLong("pkcs11-module"),
+        help: ArgumentHelp(
+            "The PKCS#11 module for a pkcs11: key (default: module-path= in the URI, else $SIGNET_PKCS11_MODULE, else p11-kit's proxy).",
+            valueName: "path"))
     var module: String?
 
     /// A key from a file, or from a token when `key` is a `pkcs11:` URI; its warnings (a key
@@ -112,22 +124,31 @@ struct TokenOptions: ParsableArguments {
 /// Who is trusted: keys, trust directories and certificate authorities, with pins, revocations
 /// and channels on top. Shared by every command that verifies.
 struct TrustOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp(
-        "A trusted public key or certificate (DER or PEM). Repeat it to trust several keys; any one may have signed.",
-        valueName: "pub"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A trusted public key or certificate (DER or PEM). Repeat it to trust several keys; any one may have signed.",
+            valueName: "pub"))
     var pubkey: [String] = []
 
-    @Option(name: .customLong("trust-dir"), help: ArgumentHelp(
-        "Trust every key and certificate in DIR; a subdirectory's name is a channel (trust/release/, trust/beta/). A sealed DIR must match its seal.",
-        valueName: "dir"))
+    @Option(
+        name: .customLong("trust-dir"),
+        help: ArgumentHelp(
+            "Trust every key and certificate in DIR; a subdirectory's name is a channel (trust/release/, trust/beta/). A sealed DIR must match its seal.",
+            valueName: "dir"))
     var trustDirectory: [String] = []
 
-    @Option(name: .customLong("tuf-metadata"), help: ArgumentHelp(
-        "A TUF repository's trusted metadata folder (signet tuf init, update --repository): trust the package keys of its targets role and the roles it delegates to.",
-        valueName: "dir"))
+    @Option(
+        name: .customLong("tuf-metadata"),
+        help: ArgumentHelp(
+            "A TUF repository's trusted metadata folder (signet tuf init, update --repository): trust the package keys of its targets role and the roles it delegates to.",
+            valueName: "dir"))
     var tufMetadata: String?
 
-    @Option(name: .long, help: ArgumentHelp("Accept only pinned keys: a key id (64 hex characters), sha256//BASE64, or a public key or certificate file; repeatable.", valueName: "id|file"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Accept only pinned keys: a key id (64 hex characters), sha256//BASE64, or a public key or certificate file; repeatable.", valueName: "id|file"))
     var pin: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("A file of revoked key ids, one a line (# comments).", valueName: "file"))
@@ -136,37 +157,49 @@ struct TrustOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Require the signer's key to come from this channel of a --trust-dir.", valueName: "name"))
     var channel: String?
 
-    @Option(name: .long, help: ArgumentHelp(
-        "A root certificate: the package's signer certificate must chain to one of these (with its intermediates); repeatable.",
-        valueName: "root.der"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A root certificate: the package's signer certificate must chain to one of these (with its intermediates); repeatable.",
+            valueName: "root.der"))
     var ca: [String] = []
 
     @Flag(name: .customLong("allow-expired-cert"), help: "Accept certificate chains that have expired (device keys outlive certificates).")
     var allowExpiredCertificate = false
 
-    @Option(name: .customLong("expect-subject"), help: ArgumentHelp("Require the signer certificate's subject to contain these RDNs, e.g. \"CN=Release signer\".", valueName: "dn"))
+    @Option(
+        name: .customLong("expect-subject"),
+        help: ArgumentHelp("Require the signer certificate's subject to contain these RDNs, e.g. \"CN=Release signer\".", valueName: "dn"))
     var expectSubject: String?
 
     @Option(name: .customLong("trust-salt-file"), help: ArgumentHelp("The salt a --trust-dir was sealed with.", valueName: "file"))
     var trustSaltFile: String?
 
-    @Option(name: .customLong("trust-seal-key"), help: ArgumentHelp("Require each --trust-dir to be sealed, with the seal signed by this key (kept outside the directory).", valueName: "pub"))
+    @Option(
+        name: .customLong("trust-seal-key"),
+        help: ArgumentHelp("Require each --trust-dir to be sealed, with the seal signed by this key (kept outside the directory).", valueName: "pub"))
     var trustSealKey: [String] = []
 
-    @Option(name: .customLong("clock-skew"), parsing: .unconditional, help: ArgumentHelp("Seconds of clock difference tolerated for expiry (0 to 86400, default 300).", valueName: "seconds"))
+    @Option(
+        name: .customLong("clock-skew"), parsing: .unconditional,
+        help: ArgumentHelp("Seconds of clock difference tolerated for expiry (0 to 86400, default 300).", valueName: "seconds"))
     var clockSkew: Int64 = 300
 
     @Flag(name: .customLong("allow-weak-key"), help: "Accept trusted RSA keys below 2048 bits (not recommended).")
     var allowWeakKey = false
 
-    @Flag(name: .customLong("allow-halted-release"), help: "With --tuf-metadata: accept a release whose rollout its publisher halted (dangerous: it was stopped for a reason).")
+    @Flag(
+        name: .customLong("allow-halted-release"),
+        help: "With --tuf-metadata: accept a release whose rollout its publisher halted (dangerous: it was stopped for a reason).")
     var allowHaltedRelease = false
 
     func validate() throws {
         for id in pin { _ = try PinArgument.parse(id, option: "--pin") }
         // More than a day of tolerance makes expiry (the protection against a freeze) meaningless.
         if clockSkew < 0 { throw ValidationError("--clock-skew takes seconds from 0 up, not \(clockSkew)") }
-        if clockSkew > 86_400 { throw ValidationError("--clock-skew takes at most 86400 seconds (a day), not \(clockSkew): more would let an expired package or index through") }
+        if clockSkew > 86_400 {
+            throw ValidationError("--clock-skew takes at most 86400 seconds (a day), not \(clockSkew): more would let an expired package or index through")
+        }
         if let expectSubject, !TrustPolicy.isValidSubject(expectSubject) {
             throw ValidationError("--expect-subject takes comma-separated TYPE=VALUE pairs such as 'CN=Release signer, O=Example', not '\(expectSubject)'")
         }
@@ -186,12 +219,16 @@ struct TrustOptions: ParsableArguments {
         let directory = "/etc/signet/update.d"
         for name in ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted() where name.hasSuffix(".conf") {
             guard let arguments = try? Update.arguments(fromConfig: directory + "/" + name, overriddenBy: []),
-                  let at = arguments.firstIndex(of: "--tuf-metadata"), at + 1 < arguments.count else { continue }
+                let at = arguments.firstIndex(of: "--tuf-metadata"), at + 1 < arguments.count
+            else { continue }
             folders.append(arguments[at + 1])
         }
-        let example = !folders.isEmpty ? "this device follows a TUF repository: --tuf-metadata \(folders.joined(separator: " or "))"
-            : FileManager.default.fileExists(atPath: "keys-example/public_key.der") ? "e.g. --pubkey keys-example/public_key.der"
-            : "e.g. --pubkey release.der, the publisher's public key; on a device that updates from a TUF repository, --tuf-metadata with its config's tuf-metadata folder"
+        let example =
+            !folders.isEmpty
+            ? "this device follows a TUF repository: --tuf-metadata \(folders.joined(separator: " or "))"
+            : FileManager.default.fileExists(atPath: "keys-example/public_key.der")
+                ? "e.g. --pubkey keys-example/public_key.der"
+                : "e.g. --pubkey release.der, the publisher's public key; on a device that updates from a TUF repository, --tuf-metadata with its config's tuf-metadata folder"
         return "give a trust source: --pubkey PUB, --trust-dir DIR, --ca ROOT or --tuf-metadata DIR (\(example))"
     }
 
@@ -247,14 +284,18 @@ struct TrustOptions: ParsableArguments {
 
 /// The TLS policy and network behaviour of every command that downloads (FORMAT.md §5).
 struct TLSOptions: ParsableArguments {
-    @Option(name: .customLong("tls-ca"), help: ArgumentHelp(
-        "Trust only these root CAs for the server (a PEM or DER file, or a directory of them; a sealed directory is checked with --trust-salt-file/--trust-seal-key); repeatable. Default: the system's CA store.",
-        valueName: "file|dir"))
+    @Option(
+        name: .customLong("tls-ca"),
+        help: ArgumentHelp(
+            "Trust only these root CAs for the server (a PEM or DER file, or a directory of them; a sealed directory is checked with --trust-salt-file/--trust-seal-key); repeatable. Default: the system's CA store.",
+            valueName: "file|dir"))
     var tlsCA: [String] = []
 
-    @Option(name: .customLong("tls-pin"), help: ArgumentHelp(
-        "Require a certificate in the server's verified chain (leaf, intermediate or root) with this public key hash: sha256//BASE64, 64 hex characters, or a certificate or public key file (as curl's --pinnedpubkey); repeat it for backup pins.",
-        valueName: "pin|file"))
+    @Option(
+        name: .customLong("tls-pin"),
+        help: ArgumentHelp(
+            "Require a certificate in the server's verified chain (leaf, intermediate or root) with this public key hash: sha256//BASE64, 64 hex characters, or a certificate or public key file (as curl's --pinnedpubkey); repeat it for backup pins.",
+            valueName: "pin|file"))
     var tlsPin: [String] = []
 
     @Option(name: .customLong("tls-cert"), help: ArgumentHelp("Require the server's certificate to be this one, byte for byte; repeatable.", valueName: "file"))
@@ -263,22 +304,36 @@ struct TLSOptions: ParsableArguments {
     @Flag(name: .customLong("allow-http"), help: "Allow plain http:// (a warning; no TLS options with it). For test servers only.")
     var allowHTTP = false
 
-    @Option(name: .customLong("max-download-size"), parsing: .unconditional, help: ArgumentHelp("Most bytes a download may have (default 16 GiB).", valueName: "bytes"))
+    @Option(
+        name: .customLong("max-download-size"), parsing: .unconditional,
+        help: ArgumentHelp("Most bytes a download may have (default 16 GiB).", valueName: "bytes"))
     var maxDownloadSize: UInt64 = DownloadOptions().maxSize
 
-    @Option(name: .customLong("connect-timeout"), parsing: .unconditional, help: ArgumentHelp("Seconds to wait for a connection (default 30).", valueName: "seconds"))
+    @Option(
+        name: .customLong("connect-timeout"), parsing: .unconditional,
+        help: ArgumentHelp("Seconds to wait for a connection (default 30).", valueName: "seconds"))
     var connectTimeout: Int = DownloadOptions().connectTimeout
 
-    @Option(name: .customLong("low-speed-time"), parsing: .unconditional, help: ArgumentHelp("Give up after this many seconds below 1 KiB/s (default 60).", valueName: "seconds"))
+    @Option(
+        name: .customLong("low-speed-time"), parsing: .unconditional,
+        help: ArgumentHelp("Give up after this many seconds below 1 KiB/s (default 60).", valueName: "seconds"))
     var lowSpeedTime: Int = DownloadOptions().lowSpeedTime
 
-    @Option(name: .customLong("max-time"), parsing: .unconditional, help: ArgumentHelp("Seconds the whole download may take, retries included (default 86400; keep it below the unit's TimeoutStartSec=1h under systemd); what arrived is kept.", valueName: "seconds"))
+    @Option(
+        name: .customLong("max-time"), parsing: .unconditional,
+        help: ArgumentHelp(
+            "Seconds the whole download may take, retries included (default 86400; keep it below the unit's TimeoutStartSec=1h under systemd); what arrived is kept.",
+            valueName: "seconds"))
     var maxTime: Double = DownloadOptions().maxTime
 
-    @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Further attempts after a transient failure: reset, time-out, HTTP 5xx (default 3).", valueName: "n"))
+    @Option(
+        name: .long, parsing: .unconditional,
+        help: ArgumentHelp("Further attempts after a transient failure: reset, time-out, HTTP 5xx (default 3).", valueName: "n"))
     var retries: Int = DownloadOptions().retries
 
-    @Option(name: .customLong("retry-delay"), parsing: .unconditional, help: ArgumentHelp("Seconds before the first retry, doubled for each next one (default 1).", valueName: "seconds"))
+    @Option(
+        name: .customLong("retry-delay"), parsing: .unconditional,
+        help: ArgumentHelp("Seconds before the first retry, doubled for each next one (default 1).", valueName: "seconds"))
     var retryDelay: Double = DownloadOptions().retryDelay
 
     func validate() throws {
@@ -286,9 +341,12 @@ struct TLSOptions: ParsableArguments {
         if allowHTTP && (!tlsCA.isEmpty || !tlsPin.isEmpty || !tlsCert.isEmpty) {
             // Set by a config file, the option is not on the command line: say where it is and how to leave it out.
             let typed = Set(Update.commandLine())
-            let fromConfig = ["tls-ca": tlsCA, "tls-pin": tlsPin, "tls-cert": tlsCert].filter { !$0.value.isEmpty && !typed.contains("--" + $0.key) }.keys.sorted()
-            let hint = typed.contains("--config") && !fromConfig.isEmpty
-                ? " (\(fromConfig.joined(separator: ", ")) set by --config FILE: add \(fromConfig.map { "--unset \($0)" }.joined(separator: " ")) for this run)" : ""
+            let fromConfig = ["tls-ca": tlsCA, "tls-pin": tlsPin, "tls-cert": tlsCert].filter { !$0.value.isEmpty && !typed.contains("--" + $0.key) }.keys
+                .sorted()
+            let hint =
+                typed.contains("--config") && !fromConfig.isEmpty
+                ? " (\(fromConfig.joined(separator: ", ")) set by --config FILE: add \(fromConfig.map { "--unset \($0)" }.joined(separator: " ")) for this run)"
+                : ""
             throw ValidationError("--allow-http cannot be combined with --tls-ca, --tls-pin or --tls-cert: plain http has no certificate to check\(hint)")
         }
         if maxDownloadSize < 1 { throw ValidationError("--max-download-size must be at least 1 byte, not \(maxDownloadSize)") }
@@ -382,8 +440,12 @@ enum PinArgument {
             return try PublicKey(contentsOf: text, allowWeakKey: true).keyID
         }
         if hex, !text.isEmpty, text.count < 64 {
-            throw ValidationError("\(option) '\(text)' is \(text.count == 16 ? "the short key id outputs show" : "too short"); a pin needs the full key id (64 hex characters) or sha256//BASE64: signet key show KEY prints both (its 'key id' and 'pin' lines), or give the key or certificate file itself")
+            throw ValidationError(
+                "\(option) '\(text)' is \(text.count == 16 ? "the short key id outputs show" : "too short"); a pin needs the full key id (64 hex characters) or sha256//BASE64: signet key show KEY prints both (its 'key id' and 'pin' lines), or give the key or certificate file itself"
+            )
         }
-        throw ValidationError("\(option) takes a key id (64 hex characters), sha256//BASE64 (the SubjectPublicKeyInfo's SHA-256), or a public key or certificate file; '\(text)' is none of them")
+        throw ValidationError(
+            "\(option) takes a key id (64 hex characters), sha256//BASE64 (the SubjectPublicKeyInfo's SHA-256), or a public key or certificate file; '\(text)' is none of them"
+        )
     }
 }

@@ -39,7 +39,9 @@ enum Output {
 
     /// Prints what `--quiet` held back (the command failed).
     static func releaseHeld() {
-        let lines = held.withLock { lines in defer { lines = [] }; return lines }
+        let lines = held.withLock { lines in
+            defer { lines = [] }; return lines
+        }
         for line in lines { print(line) }
     }
 
@@ -104,10 +106,11 @@ enum Output {
     }
 
     static func errorBody(_ error: SignetError) -> ErrorBody {
-        ErrorBody(code: error.code.name, exit: error.code.exitStatus.rawValue, message: error.reason,
-                  file: error.path, entry: error.entry,
-                  openssl: error.openSSLErrors.isEmpty ? nil : error.openSSLErrors.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } },
-                  call: error.call, errno: error.systemError)
+        ErrorBody(
+            code: error.code.name, exit: error.code.exitStatus.rawValue, message: error.reason,
+            file: error.path, entry: error.entry,
+            openssl: error.openSSLErrors.isEmpty ? nil : error.openSSLErrors.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } },
+            call: error.call, errno: error.systemError)
     }
 
     /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
@@ -178,9 +181,10 @@ struct PackageReport: Encodable {
         key_id = manifest.keyID.hex
         files = manifest.files.map {
             let stored = storage($0.path)
-            return File(path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
-                        compression: stored?.compression.rawValue, compressed_size: stored?.compressedSize,
-                        chunked: $0.isChunked, structured: $0.structured?.rawValue)
+            return File(
+                path: $0.path, size: $0.size, sha256: $0.sha256, mode: $0.mode.rawValue,
+                compression: stored?.compression.rawValue, compressed_size: stored?.compressedSize,
+                chunked: $0.isChunked, structured: $0.structured?.rawValue)
         }
     }
 }

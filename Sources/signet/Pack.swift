@@ -6,44 +6,44 @@ struct Pack: ParsableCommand {
         commandName: "pack",
         abstract: "Pack resources, their signatures and a signed manifest into a package (zip).",
         usage: """
-        signet pack <path> ... --key <key> --name <name> --version <version>
-                     --out <pkg.zip> [<options>]
-        """,
+            signet pack <path> ... --key <key> --name <name> --version <version>
+                         --out <pkg.zip> [<options>]
+            """,
         discussion: """
-        A FILE becomes a resource named after it; a DIRECTORY contributes its contents, named \
-        relative to that directory. Only regular files are packed: symbolic links, devices and \
-        sockets are refused (or, with --follow-symlinks, what links point to is packed).
+            A FILE becomes a resource named after it; a DIRECTORY contributes its contents, named \
+            relative to that directory. Only regular files are packed: symbolic links, devices and \
+            sockets are refused (or, with --follow-symlinks, what links point to is packed).
 
-        Resources are deflated, except already-compressed types (png, jpg, zip, gz, xz, zst, \
-        mp4, ...) and data deflate would not shrink, which are stored. The same inputs, key, \
-        name, version, sequence and SOURCE_DATE_EPOCH give a byte-identical package.
+            Resources are deflated, except already-compressed types (png, jpg, zip, gz, xz, zst, \
+            mp4, ...) and data deflate would not shrink, which are stored. The same inputs, key, \
+            name, version, sequence and SOURCE_DATE_EPOCH give a byte-identical package.
 
-        pack holds the package to the limits unpack applies (--max-files, --max-total-size, \
-        --max-ratio, with unpack's defaults) and refuses one that a default unpack would refuse; \
-        give the same flags to pack and to the clients' unpack to go beyond them.
+            pack holds the package to the limits unpack applies (--max-files, --max-total-size, \
+            --max-ratio, with unpack's defaults) and refuses one that a default unpack would refuse; \
+            give the same flags to pack and to the clients' unpack to go beyond them.
 
-        --exclude leaves files and folders out (a folder left out is not walked). A package \
-        carries each resource's signature itself, so detached signatures made with signet sign \
-        (FILE.sig beside FILE) are not resources: pack warns when it finds one, and \
-        --exclude '*.sig' leaves them out.
+            --exclude leaves files and folders out (a folder left out is not walked). A package \
+            carries each resource's signature itself, so detached signatures made with signet sign \
+            (FILE.sig beside FILE) are not resources: pack warns when it finds one, and \
+            --exclude '*.sig' leaves them out.
 
-        Without --sequence, the sequence is SOURCE_DATE_EPOCH if set, else the current Unix \
-        time, and pack says which. Devices refuse a sequence lower than the one installed, so a \
-        fleet that numbers its releases (142, 143, ...) must give --sequence every time: one \
-        package made without it carries a time-sized number that the next ones cannot exceed.
+            Without --sequence, the sequence is SOURCE_DATE_EPOCH if set, else the current Unix \
+            time, and pack says which. Devices refuse a sequence lower than the one installed, so a \
+            fleet that numbers its releases (142, 143, ...) must give --sequence every time: one \
+            package made without it carries a time-sized number that the next ones cannot exceed.
 
-        --structured marks JSON and property list (XML or binary) resources whose keys may \
-        legitimately change after installation (a serial number, a server URL): each is parsed \
-        now (a file that does not parse is exit 4) and recorded in the manifest, so that \
-        reverify --allow-key can accept changes to named keys and report every other one.
+            --structured marks JSON and property list (XML or binary) resources whose keys may \
+            legitimately change after installation (a serial number, a server URL): each is parsed \
+            now (a file that does not parse is exit 4) and recorded in the manifest, so that \
+            reverify --allow-key can accept changes to named keys and report every other one.
 
-        Examples:
-          signet pack dist/ --key keys/private_key.pem --name app --version 1.4.2 \\
-            --sequence 142 --out app-1.4.2.zip
-          signet pack dist/ --exclude '*.sig' --exclude 'tmp/' \\
-            --key keys/private_key.pem --name app --version 1.4.2 --sequence 142 \\
-            --out app-1.4.2.zip
-        """
+            Examples:
+              signet pack dist/ --key keys/private_key.pem --name app --version 1.4.2 \\
+                --sequence 142 --out app-1.4.2.zip
+              signet pack dist/ --exclude '*.sig' --exclude 'tmp/' \\
+                --key keys/private_key.pem --name app --version 1.4.2 --sequence 142 \\
+                --out app-1.4.2.zip
+            """
     )
 
     @Argument(help: ArgumentHelp("Files and directories to pack.", valueName: "path"))
@@ -60,7 +60,10 @@ struct Pack: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: "Release counter that only grows (default: SOURCE_DATE_EPOCH, else the current UNIX time).")
     var sequence: UInt64?
 
-    @Option(name: .long, help: ArgumentHelp("Clients refuse the package after this UTC time (e.g. 2027-01-01T00:00:00Z; a date alone, 2027-01-01, is its midnight UTC).", valueName: "time"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Clients refuse the package after this UTC time (e.g. 2027-01-01T00:00:00Z; a date alone, 2027-01-01, is its midnight UTC).", valueName: "time"))
     var expires: String?
 
     @Option(name: .long, help: ArgumentHelp("Where to write the package.", valueName: "pkg.zip"))
@@ -81,7 +84,11 @@ struct Pack: ParsableCommand {
     @Option(name: .customLong("compression-level"), parsing: .unconditional, help: "Deflate level, 1 (fast) to 9 (small).")
     var compressionLevel: Int = 6
 
-    @Option(name: .customLong("chunk-threshold"), parsing: .unconditional, help: ArgumentHelp("Resources of at least this many bytes get a chunk index (compressible ones are deflated in 8 KiB segments), so that devices updating them fetch only the chunks and blocks they lack; 0: none, which also makes a package Signet 0.1.0 installs (default 4194304, 4 MiB).", valueName: "bytes"))
+    @Option(
+        name: .customLong("chunk-threshold"), parsing: .unconditional,
+        help: ArgumentHelp(
+            "Resources of at least this many bytes get a chunk index (compressible ones are deflated in 8 KiB segments), so that devices updating them fetch only the chunks and blocks they lack; 0: none, which also makes a package Signet 0.1.0 installs (default 4194304, 4 MiB).",
+            valueName: "bytes"))
     var chunkThreshold: UInt64 = PackOptions.defaultChunkThreshold
 
     @Flag(name: .long, help: "Record each file's fs-verity digest (SHA-256, 4 KiB blocks) in the signed manifest, for devices that install with fs-verity.")
@@ -93,10 +100,18 @@ struct Pack: ParsableCommand {
     @Flag(name: .long, help: "Replace --out if it exists (without it, an existing package is refused and nothing is written).")
     var force = false
 
-    @Option(name: .long, help: ArgumentHelp("JSON or property list files that reverify may compare key by key; a glob with .gitignore's rules ('*.json' a name anywhere, 'config/*.json' only directly in config/, 'config/**/*.json' at any depth); repeatable.", valueName: "glob"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "JSON or property list files that reverify may compare key by key; a glob with .gitignore's rules ('*.json' a name anywhere, 'config/*.json' only directly in config/, 'config/**/*.json' at any depth); repeatable.",
+            valueName: "glob"))
     var structured: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Leave out files and folders: a glob with .gitignore's rules, as for --structured ('*.sig', 'build/', 'docs/**/*.tmp'); repeatable.", valueName: "glob"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Leave out files and folders: a glob with .gitignore's rules, as for --structured ('*.sig', 'build/', 'docs/**/*.tmp'); repeatable.",
+            valueName: "glob"))
     var exclude: [String] = []
 
     @OptionGroup var limits: LimitOptions
@@ -117,8 +132,9 @@ struct Pack: ParsableCommand {
         let privateKey = try key.load()
         // Refused once the key is known to be usable, before any file is read.
         if !force { try OutputFiles.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain) }
-        let options0 = PackOptions(name: name, version: version, sequence: sequence, expires: expires.flatMap(Self.time),
-                                  compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
+        let options0 = PackOptions(
+            name: name, version: version, sequence: sequence, expires: expires.flatMap(Self.time),
+            compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
         var options = options0
         options.certificate = try cert.map { try certificateDER($0) }
         options.chain = try chain.map { try certificateDER($0) }
@@ -137,14 +153,20 @@ struct Pack: ParsableCommand {
         let signatures = Self.detachedSignatures(manifest.files.map(\.path))
         if !signatures.isEmpty {
             let shown = signatures.prefix(3).map { "'\($0)'" }.joined(separator: ", ") + (signatures.count > 3 ? ", ..." : "")
-            Output.warn("\(signatures.count) resource\(signatures.count == 1 ? " is a detached signature" : "s are detached signatures") of another resource (\(shown)); a package carries each resource's signature itself: leave them out with --exclude '*.sig'")
+            Output.warn(
+                "\(signatures.count) resource\(signatures.count == 1 ? " is a detached signature" : "s are detached signatures") of another resource (\(shown)); a package carries each resource's signature itself: leave them out with --exclude '*.sig'"
+            )
         }
         let source = SequenceSource(given: sequence != nil)
         if output.json {
-            Output.json(PackReport(package: PackageReport(package: out, manifest: manifest,
-                                                          storage: { [compression = result.compression, sizes = result.compressedSizes] path in
-                                                              compression[path].map { (compression: $0, compressedSize: sizes[path]) } }),
-                                   sequence_source: source.rawValue))
+            Output.json(
+                PackReport(
+                    package: PackageReport(
+                        package: out, manifest: manifest,
+                        storage: { [compression = result.compression, sizes = result.compressedSizes] path in
+                            compression[path].map { (compression: $0, compressedSize: sizes[path]) }
+                        }),
+                    sequence_source: source.rawValue))
             return
         }
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }
@@ -155,7 +177,9 @@ struct Pack: ParsableCommand {
         case .sourceDateEpoch:
             Output.line("  sequence \(manifest.sequence) is SOURCE_DATE_EPOCH (no --sequence given)")
         case .time:
-            Output.line("  sequence \(manifest.sequence) is the current Unix time (no --sequence given); a fleet that numbers its releases gives --sequence N, as devices refuse a lower sequence than the one installed")
+            Output.line(
+                "  sequence \(manifest.sequence) is the current Unix time (no --sequence given); a fleet that numbers its releases gives --sequence N, as devices refuse a lower sequence than the one installed"
+            )
         }
     }
 

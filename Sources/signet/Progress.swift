@@ -134,8 +134,9 @@ final class ProgressLine: Sendable {
     static func duration(_ seconds: Double) -> String {
         guard seconds.isFinite, seconds < 360_000 else { return "--:--" }
         let total = Int(seconds.rounded(.up))
-        return total >= 3600 ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
-                             : String(format: "%d:%02d", total / 60, total % 60)
+        return total >= 3600
+            ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+            : String(format: "%d:%02d", total / 60, total % 60)
     }
 }
 
@@ -144,23 +145,28 @@ extension ProgressLine {
     /// a pipe too, for logs) before each retry.
     static func download(_ url: String, output: OutputOptions) -> (ProgressLine, @Sendable (DownloadProgress) -> Void) {
         let line = ProgressLine("downloading " + url, output: output)
-        return (line, { progress in
-            // A repository's metadata first, then the package: the line names what it shows.
-            if !progress.url.isEmpty { line.relabel("downloading " + progress.url) }
-            if let retry = progress.retry {
-                line.warn("\(retry.reason); trying again in \(String(format: "%g", retry.delay)) s (attempt \(retry.attempt) of \(retry.attempts))")
-            } else {
-                line.update(bytes: progress.received, of: progress.expected, kept: progress.resumedFrom)
+        return (
+            line,
+            { progress in
+                // A repository's metadata first, then the package: the line names what it shows.
+                if !progress.url.isEmpty { line.relabel("downloading " + progress.url) }
+                if let retry = progress.retry {
+                    line.warn("\(retry.reason); trying again in \(String(format: "%g", retry.delay)) s (attempt \(retry.attempt) of \(retry.attempts))")
+                } else {
+                    line.update(bytes: progress.received, of: progress.expected, kept: progress.resumedFrom)
+                }
             }
-        })
+        )
     }
 }
 
 extension ProgressLine {
     /// Runs `work` (a download with `options`) with the progress line of `url` attached, on
     /// Signet's own threads, and clears the line afterwards.
-    static func downloading<R: Sendable>(_ url: String, options: DownloadOptions, output: OutputOptions,
-                                         _ work: @escaping @Sendable (DownloadOptions) async throws -> R) throws -> R {
+    static func downloading<R: Sendable>(
+        _ url: String, options: DownloadOptions, output: OutputOptions,
+        _ work: @escaping @Sendable (DownloadOptions) async throws -> R
+    ) throws -> R {
         var options = options
         let (line, progress) = download(url, output: output)
         options.progress = progress

@@ -12,7 +12,11 @@ struct ReleaseOptions: ParsableArguments {
         case user, security
     }
 
-    @Option(name: .long, help: ArgumentHelp("Also write each file's signature as an IMA v2 signature to user.ima, or to security.ima (root only) for the kernel's IMA appraisal (README: \"Let the kernel check every read\"; the certificate: signet key show --ima-cert).", valueName: "user|security"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Also write each file's signature as an IMA v2 signature to user.ima, or to security.ima (root only) for the kernel's IMA appraisal (README: \"Let the kernel check every read\"; the certificate: signet key show --ima-cert).",
+            valueName: "user|security"))
     var ima: IMAMode?
 
     /// `--verity` (required) or `--verity-auto` (where it can be used).
@@ -25,7 +29,8 @@ struct ReleaseOptions: ParsableArguments {
 
         static func help(for value: Self) -> ArgumentHelp? {
             switch value {
-            case .verity: "Make each installed file an fs-verity file (the package made with pack --verity; the kernel measures each against the signed digest, then checks every read, and reverify measures instead of reading). Refused before anything is written where the package or DIR's filesystem cannot (ext4 needs tune2fs -O verity)."
+            case .verity:
+                "Make each installed file an fs-verity file (the package made with pack --verity; the kernel measures each against the signed digest, then checks every read, and reverify measures instead of reading). Refused before anything is written where the package or DIR's filesystem cannot (ext4 needs tune2fs -O verity)."
             case .verityAuto: "As --verity where the package and DIR's filesystem allow it; otherwise install without it and say why."
             }
         }
@@ -33,25 +38,51 @@ struct ReleaseOptions: ParsableArguments {
 
     @Flag var verity: VerityMode?
 
-    @Option(name: .customLong("keep-previous"), help: ArgumentHelp("Keep the replaced release beside DIR (.DIR.signet-previous, sharing its unchanged files) for `signet rollback` and the health check: yes (the default) or no.", valueName: "yes|no"))
+    @Option(
+        name: .customLong("keep-previous"),
+        help: ArgumentHelp(
+            "Keep the replaced release beside DIR (.DIR.signet-previous, sharing its unchanged files) for `signet rollback` and the health check: yes (the default) or no.",
+            valueName: "yes|no"))
     var keepPrevious: YesNo = .yes
 
-    @Flag(name: .long, help: "Leave the new release pending until `signet confirm DIR`: if the machine restarts first, the boot unit (signet-boot-check@.service) rolls it back.")
+    @Flag(
+        name: .long,
+        help:
+            "Leave the new release pending until `signet confirm DIR`: if the machine restarts first, the boot unit (signet-boot-check@.service) rolls it back."
+    )
     var pending = false
 
-    @Option(name: .customLong("pre-install"), help: ArgumentHelp("A command run once the release is staged and verified, before the swap: exit 0 installs it, exit 75 means not now (what was staged is kept for the next run; update exits 0), anything else refuses it (exit 1, pre-install-refused).", valueName: "cmd"))
+    @Option(
+        name: .customLong("pre-install"),
+        help: ArgumentHelp(
+            "A command run once the release is staged and verified, before the swap: exit 0 installs it, exit 75 means not now (what was staged is kept for the next run; update exits 0), anything else refuses it (exit 1, pre-install-refused).",
+            valueName: "cmd"))
     var preInstall: String?
 
-    @Option(name: .long, help: ArgumentHelp("Swap only inside this maintenance window, in local time: \"Mon..Fri 02:00..04:00\", \"22:00..06:00\"; repeatable. Outside it the release is staged and verified, then kept for the next run.", valueName: "window"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Swap only inside this maintenance window, in local time: \"Mon..Fri 02:00..04:00\", \"22:00..06:00\"; repeatable. Outside it the release is staged and verified, then kept for the next run.",
+            valueName: "window"))
     var window: [String] = []
 
-    @Option(name: .customLong("post-install"), help: ArgumentHelp("A command run after each successful swap, without a shell (write sh -c '…' for one), with SIGNET_* variables in a clean environment; its output goes into the report.", valueName: "cmd"))
+    @Option(
+        name: .customLong("post-install"),
+        help: ArgumentHelp(
+            "A command run after each successful swap, without a shell (write sh -c '…' for one), with SIGNET_* variables in a clean environment; its output goes into the report.",
+            valueName: "cmd"))
     var postInstall: String?
 
-    @Option(name: .customLong("health-check"), help: ArgumentHelp("A command run after the swap (and the post-install command): if it fails or times out, the previous release is swapped back, this one is recorded as bad, and signet exits 1 (health-check-failed).", valueName: "cmd"))
+    @Option(
+        name: .customLong("health-check"),
+        help: ArgumentHelp(
+            "A command run after the swap (and the post-install command): if it fails or times out, the previous release is swapped back, this one is recorded as bad, and signet exits 1 (health-check-failed).",
+            valueName: "cmd"))
     var healthCheck: String?
 
-    @Flag(name: .customLong("retry-bad"), help: "Install a release DIR refused as bad (its health check failed, or it was rolled back) all the same, once what made it fail is fixed.")
+    @Flag(
+        name: .customLong("retry-bad"),
+        help: "Install a release DIR refused as bad (its health check failed, or it was rolled back) all the same, once what made it fail is fixed.")
     var retryBad = false
 
     @Option(name: .customLong("health-timeout"), help: ArgumentHelp("How long the health check may take: 90s, 5m or 1h (default 60s).", valueName: "duration"))
@@ -61,7 +92,9 @@ struct ReleaseOptions: ParsableArguments {
         for spec in window { _ = try MaintenanceWindow(spec) }
         for (option, value) in [("--pre-install", preInstall), ("--post-install", postInstall), ("--health-check", healthCheck)] {
             if let value, InstallHooks.words(value) == nil {
-                throw ValidationError("\(option) '\(value)' is not a command: it is empty or has an unterminated quote (commands are split into words as a shell would, without a shell)")
+                throw ValidationError(
+                    "\(option) '\(value)' is not a command: it is empty or has an unterminated quote (commands are split into words as a shell would, without a shell)"
+                )
             }
         }
         if Self.seconds(healthTimeout) == nil {
@@ -87,7 +120,12 @@ struct ReleaseOptions: ParsableArguments {
 
     func apply(to options: inout InstallOptions) {
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
-        options.verity = switch verity { case .verity?: .on; case .verityAuto?: .auto; case nil: .off }
+        options.verity =
+            switch verity {
+            case .verity?: .on;
+            case .verityAuto?: .auto;
+            case nil: .off
+            }
         options.keepPrevious = keepPrevious == .yes
         options.pending = pending
         options.retryBad = retryBad
@@ -103,12 +141,15 @@ struct ReleaseOptions: ParsableArguments {
         if let reason = report.verityNotUsed {
             Output.line("  fs-verity: not used: \(reason)")
         } else if report.verityEnabled > 0 {
-            Output.line("  fs-verity: \(report.verityEnabled) file\(report.verityEnabled == 1 ? "" : "s") made fs-verity files, each measured by the kernel against the signed digest; every read of them is checked")
+            Output.line(
+                "  fs-verity: \(report.verityEnabled) file\(report.verityEnabled == 1 ? "" : "s") made fs-verity files, each measured by the kernel against the signed digest; every read of them is checked"
+            )
         }
         if report.previousKept { Output.line("  the replaced release is kept for `signet rollback \(report.destination)`") }
         if report.pending { Output.line("  pending: run `signet confirm \(report.destination)` once it runs well; a restart before that rolls it back") }
         for hook in report.hooks {
-            Output.line("  \(hook.hook): \(hook.outcome)" + (hook.output.isEmpty ? "" : " — " + hook.output.split(separator: "\n").suffix(2).joined(separator: " | ")))
+            Output.line(
+                "  \(hook.hook): \(hook.outcome)" + (hook.output.isEmpty ? "" : " — " + hook.output.split(separator: "\n").suffix(2).joined(separator: " | ")))
         }
         for hook in report.hooks where hook.hook == "post-install" && !hook.succeeded {
             Output.warn("the post-install command \(hook.outcome); the release is installed")

@@ -8,20 +8,20 @@ struct Repo: ParsableCommand {
         commandName: "repo",
         abstract: "Publish releases as a TUF repository: offline root, m-of-n targets, online snapshot and timestamp.",
         discussion: """
-        REPO/metadata and REPO/targets are what the web server publishes; REPO/staging (never \
-        published) holds a new root or targets version while its key holders sign it.
+            REPO/metadata and REPO/targets are what the web server publishes; REPO/staging (never \
+            published) holds a new root or targets version while its key holders sign it.
 
-        Example (publisher):
-          signet repo init site --root-key r1.der --root-key r2.der \\
-            --root-threshold 2 --targets-key t1.der --targets-key t2.der \\
-            --targets-threshold 2 --snapshot-key s.der --timestamp-key ts.der
-          signet repo sign site --role root --key r1.pem
-          signet repo sign site --role root --key 'pkcs11:token=root2;object=root'
-          signet repo add site app-1.4.2.zip --channel stable
-          signet repo sign site --role targets --key t1.pem
-          signet repo sign site --role targets --key t2.pem
-          signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
-        """,
+            Example (publisher):
+              signet repo init site --root-key r1.der --root-key r2.der \\
+                --root-threshold 2 --targets-key t1.der --targets-key t2.der \\
+                --targets-threshold 2 --snapshot-key s.der --timestamp-key ts.der
+              signet repo sign site --role root --key r1.pem
+              signet repo sign site --role root --key 'pkcs11:token=root2;object=root'
+              signet repo add site app-1.4.2.zip --channel stable
+              signet repo sign site --role targets --key t1.pem
+              signet repo sign site --role targets --key t2.pem
+              signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
+            """,
         subcommands: [Init.self, Add.self, Rollout.self, Resign.self, Sign.self, Refresh.self, Rotate.self, Renew.self, Discard.self, Status.self]
     )
 
@@ -34,8 +34,11 @@ struct Repo: ParsableCommand {
             for warning in review?.warnings ?? [] { Output.warn(warning) }
             let outcome = try repo.sign("targets", with: key, reviewed: digest)
             if !output.json, !output.quiet {
-                Output.line(outcome.published ? "published \(outcome.version).targets.json \(what); devices see it after the next `signet repo refresh`"
-                            : "signed targets v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")")
+                Output.line(
+                    outcome.published
+                        ? "published \(outcome.version).targets.json \(what); devices see it after the next `signet repo refresh`"
+                        : "signed targets v\(outcome.version): \(outcome.signatures) of \(outcome.threshold); still needs \(outcome.missing ?? "more signatures")"
+                )
             }
         }
         return digest
@@ -43,7 +46,9 @@ struct Repo: ParsableCommand {
 
     /// What the targets key holders do next with a staged version.
     static func sayNextSigners(_ repository: String, digest: String) {
-        Output.line("staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`")
+        Output.line(
+            "staged targets digest \(digest); next: each targets key holder reviews it (`signet repo status \(repository)`) and runs `signet repo sign \(repository) --role targets --key KEY --digest \(digest.prefix(16))`"
+        )
     }
 
     /// An RFC 3339 time option, or now.
@@ -52,10 +57,12 @@ struct Repo: ParsableCommand {
         if let time = Timestamp(rfc3339: text) { return time }
         // An offset (`+01:00`, `-05:00`): the same instant in UTC, as the signed plan writes it.
         if text.count == 25, let sign = text.dropFirst(19).first, sign == "+" || sign == "-",
-           let base = Timestamp(rfc3339: String(text.prefix(19)) + "Z") {
+            let base = Timestamp(rfc3339: String(text.prefix(19)) + "Z")
+        {
             let offset = text.suffix(5).split(separator: ":")
             if offset.count == 2, let hours = Int64(offset[0]), let minutes = Int64(offset[1]), hours < 24, minutes < 60,
-               offset.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isNumber) }) {
+                offset.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isNumber) })
+            {
                 let seconds = (hours * 3_600 + minutes * 60) * (sign == "+" ? -1 : 1)
                 return Timestamp(secondsSinceEpoch: base.secondsSinceEpoch + seconds)
             }
@@ -96,7 +103,9 @@ struct Repo: ParsableCommand {
             throw error
         }
         if let last = plan.steps.last, last.buckets < TUFRollout.bucketCount {
-            Output.warn("the plan \(plan.planText) stops at \(TUFRollout.percent(last.buckets)) of devices: the rest never install this release unless the plan is replaced (signet repo rollout … --plan); end it with 100%@… to reach the whole fleet")
+            Output.warn(
+                "the plan \(plan.planText) stops at \(TUFRollout.percent(last.buckets)) of devices: the rest never install this release unless the plan is replaced (signet repo rollout … --plan); end it with 100%@… to reach the whole fleet"
+            )
         }
         return plan
     }
@@ -108,7 +117,8 @@ struct Repo: ParsableCommand {
                 return try PublicKey(contentsOf: path)
             } catch var error as SignetError where error.code == .wrongKeyKind {
                 // A repository names public keys; each private key stays with its holder.
-                error.reason = "'\(path)' is a private key; a repository names each role's public keys (public_key.der beside it, or `signet key show KEY --pubout FILE`), and the private key stays with its holder, who signs with `signet repo sign`"
+                error.reason =
+                    "'\(path)' is a private key; a repository names each role's public keys (public_key.der beside it, or `signet key show KEY --pubout FILE`), and the private key stays with its holder, who signs with `signet repo sign`"
                 throw error
             }
         }
@@ -137,24 +147,24 @@ struct Repo: ParsableCommand {
             commandName: "init",
             abstract: "Make a repository: each role's public keys and threshold; root and targets staged for signing.",
             discussion: """
-            Writes root version 1 and an empty targets version 1 into REPO/staging: nothing is \
-            published until the root key holders (the root threshold of them) and then the \
-            targets key holders sign with `signet repo sign`. Keys are public key files or \
-            certificates (RSA; `signet key` prints a token key's public key). Give a role the \
-            same key as another only if you accept that one stolen key then holds both roles.
+                Writes root version 1 and an empty targets version 1 into REPO/staging: nothing is \
+                published until the root key holders (the root threshold of them) and then the \
+                targets key holders sign with `signet repo sign`. Keys are public key files or \
+                certificates (RSA; `signet key` prints a token key's public key). Give a role the \
+                same key as another only if you accept that one stolen key then holds both roles.
 
-            A small publisher can start with one key for every role: --key KEY (the private \
-            key) makes root and targets version 1 with it and signs them at once; `repo add \
-            --key KEY` then stages and signs each release. The trade-off: whoever steals that \
-            key owns every device, and nothing is kept offline. Move to separate, offline keys \
-            later with `signet repo rotate`.
+                A small publisher can start with one key for every role: --key KEY (the private \
+                key) makes root and targets version 1 with it and signs them at once; `repo add \
+                --key KEY` then stages and signs each release. The trade-off: whoever steals that \
+                key owns every device, and nothing is kept offline. Move to separate, offline keys \
+                later with `signet repo rotate`.
 
-            Examples:
-              signet repo init site --root-key r1.der --root-key r2.der \\
-                --root-threshold 2 --targets-key t1.der \\
-                --snapshot-key online.der --timestamp-key online.der
-              signet repo init site --key release/private_key.pem
-            """
+                Examples:
+                  signet repo init site --root-key r1.der --root-key r2.der \\
+                    --root-threshold 2 --targets-key t1.der \\
+                    --snapshot-key online.der --timestamp-key online.der
+                  signet repo init site --key release/private_key.pem
+                """
         )
 
         @Argument(help: ArgumentHelp("The repository folder (created).", valueName: "repo"))
@@ -166,7 +176,8 @@ struct Repo: ParsableCommand {
         var rootThreshold = 1
         @Option(name: .customLong("targets-key"), help: ArgumentHelp("A targets (release) key; repeatable.", valueName: "file"))
         var targetsKeys: [String] = []
-        @Option(name: .customLong("targets-threshold"), help: ArgumentHelp("Targets signatures needed (default 1; 2 for a two-person release).", valueName: "m"))
+        @Option(
+            name: .customLong("targets-threshold"), help: ArgumentHelp("Targets signatures needed (default 1; 2 for a two-person release).", valueName: "m"))
         var targetsThreshold = 1
         @Option(name: .customLong("snapshot-key"), help: ArgumentHelp("A snapshot key (online); repeatable.", valueName: "file"))
         var snapshotKeys: [String] = []
@@ -183,10 +194,16 @@ struct Repo: ParsableCommand {
         var targetsLifetime = "90d"
         @Option(name: .customLong("snapshot-expires-in"), help: ArgumentHelp("Lifetime of each snapshot (default 7d).", valueName: "duration"))
         var snapshotLifetime = "7d"
-        @Option(name: .customLong("timestamp-expires-in"), help: ArgumentHelp("Lifetime of each timestamp (default 1d): refresh more often than this.", valueName: "duration"))
+        @Option(
+            name: .customLong("timestamp-expires-in"),
+            help: ArgumentHelp("Lifetime of each timestamp (default 1d): refresh more often than this.", valueName: "duration"))
         var timestampLifetime = "1d"
 
-        @Option(name: .customLong("key"), help: ArgumentHelp("One private key for every role (a small publisher: one stolen key owns every device); root and targets v1 are signed with it at once.", valueName: "key"))
+        @Option(
+            name: .customLong("key"),
+            help: ArgumentHelp(
+                "One private key for every role (a small publisher: one stolen key owns every device); root and targets v1 are signed with it at once.",
+                valueName: "key"))
         var singleKey: String?
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var token: TokenOptions
@@ -195,8 +212,11 @@ struct Repo: ParsableCommand {
 
         func validate() throws {
             if singleKey != nil {
-                if !(rootKeys + targetsKeys + snapshotKeys + timestampKeys).isEmpty || rootThreshold != 1 || targetsThreshold != 1 || snapshotThreshold != 1 || timestampThreshold != 1 {
-                    throw ValidationError("--key is one key for every role: leave out --root-key, --targets-key, --snapshot-key, --timestamp-key and the thresholds")
+                if !(rootKeys + targetsKeys + snapshotKeys + timestampKeys).isEmpty || rootThreshold != 1 || targetsThreshold != 1 || snapshotThreshold != 1
+                    || timestampThreshold != 1
+                {
+                    throw ValidationError(
+                        "--key is one key for every role: leave out --root-key, --targets-key, --snapshot-key, --timestamp-key and the thresholds")
                 }
                 return
             }
@@ -215,18 +235,21 @@ struct Repo: ParsableCommand {
             lifetimes.targets = try Repo.seconds(targetsLifetime, option: "--targets-expires-in")
             lifetimes.snapshot = try Repo.seconds(snapshotLifetime, option: "--snapshot-expires-in")
             lifetimes.timestamp = try Repo.seconds(timestampLifetime, option: "--timestamp-expires-in")
-            try TUFRepository.create(at: repository,
-                                     root: .init(keys: try Repo.publicKeys(rootKeys), threshold: rootThreshold),
-                                     targets: .init(keys: try Repo.publicKeys(targetsKeys), threshold: targetsThreshold),
-                                     snapshot: .init(keys: try Repo.publicKeys(snapshotKeys), threshold: snapshotThreshold),
-                                     timestamp: .init(keys: try Repo.publicKeys(timestampKeys), threshold: timestampThreshold),
-                                     lifetimes: lifetimes)
+            try TUFRepository.create(
+                at: repository,
+                root: .init(keys: try Repo.publicKeys(rootKeys), threshold: rootThreshold),
+                targets: .init(keys: try Repo.publicKeys(targetsKeys), threshold: targetsThreshold),
+                snapshot: .init(keys: try Repo.publicKeys(snapshotKeys), threshold: snapshotThreshold),
+                timestamp: .init(keys: try Repo.publicKeys(timestampKeys), threshold: timestampThreshold),
+                lifetimes: lifetimes)
             let repo = try TUFRepository(at: repository)
             let root = try repo.review("root")?.digest ?? "", targets = try repo.review("targets")?.digest ?? ""
             if output.json {
                 Output.json(["repository": repository, "staged": "root targets", "root_digest": root, "targets_digest": targets])
             } else if !output.quiet {
-                Output.line("made \(repository): root v1 (digest \(root)) and targets v1 (digest \(targets)) staged; next: `signet repo sign \(repository) --role root --key KEY --digest \(root.prefix(16))` by \(rootThreshold) root key holder\(rootThreshold == 1 ? "" : "s"), then the same with --role targets")
+                Output.line(
+                    "made \(repository): root v1 (digest \(root)) and targets v1 (digest \(targets)) staged; next: `signet repo sign \(repository) --role root --key KEY --digest \(root.prefix(16))` by \(rootThreshold) root key holder\(rootThreshold == 1 ? "" : "s"), then the same with --role targets"
+                )
             }
         }
 
@@ -250,8 +273,12 @@ struct Repo: ParsableCommand {
             if output.json {
                 Output.json(["repository": repository, "staged": "", "root_digest": digests[0], "targets_digest": digests[1]])
             } else if !output.quiet {
-                Output.warn("one key holds every role of \(repository): whoever steals it owns every device that trusts this repository; move to separate, offline keys with `signet repo rotate` when you can")
-                Output.line("made \(repository) with one key for every role: root v1 and targets v1 published; next: `signet repo add \(repository) PKG.zip --channel stable --key KEY`, then `signet repo refresh` hourly")
+                Output.warn(
+                    "one key holds every role of \(repository): whoever steals it owns every device that trusts this repository; move to separate, offline keys with `signet repo rotate` when you can"
+                )
+                Output.line(
+                    "made \(repository) with one key for every role: root v1 and targets v1 published; next: `signet repo add \(repository) PKG.zip --channel stable --key KEY`, then `signet repo refresh` hourly"
+                )
             }
         }
     }
@@ -261,21 +288,21 @@ struct Repo: ParsableCommand {
             commandName: "add",
             abstract: "Stage a new targets version listing a package for channels.",
             usage: """
-            signet repo add <repo> <pkg.zip> --channel <name> [--channel <name> ...]
-                            [--allow-lower-sequence] [--key <key>] [<options>]
-            """,
+                signet repo add <repo> <pkg.zip> --channel <name> [--channel <name> ...]
+                                [--allow-lower-sequence] [--key <key>] [<options>]
+                """,
             discussion: """
-            Copies PACKAGE into REPO/targets (under its SHA-256) and stages the next targets \
-            version, which lists it with what binds it (name, version, sequence, the SHA-256 of \
-            its signed manifest) and its channels. Each channel names one release of a package: \
-            the one it named before is dropped from it. A release whose sequence is not higher \
-            than the channel's is refused unless --allow-lower-sequence. The package must be \
-            signed by a targets key (devices take their package keys from the targets role). \
-            The targets key holders then sign, and the next refresh publishes it to devices.
+                Copies PACKAGE into REPO/targets (under its SHA-256) and stages the next targets \
+                version, which lists it with what binds it (name, version, sequence, the SHA-256 of \
+                its signed manifest) and its channels. Each channel names one release of a package: \
+                the one it named before is dropped from it. A release whose sequence is not higher \
+                than the channel's is refused unless --allow-lower-sequence. The package must be \
+                signed by a targets key (devices take their package keys from the targets role). \
+                The targets key holders then sign, and the next refresh publishes it to devices.
 
-            Example:
-              signet repo add site app-1.4.2.zip --channel stable --channel beta
-            """
+                Example:
+                  signet repo add site app-1.4.2.zip --channel stable --channel beta
+                """
         )
 
         @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
@@ -286,11 +313,21 @@ struct Repo: ParsableCommand {
         var channel: [String] = []
         @Flag(name: .customLong("allow-lower-sequence"), help: "Let a channel name a release with a lower sequence than it names now (a deliberate roll-back).")
         var allowLower = false
-        @Option(name: .long, help: ArgumentHelp("Roll the release out in waves: steps PERCENT%@OFFSET (1%@0h,10%@24h,50%@72h,100%@144h), or 'default' (1% to 100% over six days) or 'now'. Devices install once the share covers their bucket.", valueName: "plan"))
+        @Option(
+            name: .long,
+            help: ArgumentHelp(
+                "Roll the release out in waves: steps PERCENT%@OFFSET (1%@0h,10%@24h,50%@72h,100%@144h), or 'default' (1% to 100% over six days) or 'now'. Devices install once the share covers their bucket.",
+                valueName: "plan"))
         var rollout: String?
-        @Option(name: .customLong("rollout-start"), help: ArgumentHelp("When the plan's offsets count from (RFC 3339; default: its publication).", valueName: "time"))
+        @Option(
+            name: .customLong("rollout-start"),
+            help: ArgumentHelp("When the plan's offsets count from (RFC 3339; default: its publication).", valueName: "time"))
         var rolloutStart: String?
-        @Option(name: .customLong("key"), help: ArgumentHelp("Also sign the staged targets with this targets key (what you just staged is what you sign): for a repository one key holds, this publishes it.", valueName: "key"))
+        @Option(
+            name: .customLong("key"),
+            help: ArgumentHelp(
+                "Also sign the staged targets with this targets key (what you just staged is what you sign): for a repository one key holds, this publishes it.",
+                valueName: "key"))
         var signingKey: String?
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var token: TokenOptions
@@ -315,8 +352,11 @@ struct Repo: ParsableCommand {
             // The arguments swapped (`repo add app.zip site`): say so, not "not a repository".
             var isFolder: ObjCBool = false
             if FileManager.default.fileExists(atPath: package + "/metadata", isDirectory: &isFolder), isFolder.boolValue,
-               !FileManager.default.fileExists(atPath: repository + "/metadata") {
-                throw ValidationError("'\(package)' is a repository and '\(repository)' is not: the repository comes first, `signet repo add \(package) \(repository) --channel NAME`")
+                !FileManager.default.fileExists(atPath: repository + "/metadata")
+            {
+                throw ValidationError(
+                    "'\(package)' is a repository and '\(repository)' is not: the repository comes first, `signet repo add \(package) \(repository) --channel NAME`"
+                )
             }
             // The plan first: a mistyped one is said before anything is opened.
             let plan = try rollout.map { try Repo.plan($0, start: try rolloutStart.map { try Repo.time($0, option: "--rollout-start") }) }
@@ -328,15 +368,20 @@ struct Repo: ParsableCommand {
             // What pack takes without --sequence (the clock, SOURCE_DATE_EPOCH): once listed, every
             // later release of the name needs a higher one, so numbering releases is over.
             if (1_000_000_000..<10_000_000_000).contains(added.sequence) {
-                Output.warn("\(added.name)'s sequence \(added.sequence) looks like a Unix time (what pack uses without --sequence): devices refuse a lower one, so every later release of \(added.name) needs a sequence above it; if you number releases (--sequence 143), pack this one again with its number before anyone signs it")
+                Output.warn(
+                    "\(added.name)'s sequence \(added.sequence) looks like a Unix time (what pack uses without --sequence): devices refuse a lower one, so every later release of \(added.name) needs a sequence above it; if you number releases (--sequence 143), pack this one again with its number before anyone signs it"
+                )
             }
             let digest = try Repo.signStagedTargets(repo, key: key, output: output, what: "with \(added.target)")
             if output.json {
-                Output.json(Report(target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels,
-                                   manifest_sha256: added.manifestSHA256, rollout: added.rollout.map(RolloutPlan.init), digest: digest))
+                Output.json(
+                    Report(
+                        target: added.target, name: added.name, version: added.version, sequence: added.sequence, channels: added.channels,
+                        manifest_sha256: added.manifestSHA256, rollout: added.rollout.map(RolloutPlan.init), digest: digest))
             } else if !output.quiet, key == nil {
-                Output.line("staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence), manifest SHA-256 \(added.manifestSHA256)) for \(added.channels.joined(separator: ", "))"
-                            + (added.rollout.map { "; rollout \(TUFRollout.describe($0))" } ?? ""))
+                Output.line(
+                    "staged \(added.target): \(added.name) \(added.version) (sequence \(added.sequence), manifest SHA-256 \(added.manifestSHA256)) for \(added.channels.joined(separator: ", "))"
+                        + (added.rollout.map { "; rollout \(TUFRollout.describe($0))" } ?? ""))
                 Repo.sayNextSigners(repository, digest: digest)
             }
         }
@@ -347,23 +392,23 @@ struct Repo: ParsableCommand {
             commandName: "refresh",
             abstract: "Publish a new timestamp (and a new snapshot when targets changed): the cron job.",
             usage: """
-            signet repo refresh <repo> --snapshot-key <key> --timestamp-key <key>
-                                [<options>]
-            """,
+                signet repo refresh <repo> --snapshot-key <key> --timestamp-key <key>
+                                    [<options>]
+                """,
             discussion: """
-            Needs only the online keys. Run it more often than the timestamp lifetime (a \
-            systemd timer or cron every hour for the default 1d): devices refuse an expired \
-            timestamp, which is how a server holding back releases is found out.
+                Needs only the online keys. Run it more often than the timestamp lifetime (a \
+                systemd timer or cron every hour for the default 1d): devices refuse an expired \
+                timestamp, which is how a server holding back releases is found out.
 
-            Root and targets need their key holders, so a refresh cannot renew them: it exits 1 \
-            (after publishing the timestamp) when either has expired or expires within \
-            --warn-within, naming the command that renews it (`signet repo renew`). A signed \
-            root that changes the targets, snapshot or timestamp keys is held until what it \
-            changes is signed again; the refresh given the keys it names publishes it.
+                Root and targets need their key holders, so a refresh cannot renew them: it exits 1 \
+                (after publishing the timestamp) when either has expired or expires within \
+                --warn-within, naming the command that renews it (`signet repo renew`). A signed \
+                root that changes the targets, snapshot or timestamp keys is held until what it \
+                changes is signed again; the refresh given the keys it names publishes it.
 
-            Example:
-              signet repo refresh site --snapshot-key online.pem --timestamp-key online.pem
-            """
+                Example:
+                  signet repo refresh site --snapshot-key online.pem --timestamp-key online.pem
+                """
         )
 
         @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
@@ -372,7 +417,10 @@ struct Repo: ParsableCommand {
         var snapshotKeys: [String] = []
         @Option(name: .customLong("timestamp-key"), help: ArgumentHelp("A timestamp key (file or pkcs11: URI); repeatable.", valueName: "key"))
         var timestampKeys: [String] = []
-        @Option(name: .customLong("warn-within"), help: ArgumentHelp("Exit 1 when root or targets (which need their key holders) expires within this long (default 14d; 90s, 30m, 12h, 7d).", valueName: "duration"))
+        @Option(
+            name: .customLong("warn-within"),
+            help: ArgumentHelp(
+                "Exit 1 when root or targets (which need their key holders) expires within this long (default 14d; 90s, 30m, 12h, 7d).", valueName: "duration"))
         var warnWithin = "14d"
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var token: TokenOptions
@@ -380,7 +428,9 @@ struct Repo: ParsableCommand {
 
         func validate() throws {
             let missing = [("--snapshot-key", snapshotKeys), ("--timestamp-key", timestampKeys)].filter { $0.1.isEmpty }.map(\.0)
-            if !missing.isEmpty { throw ValidationError("give \(missing.joined(separator: " and ")): the online keys that sign the snapshot and the timestamp") }
+            if !missing.isEmpty {
+                throw ValidationError("give \(missing.joined(separator: " and ")): the online keys that sign the snapshot and the timestamp")
+            }
         }
 
         struct Report: Encodable {
@@ -404,14 +454,19 @@ struct Repo: ParsableCommand {
                 try keys.map { try token.load($0, passphrase: passphrase) }
             }
             let window = try Repo.seconds(warnWithin, option: "--warn-within")
-            let outcome = try TUFRepository(at: repository).refresh(snapshotKeys: try load(snapshotKeys), timestampKeys: try load(timestampKeys), warnWithin: window)
+            let outcome = try TUFRepository(at: repository).refresh(
+                snapshotKeys: try load(snapshotKeys), timestampKeys: try load(timestampKeys), warnWithin: window)
             if output.json {
-                Output.json(Report(snapshot: outcome.snapshotVersion, new_snapshot: outcome.newSnapshot, timestamp: outcome.timestampVersion,
-                                   timestamp_expires: outcome.timestampExpires.rfc3339, targets: outcome.targetsVersion, published_root: outcome.publishedRoot,
-                                   held: outcome.held, expiring: outcome.expiring.map { .init(role: $0.role, kind: $0.kind, message: $0.message) }))
+                Output.json(
+                    Report(
+                        snapshot: outcome.snapshotVersion, new_snapshot: outcome.newSnapshot, timestamp: outcome.timestampVersion,
+                        timestamp_expires: outcome.timestampExpires.rfc3339, targets: outcome.targetsVersion, published_root: outcome.publishedRoot,
+                        held: outcome.held, expiring: outcome.expiring.map { .init(role: $0.role, kind: $0.kind, message: $0.message) }))
             } else if !output.quiet {
                 let root = outcome.publishedRoot.map { ", root v\($0) (held until now)" } ?? ""
-                Output.line("published timestamp v\(outcome.timestampVersion) (expires \(outcome.timestampExpires.rfc3339)), snapshot v\(outcome.snapshotVersion)\(outcome.newSnapshot ? " (new)" : ""), targets v\(outcome.targetsVersion)\(root)")
+                Output.line(
+                    "published timestamp v\(outcome.timestampVersion) (expires \(outcome.timestampExpires.rfc3339)), snapshot v\(outcome.snapshotVersion)\(outcome.newSnapshot ? " (new)" : ""), targets v\(outcome.targetsVersion)\(root)"
+                )
             }
             if let held = outcome.held { Output.warn(held) }
             // What this job cannot sign and will strand devices: the timer's unit fails loudly.
@@ -421,79 +476,4 @@ struct Repo: ParsableCommand {
             }
         }
     }
-
-    struct Rotate: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "rotate",
-            abstract: "Stage a new root version that changes a role's keys or threshold (revoke a stolen key).",
-            usage: """
-            signet repo rotate <repo> --role <role> [--add <file> ...]
-                               [--remove <file|keyid> ...] [--threshold <m>]
-                               [<options>]
-            """,
-            discussion: """
-            The root key holders then sign it (`signet repo sign --role root`): the threshold of \
-            the current root's keys and of the new root's. Devices walk every root version, so \
-            one that was offline during several rotations still ends on the newest keys.
-
-            Example (replace a compromised release key):
-              signet repo rotate site --role targets --remove bob.der --add carol.der
-            """
-        )
-
-        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
-        var repository: String
-        @Option(name: .long, help: ArgumentHelp("root, targets, snapshot or timestamp.", valueName: "role"))
-        var role: String
-        @Option(name: .long, help: ArgumentHelp("A public key to add to the role; repeatable.", valueName: "file"))
-        var add: [String] = []
-        @Option(name: .long, help: ArgumentHelp("A key to remove: its public key file, or its key id (the first characters will do; see `signet repo status`); repeatable.", valueName: "file|keyid"))
-        var remove: [String] = []
-        @Option(name: .long, help: ArgumentHelp("The role's new threshold.", valueName: "m"))
-        var threshold: Int?
-        @OptionGroup var output: OutputOptions
-
-        func run() throws {
-            let files = remove.filter { FileManager.default.fileExists(atPath: $0) }
-            let version = try TUFRepository(at: repository).rotate(role, add: try Repo.publicKeys(add), remove: remove.filter { !files.contains($0) },
-                                                                   removeKeys: try Repo.publicKeys(files), threshold: threshold)
-            let repo = try TUFRepository(at: repository)
-            let digest = try repo.review("root")?.digest ?? ""
-            // Changing what signs targets, snapshot or timestamp needs more than root signatures.
-            let again = try repo.rolesToSignAgain()
-            // A release signed by a key this root removes: devices that lack it would refuse it
-            // until it is re-signed (same sequence, every file untouched).
-            let stranded = role == "targets" ? try repo.strandedByStagedRoot() : []
-            for release in stranded {
-                Output.warn(repo.describeStranded(release, underRoot: version))
-            }
-            let targets = again.contains("targets") ? try repo.review("targets") : nil
-            if output.json {
-                Output.json(RotateReport(staged_root: version, digest: digest, staged_targets: targets?.version, targets_digest: targets?.digest,
-                                         stranded: stranded.map { .init(target: $0.release.target, sequence: $0.release.sequence, resigned: $0.resignedInStaging) }))
-            } else if !output.quiet {
-                Output.line("staged root v\(version), digest \(digest)")
-                Output.line("next: its root key holders (and those of the current root) review it (`signet repo status \(repository)`) and run `signet repo sign \(repository) --role root --key KEY --digest \(digest.prefix(16))`")
-                if let targets {
-                    Output.line("next: targets is staged again as v\(targets.version) (digest \(targets.digest)): devices accept targets only when the new key set signs it, so the targets key holders of root v\(version) sign it too: `signet repo sign \(repository) --role targets --key KEY --digest \(targets.digest.prefix(16))`")
-                }
-                if !again.isEmpty {
-                    let online = again.filter { $0 != "targets" }
-                    let keys = online.isEmpty ? "" : " with the \(online.joined(separator: " and ")) keys root v\(version) names (change the cron job's keys)"
-                    Output.line("next: root v\(version) is held until then, so no device sees it early; `signet repo refresh \(repository)`\(keys) publishes it")
-                }
-            }
-        }
-
-        struct RotateReport: Encodable {
-            let staged_root: Int64
-            let digest: String
-            @Null var staged_targets: Int64?
-            @Null var targets_digest: String?
-            /// The listed releases this root strands until they are re-signed (`repo resign`).
-            struct Stranded: Encodable { let target: String; let sequence: UInt64; let resigned: Bool }
-            let stranded: [Stranded]
-        }
-    }
-
 }

@@ -10,30 +10,30 @@ extension Repo {
             commandName: "rollout",
             abstract: "Pause, resume, halt or re-plan a release's rollout: a new targets version, signed like any other.",
             usage: """
-            signet repo rollout <repo> <release> --pause | --resume | --halt
-                                [<options>]
-            signet repo rollout <repo> <release> --plan <plan> [--start <time>]
-                                [<options>]
-            """,
+                signet repo rollout <repo> <release> --pause | --resume | --halt
+                                    [<options>]
+                signet repo rollout <repo> <release> --plan <plan> [--start <time>]
+                                    [<options>]
+                """,
             discussion: """
-            RELEASE is the target file name `repo add` printed (app-1.4.2.zip), or a package \
-            name when one listed release has it. The change is staged as the next targets \
-            version: the targets key holders review it (`signet repo status`) and sign it, and \
-            the next refresh publishes it. Devices see it at their next update.
+                RELEASE is the target file name `repo add` printed (app-1.4.2.zip), or a package \
+                name when one listed release has it. The change is staged as the next targets \
+                version: the targets key holders review it (`signet repo status`) and sign it, and \
+                the next refresh publishes it. Devices see it at their next update.
 
-            --pause keeps the share of devices open now and opens no more. --resume goes on \
-            from where it was paused (the plan's offsets move on by the time it was paused, \
-            up to when the refresh publishes the resume: the signing delay is part of the pause). \
-            --halt offers the release to no device that does not hold it; devices that hold \
-            it keep it (publish a fix with a higher sequence). --plan replaces the plan from \
-            --start, by default from when the refresh publishes it (however long the key \
-            holders take to sign, devices see its first step first): `now` for an emergency \
-            fix (every device at its next update), or slower steps.
+                --pause keeps the share of devices open now and opens no more. --resume goes on \
+                from where it was paused (the plan's offsets move on by the time it was paused, \
+                up to when the refresh publishes the resume: the signing delay is part of the pause). \
+                --halt offers the release to no device that does not hold it; devices that hold \
+                it keep it (publish a fix with a higher sequence). --plan replaces the plan from \
+                --start, by default from when the refresh publishes it (however long the key \
+                holders take to sign, devices see its first step first): `now` for an emergency \
+                fix (every device at its next update), or slower steps.
 
-            Examples:
-              signet repo rollout site app-1.4.2.zip --pause --key targets.pem
-              signet repo rollout site app --plan now --key targets.pem
-            """
+                Examples:
+                  signet repo rollout site app-1.4.2.zip --pause --key targets.pem
+                  signet repo rollout site app --plan now --key targets.pem
+                """
         )
 
         @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
@@ -77,19 +77,29 @@ extension Repo {
             // A key whose signature would not count is refused before anything is staged.
             if let key { try repo.checkTargetsSigner(key) }
             let change: TUFRepository.RolloutChange
-            if pause { change = .pause } else if resume { change = .resume } else if halt { change = .halt } else {
+            if pause {
+                change = .pause
+            } else if resume {
+                change = .resume
+            } else if halt {
+                change = .halt
+            } else {
                 change = .replace(try Repo.plan(plan ?? "", start: try start.map { try Repo.time($0, option: "--start") }))
             }
             let changed = try repo.changeRollout(of: release, change)
             guard let plan = changed.rollout else { throw SignetError(.malformedInput, "the staged release has no rollout plan") }
             // A plan for a release no channel lists reaches no device.
             if changed.channels.isEmpty {
-                Output.warn("\(changed.target) is listed on no channel (a newer release of \(changed.name) took its channels): no device installs it whatever its plan; plan the release the channel names, or list this one again with `signet repo add \(repository) PACKAGE --channel NAME --allow-lower-sequence`")
+                Output.warn(
+                    "\(changed.target) is listed on no channel (a newer release of \(changed.name) took its channels): no device installs it whatever its plan; plan the release the channel names, or list this one again with `signet repo add \(repository) PACKAGE --channel NAME --allow-lower-sequence`"
+                )
             }
             let digest = try Repo.signStagedTargets(repo, key: key, output: output, what: "with \(changed.target)'s rollout \(TUFRollout.describe(plan))")
             if output.json {
-                Output.json(Report(target: changed.target, name: changed.name, version: changed.version, sequence: changed.sequence,
-                                   rollout: RolloutPlan(plan), digest: digest))
+                Output.json(
+                    Report(
+                        target: changed.target, name: changed.name, version: changed.version, sequence: changed.sequence,
+                        rollout: RolloutPlan(plan), digest: digest))
             } else if !output.quiet, key == nil {
                 Output.line("staged \(changed.target): rollout \(TUFRollout.describe(plan))")
                 Repo.sayNextSigners(repository, digest: digest)

@@ -7,42 +7,42 @@ struct Reverify: ParsableCommand {
         commandName: "reverify",
         abstract: "Re-verify installed files, or whole installed trees, from their signature attributes.",
         discussion: """
-        A FILE is opened once (never through a symbolic link) and checked against its \
-        user.signet.sig attribute, else an IMA attribute, else the sidecar in the installed \
-        tree's .signet/sigs/. Verdicts: ok, modified, unsigned, untrusted, unreadable.
+            A FILE is opened once (never through a symbolic link) and checked against its \
+            user.signet.sig attribute, else an IMA attribute, else the sidecar in the installed \
+            tree's .signet/sigs/. Verdicts: ok, modified, unsigned, untrusted, unreadable.
 
-        A DIR installed by unpack is checked as a whole: its signed manifest first, then every \
-        file: ok, modified, missing, added, unsigned, attributes-lost (the content still \
-        matches but the attribute was stripped, as cp, tar without --xattrs and many editors do), \
-        or mode-changed (a file or folder whose mode is not the signed one). New folders and \
-        files added under DIR/.signet/ are added. --repair restores lost attributes from the \
-        tree's record of its signatures, after checking the content, and restores modes.
+            A DIR installed by unpack is checked as a whole: its signed manifest first, then every \
+            file: ok, modified, missing, added, unsigned, attributes-lost (the content still \
+            matches but the attribute was stripped, as cp, tar without --xattrs and many editors do), \
+            or mode-changed (a file or folder whose mode is not the signed one). New folders and \
+            files added under DIR/.signet/ are added. --repair restores lost attributes from the \
+            tree's record of its signatures, after checking the content, and restores modes.
 
-        --state FILE (unpack's state file) and --expect-name NAME check that DIR still holds \
-        the package it should: another product, an older release than the state records, or a \
-        tree relabelled as bare fails (exit 1).
+            --state FILE (unpack's state file) and --expect-name NAME check that DIR still holds \
+            the package it should: another product, an older release than the state records, or a \
+            tree relabelled as bare fails (exit 1).
 
-        A file packed with --structured (JSON or a property list) whose bytes changed is compared \
-        key by key with the signed copy the tree keeps: if only keys allowed by --allow-key or \
-        the rules file differ, it is ok with a note (keys-changed: ...); otherwise it is \
-        modified and every changed, added and removed key path is listed. A KEYPATH joins keys \
-        with '.'; array elements are numbers or '*' (items.*.name); '\\' escapes a '.' in a key.
+            A file packed with --structured (JSON or a property list) whose bytes changed is compared \
+            key by key with the signed copy the tree keeps: if only keys allowed by --allow-key or \
+            the rules file differ, it is ok with a note (keys-changed: ...); otherwise it is \
+            modified and every changed, added and removed key path is listed. A KEYPATH joins keys \
+            with '.'; array elements are numbers or '*' (items.*.name); '\\' escapes a '.' in a key.
 
-        A rules file (--rules FILE) is JSON holding what a start-up check configures, combined \
-        with the options: {"exclude": ["*.log"], "only": ["bin"], "allow_keys": \
-        {"config/app.json": ["server.url"]}}. An unknown field, or a rule naming a file or key \
-        that the signed tree does not have, is exit 2.
+            A rules file (--rules FILE) is JSON holding what a start-up check configures, combined \
+            with the options: {"exclude": ["*.log"], "only": ["bin"], "allow_keys": \
+            {"config/app.json": ["server.url"]}}. An unknown field, or a rule naming a file or key \
+            that the signed tree does not have, is exit 2.
 
-        Exit 0 if everything is ok (or repaired), 1 if anything is not, 3 if the signer is not trusted.
+            Exit 0 if everything is ok (or repaired), 1 if anything is not, 3 if the signer is not trusted.
 
-        Examples:
-          signet reverify /opt/app --pubkey keys/public_key.der --exclude '*.log'
-          signet reverify /opt/app/bin/tool --pubkey keys/public_key.der
-          signet reverify /opt/app --pubkey keys/public_key.der \\
-            --allow-key 'Info.plist:CFBundleVersion'
-          signet reverify /opt/app --pubkey keys/public_key.der \\
-            --rules /etc/app/reverify.json
-        """
+            Examples:
+              signet reverify /opt/app --pubkey keys/public_key.der --exclude '*.log'
+              signet reverify /opt/app/bin/tool --pubkey keys/public_key.der
+              signet reverify /opt/app --pubkey keys/public_key.der \\
+                --allow-key 'Info.plist:CFBundleVersion'
+              signet reverify /opt/app --pubkey keys/public_key.der \\
+                --rules /etc/app/reverify.json
+            """
     )
 
     @Argument(help: ArgumentHelp("Installed files or trees.", valueName: "path"))
@@ -50,31 +50,54 @@ struct Reverify: ParsableCommand {
 
     @OptionGroup var trust: TrustOptions
 
-    @Flag(name: .long, help: "For a DIR, print a count per verdict and the first few paths of each instead of one line per file (a tree copied without its attributes has thousands of attributes-lost lines).")
+    @Flag(
+        name: .long,
+        help:
+            "For a DIR, print a count per verdict and the first few paths of each instead of one line per file (a tree copied without its attributes has thousands of attributes-lost lines)."
+    )
     var summary = false
 
-    @Option(name: .long, help: ArgumentHelp("Skip files allowed to change; a glob with .gitignore's rules ('*.log' or 'cache' a name anywhere, 'var/tmp/*' anchored at the tree's root, '**' across folders, a folder selects what it holds); repeatable.", valueName: "pattern"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Skip files allowed to change; a glob with .gitignore's rules ('*.log' or 'cache' a name anywhere, 'var/tmp/*' anchored at the tree's root, '**' across folders, a folder selects what it holds); repeatable.",
+            valueName: "pattern"))
     var exclude: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("Check only this subtree of a DIR (relative); repeatable.", valueName: "subdir"))
     var only: [String] = []
 
-    @Flag(name: .long, help: "Restore what a tree check finds lost: a file's user.signet.sig from the tree's copy of its signature (DIR/.signet/signatures, or DIR/.signet/sigs/PATH.sig where the filesystem has no user xattrs) once its content matches the signed manifest and the copy verifies, and the signed mode of files and folders.")
+    @Flag(
+        name: .long,
+        help:
+            "Restore what a tree check finds lost: a file's user.signet.sig from the tree's copy of its signature (DIR/.signet/signatures, or DIR/.signet/sigs/PATH.sig where the filesystem has no user xattrs) once its content matches the signed manifest and the copy verifies, and the signed mode of files and folders."
+    )
     var repair = false
 
-    @Flag(name: .customLong("read-all"), help: "Read fs-verity files whole too. Without it, a file installed with --verity whose digest the kernel measures as the signed one is not read (the kernel checks each block whenever it is read); with it, a block changed under such a file (on the device) is found now, as the kernel refuses to read it.")
+    @Flag(
+        name: .customLong("read-all"),
+        help:
+            "Read fs-verity files whole too. Without it, a file installed with --verity whose digest the kernel measures as the signed one is not read (the kernel checks each block whenever it is read); with it, a block changed under such a file (on the device) is found now, as the kernel refuses to read it."
+    )
     var readAll = false
 
-    @Option(name: .customLong("allow-key"), help: ArgumentHelp("A key of a structured file that may change (config.json:server.url; split at the first ':'); repeatable.", valueName: "file:keypath"))
+    @Option(
+        name: .customLong("allow-key"),
+        help: ArgumentHelp(
+            "A key of a structured file that may change (config.json:server.url; split at the first ':'); repeatable.", valueName: "file:keypath"))
     var allowKey: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("A JSON rules file with exclude, only and allow_keys (combined with the options).", valueName: "file"))
     var rules: String?
 
-    @Option(name: .long, help: ArgumentHelp("unpack's --state file: each DIR must hold the package recorded for it there, at no lower sequence than recorded for its name.", valueName: "file"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "unpack's --state file: each DIR must hold the package recorded for it there, at no lower sequence than recorded for its name.", valueName: "file"))
     var state: String?
 
-    @Option(name: .customLong("expect-name"), help: ArgumentHelp("Each DIR must hold this package (another product, or a bare tree, fails).", valueName: "name"))
+    @Option(
+        name: .customLong("expect-name"), help: ArgumentHelp("Each DIR must hold this package (another product, or a bare tree, fails).", valueName: "name"))
     var expectName: String?
 
     @OptionGroup var output: OutputOptions
@@ -89,7 +112,8 @@ struct Reverify: ParsableCommand {
     func allowedKeys() throws -> [(String, KeyPath)] {
         try allowKey.map { text in
             guard let colon = text.firstIndex(of: ":"), colon != text.startIndex,
-                  let keyPath = KeyPath(String(text[text.index(after: colon)...])) else {
+                let keyPath = KeyPath(String(text[text.index(after: colon)...]))
+            else {
                 throw ValidationError("--allow-key takes FILE:KEYPATH, a file of the tree and a dotted key path (config.json:server.url), not '\(text)'")
             }
             return (String(text[..<colon]), keyPath)
@@ -119,7 +143,8 @@ struct Reverify: ParsableCommand {
             detail = report.detail
             signature = report.signatureSource?.rawValue
             key_id = report.signer?.hex
-            changed_keys = report.changedKeys.isEmpty ? nil : report.changedKeys.map { KeyEntry(path: $0.path.description, change: $0.kind.rawValue, allowed: $0.allowed) }
+            changed_keys =
+                report.changedKeys.isEmpty ? nil : report.changedKeys.map { KeyEntry(path: $0.path.description, change: $0.kind.rawValue, allowed: $0.allowed) }
         }
     }
 
@@ -163,7 +188,9 @@ struct Reverify: ParsableCommand {
             guard Reverifier.isDirectory(atPath: path) else {
                 let report = Reverifier.verifyFile(at: path, policy: policy)
                 files.append(report)
-                statuses.append(report.verdict.isOK ? 0 : report.verdict == .untrusted ? 3 : report.error?.code.exitStatus.rawValue ?? (report.verdict == .unreadable ? 5 : 1))
+                statuses.append(
+                    report.verdict.isOK
+                        ? 0 : report.verdict == .untrusted ? 3 : report.error?.code.exitStatus.rawValue ?? (report.verdict == .unreadable ? 5 : 1))
                 continue
             }
             do {
@@ -174,13 +201,14 @@ struct Reverify: ParsableCommand {
                 }
                 var failure: SignetError? = nil
                 if let reason = tree.manifestFailure {
-                    let code: SignetError.Code = switch reason {
-                    case .untrustedSigner: .untrustedSigner
-                    case .relabelled: .relabelledTree
-                    case .otherPackage: .otherPackage
-                    case .rollback: .rollback
-                    default: .badSignature
-                    }
+                    let code: SignetError.Code =
+                        switch reason {
+                        case .untrustedSigner: .untrustedSigner
+                        case .relabelled: .relabelledTree
+                        case .otherPackage: .otherPackage
+                        case .rollback: .rollback
+                        default: .badSignature
+                        }
                     failure = SignetError(code, tree.manifestMessage ?? "\(reason)", path: tree.root)
                 }
                 statuses.append(failure?.code.exitStatus.rawValue ?? (tree.isOK ? 0 : 1))
@@ -190,10 +218,12 @@ struct Reverify: ParsableCommand {
                 }
                 // The JSON copy of the report exists only when JSON is asked for (for 50,000
                 // files it is as large as the report itself).
-                trees.append(TreeEntry(root: tree.root, ok: tree.isOK, name: tree.manifest?.name, version: tree.manifest?.version, sequence: tree.manifest?.sequence,
-                                       signer: tree.signer?.keyID.hex, error: failure.map(Output.errorBody), attributes: tree.attributesSupported ? "xattr" : "sidecar",
-                                       counts: Dictionary(uniqueKeysWithValues: tree.counts.map { ($0.key.name, $0.value) }),
-                                       duration_seconds: tree.duration, files: (summary ? Self.summarized(tree.files) : tree.files).map(FileEntry.init)))
+                trees.append(
+                    TreeEntry(
+                        root: tree.root, ok: tree.isOK, name: tree.manifest?.name, version: tree.manifest?.version, sequence: tree.manifest?.sequence,
+                        signer: tree.signer?.keyID.hex, error: failure.map(Output.errorBody), attributes: tree.attributesSupported ? "xattr" : "sidecar",
+                        counts: Dictionary(uniqueKeysWithValues: tree.counts.map { ($0.key.name, $0.value) }),
+                        duration_seconds: tree.duration, files: (summary ? Self.summarized(tree.files) : tree.files).map(FileEntry.init)))
             } catch let error as SignetError where paths.count > 1 {
                 // One tree that cannot be checked does not hide the others' results.
                 statuses.append(error.code.exitStatus.rawValue)
@@ -241,7 +271,9 @@ struct Reverify: ParsableCommand {
             for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty { byVerdict[file.verdict.name, default: []].append(file.path) }
             for (verdict, paths) in byVerdict.sorted(by: { $0.key < $1.key }) {
                 let shown = paths.prefix(5).joined(separator: ", ")
-                Output.line("\(verdict.padding(toLength: 15, withPad: " ", startingAt: 0)) \(paths.count): \(shown)\(paths.count > 5 ? ", and \(paths.count - 5) more" : "")")
+                Output.line(
+                    "\(verdict.padding(toLength: 15, withPad: " ", startingAt: 0)) \(paths.count): \(shown)\(paths.count > 5 ? ", and \(paths.count - 5) more" : "")"
+                )
             }
         } else {
             for file in tree.files where file.verdict != .ok || !file.changedKeys.isEmpty {
@@ -249,7 +281,11 @@ struct Reverify: ParsableCommand {
             }
         }
         let summary = tree.counts.sorted { $0.key.name < $1.key.name }.map { "\($0.value) \($0.key.name)" }.joined(separator: ", ")
-        let name = tree.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "installed from a bare package (no manifest: no completeness or rollback check)"
-        Output.line("\(tree.isOK ? "OK" : "FAILED") \(tree.root): \(name): \(summary) in \(String(format: "%.2f", tree.duration)) s\(tree.attributesSupported ? "" : " (signatures from .signet/sigs/: no user xattrs here)")")
+        let name =
+            tree.manifest.map { "\($0.name) \($0.version) (sequence \($0.sequence))" }
+            ?? "installed from a bare package (no manifest: no completeness or rollback check)"
+        Output.line(
+            "\(tree.isOK ? "OK" : "FAILED") \(tree.root): \(name): \(summary) in \(String(format: "%.2f", tree.duration)) s\(tree.attributesSupported ? "" : " (signatures from .signet/sigs/: no user xattrs here)")"
+        )
     }
 }

@@ -7,16 +7,16 @@ struct Sign: ParsableCommand {
         abstract: "Sign files, writing raw signatures as openssl dgst -sign does.",
         usage: "signet sign <file> ... --key <key> [--out <sig>] [<options>]",
         discussion: """
-        Writes FILE.sig beside each FILE (or the file named by --out, for one input). With the \
-        default algorithm the signature is byte-identical to:
-          openssl dgst -sha256 -sign KEY -out FILE.sig FILE
-        Files are streamed (memory does not grow with their size) and signed in parallel. \
-        Either every signature is written or none is.
+            Writes FILE.sig beside each FILE (or the file named by --out, for one input). With the \
+            default algorithm the signature is byte-identical to:
+              openssl dgst -sha256 -sign KEY -out FILE.sig FILE
+            Files are streamed (memory does not grow with their size) and signed in parallel. \
+            Either every signature is written or none is.
 
-        Examples:
-          signet sign app.tar --key keys/private_key.pem --passphrase-file pass.txt
-          signet sign a.bin b.bin --key keys/private_key.p12 --passphrase-env PASS
-        """
+            Examples:
+              signet sign app.tar --key keys/private_key.pem --passphrase-file pass.txt
+              signet sign a.bin b.bin --key keys/private_key.p12 --passphrase-env PASS
+            """
     )
 
     @Argument(help: ArgumentHelp("Files to sign.", valueName: "file"))

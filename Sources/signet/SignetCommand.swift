@@ -17,27 +17,30 @@ struct SignetCommand: ParsableCommand {
         commandName: "signet",
         abstract: "Sign resources with RSA keys and verify them, byte-compatible with openssl.",
         discussion: """
-        Keys: private keys are read from PEM (PKCS#1, PKCS#8, encrypted or not), DER PKCS#8 or \
-        PKCS#12, detected from their content. Public keys from DER or PEM SubjectPublicKeyInfo, \
-        PKCS#1 RSAPublicKey or X.509 certificates. Passphrases never go on the command line: use \
-        --passphrase-file, --passphrase-env, or type them at the prompt.
+            Keys: private keys are read from PEM (PKCS#1, PKCS#8, encrypted or not), DER PKCS#8 or \
+            PKCS#12, detected from their content. Public keys from DER or PEM SubjectPublicKeyInfo, \
+            PKCS#1 RSAPublicKey or X.509 certificates. Passphrases never go on the command line: use \
+            --passphrase-file, --passphrase-env, or type them at the prompt.
 
-        Exit codes:
-          0  success / verified
-          1  well-formed input that fails verification (bad or wrong-length signature)
-          2  usage error
-          3  untrusted signer
-          4  malformed input: unreadable key, wrong passphrase, unsupported or weak key
-          5  environment: missing file, permission denied, I/O error, file exists
+            Exit codes:
+              0  success / verified
+              1  well-formed input that fails verification (bad or wrong-length signature)
+              2  usage error
+              3  untrusted signer
+              4  malformed input: unreadable key, wrong passphrase, unsupported or weak key
+              5  environment: missing file, permission denied, I/O error, file exists
 
-        Every subcommand takes --json: one JSON document on stdout (with an "error" object on failure).
-        The versions of Signet, OpenSSL and libzip: signet --version.
-        """,
+            Every subcommand takes --json: one JSON document on stdout (with an "error" object on failure).
+            The versions of Signet, OpenSSL and libzip: signet --version.
+            """,
         // No `version:` and no root --version option: ArgumentParser would then claim --version in
         // every subcommand, and `signet pack --version 1.0` (FORMAT.md) would misparse.
         // `signet --version` is recognised in main() instead.
-        subcommands: [Keygen.self, Key.self, Sign.self, Verify.self, Pack.self, Resign.self, Inspect.self, Unpack.self, Fetch.self, Reverify.self, Status.self, Rollback.self, Confirm.self, Trust.self,
-                      Update.self, Repo.self, TUF.self]
+        subcommands: [
+            Keygen.self, Key.self, Sign.self, Verify.self, Pack.self, Resign.self, Inspect.self, Unpack.self, Fetch.self, Reverify.self, Status.self,
+            Rollback.self, Confirm.self, Trust.self,
+            Update.self, Repo.self, TUF.self
+        ]
     )
 
     func run() throws {
@@ -105,7 +108,8 @@ enum Main {
         let arguments = Array(CommandLine.arguments.dropFirst())
         Output.quiet = arguments.contains("--quiet") && !wantsJSON
         if arguments.first == "help", let (topic, known) = SignetCommand.unknownHelpTopic(Array(arguments.dropFirst())) {
-            Output.usageFailure(message: "there is no command '\(topic)'", fullText: known.isEmpty ? "" : "the commands are: \(known.joined(separator: ", "))", json: wantsJSON)
+            Output.usageFailure(
+                message: "there is no command '\(topic)'", fullText: known.isEmpty ? "" : "the commands are: \(known.joined(separator: ", "))", json: wantsJSON)
         }
         do {
             var command = try SignetCommand.parseAsRoot()
@@ -115,7 +119,8 @@ enum Main {
             // parsing: the subcommand's usage follows the message.
             let command = ArgumentErrors.command(for: arguments)
             let name = SignetCommand.commandPath(for: arguments).joined(separator: " ")
-            let usage = "Usage: \(SignetCommand.usageString(for: command).trimmingCharacters(in: .whitespacesAndNewlines))\n  See 'signet \(name.isEmpty ? "" : name + " ")--help' for more information."
+            let usage =
+                "Usage: \(SignetCommand.usageString(for: command).trimmingCharacters(in: .whitespacesAndNewlines))\n  See 'signet \(name.isEmpty ? "" : name + " ")--help' for more information."
             Output.fail(error, json: wantsJSON, usage: usage)
         } catch let exitCode as ExitCode {
             if exitCode.rawValue != 0 { Output.releaseHeld() }
@@ -129,9 +134,11 @@ enum Main {
             // An unknown option is said before any rule about the other arguments (its value,
             // perhaps a secret, was taken as one of them); the value is never repeated.
             if code != .success, let unknown = ArgumentErrors.firstUnknownOption(in: arguments),
-               !SignetCommand.message(for: error).hasPrefix("Unknown option") {
-                Output.usageFailure(message: "Unknown option '\(unknown)'",
-                                    fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
+                !SignetCommand.message(for: error).hasPrefix("Unknown option")
+            {
+                Output.usageFailure(
+                    message: "Unknown option '\(unknown)'",
+                    fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
             }
             // ArgumentParser wraps what validate() throws; a SignetError recorded there keeps its code.
             if let failure = ValidationFailure.recorded { Output.fail(failure, json: wantsJSON) }
@@ -141,8 +148,9 @@ enum Main {
                 exit(0)
             }
             // Everything ArgumentParser rejects is a usage error: exit 2 (FORMAT.md §4), not its 64.
-            Output.usageFailure(message: SignetCommand.message(for: error),
-                                fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
+            Output.usageFailure(
+                message: SignetCommand.message(for: error),
+                fullText: SignetCommand.fullMessage(for: error), json: wantsJSON)
         }
     }
 }

@@ -8,17 +8,17 @@ struct TUF: ParsableCommand {
         commandName: "tuf",
         abstract: "Follow a TUF repository: trust one root, walk its chain, verify and download targets.",
         discussion: """
-        A TUF repository (The Update Framework) separates who may do what: root keys (offline, \
-        m of n) name the keys of the other roles; targets keys list the files; snapshot and \
-        timestamp keys (online) keep the listing fresh. A device trusts one file, its first \
-        root.json, and follows every later root version from there however long it was away.
+            A TUF repository (The Update Framework) separates who may do what: root keys (offline, \
+            m of n) name the keys of the other roles; targets keys list the files; snapshot and \
+            timestamp keys (online) keep the listing fresh. A device trusts one file, its first \
+            root.json, and follows every later root version from there however long it was away.
 
-        Example (a device's first start, then every poll):
-          signet tuf init --metadata-dir /var/lib/signet/tuf/example root.json
-          signet tuf download --metadata-dir /var/lib/signet/tuf/example \\
-            --metadata-url https://updates.example.com/metadata/ \\
-            --target-name app.zip --target-dir /var/cache/app
-        """,
+            Example (a device's first start, then every poll):
+              signet tuf init --metadata-dir /var/lib/signet/tuf/example root.json
+              signet tuf download --metadata-dir /var/lib/signet/tuf/example \\
+                --metadata-url https://updates.example.com/metadata/ \\
+                --target-name app.zip --target-dir /var/cache/app
+            """,
         subcommands: [Init.self, Refresh.self, Download.self]
     )
 
@@ -26,12 +26,14 @@ struct TUF: ParsableCommand {
     /// the seal of a --tls-ca folder only.
     static func refuseTrustSources(_ trust: TrustOptions) throws {
         if trust.hasSources {
-            throw ValidationError("signet tuf takes its keys from the metadata folder (--metadata-dir); --pubkey, --trust-dir, --ca and --tuf-metadata are for packages")
+            throw ValidationError(
+                "signet tuf takes its keys from the metadata folder (--metadata-dir); --pubkey, --trust-dir, --ca and --tuf-metadata are for packages")
         }
     }
 
     struct MetadataOptions: ParsableArguments {
-        @Option(name: .customLong("metadata-dir"), help: ArgumentHelp("The folder of trusted metadata (root.json and what refreshes verified).", valueName: "dir"))
+        @Option(
+            name: .customLong("metadata-dir"), help: ArgumentHelp("The folder of trusted metadata (root.json and what refreshes verified).", valueName: "dir"))
         var metadataDirectory: String
     }
 
@@ -41,16 +43,16 @@ struct TUF: ParsableCommand {
             abstract: "Trust ROOT (the repository's root.json) in a new metadata folder.",
             usage: "signet tuf init --metadata-dir <dir> <root.json> [--force] [<options>]",
             discussion: """
-            Checks that ROOT is TUF root metadata signed by its own root threshold, creates the \
-            folder (mode 0755) and writes ROOT there as root.json; other metadata from an earlier \
-            root is removed. Nothing is fetched. Ship ROOT in the device image. A folder \
-            that already trusts a higher root version is refused (exit 1, naming both \
-            versions): the chain only moves forward. --force replaces it, for a device moved \
-            to a repository made anew.
+                Checks that ROOT is TUF root metadata signed by its own root threshold, creates the \
+                folder (mode 0755) and writes ROOT there as root.json; other metadata from an earlier \
+                root is removed. Nothing is fetched. Ship ROOT in the device image. A folder \
+                that already trusts a higher root version is refused (exit 1, naming both \
+                versions): the chain only moves forward. --force replaces it, for a device moved \
+                to a repository made anew.
 
-            Example:
-              signet tuf init --metadata-dir /var/lib/signet/tuf/example root.json
-            """
+                Example:
+                  signet tuf init --metadata-dir /var/lib/signet/tuf/example root.json
+                """
         )
 
         @OptionGroup var metadata: MetadataOptions
@@ -88,16 +90,16 @@ struct TUF: ParsableCommand {
             commandName: "refresh",
             abstract: "Update the trusted metadata: root chain, timestamp, snapshot, targets.",
             discussion: """
-            Follows the TUF client workflow: each next root version (signed by the old and the \
-            new root threshold), then timestamp, snapshot and targets, each signed by its \
-            role's threshold, never older than what the folder holds, not expired. What \
-            verified is stored; a failure (exit 1, 3 or 4) leaves the folder with the last \
-            verified versions.
+                Follows the TUF client workflow: each next root version (signed by the old and the \
+                new root threshold), then timestamp, snapshot and targets, each signed by its \
+                role's threshold, never older than what the folder holds, not expired. What \
+                verified is stored; a failure (exit 1, 3 or 4) leaves the folder with the last \
+                verified versions.
 
-            Example:
-              signet tuf refresh --metadata-dir /var/lib/signet/tuf/example \\
-                --metadata-url https://updates.example.com/metadata/
-            """
+                Example:
+                  signet tuf refresh --metadata-dir /var/lib/signet/tuf/example \\
+                    --metadata-url https://updates.example.com/metadata/
+                """
         )
 
         @OptionGroup var metadata: MetadataOptions
@@ -123,21 +125,21 @@ struct TUF: ParsableCommand {
             commandName: "download",
             abstract: "Refresh, then download targets verified against the trusted targets roles.",
             usage: """
-            signet tuf download --metadata-dir <dir> --metadata-url <url>
-                                --target-name <path> [--target-name <path> ...]
-                                --target-dir <dir> [<options>]
-            """,
+                signet tuf download --metadata-dir <dir> --metadata-url <url>
+                                    --target-name <path> [--target-name <path> ...]
+                                    --target-dir <dir> [<options>]
+                """,
             discussion: """
-            Refreshes the metadata, finds each --target-name through the targets role and its \
-            delegations, and writes it into --target-dir (made if missing; the file name is the \
-            target path, percent-encoded) once its length and every hash match. A verified copy already \
-            there is not fetched again. Targets are processed in order; the first failure stops.
+                Refreshes the metadata, finds each --target-name through the targets role and its \
+                delegations, and writes it into --target-dir (made if missing; the file name is the \
+                target path, percent-encoded) once its length and every hash match. A verified copy already \
+                there is not fetched again. Targets are processed in order; the first failure stops.
 
-            Example:
-              signet tuf download --metadata-dir /var/lib/signet/tuf/example \\
-                --metadata-url https://updates.example.com/metadata/ \\
-                --target-name app.zip --target-dir /var/cache/app
-            """
+                Example:
+                  signet tuf download --metadata-dir /var/lib/signet/tuf/example \\
+                    --metadata-url https://updates.example.com/metadata/ \\
+                    --target-name app.zip --target-dir /var/cache/app
+                """
         )
 
         @OptionGroup var metadata: MetadataOptions
@@ -149,7 +151,9 @@ struct TUF: ParsableCommand {
         @Option(name: .customLong("target-dir"), help: ArgumentHelp("Where verified targets are written.", valueName: "dir"))
         var targetDirectory: String
 
-        @Option(name: .customLong("target-base-url"), help: ArgumentHelp("Where the repository's targets are (default: 'targets/' beside the metadata URL).", valueName: "url"))
+        @Option(
+            name: .customLong("target-base-url"),
+            help: ArgumentHelp("Where the repository's targets are (default: 'targets/' beside the metadata URL).", valueName: "url"))
         var targetBaseURL: String?
 
         @OptionGroup var trust: TrustOptions
@@ -179,16 +183,20 @@ struct TUF: ParsableCommand {
             } catch {
                 throw SignetError(.io, "cannot create --target-dir '\(targetDirectory)': \(error.localizedDescription)", path: targetDirectory)
             }
-            let base = targetBaseURL ?? URL(string: "../targets/", relativeTo: URL(string: options.metadataURL))?.absoluteURL.absoluteString ?? options.metadataURL
+            let base =
+                targetBaseURL ?? URL(string: "../targets/", relativeTo: URL(string: options.metadataURL))?.absoluteURL.absoluteString ?? options.metadataURL
             var reports: [Report] = []
             for name in targetNames {
                 guard let target = try client.target(name) else {
-                    throw SignetError(.targetNotFound, "no trusted targets role lists '\(name)' (searched the targets role and the delegations for that path)", path: name)
+                    throw SignetError(
+                        .targetNotFound, "no trusted targets role lists '\(name)' (searched the targets role and the delegations for that path)", path: name)
                 }
                 let written = try client.download(target, from: base, into: targetDirectory)
                 reports.append(Report(target: name, file: written.path, length: target.length, fetched: written.fetched))
                 if !output.json && !output.quiet {
-                    Output.line(written.fetched ? "downloaded \(name) to \(written.path): \(target.length) bytes, verified" : "\(name) is up to date in \(written.path)")
+                    Output.line(
+                        written.fetched ? "downloaded \(name) to \(written.path): \(target.length) bytes, verified" : "\(name) is up to date in \(written.path)"
+                    )
                 }
             }
             if output.json { Output.json(reports) }
@@ -209,11 +217,15 @@ enum TUFReports {
 
     static func print(_ report: TUFRefreshReport, output: OutputOptions) {
         if output.json {
-            Output.json(Refresh(root: report.rootVersion, roots_walked: report.rootsWalked, timestamp: report.timestampVersion,
-                                snapshot: report.snapshotVersion, targets: report.targetsVersion, requests: report.requests,
-                                bytes_downloaded: report.bytesReceived))
+            Output.json(
+                Refresh(
+                    root: report.rootVersion, roots_walked: report.rootsWalked, timestamp: report.timestampVersion,
+                    snapshot: report.snapshotVersion, targets: report.targetsVersion, requests: report.requests,
+                    bytes_downloaded: report.bytesReceived))
         } else if !output.quiet {
-            Output.line("trusted: root v\(report.rootVersion)\(report.rootsWalked > 0 ? " (\(report.rootsWalked) new)" : ""), timestamp v\(report.timestampVersion), snapshot v\(report.snapshotVersion), targets v\(report.targetsVersion)")
+            Output.line(
+                "trusted: root v\(report.rootVersion)\(report.rootsWalked > 0 ? " (\(report.rootsWalked) new)" : ""), timestamp v\(report.timestampVersion), snapshot v\(report.snapshotVersion), targets v\(report.targetsVersion)"
+            )
         }
     }
 }

@@ -14,15 +14,15 @@ struct Trust: ParsableCommand {
             abstract: "Seal a trust directory: record the digest of every file in DIR/.signet-trust.",
             usage: "signet trust seal <dir> [--salt-file <file> | --key <key>] [<options>]",
             discussion: """
-            Clients given --trust-dir DIR refuse it (exit 3) once its files no longer match the \
-            seal, so a key file replaced on a compromised device is caught. With --salt-file the \
-            digests are salted with a secret kept elsewhere (clients then need --trust-salt-file); \
-            with --key the seal is also signed, and clients given --trust-seal-key with the matching \
-            public key (kept outside the directory) accept only a seal it signed.
+                Clients given --trust-dir DIR refuse it (exit 3) once its files no longer match the \
+                seal, so a key file replaced on a compromised device is caught. With --salt-file the \
+                digests are salted with a secret kept elsewhere (clients then need --trust-salt-file); \
+                with --key the seal is also signed, and clients given --trust-seal-key with the matching \
+                public key (kept outside the directory) accept only a seal it signed.
 
-            Example:
-              signet trust seal /etc/myapp/trust --salt-file /root/trust.salt
-            """
+                Example:
+                  signet trust seal /etc/myapp/trust --salt-file /root/trust.salt
+                """
         )
 
         @Argument(help: ArgumentHelp("The trust directory.", valueName: "dir"))

@@ -9,41 +9,49 @@ struct Update: ParsableCommand {
         commandName: "update",
         abstract: "Keep DIR on its channel: refresh a TUF repository's trusted metadata, install the release the channel names when newer.",
         discussion: """
-        Refreshes the trusted metadata in --tuf-metadata DIR from --repository URL (the root \
-        chain, then timestamp, snapshot and targets, each checked for its threshold of \
-        signatures, version and expiry: FORMAT.md §7), picks the release --channel names, and \
-        when it is newer than DIR holds, installs it as unpack URL does (range requests: only \
-        what DIR lacks). The package is checked against what the metadata states before any \
-        file is fetched: its signed manifest's SHA-256, name and sequence (exit 1, code \
-        index-mismatch), its length and SHA-256 when it is downloaded whole; its files verify \
-        with the keys of the role that lists it. Otherwise says "up to date" (with --repair, \
-        after checking DIR as reverify does, and reinstalling it, fetching only what differs, \
-        if anything is not ok). DIR is unchanged on any failure. --check only reports.
+            Refreshes the trusted metadata in --tuf-metadata DIR from --repository URL (the root \
+            chain, then timestamp, snapshot and targets, each checked for its threshold of \
+            signatures, version and expiry: FORMAT.md §7), picks the release --channel names, and \
+            when it is newer than DIR holds, installs it as unpack URL does (range requests: only \
+            what DIR lacks). The package is checked against what the metadata states before any \
+            file is fetched: its signed manifest's SHA-256, name and sequence (exit 1, code \
+            index-mismatch), its length and SHA-256 when it is downloaded whole; its files verify \
+            with the keys of the role that lists it. Otherwise says "up to date" (with --repair, \
+            after checking DIR as reverify does, and reinstalling it, fetching only what differs, \
+            if anything is not ok). DIR is unchanged on any failure. --check only reports.
 
-        The trusted metadata folder is made once from a root the device trusts (shipped with \
-        it): signet tuf init --metadata-dir DIR root.json.
+            The trusted metadata folder is made once from a root the device trusts (shipped with \
+            it): signet tuf init --metadata-dir DIR root.json.
 
-        Every option can come from a config file (--config FILE, TOML): one `option = value` \
-        per line, named as the long options below; lists for repeatable options. Options on \
-        the command line override the file's. Unknown keys are an error (exit 2). Secrets \
-        never go in it (update needs none).
+            Every option can come from a config file (--config FILE, TOML): one `option = value` \
+            per line, named as the long options below; lists for repeatable options. Options on \
+            the command line override the file's. Unknown keys are an error (exit 2). Secrets \
+            never go in it (update needs none).
 
-        Examples:
-          signet update --repository https://updates.example.com/app/metadata/ \\
-            --tuf-metadata /var/lib/signet/tuf/app --channel stable --dest /opt/app \\
-            --tls-ca /etc/app/roots --state /var/lib/signet/app-state.json
-          signet update --config /etc/signet/update.d/app.conf
-          signet update --config /etc/signet/update.d/app.conf --check --json
-        """
+            Examples:
+              signet update --repository https://updates.example.com/app/metadata/ \\
+                --tuf-metadata /var/lib/signet/tuf/app --channel stable --dest /opt/app \\
+                --tls-ca /etc/app/roots --state /var/lib/signet/app-state.json
+              signet update --config /etc/signet/update.d/app.conf
+              signet update --config /etc/signet/update.d/app.conf --check --json
+            """
     )
 
-    @Option(name: .long, help: ArgumentHelp("A TUF repository's metadata URL (https://…/metadata/): the channel, the release and its package keys come from its trusted metadata.", valueName: "url"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A TUF repository's metadata URL (https://…/metadata/): the channel, the release and its package keys come from its trusted metadata.",
+            valueName: "url"))
     var repository: String?
 
-    @Option(name: .long, help: ArgumentHelp("With --repository: the package name to follow (default: the one DIR holds, or the only one the channel lists).", valueName: "name"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("With --repository: the package name to follow (default: the one DIR holds, or the only one the channel lists).", valueName: "name"))
     var package: String?
 
-    @Option(name: .customLong("targets-url"), help: ArgumentHelp("With --repository: where its targets are (default: targets/ beside the metadata URL).", valueName: "url"))
+    @Option(
+        name: .customLong("targets-url"),
+        help: ArgumentHelp("With --repository: where its targets are (default: targets/ beside the metadata URL).", valueName: "url"))
     var targetsURL: String?
 
     @Option(name: .long, help: ArgumentHelp("The directory the channel's package is installed in.", valueName: "dir"))
@@ -52,7 +60,9 @@ struct Update: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A TOML file of options (the long option names; command-line options override it).", valueName: "file"))
     var config: String?
 
-    @Option(name: .long, help: ArgumentHelp("Leave out a key of --config FILE (a list, a command or a flag it sets: --unset health-check); repeatable.", valueName: "key"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("Leave out a key of --config FILE (a list, a command or a flag it sets: --unset health-check); repeatable.", valueName: "key"))
     var unset: [String] = []
 
     @Flag(name: .long, help: "Only report whether an update is available; change nothing.")
@@ -71,7 +81,9 @@ struct Update: ParsableCommand {
     @Flag(name: .long, help: "Replace a non-empty DIR that Signet did not install.")
     var force = false
 
-    @Flag(name: .long, help: "When DIR already holds the channel's release, check it as reverify does and reinstall it if anything differs (fetching only what differs).")
+    @Flag(
+        name: .long,
+        help: "When DIR already holds the channel's release, check it as reverify does and reinstall it if anything differs (fetching only what differs).")
     var repair = false
 
     @OptionGroup(title: "Releases") var releases: ReleaseOptions
@@ -81,16 +93,23 @@ struct Update: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
-    @Option(name: .customLong("device-id-file"), help: ArgumentHelp("This device's stable id, for its place in a release's rollout (default /etc/machine-id; never sent or printed).", valueName: "file"))
+    @Option(
+        name: .customLong("device-id-file"),
+        help: ArgumentHelp("This device's stable id, for its place in a release's rollout (default /etc/machine-id; never sent or printed).", valueName: "file")
+    )
     var deviceIDFile = "/etc/machine-id"
 
-    @Flag(name: .customLong("ignore-rollout"), help: "Install the channel's release now even if its rollout has not reached this device (a technician's run; not a config key).")
+    @Flag(
+        name: .customLong("ignore-rollout"),
+        help: "Install the channel's release now even if its rollout has not reached this device (a technician's run; not a config key).")
     var ignoreRollout = false
 
     @Flag(name: .long, help: "Install nothing new: report what is available (exit 0).")
     var hold = false
 
-    @Option(name: .customLong("version-lock"), help: ArgumentHelp("Install only this sequence (42) or versions with this prefix (1.4: 1.4 and 1.4.2, not 1.40).", valueName: "lock"))
+    @Option(
+        name: .customLong("version-lock"),
+        help: ArgumentHelp("Install only this sequence (42) or versions with this prefix (1.4: 1.4 and 1.4.2, not 1.40).", valueName: "lock"))
     var versionLock: String?
 
     @OptionGroup var output: OutputOptions
@@ -137,7 +156,10 @@ struct Update: ParsableCommand {
         guard repository != nil else {
             throw ValidationError("give --repository URL: the TUF repository's metadata URL (or repository = \"…\" in --config FILE)")
         }
-        if trust.tufMetadata == nil { throw ValidationError("--repository needs --tuf-metadata DIR: the folder of trusted metadata, made once with `signet tuf init --metadata-dir DIR root.json`") }
+        if trust.tufMetadata == nil {
+            throw ValidationError(
+                "--repository needs --tuf-metadata DIR: the folder of trusted metadata, made once with `signet tuf init --metadata-dir DIR root.json`")
+        }
         if dest == nil { throw ValidationError("give --dest DIR (or dest = \"…\" in --config FILE)") }
         if trust.channel == nil { throw ValidationError("give --channel NAME: the channel this device follows (or channel = \"…\" in --config FILE)") }
         if !(0...86_400).contains(wait) { throw ValidationError("--wait takes 0 to 86400 seconds, not \(wait)") }
@@ -171,7 +193,8 @@ struct Update: ParsableCommand {
             }
             // TOMLKit reads an unclosed string into the next line and names what it met there.
             if line.filter({ $0 == "\"" }).count % 2 == 1 {
-                throw ValidationError("\(path):\(number): a string on this line is not closed: a \" is missing at its end (\(line.trimmingCharacters(in: .whitespaces)))")
+                throw ValidationError(
+                    "\(path):\(number): a string on this line is not closed: a \" is missing at its end (\(line.trimmingCharacters(in: .whitespaces)))")
             }
             throw ValidationError("\(path):\(number): \(Config.describe(tomlError: error.description))")
         }
@@ -184,7 +207,8 @@ struct Update: ParsableCommand {
         let keys = configKeys.keys.sorted()
         func unknown(_ key: String) -> String {
             if let why = ConfigKey.refusedByUpdate[key] { return why }
-            return "unknown key '\(key)'\(ArgumentErrors.didYouMean(key, among: keys)); the keys are the long options of signet update: \(keys.joined(separator: ", "))"
+            return
+                "unknown key '\(key)'\(ArgumentErrors.didYouMean(key, among: keys)); the keys are the long options of signet update: \(keys.joined(separator: ", "))"
         }
         for key in unset where configKeys[key] == nil {
             throw ValidationError("--unset \(key): not a config key: \(unknown(key))")
@@ -194,14 +218,18 @@ struct Update: ParsableCommand {
             let number = Config.line(of: key, in: text)
             let line = number.map { ":\($0)" } ?? ""
             if key == "index" {
-                throw ValidationError("\(path)\(line): 'index' (a signed channel index) is gone: Signet follows a TUF repository. Set repository = \"https://…/metadata/\" and tuf-metadata = \"DIR\" (made once with signet tuf init --metadata-dir DIR root.json); the publisher makes the repository with signet repo")
+                throw ValidationError(
+                    "\(path)\(line): 'index' (a signed channel index) is gone: Signet follows a TUF repository. Set repository = \"https://…/metadata/\" and tuf-metadata = \"DIR\" (made once with signet tuf init --metadata-dir DIR root.json); the publisher makes the repository with signet repo"
+                )
             }
             guard let kind = configKeys[key] else {
                 throw ValidationError("\(path)\(line): \(unknown(key))")
             }
             let option = "--" + key
             // (`--verity-auto` on the command line is `verity` too.)
-            if unset.contains(key) || given.contains(where: { $0 == option || $0.hasPrefix(option + "=") || (key == "verity" && $0 == "--verity-auto") }) { continue }
+            if unset.contains(key) || given.contains(where: { $0 == option || $0.hasPrefix(option + "=") || (key == "verity" && $0 == "--verity-auto") }) {
+                continue
+            }
             let literal = number.flatMap { Config.literal(onLine: $0, in: text) }
             arguments += try kind.arguments(key, value, at: "\(path)\(line)", literal: literal)
         }
@@ -209,7 +237,9 @@ struct Update: ParsableCommand {
     }
 
     func run() throws {
-        Signals.onInterrupt("the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); what was fetched is kept beside it, and the next run continues from there")
+        Signals.onInterrupt(
+            "the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); what was fetched is kept beside it, and the next run continues from there"
+        )
         guard let repository else { throw ValidationError("give --repository URL") }
         try runRepository(repository)
     }
@@ -315,7 +345,9 @@ extension Update {
 
     /// `update --repository`: the channel's release from a TUF repository.
     func runRepository(_ repository: String) throws {
-        guard let dest, let channel = trust.channel, let metadataDirectory = trust.tufMetadata else { throw ValidationError("give --dest, --channel and --tuf-metadata") }
+        guard let dest, let channel = trust.channel, let metadataDirectory = trust.tufMetadata else {
+            throw ValidationError("give --dest, --channel and --tuf-metadata")
+        }
         tls.warnIfInsecure(repository)
         var options = TUFUpdateOptions(client: TUFClientOptions(metadataDirectory: metadataDirectory, metadataURL: repository), channel: channel)
         options.package = package
@@ -338,18 +370,21 @@ extension Update {
         let updated = report.install.map { !$0.upToDate } ?? false
         if output.json {
             // `installed` is what DIR holds after the run; `replaced` what it held before an update.
-            Output.json(RepositoryReport(channel: channel, repository: repository, root_version: report.refresh.rootVersion,
-                                         timestamp_version: report.refresh.timestampVersion, role: report.role, installed: updated ? available : installed,
-                                         available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
-                                         updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
-                                         transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [], files_shared: report.install?.filesShared ?? 0,
-                                         files_copied: report.install?.filesCopied ?? 0,
-                               previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
-                               verity: report.install.map(ReleaseOptions.Verity.init),
-                               hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
-                               refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) },
-                               rollout: report.rollout.map(Rollout.init), deferred: report.deferred,
-                               choice: report.choice.map(Choice.init)))
+            Output.json(
+                RepositoryReport(
+                    channel: channel, repository: repository, root_version: report.refresh.rootVersion,
+                    timestamp_version: report.refresh.timestampVersion, role: report.role, installed: updated ? available : installed,
+                    available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
+                    updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
+                    transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [],
+                    files_shared: report.install?.filesShared ?? 0,
+                    files_copied: report.install?.filesCopied ?? 0,
+                    previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
+                    verity: report.install.map(ReleaseOptions.Verity.init),
+                    hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
+                    refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) },
+                    rollout: report.rollout.map(Rollout.init), deferred: report.deferred,
+                    choice: report.choice.map(Choice.init)))
             return
         }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
@@ -363,16 +398,26 @@ extension Update {
             if let deferred = report.deferred { Output.line("  newer: \(deferred)") }
         } else if let refused = report.refused {
             // Not a failure: the device keeps what runs until the publisher ships a fix.
-            Output.line("held back: channel \(channel) names \(available.name) \(available.version) (sequence \(available.sequence)), which \(dest) refused (\(refused.reason), \(refused.at)); keeping \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "what it holds") until a higher sequence is published (--retry-bad installs it again); \(trusted)")
+            Output.line(
+                "held back: channel \(channel) names \(available.name) \(available.version) (sequence \(available.sequence)), which \(dest) refused (\(refused.reason), \(refused.at)); keeping \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "what it holds") until a higher sequence is published (--retry-bad installs it again); \(trusted)"
+            )
         } else if let deferred = report.deferred {
             // Not a failure: the device waits for its wave, or was told to hold.
-            Output.line("\(deferred); \(dest) \(installed.map { "keeps \($0.version) (sequence \($0.sequence))" } ?? "stays empty: no listed release has reached this device yet"); \(trusted)")
+            Output.line(
+                "\(deferred); \(dest) \(installed.map { "keeps \($0.version) (sequence \($0.sequence))" } ?? "stays empty: no listed release has reached this device yet"); \(trusted)"
+            )
         } else if report.updateAvailable {
-            Output.line("update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)")
+            Output.line(
+                "update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)"
+            )
         } else if report.channelIsOlder {
-            Output.warn("channel \(channel) names an older release than installed: \(dest) holds \(installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), the channel names sequence \(available.sequence); nothing was changed (a repository cannot push an older release: the publisher republishes it with a higher sequence)")
+            Output.warn(
+                "channel \(channel) names an older release than installed: \(dest) holds \(installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), the channel names sequence \(available.sequence); nothing was changed (a repository cannot push an older release: the publisher republishes it with a higher sequence)"
+            )
         } else {
-            Output.line("up to date: \(dest) holds \(installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), channel \(channel) names sequence \(available.sequence); \(trusted)")
+            Output.line(
+                "up to date: \(dest) holds \(installed.map { "\($0.name) \($0.version) (sequence \($0.sequence))" } ?? "?"), channel \(channel) names sequence \(available.sequence); \(trusted)"
+            )
         }
     }
 }
@@ -405,7 +450,8 @@ enum Config {
         let key = parts[0].trimmingCharacters(in: .whitespaces)
         let value = parts[1].trimmingCharacters(in: .whitespaces)
         guard !key.isEmpty, !value.isEmpty, let first = value.first, !"\"'[{".contains(first),
-              !["true", "false"].contains(value), Int(value) == nil else { return nil }
+            !["true", "false"].contains(value), Int(value) == nil
+        else { return nil }
         return "the value of '\(key)' is not quoted: strings in TOML are quoted, as in \(key) = \"\(value)\""
     }
 
@@ -424,7 +470,8 @@ enum Config {
     /// The value on line `number` (from 1) as written: what follows `=`, without a comment.
     static func literal(onLine number: Int, in text: String) -> String? {
         guard let line = text.split(separator: "\n", omittingEmptySubsequences: false).dropFirst(number - 1).first,
-              let equals = line.firstIndex(of: "=") else { return nil }
+            let equals = line.firstIndex(of: "=")
+        else { return nil }
         let value = line[line.index(after: equals)...].prefix { $0 != "#" }.trimmingCharacters(in: .whitespaces)
         return value.isEmpty ? nil : value
     }

@@ -8,15 +8,22 @@ import Signet
 /// are refused by name (exit 2) rather than ignored: each implies a protection update would not
 /// apply.
 struct UpdateTrustOptions: ParsableArguments {
-    @Option(name: .customLong("tuf-metadata"), help: ArgumentHelp(
-        "The device's trusted TUF metadata folder (made once with signet tuf init --metadata-dir DIR root.json; kept current by every run): it names who may sign which package.",
-        valueName: "dir"))
+    @Option(
+        name: .customLong("tuf-metadata"),
+        help: ArgumentHelp(
+            "The device's trusted TUF metadata folder (made once with signet tuf init --metadata-dir DIR root.json; kept current by every run): it names who may sign which package.",
+            valueName: "dir"))
     var tufMetadata: String?
 
-    @Option(name: .long, help: ArgumentHelp("The repository's channel this device follows (a name in its targets' custom.signet.channels, as repo add --channel gave it).", valueName: "name"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The repository's channel this device follows (a name in its targets' custom.signet.channels, as repo add --channel gave it).", valueName: "name"))
     var channel: String?
 
-    @Option(name: .customLong("trust-seal-key"), help: ArgumentHelp("Require each --tls-ca directory to be sealed, with the seal signed by this key (kept outside the directory).", valueName: "pub"))
+    @Option(
+        name: .customLong("trust-seal-key"),
+        help: ArgumentHelp("Require each --tls-ca directory to be sealed, with the seal signed by this key (kept outside the directory).", valueName: "pub"))
     var trustSealKey: [String] = []
 
     @Option(name: .customLong("trust-salt-file"), help: ArgumentHelp("The salt a --tls-ca directory was sealed with.", valueName: "file"))
@@ -39,11 +46,15 @@ struct UpdateTrustOptions: ParsableArguments {
     static let refusedOptions = ["--pubkey", "--trust-dir", "--ca", "--pin", "--revoked", "--expect-subject", "--allow-expired-cert", "--clock-skew"]
 
     func validate() throws {
-        let given = [("--pubkey", !pubkey.isEmpty), ("--trust-dir", !trustDirectory.isEmpty), ("--ca", !ca.isEmpty), ("--pin", !pin.isEmpty),
-                     ("--revoked", revoked != nil), ("--expect-subject", expectSubject != nil), ("--allow-expired-cert", allowExpiredCertificate),
-                     ("--clock-skew", clockSkew != nil)].filter(\.1).map(\.0)
+        let given = [
+            ("--pubkey", !pubkey.isEmpty), ("--trust-dir", !trustDirectory.isEmpty), ("--ca", !ca.isEmpty), ("--pin", !pin.isEmpty),
+            ("--revoked", revoked != nil), ("--expect-subject", expectSubject != nil), ("--allow-expired-cert", allowExpiredCertificate),
+            ("--clock-skew", clockSkew != nil)
+        ].filter(\.1).map(\.0)
         if !given.isEmpty {
-            throw ValidationError("update takes the package keys, and who may sign which package, from the repository's trusted metadata (--tuf-metadata, the role that lists the release): leave out \(given.joined(separator: ", ")) (options of unpack and verify)")
+            throw ValidationError(
+                "update takes the package keys, and who may sign which package, from the repository's trusted metadata (--tuf-metadata, the role that lists the release): leave out \(given.joined(separator: ", ")) (options of unpack and verify)"
+            )
         }
     }
 

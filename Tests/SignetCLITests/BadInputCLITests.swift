@@ -23,7 +23,7 @@ struct BadInputCLITests {
         Case(name: "EC key", exit: 4, words: ["unsupported key type: EC", "(Signet signs with RSA)"]),
         Case(name: "Ed25519 key", exit: 4, words: ["unsupported key type: Ed25519", "(Signet signs with RSA)"]),
         Case(name: "1024-bit key", exit: 4, words: ["1024-bit", "below 2048 bits", "--allow-weak-key"]),
-        Case(name: "public key as signing key", exit: 4, words: ["public_key.der", "signing needs the private key"]),
+        Case(name: "public key as signing key", exit: 4, words: ["public_key.der", "signing needs the private key"])
     ]
 
     static let ecOptions = ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
@@ -40,7 +40,10 @@ struct BadInputCLITests {
             try work.openssl(["pkcs8", "-topk8", "-nocrypt", "-in", work.privatePEM, "-passin", "file:" + work.passFile, "-outform", "DER", "-out", "full.der"])
             arguments += ["--key", try work.directory.write("truncated.der", try contents(work.directory.file("full.der")).prefix(700), mode: 0o600)]
         case "garbage PEM key":
-            arguments += ["--key", try work.directory.write("garbage.pem", Data("-----BEGIN PRIVATE KEY-----\nnot base64!\n-----END PRIVATE KEY-----\n".utf8), mode: 0o600)]
+            arguments += [
+                "--key",
+                try work.directory.write("garbage.pem", Data("-----BEGIN PRIVATE KEY-----\nnot base64!\n-----END PRIVATE KEY-----\n".utf8), mode: 0o600)
+            ]
         case "directory as key": arguments += ["--key", work.keys]
         case "missing key file": arguments += ["--key", work.directory.file("absent.pem")]
         case "wrong passphrase":
@@ -135,18 +138,20 @@ struct BadInputCLITests {
         }
     }
 
-    @Test("usage errors exit 2, also as JSON", arguments: [
-        ["sign"],
-        ["sign", "x.bin"],
-        ["sign", "a", "b", "--key", "k", "--out", "s"],
-        ["sign", "a", "--key", "k", "--passphrase-file", "f", "--passphrase-env", "V"],
-        ["sign", "a", "--key", "k", "--passphrase-env", "V=secret"],
-        ["sign", "a", "--key", "k", "--algorithm", "rsa-md5"],
-        ["sign", "a", "--key", "k", "--passphrase", "secret"],
-        ["verify", "a", "--signature", "s"],
-        ["keygen", "--out", "d", "--bits", "1024"],
-        ["frobnicate"],
-    ])
+    @Test(
+        "usage errors exit 2, also as JSON",
+        arguments: [
+            ["sign"],
+            ["sign", "x.bin"],
+            ["sign", "a", "b", "--key", "k", "--out", "s"],
+            ["sign", "a", "--key", "k", "--passphrase-file", "f", "--passphrase-env", "V"],
+            ["sign", "a", "--key", "k", "--passphrase-env", "V=secret"],
+            ["sign", "a", "--key", "k", "--algorithm", "rsa-md5"],
+            ["sign", "a", "--key", "k", "--passphrase", "secret"],
+            ["verify", "a", "--signature", "s"],
+            ["keygen", "--out", "d", "--bits", "1024"],
+            ["frobnicate"]
+        ])
     func usage(_ arguments: [String]) throws {
         let result = try CLI.run(arguments)
         #expect(result.status == 2, "\(arguments): \(result.stderr)")
@@ -163,8 +168,11 @@ struct BadInputCLITests {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 10)
         try work.openssl(["x509", "-inform", "DER", "-in", work.certificate, "-out", "cert.pem"])
-        try work.openssl(["pkcs12", "-export", "-legacy", "-inkey", work.privatePEM, "-passin", "file:" + work.passFile,
-                          "-in", "cert.pem", "-passout", "env:P", "-out", "legacy.p12"], environment: ["P": work.passphrase])
+        try work.openssl(
+            [
+                "pkcs12", "-export", "-legacy", "-inkey", work.privatePEM, "-passin", "file:" + work.passFile,
+                "-in", "cert.pem", "-passout", "env:P", "-out", "legacy.p12"
+            ], environment: ["P": work.passphrase])
         let legacy = work.directory.file("legacy.p12")
         chmod(legacy, 0o600)
         let signed = try CLI.run(["sign", file, "--key", legacy, "--passphrase-file", work.passFile])
@@ -173,14 +181,18 @@ struct BadInputCLITests {
         // OpenSSL looks for providers in $OPENSSL_MODULES: an empty directory is a machine without legacy.so.
         let empty = work.directory.file("no-modules")
         try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
-        let missing = try CLI.run(["sign", file, "--key", legacy, "--passphrase-file", work.passFile, "--out", work.directory.file("x.sig")],
-                                  environment: ["OPENSSL_MODULES": empty])
+        let missing = try CLI.run(
+            ["sign", file, "--key", legacy, "--passphrase-file", work.passFile, "--out", work.directory.file("x.sig")],
+            environment: ["OPENSSL_MODULES": empty])
         #expect(missing.status == 4, "\(missing.stderr)")
         #expect(missing.stderr.contains("legacy provider"))
         #expect(missing.stderr.contains("not installed"))
         // A modern PKCS#12 does not need it.
-        #expect(try CLI.run(["sign", file, "--key", work.privateP12, "--passphrase-file", work.passFile, "--out", work.directory.file("y.sig")],
-                            environment: ["OPENSSL_MODULES": empty]).status == 0)
+        #expect(
+            try CLI.run(
+                ["sign", file, "--key", work.privateP12, "--passphrase-file", work.passFile, "--out", work.directory.file("y.sig")],
+                environment: ["OPENSSL_MODULES": empty]
+            ).status == 0)
     }
 
     @Test("a key file others can read gets a warning; a 0600 one does not")
@@ -230,7 +242,6 @@ struct BadInputCLITests {
         #expect(files.contains { $0["path"] as? String == evil }, "JSON keeps the real name (escaped by JSON itself)")
     }
 
-
     @Test("numbers at the extremes from the command line never trap")
     func extremeNumbers() throws {
         let work = try Workspace()
@@ -243,10 +254,15 @@ struct BadInputCLITests {
         // Issue 37: a skew beyond a day would switch expiry off: refused, never wrapped.
         let beyond = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--clock-skew", "9223372036854775807"])
         #expect(beyond.status == 2 && beyond.stderr.contains("at most 86400"), "\(beyond.status) \(beyond.stderr)")
-        let huge = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--max-total-size", "18446744073709551615", "--max-files", "9223372036854775807"])
+        let huge = try CLI.run([
+            "inspect", package, "--pubkey", work.publicDER, "--max-total-size", "18446744073709551615", "--max-files", "9223372036854775807"
+        ])
         #expect(huge.status == 0, "\(huge.status) \(huge.stderr)")
-        let epoch = try CLI.run(["pack", work.directory.file("src"), "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "e",
-                                 "--version", "1", "--out", work.directory.file("e.zip")], environment: ["SOURCE_DATE_EPOCH": "99999999999999"])
+        let epoch = try CLI.run(
+            [
+                "pack", work.directory.file("src"), "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "e",
+                "--version", "1", "--out", work.directory.file("e.zip")
+            ], environment: ["SOURCE_DATE_EPOCH": "99999999999999"])
         #expect(epoch.status == 2 && epoch.stderr.contains("SOURCE_DATE_EPOCH"), "\(epoch.status) \(epoch.stderr)")
     }
 

@@ -24,7 +24,8 @@ enum CLI {
     /// Runs signet and returns its peak RSS in KiB (ru_maxrss of RUSAGE_CHILDREN, read by python3).
     /// `status` is the exit status signet must end with (0 unless a refusal is measured).
     static func peakRSS(_ arguments: [String], status: Int32 = 0) throws -> Int {
-        let measure = "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
+        let measure =
+            "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
         let result = try SignetTestSupport.run("python3", ["-c", measure, binary] + arguments)
         guard result.status == status, let kib = Int(result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) else {
             throw SupportError("signet \(arguments) failed: \(result.status) \(result.stderr)")
@@ -91,19 +92,20 @@ let ptyPrelude = pythonScript("pty_prelude.py")
 
 /// ``ptyPrelude`` that then types stdin at the prompt, collects everything the terminal shows
 /// until the program ends, prints it on stdout and exits with the program's status.
-let ptyAnswer = ptyPrelude + """
-os.write(fd, sys.stdin.buffer.read())
-while True:
-    try:
-        chunk = os.read(fd, 1024)
-    except OSError:
-        break
-    if not chunk: break
-    out += chunk
-_, status = os.waitpid(pid, 0)
-sys.stdout.buffer.write(out)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
+let ptyAnswer =
+    ptyPrelude + """
+        os.write(fd, sys.stdin.buffer.read())
+        while True:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:
+                break
+            if not chunk: break
+            out += chunk
+        _, status = os.waitpid(pid, 0)
+        sys.stdout.buffer.write(out)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
 
 /// Python that runs the program in argv[1:] on a new pseudo-terminal (its stdin, stdout and
 /// stderr), prints everything the terminal showed on stdout, the seconds it ran on stderr, and

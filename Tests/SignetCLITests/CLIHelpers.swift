@@ -11,7 +11,6 @@ enum CLIHelpers {
     /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
     nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
 
-
     /// Packs `files` (name → bytes) as package `name` `sequence` into `out`.
     static func pack(_ work: Workspace, _ files: [String: Data], name: String = "app", sequence: Int = 1, out: String, extra: [String] = []) throws {
         let tree = try TemporaryDirectory()
@@ -20,14 +19,15 @@ enum CLIHelpers {
             try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             try data.write(to: URL(fileURLWithPath: full))
         }
-        let packed = try CLI.run(["pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                  "--name", name, "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out] + extra)
+        let packed = try CLI.run(
+            [
+                "pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                "--name", name, "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out
+            ] + extra)
         guard packed.status == 0 else { throw SupportError("pack failed: \(packed.stderr)") }
     }
 
-
     static func randomData(_ count: Int) -> Data { Data(try! randomBytes(count)) }
-
 
     // MARK: Point 10: planted partial downloads and lock files
 
@@ -37,17 +37,14 @@ enum CLIHelpers {
         return try run("setpriv", ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + arguments)
     }
 
-
     // MARK: Points 1, 9, 13: another product, a relabelled tree, reverify's expected package
 
     static func errorCode(_ result: ProcessResult) -> String? {
         (try? result.json()["error"] as? [String: Any])?["code"] as? String
     }
 
-
     static let examplePublicKey = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("keys-example/public_key.der").path
-
 
     /// A 128 MiB file that costs nothing to make (sparse): what a hostile server sends.
     static func bigFile(_ path: String, size: off_t = 128 << 20) throws {
@@ -56,23 +53,22 @@ enum CLIHelpers {
         close(fd)
     }
 
-
     /// Runs signet with `arguments`, waits for the hook to write its pid into `marker`, sends
     /// `signal` to signet, and reports signet's exit and whether the hook's process group is
     /// still there 3 s later (its pid, to end it).
     static let interrupter = pythonScript("hook_interrupter.py")
 
-
     /// A package of two files, signed with the workspace's key.
     static func package(_ work: Workspace, sequence: String = "7") throws -> String {
         let root = try PackCLITests.tree(work)
         let package = work.directory.file("app-\(sequence).zip")
-        let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                  "--name", "app", "--version", "1", "--sequence", sequence, "--out", package])
+        let packed = try CLI.run([
+            "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+            "--name", "app", "--version", "1", "--sequence", sequence, "--out", package
+        ])
         guard packed.status == 0 else { throw SupportError("pack: \(packed.stderr)") }
         return package
     }
-
 
     /// A writable cgroup v2 hierarchy: the one mounted, or one mounted for the test.
     static func cgroup2Root(_ work: Workspace) throws -> (path: String, mountedHere: Bool) {
@@ -95,7 +91,9 @@ enum CLIHelpers {
         try Data(text.utf8).write(to: URL(fileURLWithPath: root + "/a.txt"))
         try Data("beta\n".utf8).write(to: URL(fileURLWithPath: root + "/sub/b.txt"))
         for file in ["a.txt", "sub/b.txt"] {
-            try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", root + "/" + file + ".sig", root + "/" + file])
+            try work.openssl([
+                "dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", root + "/" + file + ".sig", root + "/" + file
+            ])
         }
         var entries = ["a.txt", "a.txt.sig", "sub/b.txt", "sub/b.txt.sig"]
         if unsigned {

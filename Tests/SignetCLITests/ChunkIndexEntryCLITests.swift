@@ -13,7 +13,9 @@ struct ChunkIndexEntryCLITests {
         guard result.status == 0 else { throw SupportError("to_inline: \(result.stderr)") }
     }
 
-    @Test("older packages (inline indexes, made here by Python and openssl) verify, install and update to and from packages with the entry; the manifest of a 16 MiB file stays small; an altered entry is refused by inspect and by an update (modified, naming it), DIR unchanged")
+    @Test(
+        "older packages (inline indexes, made here by Python and openssl) verify, install and update to and from packages with the entry; the manifest of a 16 MiB file stays small; an altered entry is refused by inspect and by an update (modified, naming it), DIR unchanged"
+    )
     func olderAndAltered() throws {
         let server = try ChunkedUpdateCLITests.shared.get()
         let work = try Workspace()
@@ -38,18 +40,23 @@ struct ChunkIndexEntryCLITests {
             bytes.insert(contentsOf: Data(try randomBytes(256 << 10)), at: sequence << 20)
             try bytes.write(to: URL(fileURLWithPath: original))
             try ChunkedUpdateCLITests.pack(work, tree.path, sequence: sequence, out: made)
-            if older { try Self.older(work, made, out: served) } else { try FileManager.default.removeItem(atPath: served); try FileManager.default.copyItem(atPath: made, toPath: served) }
+            if older {
+                try Self.older(work, made, out: served)
+            } else {
+                try FileManager.default.removeItem(atPath: served); try FileManager.default.copyItem(atPath: made, toPath: served)
+            }
             let result = try CLI.run(unpack)
             #expect(result.status == 0, "\(result.stderr)")
             #expect(try contents(dest + "/big.img") == bytes)
             let transfer = try #require(try result.json()["transfer"] as? [String: Any], "\(result.stdoutText)")
             // From an installed release without an index of its own (its indexes were in the
             // entry), or from one whose blocks are hashed another way: the installed file is read.
-            #expect((transfer["chunk_bytes_reused"] as? Int ?? 0) >= (16 << 20) - 4 * (256 << 10)
+            #expect(
+                (transfer["chunk_bytes_reused"] as? Int ?? 0) >= (16 << 20) - 4 * (256 << 10)
                     && (transfer["bytes_downloaded"] as? Int ?? .max) < 2 << 20, "sequence \(sequence): \(transfer)")
         }
-        try update(2, older: false)   // inline-indexed release installed, the new one with the entry
-        try update(3, older: true)    // and back
+        try update(2, older: false) // inline-indexed release installed, the new one with the entry
+        try update(3, older: true) // and back
         try update(4, older: false)
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
 
@@ -70,7 +77,9 @@ struct ChunkIndexEntryCLITests {
         let refused = try CLI.run(unpack)
         #expect(refused.status == 1 && refused.stderr.contains("chunk-index"), "\(refused.stderr)")
         #expect(try contents(dest + "/big.img") == before)
-        let beside = try FileManager.default.contentsOfDirectory(atPath: work.path).filter { $0.hasPrefix(".app.") && ($0.contains("staging") || $0.contains("salvage")) }
+        let beside = try FileManager.default.contentsOfDirectory(atPath: work.path).filter {
+            $0.hasPrefix(".app.") && ($0.contains("staging") || $0.contains("salvage"))
+        }
         #expect(beside.isEmpty, "\(beside)")
     }
 }

@@ -13,8 +13,11 @@ struct ChunkedUpdateCLITests {
     nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
 
     static func pack(_ work: Workspace, _ tree: String, sequence: Int, out: String, _ extra: [String] = []) throws {
-        let packed = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
-                                  "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out + ".new"] + extra)
+        let packed = try CLI.run(
+            [
+                "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
+                "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out + ".new"
+            ] + extra)
         guard packed.status == 0 else { throw SupportError("pack failed: \(packed.stderr)") }
         guard rename(out + ".new", out) == 0 else { throw SupportError("rename failed: \(errno)") }
     }
@@ -34,7 +37,9 @@ struct ChunkedUpdateCLITests {
         return object.mapValues { ($0[0] as? Int ?? -1, $0[1] as? Int ?? -1, $0[2] as? Bool ?? false) }
     }
 
-    @Test("pack: resources of at least --chunk-threshold bytes, stored or deflated (issue 51), get a chunk index every chunk of which hashes right; smaller ones, and --chunk-threshold 0, have none; --store keeps compressible ones stored")
+    @Test(
+        "pack: resources of at least --chunk-threshold bytes, stored or deflated (issue 51), get a chunk index every chunk of which hashes right; smaller ones, and --chunk-threshold 0, have none; --store keeps compressible ones stored"
+    )
     func packed() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -51,7 +56,8 @@ struct ChunkedUpdateCLITests {
         let stored = work.directory.file("stored.zip")
         try Self.pack(work, tree.path, sequence: 1, out: stored, ["--store"])
         let storedCheck = try Self.chunkCheck(stored)
-        #expect(storedCheck["notes.txt"]?.method == 0 && (storedCheck["notes.txt"]?.chunks ?? 0) > 0 && storedCheck["notes.txt"]?.valid == true, "\(storedCheck)")
+        #expect(
+            storedCheck["notes.txt"]?.method == 0 && (storedCheck["notes.txt"]?.chunks ?? 0) > 0 && storedCheck["notes.txt"]?.valid == true, "\(storedCheck)")
         let plain = work.directory.file("plain.zip")
         try Self.pack(work, tree.path, sequence: 1, out: plain, ["--chunk-threshold", "0"])
         let unchunked = try Self.chunkCheck(plain)
@@ -62,7 +68,9 @@ struct ChunkedUpdateCLITests {
         #expect(try CLI.run(["unpack", package, "--dest", work.directory.file("app"), "--pubkey", work.publicDER]).status == 0)
     }
 
-    @Test("1 MiB inserted into a 24 MiB file: the update fetches about that MiB (≤ 3% + 1 MiB), rebuilds the rest from the installed copy, and the report equals nginx's log; a locally damaged copy is still rebuilt right")
+    @Test(
+        "1 MiB inserted into a 24 MiB file: the update fetches about that MiB (≤ 3% + 1 MiB), rebuilds the rest from the installed copy, and the report equals nginx's log; a locally damaged copy is still rebuilt right"
+    )
     func insertion() throws {
         let server = try Self.shared.get()
         let work = try Workspace()
@@ -93,7 +101,9 @@ struct ChunkedUpdateCLITests {
         let reusedBytes = transfer["chunk_bytes_reused"] as? Int ?? 0
         let fetchedBytes = transfer["chunk_bytes_fetched"] as? Int ?? .max
         #expect(reusedBytes >= (24 << 20) - 2 * (256 << 10) && fetchedBytes <= (1 << 20) + 4 * (256 << 10), "\(transfer)")
-        #expect(reusedBytes + fetchedBytes == bytes.count && (transfer["chunks_reused"] as? Int ?? 0) >= ((24 << 20) - 2 * (256 << 10)) / (256 << 10), "\(transfer)")
+        #expect(
+            reusedBytes + fetchedBytes == bytes.count && (transfer["chunks_reused"] as? Int ?? 0) >= ((24 << 20) - 2 * (256 << 10)) / (256 << 10), "\(transfer)"
+        )
         let logged = try server.answers(of: "insert/app.zip", from: offset)
         #expect(logged.count == transfer["requests"] as? Int && logged.reduce(0) { $0 + $1.bytes } == downloaded, "\(logged) \(transfer)")
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
@@ -136,7 +146,9 @@ struct ChunkedUpdateCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
-    @Test("1% of a 16 MiB file's 4 KiB blocks changed in place: only those blocks are fetched (by their block hashes), the rest of each chunk read from the installed copy")
+    @Test(
+        "1% of a 16 MiB file's 4 KiB blocks changed in place: only those blocks are fetched (by their block hashes), the rest of each chunk read from the installed copy"
+    )
     func blocksInPlace() throws {
         let server = try Self.shared.get()
         let work = try Workspace()
@@ -165,8 +177,9 @@ struct ChunkedUpdateCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
-    @Test("a chunked update whose package is replaced on the server: once, it is read again and installs; twice, package-changed (exit 5), DIR unchanged; stored and deflated chunks (issue 51)",
-          arguments: ["stored", "deflated"])
+    @Test(
+        "a chunked update whose package is replaced on the server: once, it is read again and installs; twice, package-changed (exit 5), DIR unchanged; stored and deflated chunks (issue 51)",
+        arguments: ["stored", "deflated"])
     func replacedMidway(_ kind: String) throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -180,7 +193,7 @@ struct ChunkedUpdateCLITests {
         let one = ["ETag": "\"v1\""], two = ["ETag": "\"v2\""]
         for (name, answers, status) in [
             ("once", [ScriptedServer.Answer(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true)], Int32(0)),
-            ("twice", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true), .init(headers: one)], 5),
+            ("twice", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true), .init(headers: one)], 5)
         ] {
             let dest = work.directory.file("app-" + name)
             #expect(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
@@ -211,13 +224,18 @@ struct ChunkedUpdateCLITests {
         try bytes.write(to: URL(fileURLWithPath: original))
         try Self.pack(work, tree.path, sequence: 2, out: v2)
         // The byte at 4 MiB + 100 of the entry, in a chunk the device lacks, flipped on the server.
-        let python = try run(try which("python3"), ["-c", """
-            import struct, sys, zipfile
-            info = zipfile.ZipFile(sys.argv[1]).getinfo("big.img"); raw = bytearray(open(sys.argv[1], "rb").read())
-            n, e = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
-            raw[info.header_offset + 30 + n + e + (4 << 20) + 100] ^= 0xFF
-            open(sys.argv[1], "wb").write(raw)
-            """, v2])
+        let python = try run(
+            try which("python3"),
+            [
+                "-c",
+                """
+                import struct, sys, zipfile
+                info = zipfile.ZipFile(sys.argv[1]).getinfo("big.img"); raw = bytearray(open(sys.argv[1], "rb").read())
+                n, e = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+                raw[info.header_offset + 30 + n + e + (4 << 20) + 100] ^= 0xFF
+                open(sys.argv[1], "wb").write(raw)
+                """, v2
+            ])
         try #require(python.status == 0, "\(python.stderr)")
         let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true)]])
         try FileManager.default.copyItem(atPath: v2, toPath: server.file("app.zip"))

@@ -41,13 +41,16 @@ struct DamagedTransfersCLITests {
     /// or a backtrace.
     static func expectRefused(_ result: ProcessResult, _ what: String) {
         #expect([1, 4, 5].contains(result.status), "\(what): exit \(result.status) \(result.stderr.suffix(600))")
-        #expect(!result.stderr.contains("Backtrace") && !result.stderr.contains("Fatal error") && result.stderr.contains("signet: error:"),
-                "\(what): \(result.stderr.suffix(600))")
+        #expect(
+            !result.stderr.contains("Backtrace") && !result.stderr.contains("Fatal error") && result.stderr.contains("signet: error:"),
+            "\(what): \(result.stderr.suffix(600))")
     }
 
     // MARK: Point 0: no crash, whatever breaks inside a large entry
 
-    @Test("a large stored or deflated resource damaged at its start, middle or end: unpack (new DIR and over an installed tree), inspect and unpack URL refuse it, leaving nothing")
+    @Test(
+        "a large stored or deflated resource damaged at its start, middle or end: unpack (new DIR and over an installed tree), inspect and unpack URL refuse it, leaving nothing"
+    )
     func damagedLargeEntries() throws {
         let server = try Self.shared.get()
         let work = try Workspace()
@@ -77,9 +80,12 @@ struct DamagedTransfersCLITests {
                 try? FileManager.default.removeItem(atPath: server.www + "/damaged.zip")
                 try FileManager.default.copyItem(atPath: bad, toPath: server.www + "/damaged.zip")
                 let viaURL = work.directory.file("url-\(kind)-\(position)")
-                Self.expectRefused(try CLI.run(["unpack", server.url("damaged.zip"), "--dest", viaURL, "--pubkey", work.publicDER, "--tls-ca", server.root]),
-                                   what + ", unpack URL")
-                let overURL = try CLI.run(["unpack", server.url("damaged.zip"), "--dest", installed, "--pubkey", work.publicDER, "--tls-ca", server.root, "--force"])
+                Self.expectRefused(
+                    try CLI.run(["unpack", server.url("damaged.zip"), "--dest", viaURL, "--pubkey", work.publicDER, "--tls-ca", server.root]),
+                    what + ", unpack URL")
+                let overURL = try CLI.run([
+                    "unpack", server.url("damaged.zip"), "--dest", installed, "--pubkey", work.publicDER, "--tls-ca", server.root, "--force"
+                ])
                 Self.expectRefused(overURL, what + ", unpack URL over DIR")
                 #expect(try CLI.run(["reverify", installed, "--pubkey", work.publicDER]).status == 0, "\(what): the installed tree unchanged")
                 // The lock of the installed DIR stays (it is how the next run waits); nothing else.
@@ -103,7 +109,9 @@ struct DamagedTransfersCLITests {
         return map
     }
 
-    @Test("a link cut (or stalled past --max-time) inside a 20 MiB stored entry, a deflated one, .signet/ or the directory is exit 5 network-error naming the URL, the staging kept; the next run completes")
+    @Test(
+        "a link cut (or stalled past --max-time) inside a 20 MiB stored entry, a deflated one, .signet/ or the directory is exit 5 network-error naming the URL, the staging kept; the next run completes"
+    )
     func transportFailuresInsideEntries() throws {
         let work = try Workspace()
         let stored = Self.largeResource(deflated: false) + Self.largeResource(deflated: false) + Self.largeResource(deflated: false).prefix(2 << 20)
@@ -121,19 +129,24 @@ struct DamagedTransfersCLITests {
             ("inside the deflated entry", at["deflated.txt"]! + 100_000, false),
             ("inside .signet/manifest.json", at[".signet/manifest.json"]! + 10, false),
             ("inside the central directory", at[""]! + 40, false),
-            ("stalled inside the stored entry, --max-time", at["stored.bin"]! + 5_000_000, true),
+            ("stalled inside the stored entry, --max-time", at["stored.bin"]! + 5_000_000, true)
         ]
         for (place, offset, stall) in places {
             let dest = work.directory.file("app")
             try? FileManager.default.removeItem(atPath: dest)
             try #require(try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
             try server.replace(script: ["app.zip": [.init(headers: etag, honourRange: true, cutAt: offset, stall: stall)]])
-            let failed = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http",
-                                      "--retries", "0", "--json"] + (stall ? ["--max-time", "4"] : []))
+            let failed = try CLI.run(
+                [
+                    "unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http",
+                    "--retries", "0", "--json"
+                ] + (stall ? ["--max-time", "4"] : []))
             #expect(failed.status == 5 && CLIHelpers.errorCode(failed) == "network-error", "\(place): \(failed.status) \(failed.stdoutText) \(failed.stderr)")
             #expect(failed.stderr.contains(server.url("app.zip")), "\(place): names the URL: \(failed.stderr)")
             #expect(try contents(dest + "/stored.bin") == stored.prefix(1000), "\(place): DIR as it was")
-            let kept = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
+            let kept = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter {
+                $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0)
+            }
             if place.contains("entry") {
                 #expect(kept.count == 1, "\(place): the staging kept for the next run: \(kept)")
             }
@@ -141,7 +154,9 @@ struct DamagedTransfersCLITests {
             let resumed = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retries", "0", "--json"])
             #expect(resumed.status == 0, "\(place): the next run completes: \(resumed.stderr)")
             #expect(try contents(dest + "/stored.bin") == stored && contents(dest + "/deflated.txt") == deflated, "\(place)")
-            let left = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
+            let left = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter {
+                $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0)
+            }
             #expect(left.isEmpty, "\(place): nothing left once it completed: \(left)")
         }
     }
@@ -157,15 +172,17 @@ struct DamagedTransfersCLITests {
         return Int(du.stdoutText.split(separator: "\n").last?.split(separator: "\t").first ?? "") ?? -1
     }
 
-    @Test("seven runs cut inside a changed file leave one staging tree beside DIR (<= 1.1x the new tree), never a copy per run; a good server then completes fetching only what no run finished")
+    @Test(
+        "seven runs cut inside a changed file leave one staging tree beside DIR (<= 1.1x the new tree), never a copy per run; a good server then completes fetching only what no run finished"
+    )
     func interruptedUpdatesDoNotMultiply() throws {
         let work = try Workspace()
         let size = 3 << 20
         var v1: [String: Data] = [:]
         for name in ["a", "b", "c", "d", "e", "f"] { v1["\(name).bin"] = CLIHelpers.randomData(size) }
         var v2 = v1
-        v2["b.bin"] = CLIHelpers.randomData(size)   // fetched whole by the first run
-        v2["e.bin"] = CLIHelpers.randomData(size)   // the link drops inside it, every time
+        v2["b.bin"] = CLIHelpers.randomData(size) // fetched whole by the first run
+        v2["e.bin"] = CLIHelpers.randomData(size) // the link drops inside it, every time
         let p1 = work.directory.file("v1.zip"), p2 = work.directory.file("v2.zip")
         try CLIHelpers.pack(work, v1, sequence: 1, out: p1)
         try CLIHelpers.pack(work, v2, sequence: 2, out: p2)
@@ -191,12 +208,15 @@ struct DamagedTransfersCLITests {
         let done = try CLI.run(arguments)
         #expect(done.status == 0, "\(done.stderr)")
         let transfer = try #require(try done.json()["transfer"] as? [String: Any], "\(done.stdoutText)")
-        let reused = transfer["files_reused"] as? Int ?? -1, resumed = transfer["files_resumed"] as? Int ?? -1, fetched = transfer["files_fetched"] as? Int ?? -1
+        let reused = transfer["files_reused"] as? Int ?? -1, resumed = transfer["files_resumed"] as? Int ?? -1,
+            fetched = transfer["files_fetched"] as? Int ?? -1
         #expect(reused == 4 && resumed == 1 && fetched == 1, "4 unchanged, b.bin from the first run, e.bin fetched: \(transfer)")
         // e.bin goes on from the byte where the runs were cut (the same package: issue 51).
         let downloaded = transfer["bytes_downloaded"] as? Int ?? Int.max, continued = transfer["file_bytes_resumed"] as? Int ?? -1
         #expect(continued > size / 4 && continued <= size / 2, "e.bin continued where it was cut: \(transfer)")
-        #expect(downloaded >= size - continued && downloaded <= size - continued + (512 << 10), "only the rest of e.bin and the package's own entries: \(downloaded) bytes")
+        #expect(
+            downloaded >= size - continued && downloaded <= size - continued + (512 << 10),
+            "only the rest of e.bin and the package's own entries: \(downloaded) bytes")
         for (name, data) in v2 { #expect(try contents(dest + "/" + name) == data, "\(name)") }
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
         #expect(try Self.spaceBeside(dest) == 0, "nothing left beside DIR")
@@ -210,7 +230,8 @@ struct DamagedTransfersCLITests {
         let script = pythonScript("entry_spans.py")
         let result = try run("python3", ["-c", script, package])
         guard result.status == 0, let map = try JSONSerialization.jsonObject(with: result.stdout) as? [String: Any],
-              let spans = map["spans"] as? [String: [Int]], let directory = map["directory"] as? Int else {
+            let spans = map["spans"] as? [String: [Int]], let directory = map["directory"] as? Int
+        else {
             throw SupportError("reading the entries failed: \(result.stderr)")
         }
         return (spans.mapValues { $0[0]..<$0[1] }, directory)
@@ -231,7 +252,9 @@ struct DamagedTransfersCLITests {
         }
     }
 
-    @Test("a ranged update takes unchanged files' signatures from their own attributes (PKCS#1 v1.5): their signature entries are never fetched; a PSS package or a new key reads them from the package and still installs")
+    @Test(
+        "a ranged update takes unchanged files' signatures from their own attributes (PKCS#1 v1.5): their signature entries are never fetched; a PSS package or a new key reads them from the package and still installs"
+    )
     func reusedSignaturesNotFetched() throws {
         let work = try Workspace()
         var files: [String: Data] = [:]
@@ -243,7 +266,7 @@ struct DamagedTransfersCLITests {
         let cases: [(String, [String], [String])] = [
             ("PKCS#1 v1.5, same key", [], []),
             ("PSS", ["--algorithm", "rsa-pss-sha256"], []),
-            ("a new key", [], ["--pubkey", other.publicDER]),
+            ("a new key", [], ["--pubkey", other.publicDER])
         ]
         for (what, algorithm, trust) in cases {
             let v1Package = work.directory.file("v1.zip"), v2Package = work.directory.file("v2.zip")
@@ -253,7 +276,9 @@ struct DamagedTransfersCLITests {
             if what == "a new key" {
                 let tree = try TemporaryDirectory()
                 for (name, data) in v2 { try data.write(to: URL(fileURLWithPath: tree.file(name))) }
-                let packed = try CLI.run(["pack", tree.path, "--key", other.privateKey, "--name", "app", "--version", "2", "--sequence", "2", "--out", v2Package])
+                let packed = try CLI.run([
+                    "pack", tree.path, "--key", other.privateKey, "--name", "app", "--version", "2", "--sequence", "2", "--out", v2Package
+                ])
                 try #require(packed.status == 0, "\(packed.stderr)")
             } else {
                 try CLIHelpers.pack(work, v2, sequence: 2, out: v2Package, extra: algorithm)
@@ -275,7 +300,9 @@ struct DamagedTransfersCLITests {
             let asked = Self.askedRanges(server, size: size)
             // The last 64 KiB before the directory are read with it, whatever the plan.
             let kept = max(0, directory - 65_557)
-            let unchangedSignatures = files.keys.filter { !changed.contains($0) }.compactMap { spans[".signet/sigs/\($0).sig"] }.filter { $0.upperBound <= kept }
+            let unchangedSignatures = files.keys.filter { !changed.contains($0) }.compactMap { spans[".signet/sigs/\($0).sig"] }.filter {
+                $0.upperBound <= kept
+            }
             let read = unchangedSignatures.filter { span in asked.contains { $0.overlaps(span) } }
             if what == "PKCS#1 v1.5, same key" {
                 #expect(unchangedSignatures.count > 300, "the package has signature entries below the directory's neighbourhood")
@@ -283,7 +310,8 @@ struct DamagedTransfersCLITests {
                 let wanted = changed.compactMap { spans[".signet/sigs/\($0).sig"] }
                 #expect(wanted.allSatisfy { span in asked.contains { $0.overlaps(span) } }, "\(what): the changed files' signatures fetched")
             } else {
-                #expect(read.count == unchangedSignatures.count, "\(what): every signature read from the package: \(read.count) of \(unchangedSignatures.count)")
+                #expect(
+                    read.count == unchangedSignatures.count, "\(what): every signature read from the package: \(read.count) of \(unchangedSignatures.count)")
             }
         }
     }
@@ -303,21 +331,25 @@ struct DamagedTransfersCLITests {
         var encoded: [String: String] = ["app.zip": package]
         for site in ["meta", "pkg"] {
             let repo = server.file(site)
-            for step in [["repo", "init", repo] + key, ["repo", "add", repo, package, "--channel", "stable"] + key,
-                         ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile],
-                         ["tuf", "init", "--metadata-dir", work.directory.file("tuf-" + site), repo + "/metadata/1.root.json"]] {
+            for step in [
+                ["repo", "init", repo] + key, ["repo", "add", repo, package, "--channel", "stable"] + key,
+                ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile],
+                ["tuf", "init", "--metadata-dir", work.directory.file("tuf-" + site), repo + "/metadata/1.root.json"]
+            ] {
                 let made = try CLI.run(step)
                 try #require(made.status == 0, "\(step.prefix(2)): \(made.stderr)")
             }
             let target = try #require(try FileManager.default.contentsOfDirectory(atPath: repo + "/targets").first { $0.hasSuffix(".zip") })
-            encoded[site == "meta" ? "meta/metadata/timestamp.json" : "pkg/targets/" + target] = server.file(site == "meta" ? "meta/metadata/timestamp.json" : "pkg/targets/" + target)
+            encoded[site == "meta" ? "meta/metadata/timestamp.json" : "pkg/targets/" + target] = server.file(
+                site == "meta" ? "meta/metadata/timestamp.json" : "pkg/targets/" + target)
         }
         try server.replace(script: Dictionary(uniqueKeysWithValues: encoded.keys.map { ($0, [ScriptedServer.Answer(headers: gzip, honourRange: true)]) }))
         // What a gzip-forcing server sends: the gzip of each file, with the header.
         for (name, source) in encoded {
             let copy = work.directory.file("plain-" + name.replacingOccurrences(of: "/", with: "_"))
             try FileManager.default.copyItem(atPath: source, toPath: copy)
-            let made = try run("python3", ["-c", "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))", copy, server.file(name)])
+            let made = try run(
+                "python3", ["-c", "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))", copy, server.file(name)])
             try #require(made.status == 0)
         }
         try run("openssl", ["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", server.file("app.zip.sig"), package])
@@ -325,24 +357,41 @@ struct DamagedTransfersCLITests {
         let common = ["--allow-http", "--retries", "0", "--json"]
         let runs: [(String, [String])] = [
             ("fetch", ["fetch", server.url("app.zip"), "--out", out] + common),
-            ("fetch --signature", ["fetch", server.url("app.zip"), "--out", out, "--signature", server.url("app.zip.sig"), "--pubkey", work.publicDER] + common),
+            (
+                "fetch --signature",
+                ["fetch", server.url("app.zip"), "--out", out, "--signature", server.url("app.zip.sig"), "--pubkey", work.publicDER] + common
+            ),
             ("unpack URL", ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER] + common),
             ("unpack URL --full-download", ["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--full-download"] + common),
             ("inspect URL", ["inspect", server.url("app.zip"), "--pubkey", work.publicDER] + common),
-            ("update (encoded metadata)", ["update", "--repository", server.url("meta/metadata/"), "--tuf-metadata", work.directory.file("tuf-meta"),
-                                           "--channel", "stable", "--dest", dest] + common),
-            ("update (encoded package)", ["update", "--repository", server.url("pkg/metadata/"), "--tuf-metadata", work.directory.file("tuf-pkg"),
-                                          "--channel", "stable", "--dest", dest] + common),
+            (
+                "update (encoded metadata)",
+                [
+                    "update", "--repository", server.url("meta/metadata/"), "--tuf-metadata", work.directory.file("tuf-meta"),
+                    "--channel", "stable", "--dest", dest
+                ] + common
+            ),
+            (
+                "update (encoded package)",
+                [
+                    "update", "--repository", server.url("pkg/metadata/"), "--tuf-metadata", work.directory.file("tuf-pkg"),
+                    "--channel", "stable", "--dest", dest
+                ] + common
+            )
         ]
         for (what, arguments) in runs {
             let result = try CLI.run(arguments)
             #expect(result.status == 5 && CLIHelpers.errorCode(result) == "content-encoding", "\(what): \(result.status) \(result.stdoutText) \(result.stderr)")
             #expect(result.stderr.contains("Content-Encoding: gzip") && result.stderr.contains("127.0.0.1:\(server.port)"), "\(what): \(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: out) && !FileManager.default.fileExists(atPath: dest), "\(what): nothing written")
-            let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.contains("signet-") && !isKeptBesideDestination($0) }
+            let beside = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter {
+                $0.contains("signet-") && !isKeptBesideDestination($0)
+            }
             #expect(beside.isEmpty, "\(what): nothing beside: \(beside)")
         }
         #expect(server.requests.contains { $0.hasPrefix("app.zip ") }, "the package was asked for")
-        #expect(!server.acceptEncodings.isEmpty && server.acceptEncodings.allSatisfy { $0 == "identity" }, "every request asks for identity: \(server.acceptEncodings)")
+        #expect(
+            !server.acceptEncodings.isEmpty && server.acceptEncodings.allSatisfy { $0 == "identity" },
+            "every request asks for identity: \(server.acceptEncodings)")
     }
 }

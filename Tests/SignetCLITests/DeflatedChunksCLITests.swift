@@ -18,7 +18,8 @@ struct DeflatedChunksCLITests {
             for name in names {
                 var info = stat()
                 guard lstat(folder + "/" + name, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size > 4096,
-                      let bytes = FileManager.default.contents(atPath: folder + "/" + name) else { continue }
+                    let bytes = FileManager.default.contents(atPath: folder + "/" + name)
+                else { continue }
                 if skipped < skip { skipped += bytes.count; continue }
                 data.append(bytes.prefix(count - data.count))
                 if data.count >= count { return data }
@@ -41,7 +42,9 @@ struct DeflatedChunksCLITests {
 
     static func size(_ path: String) -> Int { (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1 }
 
-    @Test("pack deflates a compressible 24 MiB image in 8 KiB segments: one deflate stream that unzip, zipfile, bsdtar and 7z read, every chunk and segment checks out in Python's zlib, within 3% of gzip -6; inspect says so")
+    @Test(
+        "pack deflates a compressible 24 MiB image in 8 KiB segments: one deflate stream that unzip, zipfile, bsdtar and 7z read, every chunk and segment checks out in Python's zlib, within 3% of gzip -6; inspect says so"
+    )
     func packed() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -71,7 +74,9 @@ struct DeflatedChunksCLITests {
         #expect(try contents(work.directory.file("app/image.bin")) == image)
     }
 
-    @Test("an update of a compressible 24 MiB image: 1 MiB of other programs inserted and 1% of its 4 KiB blocks rewritten in place fetches a fraction of the deflated size; a copy damaged in place is still rebuilt exactly")
+    @Test(
+        "an update of a compressible 24 MiB image: 1 MiB of other programs inserted and 1% of its 4 KiB blocks rewritten in place fetches a fraction of the deflated size; a copy damaged in place is still rebuilt exactly"
+    )
     func update() throws {
         let server = try ChunkedUpdateCLITests.shared.get()
         let work = try Workspace()
@@ -111,7 +116,9 @@ struct DeflatedChunksCLITests {
         // The MiB inserted deflates to about a third of it; each rewritten block costs its
         // 8 KiB segment, deflated (and a segment either side where the insertion's chunks end).
         let deflatedSize = Self.size(served)
-        #expect(downloaded <= (1 << 20) / 2 + rewritten * 6 * 1024 + 512 * 1024, "\(downloaded) bytes for \(rewritten) blocks and 1 MiB inserted (fresh install: \(fresh), package \(deflatedSize)): \(transfer)")
+        #expect(
+            downloaded <= (1 << 20) / 2 + rewritten * 6 * 1024 + 512 * 1024,
+            "\(downloaded) bytes for \(rewritten) blocks and 1 MiB inserted (fresh install: \(fresh), package \(deflatedSize)): \(transfer)")
         #expect(downloaded < fresh / 5, "\(transfer)")
         let logged = try server.answers(of: "deflated/app.zip", from: offset)
         #expect(logged.reduce(0) { $0 + $1.bytes } == downloaded, "\(logged) \(transfer)")
@@ -132,7 +139,9 @@ struct DeflatedChunksCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
-    @Test("hostile servers: a deflated segment the device fetches altered, or replaced by a deflate bomb, is refused (exit 1, nothing installed, nothing left beside DIR): the bomb stops at its segment's length")
+    @Test(
+        "hostile servers: a deflated segment the device fetches altered, or replaced by a deflate bomb, is refused (exit 1, nothing installed, nothing left beside DIR): the bomb stops at its segment's length"
+    )
     func hostile() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -158,12 +167,16 @@ struct DeflatedChunksCLITests {
             let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--json"])
             #expect(result.status == 1 && result.stderr.contains("does not match the chunk index"), "\(kind): \(result.status) \(result.stderr)")
             #expect(try contents(dest + "/image.bin") == before, "\(kind): DIR unchanged")
-            let left = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter { $0.hasPrefix(".app-\(kind).signet-") && !isKeptBesideDestination($0) }
+            let left = try FileManager.default.contentsOfDirectory(atPath: work.directory.path).filter {
+                $0.hasPrefix(".app-\(kind).signet-") && !isKeptBesideDestination($0)
+            }
             #expect(left.isEmpty, "\(kind): nothing left beside DIR: \(left)")
         }
     }
 
-    @Test("lying multipart answers to a rebuild of deflated segments and to the chunk-index entry's slices: shifted, longer or reordered parts are refused (exit 5), DIR unchanged; honest and coalesced answers install exactly")
+    @Test(
+        "lying multipart answers to a rebuild of deflated segments and to the chunk-index entry's slices: shifted, longer or reordered parts are refused (exit 5), DIR unchanged; honest and coalesced answers install exactly"
+    )
     func lyingMultipart() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -181,7 +194,7 @@ struct DeflatedChunksCLITests {
         try ChunkedUpdateCLITests.pack(work, tree.path, sequence: 2, out: v2)
         let cases: [(ScriptedServer.Answer.Parts, Int32, String)] = [
             (.honest, 0, ""), (.coalesced, 0, ""),
-            (.shiftedSecond, 5, "where the range"), (.longerSecond, 5, "more bytes after a part"), (.reversed, 5, "where the range"),
+            (.shiftedSecond, 5, "where the range"), (.longerSecond, 5, "more bytes after a part"), (.reversed, 5, "where the range")
         ]
         for (kind, status, words) in cases {
             let dest = work.directory.file("app-" + kind.rawValue)

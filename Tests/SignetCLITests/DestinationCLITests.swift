@@ -26,13 +26,18 @@ struct DestinationCLITests {
         try FileManager.default.createDirectory(atPath: locked, withIntermediateDirectories: true)
         try work.directory.write("locked/mine.txt", Data("root's\n".utf8))
         chmod(locked, 0o700)
-        let result = try run("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.binary, "unpack", package,
-                                          "--dest", locked, "--pubkey", work.publicDER, "--json"])
+        let result = try run(
+            "setpriv",
+            [
+                "--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.binary, "unpack", package,
+                "--dest", locked, "--pubkey", work.publicDER, "--json"
+            ])
         #expect(result.status == 5, "\(result.status) \(result.stderr)")
-        #expect(!result.stderr.contains("NSCocoaErrorDomain") && !result.stderr.contains("Code=") && result.stderr.contains("permission denied"), "\(result.stderr)")
+        #expect(
+            !result.stderr.contains("NSCocoaErrorDomain") && !result.stderr.contains("Code=") && result.stderr.contains("permission denied"), "\(result.stderr)"
+        )
         #expect((try result.json()["error"] as? [String: Any])?["code"] as? String == "permission-denied")
     }
-
 
     @Test("an installed tree whose certificates cannot be read is an error (exit 5), never a chain quietly dropped")
     func unreadableCertificates() throws {
@@ -59,7 +64,6 @@ struct DestinationCLITests {
         chmod(dest + "/.signet/certs", 0o755)
     }
 
-
     @Test("unpack ignores the umask: folders 0755, files the manifest's 0644/0755; --state leaves no lock file beside it")
     func modesAndStateLock() throws {
         let work = try Workspace()
@@ -69,7 +73,8 @@ struct DestinationCLITests {
         let package = work.directory.file("app.zip")
         try TrustCLITests.pack(work, out: package)
         let app = work.directory.file("app"), state = work.directory.file("state.json")
-        let result = try run("sh", ["-c", "umask 077; exec \"$@\"", "sh", CLI.binary, "unpack", package, "--dest", app, "--pubkey", work.publicDER, "--state", state])
+        let result = try run(
+            "sh", ["-c", "umask 077; exec \"$@\"", "sh", CLI.binary, "unpack", package, "--dest", app, "--pubkey", work.publicDER, "--state", state])
         #expect(result.status == 0, "\(result.stderr)")
         func mode(_ path: String) throws -> Int { (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1 }
         #expect(try mode(app) == 0o755)
@@ -84,7 +89,6 @@ struct DestinationCLITests {
         #expect(siblings == [".app.signet-lock", ".app.signet-release"], "the documented lock file and release record beside DIR, nothing else: \(siblings)")
     }
 
-
     @Test("install, reverify and pack below a path longer than PATH_MAX, from a working directory above it")
     func longRelativePaths() throws {
         let work = try Workspace()
@@ -93,7 +97,9 @@ struct DestinationCLITests {
         var relative = ""
         while relative.utf8.count < 4_300 { relative += (relative.isEmpty ? "" : "/") + String(repeating: "p", count: 250) }
         // Made one folder at a time: the whole relative path is too long for mkdir -p.
-        let made = try run("python3", ["-c", "import os, sys\nos.chdir(sys.argv[1])\nfor part in sys.argv[2].split('/'):\n    os.mkdir(part); os.chdir(part)", work.path, relative])
+        let made = try run(
+            "python3",
+            ["-c", "import os, sys\nos.chdir(sys.argv[1])\nfor part in sys.argv[2].split('/'):\n    os.mkdir(part); os.chdir(part)", work.path, relative])
         #expect(made.status == 0, "\(made.stderr)")
         let dest = relative + "/app"
         let unpack = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER], directory: work.path)
@@ -102,11 +108,13 @@ struct DestinationCLITests {
         #expect(reverify.status == 0, "\(reverify.stdoutText) \(reverify.stderr)")
         let again = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER], directory: work.path)
         #expect(again.status == 0, "replacing it works too: \(again.stderr)")
-        let pack = try CLI.run(["pack", dest + "/app.conf", "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "re", "--version", "1",
-                                "--out", "repacked.zip"], directory: work.path)
+        let pack = try CLI.run(
+            [
+                "pack", dest + "/app.conf", "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "re", "--version", "1",
+                "--out", "repacked.zip"
+            ], directory: work.path)
         #expect(pack.status == 0, "\(pack.stderr)")
     }
-
 
     @Test("a replaced tree that cannot be removed is warned about, reported in JSON, and removed by the next unpack")
     func leftoverReported() throws {
@@ -133,7 +141,6 @@ struct DestinationCLITests {
         #expect(!FileManager.default.fileExists(atPath: leftover), "the next unpack removed it")
     }
 
-
     @Test("a replaced tree with a read-only folder is removed by an unprivileged unpack (nothing left, no warning)")
     func readOnlyFolderRemoved() throws {
         guard getuid() == 0 else {
@@ -159,20 +166,25 @@ struct DestinationCLITests {
         #expect(left.isEmpty, "the old tree with its 0555 folder was removed: \(left)")
     }
 
-
     @Test("no space, no inodes, a read-only filesystem: exit 5, DIR exactly as it was, nothing left")
     func environmentFailuresLeaveDestination() throws {
         let work = try Workspace()
         try FileManager.default.createDirectory(atPath: work.directory.file("small"), withIntermediateDirectories: true)
         try work.directory.write("small/version.txt", Data("1\n".utf8))
         let small = work.directory.file("small.zip")
-        #expect(try CLI.run(["pack", work.directory.file("small"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                             "--name", "app", "--version", "1", "--sequence", "1", "--out", small]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", work.directory.file("small"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                "--name", "app", "--version", "1", "--sequence", "1", "--out", small
+            ]).status == 0)
         try FileManager.default.createDirectory(atPath: work.directory.file("big"), withIntermediateDirectories: true)
         for index in 0..<40 { _ = try work.directory.writeRandom("big/f\(index).bin", count: 64 << 10) }
         let big = work.directory.file("big.zip")
-        #expect(try CLI.run(["pack", work.directory.file("big"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                             "--name", "app", "--version", "2", "--sequence", "2", "--out", big]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", work.directory.file("big"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                "--name", "app", "--version", "2", "--sequence", "2", "--out", big
+            ]).status == 0)
         for (options, what) in [("size=1m", "no-space"), ("size=64m,nr_inodes=24", "no-inodes"), ("size=64m", "read-only")] {
             guard let mount = try ScratchMount.mount("tmpfs", options: options, at: work.directory.file("mnt-" + what), untested: what) else { return }
             defer { mount.unmount() }
@@ -201,8 +213,10 @@ struct DestinationCLITests {
             let holder = Process()
             holder.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
             // sh and flock(1), not python3: a python3 under /root (pyenv) cannot run as nobody.
-            holder.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                "exec 9> '\(lock)' && printf '4242\\n' >&9 && flock --exclusive 9 && exec sleep 30"]
+            holder.arguments = [
+                "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                "exec 9> '\(lock)' && printf '4242\\n' >&9 && flock --exclusive 9 && exec sleep 30"
+            ]
             try holder.run()
             defer { holder.terminate(); kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
             let deadline = Date().addingTimeInterval(10)
@@ -227,7 +241,6 @@ struct DestinationCLITests {
         #expect(!FileManager.default.fileExists(atPath: work.directory.file(".never.signet-lock")))
         #expect(!FileManager.default.fileExists(atPath: work.directory.file("never")))
     }
-
 
     @Test("--dest . from inside an installed tree updates it; a second unpack URL waits for the first (--wait) and names its process")
     func destDotAndDownloadWait() throws {
@@ -267,7 +280,9 @@ struct DestinationCLITests {
         #expect(try String(contentsOfFile: fresh + "/a.txt", encoding: .utf8) == "two\n")
     }
 
-    @Test("another product's validly signed package does not replace an installed tree (exit 1, other-package) unless --change-package; nor across --state or from a bare package")
+    @Test(
+        "another product's validly signed package does not replace an installed tree (exit 1, other-package) unless --change-package; nor across --state or from a bare package"
+    )
     func otherProduct() throws {
         let work = try Workspace()
         let app = work.directory.file("app.zip"), other = work.directory.file("other.zip")
@@ -306,7 +321,6 @@ struct DestinationCLITests {
         #expect(rolled.status == 1 && CLIHelpers.errorCode(rolled) == "rollback", "\(rolled.stderr)")
     }
 
-
     @Test("point 6: a read-only DIR under the systemd unit names the ReadWritePaths= drop-in")
     func readOnlyUnderSystemd() throws {
         let work = try Workspace()
@@ -328,18 +342,20 @@ struct DestinationCLITests {
         try FileManager.default.createDirectory(atPath: cgroup, withIntermediateDirectories: true)
         defer { _ = rmdir(cgroup); _ = rmdir((cgroup as NSString).deletingLastPathComponent) }
         let script = "echo $$ > '\(cgroup)/cgroup.procs' && exec \"$@\""
-        let unit = try SignetTestSupport.run("sh", ["-c", script, "sh", CLI.binary, "unpack", package, "--dest", dest, "--pubkey", work.publicDER],
-                                             environment: ["INVOCATION_ID": "0123456789abcdef0123456789abcdef"])
+        let unit = try SignetTestSupport.run(
+            "sh", ["-c", script, "sh", CLI.binary, "unpack", package, "--dest", dest, "--pubkey", work.publicDER],
+            environment: ["INVOCATION_ID": "0123456789abcdef0123456789abcdef"])
         #expect(unit.status == 5, "\(unit.stderr)")
         #expect(unit.stderr.contains("systemctl edit signet-update@app.service") && unit.stderr.contains("ReadWritePaths=\(readOnly)"), "\(unit.stderr)")
         #expect(!unit.stderr.contains("remount"), "\(unit.stderr)")
     }
 
-
     @Test("--case-insensitive-dest refuses paths one case-insensitive filesystem would merge, before writing")
     func caseInsensitive() throws {
         let work = try Workspace()
-        for (name, files) in [("two-files", ["Readme.txt", "README.TXT"]), ("file-and-folder", ["Docs", "docs/x.txt"]), ("nfd", ["Caf\u{e9}.txt", "cafe\u{301}.TXT"])] {
+        for (name, files) in [
+            ("two-files", ["Readme.txt", "README.TXT"]), ("file-and-folder", ["Docs", "docs/x.txt"]), ("nfd", ["Caf\u{e9}.txt", "cafe\u{301}.TXT"])
+        ] {
             let root = work.directory.file(name)
             for file in files {
                 let path = root + "/" + file
@@ -347,7 +363,9 @@ struct DestinationCLITests {
                 try Data(file.utf8).write(to: URL(fileURLWithPath: path))
             }
             let package = work.directory.file(name + ".zip")
-            let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", name, "--version", "1", "--out", package])
+            let packed = try CLI.run([
+                "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", name, "--version", "1", "--out", package
+            ])
             guard packed.status == 0 else {
                 // NFC/NFD twins are refused by pack itself.
                 #expect(name == "nfd", "\(packed.stderr)")
@@ -368,8 +386,11 @@ struct DestinationCLITests {
             try Data(file.utf8).write(to: URL(fileURLWithPath: root + "/" + file))
         }
         let package = work.directory.file("folders.zip")
-        #expect(try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "f", "--version", "1", "--out", package]).status == 0)
-        #expect(try CLI.run(["unpack", package, "--dest", work.directory.file("dest-folders"), "--pubkey", work.publicDER, "--case-insensitive-dest"]).status == 0)
+        #expect(
+            try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "f", "--version", "1", "--out", package]).status
+                == 0)
+        #expect(
+            try CLI.run(["unpack", package, "--dest", work.directory.file("dest-folders"), "--pubkey", work.publicDER, "--case-insensitive-dest"]).status == 0)
     }
 
 }

@@ -17,7 +17,9 @@ struct DownloadCLITests {
         process.executableURL = URL(fileURLWithPath: CLI.binary)
         process.arguments = ["fetch", server.url(path), "--out", out, "--tls-ca", server.root]
         process.standardError = FileHandle.nullDevice
-        let partial = URL(fileURLWithPath: out).deletingLastPathComponent().appendingPathComponent("." + URL(fileURLWithPath: out).lastPathComponent + ".signet-download").path
+        let partial = URL(fileURLWithPath: out).deletingLastPathComponent().appendingPathComponent(
+            "." + URL(fileURLWithPath: out).lastPathComponent + ".signet-download"
+        ).path
         func size() -> Int { (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0 }
         try process.run()
         let deadline = Date().addingTimeInterval(120)
@@ -66,8 +68,11 @@ struct DownloadCLITests {
         #expect(refused.stderr.contains("CN=Signet Test Intermediate \(try server.pin(server.intermediate))"), "\(refused.stderr)")
         #expect(refused.stderr.contains("completed from the local roots with: CN=Signet Test Root \(try server.pin(server.root))"), "\(refused.stderr)")
         // A pin may also be 64 hex characters (either case) or the certificate file itself.
-        let hexPin = try SignetTestSupport.run("bash", ["-c", "openssl x509 -in \"$0\" -pubkey -noout | openssl pkey -pubin -outform DER | openssl dgst -sha256 -r | cut -c1-64", server.intermediate])
-            .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let hexPin = try SignetTestSupport.run(
+            "bash",
+            ["-c", "openssl x509 -in \"$0\" -pubkey -noout | openssl pkey -pubin -outform DER | openssl dgst -sha256 -r | cut -c1-64", server.intermediate]
+        )
+        .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(hexPin.count == 64)
         #expect(try fetch(["--tls-ca", server.root, "--tls-pin", hexPin]).status == 0)
         #expect(try fetch(["--tls-ca", server.root, "--tls-pin", hexPin.uppercased()]).status == 0)
@@ -81,13 +86,17 @@ struct DownloadCLITests {
         #expect(try fetch(["--tls-ca", server.root, "--tls-cert", server.intermediate]).status == 3)
         // The leaf names localhost only: the same server as 127.0.0.1 is the wrong host (3),
         // whatever the pins say.
-        let wrongHost = try CLI.run(["fetch", "https://127.0.0.1:\(server.port)/file.bin", "--out", out, "--retries", "0", "--force",
-                                     "--tls-ca", server.root, "--tls-pin", try server.pin(server.root)])
+        let wrongHost = try CLI.run([
+            "fetch", "https://127.0.0.1:\(server.port)/file.bin", "--out", out, "--retries", "0", "--force",
+            "--tls-ca", server.root, "--tls-pin", try server.pin(server.root)
+        ])
         #expect(wrongHost.status == 3, "\(wrongHost.stderr)")
         #expect(wrongHost.stderr.contains("127.0.0.1"), "names the host: \(wrongHost.stderr)")
         // The same chain with an expired leaf: 3, and the message says so.
-        let expired = try CLI.run(["fetch", "https://localhost:\(server.expiredPort)/file.bin", "--out", out, "--retries", "0", "--force",
-                                   "--tls-ca", server.root])
+        let expired = try CLI.run([
+            "fetch", "https://localhost:\(server.expiredPort)/file.bin", "--out", out, "--retries", "0", "--force",
+            "--tls-ca", server.root
+        ])
         #expect(expired.status == 3, "\(expired.stderr)")
         #expect(expired.stderr.contains("expired"), "says which check failed: \(expired.stderr)")
     }
@@ -131,7 +140,9 @@ struct DownloadCLITests {
         let missing = try CLI.run(["fetch", server.url("absent"), "--out", out, "--tls-ca", server.root, "--json"])
         #expect(missing.status == 5)
         #expect((try missing.json()["error"] as? [String: Any])?["code"] as? String == "network-error")
-        #expect((try missing.json()["error"] as? [String: Any])?["file"] as? String == server.url("absent"), "the URL in the error (issue 29): \(missing.stdoutText)")
+        #expect(
+            (try missing.json()["error"] as? [String: Any])?["file"] as? String == server.url("absent"),
+            "the URL in the error (issue 29): \(missing.stdoutText)")
         #expect(missing.stderr.contains("404"))
         #expect(try CLI.run(["fetch", server.url("to-https"), "--out", out, "--tls-ca", server.root]).status == 0, "https redirects are followed")
         let downgraded = try CLI.run(["fetch", server.url("to-http"), "--out", work.file("y"), "--tls-ca", server.root, "--retries", "0"])
@@ -153,16 +164,20 @@ struct DownloadCLITests {
         let first = try CLI.run(["fetch", server.url("limited/app.bin"), "--out", work.file("a"), "--tls-ca", server.root])
         #expect(first.status == 0, "\(first.stderr)")
         let started = Date()
-        let second = try CLI.run(["fetch", server.url("limited/app.bin"), "--out", work.file("b"), "--tls-ca", server.root,
-                                  "--retries", "2", "--retry-delay", "3"])
+        let second = try CLI.run([
+            "fetch", server.url("limited/app.bin"), "--out", work.file("b"), "--tls-ca", server.root,
+            "--retries", "2", "--retry-delay", "3"
+        ])
         #expect(second.status == 0, "\(second.stderr)")
         #expect(Date().timeIntervalSince(started) >= 2.9, "waited --retry-delay before trying again")
         #expect(try contents(work.file("b")) == body)
         #expect(try server.statuses(of: "limited/app.bin") == [200, 500, 200])
         #expect(second.stderr.contains("HTTP 500") && second.stderr.contains("attempt 2 of 3"), "a retry is reported, even on a pipe: \(second.stderr)")
         // A 404 is final: one request, exit 5, however many retries are allowed.
-        let missing = try CLI.run(["fetch", server.url("absent.bin"), "--out", work.file("c"), "--tls-ca", server.root,
-                                   "--retries", "3", "--retry-delay", "5"])
+        let missing = try CLI.run([
+            "fetch", server.url("absent.bin"), "--out", work.file("c"), "--tls-ca", server.root,
+            "--retries", "3", "--retry-delay", "5"
+        ])
         #expect(missing.status == 5)
         #expect(try server.statuses(of: "absent.bin") == [404])
     }
@@ -226,8 +241,10 @@ struct DownloadCLITests {
         _ = try work.directory.writeRandom("tree/data.bin", count: 50_000)
         try FileManager.default.createDirectory(atPath: server.www + "/install", withIntermediateDirectories: true)
         let package = server.www + "/install/app.zip"
-        let packed = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                  "--name", "app", "--version", "1", "--out", package])
+        let packed = try CLI.run([
+            "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+            "--name", "app", "--version", "1", "--out", package
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
         let dest = work.directory.file("installed")
         let installed = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root])
@@ -252,12 +269,16 @@ struct DownloadCLITests {
         // Reinstalled (--force) and read in place, the tampered entry is never fetched: DIR
         // already holds data.bin as the manifest signs it, and it is copied from there (hashed
         // as it is copied).
-        let ranged = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--force", "--json"])
+        let ranged = try CLI.run([
+            "unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--force", "--json"
+        ])
         #expect(ranged.status == 0, "\(ranged.stderr)")
         #expect((try ranged.json()["transfer"] as? [String: Any])?["files_reused"] as? Int == 1, "\(ranged.stdoutText)")
         #expect(try contents(dest + "/data.bin") == before)
         // Downloaded whole, the package is read entry by entry: refused.
-        let tampered = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--full-download", "--force"])
+        let tampered = try CLI.run([
+            "unpack", server.url("install/app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--full-download", "--force"
+        ])
         #expect(tampered.status == 1, "a file whose bytes changed fails the signed manifest: \(tampered.stderr)")
         #expect(try contents(dest + "/data.bin") == before)
         #expect(!FileManager.default.fileExists(atPath: work.directory.file(".installed.signet-download")), "a complete bad download is removed")
@@ -265,17 +286,27 @@ struct DownloadCLITests {
         #expect(try CLI.run(["inspect", server.url("install/app.zip"), "--pubkey", work.publicDER, "--tls-ca", server.root]).status != 0)
         // An older release downloaded whole is refused as a rollback naming the URL the user
         // gave, not the download kept beside DIR (issue 29).
-        #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "0",
-                             "--sequence", "1", "--out", server.www + "/install/old.zip"]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "0",
+                "--sequence", "1", "--out", server.www + "/install/old.zip"
+            ]).status == 0)
         let state = work.directory.file("state.json")
         // The release on the server (tampered above) is packed again, installed with --state.
-        #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "2",
-                             "--sequence", "2", "--out", package, "--force"]).status == 0)
-        let recorded = try CLI.run(["unpack", server.url("install/app.zip"), "--dest", work.directory.file("first"), "--pubkey", work.publicDER,
-                                    "--tls-ca", server.root, "--state", state])
+        #expect(
+            try CLI.run([
+                "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "2",
+                "--sequence", "2", "--out", package, "--force"
+            ]).status == 0)
+        let recorded = try CLI.run([
+            "unpack", server.url("install/app.zip"), "--dest", work.directory.file("first"), "--pubkey", work.publicDER,
+            "--tls-ca", server.root, "--state", state
+        ])
         #expect(recorded.status == 0, "\(recorded.stderr)")
-        let rollback = try CLI.run(["unpack", server.url("install/old.zip"), "--dest", work.directory.file("fresh"), "--pubkey", work.publicDER, "--tls-ca", server.root,
-                                    "--full-download", "--state", state, "--json"])
+        let rollback = try CLI.run([
+            "unpack", server.url("install/old.zip"), "--dest", work.directory.file("fresh"), "--pubkey", work.publicDER, "--tls-ca", server.root,
+            "--full-download", "--state", state, "--json"
+        ])
         #expect(rollback.status == 1, "\(rollback.stderr)")
         #expect(rollback.stderr.contains("older release") && !rollback.stderr.contains("signet-download"), "\(rollback.stderr)")
         let rollbackError = try rollback.json()["error"] as? [String: Any]
@@ -307,15 +338,19 @@ struct DownloadCLITests {
         let file = try server.directory.writeRandom("www/fw.bin", count: 200_000)
         #expect(try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
         let out = work.directory.file("fw.bin")
-        let good = try CLI.run(["fetch", server.url("fw.bin"), "--out", out, "--signature", server.url("fw.bin.sig"),
-                                "--pubkey", work.publicDER, "--tls-ca", server.root])
+        let good = try CLI.run([
+            "fetch", server.url("fw.bin"), "--out", out, "--signature", server.url("fw.bin.sig"),
+            "--pubkey", work.publicDER, "--tls-ca", server.root
+        ])
         #expect(good.status == 0, "\(good.stderr)")
         #expect(try run("getfattr", ["-n", "user.signet.sig", out]).status == 0)
         #expect(try CLI.run(["reverify", out, "--pubkey", work.publicDER]).status == 0)
         try FileManager.default.removeItem(atPath: out)
         try Data(repeating: 1, count: 10).write(to: URL(fileURLWithPath: file), options: .atomic)
-        let bad = try CLI.run(["fetch", server.url("fw.bin"), "--out", out, "--signature", server.url("fw.bin.sig"),
-                               "--pubkey", work.publicDER, "--tls-ca", server.root])
+        let bad = try CLI.run([
+            "fetch", server.url("fw.bin"), "--out", out, "--signature", server.url("fw.bin.sig"),
+            "--pubkey", work.publicDER, "--tls-ca", server.root
+        ])
         #expect(bad.status == 1, "\(bad.stderr)")
         #expect(!FileManager.default.fileExists(atPath: out))
     }

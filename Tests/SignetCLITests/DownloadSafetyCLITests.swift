@@ -22,8 +22,10 @@ struct DownloadSafetyCLITests {
         try body.write(to: URL(fileURLWithPath: hostile.file("fw.bin")))
         #expect(try CLI.run(["sign", hostile.file("fw.bin"), "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
         let out = work.directory.file("fw.bin")
-        let refused = try CLI.run(["fetch", hostile.url("fw.bin"), "--out", out, "--signature", hostile.url("fw.bin.sig"),
-                                   "--pubkey", work.publicDER, "--allow-http", "--retry-delay", "0"])
+        let refused = try CLI.run([
+            "fetch", hostile.url("fw.bin"), "--out", out, "--signature", hostile.url("fw.bin.sig"),
+            "--pubkey", work.publicDER, "--allow-http", "--retry-delay", "0"
+        ])
         #expect(refused.status == 1, "a suffix of the signed file must not verify: \(refused.status) \(refused.stderr)")
         #expect(!FileManager.default.fileExists(atPath: out), "nothing renamed into place")
         #expect(hostile.requests.filter { $0.hasPrefix("fw.bin ") }.count == 2, "\(hostile.requests)")
@@ -32,13 +34,14 @@ struct DownloadSafetyCLITests {
         let honest = try ScriptedServer(script: ["fw.bin": [.init(length: body.count, cutAfter: cut), .init()]])
         try body.write(to: URL(fileURLWithPath: honest.file("fw.bin")))
         try FileManager.default.copyItem(atPath: hostile.file("fw.bin.sig"), toPath: honest.file("fw.bin.sig"))
-        let verified = try CLI.run(["fetch", honest.url("fw.bin"), "--out", out, "--signature", honest.url("fw.bin.sig"),
-                                    "--pubkey", work.publicDER, "--allow-http", "--retry-delay", "0"])
+        let verified = try CLI.run([
+            "fetch", honest.url("fw.bin"), "--out", out, "--signature", honest.url("fw.bin.sig"),
+            "--pubkey", work.publicDER, "--allow-http", "--retry-delay", "0"
+        ])
         #expect(verified.status == 0, "a genuine file after one dropped connection verifies: \(verified.stderr)")
         #expect(try contents(out) == body)
         #expect(honest.requests.filter { $0.hasPrefix("fw.bin ") }.count == 2, "\(honest.requests)")
     }
-
 
     @Test("unpack URL and inspect URL after a dropped connection: the honest retry installs, the hostile suffix is refused")
     func retriedPackageDownloads() throws {
@@ -50,8 +53,12 @@ struct DownloadSafetyCLITests {
         let cut = size / 3
         for (honest, name) in [(true, "honest"), (false, "hostile")] {
             let retry: ScriptedServer.Answer = honest ? .init() : .init(from: cut)
-            let server = try ScriptedServer(script: ["app.zip": [.init(length: size, cutAfter: cut), retry,
-                                                                  .init(length: size, cutAfter: cut), retry]])
+            let server = try ScriptedServer(script: [
+                "app.zip": [
+                    .init(length: size, cutAfter: cut), retry,
+                    .init(length: size, cutAfter: cut), retry
+                ]
+            ])
             try FileManager.default.copyItem(atPath: package, toPath: server.file("app.zip"))
             let dest = work.directory.file("dest-" + name)
             let unpack = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest, "--pubkey", work.publicDER, "--allow-http", "--retry-delay", "0"])
@@ -88,8 +95,10 @@ struct DownloadSafetyCLITests {
         let plant = try CLIHelpers.asUser(65534, "/bin/sh", ["-c", "umask 0; head -c 1000 /dev/zero > '\(planted)'; chmod 666 '\(planted)'"])
         #expect(plant?.status == 0, "\(plant?.stderr ?? "")")
         let out = shared + "/fw.bin"
-        let fetched = try CLI.run(["fetch", server.url("fw.bin"), "--out", out, "--signature", server.url("fw.bin.sig"),
-                                   "--pubkey", work.publicDER, "--allow-http", "--retry-delay", "0"])
+        let fetched = try CLI.run([
+            "fetch", server.url("fw.bin"), "--out", out, "--signature", server.url("fw.bin.sig"),
+            "--pubkey", work.publicDER, "--allow-http", "--retry-delay", "0"
+        ])
         #expect(fetched.status == 0, "\(fetched.stderr)")
         #expect(try contents(out) == body)
         let info = try FileManager.default.attributesOfItem(atPath: out)
@@ -106,7 +115,6 @@ struct DownloadSafetyCLITests {
         #expect(denied?.stderr.contains("not a download this user made") == true, "\(denied?.stderr ?? "")")
         #expect(!FileManager.default.fileExists(atPath: shared + "/fw2.bin"))
     }
-
 
     @Test("inspect URL downloads into a private folder: a planted file at the old predictable name is never read")
     func inspectPrivateFolder() throws {
@@ -128,7 +136,6 @@ struct DownloadSafetyCLITests {
         #expect((try inspected.json()["sequence"] as? Int) == 7, "the served package, not the planted one: \(inspected.stdoutText)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: tmp) == ["signet-download-" + hash], "nothing of inspect's is left")
     }
-
 
     // MARK: Points 3, 4, 5: leftovers, --dest ., the download waits
 
@@ -156,22 +163,27 @@ struct DownloadSafetyCLITests {
         #expect(try leftovers() == [])
     }
 
-
     // MARK: Point 14: TLS names and anchors, huge headers, an overall deadline
 
-    @Test("TLS: a leaf without subjectAltName (CN=localhost only) is refused; --tls-ca takes CA certificates only; a 200 KB header and --max-time are explained")
+    @Test(
+        "TLS: a leaf without subjectAltName (CN=localhost only) is refused; --tls-ca takes CA certificates only; a 200 KB header and --max-time are explained")
     func tlsAndLimits() throws {
         let nginx = try CLIHelpers.shared.get()
         let work = try TemporaryDirectory()
         let d = nginx.directory.path
         // A leaf for localhost with the name only in its CN, issued by the test intermediate.
-        let made = try run("bash", ["-c", """
-            set -e; cd '\(d)'
-            openssl req -newkey rsa:2048 -nodes -keyout cn.key -out cn.csr -subj "/CN=localhost" 2>/dev/null
-            printf "extendedKeyUsage=serverAuth\\n" > cn.ext
-            openssl x509 -req -in cn.csr -CA int.pem -CAkey int.key -CAcreateserial -out cn.pem -days 30 -extfile cn.ext 2>/dev/null
-            cat cn.pem int.pem > cn-chain.pem
-            """])
+        let made = try run(
+            "bash",
+            [
+                "-c",
+                """
+                set -e; cd '\(d)'
+                openssl req -newkey rsa:2048 -nodes -keyout cn.key -out cn.csr -subj "/CN=localhost" 2>/dev/null
+                printf "extendedKeyUsage=serverAuth\\n" > cn.ext
+                openssl x509 -req -in cn.csr -CA int.pem -CAkey int.key -CAcreateserial -out cn.pem -days 30 -extfile cn.ext 2>/dev/null
+                cat cn.pem int.pem > cn-chain.pem
+                """
+            ])
         #expect(made.status == 0, "\(made.stderr)")
         let cnOnly = try ScriptedServer(script: [:], tls: (nginx.directory.file("cn-chain.pem"), nginx.directory.file("cn.key")))
         try Data("x".utf8).write(to: URL(fileURLWithPath: cnOnly.file("f.txt")))
@@ -184,8 +196,9 @@ struct DownloadSafetyCLITests {
         // A server certificate given as a trust anchor: refused, pointing at --tls-cert.
         let leafAsCA = try CLI.run(["fetch", nginx.url("f.txt"), "--out", work.file("h.txt"), "--tls-ca", nginx.leaf])
         #expect(leafAsCA.status == 4 && leafAsCA.stderr.contains("--tls-cert"), "\(leafAsCA.status) \(leafAsCA.stderr)")
-        #expect(try CLI.run(["fetch", nginx.url("f.txt"), "--out", work.file("i.txt"), "--tls-ca", nginx.intermediate]).status == 0,
-                "an intermediate CA may anchor the chain (documented)")
+        #expect(
+            try CLI.run(["fetch", nginx.url("f.txt"), "--out", work.file("i.txt"), "--tls-ca", nginx.intermediate]).status == 0,
+            "an intermediate CA may anchor the chain (documented)")
 
         // A response header of 200 KB.
         let big = try ScriptedServer(script: ["f.txt": [.init(headers: ["X-Big": String(repeating: "a", count: 200_000)])]])
@@ -209,8 +222,10 @@ struct DownloadSafetyCLITests {
         let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true, suffixFromStart: true)]])
         try CLIHelpers.bigFile(server.file("app.zip"))
         let dest = try TemporaryDirectory()
-        let arguments = ["unpack", server.url("app.zip"), "--dest", dest.file("app"), "--pubkey", CLIHelpers.examplePublicKey,
-                         "--allow-http", "--retries", "0"]
+        let arguments = [
+            "unpack", server.url("app.zip"), "--dest", dest.file("app"), "--pubkey", CLIHelpers.examplePublicKey,
+            "--allow-http", "--retries", "0"
+        ]
         let result = try CLI.run(arguments + ["--json"])
         #expect(result.status == 5, "\(result.status) \(result.stderr)")
         #expect(result.stderr.contains("last 65557 bytes"), "\(result.stderr)")
@@ -222,21 +237,21 @@ struct DownloadSafetyCLITests {
         #expect(server.requests.count <= 2, "\(server.requests)")
     }
 
-
     /// Point 12: `--max-download-size` was never applied on the ranged path.
     @Test("--max-download-size applies on the ranged path: a package larger than it is refused after the probe's headers")
     func maximumSizeOverRanges() throws {
         let server = try ScriptedServer(script: ["app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true)]])
         try CLIHelpers.bigFile(server.file("app.zip"))
         let dest = try TemporaryDirectory()
-        let result = try CLI.run(["unpack", server.url("app.zip"), "--dest", dest.file("app"), "--pubkey", CLIHelpers.examplePublicKey,
-                                  "--allow-http", "--retries", "0", "--max-download-size", "1000000", "--json"])
+        let result = try CLI.run([
+            "unpack", server.url("app.zip"), "--dest", dest.file("app"), "--pubkey", CLIHelpers.examplePublicKey,
+            "--allow-http", "--retries", "0", "--max-download-size", "1000000", "--json"
+        ])
         #expect(result.status == 4, "\(result.status) \(result.stderr)")
         #expect((try? result.json()["error"] as? [String: Any])?["code"] as? String == "download-too-large", "\(result.stdoutText)")
         #expect(result.stderr.contains("--max-download-size"), "\(result.stderr)")
         #expect(server.requests.count == 1, "\(server.requests)")
     }
-
 
     @Test("points 2-3: --tls-ca given a public key or a package-key directory says so; a refusal names the system CA store")
     func tlsCAMistakes() throws {

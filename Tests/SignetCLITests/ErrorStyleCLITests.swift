@@ -6,30 +6,38 @@ import SignetTestSupport
 /// wrong, and JSON documents of one shape.
 @Suite("Error style and exit codes, run as a binary")
 struct ErrorStyleCLITests {
-    @Test("exit codes that match the README table, and every error line in one style", arguments: [
-        (["keygen", "--out", "K", "--common-name", ""], Int32(2), "--common-name must be 1 to 64 characters"),
-        (["keygen", "--out", "K", "--days", "-5"], 2, "--days must be 1 to"),
-        (["keygen", "--out", "K", "--bits", "-1"], 2, "not -1"),
-        (["unpack", "P", "--dest", "D", "--pubkey", "PUB", "--wait", "-3"], 2, "--wait takes 0 to 86400 seconds, not -3"),
-        (["inspect", "P", "--ca", "PUB", "--clock-skew", "-1"], 2, "--clock-skew takes seconds from 0 up, not -1"),
-        (["inspect", "P", "--ca", "PUB", "--expect-subject", "Release signer"], 2, "--expect-subject takes comma-separated TYPE=VALUE pairs"),
-        (["inspect", "P", "--ca", "PUB", "--expect-subject", "CN="], 2, "--expect-subject takes"),
-        (["help", "NOSUCH"], 2, "there is no command 'NOSUCH'"),
-        (["help", "trust", "nosuch"], 2, "there is no command 'nosuch'"),
-        (["reverify", "NOSUCH", "--pubkey", "PUB"], 5, "no such file"),
-        (["status", "NOSUCH"], 5, "no such file"),
-        (["status", "DIR"], 1, "holds no release installed by Signet"),
-        (["sign", "NOSUCH", "--key", "KEY"], 5, "no such file"),
-        (["sign"], 2, "signet: error: missing --key <key>"),
-        (["status", "DIR", "--no-such-flag"], 2, "signet: error: unknown option '--no-such-flag'"),
-        // Issue 29: ArgumentParser's refusals in Signet's words.
-        (["verify", "F", "--sig", "S", "--pubkey", "PUB"], 2, "signet: error: unknown option '--sig'; did you mean --signature?"),
-        (["sign", "F", "--key", "KEY", "--passphrase", "pass.txt"], 2, "did you mean --passphrase-file FILE or --passphrase-env VAR"),
-        (["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out", "O", "--sequence", "-1"], 2, "signet: error: --sequence '-1' is out of range"),
-        (["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out", "O", "--sequence", "x1"], 2, "signet: error: --sequence 'x1' is not a whole number"),
-        (["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out"], 2, "signet: error: --out <pkg.zip> needs a value"),
-        (["reverify", "DIR", "--pubkey", "PUB", "--exlude", "x"], 2, "did you mean --exclude?"),
-    ])
+    @Test(
+        "exit codes that match the README table, and every error line in one style",
+        arguments: [
+            (["keygen", "--out", "K", "--common-name", ""], Int32(2), "--common-name must be 1 to 64 characters"),
+            (["keygen", "--out", "K", "--days", "-5"], 2, "--days must be 1 to"),
+            (["keygen", "--out", "K", "--bits", "-1"], 2, "not -1"),
+            (["unpack", "P", "--dest", "D", "--pubkey", "PUB", "--wait", "-3"], 2, "--wait takes 0 to 86400 seconds, not -3"),
+            (["inspect", "P", "--ca", "PUB", "--clock-skew", "-1"], 2, "--clock-skew takes seconds from 0 up, not -1"),
+            (["inspect", "P", "--ca", "PUB", "--expect-subject", "Release signer"], 2, "--expect-subject takes comma-separated TYPE=VALUE pairs"),
+            (["inspect", "P", "--ca", "PUB", "--expect-subject", "CN="], 2, "--expect-subject takes"),
+            (["help", "NOSUCH"], 2, "there is no command 'NOSUCH'"),
+            (["help", "trust", "nosuch"], 2, "there is no command 'nosuch'"),
+            (["reverify", "NOSUCH", "--pubkey", "PUB"], 5, "no such file"),
+            (["status", "NOSUCH"], 5, "no such file"),
+            (["status", "DIR"], 1, "holds no release installed by Signet"),
+            (["sign", "NOSUCH", "--key", "KEY"], 5, "no such file"),
+            (["sign"], 2, "signet: error: missing --key <key>"),
+            (["status", "DIR", "--no-such-flag"], 2, "signet: error: unknown option '--no-such-flag'"),
+            // Issue 29: ArgumentParser's refusals in Signet's words.
+            (["verify", "F", "--sig", "S", "--pubkey", "PUB"], 2, "signet: error: unknown option '--sig'; did you mean --signature?"),
+            (["sign", "F", "--key", "KEY", "--passphrase", "pass.txt"], 2, "did you mean --passphrase-file FILE or --passphrase-env VAR"),
+            (
+                ["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out", "O", "--sequence", "-1"], 2,
+                "signet: error: --sequence '-1' is out of range"
+            ),
+            (
+                ["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out", "O", "--sequence", "x1"], 2,
+                "signet: error: --sequence 'x1' is not a whole number"
+            ),
+            (["pack", "DIR", "--key", "KEY", "--name", "a", "--version", "1", "--out"], 2, "signet: error: --out <pkg.zip> needs a value"),
+            (["reverify", "DIR", "--pubkey", "PUB", "--exlude", "x"], 2, "did you mean --exclude?")
+        ])
     func exitCodes(_ arguments: [String], _ exit: Int32, _ said: String) throws {
         let work = try Workspace()
         let dir = work.directory.file("dir")
@@ -49,7 +57,8 @@ struct ErrorStyleCLITests {
             default: return argument
             }
         }
-        let result = try CLI.run(substituted + (["keygen", "sign"].contains(arguments.first) && arguments.count > 1 ? ["--passphrase-file", work.passFile] : []))
+        let result = try CLI.run(
+            substituted + (["keygen", "sign"].contains(arguments.first) && arguments.count > 1 ? ["--passphrase-file", work.passFile] : []))
         #expect(result.status == exit, "\(arguments): \(result.status) \(result.stderr)")
         let first = result.stderr.split(separator: "\n").first.map(String.init) ?? ""
         #expect(first.hasPrefix("signet: error: "), "\(arguments): \(result.stderr)")
@@ -57,7 +66,8 @@ struct ErrorStyleCLITests {
         #expect(!result.stderr.contains("Error:"), "one style: \(result.stderr)")
         // With --json the same failure is the documented object, every field present.
         if arguments.first != "help" {
-            let json = try CLI.run(substituted + ["--json"] + (["keygen", "sign"].contains(arguments.first) && arguments.count > 1 ? ["--passphrase-file", work.passFile] : []))
+            let json = try CLI.run(
+                substituted + ["--json"] + (["keygen", "sign"].contains(arguments.first) && arguments.count > 1 ? ["--passphrase-file", work.passFile] : []))
             // reverify and status report per file: the error object is in the file's entry.
             let document = try json.json()
             let entry = (document["files"] as? [[String: Any]])?.first
@@ -84,8 +94,10 @@ struct ErrorStyleCLITests {
         let trailing = try CLI.run(["verify", file, "--signature", work.directory.file("b.sig"), "--pubkey", work.publicDER])
         #expect(trailing.stderr.contains("truncated, have trailing bytes"), "\(trailing.stderr)")
 
-        let twice = try CLI.run(["pack", file, file, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "a", "--version", "1",
-                                 "--out", work.directory.file("p.zip")])
+        let twice = try CLI.run([
+            "pack", file, file, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "a", "--version", "1",
+            "--out", work.directory.file("p.zip")
+        ])
         #expect(twice.status == 2)
         #expect(twice.stderr.contains("is given twice"), "\(twice.stderr)")
         #expect(!twice.stderr.contains("normalisation"), "\(twice.stderr)")
@@ -101,8 +113,12 @@ struct ErrorStyleCLITests {
         chown(key, 65534, 65534)
         chown(pass, 65534, 65534)
         chmod(file, 0o644)
-        let denied = try SignetTestSupport.run("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", CLI.binary, "pack", file, "--key", key,
-                                                           "--passphrase-file", pass, "--name", "a", "--version", "1", "--out", readOnly + "/p.zip"])
+        let denied = try SignetTestSupport.run(
+            "setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", CLI.binary, "pack", file, "--key", key,
+                "--passphrase-file", pass, "--name", "a", "--version", "1", "--out", readOnly + "/p.zip"
+            ])
         #expect(denied.status == 5, "\(denied.stderr)")
         #expect(denied.stderr.contains(readOnly + "/p.zip") && denied.stderr.contains("may write in '\(readOnly)'"), "\(denied.stderr)")
     }
@@ -154,12 +170,13 @@ struct ErrorStyleCLITests {
 
         let root = try PackCLITests.tree(work)
         let package = work.directory.file("app.zip")
-        #expect(try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package]).status == 0)
+        #expect(
+            try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package])
+                .status == 0)
         let zip = try CLI.run(["verify", package, "--pubkey", work.publicDER])
         #expect(zip.status == 2, "\(zip.stderr)")
         #expect(zip.stderr.contains("signet inspect"), "\(zip.stderr)")
     }
-
 
     @Test("--pin takes the full key id, sha256//BASE64 or a key file; the 16-hex short id gets a pointer to the full one")
     func pins() throws {
@@ -178,24 +195,26 @@ struct ErrorStyleCLITests {
         #expect(!short.stderr.contains("Error:"), "Signet's style: \(short.stderr)")
     }
 
-
     @Test("--expires takes a date alone as its midnight UTC; --version --json is a document")
     func datesAndVersion() throws {
         let work = try Workspace()
         let src = work.directory.file("src")
         try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
         try Data("a".utf8).write(to: URL(fileURLWithPath: src + "/a.txt"))
-        let packed = try CLI.run(["pack", src, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "a", "--version", "1",
-                                  "--expires", "2099-01-01", "--out", work.directory.file("a.zip"), "--json"])
+        let packed = try CLI.run([
+            "pack", src, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "a", "--version", "1",
+            "--expires", "2099-01-01", "--out", work.directory.file("a.zip"), "--json"
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
         #expect(try packed.json()["expires"] as? String == "2099-01-01T00:00:00Z")
-        let bad = try CLI.run(["pack", src, "--key", work.privatePEM, "--name", "a", "--version", "1", "--expires", "2099-13-01", "--out", work.directory.file("b.zip")])
+        let bad = try CLI.run([
+            "pack", src, "--key", work.privatePEM, "--name", "a", "--version", "1", "--expires", "2099-13-01", "--out", work.directory.file("b.zip")
+        ])
         #expect(bad.status == 2 && bad.stderr.contains("a date like 2027-01-01"), "\(bad.stderr)")
         let version = try CLI.run(["--version", "--json"])
         #expect(version.status == 0)
         #expect((try version.json()["signet"] as? String)?.isEmpty == false)
     }
-
 
     @Test("an interrupted command says what state things are in (exit 130 used to print nothing)", arguments: ["sign", "pack", "fetch"])
     func interruptedSaysSo(_ command: String) throws {
@@ -204,12 +223,17 @@ struct ErrorStyleCLITests {
         // The passphrase comes from a FIFO nobody writes: the command waits there, reliably.
         let fifo = work.directory.file("pass.fifo")
         #expect(mkfifo(fifo, 0o600) == 0)
-        let arguments: [String] = switch command {
-        case "sign": ["sign", file, "--key", work.privatePEM, "--passphrase-file", fifo]
-        case "pack": ["pack", file, "--key", work.privatePEM, "--passphrase-file", fifo, "--name", "a", "--version", "1", "--out", work.directory.file("a.zip")]
-        default: ["fetch", "https://127.0.0.1:9/x", "--out", work.directory.file("x.bin"), "--signature", file, "--trust-dir", work.directory.file("t"),
-                  "--trust-salt-file", fifo]
-        }
+        let arguments: [String] =
+            switch command {
+            case "sign": ["sign", file, "--key", work.privatePEM, "--passphrase-file", fifo]
+            case "pack":
+                ["pack", file, "--key", work.privatePEM, "--passphrase-file", fifo, "--name", "a", "--version", "1", "--out", work.directory.file("a.zip")]
+            default:
+                [
+                    "fetch", "https://127.0.0.1:9/x", "--out", work.directory.file("x.bin"), "--signature", file, "--trust-dir", work.directory.file("t"),
+                    "--trust-salt-file", fifo
+                ]
+            }
         let script = pythonScript("run_with_signals_unblocked.py")
         let result = try SignetTestSupport.run("python3", ["-c", script, fifo, CLI.binary] + arguments)
         let lines = result.stdoutText.split(separator: "\n", maxSplits: 1).map(String.init)
@@ -220,14 +244,14 @@ struct ErrorStyleCLITests {
         #expect(said.contains(expected), "\(said)")
     }
 
-
     @Test("point 5: a TOML string without quotes is named, with its line")
     func unquotedTOMLValue() throws {
         let work = try Workspace()
         let config = try work.directory.write("app.conf", Data("channel = \"stable\"\ntls-ca = /etc/app/roots.pem\n".utf8))
         let result = try CLI.run(["update", "--config", config])
         #expect(result.status == 2, "\(result.stderr)")
-        #expect(result.stderr.contains("app.conf:2:") && result.stderr.contains("not quoted")
+        #expect(
+            result.stderr.contains("app.conf:2:") && result.stderr.contains("not quoted")
                 && result.stderr.contains(#"tls-ca = "/etc/app/roots.pem""#), "\(result.stderr)")
         #expect(!result.stderr.contains("could not determine value type"), "\(result.stderr)")
     }

@@ -6,10 +6,12 @@ import SignetTestSupport
 /// 80 columns (the man pages are generated from the same help text by scripts/build-deb.sh).
 @Suite("Help text and shell completions, run as a binary")
 struct HelpCLITests {
-    static let commands = ["", "keygen", "key", "key show", "sign", "verify", "pack", "resign", "inspect", "unpack", "fetch",
-                           "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update",
-                           "repo", "repo init", "repo add", "repo rollout", "repo resign", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
-                           "tuf", "tuf init", "tuf refresh", "tuf download"]
+    static let commands = [
+        "", "keygen", "key", "key show", "sign", "verify", "pack", "resign", "inspect", "unpack", "fetch",
+        "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update",
+        "repo", "repo init", "repo add", "repo rollout", "repo resign", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
+        "tuf", "tuf init", "tuf refresh", "tuf download"
+    ]
 
     @Test("every help page fits 80 columns, and no option's description is cut off", arguments: commands)
     func eightyColumns(_ command: String) throws {
@@ -38,7 +40,9 @@ struct HelpCLITests {
         for (index, line) in wideLines.enumerated() where line.hasPrefix("  ") {
             #expect(narrowLines.contains(line), "signet \(arguments.joined(separator: " ")): this line wraps at 80 columns (\(line.count)): \(line)")
             if line.hasSuffix("\\"), index + 1 < wideLines.count {
-                #expect(wideLines[index + 1].hasPrefix("   "), "signet \(arguments.joined(separator: " ")): a continuation is not indented: \(wideLines[index + 1])")
+                #expect(
+                    wideLines[index + 1].hasPrefix("   "), "signet \(arguments.joined(separator: " ")): a continuation is not indented: \(wideLines[index + 1])"
+                )
             }
         }
     }
@@ -67,8 +71,10 @@ struct HelpCLITests {
         let result = try CLI.run(["--generate-completion-script", shell])
         #expect(result.status == 0, "\(result.stderr)")
         // (fish names long options without their dashes)
-        for word in ["keygen", "pack", "unpack", "reverify", "status", "allow-key", "structured", "case-insensitive-dest", "pubkey",
-                     "channel", "update", "expires-in", "full-download"] {
+        for word in [
+            "keygen", "pack", "unpack", "reverify", "status", "allow-key", "structured", "case-insensitive-dest", "pubkey",
+            "channel", "update", "expires-in", "full-download"
+        ] {
             #expect(result.stdoutText.contains(word), "\(shell) completion lacks \(word)")
         }
         if shell == "bash" {

@@ -20,25 +20,29 @@ struct HooksCLITests {
         try FileManager.default.copyItem(atPath: try f.pack(1), toPath: server.www + "/" + name)
         let listing = f.work.directory.file("fds.txt")
         // Every descriptor open in the hook's process (a shell would add its own).
-        let script = try f.work.directory.write("fds.py", Data("""
-            import os, sys
-            fds = []
-            for fd in range(0, 4096):
-                try:
-                    os.fstat(fd)
-                    fds.append(str(fd))
-                except OSError:
-                    pass
-            open(sys.argv[1], "w").write("\\n".join(fds))
-            """.utf8))
+        let script = try f.work.directory.write(
+            "fds.py",
+            Data(
+                """
+                import os, sys
+                fds = []
+                for fd in range(0, 4096):
+                    try:
+                        os.fstat(fd)
+                        fds.append(str(fd))
+                    except OSError:
+                        pass
+                open(sys.argv[1], "w").write("\\n".join(fds))
+                """.utf8))
         let hook = "python3 \(script) \(listing)"
-        let result = try CLI.run(["unpack", server.url(name), "--dest", f.dest, "--pubkey", f.work.publicDER, "--tls-ca", server.root,
-                                  "--post-install", hook, "--health-check", hook])
+        let result = try CLI.run([
+            "unpack", server.url(name), "--dest", f.dest, "--pubkey", f.work.publicDER, "--tls-ca", server.root,
+            "--post-install", hook, "--health-check", hook
+        ])
         #expect(result.status == 0, "\(result.stderr)")
         let fds = try String(contentsOfFile: listing, encoding: .utf8).split(separator: "\n").map(String.init)
         #expect(fds == ["0", "1", "2"], "\(fds)")
     }
-
 
     /// Point 8: an update killed during --post-install left a release that was never
     /// health-checked marked confirmed, and the next run said "up to date".
@@ -48,8 +52,10 @@ struct HooksCLITests {
         #expect(try f.unpack(try f.pack(1), ["--health-check", "true"]).status == 0)
         func interrupt(_ package: String, _ number: Int32) throws -> [String: Any] {
             let marker = f.work.directory.file("hook-\(number).pid")
-            let arguments = ["unpack", package, "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state,
-                             "--post-install", "sh -c 'echo $$ > \(marker); exec sleep 30'", "--health-check", "true"]
+            let arguments = [
+                "unpack", package, "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state,
+                "--post-install", "sh -c 'echo $$ > \(marker); exec sleep 30'", "--health-check", "true"
+            ]
             let result = try run("python3", ["-c", CLIHelpers.interrupter, marker, String(number), CLI.binary] + arguments)
             return try result.json()
         }

@@ -35,8 +35,10 @@ struct InterruptionCLITests {
             }
             try work.directory.write("v\(sequence)/version.txt", Data("\(sequence)\n".utf8))
             let out = work.directory.file("app-\(sequence).zip")
-            let made = try CLI.run(["pack", source, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
-                                    "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out])
+            let made = try CLI.run([
+                "pack", source, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
+                "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out
+            ])
             #expect(made.status == 0, "\(made.stderr)")
             packages[sequence] = out
         }
@@ -71,7 +73,9 @@ struct InterruptionCLITests {
                 let before = try Self.installedSequence(setup)
                 let status = try run("python3", ["-c", Self.killer, String(delay), String(signal)] + Self.unpack(setup, next)).stdoutText
                 let after = try Self.installedSequence(setup)
-                #expect(after == before || after == next, "signal \(signal) after \(delay) s (exit \(status)): \(String(describing: before)) -> \(String(describing: after))")
+                #expect(
+                    after == before || after == next,
+                    "signal \(signal) after \(delay) s (exit \(status)): \(String(describing: before)) -> \(String(describing: after))")
                 if signal != SIGKILL {
                     let left = try Self.leftovers(setup.parent, "app")
                     #expect(left.isEmpty, "signal \(signal) after \(delay) s left \(left)")
@@ -88,30 +92,38 @@ struct InterruptionCLITests {
         }
     }
 
-    @Test("unpack killed with SIGKILL at exact steps (staging, the durability step, the swap, after it): DIR is the old tree before the swap and the new one after; the next run cleans up")
+    @Test(
+        "unpack killed with SIGKILL at exact steps (staging, the durability step, the swap, after it): DIR is the old tree before the swap and the new one after; the next run cleans up"
+    )
     func killAtSteps() throws {
         let setup = try Self.setup(files: 40, size: 8 << 10)
         #expect(try run(CLI.binary, Array(Self.unpack(setup, 1).dropFirst())).status == 0)
         // strace delivers SIGKILL when the process enters the named system call (with `error=`,
         // the call is not made at all): the real binary, killed at a known step, no test hooks.
         let steps: [(inject: String, expected: String)] = [
-            ("openat:signal=SIGKILL:when=60", "old"),              // while files are being staged
-            ("syncfs:signal=SIGKILL:error=EINTR", "old"),          // staged, before the durability step
-            ("syncfs:signal=SIGKILL", "old"),                      // in it
-            ("renameat2:signal=SIGKILL:error=EINTR", "old"),       // durable, before the swap
-            ("fsync:signal=SIGKILL", "new"),                       // swapped, before the directory is flushed
-            ("unlinkat:signal=SIGKILL:when=3", "new"),             // while the old tree is removed
+            ("openat:signal=SIGKILL:when=60", "old"), // while files are being staged
+            ("syncfs:signal=SIGKILL:error=EINTR", "old"), // staged, before the durability step
+            ("syncfs:signal=SIGKILL", "old"), // in it
+            ("renameat2:signal=SIGKILL:error=EINTR", "old"), // durable, before the swap
+            ("fsync:signal=SIGKILL", "new"), // swapped, before the directory is flushed
+            ("unlinkat:signal=SIGKILL:when=3", "new") // while the old tree is removed
         ]
         var installed = 1
         for step in steps {
             let next = installed == 1 ? 2 : 1
             let call = String(step.inject.prefix { $0 != ":" })
             // strace dies of the signal its tracee died of: report it rather than die with it.
-            let killed = try run("bash", ["-c", "strace \"$@\"; echo $?", "strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + call,
-                                          "-e", "inject=" + step.inject] + Self.unpack(setup, next))
+            let killed = try run(
+                "bash",
+                [
+                    "-c", "strace \"$@\"; echo $?", "strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + call,
+                    "-e", "inject=" + step.inject
+                ] + Self.unpack(setup, next))
             #expect(killed.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "137", "\(step.inject): killed by SIGKILL (128 + 9)")
             let after = try Self.installedSequence(setup)
-            #expect(after == (step.expected == "old" ? installed : next), "\(step.inject): DIR holds sequence \(String(describing: after)), expected the \(step.expected) tree")
+            #expect(
+                after == (step.expected == "old" ? installed : next),
+                "\(step.inject): DIR holds sequence \(String(describing: after)), expected the \(step.expected) tree")
             installed = after ?? installed
             // The next run succeeds and leaves nothing of the killed one behind.
             let again = installed == 1 ? 2 : 1
@@ -129,8 +141,10 @@ struct InterruptionCLITests {
         let setup = try Self.setup(files: 120, size: 64 << 10)
         let out = setup.work.directory.file("out/pkg.zip")
         try FileManager.default.createDirectory(atPath: setup.work.directory.file("out"), withIntermediateDirectories: true)
-        let pack = [CLI.binary, "pack", setup.work.directory.file("v1"), "--key", setup.work.privatePEM, "--passphrase-file", setup.work.passFile,
-                    "--name", "app", "--version", "1", "--sequence", "1", "--compression-level", "9", "--out", out]
+        let pack = [
+            CLI.binary, "pack", setup.work.directory.file("v1"), "--key", setup.work.privatePEM, "--passphrase-file", setup.work.passFile,
+            "--name", "app", "--version", "1", "--sequence", "1", "--compression-level", "9", "--out", out
+        ]
         for signal in [SIGINT, SIGTERM, SIGKILL] {
             for delay in [0.05, 0.4] {
                 let status = try run("python3", ["-c", Self.killer, String(delay), String(signal)] + pack).stdoutText
@@ -186,8 +200,12 @@ struct InterruptionCLITests {
         let loop = pythonScript("interruption_loop.py")
         let separator = "\u{1f}"
         let reverify = [CLI.binary, "reverify", setup.app, "--pubkey", setup.work.publicDER]
-        let result = try run("python3", ["-c", loop, Self.unpack(setup, 2).joined(separator: separator),
-                                         Self.unpack(setup, 3).joined(separator: separator), reverify.joined(separator: separator)])
+        let result = try run(
+            "python3",
+            [
+                "-c", loop, Self.unpack(setup, 2).joined(separator: separator),
+                Self.unpack(setup, 3).joined(separator: separator), reverify.joined(separator: separator)
+            ])
         let statuses = result.stdoutText.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         #expect(statuses.count >= 5, "reverify ran during the updates: \(statuses.count) times")
         #expect(statuses.allSatisfy { $0 == 0 }, "every reverify saw one whole tree: \(statuses) \(result.stderr.prefix(2000))")

@@ -22,9 +22,11 @@ struct JSONSchemaCLITests {
             // A failure: its error document on stdout (one document, nothing else: check() parses
             // the whole of stdout), and the same message as text on stderr (FORMAT.md §4).
             if result.status != 0, let document = try? JSONSerialization.jsonObject(with: result.stdout) as? [String: Any],
-               let error = document["error"] as? [String: Any], let message = error["message"] as? String {
-                #expect(result.stderr.contains("signet: error: ") && result.stderr.contains(String(message.prefix(60))),
-                        "\(arguments): stderr does not say the document's message '\(message)': \(result.stderr)")
+                let error = document["error"] as? [String: Any], let message = error["message"] as? String
+            {
+                #expect(
+                    result.stderr.contains("signet: error: ") && result.stderr.contains(String(message.prefix(60))),
+                    "\(arguments): stderr does not say the document's message '\(message)': \(result.stderr)")
             }
             documents.append((command, result.stdout))
         }
@@ -50,14 +52,18 @@ struct JSONSchemaCLITests {
         try record("pack", ["pack", src] + key + ["--name", "app", "--version", "1.0", "--sequence", "10", "--structured", "conf/*.json", "--out", package])
         try record("inspect", ["inspect", package])
         try record("inspect", ["inspect", package, "--pubkey", work.publicDER])
-        try record("pack", ["pack", src, "--key", work.directory.file("missing.pem"), "--name", "a", "--version", "1", "--out", work.directory.file("x.zip")], status: 5)
-        try record("pack", ["pack", src] + key, status: 2)   // ArgumentParser's refusal, as an error document
+        try record(
+            "pack", ["pack", src, "--key", work.directory.file("missing.pem"), "--name", "a", "--version", "1", "--out", work.directory.file("x.zip")],
+            status: 5)
+        try record("pack", ["pack", src] + key, status: 2) // ArgumentParser's refusal, as an error document
 
         // A bare package (zip + openssl), inspected with --bare.
         let bare = work.directory.file("bare")
         try FileManager.default.createDirectory(atPath: bare, withIntermediateDirectories: true)
         try Data("x\n".utf8).write(to: URL(fileURLWithPath: bare + "/x.txt"))
-        #expect(try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", bare + "/x.txt.sig", bare + "/x.txt"]).status == 0)
+        #expect(
+            try work.openssl(["dgst", "-sha256", "-sign", work.privatePEM, "-passin", "file:" + work.passFile, "-out", bare + "/x.txt.sig", bare + "/x.txt"])
+                .status == 0)
         #expect(try SignetTestSupport.run("zip", ["-q", "-r", "../bare.zip", "."], directory: bare).status == 0)
         try record("inspect --bare", ["inspect", work.directory.file("bare.zip"), "--bare", "--pubkey", work.publicDER])
 
@@ -82,8 +88,12 @@ struct JSONSchemaCLITests {
         try record("unpack", ["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--force"])
         let next = work.directory.file("app-11.zip")
         try record("pack", ["pack", src] + key + ["--name", "app", "--version", "1.1", "--sequence", "11", "--out", next])
-        try record("unpack", ["unpack", next, "--dest", app, "--pubkey", work.publicDER, "--pending",
-                              "--post-install", "echo restarted", "--health-check", "true"])
+        try record(
+            "unpack",
+            [
+                "unpack", next, "--dest", app, "--pubkey", work.publicDER, "--pending",
+                "--post-install", "echo restarted", "--health-check", "true"
+            ])
         try record("status DIR", ["status", app])
         try record("confirm", ["confirm", app])
         try record("rollback", ["rollback", "--boot-check", app])
@@ -100,31 +110,55 @@ struct JSONSchemaCLITests {
         // Downloads.
         try FileManager.default.copyItem(atPath: file, toPath: server.www + "/fw.bin")
         try FileManager.default.copyItem(atPath: file + ".sig", toPath: server.www + "/fw.bin.sig")
-        try record("fetch", ["fetch", server.url("fw.bin"), "--out", work.directory.file("fetched.bin"), "--tls-ca", server.root,
-                             "--signature", server.url("fw.bin.sig"), "--pubkey", work.publicDER])
+        try record(
+            "fetch",
+            [
+                "fetch", server.url("fw.bin"), "--out", work.directory.file("fetched.bin"), "--tls-ca", server.root,
+                "--signature", server.url("fw.bin.sig"), "--pubkey", work.publicDER
+            ])
         try record("fetch", ["fetch", server.url("none.bin"), "--out", work.directory.file("none.bin"), "--tls-ca", server.root, "--retries", "0"], status: nil)
 
         // A TUF repository (issue 37), one key for every role, and a device following it.
         let repo = server.www + "/tuf"
-        try record("repo init", ["repo", "init", repo, "--root-key", work.publicDER, "--targets-key", work.publicDER,
-                                 "--snapshot-key", work.publicDER, "--timestamp-key", work.publicDER])
-        try record("repo sign", ["repo", "sign", repo, "--role", "root", "--digest",
-                                 try CLI.run(["repo", "status", repo, "--staged-digest", "root"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)] + key)
+        try record(
+            "repo init",
+            [
+                "repo", "init", repo, "--root-key", work.publicDER, "--targets-key", work.publicDER,
+                "--snapshot-key", work.publicDER, "--timestamp-key", work.publicDER
+            ])
+        try record(
+            "repo sign",
+            [
+                "repo", "sign", repo, "--role", "root", "--digest",
+                try CLI.run(["repo", "status", repo, "--staged-digest", "root"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+            ] + key)
         try record("repo add", ["repo", "add", repo, package, "--channel", "stable"])
         try record("repo status", ["repo", "status", repo])
-        try record("repo sign", ["repo", "sign", repo, "--role", "targets", "--digest",
-                                 try CLI.run(["repo", "status", repo, "--staged-digest", "targets"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)] + key)
-        try record("repo refresh", ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile])
+        try record(
+            "repo sign",
+            [
+                "repo", "sign", repo, "--role", "targets", "--digest",
+                try CLI.run(["repo", "status", repo, "--staged-digest", "targets"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+            ] + key)
+        try record(
+            "repo refresh", ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM, "--passphrase-file", work.passFile]
+        )
         try record("repo status", ["repo", "status", repo])
         let metadata = work.directory.file("tuf-metadata")
         try record("tuf init", ["tuf", "init", "--metadata-dir", metadata, repo + "/metadata/1.root.json"])
         try record("tuf refresh", ["tuf", "refresh", "--metadata-dir", metadata, "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root])
-        try record("tuf download", ["tuf", "download", "--metadata-dir", metadata, "--metadata-url", server.url("tuf/metadata/"), "--target-name", "app.zip",
-                                    "--target-dir", work.directory.file("tuf-targets"), "--tls-ca", server.root])
-        let viaRepository = ["update", "--repository", server.url("tuf/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
-                             "--dest", work.directory.file("tuf-app"), "--tls-ca", server.root]
+        try record(
+            "tuf download",
+            [
+                "tuf", "download", "--metadata-dir", metadata, "--metadata-url", server.url("tuf/metadata/"), "--target-name", "app.zip",
+                "--target-dir", work.directory.file("tuf-targets"), "--tls-ca", server.root
+            ])
+        let viaRepository = [
+            "update", "--repository", server.url("tuf/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
+            "--dest", work.directory.file("tuf-app"), "--tls-ca", server.root
+        ]
         try record("update", viaRepository)
-        try record("update", viaRepository)   // up to date: "installed" is a release now
+        try record("update", viaRepository) // up to date: "installed" is a release now
         try record("update", viaRepository + ["--channel", "beta"], status: nil)
         // Issue 53: a rollout plan, and a device's place in it (a deferred install).
         try record("repo rollout", ["repo", "rollout", repo, "app.zip", "--plan", "0.01%@0h,100%@30d"] + key)
@@ -139,10 +173,17 @@ struct JSONSchemaCLITests {
         try record("repo renew", ["repo", "renew", repo, "--role", "targets"] + key)
         try record("repo discard", ["repo", "discard", repo, "--role", "root"])
         // Issue 49: a cron job told to warn a year ahead reports what expires, and exits 1.
-        try record("repo refresh", ["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM,
-                                    "--passphrase-file", work.passFile, "--warn-within", "366d"], status: 1)
+        try record(
+            "repo refresh",
+            [
+                "repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM,
+                "--passphrase-file", work.passFile, "--warn-within", "366d"
+            ], status: 1)
         try record("repo status", ["repo", "status", repo, "--warn-within", "366d"])
-        try record("tuf refresh", ["tuf", "refresh", "--metadata-dir", work.directory.file("nowhere"), "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root], status: 5)
+        try record(
+            "tuf refresh",
+            ["tuf", "refresh", "--metadata-dir", work.directory.file("nowhere"), "--metadata-url", server.url("tuf/metadata/"), "--tls-ca", server.root],
+            status: 5)
 
         try Self.check(documents)
         // Every schema is exercised here, except the token listing (TokenCLITests, SoftHSM2).
@@ -165,12 +206,13 @@ struct JSONSchemaCLITests {
     /// json_schema_check.py and PyPI's `jsonschema`; every error is a failed expectation.
     static func check(_ documents: [(command: String, stdout: Data)]) throws {
         let work = try TemporaryDirectory()
-        let collected = try JSONSerialization.data(withJSONObject: try documents.map { entry -> [String: Any] in
-            guard let object = try? JSONSerialization.jsonObject(with: entry.stdout) else {
-                throw SupportError("\(entry.command): stdout is not one JSON document: \(String(decoding: entry.stdout, as: UTF8.self))")
-            }
-            return ["schema": Self.schemaName(entry.command), "document": object]
-        })
+        let collected = try JSONSerialization.data(
+            withJSONObject: try documents.map { entry -> [String: Any] in
+                guard let object = try? JSONSerialization.jsonObject(with: entry.stdout) else {
+                    throw SupportError("\(entry.command): stdout is not one JSON document: \(String(decoding: entry.stdout, as: UTF8.self))")
+                }
+                return ["schema": Self.schemaName(entry.command), "document": object]
+            })
         let path = work.file("documents.json")
         try collected.write(to: URL(fileURLWithPath: path))
         let checked = try SignetTestSupport.run("python3", [Self.here.appendingPathComponent("json_schema_check.py").path, Self.schemaDirectory, path])

@@ -15,8 +15,10 @@ struct LargeResourceCLITests {
         try big.write(to: URL(fileURLWithPath: tree + "/firmware.bin"))
         try Data("small\n".utf8).write(to: URL(fileURLWithPath: tree + "/notes.txt"))
         let package = work.directory.file("app.zip")
-        let packed = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1",
-                                  "--store", "--out", package])
+        let packed = try CLI.run([
+            "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1",
+            "--store", "--out", package
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
         let dest = work.directory.file("out")
         let installed = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER])

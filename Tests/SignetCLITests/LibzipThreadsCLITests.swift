@@ -82,8 +82,11 @@ struct LibzipThreadsCLITests {
         let package = work.directory.file("app.zip")
         let log = work.directory.file("widen-race.log")
         let environment: [String: String?] = ["LD_PRELOAD": library, "WIDEN_RACE_LOG": log]
-        let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
-                                  "--version", "1", "--out", package, "--json"], environment: environment)
+        let packed = try CLI.run(
+            [
+                "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
+                "--version", "1", "--out", package, "--json"
+            ], environment: environment)
         #expect(packed.status == 0, "\(packed.stderr)")
         let files = try #require(try packed.json()["files"] as? [[String: Any]])
         #expect(files.map { $0["compression"] as? String } == ["deflated", "deflated"], "both files went through the workers: \(files)")

@@ -17,8 +17,10 @@ struct PackCLITests {
         let work = try Workspace()
         let root = try Self.tree(work)
         let package = work.directory.file("app.zip")
-        let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                  "--name", "app", "--version", "1.2.3", "--sequence", "5", "--out", package, "--json"])
+        let packed = try CLI.run([
+            "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+            "--name", "app", "--version", "1.2.3", "--sequence", "5", "--out", package, "--json"
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
         let report = try packed.json()
         #expect(report["key_id"] as? String == work.keyID)
@@ -72,8 +74,11 @@ struct PackCLITests {
         func pack(_ root: String, _ extra: [String]) throws -> Int {
             let out = root + ".zip"
             defer { unlink(out) }
-            return try CLI.peakRSS(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                    "--name", "many", "--version", "1", "--out", out] + extra)
+            return try CLI.peakRSS(
+                [
+                    "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                    "--name", "many", "--version", "1", "--out", out
+                ] + extra)
         }
         let roots = (try tree("small", files: small), try tree("large", files: large))
         for extra in [[], ["--store"]] {
@@ -84,7 +89,7 @@ struct PackCLITests {
             // writes last: ~0.7 KiB) and two small sources. Measured: ~1.6 KiB stored, ~1.9 KiB
             // deflated. Before the ledger, pack also kept every signature, per-file closures and
             // a libzip reader entry per deflated file: 2.4-3.1 KiB.
-            guard !CLI.underAddressSanitizer else { continue }   // redzones and quarantine per allocation
+            guard !CLI.underAddressSanitizer else { continue } // redzones and quarantine per allocation
             #expect(perFile < 2.5 * 1024, "\(extra): \(Int(perFile)) bytes per file")
         }
     }
@@ -117,8 +122,10 @@ struct PackCLITests {
         // 3 MiB of random bytes (stored: deflate cannot shrink them) into 1 MiB of space.
         let big = try work.directory.writeRandom("big.bin", count: 3 << 20)
         let out = small + "/p.zip"
-        let failed = try CLI.run(["pack", big, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                  "--name", "n", "--version", "1", "--out", out])
+        let failed = try CLI.run([
+            "pack", big, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+            "--name", "n", "--version", "1", "--out", out
+        ])
         #expect(failed.status == 5, "\(failed.stderr)")
         #expect(failed.stderr.contains(out) && failed.stderr.contains("no space left"), "\(failed.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: small).isEmpty, "no package and no temporary file are left")
@@ -178,12 +185,15 @@ struct PackCLITests {
             let log = work.directory.file("strace-\(arguments[0]).log")
             // LeakSanitizer cannot run under ptrace (CI's sanitizer build): leaks are checked
             // by every other test, not by this one.
-            let traced = try run("strace", ["-f", "-qq", "-o", log, "-e", "trace=stat,newfstatat,statx", CLI.binary] + arguments,
-                                 environment: sanitizerOptions(adding: "detect_leaks=0").merging(["TZ": nil]) { $1 })
+            let traced = try run(
+                "strace", ["-f", "-qq", "-o", log, "-e", "trace=stat,newfstatat,statx", CLI.binary] + arguments,
+                environment: sanitizerOptions(adding: "detect_leaks=0").merging(["TZ": nil]) { $1 })
             #expect(traced.status == 0, "\(arguments[0]): \(traced.stderr)")
             return try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").filter { $0.contains("/etc/localtime") }.count
         }
-        let packed = try stats(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "many", "--version", "1", "--out", package])
+        let packed = try stats([
+            "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "many", "--version", "1", "--out", package
+        ])
         let inspected = try stats(["inspect", package, "--pubkey", work.publicDER])
         let unpacked = try stats(["unpack", package, "--dest", work.directory.file("out"), "--pubkey", work.publicDER])
         #expect(packed < 10 && inspected < 10 && unpacked < 10, "stat of /etc/localtime: pack \(packed), inspect \(inspected), unpack \(unpacked)")
@@ -197,8 +207,10 @@ struct PackCLITests {
         try FileManager.default.linkItem(atPath: work.privatePEM, toPath: work.directory.file("key-hardlink.pem"))
         try FileManager.default.createSymbolicLink(atPath: work.directory.file("key-link.pem"), withDestinationPath: work.privatePEM)
         let sign = ["sign", file, "--key", work.privatePEM, "--passphrase-file", work.passFile]
-        for out in [work.privatePEM, "./keys/private_key.pem", work.directory.file("keys/../keys/private_key.pem"),
-                    work.directory.file("key-hardlink.pem"), work.directory.file("key-link.pem"), file, work.passFile] {
+        for out in [
+            work.privatePEM, "./keys/private_key.pem", work.directory.file("keys/../keys/private_key.pem"),
+            work.directory.file("key-hardlink.pem"), work.directory.file("key-link.pem"), file, work.passFile
+        ] {
             let result = try CLI.run(sign + ["--out", out, "--json"], directory: work.path)
             #expect(result.status == 2, "--out \(out): \(result.status) \(result.stderr)")
             #expect(result.stderr.contains("same file"), "\(result.stderr)")
@@ -222,8 +234,10 @@ struct PackCLITests {
         // A package inside the directory being packed, from an earlier run, is not packed over itself.
         try FileManager.default.createDirectory(atPath: work.directory.file("dist"), withIntermediateDirectories: true)
         try work.directory.write("dist/a.txt", Data("a\n".utf8))
-        let packDist = ["pack", work.directory.file("dist"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                        "--name", "a", "--version", "1", "--out", work.directory.file("dist/app.zip")]
+        let packDist = [
+            "pack", work.directory.file("dist"), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+            "--name", "a", "--version", "1", "--out", work.directory.file("dist/app.zip")
+        ]
         #expect(try CLI.run(packDist).status == 0)
         // The second run: the package exists (exit 5 without --force); with --force the old
         // package is not packed into the new one (skipped as zip and tar skip their archive).
@@ -232,7 +246,6 @@ struct PackCLITests {
         #expect(again.status == 0, "\(again.stderr)")
         #expect((try again.json()["files"] as? [[String: Any]])?.compactMap { $0["path"] as? String } == ["a.txt"])
     }
-
 
     @Test("pack refuses what a default unpack would refuse, naming the flag; the same flags on both allow it")
     func packHonoursUnpackLimits() throws {
@@ -267,12 +280,13 @@ struct PackCLITests {
         #expect(relative.utf8.count == 4_088)
         // Made relative to its top folder: the whole path is longer than PATH_MAX.
         try FileManager.default.createDirectory(atPath: long, withIntermediateDirectories: true)
-        let made = try run("python3", ["-c", "import os, sys; os.chdir(sys.argv[1]); os.makedirs(os.path.dirname(sys.argv[2])); open(sys.argv[2], 'w').write('x')", long, relative])
+        let made = try run(
+            "python3",
+            ["-c", "import os, sys; os.chdir(sys.argv[1]); os.makedirs(os.path.dirname(sys.argv[2])); open(sys.argv[2], 'w').write('x')", long, relative])
         #expect(made.status == 0, "\(made.stderr)")
         let longPack = try CLI.run(["pack", work.directory.file("long"), "--out", work.directory.file("long.zip")] + key)
         #expect(longPack.status == 2 && longPack.stderr.contains("4087"), "\(longPack.status) \(longPack.stderr)")
     }
-
 
     /// Point 12: `pack` did not notice a file rewritten in place (same size) while it was read:
     /// the package was self-consistent but could hold a torn mix of two versions.
@@ -282,8 +296,10 @@ struct PackCLITests {
         try FileManager.default.createDirectory(atPath: work.file("tree"), withIntermediateDirectories: true)
         try CLIHelpers.bigFile(work.file("tree/image.bin"), size: 96 << 20)
         let key = URL(fileURLWithPath: CLIHelpers.examplePublicKey).deletingLastPathComponent().path
-        let arguments = ["pack", work.file("tree"), "--key", key + "/private_key.pem", "--passphrase-file", key + "/passphrase.txt",
-                         "--name", "img", "--version", "1", "--store", "--out", work.file("img.zip")]
+        let arguments = [
+            "pack", work.file("tree"), "--key", key + "/private_key.pem", "--passphrase-file", key + "/passphrase.txt",
+            "--name", "img", "--version", "1", "--store", "--out", work.file("img.zip")
+        ]
         // A writer rewrites one byte in place, again and again, for as long as pack runs.
         let script = pythonScript("rewrite_while_running.py")
         let torn = try run("python3", ["-c", script, work.file("tree/image.bin"), CLI.binary] + arguments)
@@ -291,7 +307,6 @@ struct PackCLITests {
         #expect(!FileManager.default.fileExists(atPath: work.file("img.zip")))
         #expect(try CLI.run(arguments).status == 0)
     }
-
 
     @Test("--structured 'config/*.json' stays in config/ ('*' does not cross '/'); 'config/**/*.json' goes down; --exclude alike")
     func gitignorePatterns() throws {
@@ -324,8 +339,9 @@ struct PackCLITests {
         #expect(help.stdoutText.contains(".gitignore"), "\(help.stdoutText)")
     }
 
-
-    @Test("one overwrite rule: sign, pack, fetch, keygen and key show refuse an existing output (exit 5, nothing written) unless --force; pack skips its own output inside a packed folder")
+    @Test(
+        "one overwrite rule: sign, pack, fetch, keygen and key show refuse an existing output (exit 5, nothing written) unless --force; pack skips its own output inside a packed folder"
+    )
     func overwriteRule() throws {
         let work = try Workspace()
         let file = try work.directory.write("app.tar", Data("release\n".utf8))
@@ -375,7 +391,6 @@ struct PackCLITests {
         #expect(try contents(fetched) == Data("mine".utf8))
     }
 
-
     @Test("point 8: pack --exclude leaves files and folders out; detached signatures packed as resources are warned about")
     func packExclude() throws {
         let work = try Workspace()
@@ -384,7 +399,9 @@ struct PackCLITests {
         try FileManager.default.createDirectory(atPath: root + "/tmp/deep", withIntermediateDirectories: true)
         for name in ["app.conf", "bin/tool", "bin/helper"] { _ = try work.directory.write("dist/" + name, Data("\(name)\n".utf8)) }
         _ = try work.directory.write("dist/tmp/deep/scratch", Data("x".utf8))
-        #expect(try CLI.run(["sign", root + "/app.conf", root + "/bin/tool", root + "/bin/helper", "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        #expect(
+            try CLI.run(["sign", root + "/app.conf", root + "/bin/tool", root + "/bin/helper", "--key", work.privatePEM, "--passphrase-file", work.passFile])
+                .status == 0)
         let key = ["--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--sequence", "3"]
 
         let all = try CLI.run(["pack", root] + key + ["--out", work.directory.file("all.zip"), "--json"])
@@ -404,13 +421,13 @@ struct PackCLITests {
         #expect(try CLI.run(["unpack", out, "--dest", work.directory.file("app"), "--pubkey", work.publicDER]).status == 0)
 
         // Anchored patterns as elsewhere: 'bin/helper' only that file; nothing left is exit 2.
-        let one = try CLI.run(["pack", root] + key + ["--exclude", "*.sig", "--exclude", "/bin/helper", "--exclude", "tmp", "--out", work.directory.file("one.zip"), "--json"])
+        let one = try CLI.run(
+            ["pack", root] + key + ["--exclude", "*.sig", "--exclude", "/bin/helper", "--exclude", "tmp", "--out", work.directory.file("one.zip"), "--json"])
         #expect(((try one.json()["files"]) as? [[String: Any]])?.compactMap { $0["path"] as? String } == ["app.conf", "bin/tool"])
         let none = try CLI.run(["pack", root] + key + ["--exclude", "*", "--out", work.directory.file("none.zip")])
         #expect(none.status == 2 && none.stderr.contains("--exclude leaves no file"), "\(none.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.directory.file("none.zip")))
     }
-
 
     @Test("point 9: pack says where the sequence came from, in text and JSON")
     func sequenceSource() throws {
@@ -421,7 +438,8 @@ struct PackCLITests {
         let now = Int(Date().timeIntervalSince1970)
 
         let timed = try CLI.run(["pack", root] + key + out, environment: ["SOURCE_DATE_EPOCH": nil])
-        #expect(timed.status == 0 && timed.stdoutText.contains("is the current Unix time (no --sequence given)")
+        #expect(
+            timed.status == 0 && timed.stdoutText.contains("is the current Unix time (no --sequence given)")
                 && timed.stdoutText.contains("--sequence N"), "\(timed.stdoutText)")
         let timedJSON = try CLI.run(["pack", root] + key + out + ["--json"], environment: ["SOURCE_DATE_EPOCH": nil]).json()
         #expect(timedJSON["sequence_source"] as? String == "time")
@@ -437,7 +455,6 @@ struct PackCLITests {
         let givenJSON = try CLI.run(["pack", root] + key + out + ["--sequence", "143", "--json"]).json()
         #expect(givenJSON["sequence_source"] as? String == "option" && givenJSON["sequence"] as? Int == 143)
     }
-
 
     @Test("inspect --bare lists the files and whether each is signed; with a key it verifies each, as unpack --bare does")
     func inspectBare() throws {
@@ -464,7 +481,6 @@ struct PackCLITests {
         #expect(refused.status == 1 && refused.stderr.contains("'c.txt' has no signature"), "\(refused.stderr)")
     }
 
-
     @Test("tiny files that deflate would enlarge are stored; compressible ones are deflated")
     func tinyFilesStored() throws {
         let work = try Workspace()
@@ -474,7 +490,9 @@ struct PackCLITests {
         try Data().write(to: URL(fileURLWithPath: root + "/empty"))
         try Data(String(repeating: "key = value\n", count: 40).utf8).write(to: URL(fileURLWithPath: root + "/repeat.conf"))
         let package = work.directory.file("tiny.zip")
-        let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "t", "--version", "1", "--out", package, "--json"])
+        let packed = try CLI.run([
+            "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "t", "--version", "1", "--out", package, "--json"
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
         let inspected = try CLI.run(["inspect", package, "--json"])
         let files = try #require(try inspected.json()["files"] as? [[String: Any]])

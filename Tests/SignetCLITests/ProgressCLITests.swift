@@ -33,7 +33,7 @@ struct ProgressCLITests {
             (["unpack", package, "--dest", dest, "--pubkey", work.publicDER], "installing \(dest): "),
             (["reverify", dest, "--pubkey", work.publicDER], "checking \(dest): "),
             // Last: it writes .sig files beside the files.
-            (["sign", root + "/f0.bin", root + "/f1.bin"] + key, "signing: "),
+            (["sign", root + "/f0.bin", root + "/f1.bin"] + key, "signing: ")
         ]
         for (arguments, label) in runs {
             let (status, shown, seconds) = try Self.onTerminal(arguments)
@@ -46,8 +46,13 @@ struct ProgressCLITests {
             // At most ten updates a second (and one final one).
             #expect(Double(lines.count) <= seconds * 10 + 2, "\(label): \(lines.count) updates in \(seconds) s")
             // The line is cleared before the result is printed.
-            #expect(shown.contains("\r\u{1B}[K" + (arguments[0] == "sign" ? "signed " : arguments[0] == "pack" ? "packed " : arguments[0] == "unpack" ? "installed " : arguments[0] == "reverify" ? "OK " : "package:")),
-                    "\(label): \(shown.suffix(300).debugDescription)")
+            #expect(
+                shown.contains(
+                    "\r\u{1B}[K"
+                        + (arguments[0] == "sign"
+                            ? "signed "
+                            : arguments[0] == "pack" ? "packed " : arguments[0] == "unpack" ? "installed " : arguments[0] == "reverify" ? "OK " : "package:")),
+                "\(label): \(shown.suffix(300).debugDescription)")
         }
         // Nothing with --quiet or --json, and nothing on a pipe.
         for extra in [["--quiet"], ["--json"]] {
@@ -63,8 +68,10 @@ struct ProgressCLITests {
     func updateNamesPackage() throws {
         let p = try UpdateCLITests.Publisher("progress-package")
         try p.release(1)
-        let (status, shown, _) = try Self.onTerminal(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable",
-                                                      "--dest", p.dest, "--tls-ca", p.server.root, "--full-download"])
+        let (status, shown, _) = try Self.onTerminal([
+            "update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable",
+            "--dest", p.dest, "--tls-ca", p.server.root, "--full-download"
+        ])
         #expect(status == 0, "\(shown)")
         let lines = Self.updates(shown, "downloading ")
         #expect(lines.contains { $0.contains("/targets/") && $0.contains(".app-1.zip:") }, "\(lines)")

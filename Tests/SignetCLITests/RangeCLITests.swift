@@ -13,14 +13,17 @@ struct RangeCLITests {
         try CLIHelpers.pack(work, files, out: out)
     }
 
-    @Test("inspect URL verifies through range requests only (206s in nginx's log, nothing in TMPDIR); a server without ranges gets a full download; a tampered package fails")
+    @Test(
+        "inspect URL verifies through range requests only (206s in nginx's log, nothing in TMPDIR); a server without ranges gets a full download; a tampered package fails"
+    )
     func inspectThroughRanges() throws {
         let server = try HTTPSServer()
         let work = try Workspace()
         try Self.package(work, files: 600, out: server.www + "/app.zip")
         let tmp = work.directory.file("tmp")
         try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: true)
-        let inspected = try CLI.run(["inspect", server.url("app.zip"), "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"], environment: ["TMPDIR": tmp])
+        let inspected = try CLI.run(
+            ["inspect", server.url("app.zip"), "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"], environment: ["TMPDIR": tmp])
         #expect(inspected.status == 0, "\(inspected.stderr)")
         #expect((try inspected.json()["verified"] as? Bool) == true)
         let statuses = try server.statuses(of: "app.zip")
@@ -44,7 +47,9 @@ struct RangeCLITests {
         #expect(tampered.status == 1, "\(tampered.stderr)")
     }
 
-    @Test("wrong range answers are refused: another Content-Range, a 200 mid-way (the package replaced), a body longer than asked; no validator means a full download")
+    @Test(
+        "wrong range answers are refused: another Content-Range, a 200 mid-way (the package replaced), a body longer than asked; no validator means a full download"
+    )
     func wrongAnswers() throws {
         let work = try Workspace()
         let staging = try TemporaryDirectory()
@@ -54,7 +59,7 @@ struct RangeCLITests {
         let cases: [(String, [ScriptedServer.Answer], String)] = [
             ("shifted", [.init(headers: etag, honourRange: true), .init(headers: etag, honourRange: true, shiftRange: 1)], "Content-Range"),
             ("replaced", [.init(headers: etag, honourRange: true), .init(headers: etag)], "HTTP 200"),
-            ("longer", [.init(headers: etag, honourRange: true), .init(headers: etag, honourRange: true, extraBytes: 10)], "more bytes"),
+            ("longer", [.init(headers: etag, honourRange: true), .init(headers: etag, honourRange: true, extraBytes: 10)], "more bytes")
         ]
         for (name, answers, words) in cases {
             let server = try ScriptedServer(script: ["app.zip": answers])

@@ -26,8 +26,10 @@ struct RangedUpdateCLITests {
 
     static func pack(_ work: Workspace, _ tree: TemporaryDirectory, sequence: Int, out: String) throws {
         let temporary = out + ".new"
-        let packed = try CLI.run(["pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                  "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", temporary])
+        let packed = try CLI.run([
+            "pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+            "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", temporary
+        ])
         guard packed.status == 0 else { throw SupportError("pack failed: \(packed.stderr)") }
         // Replaced in one rename, as a publisher's upload would: a new ETag.
         guard rename(temporary, out) == 0 else { throw SupportError("rename failed: \(errno)") }
@@ -59,7 +61,9 @@ struct RangedUpdateCLITests {
         return try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0 != name && $0.hasPrefix(".\(name).") && !isKeptBesideDestination($0) }
     }
 
-    @Test("v1 then v2 of a 2,000-file package with 20 files changed: DIR is v2, a locally modified file is fetched, nginx sent at most 2% + 1 MiB; a fresh install never stores the package")
+    @Test(
+        "v1 then v2 of a 2,000-file package with 20 files changed: DIR is v2, a locally modified file is fetched, nginx sent at most 2% + 1 MiB; a fresh install never stores the package"
+    )
     func deltaUpdate() throws {
         let server = try Self.shared.get()
         let work = try Workspace()
@@ -171,7 +175,9 @@ extension RangedUpdateCLITests {
         return total
     }
 
-    @Test("an update killed (kill -9) or cut off (--max-time) mid-way leaves DIR as it was; the next run takes over what was staged and journalled and fetches only the rest")
+    @Test(
+        "an update killed (kill -9) or cut off (--max-time) mid-way leaves DIR as it was; the next run takes over what was staged and journalled and fetches only the rest"
+    )
     func interruptedUpdate() throws {
         let server = try Self.shared.get()
         let work = try Workspace()
@@ -233,7 +239,8 @@ extension RangedUpdateCLITests {
     /// 400 files of 8 KiB packed as v1 (`staging/v1.zip`, the files also copied to `v1`), then
     /// the files `changing` picks rewritten and packed as v2 (`staging/v2.zip`).
     static func twoVersions(changing: ([String]) -> [String]) throws
-        -> (work: Workspace, staging: TemporaryDirectory, tree: TemporaryDirectory, paths: [String], v1: TemporaryDirectory) {
+        -> (work: Workspace, staging: TemporaryDirectory, tree: TemporaryDirectory, paths: [String], v1: TemporaryDirectory)
+    {
         let work = try Workspace()
         let staging = try TemporaryDirectory()
         let (tree, paths) = try Self.tree(400, size: 8 * 1024)
@@ -250,7 +257,9 @@ extension RangedUpdateCLITests {
         return (work, staging, tree, paths, v1)
     }
 
-    @Test("unpack URL: wrong range answers are refused with DIR unchanged; a package replaced once is read again from the start, twice is package-changed (exit 5)")
+    @Test(
+        "unpack URL: wrong range answers are refused with DIR unchanged; a package replaced once is read again from the start, twice is package-changed (exit 5)"
+    )
     func wrongAnswers() throws {
         let (work, staging, tree, paths, v1) = try Self.twoVersions { paths in Array(paths.prefix(10)) }
 
@@ -258,8 +267,11 @@ extension RangedUpdateCLITests {
         let cases: [(String, [ScriptedServer.Answer], Int32, String)] = [
             ("shifted", [.init(headers: one, honourRange: true), .init(headers: one, honourRange: true, shiftRange: 1)], 5, "Content-Range"),
             ("longer", [.init(headers: one, honourRange: true), .init(headers: one, honourRange: true, extraBytes: 10)], 5, "more bytes"),
-            ("replaced twice", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true), .init(headers: one)], 5, "changed on the server"),
-            ("replaced once", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true)], 0, ""),
+            (
+                "replaced twice", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true), .init(headers: one)], 5,
+                "changed on the server"
+            ),
+            ("replaced once", [.init(headers: one, honourRange: true), .init(headers: two), .init(headers: two, honourRange: true)], 0, "")
         ]
         for (name, answers, status, words) in cases {
             let dest = work.directory.file("app-" + name.replacingOccurrences(of: " ", with: "-"))
@@ -281,14 +293,16 @@ extension RangedUpdateCLITests {
         }
     }
 
-    @Test("several ranges in one request: multipart answers are read strictly; a server that serves fewer, coalesces or sends 200 is asked singly; lying parts are refused with DIR unchanged")
+    @Test(
+        "several ranges in one request: multipart answers are read strictly; a server that serves fewer, coalesces or sends 200 is asked singly; lying parts are refused with DIR unchanged"
+    )
     func multipartAnswers() throws {
         // Every 20th file changes: entries far apart, each its own range.
         let (work, staging, tree, paths, v1) = try Self.twoVersions { paths in paths.enumerated().filter { $0.offset % 20 == 0 }.map(\.element) }
         let cases: [(ScriptedServer.Answer.Parts, Int32, String)] = [
             (.honest, 0, ""), (.firstOnly, 0, ""), (.coalesced, 0, ""), (.whole, 0, ""),
             (.reversed, 5, "where the range"), (.shiftedSecond, 5, "where the range"), (.longerSecond, 5, "more bytes after a part"),
-            (.unclosed, 5, "ended in the middle"), (.wrongBoundary, 5, "without its boundary"), (.endlessEpilogue, 5, "after the last part"),
+            (.unclosed, 5, "ended in the middle"), (.wrongBoundary, 5, "without its boundary"), (.endlessEpilogue, 5, "after the last part")
         ]
         for (kind, status, words) in cases {
             let dest = work.directory.file("app-" + kind.rawValue)
@@ -341,7 +355,9 @@ extension RangedUpdateCLITests {
         // request asks for (RangedInput.maximumParts), so that v2 is still being read when v3
         // replaces it.
         let sorted = paths.sorted()
-        for path in stride(from: 0, to: 300, by: 2).map({ sorted[$0] }) { try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
+        for path in stride(from: 0, to: 300, by: 2).map({ sorted[$0] }) {
+            try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path)))
+        }
         try Self.pack(work, tree, sequence: 2, out: server.www + "/slow/swap.zip")
         for path in paths.suffix(30) { try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
         let v3 = work.directory.file("v3.zip")

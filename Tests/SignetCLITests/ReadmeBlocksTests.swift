@@ -29,7 +29,7 @@ struct ReadmeBlocksTests {
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",
-        "ima-boot": "scripts/vm/guest/kernel.sh (the VM suite: run.sh copies the block into the guest, which runs it as written)",
+        "ima-boot": "scripts/vm/guest/kernel.sh (the VM suite: run.sh copies the block into the guest, which runs it as written)"
     ]
 
     /// The README's shell blocks with the marker line before each (nil where there is none).
@@ -76,8 +76,9 @@ struct ReadmeBlocksTests {
         let blocks = try Self.blocks()
         #expect(blocks.count >= Self.runners.count)
         for block in blocks {
-            #expect(block.marker.map { Self.runners[$0] != nil } == true,
-                    "a shell block in README.md without a known <!-- marker --> (add it to ReadmeBlocksTests.runners and run it): \(block.text.prefix(80))")
+            #expect(
+                block.marker.map { Self.runners[$0] != nil } == true,
+                "a shell block in README.md without a known <!-- marker --> (add it to ReadmeBlocksTests.runners and run it): \(block.text.prefix(80))")
             #expect(try run("bash", ["-n", "-c", block.text]).status == 0, "not valid shell: \(block.text.prefix(80))")
         }
         #expect(Set(blocks.compactMap(\.marker)) == Set(Self.runners.keys), "a known marker is missing from README.md")
@@ -98,16 +99,17 @@ struct ReadmeBlocksTests {
         let work = try TemporaryDirectory()
         let d = work.path
         let setup = """
-        set -e
-        mkdir -p dist run/secrets
-        echo 'server = https://example.com' > dist/app.conf
-        head -c 3000 /dev/urandom > dist/one.bin
-        head -c 5000 /dev/urandom > dist/two.bin
-        head -c 20000 /dev/urandom > release.tar
-        echo 'not used: keygen makes an unencrypted key without a terminal' > run/secrets/signing
-        """
+            set -e
+            mkdir -p dist run/secrets
+            echo 'server = https://example.com' > dist/app.conf
+            head -c 3000 /dev/urandom > dist/one.bin
+            head -c 5000 /dev/urandom > dist/two.bin
+            head -c 20000 /dev/urandom > release.tar
+            echo 'not used: keygen makes an unencrypted key without a terminal' > run/secrets/signing
+            """
         #expect(try run("bash", ["-c", setup], directory: d).status == 0)
-        let text = try Self.block("cli").replacingOccurrences(of: "/opt/", with: d + "/opt/").replacingOccurrences(of: "/run/secrets/", with: d + "/run/secrets/")
+        let text = try Self.block("cli").replacingOccurrences(of: "/opt/", with: d + "/opt/").replacingOccurrences(
+            of: "/run/secrets/", with: d + "/run/secrets/")
         let ran = try Self.runBlock(text, in: d, environment: Self.environment())
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         #expect(ran.stdoutText.contains("OK release.tar"), "\(ran.stdoutText)")
@@ -121,17 +123,18 @@ struct ReadmeBlocksTests {
         let work = try TemporaryDirectory()
         let d = work.path
         let setup = """
-        set -e
-        mkdir -p dist && echo 'app' > dist/app.conf
-        signet keygen --out old --bits 2048 > /dev/null 2>&1
-        """
+            set -e
+            mkdir -p dist && echo 'app' > dist/app.conf
+            signet keygen --out old --bits 2048 > /dev/null 2>&1
+            """
         #expect(try run("bash", ["-c", setup], environment: Self.environment(), directory: d).status == 0)
         let ran = try Self.runBlock(try Self.block("key-rotation"), in: d, environment: Self.environment())
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         #expect(ran.stdoutText.contains("OK device/app"), "\(ran.stdoutText)")
         // What step 3 promises: the retired key's release is refused now (exit 3).
-        let refused = try run("bash", ["-c", "signet unpack app-2.0.zip --dest device/other --trust-dir device/trust --revoked device/revoked.txt"],
-                              environment: Self.environment(), directory: d)
+        let refused = try run(
+            "bash", ["-c", "signet unpack app-2.0.zip --dest device/other --trust-dir device/trust --revoked device/revoked.txt"],
+            environment: Self.environment(), directory: d)
         #expect(refused.status == 3, "\(refused.stderr)")
     }
 
@@ -149,7 +152,9 @@ struct ReadmeBlocksTests {
         let ran = try Self.runBlock(try Self.block("systemd"), in: d, environment: Self.environment([bin]))
         #expect(ran.status == 0, "\(ran.stderr)")
         let calls = try String(contentsOfFile: d + "/calls.txt", encoding: .utf8).split(separator: "\n").map(String.init)
-        #expect(calls == ["systemctl edit signet-update@app.service", "systemctl enable --now signet-update@app.timer", "journalctl -u signet-update@app.service"], "\(calls)")
+        #expect(
+            calls == ["systemctl edit signet-update@app.service", "systemctl enable --now signet-update@app.timer", "journalctl -u signet-update@app.service"],
+            "\(calls)")
         for unit in ["signet-update@.service", "signet-update@.timer"] {
             #expect(FileManager.default.fileExists(atPath: Self.repository + "/packaging/systemd/" + unit), "the package installs \(unit)")
         }
@@ -169,18 +174,20 @@ struct ReadmeBlocksTests {
         try Self.script(bin + "/sudo", "exec \"$@\"")
         try Self.script(bin + "/apt-get", "[ \"$1\" = install ] && shift && exec dpkg -s \"$@\" > /dev/null\nexit 1")
         let setup = """
-        set -e
-        echo 5678 > so-pin.txt && echo 1234 > pin.txt
-        openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out release-key.pem 2>/dev/null
-        mkdir -p build && echo 'built' > build/app.bin
-        """
+            set -e
+            echo 5678 > so-pin.txt && echo 1234 > pin.txt
+            openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out release-key.pem 2>/dev/null
+            mkdir -p build && echo 'built' > build/app.bin
+            """
         #expect(try run("bash", ["-c", setup], directory: d).status == 0)
-        let ran = try Self.runBlock(try Self.block("hsm"), in: d,
-                                    environment: Self.environment([bin], ["HOME": d, "TOKEN_PIN": "1234", "SOFTHSM2_CONF": nil, "SIGNET_PKCS11_MODULE": nil]))
+        let ran = try Self.runBlock(
+            try Self.block("hsm"), in: d,
+            environment: Self.environment([bin], ["HOME": d, "TOKEN_PIN": "1234", "SOFTHSM2_CONF": nil, "SIGNET_PKCS11_MODULE": nil]))
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         // The package verifies with the key exported from the token, which is the PEM's key.
-        let checked = try run("bash", ["-c", "signet inspect app-1.4.0.zip --pubkey release.der && openssl pkey -in release-key.pem -pubout -outform DER | cmp - release.der"],
-                              environment: Self.environment(), directory: d)
+        let checked = try run(
+            "bash", ["-c", "signet inspect app-1.4.0.zip --pubkey release.der && openssl pkey -in release-key.pem -pubout -outform DER | cmp - release.der"],
+            environment: Self.environment(), directory: d)
         #expect(checked.status == 0, "\(checked.stderr)\n\(checked.stdoutText)")
     }
 
@@ -189,25 +196,31 @@ struct ReadmeBlocksTests {
         let work = try TemporaryDirectory()
         let d = work.path
         let setup = """
-        set -e
-        mkdir -p dist/config
-        signet keygen --out keys --bits 2048 > /dev/null 2>&1
-        printf '{"serial": "unset", "server": {"url": "https://a.example"}, "mode": "production"}\\n' > dist/config/device.json
-        cat > dist/Info.plist <<'PLIST'
-        <?xml version="1.0" encoding="UTF-8"?>
-        <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
-        <plist version="1.0"><dict><key>CFBundleVersion</key><string>2.1.0</string>
-        <key>CFBundleURLTypes</key><array><dict><key>CFBundleURLName</key><string>com.example.myapp</string></dict></array></dict></plist>
-        PLIST
-        """
+            set -e
+            mkdir -p dist/config
+            signet keygen --out keys --bits 2048 > /dev/null 2>&1
+            printf '{"serial": "unset", "server": {"url": "https://a.example"}, "mode": "production"}\\n' > dist/config/device.json
+            cat > dist/Info.plist <<'PLIST'
+            <?xml version="1.0" encoding="UTF-8"?>
+            <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+            <plist version="1.0"><dict><key>CFBundleVersion</key><string>2.1.0</string>
+            <key>CFBundleURLTypes</key><array><dict><key>CFBundleURLName</key><string>com.example.myapp</string></dict></array></dict></plist>
+            PLIST
+            """
         #expect(try run("bash", ["-c", setup], environment: Self.environment(), directory: d).status == 0)
-        let text = try Self.block("structured").replacingOccurrences(of: "/usr/share/", with: d + "/usr/share/").replacingOccurrences(of: "/opt/", with: d + "/opt/")
+        let text = try Self.block("structured").replacingOccurrences(of: "/usr/share/", with: d + "/usr/share/").replacingOccurrences(
+            of: "/opt/", with: d + "/opt/")
         let ran = try Self.runBlock(text, in: d, environment: Self.environment())
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         #expect(try String(contentsOfFile: d + "/opt/myapp/resources/config/device.json", encoding: .utf8).contains("SN-0042"))
         // A key the rules do not allow: the same check fails and names it.
-        let changed = try run("bash", ["-c", "f=opt/myapp/resources/config/device.json; e=$(sed 's/production/debug/' $f); printf '%s\\n' \"$e\" > $f; signet reverify opt/myapp/resources --pubkey usr/share/myapp/public_key.der --rules usr/share/myapp/reverify-rules.json"],
-                              environment: Self.environment(), directory: d)
+        let changed = try run(
+            "bash",
+            [
+                "-c",
+                "f=opt/myapp/resources/config/device.json; e=$(sed 's/production/debug/' $f); printf '%s\\n' \"$e\" > $f; signet reverify opt/myapp/resources --pubkey usr/share/myapp/public_key.der --rules usr/share/myapp/reverify-rules.json"
+            ],
+            environment: Self.environment(), directory: d)
         #expect(changed.status == 1 && changed.stdoutText.contains("mode"), "\(changed.stdoutText) \(changed.stderr)")
     }
 

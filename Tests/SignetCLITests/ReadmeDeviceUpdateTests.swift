@@ -10,7 +10,8 @@ struct ReadmeDeviceUpdateTests {
         let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md").path
         let text = try String(contentsOfFile: readme, encoding: .utf8)
         guard let marker = text.range(of: "<!-- device-update -->\n```sh\n"),
-              let end = text.range(of: "\n```", range: marker.upperBound..<text.endIndex) else {
+            let end = text.range(of: "\n```", range: marker.upperBound..<text.endIndex)
+        else {
             throw SupportError("README.md has no device-update walk-through")
         }
         return String(text[marker.upperBound..<end.lowerBound])
@@ -23,19 +24,19 @@ struct ReadmeDeviceUpdateTests {
         let d = work.path
         let environment: [String: String?] = [
             "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
-            "SIGNET_PASSPHRASE": "device update walk-through",
+            "SIGNET_PASSPHRASE": "device update walk-through"
         ]
         // What the walk-through starts from: a release, a signing key, the server's PKI.
         let setup = """
-        set -e
-        mkdir -p dist/bin pki
-        printf '#!/bin/sh\\necho app 1.4.2\\n' > dist/bin/app && chmod 755 dist/bin/app
-        head -c 100000 /dev/urandom > dist/data.bin
-        signet keygen --out keys --bits 2048 --passphrase-env SIGNET_PASSPHRASE > /dev/null
-        cp '\(server.root)' pki/root.pem
-        cp '\(server.intermediate)' pki/intermediate.pem
-        openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out pki/backup-key.pem 2>/dev/null
-        """
+            set -e
+            mkdir -p dist/bin pki
+            printf '#!/bin/sh\\necho app 1.4.2\\n' > dist/bin/app && chmod 755 dist/bin/app
+            head -c 100000 /dev/urandom > dist/data.bin
+            signet keygen --out keys --bits 2048 --passphrase-env SIGNET_PASSPHRASE > /dev/null
+            cp '\(server.root)' pki/root.pem
+            cp '\(server.intermediate)' pki/intermediate.pem
+            openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out pki/backup-key.pem 2>/dev/null
+            """
         let prepared = try run("bash", ["-c", setup], environment: environment, directory: d)
         #expect(prepared.status == 0, "\(prepared.stderr)")
         // Places a device has, moved into the temporary directory; the server is this nginx.
@@ -55,7 +56,7 @@ struct ReadmeDeviceUpdateTests {
         // The same device with only the backup pin (the server's chain has no such key): refused
         // before anything is written, and the message lists the pins the server presented.
         try FileManager.default.removeItem(atPath: d + "/opt/app")
-        try FileManager.default.removeItem(atPath: d + "/app-1.4.2.zip")   // a fresh CI job packs again
+        try FileManager.default.removeItem(atPath: d + "/app-1.4.2.zip") // a fresh CI job packs again
         let backupOnly = script.replacingOccurrences(of: "--tls-pin $PIN_NOW ", with: "")
         let refused = try run("bash", ["-euo", "pipefail", "-c", backupOnly], environment: environment, directory: d)
         #expect(refused.status == 3, "\(refused.stderr)")

@@ -36,8 +36,10 @@ struct ReleasesCLITests {
         /// Packs the tree as sequence `sequence`.
         func pack(_ sequence: Int) throws -> String {
             let package = work.directory.file("app-\(sequence).zip")
-            let result = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
-                                      "--version", "\(sequence).0", "--sequence", "\(sequence)", "--out", package])
+            let result = try CLI.run([
+                "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
+                "--version", "\(sequence).0", "--sequence", "\(sequence)", "--out", package
+            ])
             #expect(result.status == 0, "\(result.stderr)")
             return package
         }
@@ -111,7 +113,8 @@ struct ReleasesCLITests {
         let two = try f.pack(2)
         #expect(try f.unpack(two).status == 0)
         let status = try CLI.run(["status", f.dest, "--json"]).json()
-        #expect((status["current"] as? [String: Any])?["sequence"] as? Int == 2 && (status["previous"] as? [String: Any])?["sequence"] as? Int == 1, "\(status)")
+        #expect(
+            (status["current"] as? [String: Any])?["sequence"] as? Int == 2 && (status["previous"] as? [String: Any])?["sequence"] as? Int == 1, "\(status)")
 
         let back = try CLI.run(["rollback", f.dest, "--state", f.state])
         #expect(back.status == 0 && back.stdoutText.contains("rolled back"), "\(back.stdoutText) \(back.stderr)")
@@ -143,7 +146,9 @@ struct ReleasesCLITests {
         #expect(Self.identity(f.dest) == tree && f.text("config.txt") == "release 3\n")
     }
 
-    @Test("Signet killed (SIGKILL) inside the post-install command: the hook dies with it (PR_SET_PDEATHSIG), status says the post-install did not finish, the next run ends what the hook left (its process group) and runs it again")
+    @Test(
+        "Signet killed (SIGKILL) inside the post-install command: the hook dies with it (PR_SET_PDEATHSIG), status says the post-install did not finish, the next run ends what the hook left (its process group) and runs it again"
+    )
     func postInstallKilled() throws {
         let f = try Fixture()
         let one = try f.pack(1)
@@ -153,9 +158,14 @@ struct ReleasesCLITests {
         // parent, with SIGKILL: no handler runs, nothing is recorded after the hook.
         let killer = "sh -c 'echo $$ > \(marks)/hook; sleep 300 & echo $! > \(marks)/child; kill -KILL $PPID; wait'"
         // (Through bash, which reports the signal: the runner takes a SIGKILL for its own time-out.)
-        let killed = try run("bash", ["-c", "\"$@\"; echo $?", "signet", CLI.binary, "unpack", one, "--dest", f.dest, "--pubkey", f.work.publicDER,
-                                      "--state", f.state, "--post-install", killer])
-        #expect(killed.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "137", "signet was killed (128 + 9): \(killed.stdoutText) \(killed.stderr)")
+        let killed = try run(
+            "bash",
+            [
+                "-c", "\"$@\"; echo $?", "signet", CLI.binary, "unpack", one, "--dest", f.dest, "--pubkey", f.work.publicDER,
+                "--state", f.state, "--post-install", killer
+            ])
+        #expect(
+            killed.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "137", "signet was killed (128 + 9): \(killed.stdoutText) \(killed.stderr)")
         #expect(f.text("config.txt") == "release 1\n", "the swap happened before the hook")
         func pid(_ name: String) throws -> pid_t {
             try #require(pid_t(try String(contentsOfFile: "\(marks)/\(name)", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
@@ -163,7 +173,8 @@ struct ReleasesCLITests {
         func alive(_ process: pid_t) -> Bool {
             // A zombie is not alive: /proc/PID/stat's state is Z.
             guard kill(process, 0) == 0, let stat = try? String(contentsOfFile: "/proc/\(process)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return false }
+                let close = stat.lastIndex(of: ")")
+            else { return false }
             return !stat[stat.index(after: close)...].hasPrefix(" Z")
         }
         let hook = try pid("hook"), child = try pid("child")
@@ -202,7 +213,9 @@ struct ReleasesCLITests {
         kill(leftChild, SIGKILL)
     }
 
-    @Test("rollback refuses only the release it rolled away from: one between the running release and it, never installed here, installs; the refused one does not")
+    @Test(
+        "rollback refuses only the release it rolled away from: one between the running release and it, never installed here, installs; the refused one does not"
+    )
     func rollbackRefusesOnlyWhatWasInstalled() throws {
         let f = try Fixture()
         let one = try f.pack(1)
@@ -231,9 +244,12 @@ struct ReleasesCLITests {
         let post = "sh -c 'echo \"$SIGNET_EVENT $SIGNET_OLD_SEQUENCE>$SIGNET_NEW_SEQUENCE ${HOME:-nohome} ${SECRET:-clean}\" >> \(log)'"
         #expect(try f.unpack(try f.pack(1), ["--post-install", post]).status == 0)
         try f.write("config.txt", "release 2\n")
-        let passing = try CLI.run(["unpack", try f.pack(2), "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state,
-                                   "--post-install", post, "--health-check", "sh -c 'echo healthy; test -f \"$SIGNET_DEST/config.txt\"'", "--json"],
-                                  environment: ["SECRET": "leaked"])
+        let passing = try CLI.run(
+            [
+                "unpack", try f.pack(2), "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state,
+                "--post-install", post, "--health-check", "sh -c 'echo healthy; test -f \"$SIGNET_DEST/config.txt\"'", "--json"
+            ],
+            environment: ["SECRET": "leaked"])
         #expect(passing.status == 0, "\(passing.stderr)")
         let hooks = try passing.json()["hooks"] as? [[String: Any]] ?? []
         #expect(hooks.map { $0["hook"] as? String } == ["post-install", "health-check"] && hooks[1]["output"] as? String == "healthy\n", "\(hooks)")
@@ -330,16 +346,16 @@ struct ReleasesCLITests {
         try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
         try ReadmeBlocksTests.script(bin + "/systemctl", "echo \"systemctl $*\" >> \"\(d)/calls.txt\"")
         let setup = """
-        set -e
-        signet keygen --out keys --bits 2048 > /dev/null 2>&1
-        mkdir -p dist && echo 'release 1.4.2' > dist/app.conf && echo 'library' > dist/lib.so
-        signet pack dist --key keys/private_key.pem --name app --version 1.4.2 --sequence 142 --out app-1.4.2.zip > /dev/null
-        for v in 1.5.0 1.5.1 1.5.2; do
-          echo "release $v" > dist/app.conf
-          signet pack dist --key keys/private_key.pem --name app --version $v --sequence $(echo $v | tr -d .) --out app-$v.zip > /dev/null
-        done
-        signet unpack app-1.4.2.zip --dest opt/app --pubkey keys/public_key.der > /dev/null
-        """
+            set -e
+            signet keygen --out keys --bits 2048 > /dev/null 2>&1
+            mkdir -p dist && echo 'release 1.4.2' > dist/app.conf && echo 'library' > dist/lib.so
+            signet pack dist --key keys/private_key.pem --name app --version 1.4.2 --sequence 142 --out app-1.4.2.zip > /dev/null
+            for v in 1.5.0 1.5.1 1.5.2; do
+              echo "release $v" > dist/app.conf
+              signet pack dist --key keys/private_key.pem --name app --version $v --sequence $(echo $v | tr -d .) --out app-$v.zip > /dev/null
+            done
+            signet unpack app-1.4.2.zip --dest opt/app --pubkey keys/public_key.der > /dev/null
+            """
         #expect(try run("bash", ["-c", setup], environment: ReadmeBlocksTests.environment(), directory: d).status == 0)
         let text = try ReadmeBlocksTests.block("release-bad").replacingOccurrences(of: "/opt/", with: d + "/opt/")
         let ran = try ReadmeBlocksTests.runBlock(text, in: d, environment: ReadmeBlocksTests.environment([bin]))
@@ -363,8 +379,13 @@ struct ReleasesCLITests {
         // strace delivers SIGKILL as the call is entered (with error=, it is not made at all).
         func rollbackKilled(_ inject: String) throws -> String {
             let call = String(inject.prefix { $0 != ":" })
-            return try run("bash", ["-c", "strace \"$@\"; echo $?", "strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + call, "-e", "inject=" + inject,
-                                    CLI.binary, "rollback", f.dest, "--state", f.state]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+            return try run(
+                "bash",
+                [
+                    "-c", "strace \"$@\"; echo $?", "strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + call, "-e", "inject=" + inject,
+                    CLI.binary, "rollback", f.dest, "--state", f.state
+                ]
+            ).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
         }
         // Before the exchange: DIR still holds release 2, the previous release is intact, the
         // state (written first) is consistent with it; the rollback made again completes.
@@ -390,7 +411,9 @@ struct ReleasesCLITests {
         #expect(try CLI.run(["rollback", f.dest]).status == 1, "no previous release is pinned")
         try f.write("config.txt", "release 4\n")
         #expect(try f.unpack(try f.pack(4)).status == 0)
-        let left = try FileManager.default.contentsOfDirectory(atPath: f.work.directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
+        let left = try FileManager.default.contentsOfDirectory(atPath: f.work.directory.path).filter {
+            $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0)
+        }
         #expect(left.isEmpty, "\(left)")
         #expect(try CLI.run(["status", f.dest, "--json"]).json()["previous"] is [String: Any])
 
@@ -399,8 +422,12 @@ struct ReleasesCLITests {
         // though DIR is up to date (and here it fails, so release 4 is swapped back).
         try f.write("config.txt", "release 5\n")
         let five = try f.pack(5)
-        let crashed = try run("bash", ["-c", "\"$@\"; echo $?", "bash", CLI.binary, "unpack", five, "--dest", f.dest, "--pubkey", f.work.publicDER,
-                                       "--state", f.state, "--health-check", "sh -c 'kill -9 $PPID; sleep 5'"])
+        let crashed = try run(
+            "bash",
+            [
+                "-c", "\"$@\"; echo $?", "bash", CLI.binary, "unpack", five, "--dest", f.dest, "--pubkey", f.work.publicDER,
+                "--state", f.state, "--health-check", "sh -c 'kill -9 $PPID; sleep 5'"
+            ])
         #expect(crashed.stdoutText.hasSuffix("137\n"), "killed by SIGKILL: \(crashed.stdoutText) \(crashed.stderr)")
         #expect(f.text("config.txt") == "release 5\n")
         #expect(try f.reverify() == 0)
@@ -412,8 +439,12 @@ struct ReleasesCLITests {
         let quietJSON = try quiet.json()
         #expect(quiet.status == 0 && (quietJSON["hooks"] as? [Any])?.isEmpty == true, "\(quiet.stdoutText)")
         // Killed again, then the check fails on the next run: release 4 comes back.
-        let again = try run("bash", ["-c", "\"$@\"; echo $?", "bash", CLI.binary, "unpack", five, "--dest", f.dest, "--pubkey", f.work.publicDER,
-                                     "--state", f.state, "--force", "--health-check", "sh -c 'kill -9 $PPID; sleep 5'"])
+        let again = try run(
+            "bash",
+            [
+                "-c", "\"$@\"; echo $?", "bash", CLI.binary, "unpack", five, "--dest", f.dest, "--pubkey", f.work.publicDER,
+                "--state", f.state, "--force", "--health-check", "sh -c 'kill -9 $PPID; sleep 5'"
+            ])
         #expect(again.stdoutText.hasSuffix("137\n"), "\(again.stdoutText) \(again.stderr)")
         let failing = try f.unpack(five, ["--health-check", "false", "--json"])
         let failingJSON = try failing.json()
@@ -429,13 +460,14 @@ struct ReleasesCLITests {
         let log = p.work.directory.file("hook.log")
         let path = p.work.directory.file("app.conf")
         func config(healthCheck: String) throws {
-            let text = p.configLines + """
-            post-install = "sh -c 'echo $SIGNET_EVENT $SIGNET_NEW_SEQUENCE >> \(log)'"
-            health-check = "\(healthCheck)"
-            health-timeout = "20s"
-            keep-previous = "yes"
+            let text =
+                p.configLines + """
+                    post-install = "sh -c 'echo $SIGNET_EVENT $SIGNET_NEW_SEQUENCE >> \(log)'"
+                    health-check = "\(healthCheck)"
+                    health-timeout = "20s"
+                    keep-previous = "yes"
 
-            """
+                    """
             try Data(text.utf8).write(to: URL(fileURLWithPath: path))
         }
         try config(healthCheck: "true")
@@ -455,7 +487,9 @@ struct ReleasesCLITests {
         #expect(third.status == 0 && (thirdJSON["refused"] as? [String: Any])?["sequence"] as? Int == 2, "\(third.stdoutText)")
         #expect(thirdJSON["updated"] as? Bool == false && thirdJSON["update_available"] as? Bool == false, "\(thirdJSON)")
         let text = try CLI.run(["update", "--config", path])
-        #expect(text.status == 0 && text.stdoutText.contains("held back") && text.stdoutText.contains("--retry-bad") && !text.stdoutText.contains("--force"), "\(text.stdoutText)")
+        #expect(
+            text.status == 0 && text.stdoutText.contains("held back") && text.stdoutText.contains("--retry-bad") && !text.stdoutText.contains("--force"),
+            "\(text.stdoutText)")
         // status names the bad range above the running release, never "and lower" of it.
         let status = try CLI.run(["status", p.dest]).stdoutText
         #expect(status.contains("bad:      app sequence 2 — ") && !status.contains("and lower"), "\(status)")
@@ -469,10 +503,14 @@ struct ReleasesCLITests {
         let retried = try CLI.run(["update", "--config", path, "--retry-bad", "--json"])
         let retriedJSON = try retried.json()
         #expect(retried.status == 0 && p.installedText() == "release 2\n", "\(retried.stderr)")
-        #expect((retriedJSON["installed"] as? [String: Any])?["sequence"] as? Int == 2 && (retriedJSON["replaced"] as? [String: Any])?["sequence"] as? Int == 1, "\(retriedJSON)")
+        #expect(
+            (retriedJSON["installed"] as? [String: Any])?["sequence"] as? Int == 2 && (retriedJSON["replaced"] as? [String: Any])?["sequence"] as? Int == 1,
+            "\(retriedJSON)")
     }
 
-    @Test("issue 49, point 10: a rollback by hand or by its config runs the post-install command (event rollback); without --state, reverify --state accepts it; a DIR Signet did not install is refused without a --force hint")
+    @Test(
+        "issue 49, point 10: a rollback by hand or by its config runs the post-install command (event rollback); without --state, reverify --state accepts it; a DIR Signet did not install is refused without a --force hint"
+    )
     func rollbackRunsPostInstall() throws {
         let f = try Fixture()
         let log = f.work.directory.file("events.log")
@@ -490,15 +528,17 @@ struct ReleasesCLITests {
         try f.write("config.txt", "release 3\n")
         #expect(try f.unpack(try f.pack(3)).status == 0)
         let config = f.work.directory.file("app.conf")
-        try Data("""
-        repository = "https://updates.example.com/app/metadata/"
-        tuf-metadata = "\(f.work.directory.file("metadata"))"
-        channel = "stable"
-        dest = "\(f.dest)"
-        state = "\(f.state)"
-        post-install = "\(hook)"
+        try Data(
+            """
+            repository = "https://updates.example.com/app/metadata/"
+            tuf-metadata = "\(f.work.directory.file("metadata"))"
+            channel = "stable"
+            dest = "\(f.dest)"
+            state = "\(f.state)"
+            post-install = "\(hook)"
 
-        """.utf8).write(to: URL(fileURLWithPath: config))
+            """.utf8
+        ).write(to: URL(fileURLWithPath: config))
         let byConfig = try CLI.run(["rollback", "--config", config])
         #expect(byConfig.status == 0 && byConfig.stdoutText.contains("post-install: exit 0"), "\(byConfig.stdoutText) \(byConfig.stderr)")
         #expect(try String(contentsOfFile: log, encoding: .utf8) == "rollback 2 1\nrollback 3 1\n")
@@ -520,9 +560,13 @@ struct ReleasesCLITests {
         let three = try f.pack(3)
         // The exchange fails (EIO injected into renameat2): exit 5, DIR still release 2, pending.
         // (LeakSanitizer cannot run under ptrace: off for this one traced run of an ASan build.)
-        let failed = try run("strace", ["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:error=EIO",
-                                        CLI.binary, "unpack", three, "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state, "--pending"],
-                             environment: sanitizerOptions(adding: "detect_leaks=0"))
+        let failed = try run(
+            "strace",
+            [
+                "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:error=EIO",
+                CLI.binary, "unpack", three, "--dest", f.dest, "--pubkey", f.work.publicDER, "--state", f.state, "--pending"
+            ],
+            environment: sanitizerOptions(adding: "detect_leaks=0"))
         #expect(failed.status == 5, "\(failed.stderr)")
         #expect(f.text("config.txt") == "release 2\n")
         let status = try CLI.run(["status", f.dest, "--json"]).json()

@@ -23,8 +23,11 @@ struct RepairCLITests {
         try Data("release 1\n".utf8).write(to: URL(fileURLWithPath: tree + "/a.txt"))
         try Data("kept\n".utf8).write(to: URL(fileURLWithPath: tree + "/b/c.txt"))
         let package = work.directory.file("app-1.zip")
-        #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1.0",
-                             "--sequence", "1", "--out", package]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1.0",
+                "--sequence", "1", "--out", package
+            ]).status == 0)
         let dest = work.directory.file("app")
         let state = work.directory.file("state.json")
         let unpack = ["unpack", package, "--dest", dest, "--pubkey", work.publicDER, "--state", state]
@@ -50,7 +53,9 @@ struct RepairCLITests {
         let report = try repaired.json()
         let findings = report["repaired"] as? [String] ?? []
         #expect(report["up_to_date"] as? Bool == false && findings.count == 3, "\(findings)")
-        #expect(findings.contains { $0.hasPrefix("a.txt: ") } && findings.contains { $0.hasPrefix("b/c.txt: ") } && findings.contains { $0.hasPrefix("extra.txt: ") }, "\(findings)")
+        #expect(
+            findings.contains { $0.hasPrefix("a.txt: ") } && findings.contains { $0.hasPrefix("b/c.txt: ") }
+                && findings.contains { $0.hasPrefix("extra.txt: ") }, "\(findings)")
         #expect(try String(contentsOfFile: dest + "/a.txt", encoding: .utf8) == "release 1\n")
         #expect(!FileManager.default.fileExists(atPath: dest + "/extra.txt"))
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER, "--state", state, "--expect-name", "app"]).status == 0)
@@ -69,8 +74,11 @@ struct RepairCLITests {
         // Another release of the same sequence (other bytes) is not "the same release": it installs.
         try Data("release 1, rebuilt\n".utf8).write(to: URL(fileURLWithPath: tree + "/a.txt"))
         let rebuilt = work.directory.file("app-1b.zip")
-        #expect(try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1.0",
-                             "--sequence", "1", "--out", rebuilt]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1.0",
+                "--sequence", "1", "--out", rebuilt
+            ]).status == 0)
         let other = try CLI.run(["unpack", rebuilt, "--dest", dest, "--pubkey", work.publicDER, "--state", state])
         #expect(other.status == 0 && other.stdoutText.contains("installed"), "\(other.stdoutText) \(other.stderr)")
         #expect(try String(contentsOfFile: dest + "/a.txt", encoding: .utf8) == "release 1, rebuilt\n")

@@ -20,7 +20,9 @@ struct RepositoryKeepingCLITests {
         ((try result.json()["alerts"] as? [[String: Any]]) ?? []).map { ($0["role"] as? String ?? "", $0["kind"] as? String ?? "") }
     }
 
-    @Test("rotating the targets, snapshot, timestamp and root keys of a repository a device follows: after every documented step the device still updates, and the next release installs")
+    @Test(
+        "rotating the targets, snapshot, timestamp and root keys of a repository a device follows: after every documented step the device still updates, and the next release installs"
+    )
     func rotateEachRole() throws {
         let fleet = try Fleet("keeping-rotate")
         try fleet.release(1)
@@ -112,14 +114,18 @@ struct RepositoryKeepingCLITests {
     func expiryWarns() throws {
         let p = try UpdateCLITests.Publisher("keeping-expiry")
         try p.release(1)
-        let refresh = ["repo", "refresh", p.repo, "--snapshot-key", p.work.privatePEM, "--timestamp-key", p.work.privatePEM, "--passphrase-file", p.work.passFile]
+        let refresh = [
+            "repo", "refresh", p.repo, "--snapshot-key", p.work.privatePEM, "--timestamp-key", p.work.privatePEM, "--passphrase-file", p.work.passFile
+        ]
         #expect(try Self.alerts(CLI.run(["repo", "status", p.repo, "--json"])).isEmpty)
 
         // 80 days on: targets (90 days) is within the 14-day window; the cron job fails loudly
         // after renewing what it can.
         // (Snapshot and timestamp, which no refresh renewed for 80 days, are flagged expired.)
         let soon = try Self.alerts(Self.later("+80d", ["repo", "status", p.repo, "--json"]))
-        #expect(soon.contains { $0 == ("targets", "expiring") } && soon.contains { $0 == ("timestamp", "expired") } && !soon.contains { $0.role == "root" }, "\(soon)")
+        #expect(
+            soon.contains { $0 == ("targets", "expiring") } && soon.contains { $0 == ("timestamp", "expired") } && !soon.contains { $0.role == "root" },
+            "\(soon)")
         let before = try String(contentsOfFile: p.repo + "/metadata/timestamp.json", encoding: .utf8)
         let cron = try Self.later("+80d", refresh)
         #expect(cron.status == 1 && cron.stderr.contains("targets") && cron.stderr.contains("signet repo renew"), "\(cron.stderr)")
@@ -152,7 +158,9 @@ struct RepositoryKeepingCLITests {
         #expect(try CLI.run(["repo", "renew", p.repo, "--role", "timestamp"]).status == 2)
     }
 
-    @Test("issue 51 point 4: a release packed by another key of the targets role shares the unchanged files; reverify names each file's key; a key rotated out stops counting and its files are copied at the next update")
+    @Test(
+        "issue 51 point 4: a release packed by another key of the targets role shares the unchanged files; reverify names each file's key; a key rotated out stops counting and its files are copied at the next update"
+    )
     func sharedAcrossKeys() throws {
         let fleet = try Fleet("keeping-shared", targetsThreshold: 1)
         try fleet.release(1, signers: ["rel1"], packKey: "rel1")
@@ -170,11 +178,15 @@ struct RepositoryKeepingCLITests {
 
         // Release 2 packed by rel2: b.txt (unchanged) is the same inode as in release 1's tree.
         try fleet.release(2, signers: ["rel2"], packKey: "rel2")
-        let text = try CLI.run(["update", "--repository", fleet.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable", "--dest", device.dest,
-                                "--tls-ca", fleet.server.root])
-        #expect(text.status == 0 && text.stdoutText.contains("unchanged files: 1 shared with the replaced tree") && !text.stdoutText.contains("copied"),
-                "\(text.stdoutText)")
-        #expect(RepairCLITests.inode(device.dest + "/b.txt") != nil && RepairCLITests.inode(device.dest + "/b.txt") == RepairCLITests.inode(previous + "/b.txt"))
+        let text = try CLI.run([
+            "update", "--repository", fleet.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable", "--dest", device.dest,
+            "--tls-ca", fleet.server.root
+        ])
+        #expect(
+            text.status == 0 && text.stdoutText.contains("unchanged files: 1 shared with the replaced tree") && !text.stdoutText.contains("copied"),
+            "\(text.stdoutText)")
+        #expect(
+            RepairCLITests.inode(device.dest + "/b.txt") != nil && RepairCLITests.inode(device.dest + "/b.txt") == RepairCLITests.inode(previous + "/b.txt"))
         var checked = try reverify()
         #expect(checked.status == 0, "\(checked.files)")
         #expect(checked.files["b.txt"]?["key_id"] as? String == rel1 && checked.files["b.txt"]?["verdict"] as? String == "ok", "\(checked.files)")
@@ -209,13 +221,17 @@ struct RepositoryKeepingCLITests {
         let alone = try CLI.run(["reverify", dest, "--pubkey", fleet.pub("rel2"), "--json"])
         let aloneFiles = (try alone.json()["trees"] as? [[String: Any]])?.first?["files"] as? [[String: Any]] ?? []
         let b = aloneFiles.first { $0["path"] as? String == "b.txt" }
-        #expect(alone.status == 0 && b?["signature"] as? String == "record" && (b?["detail"] as? String)?.contains("no longer accepts") == true, "\(alone.stdoutText)")
+        #expect(
+            alone.status == 0 && b?["signature"] as? String == "record" && (b?["detail"] as? String)?.contains("no longer accepts") == true,
+            "\(alone.stdoutText)")
         #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0x" + String(repeating: "07", count: 256), dest + "/a.txt"]).status == 0)
         let damaged = try CLI.run(["reverify", dest, "--pubkey", fleet.pub("rel2")])
         #expect(damaged.status == 1 && damaged.stdoutText.contains("attributes-lost a.txt"), "\(damaged.stdoutText)")
     }
 
-    @Test("one key id: repo status shows the Signet id key show prints beside the TUF id; rotate removes a key by its Signet id; a rotation that changes nothing is refused")
+    @Test(
+        "one key id: repo status shows the Signet id key show prints beside the TUF id; rotate removes a key by its Signet id; a rotation that changes nothing is refused"
+    )
     func oneKeyID() throws {
         let fleet = try Fleet("keeping-ids", targetsThreshold: 1)
         let shown = try fleet.check(CLI.run(["key", "show", fleet.pub("rel2"), "--json"])).json()
@@ -228,7 +244,9 @@ struct RepositoryKeepingCLITests {
         let removed = try CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(signetID.prefix(12))])
         #expect(removed.status == 0, "\(removed.stderr)")
         let review = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
-        #expect(review.contains("role targets: 1 of") && review.contains("(published: 1 of ") && review.contains(String(signetID.prefix(16)) + " (TUF "), "\(review)")
+        #expect(
+            review.contains("role targets: 1 of") && review.contains("(published: 1 of ") && review.contains(String(signetID.prefix(16)) + " (TUF "),
+            "\(review)")
         // Signing shows the signer by its Signet id too.
         let rootID = try #require(try fleet.check(CLI.run(["key", "show", fleet.pub("root1"), "--json"])).json()["key_id"] as? String)
         let signed = try CLI.run(["repo", "sign", fleet.repo, "--role", "root", "--key", fleet.priv("root1"), "--digest", try fleet.digest("root")])

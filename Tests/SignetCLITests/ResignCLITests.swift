@@ -19,8 +19,11 @@ struct ResignCLITests {
         try Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }).write(to: URL(fileURLWithPath: tree.file("data.bin")))
         try Data(String(repeating: "line of text\n", count: 500_000).utf8).write(to: URL(fileURLWithPath: tree.file("big.txt")))
         let package = work.directory.file("app.zip")
-        #expect(try CLI.run(["pack", tree.path, "--name", "app", "--version", "1", "--sequence", "1", "--out", package,
-                             "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", tree.path, "--name", "app", "--version", "1", "--sequence", "1", "--out", package,
+                "--key", work.privatePEM, "--passphrase-file", work.passFile
+            ]).status == 0)
         let out = work.directory.file("resigned.zip")
         let key = ["--key", other.privatePEM, "--passphrase-file", other.passFile]
         let missing = try CLI.run(["resign", package, "--out", out] + key)
@@ -32,16 +35,21 @@ struct ResignCLITests {
         #expect(try CLI.run(["inspect", out, "--pubkey", other.publicDER]).status == 0)
         #expect(try CLI.run(["inspect", out, "--pubkey", work.publicDER]).status == 3)
         // Every resource entry as it was: compressed bytes, method and CRC (Python's zipfile).
-        let compare = try SignetTestSupport.run("python3", ["-c", """
-            import sys, zipfile
-            a, b = zipfile.ZipFile(sys.argv[1]), zipfile.ZipFile(sys.argv[2])
-            for name in ["data.bin", "big.txt"]:
-                x, y = a.getinfo(name), b.getinfo(name)
-                assert (x.compress_type, x.compress_size, x.CRC) == (y.compress_type, y.compress_size, y.CRC), name
-                assert a.read(name) == b.read(name), name
-            assert b.testzip() is None
-            print("same")
-            """, package, out])
+        let compare = try SignetTestSupport.run(
+            "python3",
+            [
+                "-c",
+                """
+                import sys, zipfile
+                a, b = zipfile.ZipFile(sys.argv[1]), zipfile.ZipFile(sys.argv[2])
+                for name in ["data.bin", "big.txt"]:
+                    x, y = a.getinfo(name), b.getinfo(name)
+                    assert (x.compress_type, x.compress_size, x.CRC) == (y.compress_type, y.compress_size, y.CRC), name
+                    assert a.read(name) == b.read(name), name
+                assert b.testzip() is None
+                print("same")
+                """, package, out
+            ])
         #expect(compare.stdoutText == "same\n", "\(compare.stderr)")
         let json = try done.json()
         #expect(json["sequence"] as? Int == 1 && json["files"] as? Int == 2, "\(json)")
@@ -54,7 +62,9 @@ struct ResignCLITests {
         #expect(refused.status != 0 && !FileManager.default.fileExists(atPath: work.directory.file("never.zip")), "\(refused.stderr)")
     }
 
-    @Test("Rotating out the targets key that packed a release mid-rollout: the rotation, the staged root's review and repo status name it; repo resign stages it; devices in its wave install it, one holding it moves to the re-signed tree without fetching a file, reverify passes with the device's trust, the bucket stays")
+    @Test(
+        "Rotating out the targets key that packed a release mid-rollout: the rotation, the staged root's review and repo status name it; repo resign stages it; devices in its wave install it, one holding it moves to the re-signed tree without fetching a file, reverify passes with the device's trust, the bucket stays"
+    )
     func rotationMidRollout() throws {
         let p = try UpdateCLITests.Publisher("resign-rotation")
         let newKey = try Workspace()

@@ -32,8 +32,9 @@ struct ResumeInsideFileCLITests {
         let work = try Workspace()
         let image = kind != "deflated" ? CLIHelpers.randomData(size) : try DeflatedChunksCLITests.programs(size)
         let package = work.directory.file("app.zip")
-        try CLIHelpers.pack(work, ["image.bin": image, "small.txt": Data("small\n".utf8)], sequence: 1, out: package,
-                                    extra: kind == "unindexed" ? ["--chunk-threshold", "0"] : [])
+        try CLIHelpers.pack(
+            work, ["image.bin": image, "small.txt": Data("small\n".utf8)], sequence: 1, out: package,
+            extra: kind == "unindexed" ? ["--chunk-threshold", "0"] : [])
         let offsets = try DamagedTransfersCLITests.offsets(package)
         let server = try ScriptedServer(script: [:])
         try FileManager.default.copyItem(atPath: package, toPath: server.file("app.zip"))
@@ -74,7 +75,9 @@ struct ResumeInsideFileCLITests {
     /// half of the changed segments' answer (for SIGKILL, once Signet has read what was sent).
     static func stop(_ setup: Setup, installing dest: String, with signal: Int32) throws {
         // Stopped while the server holds back the rest of the changed segments' answer.
-        try setup.server.replace(script: ["app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true, cutAt: setup.imageAt + setup.entrySize / 2, stall: true)]])
+        try setup.server.replace(script: [
+            "app.zip": [.init(headers: ["ETag": "\"v1\""], honourRange: true, cutAt: setup.imageAt + setup.entrySize / 2, stall: true)]
+        ])
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CLI.binary)
         process.arguments = setup.arguments(dest)
@@ -88,7 +91,8 @@ struct ResumeInsideFileCLITests {
             // sent (not the socket's buffers), told by the journal, not by the clock.
             let reached = try #require(Int64(try String(contentsOfFile: setup.server.stalledMarker, encoding: .utf8)))
             for _ in 0..<3_000 where !(try Self.journalReaches(reached, besides: dest)) && process.isRunning { usleep(10_000) }
-            let listing = (try? FileManager.default.subpathsOfDirectory(atPath: (dest as NSString).deletingLastPathComponent))?.filter { $0.contains("ranges") } ?? []
+            let listing =
+                (try? FileManager.default.subpathsOfDirectory(atPath: (dest as NSString).deletingLastPathComponent))?.filter { $0.contains("ranges") } ?? []
             try #require(try Self.journalReaches(reached, besides: dest), "the journal holds the answer up to \(reached): \(listing)")
         }
         kill(process.processIdentifier, signal)
@@ -109,8 +113,9 @@ struct ResumeInsideFileCLITests {
         return false
     }
 
-    @Test("a fresh install cut half-way through a 16 MiB chunked file, stored or deflated: the next run keeps the verified half and moves at most 60% of a whole download",
-          arguments: ["stored", "deflated"])
+    @Test(
+        "a fresh install cut half-way through a 16 MiB chunked file, stored or deflated: the next run keeps the verified half and moves at most 60% of a whole download",
+        arguments: ["stored", "deflated"])
     func freshInstallResumes(_ kind: String) throws {
         let setup = try Self.setup(kind)
         let dest = setup.work.directory.file("app")
@@ -133,7 +138,9 @@ struct ResumeInsideFileCLITests {
         #expect(try Self.stagedImage(besides: dest) == nil, "nothing left beside DIR")
     }
 
-    @Test("a stored file without a chunk index cut half-way continues at its byte offset from the same package (≤ 60% moved); a staged start from another package (another ETag) is not used, and a changed byte in it costs a whole fetch, never a wrong install")
+    @Test(
+        "a stored file without a chunk index cut half-way continues at its byte offset from the same package (≤ 60% moved); a staged start from another package (another ETag) is not used, and a changed byte in it costs a whole fetch, never a wrong install"
+    )
     func unindexedResumes() throws {
         let setup = try Self.setup("unindexed")
         let dest = setup.work.directory.file("app")
@@ -177,7 +184,9 @@ struct ResumeInsideFileCLITests {
         #expect(try CLI.run(["reverify", third, "--pubkey", setup.work.publicDER]).status == 0)
     }
 
-    @Test("a run that continues a cut file and is cut again keeps its own chunks too; a byte changed in what was staged costs that chunk and the rest, never a wrong install")
+    @Test(
+        "a run that continues a cut file and is cut again keeps its own chunks too; a byte changed in what was staged costs that chunk and the rest, never a wrong install"
+    )
     func resumedTwiceAndDamaged() throws {
         let setup = try Self.setup()
         let dest = setup.work.directory.file("app")
@@ -206,8 +215,9 @@ struct ResumeInsideFileCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
     }
 
-    @Test("an update of a deflated chunked file stopped half-way through its changed segments (SIGTERM as a systemd stop sends, SIGINT as Ctrl-C, SIGKILL as a power cut would): what arrived is kept (written, or journalled as it arrived), the next run continues from it and moves at most 60% of the update",
-          arguments: [SIGTERM, SIGINT, SIGKILL])
+    @Test(
+        "an update of a deflated chunked file stopped half-way through its changed segments (SIGTERM as a systemd stop sends, SIGINT as Ctrl-C, SIGKILL as a power cut would): what arrived is kept (written, or journalled as it arrived), the next run continues from it and moves at most 60% of the update",
+        arguments: [SIGTERM, SIGINT, SIGKILL])
     func killedDeltaResumes(_ signal: Int32) throws {
         let setup = try Self.setup("deflated")
         let dest = setup.work.directory.file("app")
@@ -268,7 +278,9 @@ struct ResumeInsideFileCLITests {
         #expect(try CLI.run(["reverify", dest, "--pubkey", setup.work.publicDER]).status == 0)
     }
 
-    @Test("an update rebuilding a chunked file from the installed copy, cut in its second changed region, continues after the chunks it wrote and fetches only that region")
+    @Test(
+        "an update rebuilding a chunked file from the installed copy, cut in its second changed region, continues after the chunks it wrote and fetches only that region"
+    )
     func rebuildResumes() throws {
         let setup = try Self.setup()
         let dest = setup.work.directory.file("app")
@@ -299,7 +311,9 @@ struct ResumeInsideFileCLITests {
 /// downloaded at all — kept nowhere, it was fetched and thrown away at every run.
 @Suite("Maintenance windows and whole downloads")
 struct WindowWholeDownloadCLITests {
-    @Test("outside the window, behind a server without ranges or with --full-download: one probe (stopped at its headers) or no request, no download kept, exit 5 install-deferred; inside the window it installs")
+    @Test(
+        "outside the window, behind a server without ranges or with --full-download: one probe (stopped at its headers) or no request, no download kept, exit 5 install-deferred; inside the window it installs"
+    )
     func notDownloadedOutsideWindow() throws {
         let setup = try ResumeInsideFileCLITests.setup()
         // The script's default answer: 200 with the whole file, whatever the Range header.

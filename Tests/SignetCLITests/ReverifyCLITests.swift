@@ -96,7 +96,9 @@ struct ReverifyCLITests {
         #expect(verified.status == 0, "\(verified.stdoutText) \(verified.stderr)")
     }
 
-    @Test("an app in a package of its own (examples/reverify-app) builds against the SignetReverify product, links neither libzip nor libcurl, and re-verifies as signet does")
+    @Test(
+        "an app in a package of its own (examples/reverify-app) builds against the SignetReverify product, links neither libzip nor libcurl, and re-verifies as signet does"
+    )
     func reverifyOnlyApp() throws {
         // Built as a user builds it: its own Package.swift, this checkout as a path dependency.
         let built = try SignetTestSupport.run(UpdateCLITests.repository + "/scripts/example-app.sh", [], timeout: 900)
@@ -146,7 +148,6 @@ struct ReverifyCLITests {
         #expect(whole.status == 1, "a selected file that was modified is reported")
     }
 
-
     @Test("a tree relabelled as bare (manifest signature removed, .signet/bare added) fails reverify and unpack's rollback check still holds")
     func relabelledTree() throws {
         let work = try Workspace()
@@ -179,7 +180,6 @@ struct ReverifyCLITests {
         let stateRollback = try CLI.run(["unpack", v1, "--dest", dest, "--pubkey", work.publicDER, "--state", state, "--json"])
         #expect(stateRollback.status == 1 && CLIHelpers.errorCode(stateRollback) == "rollback", "\(stateRollback.stderr)")
     }
-
 
     @Test("reverify --state and --expect-name: an older signed release or another product in place of the tree fails")
     func reverifyExpectations() throws {
@@ -291,7 +291,9 @@ struct ReverifyCLITests {
     /// Point 5: `rollback` checked each listed file's type, size, mode and SHA-256 and looked
     /// for extra files outside `.signet/`, no more: a previous tree with a folder of mode 0777
     /// owned by nobody rolled back with exit 0, and `reverify` then called it FAILED.
-    @Test("rollback refuses a previous tree reverify would refuse: folder mode and owner, file owner, a lost signature attribute, an extra entry under .signet/; DIR unchanged each time")
+    @Test(
+        "rollback refuses a previous tree reverify would refuse: folder mode and owner, file owner, a lost signature attribute, an extra entry under .signet/; DIR unchanged each time"
+    )
     func rollbackRefusesWhatReverifyRefuses() throws {
         let f = try ReleasesCLITests.Fixture()
         #expect(try f.unpack(try f.pack(1)).status == 0)
@@ -302,20 +304,31 @@ struct ReverifyCLITests {
             ("folder 0777", { chmod(previous + "/lib", 0o777) }, { chmod(previous + "/lib", 0o755) }),
             ("folder owned by nobody", { chown(previous + "/lib", 65534, 65534) }, { chown(previous + "/lib", 0, 0) }),
             ("file owned by nobody", { chown(previous + "/config.txt", 65534, 65534) }, { chown(previous + "/config.txt", 0, 0) }),
-            ("signature attribute removed", {
-                let saved = try run("getfattr", ["--absolute-names", "--only-values", "-n", "user.signet.sig", previous + "/config.txt"]).stdout
-                try saved.write(to: URL(fileURLWithPath: f.work.directory.file("saved.sig")))
-                #expect(try run("setfattr", ["-x", "user.signet.sig", previous + "/config.txt"]).status == 0)
-            }, {
-                let saved = try Data(contentsOf: URL(fileURLWithPath: f.work.directory.file("saved.sig")))
-                #expect(try run("setfattr", ["-n", "user.signet.sig", "-v", "0x" + saved.map { String(format: "%02x", $0) }.joined(), previous + "/config.txt"]).status == 0)
-            }),
-            ("extra entry under .signet", { try Data("x".utf8).write(to: URL(fileURLWithPath: previous + "/.signet/extra")) }, { try FileManager.default.removeItem(atPath: previous + "/.signet/extra") }),
+            (
+                "signature attribute removed",
+                {
+                    let saved = try run("getfattr", ["--absolute-names", "--only-values", "-n", "user.signet.sig", previous + "/config.txt"]).stdout
+                    try saved.write(to: URL(fileURLWithPath: f.work.directory.file("saved.sig")))
+                    #expect(try run("setfattr", ["-x", "user.signet.sig", previous + "/config.txt"]).status == 0)
+                },
+                {
+                    let saved = try Data(contentsOf: URL(fileURLWithPath: f.work.directory.file("saved.sig")))
+                    #expect(
+                        try run("setfattr", ["-n", "user.signet.sig", "-v", "0x" + saved.map { String(format: "%02x", $0) }.joined(), previous + "/config.txt"])
+                            .status == 0)
+                }
+            ),
+            (
+                "extra entry under .signet", { try Data("x".utf8).write(to: URL(fileURLWithPath: previous + "/.signet/extra")) },
+                { try FileManager.default.removeItem(atPath: previous + "/.signet/extra") }
+            )
         ]
         for (name, tamper, undo) in tampers {
             try tamper()
             let result = try CLI.run(["rollback", f.dest, "--state", f.state, "--json"])
-            #expect(result.status == 1 && (try? result.json()["error"] as? [String: Any])?["code"] as? String == "rollback-refused", "\(name): \(result.stdoutText)")
+            #expect(
+                result.status == 1 && (try? result.json()["error"] as? [String: Any])?["code"] as? String == "rollback-refused", "\(name): \(result.stdoutText)"
+            )
             #expect(f.text("config.txt") == "release 2\n", "\(name): DIR changed")
             try undo()
         }
@@ -325,8 +338,9 @@ struct ReverifyCLITests {
         #expect(try f.reverify() == 0)
     }
 
-
-    @Test("reverify TREE with an unreadable folder: the folder and its listed files are unreadable, everything else is checked; reverify FILE of an unreadable file gives its verdict")
+    @Test(
+        "reverify TREE with an unreadable folder: the folder and its listed files are unreadable, everything else is checked; reverify FILE of an unreadable file gives its verdict"
+    )
     func unreadableFolders() throws {
         guard getuid() == 0 else {
             print("skipped: needs root to act as nobody with setpriv")
@@ -339,7 +353,9 @@ struct ReverifyCLITests {
             try Data(text.utf8).write(to: URL(fileURLWithPath: root + "/" + path))
         }
         let package = work.directory.file("app.zip")
-        #expect(try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package]).status == 0)
+        #expect(
+            try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package])
+                .status == 0)
         let app = work.directory.file("app")
         #expect(try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER]).status == 0)
         chmod(work.path, 0o755)
@@ -353,7 +369,8 @@ struct ReverifyCLITests {
         chmod(app + "/a", 0o755)
         #expect(result.status == 1, "\(result.status) \(result.stderr)")
         let tree = try #require((try result.json()["trees"] as? [[String: Any]])?.first, "\(result.stdoutText)")
-        let verdicts = Dictionary(uniqueKeysWithValues: try #require(tree["files"] as? [[String: Any]]).map { ($0["path"] as! String, $0["verdict"] as! String) })
+        let verdicts = Dictionary(
+            uniqueKeysWithValues: try #require(tree["files"] as? [[String: Any]]).map { ($0["path"] as! String, $0["verdict"] as! String) })
         #expect(verdicts["a/"] == "unreadable" && verdicts["a/x.txt"] == "unreadable" && verdicts["a/deep/y.txt"] == "unreadable", "\(verdicts)")
         #expect(verdicts["b/z.txt"] == "modified" && verdicts["top.txt"] == "ok", "the rest is still checked: \(verdicts)")
 
@@ -361,9 +378,10 @@ struct ReverifyCLITests {
         let file = try SignetTestSupport.run("setpriv", asNobody + [app + "/top.txt", "--pubkey", work.publicDER])
         chmod(app + "/top.txt", 0o644)
         #expect(file.status == 5, "\(file.status) \(file.stderr)")
-        #expect(file.stdoutText.contains("unreadable") && file.stdoutText.contains("top.txt") && file.stdoutText.contains("permission denied"), "\(file.stdoutText) \(file.stderr)")
+        #expect(
+            file.stdoutText.contains("unreadable") && file.stdoutText.contains("top.txt") && file.stdoutText.contains("permission denied"),
+            "\(file.stdoutText) \(file.stderr)")
     }
-
 
     @Test("--quiet prints nothing on success and what failed on failure; reverify --summary counts a copied tree's verdicts in a few lines")
     func quietAndSummary() throws {
@@ -372,7 +390,9 @@ struct ReverifyCLITests {
         try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
         for index in 0..<12 { try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: src + "/f\(index).txt")) }
         let package = work.directory.file("app.zip")
-        let packed = try CLI.run(["pack", src, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package, "--quiet"])
+        let packed = try CLI.run([
+            "pack", src, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package, "--quiet"
+        ])
         #expect(packed.status == 0 && packed.stdout.isEmpty && packed.stderr.isEmpty, "\(packed.stdoutText) \(packed.stderr)")
         let app = work.directory.file("app")
         let unpacked = try CLI.run(["unpack", package, "--dest", app, "--pubkey", work.publicDER, "--quiet"])
@@ -427,22 +447,29 @@ struct ReverifyCLITests {
         #expect(try String(contentsOfFile: dest + "/a.txt", encoding: .utf8) == "alpha 2\n")
         #expect(!FileManager.default.fileExists(atPath: dest + "/new.txt"), "replaced as a whole")
         let signed = work.directory.file("signed.zip")
-        #expect(try CLI.run(["pack", try PackCLITests.tree(work), "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                             "--name", "app", "--version", "1", "--out", signed]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", try PackCLITests.tree(work), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                "--name", "app", "--version", "1", "--out", signed
+            ]).status == 0)
         let upgraded = try CLI.run(["unpack", signed, "--dest", dest, "--pubkey", work.publicDER])
         #expect(upgraded.status == 0, "\(upgraded.stderr)")
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
     }
 
-
     @Test("status of a file on a filesystem without user attributes says where it came from")
     func statusFromSidecar() throws {
         let work = try Workspace()
-        guard let mount = try ScratchMount.mount("ramfs", options: "size=16m", at: work.directory.file("ramfs"), untested: "status from a sidecar") else { return }
+        guard let mount = try ScratchMount.mount("ramfs", options: "size=16m", at: work.directory.file("ramfs"), untested: "status from a sidecar") else {
+            return
+        }
         defer { mount.unmount() }
         let package = work.directory.file("app.zip")
-        #expect(try CLI.run(["pack", try PackCLITests.tree(work), "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                             "--name", "app", "--version", "2.5", "--sequence", "25", "--out", package]).status == 0)
+        #expect(
+            try CLI.run([
+                "pack", try PackCLITests.tree(work), "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                "--name", "app", "--version", "2.5", "--sequence", "25", "--out", package
+            ]).status == 0)
         let dest = mount.path + "/app"
         #expect(try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER]).status == 0)
         let status = try CLI.run(["status", dest + "/app.conf", "--pubkey", work.publicDER, "--json"])

@@ -30,8 +30,11 @@ struct RolloutCLITests {
         }
 
         func update(_ p: Publisher, _ extra: [String] = []) throws -> ProcessResult {
-            try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", metadata, "--channel", "stable", "--dest", dest,
-                         "--tls-ca", p.server.root, "--state", state, "--device-id-file", idFile, "--json"] + extra)
+            try CLI.run(
+                [
+                    "update", "--repository", p.metadataURL, "--tuf-metadata", metadata, "--channel", "stable", "--dest", dest,
+                    "--tls-ca", p.server.root, "--state", state, "--device-id-file", idFile, "--json"
+                ] + extra)
         }
 
         var installed: String? { try? String(contentsOfFile: dest + "/a.txt", encoding: .utf8) }
@@ -40,10 +43,10 @@ struct RolloutCLITests {
     /// The bucket FORMAT.md §7 defines, computed apart (Python's hashlib).
     static func buckets(_ ids: [String], name: String, sequence: Int) throws -> [Int] {
         let script = """
-        import hashlib, sys
-        for line in sys.stdin.read().split():
-            print(int.from_bytes(hashlib.sha256(line.encode() + b"\\x00\(name)\\x00\(sequence)").digest()[:8], "big") % 10000)
-        """
+            import hashlib, sys
+            for line in sys.stdin.read().split():
+                print(int.from_bytes(hashlib.sha256(line.encode() + b"\\x00\(name)\\x00\(sequence)").digest()[:8], "big") % 10000)
+            """
         let result = try SignetTestSupport.run("python3", ["-c", script], input: Data(ids.joined(separator: "\n").utf8))
         return result.stdoutText.split(separator: "\n").compactMap { Int($0) }
     }
@@ -62,15 +65,20 @@ struct RolloutCLITests {
     }
 
     static func refresh(_ p: Publisher) throws {
-        try p.check(CLI.run(["repo", "refresh", p.repo, "--snapshot-key", p.work.privatePEM, "--timestamp-key", p.work.privatePEM,
-                             "--passphrase-file", p.work.passFile]))
+        try p.check(
+            CLI.run([
+                "repo", "refresh", p.repo, "--snapshot-key", p.work.privatePEM, "--timestamp-key", p.work.privatePEM,
+                "--passphrase-file", p.work.passFile
+            ]))
     }
 
     static func rollout(_ result: ProcessResult) throws -> [String: Any] {
         try #require(try result.json()["rollout"] as? [String: Any], "\(result.stdoutText)")
     }
 
-    @Test("A plan signed with the release: each device installs once its bucket is open, says when otherwise; pause holds the share, a stale mirror's older plan is refused, halt stops new installs, an emergency plan opens all; --ignore-rollout installs now")
+    @Test(
+        "A plan signed with the release: each device installs once its bucket is open, says when otherwise; pause holds the share, a stale mirror's older plan is refused, halt stops new installs, an emergency plan opens all; --ignore-rollout installs now"
+    )
     func waves() throws {
         let p = try Publisher("rollout-waves")
         try Self.publish(p, 1)
@@ -80,7 +88,9 @@ struct RolloutCLITests {
         let start = Clock.now.addingTimeInterval(-25 * 3_600)
         let added = try Self.publish(p, 2, ["--rollout", "10%@0h,50%@24h,100%@48h", "--rollout-start", Clock.rfc3339(start)])
         // A given start already past: whoever signs is told the share it opens at once.
-        #expect(added.stderr.contains("its plan counts from \(Clock.rfc3339(start)), which is past: published now, it opens 50% of devices at once"), "\(added.stderr)")
+        #expect(
+            added.stderr.contains("its plan counts from \(Clock.rfc3339(start)), which is past: published now, it opens 50% of devices at once"),
+            "\(added.stderr)")
         let expected = try Self.buckets(devices.map(\.id), name: "app", sequence: 2)
         #expect(expected.count == devices.count)
         var waiting: [Device] = []
@@ -106,24 +116,35 @@ struct RolloutCLITests {
         #expect(installs.status == 0 && eligible[0].installed == "release 2\n", "\(installs.stderr)")
         let waits = try waiting[0].update(p)
         #expect(waits.status == 0 && waiting[0].installed == "release 1\n", "\(waits.stderr)")
-        #expect((try waits.json()["deferred"] as? String)?.hasPrefix("waiting: 1.2 (sequence 2) is rolling out to 50% of devices") == true, "\(waits.stdoutText)")
-        let text = try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", waiting[0].metadata, "--channel", "stable", "--dest", waiting[0].dest,
-                                "--tls-ca", p.server.root, "--state", waiting[0].state, "--device-id-file", waiting[0].idFile])
+        #expect(
+            (try waits.json()["deferred"] as? String)?.hasPrefix("waiting: 1.2 (sequence 2) is rolling out to 50% of devices") == true, "\(waits.stdoutText)")
+        let text = try CLI.run([
+            "update", "--repository", p.metadataURL, "--tuf-metadata", waiting[0].metadata, "--channel", "stable", "--dest", waiting[0].dest,
+            "--tls-ca", p.server.root, "--state", waiting[0].state, "--device-id-file", waiting[0].idFile
+        ])
         #expect(text.status == 0 && text.stdoutText.contains("this device (bucket") && text.stdoutText.contains("keeps 1.1 (sequence 1)"), "\(text.stdoutText)")
         // The publisher watches it: plan, state, the share open now, the next step, what new devices get.
         let watched = try p.check(CLI.run(["repo", "status", p.repo, "--json"]))
         let listed = try #require(try watched.json()["packages"] as? [[String: Any]])
         let watchedRollout = try #require(listed.first { $0["sequence"] as? Int == 2 }?["rollout"] as? [String: Any], "\(listed)")
-        #expect(watchedRollout["state"] as? String == "active" && watchedRollout["percent"] as? Double == 50
-                && watchedRollout["next_percent"] as? Double == 100 && watchedRollout["next_at"] as? String == Clock.rfc3339(start.addingTimeInterval(48 * 3_600)), "\(watchedRollout)")
+        #expect(
+            watchedRollout["state"] as? String == "active" && watchedRollout["percent"] as? Double == 50
+                && watchedRollout["next_percent"] as? Double == 100
+                && watchedRollout["next_at"] as? String == Clock.rfc3339(start.addingTimeInterval(48 * 3_600)), "\(watchedRollout)")
         let offers = try #require(try watched.json()["new_devices"] as? [[String: Any]])
-        #expect(offers.count == 1 && (offers[0]["releases"] as? [[String: Any]])?.map { "\($0["sequence"] ?? "")@\($0["percent"] ?? "")" } == ["2@50", "1@100"], "\(offers)")
+        #expect(
+            offers.count == 1 && (offers[0]["releases"] as? [[String: Any]])?.map { "\($0["sequence"] ?? "")@\($0["percent"] ?? "")" } == ["2@50", "1@100"],
+            "\(offers)")
         let watchedText = try p.check(CLI.run(["repo", "status", p.repo]))
-        #expect(watchedText.stdoutText.contains("active, 50% of devices now; next 100% at")
-                && watchedText.stdoutText.contains("new devices on stable get app 1.2 (sequence 2) where its wave has reached them (50%), else 1.1 (sequence 1)"), "\(watchedText.stdoutText)")
+        #expect(
+            watchedText.stdoutText.contains("active, 50% of devices now; next 100% at")
+                && watchedText.stdoutText.contains(
+                    "new devices on stable get app 1.2 (sequence 2) where its wave has reached them (50%), else 1.1 (sequence 1)"),
+            "\(watchedText.stdoutText)")
         // Which release each chose, and why (FORMAT §7, "Which release a device installs").
         let choice = try #require(try waits.json()["choice"] as? [String: Any])
-        #expect((choice["chosen"] as? [String: Any])?["sequence"] as? Int == 1 && choice["reason"] as? String == "wave-not-reached"
+        #expect(
+            (choice["chosen"] as? [String: Any])?["sequence"] as? Int == 1 && choice["reason"] as? String == "wave-not-reached"
                 && (choice["newest"] as? [String: Any])?["sequence"] as? Int == 2, "\(choice)")
         #expect((try installs.json()["choice"] as? [String: Any])?["reason"] as? String == "newest")
         // A new device whose wave has not come gets the release before (it is not left empty).
@@ -142,7 +163,9 @@ struct RolloutCLITests {
         let held = try Self.rollout(try waiting[0].update(p, ["--check"]))
         #expect(held["state"] as? String == "paused" && held["percent"] as? Double == 50 && held["eligible_at"] is NSNull, "\(held)")
         let pausedStatus = try p.check(CLI.run(["repo", "status", p.repo]))
-        #expect(pausedStatus.stdoutText.contains(": paused at ") && pausedStatus.stdoutText.contains(", 50% of devices now; no next step"), "\(pausedStatus.stdoutText)")
+        #expect(
+            pausedStatus.stdoutText.contains(": paused at ") && pausedStatus.stdoutText.contains(", 50% of devices now; no next step"),
+            "\(pausedStatus.stdoutText)")
         // A mirror serving the older metadata (the plan before the pause) is refused: TUF's rules.
         let current = p.work.directory.file("current-metadata")
         try FileManager.default.moveItem(atPath: p.repo + "/metadata", toPath: current)
@@ -162,12 +185,15 @@ struct RolloutCLITests {
         let staged = try p.check(CLI.run(["repo", "rollout", p.repo, "app-2.zip", "--halt", "--json"]))
         let digest = try #require(try staged.json()["digest"] as? String)
         let review = try p.check(CLI.run(["repo", "status", p.repo]))
-        #expect(review.stdoutText.contains("app-2.zip: app 1.2 (sequence 2)") && review.stdoutText.contains("rollout 10%@0h,50%@1d,100%@2d from")
+        #expect(
+            review.stdoutText.contains("app-2.zip: app 1.2 (sequence 2)") && review.stdoutText.contains("rollout 10%@0h,50%@1d,100%@2d from")
                 && review.stdoutText.contains(", halted"), "\(review.stdoutText)")
         try p.check(CLI.run(["repo", "sign", p.repo, "--role", "targets", "--digest", digest] + p.key))
         try Self.refresh(p)
         let haltedStatus0 = try p.check(CLI.run(["repo", "status", p.repo]))
-        #expect(haltedStatus0.stdoutText.contains(": halted, 0% of devices now; no next step") && haltedStatus0.stdoutText.contains("new devices on stable get app 1.1 (sequence 1)\n"), "\(haltedStatus0.stdoutText)")
+        #expect(
+            haltedStatus0.stdoutText.contains(": halted, 0% of devices now; no next step")
+                && haltedStatus0.stdoutText.contains("new devices on stable get app 1.1 (sequence 1)\n"), "\(haltedStatus0.stdoutText)")
         let halted = try waiting[1].update(p, ["--ignore-rollout"])
         #expect(halted.status == 0 && waiting[1].installed == "release 1\n", "\(halted.stderr)")
         #expect((try halted.json()["deferred"] as? String)?.hasPrefix("halted:") == true, "\(halted.stdoutText)")
@@ -176,18 +202,24 @@ struct RolloutCLITests {
         #expect(kept.status == 0 && eligible[0].installed == "release 2\n" && keptRollout["state"] as? String == "halted")
         // No other path installs or vouches for it either (issue 62): unpack URL and reverify
         // with the device's metadata name the halt, unless told it is meant (dangerous).
-        let url = p.server.url("rollout-waves/targets/") + (try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix(".app-2.zip") } ?? "")
+        let url =
+            p.server.url("rollout-waves/targets/")
+            + (try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix(".app-2.zip") } ?? "")
         let other = p.work.directory.file("halted-unpack")
         let unpacked = try CLI.run(["unpack", url, "--dest", other, "--tuf-metadata", waiting[1].metadata, "--tls-ca", p.server.root])
         #expect(unpacked.status == 3 && unpacked.stderr.contains("halted its rollout"), "\(unpacked.stderr)")
         #expect(!FileManager.default.fileExists(atPath: other + "/a.txt"))
         let reverified = try CLI.run(["reverify", eligible[0].dest, "--tuf-metadata", eligible[0].metadata])
-        #expect(reverified.status != 0 && (reverified.stdoutText + reverified.stderr).contains("halted its rollout"), "\(reverified.stdoutText) \(reverified.stderr)")
+        #expect(
+            reverified.status != 0 && (reverified.stdoutText + reverified.stderr).contains("halted its rollout"),
+            "\(reverified.stdoutText) \(reverified.stderr)")
         let allowed = try CLI.run(["reverify", eligible[0].dest, "--tuf-metadata", eligible[0].metadata, "--allow-halted-release"])
         #expect(allowed.status == 0, "\(allowed.stdoutText) \(allowed.stderr)")
         // status DIR says so, on both.
         let haltedStatus = try CLI.run(["status", eligible[0].dest])
-        #expect(haltedStatus.stdoutText.contains("channel:  halted: the publisher halted the rollout of 1.2 (sequence 2); this device keeps it"), "\(haltedStatus.stdoutText)")
+        #expect(
+            haltedStatus.stdoutText.contains("channel:  halted: the publisher halted the rollout of 1.2 (sequence 2); this device keeps it"),
+            "\(haltedStatus.stdoutText)")
         let lacking = try CLI.run(["status", waiting[1].dest, "--json"])
         #expect(((try lacking.json()["channel"] as? [String: Any])?["note"] as? String)?.hasPrefix("halted:") == true, "\(lacking.stdoutText)")
 
@@ -236,15 +268,15 @@ struct RolloutCLITests {
             return try CLI.run(["update", "--config", config, "--json"])
         }
         let base = """
-        repository = "\(p.metadataURL)"
-        tuf-metadata = "\(device.metadata)"
-        channel = "stable"
-        dest = "\(device.dest)"
-        tls-ca = ["\(p.server.root)"]
-        state = "\(device.state)"
-        device-id-file = "\(device.idFile)"
+            repository = "\(p.metadataURL)"
+            tuf-metadata = "\(device.metadata)"
+            channel = "stable"
+            dest = "\(device.dest)"
+            tls-ca = ["\(p.server.root)"]
+            state = "\(device.state)"
+            device-id-file = "\(device.idFile)"
 
-        """
+            """
         let held = try run(base + "hold = true\n")
         #expect(held.status == 0 && device.installed == "release 1\n", "\(held.stderr)")
         let heldReport = try held.json()
@@ -271,7 +303,7 @@ struct RolloutCLITests {
         let www = server.www + "/rollout-readme-\(getpid())"
         let environment: [String: String?] = [
             "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
-            "SIGNET_PASSPHRASE": "one key",
+            "SIGNET_PASSPHRASE": "one key"
         ]
         func shell(_ script: String) throws -> ProcessResult {
             let ran = try SignetTestSupport.run("bash", ["-euo", "pipefail", "-c", script], environment: environment, directory: d)
@@ -285,21 +317,23 @@ struct RolloutCLITests {
         _ = try shell(oneKey)
         for (version, sequence) in [("1.1.0", 110), ("1.1.1", 111)] {
             try Data("app \(version)\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
-            _ = try shell("signet pack dist --key release/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version \(version) --sequence \(sequence) --out app-\(version).zip")
+            _ = try shell(
+                "signet pack dist --key release/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version \(version) --sequence \(sequence) --out app-\(version).zip"
+            )
         }
         // A device on 1.0.0, by its config file.
         let metadata = d + "/metadata", dest = d + "/opt/app", config = d + "/app.conf"
         #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, www + "/metadata/1.root.json"]).status == 0)
         try Data("0123456789abcdef0123456789abcdef\n".utf8).write(to: URL(fileURLWithPath: d + "/machine-id"))
         let base = """
-        repository = "\(server.url("rollout-readme-\(getpid())/metadata/"))"
-        tuf-metadata = "\(metadata)"
-        channel = "stable"
-        dest = "\(dest)"
-        tls-ca = ["\(server.root)"]
-        device-id-file = "\(d)/machine-id"
+            repository = "\(server.url("rollout-readme-\(getpid())/metadata/"))"
+            tuf-metadata = "\(metadata)"
+            channel = "stable"
+            dest = "\(dest)"
+            tls-ca = ["\(server.root)"]
+            device-id-file = "\(d)/machine-id"
 
-        """
+            """
         try Data(base.utf8).write(to: URL(fileURLWithPath: config))
         #expect(try CLI.run(["update", "--config", config]).status == 0)
         #expect((try? String(contentsOfFile: dest + "/version.txt", encoding: .utf8)) == "app 1.0.0\n")
@@ -308,7 +342,9 @@ struct RolloutCLITests {
             .replacingOccurrences(of: "/etc/signet/update.d/app.conf", with: config)
         let ran = try shell(block)
         // The watch step's document: this device's place in the plan.
-        #expect(ran.stdoutText.contains("\"bucket\"") && ran.stdoutText.contains("\"percent\" : 1,") && ran.stdoutText.contains("\"eligible_at\""), "\(ran.stdoutText)")
+        #expect(
+            ran.stdoutText.contains("\"bucket\"") && ran.stdoutText.contains("\"percent\" : 1,") && ran.stdoutText.contains("\"eligible_at\""),
+            "\(ran.stdoutText)")
         #expect(ran.stdoutText.contains("paused at") && ran.stdoutText.contains("halted"), "\(ran.stdoutText)")
         #expect((try? String(contentsOfFile: dest + "/version.txt", encoding: .utf8)) == "app 1.1.1\n", "\(ran.stdoutText)")
 
@@ -323,7 +359,9 @@ struct RolloutCLITests {
 
     /// `HH:MM..HH:MM` in UTC from `from` to `to` hours after now (the CLI runs with TZ=UTC).
     static func window(fromHours from: Double, toHours to: Double) -> String {
-        let calendar: Calendar = { var c = Calendar(identifier: .gregorian); c.timeZone = TimeZone(identifier: "UTC")!; return c }()
+        let calendar: Calendar = {
+            var c = Calendar(identifier: .gregorian); c.timeZone = TimeZone(identifier: "UTC")!; return c
+        }()
         func clock(_ hours: Double) -> String {
             let parts = calendar.dateComponents([.hour, .minute], from: Date().addingTimeInterval(hours * 3_600))
             return String(format: "%02d:%02d", parts.hour!, parts.minute!)
@@ -331,7 +369,9 @@ struct RolloutCLITests {
         return "\(clock(from))..\(clock(to))"
     }
 
-    @Test("window: outside it the release is staged, verified and kept, exit 0; inside it what was staged is installed without fetching it again. pre-install: exit 75 is not now (exit 0), another exit refuses (exit 1), 0 installs")
+    @Test(
+        "window: outside it the release is staged, verified and kept, exit 0; inside it what was staged is installed without fetching it again. pre-install: exit 75 is not now (exit 0), another exit refuses (exit 1), 0 installs"
+    )
     func windowAndPreInstall() throws {
         let p = try Publisher("rollout-window")
         let device = try Device(p, 300)
@@ -340,7 +380,9 @@ struct RolloutCLITests {
             let tree = try TemporaryDirectory()
             try Data("release \(sequence)\n".utf8).write(to: URL(fileURLWithPath: tree.file("a.txt")))
             let files = filesOf ?? sequence
-            for index in 0..<40 { try Data((0..<2_000).map { UInt8(truncatingIfNeeded: $0 &* (index + files * 41)) }).write(to: URL(fileURLWithPath: tree.file("f\(index).bin"))) }
+            for index in 0..<40 {
+                try Data((0..<2_000).map { UInt8(truncatingIfNeeded: $0 &* (index + files * 41)) }).write(to: URL(fileURLWithPath: tree.file("f\(index).bin")))
+            }
             let package = p.work.directory.file("app-\(sequence).zip")
             try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", package] + p.key))
             try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", "stable"] + p.key))
@@ -351,8 +393,11 @@ struct RolloutCLITests {
         try publish(2)
         let utc = ["TZ": "UTC"]
         func update(_ extra: [String]) throws -> ProcessResult {
-            try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable", "--dest", device.dest,
-                         "--tls-ca", p.server.root, "--state", device.state, "--device-id-file", device.idFile, "--json"] + extra, environment: utc)
+            try CLI.run(
+                [
+                    "update", "--repository", p.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable", "--dest", device.dest,
+                    "--tls-ca", p.server.root, "--state", device.state, "--device-id-file", device.idFile, "--json"
+                ] + extra, environment: utc)
         }
         let outside = try update(["--window", "Mon..Sun " + Self.window(fromHours: 2, toHours: 3)])
         #expect(outside.status == 0 && device.installed == "release 1\n", "\(outside.stderr)")
@@ -389,8 +434,9 @@ struct RolloutCLITests {
         #expect((report["hooks"] as? [[String: Any]])?.first?["hook"] as? String == "pre-install", "\(resumed.stdoutText)")
         var inode = stat(), installedInode = stat()
         let kept = (device.dest as NSString).deletingLastPathComponent + "/.app.signet-previous"
-        #expect(lstat(device.dest + "/f7.bin", &inode) == 0 && lstat(kept + "/f7.bin", &installedInode) == 0 && inode.st_ino == installedInode.st_ino,
-                "f7.bin is one file in both releases")
+        #expect(
+            lstat(device.dest + "/f7.bin", &inode) == 0 && lstat(kept + "/f7.bin", &installedInode) == 0 && inode.st_ino == installedInode.st_ino,
+            "f7.bin is one file in both releases")
         let bad = try update(["--window", "Mon..Fri 2:00..4:00"])
         #expect(bad.status == 2 && bad.stderr.contains("HH:MM..HH:MM"), "\(bad.stderr)")
     }

@@ -53,7 +53,6 @@ struct SealsAndSecretsCLITests {
         #expect(try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", empty]).status == 4)
     }
 
-
     /// README's device walk-through makes its salt with `head -c 32 /dev/urandom`: one time in
     /// 256 that starts with a newline, and most such salts hold one. Every byte must count.
     @Test("a binary salt is used whole: a leading or inner newline neither empties nor shortens it")
@@ -87,18 +86,20 @@ struct SealsAndSecretsCLITests {
             #expect(result.status == 0, "\(file): \(result.stderr)")
         }
         let twoLines = try work.directory.write("two-lines", Data("device secret\nmore\n".utf8), mode: 0o600)
-        #expect(try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", twoLines]).status == 3,
-                "a second line is part of the salt")
+        #expect(
+            try CLI.run(["inspect", package, "--trust-dir", trust, "--trust-salt-file", twoLines]).status == 3,
+            "a second line is part of the salt")
     }
-
 
     @Test("a passphrase source that is given but empty is exit 4, and nothing is written")
     func emptyPassphrase() throws {
         let directory = try TemporaryDirectory()
         let empty = try directory.write("empty.txt", Data(), mode: 0o600)
         let blankLine = try directory.write("blank.txt", Data("\nsecond line\n".utf8), mode: 0o600)
-        for (options, environment) in [(["--passphrase-file", empty], [String: String?]()), (["--passphrase-file", blankLine], [:]),
-                                       (["--passphrase-env", "SIGNET_EMPTY"], ["SIGNET_EMPTY": ""])] {
+        for (options, environment) in [
+            (["--passphrase-file", empty], [String: String?]()), (["--passphrase-file", blankLine], [:]),
+            (["--passphrase-env", "SIGNET_EMPTY"], ["SIGNET_EMPTY": ""])
+        ] {
             let out = directory.file("keys-\(options[1].count)")
             let result = try CLI.run(["keygen", "--out", out, "--bits", "2048", "--json"] + options, environment: environment)
             #expect(result.status == 4, "\(options): \(result.status) \(result.stderr)")
@@ -108,7 +109,6 @@ struct SealsAndSecretsCLITests {
         let days = try CLI.run(["keygen", "--out", directory.file("k"), "--days", "9223372036854775807"])
         #expect(days.status == 2, "an absurd validity is a usage error, not a trap: \(days.status) \(days.stderr)")
     }
-
 
     // MARK: Point 8: sealed names compared as bytes
 
@@ -158,7 +158,7 @@ struct SealsAndSecretsCLITests {
             ["sign", file, "--key", "pkcs11:token=release;object=k?pin-source=\(pin)&bogus=\(pin)"],
             ["sign", file, "--key", "pkcs11:token=release;object=k;pin-source=\(pin)"],
             ["trust", "seal", work.directory.path, "--salt-file", secret],
-            ["inspect", file, "--pubkey", work.publicDER, "--trust-salt-file", secret],
+            ["inspect", file, "--pubkey", work.publicDER, "--trust-salt-file", secret]
         ]
         for arguments in runs {
             let result = try CLI.run(arguments, environment: ["SIGNET_PKCS11_MODULE": "/nonexistent/module.so"])
@@ -195,7 +195,6 @@ struct SealsAndSecretsCLITests {
         #expect(unsealed.status == 3 && unsealed.stderr.contains("no seal"), "\(unsealed.stderr)")
     }
 
-
     @Test("point 4: an unknown option is said first, and a secret given to it is never repeated")
     func unknownOptionFirst() throws {
         let work = try Workspace()
@@ -206,7 +205,7 @@ struct SealsAndSecretsCLITests {
             ["sign", "--passphrase", secret, file, "--key", work.privatePEM],
             ["sign", file, "--key", work.privatePEM, "--passphrase=" + secret, "--out", work.directory.file("x.sig")],
             ["verify", file, "--password", secret, "--pubkey", work.publicDER],
-            ["pack", work.path, "--key", work.privatePEM, "--pin-value", secret, "--name", "a", "--version", "1"],
+            ["pack", work.path, "--key", work.privatePEM, "--pin-value", secret, "--name", "a", "--version", "1"]
         ]
         for arguments in cases {
             for json in [false, true] {

@@ -34,12 +34,14 @@ struct ServersCLITests {
         case "nginx":
             let nginx = try Self.nginx.get()
             try FileManager.default.createDirectory(atPath: nginx.www + "/whole", withIntermediateDirectories: true)
-            return Server(name: name, www: nginx.www, root: nginx.root, noRanges: "whole", url: { nginx.url($0) },
-                          logSize: { nginx.accessLogSize }, answers: { try nginx.answers(of: $0, from: $1) })
+            return Server(
+                name: name, www: nginx.www, root: nginx.root, noRanges: "whole", url: { nginx.url($0) },
+                logSize: { nginx.accessLogSize }, answers: { try nginx.answers(of: $0, from: $1) })
         default:
             let peer = try (name == "apache" ? Self.apache : Self.lighttpd).get()
-            return Server(name: name, www: peer.www, root: peer.root, noRanges: "norange", url: { peer.url($0) },
-                          logSize: { peer.accessLogSize }, answers: { try peer.answers(of: $0, from: $1) })
+            return Server(
+                name: name, www: peer.www, root: peer.root, noRanges: "norange", url: { peer.url($0) },
+                logSize: { peer.accessLogSize }, answers: { try peer.answers(of: $0, from: $1) })
         }
     }
 
@@ -64,8 +66,10 @@ struct ServersCLITests {
         try FileManager.default.createDirectory(atPath: (target as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         let temporary = work.directory.file("packed-\(sequence).zip")
         try? FileManager.default.removeItem(atPath: temporary)
-        let packed = try CLI.run(["pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                  "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", temporary])
+        let packed = try CLI.run([
+            "pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+            "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", temporary
+        ])
         guard packed.status == 0 else { throw SupportError("pack failed: \(packed.stderr)") }
         chmod(temporary, 0o644)
         if age > 0 {
@@ -105,8 +109,10 @@ struct ServersCLITests {
         let (tree, paths) = try Self.tree(2_001, size: 11 << 10)
         func pack(_ sequence: Int) throws -> String {
             let out = work.directory.file("scattered-\(sequence).zip")
-            let packed = try CLI.run(["pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
-                                      "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out])
+            let packed = try CLI.run([
+                "pack", tree.path, "--key", work.privatePEM, "--passphrase-file", work.passFile,
+                "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out
+            ])
             guard packed.status == 0 else { throw SupportError("pack failed: \(packed.stderr)") }
             return out
         }
@@ -124,12 +130,18 @@ struct ServersCLITests {
     /// What Signet reported equals what the server logged for `path` since `offset`: requests
     /// and body bytes. Returns the logged answers.
     @discardableResult
-    static func expectReportMatchesLog(_ result: ProcessResult, _ server: Server, _ path: String, from offset: Int, _ what: String) throws -> [(status: Int, bytes: Int)] {
+    static func expectReportMatchesLog(_ result: ProcessResult, _ server: Server, _ path: String, from offset: Int, _ what: String) throws -> [(
+        status: Int, bytes: Int
+    )] {
         let transfer = try #require(try result.json()["transfer"] as? [String: Any], "\(server.name) \(what): \(result.stdoutText) \(result.stderr)")
         let logged = try settledLog(server, path, from: offset, expecting: transfer["requests"] as? Int ?? 1)
-        #expect(transfer["requests"] as? Int == logged.count, "\(server.name) \(what): reported \(transfer["requests"] ?? "nil") requests, the log has \(logged.count): \(logged)")
+        #expect(
+            transfer["requests"] as? Int == logged.count,
+            "\(server.name) \(what): reported \(transfer["requests"] ?? "nil") requests, the log has \(logged.count): \(logged)")
         let sent = logged.reduce(0) { $0 + $1.bytes }
-        #expect(transfer["bytes_downloaded"] as? Int == sent, "\(server.name) \(what): reported \(transfer["bytes_downloaded"] ?? "nil") bytes, the log has \(sent): \(logged)")
+        #expect(
+            transfer["bytes_downloaded"] as? Int == sent,
+            "\(server.name) \(what): reported \(transfer["bytes_downloaded"] ?? "nil") bytes, the log has \(sent): \(logged)")
         return logged
     }
 
@@ -179,7 +191,8 @@ struct ServersCLITests {
         let update = try Self.unpack(server, "delta/app.zip", work, dest: dest)
         #expect(update.status == 0, "\(name): \(update.stderr)")
         let transfer = try #require(try update.json()["transfer"] as? [String: Any])
-        #expect(transfer["mode"] as? String == "ranges" && transfer["files_fetched"] as? Int == 2 && transfer["files_reused"] as? Int == 38, "\(name): \(transfer)")
+        #expect(
+            transfer["mode"] as? String == "ranges" && transfer["files_fetched"] as? Int == 2 && transfer["files_reused"] as? Int == 38, "\(name): \(transfer)")
         let logged = try Self.expectReportMatchesLog(update, server, "delta/app.zip", from: offset, "delta update")
         #expect(logged.allSatisfy { $0.status == 206 }, "\(name): \(logged)")
         #expect(logged.reduce(0) { $0 + $1.bytes } < 600 << 10, "\(name): about two files' worth: \(logged)")
@@ -191,7 +204,9 @@ struct ServersCLITests {
     /// (`multipart/byteranges`), so no gap between changed entries is downloaded: at most 1.1 ×
     /// the changed bytes plus the package's own metadata (its directory, manifest and signature
     /// entries, and the resources' local headers), in a bounded number of requests.
-    @Test("600 of 2,001 files changed at random: several ranges per request, at most 1.1 × the changed bytes + the package's metadata, and the report equals the access log", arguments: servers)
+    @Test(
+        "600 of 2,001 files changed at random: several ranges per request, at most 1.1 × the changed bytes + the package's metadata, and the report equals the access log",
+        arguments: servers)
     func scatteredUpdate(name: String) throws {
         let server = try Self.server(name)
         let fixture = try Self.scattered.get()
@@ -214,18 +229,24 @@ struct ServersCLITests {
         let packageSize = Double(transfer["package_size"] as? Int ?? 0), resources = Double(transfer["bytes_total"] as? Int ?? 0)
         let downloaded = Double(transfer["bytes_downloaded"] as? Int ?? .max)
         let budget = 1.1 * changedBytes + (packageSize - resources)
-        #expect(downloaded <= budget, "\(name): downloaded \(Int(downloaded)) bytes, budget \(Int(budget)) (changed \(Int(changedBytes)), metadata \(Int(packageSize - resources)))")
+        #expect(
+            downloaded <= budget,
+            "\(name): downloaded \(Int(downloaded)) bytes, budget \(Int(budget)) (changed \(Int(changedBytes)), metadata \(Int(packageSize - resources)))")
         // The bound FORMAT.md states: the first three requests (end records, directory, the
         // package's own entries), then one per k ranges or 4 MiB, for the files and for their
         // signature entries; k is 100, or fewer where the server answers fewer parts at once
         // (lighttpd: 10).
         let k = name == "lighttpd" ? 10 : 100
         let requests = transfer["requests"] as? Int ?? .max
-        #expect(requests <= 3 + 2 * Int((Double(changed.count) / Double(k)).rounded(.up)) + Int((changedBytes / Double(4 << 20)).rounded(.up)), "\(name): \(requests) requests")
+        #expect(
+            requests <= 3 + 2 * Int((Double(changed.count) / Double(k)).rounded(.up)) + Int((changedBytes / Double(4 << 20)).rounded(.up)),
+            "\(name): \(requests) requests")
         try Self.expectInstalled(dest, tree, paths, "\(name) scattered")
     }
 
-    @Test("ranges off: the 200 answering the first range request is the download (one GET, nothing asked again), and the report equals the access log", arguments: servers)
+    @Test(
+        "ranges off: the 200 answering the first range request is the download (one GET, nothing asked again), and the report equals the access log",
+        arguments: servers)
     func rangesOff(name: String) throws {
         let server = try Self.server(name)
         let work = try Workspace()
@@ -253,7 +274,9 @@ struct ServersCLITests {
         #expect(asked.count == 1, "\(name): inspect URL asked once: \(asked)")
     }
 
-    @Test("a package published less than a second before the update installs (Apache's first second has no strong validator: the full download), and the report equals the access log", arguments: servers)
+    @Test(
+        "a package published less than a second before the update installs (Apache's first second has no strong validator: the full download), and the report equals the access log",
+        arguments: servers)
     func freshlyPublished(name: String) throws {
         let server = try Self.server(name)
         let work = try Workspace()
@@ -287,7 +310,9 @@ struct ServersCLITests {
         // (the URL and the validator the server gave).
         let head = try run("curl", ["-sS", "-I", "--http1.1", "--cacert", server.root, server.url("resume/big.bin")])
         func header(_ name: String) -> String? {
-            head.stdoutText.split(separator: "\r\n").first { $0.lowercased().hasPrefix(name + ":") }.map { $0.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces) }
+            head.stdoutText.split(separator: "\r\n").first { $0.lowercased().hasPrefix(name + ":") }.map {
+                $0.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces)
+            }
         }
         let validator = try #require(header("etag") ?? header("last-modified"), "\(name): a validator: \(head.stdoutText)")
         #expect(!validator.hasPrefix("W/"), "\(name): a strong validator 30 s after the change: \(validator)")
@@ -297,7 +322,9 @@ struct ServersCLITests {
         try contents(file).prefix(kept).write(to: URL(fileURLWithPath: partial))
         chmod(partial, 0o600)
         let record = try JSONSerialization.data(withJSONObject: ["url": server.url("resume/big.bin"), "validator": validator])
-        let set = try run("python3", ["-c", "import os, sys; os.setxattr(sys.argv[1], 'user.signet.download', sys.argv[2].encode())", partial, String(decoding: record, as: UTF8.self)])
+        let set = try run(
+            "python3",
+            ["-c", "import os, sys; os.setxattr(sys.argv[1], 'user.signet.download', sys.argv[2].encode())", partial, String(decoding: record, as: UTF8.self)])
         #expect(set.status == 0, "\(set.stderr)")
         let offset = server.logSize()
         let fetched = try CLI.run(["fetch", server.url("resume/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])

@@ -55,13 +55,18 @@ struct SignVerifyCLITests {
         #expect(verified.stdoutText.contains("Verified OK"))
     }
 
-    @Test("every algorithm round-trips through signet verify and openssl", arguments: ["rsa-pkcs1v15-sha256", "rsa-pkcs1v15-sha384", "rsa-pkcs1v15-sha512", "rsa-pss-sha256"])
+    @Test(
+        "every algorithm round-trips through signet verify and openssl",
+        arguments: ["rsa-pkcs1v15-sha256", "rsa-pkcs1v15-sha384", "rsa-pkcs1v15-sha512", "rsa-pss-sha256"])
     func algorithms(_ algorithm: String) throws {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 70_000)
-        let signed = try CLI.run(["sign", file, "--key", work.privateP12, "--passphrase-env", "SIGNET_TEST_PASS",
-                                  "--algorithm", algorithm, "--out", work.directory.file("r.sig"), "--json"],
-                                 environment: ["SIGNET_TEST_PASS": work.passphrase])
+        let signed = try CLI.run(
+            [
+                "sign", file, "--key", work.privateP12, "--passphrase-env", "SIGNET_TEST_PASS",
+                "--algorithm", algorithm, "--out", work.directory.file("r.sig"), "--json"
+            ],
+            environment: ["SIGNET_TEST_PASS": work.passphrase])
         #expect(signed.status == 0, "\(signed.stderr)")
         let entry = try #require((try signed.json()["files"] as? [[String: Any]])?.first)
         #expect(entry["path"] as? String == file)
@@ -136,8 +141,12 @@ struct SignVerifyCLITests {
         #expect(try CLI.run(["sign", file, "--key", work.privateP12, "--passphrase-file", work.passFile]).status == 0)
         // Signed again each time: --force replaces the signature the run before wrote.
         #expect(try CLI.run(["sign", file, "--force", "--key", work.privateP12, "--passphrase-env", "P"], environment: ["P": work.passphrase]).status == 0)
-        let piped = try SignetTestSupport.run("bash", ["-c", "\"$0\" sign --force \"$1\" --key \"$2\" --passphrase-file <(printf '%s\\n' \"$3\")",
-                                                      CLI.binary, file, work.privatePEM, work.passphrase])
+        let piped = try SignetTestSupport.run(
+            "bash",
+            [
+                "-c", "\"$0\" sign --force \"$1\" --key \"$2\" --passphrase-file <(printf '%s\\n' \"$3\")",
+                CLI.binary, file, work.privatePEM, work.passphrase
+            ])
         #expect(piped.status == 0, "\(piped.stderr)")
         let unset = try CLI.run(["sign", file, "--key", work.privatePEM, "--passphrase-env", "SIGNET_UNSET_VAR"], environment: ["SIGNET_UNSET_VAR": nil])
         #expect(unset.status == 4)
@@ -153,8 +162,9 @@ struct SignVerifyCLITests {
         let file = try work.directory.writeRandom("r.bin", count: 100)
         // python3's pty gives signet a real terminal on stdin; it answers the prompt.
         let script = ptyAnswer
-        let result = try SignetTestSupport.run("python3", ["-c", script, CLI.binary, "sign", file, "--key", work.privatePEM],
-                                               input: Data((work.passphrase + "\n").utf8), timeout: 60)
+        let result = try SignetTestSupport.run(
+            "python3", ["-c", script, CLI.binary, "sign", file, "--key", work.privatePEM],
+            input: Data((work.passphrase + "\n").utf8), timeout: 60)
         #expect(result.status == 0, "\(result.stdoutText) \(result.stderr)")
         #expect(result.stdoutText.contains("Passphrase for \(work.privatePEM)"))
         #expect(!result.stdoutText.contains(work.passphrase), "the passphrase was echoed: \(result.stdoutText)")
@@ -165,13 +175,14 @@ struct SignVerifyCLITests {
     func interruptRestoresEcho() throws {
         let work = try Workspace()
         let file = try work.directory.writeRandom("r.bin", count: 10)
-        let script = ptyPrelude + """
-        echo_during = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
-        os.write(fd, b"\\x03")
-        _, status = os.waitpid(pid, 0)
-        echo_after = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
-        print(f"during={echo_during} after={echo_after} signaled={os.WIFSIGNALED(status)}")
-        """
+        let script =
+            ptyPrelude + """
+                echo_during = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
+                os.write(fd, b"\\x03")
+                _, status = os.waitpid(pid, 0)
+                echo_after = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
+                print(f"during={echo_during} after={echo_after} signaled={os.WIFSIGNALED(status)}")
+                """
         let result = try SignetTestSupport.run("python3", ["-c", script, CLI.binary, "sign", file, "--key", work.privatePEM], timeout: 60)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdoutText.contains("during=False after=True signaled=True"), "\(result.stdoutText)")

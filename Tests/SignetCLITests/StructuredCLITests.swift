@@ -35,8 +35,10 @@ struct StructuredCLITests {
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         try python(signedDocuments, in: root)
         let package = work.directory.file("app.zip")
-        let packed = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
-                                  "--version", "1", "--sequence", "1", "--out", package, "--structured", "*.plist", "--structured", "conf/*.json", "--json"])
+        let packed = try CLI.run([
+            "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app",
+            "--version", "1", "--sequence", "1", "--out", package, "--structured", "*.plist", "--structured", "conf/*.json", "--json"
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
         let formats = try #require(try packed.json()["files"] as? [[String: Any]]).map { "\($0["path"]!)=\($0["structured"] as? String ?? "-")" }
         #expect(formats == ["Info.plist=plist", "Settings.plist=plist", "conf/app.json=json", "readme.txt=-"])
@@ -78,7 +80,8 @@ struct StructuredCLITests {
 
         // Allowed keys change: an XML plist rewritten as binary, a value in every element of an
         // array of a binary plist, JSON re-indented with a changed and a nested key.
-        try Self.python("""
+        try Self.python(
+            """
             p = plistlib.load(open(d + "/Info.plist", "rb")); p["CFBundleVersion"] = "2.0"
             plistlib.dump(p, open(d + "/Info.plist", "wb"), fmt=plistlib.FMT_BINARY)
             p = plistlib.load(open(d + "/Settings.plist", "rb"))
@@ -87,8 +90,10 @@ struct StructuredCLITests {
             j = json.load(open(d + "/conf/app.json")); j["server"]["url"] = "https://b.example"; j["serial"] = "1234"
             json.dump(j, open(d + "/conf/app.json", "w"), indent=4)
             """, in: app)
-        let allow = ["--allow-key", "Info.plist:CFBundleVersion", "--allow-key", "Settings.plist:CFBundleURLTypes.*.CFBundleURLName",
-                     "--allow-key", "conf/app.json:server.url", "--allow-key", "conf/app.json:serial"]
+        let allow = [
+            "--allow-key", "Info.plist:CFBundleVersion", "--allow-key", "Settings.plist:CFBundleURLTypes.*.CFBundleURLName",
+            "--allow-key", "conf/app.json:server.url", "--allow-key", "conf/app.json:serial"
+        ]
         let (status, verdicts, keys) = try Self.reverify(work, app, allow)
         #expect(status == 0, "\(verdicts) \(keys)")
         #expect(verdicts == ["Info.plist": "ok", "Settings.plist": "ok", "conf/app.json": "ok", "readme.txt": "ok"])
@@ -110,7 +115,8 @@ struct StructuredCLITests {
         #expect(indexKeys["Settings.plist"] == ["CFBundleURLTypes.0.CFBundleURLName:changed:allowed", "CFBundleURLTypes.1.CFBundleURLName:changed"])
 
         // Another key beside an allowed one; a key added deep inside; a key removed; a type change.
-        try Self.python("""
+        try Self.python(
+            """
             j = json.load(open(d + "/conf/app.json")); j["server"]["port"] = 8443; j["items"][1]["extra"] = [1]; del j["items"][0]["v"]
             json.dump(j, open(d + "/conf/app.json", "w"))
             p = plistlib.load(open(d + "/Info.plist", "rb")); p["Limits"]["max"] = "5"; p["CFBundleURLTypes"].append({"CFBundleURLName": "new"})
@@ -119,7 +125,10 @@ struct StructuredCLITests {
         let (failed, failedVerdicts, failedKeys) = try Self.reverify(work, app, allow)
         #expect(failed == 1)
         #expect(failedVerdicts["conf/app.json"] == "modified")
-        #expect(failedKeys["conf/app.json"] == ["items.0.v:removed", "items.1.extra:added", "serial:changed:allowed", "server.port:changed", "server.url:changed:allowed"])
+        #expect(
+            failedKeys["conf/app.json"] == [
+                "items.0.v:removed", "items.1.extra:added", "serial:changed:allowed", "server.port:changed", "server.url:changed:allowed"
+            ])
         #expect(failedKeys["Info.plist"] == ["CFBundleURLTypes.2:added", "CFBundleVersion:changed:allowed", "Limits.max:changed"])
         let named = try CLI.run(["reverify", app, "--pubkey", work.publicDER] + allow)
         #expect(named.stdoutText.contains("items.0.v (removed)"), "\(named.stdoutText)")
@@ -145,12 +154,17 @@ struct StructuredCLITests {
         let app = try Self.install(work)
         let allow = ["--allow-key", "conf/app.json:serial", "--allow-key", "Info.plist:CFBundleVersion"]
         // JSON parsers disagree on which of two equal keys counts: the file is refused, not compared.
-        try Data(#"{"server": {"url": "https://a.example", "port": 443}, "serial": "1", "items": [{"name": "x", "v": 1}, {"name": "y", "v": 2}], "server": {"url": "https://evil.example", "port": 443}}"#.utf8)
-            .write(to: URL(fileURLWithPath: app + "/conf/app.json"))
+        try Data(
+            #"{"server": {"url": "https://a.example", "port": 443}, "serial": "1", "items": [{"name": "x", "v": 1}, {"name": "y", "v": 2}], "server": {"url": "https://evil.example", "port": 443}}"#
+                .utf8
+        )
+        .write(to: URL(fileURLWithPath: app + "/conf/app.json"))
         // The same in an XML plist: a second CFBundleIdentifier.
         let info = try String(contentsOfFile: app + "/Info.plist", encoding: .utf8)
-        try info.replacingOccurrences(of: "<key>CFBundleVersion</key>", with: "<key>CFBundleIdentifier</key>\n\t<string>com.evil</string>\n\t<key>CFBundleVersion</key>")
-            .write(toFile: app + "/Info.plist", atomically: false, encoding: .utf8)
+        try info.replacingOccurrences(
+            of: "<key>CFBundleVersion</key>", with: "<key>CFBundleIdentifier</key>\n\t<string>com.evil</string>\n\t<key>CFBundleVersion</key>"
+        )
+        .write(toFile: app + "/Info.plist", atomically: false, encoding: .utf8)
         let (status, verdicts, _) = try Self.reverify(work, app, allow)
         #expect(status == 1)
         #expect(verdicts["conf/app.json"] == "modified")
@@ -161,7 +175,8 @@ struct StructuredCLITests {
         // The signed copy is what the comparison trusts only while it matches the manifest.
         let fresh = try Workspace()
         let other = try Self.install(fresh)
-        try Self.python("""
+        try Self.python(
+            """
             j = json.load(open(d + "/conf/app.json")); j["server"]["url"] = "https://evil.example"
             json.dump(j, open(d + "/conf/app.json", "w")); json.dump(j, open(d + "/.signet/structured/conf/app.json", "w"))
             """, in: other)
@@ -179,7 +194,8 @@ struct StructuredCLITests {
     func rulesFile() throws {
         let work = try Workspace()
         let app = try Self.install(work)
-        try Self.python("""
+        try Self.python(
+            """
             j = json.load(open(d + "/conf/app.json")); j["server"]["url"] = "https://b.example"; j["serial"] = "9"
             json.dump(j, open(d + "/conf/app.json", "w"))
             open(d + "/readme.txt", "a").write("edited\\n")
@@ -210,7 +226,7 @@ struct StructuredCLITests {
             (#"{"allow_keys": {"readme.txt": ["a"]}}"#, "not packed as structured"),
             (#"{"allow_keys": {"conf/app.json": ["server.host"]}}"#, "names nothing"),
             (#"{"allow_keys": {"conf/app.json": ["items.2.name"]}}"#, "names nothing"),
-            (#"{"allow_keys": {"Info.plist": ["CFBundleURLTypes.*.Nope"]}}"#, "names nothing"),
+            (#"{"allow_keys": {"Info.plist": ["CFBundleURLTypes.*.Nope"]}}"#, "names nothing")
         ]
         for (text, said) in wrong {
             let file = try work.directory.write("wrong.json", Data(text.utf8))
@@ -233,7 +249,7 @@ struct StructuredCLITests {
             ("twice.json", Data(#"{"a": 1, "a": 2}"#.utf8), "appears twice"),
             ("broken.plist", Data("<?xml version=\"1.0\"?><plist><dict><key>a</key></dict></plist>".utf8), "has no value"),
             ("cut.plist", Data("bplist00\u{d1}\u{01}\u{02}".utf8), "binary property list"),
-            ("entity.plist", Data("<?xml version=\"1.0\"?><!DOCTYPE plist [<!ENTITY x \"y\">]><plist><string>&x;</string></plist>".utf8), "entity"),
+            ("entity.plist", Data("<?xml version=\"1.0\"?><!DOCTYPE plist [<!ENTITY x \"y\">]><plist><string>&x;</string></plist>".utf8), "entity")
         ]
         for (name, bytes, said) in cases {
             let root = work.directory.file("in-" + name)

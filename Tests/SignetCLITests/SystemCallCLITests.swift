@@ -29,7 +29,7 @@ struct SystemCallCLITests {
     @Test("unpack makes at most 10 system calls per installed file, inspect at most 2 per entry (issue 28; 24.7 before)")
     func perFile() throws {
         guard !CLI.underAddressSanitizer, ProcessInfo.processInfo.environment["SIGNET_BINARY"] == nil else {
-            return   // an instrumented binary makes calls of its own (shadow memory, its threads)
+            return // an instrumented binary makes calls of its own (shadow memory, its threads)
         }
         let work = try Workspace()
         let tree = work.directory.file("tree")
@@ -39,7 +39,9 @@ struct SystemCallCLITests {
             try Data(repeating: UInt8(index % 251), count: 3_000 + index).write(to: URL(fileURLWithPath: folder + "/f\(index).dat"))
         }
         let package = work.directory.file("app.zip")
-        let packed = try CLI.run(["pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package])
+        let packed = try CLI.run([
+            "pack", tree, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", "app", "--version", "1", "--out", package
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
 
         let unpack = try Self.count(["unpack", package, "--dest", work.directory.file("out"), "--pubkey", work.publicDER], directory: work.path)
@@ -55,8 +57,9 @@ struct SystemCallCLITests {
         // 190-340 per 1,000 files under strace, which holds a thread in every call it makes
         // while it has the lock; bench/README.md measures that they cost no time. The total
         // above counts them.
-        let batching = try Self.count(["unpack", package, "--dest", work.directory.file("out-arenas"), "--pubkey", work.publicDER],
-                                      directory: work.path, environment: ["MALLOC_ARENA_MAX": "8"])
+        let batching = try Self.count(
+            ["unpack", package, "--dest", work.directory.file("out-arenas"), "--pubkey", work.publicDER],
+            directory: work.path, environment: ["MALLOC_ARENA_MAX": "8"])
         #expect((batching.byName["futex"] ?? 0) < Self.files / 4, "\(batching.byName)")
 
         let inspect = try Self.count(["inspect", package, "--pubkey", work.publicDER], directory: work.path)
@@ -86,11 +89,13 @@ struct SystemCallCLITests {
         let keys = URL(fileURLWithPath: CLIHelpers.examplePublicKey).deletingLastPathComponent().path
         let trace = work.file("trace.txt")
         let commands: [[String]] = [
-            ["pack", work.file("tree"), "--key", keys + "/private_key.pem", "--passphrase-file", keys + "/passphrase.txt", "--name", "a", "--version", "1",
-             "--sequence", "1", "--store", "--out", work.file("a.zip")],
+            [
+                "pack", work.file("tree"), "--key", keys + "/private_key.pem", "--passphrase-file", keys + "/passphrase.txt", "--name", "a", "--version", "1",
+                "--sequence", "1", "--store", "--out", work.file("a.zip")
+            ],
             ["unpack", work.file("a.zip"), "--dest", work.file("app"), "--pubkey", CLIHelpers.examplePublicKey],
             ["inspect", work.file("a.zip"), "--pubkey", CLIHelpers.examplePublicKey],
-            ["reverify", work.file("app"), "--pubkey", CLIHelpers.examplePublicKey],
+            ["reverify", work.file("app"), "--pubkey", CLIHelpers.examplePublicKey]
         ]
         // A one-key repository listing a.zip on nginx, and a device that follows it.
         let server = try TUFCLITests.shared.get()
@@ -98,20 +103,26 @@ struct SystemCallCLITests {
         let repo = server.www + "/" + site
         let key = ["--key", keys + "/private_key.pem", "--passphrase-file", keys + "/passphrase.txt"]
         let downloads: [[String]] = [
-            ["update", "--repository", server.url(site + "/metadata/"), "--tuf-metadata", work.file("metadata"), "--channel", "stable",
-             "--dest", work.file("device"), "--tls-ca", server.root],
+            [
+                "update", "--repository", server.url(site + "/metadata/"), "--tuf-metadata", work.file("metadata"), "--channel", "stable",
+                "--dest", work.file("device"), "--tls-ca", server.root
+            ],
             ["unpack", server.url(site + "/a.zip"), "--dest", work.file("fetched"), "--pubkey", CLIHelpers.examplePublicKey, "--tls-ca", server.root],
             ["fetch", server.url(site + "/a.zip"), "--out", work.file("a-copy.zip"), "--tls-ca", server.root],
             ["inspect", server.url(site + "/a.zip"), "--pubkey", CLIHelpers.examplePublicKey, "--tls-ca", server.root],
-            ["rollback", "--boot-check", work.file("device")],
+            ["rollback", "--boot-check", work.file("device")]
         ]
         var ran = 0
         for command in commands + downloads {
             if ran == commands.count {
-                for setup in [["repo", "init", repo] + key, ["repo", "add", repo, work.file("a.zip"), "--channel", "stable"] + key,
-                              ["repo", "refresh", repo, "--snapshot-key", keys + "/private_key.pem", "--timestamp-key", keys + "/private_key.pem",
-                               "--passphrase-file", keys + "/passphrase.txt"],
-                              ["tuf", "init", "--metadata-dir", work.file("metadata"), repo + "/metadata/1.root.json"]] {
+                for setup in [
+                    ["repo", "init", repo] + key, ["repo", "add", repo, work.file("a.zip"), "--channel", "stable"] + key,
+                    [
+                        "repo", "refresh", repo, "--snapshot-key", keys + "/private_key.pem", "--timestamp-key", keys + "/private_key.pem",
+                        "--passphrase-file", keys + "/passphrase.txt"
+                    ],
+                    ["tuf", "init", "--metadata-dir", work.file("metadata"), repo + "/metadata/1.root.json"]
+                ] {
                     let made = try CLI.run(setup)
                     try #require(made.status == 0, "\(setup[0]) \(setup[1]): \(made.stderr)")
                 }
@@ -119,8 +130,10 @@ struct SystemCallCLITests {
             }
             ran += 1
             // LeakSanitizer cannot run under ptrace: off for the traced run of an ASan build.
-            let traced = try run("strace", ["-f", "-qq", "--seccomp-bpf", "-o", trace, "-e", "trace=setpriority,sched_setscheduler,sched_setattr,sched_setparam", CLI.binary] + command,
-                                 environment: sanitizerOptions(adding: "detect_leaks=0"))
+            let traced = try run(
+                "strace",
+                ["-f", "-qq", "--seccomp-bpf", "-o", trace, "-e", "trace=setpriority,sched_setscheduler,sched_setattr,sched_setparam", CLI.binary] + command,
+                environment: sanitizerOptions(adding: "detect_leaks=0"))
             #expect(traced.status == 0, "\(command[0]): \(traced.stderr)")
             let calls = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").filter { !$0.contains("+++") && !$0.contains("---") }
             #expect(calls.isEmpty, "\(command[0]): \(calls)")

@@ -41,9 +41,13 @@ struct TUFCLITests {
             for key in ["root1", "root2", "rel1", "rel2", "rel3", "snap", "ts", "evil"] {
                 _ = try KeyPool.copy("fleet-" + key, slot: slot, to: work.file("keys/" + key), passphraseFile: nil)
             }
-            try check(CLI.run(["repo", "init", repo, "--root-key", pub("root1"), "--root-key", pub("root2"), "--root-threshold", "2",
-                               "--targets-key", pub("rel1"), "--targets-key", pub("rel2"), "--targets-threshold", String(targetsThreshold),
-                               "--snapshot-key", pub("snap"), "--timestamp-key", pub("ts")] + lifetimes))
+            try check(
+                CLI.run(
+                    [
+                        "repo", "init", repo, "--root-key", pub("root1"), "--root-key", pub("root2"), "--root-threshold", "2",
+                        "--targets-key", pub("rel1"), "--targets-key", pub("rel2"), "--targets-threshold", String(targetsThreshold),
+                        "--snapshot-key", pub("snap"), "--timestamp-key", pub("ts")
+                    ] + lifetimes))
             try signRoot()
         }
 
@@ -104,10 +108,13 @@ struct TUFCLITests {
         /// version `targets`, and a timestamp naming that snapshot. Returns the snapshot version.
         @discardableResult
         func publishAsThief(targets: Int) throws -> Int {
-            let snapshots = try FileManager.default.contentsOfDirectory(atPath: repo + "/metadata")
+            let snapshots =
+                try FileManager.default.contentsOfDirectory(atPath: repo + "/metadata")
                 .compactMap { $0.hasSuffix(".snapshot.json") ? Int($0.dropLast(".snapshot.json".count)) : nil }.max() ?? 0
-            try resign("\(snapshots).snapshot.json", keys: ["snap"], edits: ["s['version'] = \(snapshots + 1)", "s['meta'] = {'targets.json': {'version': \(targets)}}"],
-                       out: "\(snapshots + 1).snapshot.json")
+            try resign(
+                "\(snapshots).snapshot.json", keys: ["snap"],
+                edits: ["s['version'] = \(snapshots + 1)", "s['meta'] = {'targets.json': {'version': \(targets)}}"],
+                out: "\(snapshots + 1).snapshot.json")
             try resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 1", "s['meta'] = {'snapshot.json': {'version': \(snapshots + 1)}}"])
             return snapshots + 1
         }
@@ -122,8 +129,9 @@ struct TUFCLITests {
         /// Re-signs a published metadata file with `keys` after `edits` (an attacker's tool).
         func resign(_ file: String, keys: [String], root: String = "1.root.json", edits: [String] = [], out: String? = nil) throws {
             let path = repo + "/metadata/" + file
-            let result = try TUFCLITests.python(["resign", path, repo + "/metadata/" + root, out.map { repo + "/metadata/" + $0 } ?? path]
-                                                + keys.map(priv) + edits.flatMap { ["--edit", $0] })
+            let result = try TUFCLITests.python(
+                ["resign", path, repo + "/metadata/" + root, out.map { repo + "/metadata/" + $0 } ?? path]
+                    + keys.map(priv) + edits.flatMap { ["--edit", $0] })
             guard result.status == 0 else { throw SupportError("resign: \(result.stderr)") }
         }
     }
@@ -137,8 +145,11 @@ struct TUFCLITests {
         /// `signet update` of the device; with `later`, under a clock that far ahead (libfaketime's
         /// `+8d`), so that no test waits for metadata to expire (issue 50).
         func update(_ extra: [String] = [], later offset: String? = nil) throws -> ProcessResult {
-            let arguments = ["update", "--repository", fleet.metadataURL, "--tuf-metadata", metadata, "--channel", "stable", "--dest", dest,
-                             "--tls-ca", fleet.server.root, "--json"] + extra
+            let arguments =
+                [
+                    "update", "--repository", fleet.metadataURL, "--tuf-metadata", metadata, "--channel", "stable", "--dest", dest,
+                    "--tls-ca", fleet.server.root, "--json"
+                ] + extra
             return try offset.map { try RepositoryKeepingCLITests.later($0, arguments) } ?? CLI.run(arguments)
         }
 
@@ -146,7 +157,8 @@ struct TUFCLITests {
 
         func trustedVersion(_ role: String) -> Int? {
             guard let data = FileManager.default.contents(atPath: "\(metadata)/\(role).json"),
-                  let json = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+                let json = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+            else { return nil }
             return (json["signed"] as? [String: Any])?["version"] as? Int
         }
     }
@@ -192,8 +204,10 @@ struct TUFCLITests {
         let older = try device.update()
         let olderReport = try older.json()
         #expect(older.status == 0 && olderReport["channel_is_older"] as? Bool == true, "\(older.stdoutText)")
-        let text = try CLI.run(["update", "--repository", fleet.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable",
-                                "--dest", device.dest, "--tls-ca", fleet.server.root])
+        let text = try CLI.run([
+            "update", "--repository", fleet.metadataURL, "--tuf-metadata", device.metadata, "--channel", "stable",
+            "--dest", device.dest, "--tls-ca", fleet.server.root
+        ])
         #expect(text.stderr.contains("names an older release than installed") && !text.stdoutText.contains("up to date"), "\(text.stdoutText)\(text.stderr)")
         #expect(device.installed() == "release 2\n")
 
@@ -234,7 +248,9 @@ struct TUFCLITests {
         #expect(repaired.status == 0 && report["updated"] as? Bool == true, "\(repaired.stdoutText) \(repaired.stderr)")
         #expect((report["repaired"] as? [String])?.first?.hasPrefix("a.txt: ") == true, "\(report)")
         let transfer = report["transfer"] as? [String: Any]
-        #expect(transfer?["files_fetched"] as? Int == 1 && transfer?["files_reused"] as? Int == 1, "only the damaged file is fetched: \(String(describing: transfer))")
+        #expect(
+            transfer?["files_fetched"] as? Int == 1 && transfer?["files_reused"] as? Int == 1,
+            "only the damaged file is fetched: \(String(describing: transfer))")
         #expect(device.installed() == "release 1\n")
         #expect(try CLI.run(["reverify", device.dest, "--tuf-metadata", device.metadata]).status == 0)
     }
@@ -247,8 +263,10 @@ struct TUFCLITests {
         try fleet.check(CLI.run(["repo", "add", fleet.repo, try fleet.pack(1), "--channel", "stable"]))
         let wrongRole = try fleet.sign("targets", "snap")
         #expect(wrongRole.status == 3 && Self.code(wrongRole) == "untrusted-signer", "\(wrongRole.stdoutText)")
-        let badThreshold = try CLI.run(["repo", "init", fleet.work.file("other"), "--root-key", fleet.pub("root1"), "--root-threshold", "2",
-                                        "--targets-key", fleet.pub("rel1"), "--snapshot-key", fleet.pub("snap"), "--timestamp-key", fleet.pub("ts"), "--json"])
+        let badThreshold = try CLI.run([
+            "repo", "init", fleet.work.file("other"), "--root-key", fleet.pub("root1"), "--root-threshold", "2",
+            "--targets-key", fleet.pub("rel1"), "--snapshot-key", fleet.pub("snap"), "--timestamp-key", fleet.pub("ts"), "--json"
+        ])
         #expect(badThreshold.status == 2 && Self.code(badThreshold) == "usage", "\(badThreshold.stdoutText)")
     }
 
@@ -280,8 +298,9 @@ struct TUFCLITests {
         let device = try fleet.device()
         try fleet.check(device.update())
         // Every online and release key together sign a root that adds the thief's key.
-        try fleet.resign("1.root.json", keys: ["rel1", "rel2", "snap", "ts"],
-                         edits: ["s['version'] = 2", "s['roles']['targets']['threshold'] = 1"], out: "2.root.json")
+        try fleet.resign(
+            "1.root.json", keys: ["rel1", "rel2", "snap", "ts"],
+            edits: ["s['version'] = 2", "s['roles']['targets']['threshold'] = 1"], out: "2.root.json")
         let forged = try device.update()
         #expect(forged.status == 3 && Self.code(forged) == "threshold-not-met", "\(forged.stdoutText)")
         #expect(device.trustedVersion("root") == 1)
@@ -310,10 +329,12 @@ struct TUFCLITests {
         try FileManager.default.removeItem(atPath: fleet.repo + "/staging/targets.json")
         // Rotation 1: rel1 out, rel3 in. Rotation 2: threshold 1 of {rel2, rel3}.
         // The first rotation is held until targets is signed again by the new set (issue 49).
-        let rotated = try fleet.check(CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(stolenID.prefix(10)), "--add", fleet.pub("rel3")]))
+        let rotated = try fleet.check(
+            CLI.run(["repo", "rotate", fleet.repo, "--role", "targets", "--remove", String(stolenID.prefix(10)), "--add", fleet.pub("rel3")]))
         // Release 1 was packed with rel1: said, since new devices would refuse it (issue 49),
         // with the re-signature that keeps it installable (issue 61).
-        #expect(rotated.stderr.contains("app-1.zip") && rotated.stderr.contains("is signed by no targets key root v2 names")
+        #expect(
+            rotated.stderr.contains("app-1.zip") && rotated.stderr.contains("is signed by no targets key root v2 names")
                 && rotated.stderr.contains("signet repo resign"), "\(rotated.stderr)")
         try fleet.signRoot()
         for key in ["rel2", "rel3"] { try fleet.check(fleet.sign("targets", key)) }
@@ -354,8 +375,12 @@ struct TUFCLITests {
         #expect(rollback.status == 1 && Self.code(rollback) == "rollback", "\(rollback.stdoutText)")
         // Freeze: fresh timestamps naming today's snapshot are accepted until it expires (7
         // days): on the device's clock a week and a day later, no longer.
-        try fleet.resign("timestamp.json", keys: ["ts"], edits: ["s['version'] += 1", "s['meta']['snapshot.json'] = {'version': 2}",
-                                                                  "s['expires'] = '2099-01-01T00:00:00Z'"])
+        try fleet.resign(
+            "timestamp.json", keys: ["ts"],
+            edits: [
+                "s['version'] += 1", "s['meta']['snapshot.json'] = {'version': 2}",
+                "s['expires'] = '2099-01-01T00:00:00Z'"
+            ])
         let frozen = try device.update()
         #expect(frozen.status == 0, "\(frozen.stdoutText)")
         let frozenLater = try device.update(later: "+6d")
@@ -466,8 +491,10 @@ struct TUFCLITests {
         let fleet = try Fleet("slow")
         let device = try fleet.device()
         let started = Date()
-        let result = try CLI.run(["tuf", "refresh", "--metadata-dir", device.metadata, "--metadata-url", "http://127.0.0.1:\(line)/metadata/",
-                                  "--allow-http", "--max-time", "3", "--json"])
+        let result = try CLI.run([
+            "tuf", "refresh", "--metadata-dir", device.metadata, "--metadata-url", "http://127.0.0.1:\(line)/metadata/",
+            "--allow-http", "--max-time", "3", "--json"
+        ])
         #expect(result.status == 5 && Self.code(result) == "network-error", "\(result.stdoutText)")
         #expect(Date().timeIntervalSince(started) < 15)
     }
@@ -488,13 +515,17 @@ struct TUFCLITests {
         try #require(made.status == 0, "\(made.stderr)")
         let metadata = work.file("metadata")
         #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, repo + "/metadata/1.root.json"]).status == 0)
-        let update = try CLI.run(["update", "--repository", server.url("pyrepo/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
-                                  "--dest", work.file("app"), "--tls-ca", server.root, "--json"])
+        let update = try CLI.run([
+            "update", "--repository", server.url("pyrepo/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
+            "--dest", work.file("app"), "--tls-ca", server.root, "--json"
+        ])
         #expect(update.status == 0, "\(update.stderr)")
         #expect(try update.json()["role"] as? String == "apps")
         #expect((try? String(contentsOfFile: work.file("app/a.txt"), encoding: .utf8)) == "from python-tuf\n")
-        let download = try CLI.run(["tuf", "download", "--metadata-dir", metadata, "--metadata-url", server.url("pyrepo/metadata/"),
-                                    "--target-name", "readme.txt", "--target-dir", work.path, "--tls-ca", server.root, "--json"])
+        let download = try CLI.run([
+            "tuf", "download", "--metadata-dir", metadata, "--metadata-url", server.url("pyrepo/metadata/"),
+            "--target-name", "readme.txt", "--target-dir", work.path, "--tls-ca", server.root, "--json"
+        ])
         #expect(download.status == 0, "\(download.stderr)")
         #expect((try? String(contentsOfFile: work.file("readme.txt"), encoding: .utf8)) == "read me\n")
     }
@@ -504,8 +535,11 @@ struct TUFCLITests {
         let fleet = try Fleet("to-python")
         try fleet.release(1)
         let out = fleet.work.file("python")
-        let result = try Self.python(["ngclient", fleet.metadataURL, fleet.server.url(fleet.name + "/targets/"), fleet.repo + "/metadata/1.root.json",
-                                      "app-1.zip", out], environment: ["SSL_CERT_FILE": fleet.server.root])
+        let result = try Self.python(
+            [
+                "ngclient", fleet.metadataURL, fleet.server.url(fleet.name + "/targets/"), fleet.repo + "/metadata/1.root.json",
+                "app-1.zip", out
+            ], environment: ["SSL_CERT_FILE": fleet.server.root])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try result.json()
         let custom = (report["custom"] as? [String: Any])?["signet"] as? [String: Any]
@@ -519,19 +553,20 @@ struct TUFCLITests {
         let server = try Self.shared.get()
         let work = try TemporaryDirectory()
         let d = work.path
-        try Data("directories.tokendir = \(d)/tokens\nobjectstore.backend = file\nlog.level = ERROR\n".utf8).write(to: URL(fileURLWithPath: d + "/softhsm2.conf"))
+        try Data("directories.tokendir = \(d)/tokens\nobjectstore.backend = file\nlog.level = ERROR\n".utf8).write(
+            to: URL(fileURLWithPath: d + "/softhsm2.conf"))
         let environment: [String: String?] = [
             "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
             "SIGNET_PASSPHRASE": "tuf walk-through",
-            "SOFTHSM2_CONF": d + "/softhsm2.conf",
+            "SOFTHSM2_CONF": d + "/softhsm2.conf"
         ]
         let setup = """
-        set -e
-        mkdir -p dist pki tokens
-        echo 'app 1.4.2' > dist/version.txt
-        echo 87654321 > so-pin.txt && echo 1234 > pin.txt && chmod 600 so-pin.txt pin.txt
-        cp '\(server.root)' pki/root.pem
-        """
+            set -e
+            mkdir -p dist pki tokens
+            echo 'app 1.4.2' > dist/version.txt
+            echo 87654321 > so-pin.txt && echo 1234 > pin.txt && chmod 600 so-pin.txt pin.txt
+            cp '\(server.root)' pki/root.pem
+            """
         let prepared = try run("bash", ["-c", setup], environment: environment, directory: d)
         try #require(prepared.status == 0, "\(prepared.stderr)")
         let www = server.www + "/readme-tuf"
@@ -545,8 +580,9 @@ struct TUFCLITests {
         let ran = try run("bash", ["-euo", "pipefail", "-c", moved(try UpdateCLITests.readmeBlock("tuf-repository"))], environment: environment, directory: d)
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         let lines = ran.stdoutText.split(separator: "\n").map(String.init)
-        #expect(lines.contains { $0.hasPrefix("update available") } && lines.contains { $0.hasPrefix("updated") } && lines.contains { $0.hasPrefix("up to date") },
-                "\(ran.stdoutText)")
+        #expect(
+            lines.contains { $0.hasPrefix("update available") } && lines.contains { $0.hasPrefix("updated") } && lines.contains { $0.hasPrefix("up to date") },
+            "\(ran.stdoutText)")
         #expect((try? String(contentsOfFile: d + "/opt/app/version.txt", encoding: .utf8)) == "app 1.4.2\n")
 
         try Data("app 1.5.0\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
@@ -556,12 +592,16 @@ struct TUFCLITests {
         let root = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: d + "/var/lib/signet/tuf/app/root.json"))) as? [String: Any]
         #expect((root?["signed"] as? [String: Any])?["version"] as? Int == 2)
         // Bob's stolen key no longer counts towards a release.
-        let staged = "signet pack dist --key release-alice/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version 1.6.0 --sequence 160 --out app-1.6.0.zip && signet repo add \(www) app-1.6.0.zip --channel stable"
+        let staged =
+            "signet pack dist --key release-alice/private_key.pem --passphrase-env SIGNET_PASSPHRASE --name app --version 1.6.0 --sequence 160 --out app-1.6.0.zip && signet repo add \(www) app-1.6.0.zip --channel stable"
         #expect(try run("bash", ["-euo", "pipefail", "-c", staged], environment: environment, directory: d).status == 0)
         let digest = try CLI.run(["repo", "status", www, "--staged-digest", "targets"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
-        let bob = try CLI.run(["repo", "sign", www, "--role", "targets", "--key", d + "/release-bob/private_key.pem", "--passphrase-env", "SIGNET_PASSPHRASE",
-                               "--digest", digest, "--json"],
-                              environment: environment)
+        let bob = try CLI.run(
+            [
+                "repo", "sign", www, "--role", "targets", "--key", d + "/release-bob/private_key.pem", "--passphrase-env", "SIGNET_PASSPHRASE",
+                "--digest", digest, "--json"
+            ],
+            environment: environment)
         #expect(bob.status == 3 && Self.code(bob) == "untrusted-signer", "\(bob.stdoutText)")
         try FileManager.default.removeItem(atPath: www + "/staging/targets.json")
 
@@ -575,4 +615,3 @@ struct TUFCLITests {
         #expect(FileManager.default.fileExists(atPath: www + "/metadata/4.root.json") && !FileManager.default.fileExists(atPath: www + "/staging/root.json"))
     }
 }
-

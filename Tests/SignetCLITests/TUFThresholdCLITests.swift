@@ -16,7 +16,9 @@ struct TUFThresholdCLITests {
     /// Point 6: `--tuf-metadata` trusted every targets key alone. Point 4: `update` read a
     /// package bounded only by --max-download-size. Point 9: `tuf init` replaced a trusted root
     /// v2 with v1 silently.
-    @Test("2-of-2 targets: a package one targets key signed is refused offline; a target grown on the server is stopped at its signed length; tuf init never moves the root back")
+    @Test(
+        "2-of-2 targets: a package one targets key signed is refused offline; a target grown on the server is stopped at its signed length; tuf init never moves the root back"
+    )
     func thresholdOfflineLengthAndRoot() throws {
         let fleet = try Fleet("threshold")
         try fleet.release(1)
@@ -90,7 +92,9 @@ struct TUFThresholdCLITests {
             let tree = work.file("tree-\(sequence)")
             try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
             try Data(text.utf8).write(to: URL(fileURLWithPath: tree + "/a.txt"))
-            let packed = try CLI.run(["pack", tree, "--key", repo + "/keys/apps.pem", "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out])
+            let packed = try CLI.run([
+                "pack", tree, "--key", repo + "/keys/apps.pem", "--name", "app", "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out
+            ])
             guard packed.status == 0 else { throw SupportError("pack: \(packed.stderr)") }
         }
         let package = work.file("app-5.zip"), hijack = work.file("tool.zip")
@@ -102,10 +106,15 @@ struct TUFThresholdCLITests {
         func device(_ label: String) throws -> (metadata: String, update: () throws -> ProcessResult) {
             let metadata = work.file(label + "/metadata"), dest = work.file(label + "/app")
             #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, repo + "/metadata/1.root.json"]).status == 0)
-            return (metadata, {
-                try CLI.run(["update", "--repository", server.url("hijack/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
-                             "--dest", dest, "--tls-ca", server.root, "--json"])
-            })
+            return (
+                metadata,
+                {
+                    try CLI.run([
+                        "update", "--repository", server.url("hijack/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
+                        "--dest", dest, "--tls-ca", server.root, "--json"
+                    ])
+                }
+            )
         }
         let first = try device("first")
         let update = try first.update()
@@ -132,7 +141,8 @@ struct TUFThresholdCLITests {
 
     /// Length, SHA-256 and manifest SHA-256 of a package file, as a targets entry states them.
     static func entry(_ package: String) throws -> (length: Int, sha256: String, manifest: String) {
-        let script = "import hashlib, os, sys, zipfile; p = sys.argv[1]; print(os.path.getsize(p), hashlib.sha256(open(p, 'rb').read()).hexdigest(), hashlib.sha256(zipfile.ZipFile(p).read('.signet/manifest.json')).hexdigest())"
+        let script =
+            "import hashlib, os, sys, zipfile; p = sys.argv[1]; print(os.path.getsize(p), hashlib.sha256(open(p, 'rb').read()).hexdigest(), hashlib.sha256(zipfile.ZipFile(p).read('.signet/manifest.json')).hexdigest())"
         let parts = try run("python3", ["-c", script, package]).stdoutText.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
         guard parts.count == 3, let length = Int(parts[0]) else { throw SupportError("entry of \(package)") }
         return (length, parts[1], parts[2])
@@ -140,7 +150,9 @@ struct TUFThresholdCLITests {
 
     /// Point 1: the second targets holder signed blind. One holder stages a reviewed release,
     /// signs it, then points the staged entry at another package signed with their own key.
-    @Test("a co-signer signs only what they reviewed: a staged file changed after review, a package that does not match its file, or an unannounced delegation is refused; the root the same; the honest flow publishes")
+    @Test(
+        "a co-signer signs only what they reviewed: a staged file changed after review, a package that does not match its file, or an unannounced delegation is refused; the root the same; the honest flow publishes"
+    )
     func noBlindSigning() throws {
         let fleet = try Fleet("review")
         try fleet.release(1)
@@ -165,18 +177,23 @@ struct TUFThresholdCLITests {
         let (length, sha256, manifest) = try Self.entry(evil)
         try FileManager.default.copyItem(atPath: evil, toPath: fleet.repo + "/targets/\(sha256).app-2.zip")
         func resignStaged(_ edits: [String], keys: [String] = ["rel1"]) throws {
-            let result = try TUFCLITests.python(["resign", staging, fleet.repo + "/metadata/1.root.json", staging] + keys.map(fleet.priv) + edits.flatMap { ["--edit", $0] })
+            let result = try TUFCLITests.python(
+                ["resign", staging, fleet.repo + "/metadata/1.root.json", staging] + keys.map(fleet.priv) + edits.flatMap { ["--edit", $0] })
             guard result.status == 0 else { throw SupportError("resign: \(result.stderr)") }
         }
         let entry = "s['targets']['app-2.zip']"
-        try resignStaged(["\(entry)['length'] = \(length)", "\(entry)['hashes']['sha256'] = '\(sha256)'",
-                          "\(entry)['custom']['signet']['manifest_sha256'] = '\(manifest)'"])
+        try resignStaged([
+            "\(entry)['length'] = \(length)", "\(entry)['hashes']['sha256'] = '\(sha256)'",
+            "\(entry)['custom']['signet']['manifest_sha256'] = '\(manifest)'"
+        ])
 
         // Bob reviews: status shows the staged entry (the other manifest), not the published list.
         let status = try fleet.check(CLI.run(["repo", "status", fleet.repo, "--json"])).json()
         let staged = (status["staged"] as? [[String: Any]])?.first { $0["role"] as? String == "targets" }
         let change = (staged?["targets"] as? [[String: Any]])?.first { ($0["staged"] as? [String: Any])?["target"] as? String == "app-2.zip" }
-        #expect(change?["change"] as? String == "added" && (change?["staged"] as? [String: Any])?["manifest_sha256"] as? String == manifest, "\(String(describing: staged))")
+        #expect(
+            change?["change"] as? String == "added" && (change?["staged"] as? [String: Any])?["manifest_sha256"] as? String == manifest,
+            "\(String(describing: staged))")
         #expect(staged?["digest"] as? String != announced)
         let text = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
         #expect(text.contains("manifest sha256 \(manifest)") && text.contains("digest"), "\(text)")
@@ -191,11 +208,14 @@ struct TUFThresholdCLITests {
         // An entry whose manifest SHA-256 is not its file's: refused whatever the digest.
         try resignStaged(["\(entry)['custom']['signet']['manifest_sha256'] = '\(String(repeating: "0", count: 64))'"])
         let mismatch = try fleet.sign("targets", "rel2", ["--accept-unrecognized"])
-        #expect(mismatch.status == 1 && mismatch.stderr.contains("do not match their files") && mismatch.stderr.contains("manifest SHA-256"), "\(mismatch.stderr)")
+        #expect(
+            mismatch.status == 1 && mismatch.stderr.contains("do not match their files") && mismatch.stderr.contains("manifest SHA-256"), "\(mismatch.stderr)")
 
         // A delegation to a key only Alice has: shown, and refused unless accepted on purpose.
-        try resignStaged(["\(entry)['custom']['signet']['manifest_sha256'] = '\(manifest)'",
-                          "s['delegations'] = {'keys': {}, 'roles': [{'name': 'mine', 'keyids': [], 'threshold': 1, 'terminating': False, 'paths': ['*']}]}"])
+        try resignStaged([
+            "\(entry)['custom']['signet']['manifest_sha256'] = '\(manifest)'",
+            "s['delegations'] = {'keys': {}, 'roles': [{'name': 'mine', 'keyids': [], 'threshold': 1, 'terminating': False, 'paths': ['*']}]}"
+        ])
         let delegated = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
         #expect(delegated.contains("delegation: staged delegations: 'mine' for *") && delegated.contains("PROBLEM (unrecognized)"), "\(delegated)")
         let refusedDelegation = try fleet.sign("targets", "rel2")
@@ -206,8 +226,10 @@ struct TUFThresholdCLITests {
         let rootDigest = try fleet.digest("root")
         try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "root", "--key", fleet.priv("root1"), "--digest", rootDigest]))
         let stagedRoot = fleet.repo + "/staging/root.json"
-        let edited = try TUFCLITests.python(["resign", stagedRoot, fleet.repo + "/metadata/1.root.json", stagedRoot, fleet.priv("root1"),
-                                             "--edit", "s['roles']['targets']['threshold'] = 1"])
+        let edited = try TUFCLITests.python([
+            "resign", stagedRoot, fleet.repo + "/metadata/1.root.json", stagedRoot, fleet.priv("root1"),
+            "--edit", "s['roles']['targets']['threshold'] = 1"
+        ])
         try #require(edited.status == 0, "\(edited.stderr)")
         let rootStatus = try fleet.check(CLI.run(["repo", "status", fleet.repo])).stdoutText
         #expect(rootStatus.contains("role targets: 1 of"), "\(rootStatus)")
@@ -221,11 +243,15 @@ struct TUFThresholdCLITests {
         try fleet.check(CLI.run(["repo", "add", fleet.repo, honest, "--channel", "stable"]))
         try fleet.check(fleet.sign("targets", "rel1"))
         // Alice again (issue 49, point 15): already signed by this key, it counts once.
-        let again = try fleet.check(CLI.run(["repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1"),
-                                             "--digest", try fleet.digest("targets")]))
+        let again = try fleet.check(
+            CLI.run([
+                "repo", "sign", fleet.repo, "--role", "targets", "--key", fleet.priv("rel1"),
+                "--digest", try fleet.digest("targets")
+            ]))
         #expect(again.stdoutText.contains("already signed by this key") && again.stdoutText.contains("1 of 2"), "\(again.stdoutText)")
         let againJSON = try fleet.check(fleet.sign("targets", "rel1")).json()
-        #expect(againJSON["already_signed"] as? Bool == true && againJSON["signatures"] as? Int == 1 && againJSON["published"] as? Bool == false, "\(againJSON)")
+        #expect(
+            againJSON["already_signed"] as? Bool == true && againJSON["signatures"] as? Int == 1 && againJSON["published"] as? Bool == false, "\(againJSON)")
         let second = try fleet.check(fleet.sign("targets", "rel2")).json()
         #expect(second["already_signed"] as? Bool == false && second["published"] as? Bool == true, "\(second)")
         try fleet.refresh()
@@ -244,7 +270,7 @@ struct TUFThresholdCLITests {
         try Data("app 1.0.0\n".utf8).write(to: URL(fileURLWithPath: d + "/dist/version.txt"))
         let environment: [String: String?] = [
             "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
-            "SIGNET_PASSPHRASE": "one key",
+            "SIGNET_PASSPHRASE": "one key"
         ]
         let www = server.www + "/one-key-\(getpid())"
         let block = try UpdateCLITests.readmeBlock("tuf-one-key").replacingOccurrences(of: "/srv/www/app", with: www)
@@ -254,8 +280,10 @@ struct TUFThresholdCLITests {
         #expect(ran.stderr.contains("whoever steals it owns every device"), "\(ran.stderr)")
         let metadata = d + "/metadata"
         #expect(try CLI.run(["tuf", "init", "--metadata-dir", metadata, www + "/metadata/1.root.json"]).status == 0)
-        let update = try CLI.run(["update", "--repository", server.url("one-key-\(getpid())/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
-                                  "--dest", d + "/app", "--tls-ca", server.root, "--json"])
+        let update = try CLI.run([
+            "update", "--repository", server.url("one-key-\(getpid())/metadata/"), "--tuf-metadata", metadata, "--channel", "stable",
+            "--dest", d + "/app", "--tls-ca", server.root, "--json"
+        ])
         #expect(update.status == 0, "\(update.stderr)")
         #expect((try? String(contentsOfFile: d + "/app/version.txt", encoding: .utf8)) == "app 1.0.0\n")
     }

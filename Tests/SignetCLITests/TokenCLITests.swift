@@ -56,15 +56,19 @@ final class SoftToken {
 struct TokenCLITests {
     static let uri = "pkcs11:token=release;object=signing-2026"
 
-    @Test("token signatures are byte-identical to openssl dgst -sign with the same key; PSS verifies with openssl", arguments: [
-        "rsa-pkcs1v15-sha256", "rsa-pkcs1v15-sha384", "rsa-pkcs1v15-sha512", "rsa-pss-sha256",
-    ])
+    @Test(
+        "token signatures are byte-identical to openssl dgst -sign with the same key; PSS verifies with openssl",
+        arguments: [
+            "rsa-pkcs1v15-sha256", "rsa-pkcs1v15-sha384", "rsa-pkcs1v15-sha512", "rsa-pss-sha256"
+        ])
     func byteIdentical(_ algorithm: String) throws {
         let token = try SoftToken()
         let (pem, der) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "01")
         let file = try token.work.directory.writeRandom("data.bin", count: 300_000)
-        let signed = try token.signet(["sign", file, "--key", Self.uri, "--pkcs11-module", token.module,
-                                       "--passphrase-file", token.pinFile, "--algorithm", algorithm])
+        let signed = try token.signet([
+            "sign", file, "--key", Self.uri, "--pkcs11-module", token.module,
+            "--passphrase-file", token.pinFile, "--algorithm", algorithm
+        ])
         #expect(signed.status == 0, "\(signed.stderr)")
         if algorithm.hasPrefix("rsa-pss") {
             let pub = token.work.directory.file("tokenkey.pub.pem")
@@ -93,8 +97,10 @@ struct TokenCLITests {
         let package = token.work.directory.file("app.zip")
         // By id, PIN from the URI's pin-source.
         let uri = "pkcs11:token=release;id=%a1%b2?pin-source=file:\(token.pinFile)"
-        let packed = try token.signet(["pack", root, "--key", uri, "--pkcs11-module", token.module,
-                                       "--name", "app", "--version", "1", "--sequence", "1", "--out", package])
+        let packed = try token.signet([
+            "pack", root, "--key", uri, "--pkcs11-module", token.module,
+            "--name", "app", "--version", "1", "--sequence", "1", "--out", package
+        ])
         #expect(packed.status == 0, "\(packed.stderr)")
         let inspected = try token.signet(["inspect", package, "--pubkey", der, "--json"])
         #expect(try inspected.json()["verdict"] as? String == "valid", "\(inspected.stderr)")
@@ -109,9 +115,12 @@ struct TokenCLITests {
         try token.work.openssl(["dgst", "-sha256", "-sign", pem, "-out", reference, root + "/d1/f5.txt"])
         #expect(sig.stdout == (try contents(reference)))
         // The module from SIGNET_PKCS11_MODULE, the PIN from an environment variable.
-        let again = try token.signet(["sign", root + "/d0/f0.txt", "--key", "pkcs11:token=release;object=signing-2026;id=%a1%b2",
-                                      "--passphrase-env", "TOKEN_PIN"],
-                                     extra: ["SIGNET_PKCS11_MODULE": token.module, "TOKEN_PIN": token.pin])
+        let again = try token.signet(
+            [
+                "sign", root + "/d0/f0.txt", "--key", "pkcs11:token=release;object=signing-2026;id=%a1%b2",
+                "--passphrase-env", "TOKEN_PIN"
+            ],
+            extra: ["SIGNET_PKCS11_MODULE": token.module, "TOKEN_PIN": token.pin])
         #expect(again.status == 0, "\(again.stderr)")
 
         // trust seal signs the seal on the token; a device that requires that seal key accepts it.
@@ -130,8 +139,9 @@ struct TokenCLITests {
         let (pem, _) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "01")
         let file = try token.work.directory.write("f.txt", Data("prompted\n".utf8))
         let script = ptyAnswer
-        let result = try SignetTestSupport.run("python3", ["-c", script, CLI.binary, "sign", file, "--key", Self.uri, "--pkcs11-module", token.module],
-                                               input: Data((token.pin + "\n").utf8), environment: token.environment, timeout: 60)
+        let result = try SignetTestSupport.run(
+            "python3", ["-c", script, CLI.binary, "sign", file, "--key", Self.uri, "--pkcs11-module", token.module],
+            input: Data((token.pin + "\n").utf8), environment: token.environment, timeout: 60)
         #expect(result.status == 0, "\(result.stdoutText) \(result.stderr)")
         #expect(result.stdoutText.contains("token 'release'"), "\(result.stdoutText)")
         #expect(!result.stdoutText.contains(token.pin + "\r"), "the PIN was echoed: \(result.stdoutText)")
@@ -145,8 +155,10 @@ struct TokenCLITests {
         let token = try SoftToken()
         let (pem, der) = try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:3072"], label: "signing-2026", id: "01")
         let out = token.work.directory.file("from-token.der")
-        let shown = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
-                                      "--pubout", out, "--json"])
+        let shown = try token.signet([
+            "key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
+            "--pubout", out, "--json"
+        ])
         #expect(shown.status == 0, "\(shown.stderr)")
         #expect(try contents(out) == contents(der))
         let fromFile = try token.signet(["key", "show", der, "--json"])
@@ -160,12 +172,15 @@ struct TokenCLITests {
         let overKey = try token.signet(["key", "show", pem, "--pubout", pem, "--force"])
         #expect(overKey.status == 2, "\(overKey.stderr)")
         #expect(try String(decoding: contents(pem), as: UTF8.self).contains("PRIVATE KEY"))
-        let overPIN = try token.signet(["key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
-                                        "--pubout", token.pinFile, "--force"])
+        let overPIN = try token.signet([
+            "key", "show", Self.uri, "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
+            "--pubout", token.pinFile, "--force"
+        ])
         #expect(overPIN.status == 2, "\(overPIN.stderr)")
         // The module named by the URI's module-path=, which comes before SIGNET_PKCS11_MODULE.
-        let fromURI = try token.signet(["key", "show", Self.uri + "?module-path=\(token.module)", "--passphrase-file", token.pinFile, "--json"],
-                                       extra: ["SIGNET_PKCS11_MODULE": token.work.directory.file("no-such-module.so")])
+        let fromURI = try token.signet(
+            ["key", "show", Self.uri + "?module-path=\(token.module)", "--passphrase-file", token.pinFile, "--json"],
+            extra: ["SIGNET_PKCS11_MODULE": token.work.directory.file("no-such-module.so")])
         #expect(try fromURI.json()["key_id"] as? String == shown.json()["key_id"] as? String, "\(fromURI.stderr)")
         // No module named anywhere: p11-kit's proxy, which loads SoftHSM2 through its p11-kit entry.
         let proxied = try token.signet(["key", "show", Self.uri, "--passphrase-file", token.pinFile, "--json"])
@@ -174,8 +189,10 @@ struct TokenCLITests {
         let source = try shown.json()["source"] as? String ?? ""
         let serial = source.components(separatedBy: "serial ").last?.trimmingCharacters(in: CharacterSet(charactersIn: ")")) ?? ""
         #expect(!serial.isEmpty, "\(source)")
-        let bySerial = try token.signet(["key", "show", "pkcs11:serial=\(serial);object=signing-2026", "--pkcs11-module", token.module,
-                                         "--passphrase-file", token.pinFile, "--json"])
+        let bySerial = try token.signet([
+            "key", "show", "pkcs11:serial=\(serial);object=signing-2026", "--pkcs11-module", token.module,
+            "--passphrase-file", token.pinFile, "--json"
+        ])
         #expect(try bySerial.json()["key_id"] as? String == shown.json()["key_id"] as? String, "\(bySerial.stderr)")
 
         // A URI naming only the token lists its keys (issue 29), each with the URI for --key.
@@ -197,8 +214,10 @@ struct TokenCLITests {
         #expect(keys.first?["uri"] as? String == "pkcs11:token=release;object=backup%20key;id=%02")
         let human = try token.signet(["key", "show", "pkcs11:token=release", "--pkcs11-module", token.module, "--passphrase-file", token.pinFile])
         #expect(human.status == 0 && human.stdoutText.contains("2 private keys") && human.stdoutText.contains("3072-bit RSA"), "\(human.stdoutText)")
-        let withPubout = try token.signet(["key", "show", "pkcs11:token=release", "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
-                                           "--pubout", token.work.directory.file("x.der")])
+        let withPubout = try token.signet([
+            "key", "show", "pkcs11:token=release", "--pkcs11-module", token.module, "--passphrase-file", token.pinFile,
+            "--pubout", token.work.directory.file("x.der")
+        ])
         #expect(withPubout.status == 2, "\(withPubout.stderr)")
         // Signing with a URI that names no key points at the listing.
         let file = try token.work.directory.write("f.bin", Data("f".utf8))
@@ -206,7 +225,9 @@ struct TokenCLITests {
         #expect(noKey.status == 2 && noKey.stderr.contains("signet key show 'pkcs11:token=release' lists the token's keys"), "\(noKey.stderr)")
     }
 
-    @Test("errors: no token or key (4, listing what exists), wrong PIN (4, tried once: the right PIN still works), no PIN (4), module missing (5), pin-value (2), not RSA or weak (4)")
+    @Test(
+        "errors: no token or key (4, listing what exists), wrong PIN (4, tried once: the right PIN still works), no PIN (4), module missing (5), pin-value (2), not RSA or weak (4)"
+    )
     func errors() throws {
         let token = try SoftToken()
         try token.makeKey("tokenkey", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"], label: "signing-2026", id: "01")

@@ -16,51 +16,63 @@ struct TestPKI {
         try FileManager.default.createDirectory(atPath: dir + "/newcerts", withIntermediateDirectories: true)
         try work.directory.write("pki/index.txt", Data())
         try work.directory.write("pki/serial", Data("1000\n".utf8))
-        try work.directory.write("pki/ca.cnf", Data("""
-        [ca]
-        default_ca = CA_default
-        [CA_default]
-        dir = .
-        database = index.txt
-        new_certs_dir = newcerts
-        serial = serial
-        default_md = sha256
-        policy = policy_any
-        unique_subject = no
-        [policy_any]
-        commonName = supplied
-        organizationName = optional
-        [ca_ext]
-        basicConstraints = critical,CA:TRUE
-        keyUsage = critical,keyCertSign,cRLSign
-        [code_ext]
-        basicConstraints = CA:FALSE
-        keyUsage = critical,digitalSignature
-        extendedKeyUsage = codeSigning
-        [server_ext]
-        basicConstraints = CA:FALSE
-        keyUsage = critical,digitalSignature
-        extendedKeyUsage = serverAuth
+        try work.directory.write(
+            "pki/ca.cnf",
+            Data(
+                """
+                [ca]
+                default_ca = CA_default
+                [CA_default]
+                dir = .
+                database = index.txt
+                new_certs_dir = newcerts
+                serial = serial
+                default_md = sha256
+                policy = policy_any
+                unique_subject = no
+                [policy_any]
+                commonName = supplied
+                organizationName = optional
+                [ca_ext]
+                basicConstraints = critical,CA:TRUE
+                keyUsage = critical,keyCertSign,cRLSign
+                [code_ext]
+                basicConstraints = CA:FALSE
+                keyUsage = critical,digitalSignature
+                extendedKeyUsage = codeSigning
+                [server_ext]
+                basicConstraints = CA:FALSE
+                keyUsage = critical,digitalSignature
+                extendedKeyUsage = serverAuth
 
-        """.utf8))
+                """.utf8))
         func openssl(_ arguments: [String]) throws {
             let result = try SignetTestSupport.run("openssl", arguments, directory: dir)
             guard result.status == 0 else { throw SupportError("openssl \(arguments.prefix(3)) failed: \(result.stderr)") }
         }
         for (name, subject) in [("root", "/CN=Signet Test Root"), ("other-root", "/CN=Unrelated Root")] {
-            try openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "\(name).key", "-subj", subject, "-days", "3650",
-                         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", "\(name).pem"])
+            try openssl([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "\(name).key", "-subj", subject, "-days", "3650",
+                "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", "\(name).pem"
+            ])
             try openssl(["x509", "-in", "\(name).pem", "-outform", "DER", "-out", "\(name).der"])
         }
         try openssl(["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "int.key", "-subj", "/CN=Signet Test Intermediate", "-out", "int.csr"])
-        try openssl(["ca", "-batch", "-notext", "-config", "ca.cnf", "-cert", "root.pem", "-keyfile", "root.key", "-extensions", "ca_ext",
-                     "-days", "3650", "-in", "int.csr", "-out", "int.pem"])
+        try openssl([
+            "ca", "-batch", "-notext", "-config", "ca.cnf", "-cert", "root.pem", "-keyfile", "root.key", "-extensions", "ca_ext",
+            "-days", "3650", "-in", "int.csr", "-out", "int.pem"
+        ])
         try openssl(["x509", "-in", "int.pem", "-outform", "DER", "-out", "int.der"])
         try openssl(["req", "-new", "-key", work.privatePEM, "-passin", "file:" + work.passFile, "-subj", "/CN=Release signer/O=Example", "-out", "leaf.csr"])
-        for (name, extensions, dates) in [("leaf", "code_ext", ["-days", "365"]), ("server-leaf", "server_ext", ["-days", "365"]),
-                                          ("expired-leaf", "code_ext", ["-startdate", "20200101000000Z", "-enddate", "20210101000000Z"])] {
-            try openssl(["ca", "-batch", "-notext", "-config", "ca.cnf", "-cert", "int.pem", "-keyfile", "int.key", "-extensions", extensions,
-                         "-in", "leaf.csr", "-out", "\(name).pem"] + dates)
+        for (name, extensions, dates) in [
+            ("leaf", "code_ext", ["-days", "365"]), ("server-leaf", "server_ext", ["-days", "365"]),
+            ("expired-leaf", "code_ext", ["-startdate", "20200101000000Z", "-enddate", "20210101000000Z"])
+        ] {
+            try openssl(
+                [
+                    "ca", "-batch", "-notext", "-config", "ca.cnf", "-cert", "int.pem", "-keyfile", "int.key", "-extensions", extensions,
+                    "-in", "leaf.csr", "-out", "\(name).pem"
+                ] + dates)
             try openssl(["x509", "-in", "\(name).pem", "-outform", "DER", "-out", "\(name).der"])
         }
     }
@@ -68,14 +80,18 @@ struct TestPKI {
 
 @Suite("Trust policy: certificates, pins, revocation, channels, seals, freshness")
 struct TrustCLITests {
-    static func pack(_ work: Workspace, name: String = "app", sequence: Int = 5, extra: [String] = [], out: String, environment: [String: String?] = [:]) throws {
+    static func pack(_ work: Workspace, name: String = "app", sequence: Int = 5, extra: [String] = [], out: String, environment: [String: String?] = [:]) throws
+    {
         let root = work.directory.file("src")
         if !FileManager.default.fileExists(atPath: root) {
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             try work.directory.write("src/app.conf", Data("setting = 1\n".utf8))
         }
-        let result = try CLI.run(["pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", name, "--version", "v\(sequence)",
-                                  "--sequence", "\(sequence)", "--out", out] + extra, environment: environment)
+        let result = try CLI.run(
+            [
+                "pack", root, "--key", work.privatePEM, "--passphrase-file", work.passFile, "--name", name, "--version", "v\(sequence)",
+                "--sequence", "\(sequence)", "--out", out
+            ] + extra, environment: environment)
         #expect(result.status == 0, "\(result.stderr)")
     }
 
@@ -118,8 +134,10 @@ struct TrustCLITests {
         #expect(try CLI.run(["inspect", noChain, "--ca", pki.root]).status == 3)
         // A certificate for another key is refused at pack time.
         let other = try Workspace()
-        let wrong = try CLI.run(["pack", work.directory.file("src"), "--key", other.privatePEM, "--passphrase-file", other.passFile,
-                                 "--name", "x", "--version", "1", "--out", work.directory.file("w.zip"), "--cert", pki.leaf("leaf")])
+        let wrong = try CLI.run([
+            "pack", work.directory.file("src"), "--key", other.privatePEM, "--passphrase-file", other.passFile,
+            "--name", "x", "--version", "1", "--out", work.directory.file("w.zip"), "--cert", pki.leaf("leaf")
+        ])
         #expect(wrong.status == 2)
         #expect(wrong.stderr.contains("not a certificate for the signing key"))
     }
@@ -190,7 +208,9 @@ struct TrustCLITests {
         let otherSalt = try work.directory.write("other-salt", Data("another secret\n".utf8), mode: 0o600)
         let wrongSalt = try CLI.run(["inspect", release, "--trust-dir", trust, "--trust-salt-file", otherSalt])
         #expect(wrongSalt.status == 3)
-        #expect(wrongSalt.stderr.contains("does not match its seal with this salt") && wrongSalt.stderr.contains("--trust-salt-file is not the salt"), "\(wrongSalt.stderr)")
+        #expect(
+            wrongSalt.stderr.contains("does not match its seal with this salt") && wrongSalt.stderr.contains("--trust-salt-file is not the salt"),
+            "\(wrongSalt.stderr)")
         #expect(!wrongSalt.stderr.contains("was changed ("), "\(wrongSalt.stderr)")
         // An attacker swaps the beta key for their own.
         let attacker = try Workspace()
@@ -248,7 +268,9 @@ struct TrustCLITests {
         #expect(!FileManager.default.fileExists(atPath: work.directory.file("b")))
         #expect(try (JSONSerialization.jsonObject(with: contents(state)) as? [String: Any])?["packages"] as? [String: Int] == ["app": 2])
         #expect(try CLI.run(["unpack", v1, "--dest", work.directory.file("b"), "--pubkey", work.publicDER, "--state", state, "--allow-downgrade"]).status == 0)
-        #expect(try (JSONSerialization.jsonObject(with: contents(state)) as? [String: Any])?["packages"] as? [String: Int] == ["app": 2], "a downgrade does not lower the record")
+        #expect(
+            try (JSONSerialization.jsonObject(with: contents(state)) as? [String: Any])?["packages"] as? [String: Int] == ["app": 2],
+            "a downgrade does not lower the record")
     }
 
     @Test("one verdict, one exit code: a bare package signed by a revoked key is exit 3 in unpack as in verify")
@@ -261,8 +283,10 @@ struct TrustCLITests {
         let revoked = try work.directory.write("revoked.txt", Data("\(work.keyID)\n".utf8))
         let verify = try CLI.run(["verify", file, "--signature", file + ".sig", "--pubkey", work.publicDER, "--revoked", revoked])
         #expect(verify.status == 3, "\(verify.stderr)")
-        let unpack = try CLI.run(["unpack", work.directory.file("bare.zip"), "--bare", "--dest", work.directory.file("app"),
-                                  "--pubkey", work.publicDER, "--revoked", revoked, "--json"])
+        let unpack = try CLI.run([
+            "unpack", work.directory.file("bare.zip"), "--bare", "--dest", work.directory.file("app"),
+            "--pubkey", work.publicDER, "--revoked", revoked, "--json"
+        ])
         #expect(unpack.status == 3, "\(unpack.stderr)")
         #expect((try unpack.json()["error"] as? [String: Any])?["code"] as? String == "untrusted-signer")
     }

@@ -10,7 +10,9 @@ import Glibc
 struct TrustFilesCLITests {
     // MARK: Point 3: files that convey trust must be trustworthy
 
-    @Test("every option that conveys trust refuses a file owned by nobody, a file of mode 0666, and one reached through a folder others can write: exit 5 insecure-file, naming the file and the fix, nothing done", arguments: ["owner", "mode", "folder"])
+    @Test(
+        "every option that conveys trust refuses a file owned by nobody, a file of mode 0666, and one reached through a folder others can write: exit 5 insecure-file, naming the file and the fix, nothing done",
+        arguments: ["owner", "mode", "folder"])
     func untrustworthyTrustFiles(_ flaw: String) throws {
         let work = try Workspace()
         let package = work.directory.file("app.zip")
@@ -24,11 +26,17 @@ struct TrustFilesCLITests {
         try d.write("salt", Data(repeating: 7, count: 32), mode: 0o600)
         try #require(try CLI.run(["unpack", package, "--dest", d.file("other"), "--pubkey", work.publicDER, "--state", d.file("state.json")]).status == 0)
         // A device's trusted TUF metadata, made from a one-key repository's first root.
-        for step in [["repo", "init", d.file("repo"), "--key", work.privatePEM, "--passphrase-file", work.passFile],
-                     ["tuf", "init", "--metadata-dir", d.file("tuf"), d.file("repo/metadata/1.root.json")]] {
+        for step in [
+            ["repo", "init", d.file("repo"), "--key", work.privatePEM, "--passphrase-file", work.passFile],
+            ["tuf", "init", "--metadata-dir", d.file("tuf"), d.file("repo/metadata/1.root.json")]
+        ] {
             try #require(try CLI.run(step).status == 0, "\(step.prefix(2))")
         }
-        try d.write("update.conf", Data("repository = \"https://localhost:9/metadata/\"\ntuf-metadata = \"\(d.file("tuf"))\"\nchannel = \"stable\"\ndest = \"\(d.file("dest"))\"\n".utf8))
+        try d.write(
+            "update.conf",
+            Data(
+                "repository = \"https://localhost:9/metadata/\"\ntuf-metadata = \"\(d.file("tuf"))\"\nchannel = \"stable\"\ndest = \"\(d.file("dest"))\"\n".utf8
+            ))
         let url = "https://localhost:9/app.zip"
         let dest = d.file("dest")
         // (what is made untrustworthy, the command)
@@ -44,7 +52,7 @@ struct TrustFilesCLITests {
             (work.certificate, ["fetch", url, "--out", d.file("out"), "--tls-cert", work.certificate]),
             (d.file("update.conf"), ["update", "--config", d.file("update.conf")]),
             (d.file("tuf"), ["update", "--config", d.file("update.conf")]),
-            (d.file("tuf/root.json"), ["update", "--config", d.file("update.conf")]),
+            (d.file("tuf/root.json"), ["update", "--config", d.file("update.conf")])
         ]
         for (target, arguments) in cases {
             // Each case starts from trustworthy files: the command works up to the network.
@@ -65,7 +73,9 @@ struct TrustFilesCLITests {
             let shown = "\(flaw) of \((target as NSString).lastPathComponent) for \(arguments[0]) \(arguments.dropFirst().first ?? "")"
             #expect(result.status == 5 && CLIHelpers.errorCode(result) == "insecure-file", "\(shown): \(result.status) \(result.stdoutText) \(result.stderr)")
             let fix = flaw == "owner" ? "chown" : "chmod"
-            #expect(result.stderr.contains(fix) && result.stderr.contains(flaw == "folder" ? "open-" : (target as NSString).lastPathComponent), "\(shown): names the file and the fix: \(result.stderr)")
+            #expect(
+                result.stderr.contains(fix) && result.stderr.contains(flaw == "folder" ? "open-" : (target as NSString).lastPathComponent),
+                "\(shown): names the file and the fix: \(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: dest) && !FileManager.default.fileExists(atPath: d.file("out")), "\(shown): nothing done")
             // Back to trustworthy.
             if let moved {
@@ -88,34 +98,35 @@ struct TrustFilesCLITests {
     /// systemd's `SystemCallFilter=@system-service` may, then runs argv[1...]. It checks first
     /// that openat2 is denied, and says so on stderr.
     static let denyOpenat2 = """
-    #include <errno.h>
-    #include <linux/audit.h>
-    #include <linux/filter.h>
-    #include <linux/seccomp.h>
-    #include <stddef.h>
-    #include <stdio.h>
-    #include <sys/prctl.h>
-    #include <sys/syscall.h>
-    #include <unistd.h>
-    int main(int argc, char **argv) {
-        struct sock_filter filter[] = {
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog program = { sizeof filter / sizeof filter[0], filter };
-        if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program)) { perror("seccomp"); return 125; }
-        long r = syscall(SYS_openat2, -100, "/", 0, 0);
-        if (!(r < 0 && errno == EPERM)) { fprintf(stderr, "openat2 not denied\\n"); return 125; }
-        fprintf(stderr, "openat2 denied with EPERM\\n");
-        execv(argv[1], argv + 1);
-        perror("execv");
-        return 126;
-    }
-    """
+        #include <errno.h>
+        #include <linux/audit.h>
+        #include <linux/filter.h>
+        #include <linux/seccomp.h>
+        #include <stddef.h>
+        #include <stdio.h>
+        #include <sys/prctl.h>
+        #include <sys/syscall.h>
+        #include <unistd.h>
+        int main(int argc, char **argv) {
+            struct sock_filter filter[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            };
+            struct sock_fprog program = { sizeof filter / sizeof filter[0], filter };
+            if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program)) { perror("seccomp"); return 125; }
+            long r = syscall(SYS_openat2, -100, "/", 0, 0);
+            if (!(r < 0 && errno == EPERM)) { fprintf(stderr, "openat2 not denied\\n"); return 125; }
+            fprintf(stderr, "openat2 denied with EPERM\\n");
+            execv(argv[1], argv + 1);
+            perror("execv");
+            return 126;
+        }
+        """
 
-    @Test("under a seccomp filter that answers openat2 with EPERM, a ranged update still reuses the unchanged files (the fallback walks one component at a time)")
+    @Test(
+        "under a seccomp filter that answers openat2 with EPERM, a ranged update still reuses the unchanged files (the fallback walks one component at a time)")
     func openat2DeniedWithEPERM() throws {
         let server = try DamagedTransfersCLITests.shared.get()
         let work = try Workspace()
@@ -129,7 +140,8 @@ struct TrustFilesCLITests {
         try CLIHelpers.pack(work, same.merging(["changed.bin": CLIHelpers.randomData(1000)]) { $1 }, sequence: 2, out: server.www + "/seccomp.zip")
         let dest = work.directory.file("app")
         try #require(try CLI.run(["unpack", work.directory.file("v1.zip"), "--dest", dest, "--pubkey", work.publicDER]).status == 0)
-        let result = try run(harness, [CLI.binary, "unpack", server.url("seccomp.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"])
+        let result = try run(
+            harness, [CLI.binary, "unpack", server.url("seccomp.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"])
         #expect(result.stderr.contains("openat2 denied with EPERM"), "the filter is in force: \(result.stderr)")
         #expect(result.status == 0, "\(result.stderr)")
         let transfer = try #require(try result.json()["transfer"] as? [String: Any], "\(result.stdoutText)")

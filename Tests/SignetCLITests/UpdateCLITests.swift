@@ -60,8 +60,11 @@ struct UpdateCLITests {
             let package = work.directory.file("app-\(sequence).zip")
             try check(CLI.run(["pack", tree.path, "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", package] + key))
             try check(CLI.run(["repo", "add", repo, package, "--channel", "stable"] + key))
-            try check(CLI.run(["repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM,
-                               "--passphrase-file", work.passFile]))
+            try check(
+                CLI.run([
+                    "repo", "refresh", repo, "--snapshot-key", work.privatePEM, "--timestamp-key", work.privatePEM,
+                    "--passphrase-file", work.passFile
+                ]))
         }
 
         /// The config lines that name the repository, the device's metadata, DIR and the state.
@@ -80,7 +83,9 @@ struct UpdateCLITests {
         func installedText() -> String? { try? String(contentsOfFile: dest + "/a.txt", encoding: .utf8) }
     }
 
-    @Test("A USB stick: a copy of the repository in a folder (or file://) installs under every TUF check; a changed package, changed metadata and a stale copy are refused, DIR unchanged")
+    @Test(
+        "A USB stick: a copy of the repository in a folder (or file://) installs under every TUF check; a changed package, changed metadata and a stale copy are refused, DIR unchanged"
+    )
     func localMedia() throws {
         let p = try Publisher("update-stick")
         try p.release(1)
@@ -99,8 +104,12 @@ struct UpdateCLITests {
         let config = try p.work.directory.write("app.conf", Data(p.configLines.utf8), mode: 0o600)
         let block = try Self.readmeBlock("usb-stick").replacingOccurrences(of: "/srv/www/app", with: p.repo)
             .replacingOccurrences(of: "/media/stick", with: sticks + "/readme").replacingOccurrences(of: "/etc/signet/update.d/app.conf", with: config)
-        let ran = try SignetTestSupport.run("bash", ["-euo", "pipefail", "-c", block],
-                                            environment: ["PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")])
+        let ran = try SignetTestSupport.run(
+            "bash", ["-euo", "pipefail", "-c", block],
+            environment: [
+                "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":"
+                    + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+            ])
         #expect(ran.status == 0 && p.installedText() == "release 1\n", "\(block)\n\(ran.stdoutText) \(ran.stderr)")
         let one = try copy("one")
         try p.release(2)
@@ -108,7 +117,9 @@ struct UpdateCLITests {
         // Changed metadata (first: a device that verified this version keeps it and reads it no
         // more): the newest targets version edited, its signature no longer covers it.
         let edited = try copy("edited")
-        let versions = try FileManager.default.contentsOfDirectory(atPath: edited + "/metadata").filter { $0.hasSuffix(".targets.json") }.sorted { $0.count < $1.count || ($0.count == $1.count && $0 < $1) }
+        let versions = try FileManager.default.contentsOfDirectory(atPath: edited + "/metadata").filter { $0.hasSuffix(".targets.json") }.sorted {
+            $0.count < $1.count || ($0.count == $1.count && $0 < $1)
+        }
         let newest = edited + "/metadata/" + (try #require(versions.last))
         let text = try String(contentsOfFile: newest, encoding: .utf8).replacingOccurrences(of: "\"stable\"", with: "\"stabl3\"")
         try Data(text.utf8).write(to: URL(fileURLWithPath: newest))
@@ -133,20 +144,24 @@ struct UpdateCLITests {
         #expect(stale.status == 1 && Self.code(stale) == "rollback" && p.installedText() == "release 2\n", "\(stale.stdoutText)")
     }
 
-    @Test("examples/update/app.conf drives a run as written (with issue 52's ima and verity keys added); command-line options override it; an unknown key is exit 2 naming it and its line; an old index key says what replaced it")
+    @Test(
+        "examples/update/app.conf drives a run as written (with issue 52's ima and verity keys added); command-line options override it; an unknown key is exit 2 naming it and its line; an old index key says what replaced it"
+    )
     func configFile() throws {
         let p = try Publisher("update-config")
         try p.release(1)
         try FileManager.default.createDirectory(atPath: p.work.directory.file("opt"), withIntermediateDirectories: true)
         let example = try String(contentsOfFile: Self.repository + "/examples/update/app.conf", encoding: .utf8)
-        let config = example
+        let config =
+            example
             .replacingOccurrences(of: "https://updates.example.com/app/metadata/", with: p.metadataURL)
             .replacingOccurrences(of: "/var/lib/signet/tuf/app", with: p.metadata)
             .replacingOccurrences(of: "/opt/app", with: p.dest)
             .replacingOccurrences(of: "/etc/app/tls-roots.pem", with: p.server.root)
             .replacingOccurrences(of: "/var/lib/signet/app-state.json", with: p.state)
-        #expect(config != example && !config.split(separator: "\n").contains { !$0.hasPrefix("#") && $0.contains("example.com") },
-                "every path of the example's settings is replaced (commented keys may name example hosts)")
+        #expect(
+            config != example && !config.split(separator: "\n").contains { !$0.hasPrefix("#") && $0.contains("example.com") },
+            "every path of the example's settings is replaced (commented keys may name example hosts)")
         let path = p.work.directory.file("app.conf")
         // Issue 52: ima and verity are config keys; verity = "auto" falls back (this package has
         // no fs-verity digests) and says why.
@@ -187,8 +202,10 @@ struct UpdateCLITests {
         try #require(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "the test holds the metadata lock")
         defer { close(fd) }
         let started = Date()
-        let waited = try CLI.run(["update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest,
-                                  "--tls-ca", p.server.root, "--wait", "1", "--json"])
+        let waited = try CLI.run([
+            "update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest,
+            "--tls-ca", p.server.root, "--wait", "1", "--json"
+        ])
         let seconds = Date().timeIntervalSince(started)
         #expect(waited.status == 5, "\(waited.stdoutText)")
         #expect(seconds < 5, "waited \(seconds) s for --wait 1")
@@ -201,8 +218,11 @@ struct UpdateCLITests {
         let runs: [[String]] = [
             ["channel", "sign", "--channel", "stable", "--package", work.file("a.zip"), "--url", "a.zip", "--key", "k.pem", "--out", work.file("i.json")],
             ["update", "https://updates.example.com/stable.json", "--channel", "stable", "--dest", work.file("d"), "--pubkey", "k.der"],
-            ["update", "--repository", "https://updates.example.com/m/", "--tuf-metadata", work.file("m"), "--channel", "stable", "--dest", work.file("d"), "--reseal"],
-            ["unpack", work.file("a.zip"), "--dest", work.file("d"), "--pubkey", "k.der", "--reseal"],
+            [
+                "update", "--repository", "https://updates.example.com/m/", "--tuf-metadata", work.file("m"), "--channel", "stable", "--dest", work.file("d"),
+                "--reseal"
+            ],
+            ["unpack", work.file("a.zip"), "--dest", work.file("d"), "--pubkey", "k.der", "--reseal"]
         ]
         for arguments in runs {
             let result = try CLI.run(arguments)
@@ -222,14 +242,19 @@ struct UpdateCLITests {
         let verified = try run(Self.repository + "/scripts/verify-units.sh", [], environment: ["SIGNET_BINARY": CLI.binary])
         #expect(verified.status == 0, "\(verified.stderr)")
         let service = try String(contentsOfFile: Self.repository + "/packaging/systemd/signet-update@.service", encoding: .utf8)
-        for setting in ["ProtectSystem=strict", "NoNewPrivileges=yes", "ReadWritePaths=/var/lib/signet", "ExecStart=/usr/bin/signet update --config /etc/signet/update.d/%i.conf"] {
+        for setting in [
+            "ProtectSystem=strict", "NoNewPrivileges=yes", "ReadWritePaths=/var/lib/signet",
+            "ExecStart=/usr/bin/signet update --config /etc/signet/update.d/%i.conf"
+        ] {
             #expect(service.contains(setting), "\(setting)")
         }
         let timer = try String(contentsOfFile: Self.repository + "/packaging/systemd/signet-update@.timer", encoding: .utf8)
         #expect(timer.contains("RandomizedDelaySec=") && timer.contains("Persistent=true"))
     }
 
-    @Test("a sealed DIR is never left unsealed: a package without a seal is refused (exit 5, DIR unchanged); a publisher-sealed tree installs with --trust-seal-key and reverifies")
+    @Test(
+        "a sealed DIR is never left unsealed: a package without a seal is refused (exit 5, DIR unchanged); a publisher-sealed tree installs with --trust-seal-key and reverifies"
+    )
     func sealedDestination() throws {
         let w = try Workspace()
         let salt = w.directory.file("salt")
@@ -245,8 +270,10 @@ struct UpdateCLITests {
                 #expect(try CLI.run(["trust", "seal", tree.path, "--key", sealKey, "--passphrase-file", w.passFile]).status == 0)
             }
             let out = w.directory.file("trust-\(sequence).zip")
-            let packed = try CLI.run(["pack", tree.path, "--key", w.privatePEM, "--passphrase-file", w.passFile, "--name", "app-trust",
-                                      "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out])
+            let packed = try CLI.run([
+                "pack", tree.path, "--key", w.privatePEM, "--passphrase-file", w.passFile, "--name", "app-trust",
+                "--version", "\(sequence)", "--sequence", "\(sequence)", "--out", out
+            ])
             guard packed.status == 0 else { throw SupportError("pack: \(packed.stderr)") }
             return out
         }
@@ -259,8 +286,10 @@ struct UpdateCLITests {
         #expect(before == [".signet-trust", "release.der"], "\(before)")
 
         // Installed as it is, the sealed directory would be left unsealed: exit 5, unchanged.
-        let unsealed = try CLI.run(["unpack", try package(2, ["release.der": w.publicDER]), "--dest", trust, "--trust-dir", trust,
-                                    "--trust-salt-file", salt, "--json"])
+        let unsealed = try CLI.run([
+            "unpack", try package(2, ["release.der": w.publicDER]), "--dest", trust, "--trust-dir", trust,
+            "--trust-salt-file", salt, "--json"
+        ])
         #expect(unsealed.status == 5 && Self.code(unsealed) == "destination-refused", "\(unsealed.stderr)")
         #expect(unsealed.stderr.contains("signet trust seal") && !unsealed.stderr.contains("--reseal"), "\(unsealed.stderr)")
         #expect(try listing() == before)

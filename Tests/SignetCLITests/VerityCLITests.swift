@@ -6,7 +6,9 @@ import SignetTestSupport
 /// the signed manifest.
 @Suite("pack --verity: fs-verity digests in the manifest")
 struct VerityCLITests {
-    @Test("each file's verity digest is what fsverity digest says of it (empty, small, chunked and deflated files); without --verity there is none; such a package installs as any other")
+    @Test(
+        "each file's verity digest is what fsverity digest says of it (empty, small, chunked and deflated files); without --verity there is none; such a package installs as any other"
+    )
     func packRecordsDigests() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -35,7 +37,9 @@ struct VerityCLITests {
     /// Whether this machine's temporary filesystem takes fs-verity files (`fsverity enable`, the
     /// reference tool): the kernel and the filesystem both must. CI's and this project's
     /// machines answer no; the VM suite's guest answers yes (scripts/vm, ext4 -O verity).
-    @Test("a package whose signed fs-verity digest does not match its file is refused by inspect, repo add and every install without --verity — streamed, shared with DIR, or copied from DIR over ranges (modified, naming the file), checked in the same read; the honest one verifies")
+    @Test(
+        "a package whose signed fs-verity digest does not match its file is refused by inspect, repo add and every install without --verity — streamed, shared with DIR, or copied from DIR over ranges (modified, naming the file), checked in the same read; the honest one verifies"
+    )
     func wrongDigestRefused() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -47,7 +51,8 @@ struct VerityCLITests {
         let forged = work.directory.file("forged.zip")
         try Self.forgeVerity(of: "b.bin", in: package, out: forged, work: work)
         let inspected = try CLI.run(["inspect", forged, "--pubkey", work.publicDER])
-        #expect(inspected.status == 1 && inspected.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(inspected.stdoutText) \(inspected.stderr)")
+        #expect(
+            inspected.status == 1 && inspected.stderr.contains("'b.bin' does not match the fs-verity digest"), "\(inspected.stdoutText) \(inspected.stderr)")
         let site = work.directory.file("site")
         #expect(try CLI.run(["repo", "init", site, "--key", work.privatePEM, "--passphrase-file", work.passFile]).status == 0)
         let added = try CLI.run(["repo", "add", site, forged, "--channel", "stable"])
@@ -104,7 +109,9 @@ struct VerityCLITests {
         return try run(try which("fsverity"), ["enable", probe]).status == 0
     }
 
-    @Test("unpack --verity: refused before anything is written where the filesystem has no fs-verity (or, where it has, each file measures as the manifest says); --verity-auto installs and says why not; a package packed without digests is refused by --verity")
+    @Test(
+        "unpack --verity: refused before anything is written where the filesystem has no fs-verity (or, where it has, each file measures as the manifest says); --verity-auto installs and says why not; a package packed without digests is refused by --verity"
+    )
     func unpackVerity() throws {
         let work = try Workspace()
         let tree = try TemporaryDirectory()
@@ -127,7 +134,9 @@ struct VerityCLITests {
             #expect(strict.stderr.contains("does not take fs-verity files") && strict.stderr.contains("--verity-auto"), "\(strict.stderr)")
             #expect((try strict.json()["error"] as? [String: Any])?["code"] as? String == "verity-unsupported", "\(strict.stdoutText)")
             #expect(!FileManager.default.fileExists(atPath: dest), "nothing is written")
-            #expect(try FileManager.default.contentsOfDirectory(atPath: work.path).allSatisfy { !$0.contains("signet-staging") && !$0.hasPrefix(".app") }, "no staging is left")
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: work.path).allSatisfy { !$0.contains("signet-staging") && !$0.hasPrefix(".app") },
+                "no staging is left")
             let auto = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER, "--verity-auto", "--json"])
             #expect(auto.status == 0, "\(auto.stderr)")
             let verity = try #require(try auto.json()["verity"] as? [String: Any])
@@ -143,10 +152,14 @@ struct VerityCLITests {
         #expect(!FileManager.default.fileExists(atPath: other))
         let fallback = try CLI.run(["unpack", plain, "--dest", other, "--pubkey", work.publicDER, "--verity-auto", "--json"])
         #expect(fallback.status == 0)
-        #expect(((try fallback.json()["verity"] as? [String: Any])?["not_used"] as? String)?.contains("pack it with signet pack --verity") == true, "\(fallback.stdoutText)")
+        #expect(
+            ((try fallback.json()["verity"] as? [String: Any])?["not_used"] as? String)?.contains("pack it with signet pack --verity") == true,
+            "\(fallback.stdoutText)")
     }
 
-    @Test("key show --ima-cert: the certificate's subject key identifier ends in the key id of unpack --ima's signatures and of evmctl's --keyid-from-cert; evmctl verifies the installed files with it")
+    @Test(
+        "key show --ima-cert: the certificate's subject key identifier ends in the key id of unpack --ima's signatures and of evmctl's --keyid-from-cert; evmctl verifies the installed files with it"
+    )
     func imaCertificate() throws {
         let work = try Workspace()
         let certificate = work.directory.file("ima.der")
@@ -155,7 +168,9 @@ struct VerityCLITests {
         let keyID = try #require(try shown.json()["ima_keyid"] as? String)
         #expect(keyID.count == 8)
         // What OpenSSL reads in it: an end-entity code-signing certificate, its SKID ending in the id.
-        let text = try work.openssl(["x509", "-inform", "DER", "-in", certificate, "-noout", "-ext", "subjectKeyIdentifier,basicConstraints,keyUsage,extendedKeyUsage"]).stdoutText
+        let text = try work.openssl([
+            "x509", "-inform", "DER", "-in", certificate, "-noout", "-ext", "subjectKeyIdentifier,basicConstraints,keyUsage,extendedKeyUsage"
+        ]).stdoutText
         let skid = text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.count == 59 && $0.filter { $0 == ":" }.count == 19 }
         #expect(skid.map { $0.replacingOccurrences(of: ":", with: "").lowercased().hasSuffix(keyID) } == true, "\(text)")
         #expect(text.contains("CA:FALSE") && text.contains("Digital Signature") && text.contains("Code Signing"), "\(text)")

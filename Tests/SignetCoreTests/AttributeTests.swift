@@ -11,7 +11,7 @@ struct AttributeTests {
         let file = try InputFile.open(try directory.write("f", Data("x".utf8)), what: "file", followSymlinks: false)
         let fd = file.descriptor
         #expect(try ExtendedAttributes.get("user.absent", on: fd).get() == nil, "ENODATA is absent, not an error")
-        let large = (0..<3000).map { UInt8(truncatingIfNeeded: $0) }     // larger than the first 1 KiB buffer
+        let large = (0..<3000).map { UInt8(truncatingIfNeeded: $0) } // larger than the first 1 KiB buffer
         try ExtendedAttributes.set("user.big", large, on: fd).get()
         try ExtendedAttributes.set("user.small", [1, 2, 3], on: fd).get()
         #expect(try ExtendedAttributes.get("user.big", on: fd).get() == large)
@@ -21,7 +21,7 @@ struct AttributeTests {
         let names = try ExtendedAttributes.list(on: fd).get()
         #expect(names.contains("user.big") && names.contains("user.small"))
         try ExtendedAttributes.remove("user.big", on: fd).get()
-        try ExtendedAttributes.remove("user.big", on: fd).get()        // removing again is fine
+        try ExtendedAttributes.remove("user.big", on: fd).get() // removing again is fine
         #expect(try ExtendedAttributes.get("user.big", on: fd).get() == nil)
         #expect(try !ExtendedAttributes.list(on: fd).get().contains("user.big"))
     }

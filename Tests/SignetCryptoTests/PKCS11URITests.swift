@@ -6,7 +6,9 @@ import Testing
 struct PKCS11URITests {
     @Test("attributes, percent-encoding, id bytes, pin-source and module-path")
     func parses() throws {
-        let uri = try PKCS11URI("pkcs11:token=My%20Token;object=signing-2026;id=%01%FF;serial=abc;slot-id=7;type=private;x-vendor=1?pin-source=file:///run/pin&module-path=/usr/lib/m.so")
+        let uri = try PKCS11URI(
+            "pkcs11:token=My%20Token;object=signing-2026;id=%01%FF;serial=abc;slot-id=7;type=private;x-vendor=1?pin-source=file:///run/pin&module-path=/usr/lib/m.so"
+        )
         #expect(uri.token == "My Token")
         #expect(uri.object == "signing-2026")
         #expect(uri.id == [0x01, 0xff])
@@ -17,12 +19,14 @@ struct PKCS11URITests {
         #expect(try PKCS11URI("pkcs11:object=k?pin-source=/etc/pin").pinSource == "/etc/pin")
     }
 
-    @Test("refused: not pkcs11:, unknown or repeated attributes, bad escapes, pin-value, no key named, type other than private", arguments: [
-        ("file:/k.pem", "pkcs11:"), ("pkcs11:token=a;objcet=k", "objcet"), ("pkcs11:object=a;object=b", "twice"),
-        ("pkcs11:object=%4", "percent"), ("pkcs11:object=%zz", "percent"), ("pkcs11:object=k?pin-value=1234", "pin-value"),
-        ("pkcs11:token=a", "names no key"), ("pkcs11:object=k;type=cert", "type=cert"), ("pkcs11:object=k;slot-id=x", "slot-id"),
-        ("pkcs11:object=k?module-name=softhsm2", "module-path"), ("pkcs11:object=%ff", "UTF-8"), ("pkcs11:object", "without '='"),
-    ])
+    @Test(
+        "refused: not pkcs11:, unknown or repeated attributes, bad escapes, pin-value, no key named, type other than private",
+        arguments: [
+            ("file:/k.pem", "pkcs11:"), ("pkcs11:token=a;objcet=k", "objcet"), ("pkcs11:object=a;object=b", "twice"),
+            ("pkcs11:object=%4", "percent"), ("pkcs11:object=%zz", "percent"), ("pkcs11:object=k?pin-value=1234", "pin-value"),
+            ("pkcs11:token=a", "names no key"), ("pkcs11:object=k;type=cert", "type=cert"), ("pkcs11:object=k;slot-id=x", "slot-id"),
+            ("pkcs11:object=k?module-name=softhsm2", "module-path"), ("pkcs11:object=%ff", "UTF-8"), ("pkcs11:object", "without '='")
+        ])
     func refused(_ text: String, _ words: String) {
         do {
             _ = try PKCS11URI(text)

@@ -24,7 +24,7 @@ struct PrivateKeyTests {
         Case(file: "rsa2048-pkcs1.der", format: .derPKCS1, encrypted: false),
         Case(file: "rsa2048.p12", format: .pkcs12, encrypted: true),
         Case(file: "rsa2048-legacy.p12", format: .pkcs12Legacy, encrypted: true),
-        Case(file: "rsa2048-nopass.p12", format: .pkcs12, encrypted: false),
+        Case(file: "rsa2048-nopass.p12", format: .pkcs12, encrypted: false)
     ]
     static let encrypted = formats.filter(\.encrypted)
 
@@ -87,7 +87,9 @@ struct PrivateKeyTests {
         let file = try directory.write("pass", Data("correct horse battery staple\r\nsecond line ignored\n".utf8), mode: 0o600)
         #expect(try PrivateKey(contentsOf: Fixtures.key("rsa2048.p12"), passphrase: .file(file)).format == .pkcs12)
         setenv("SIGNET_TEST_PASSPHRASE", "correct horse battery staple", 1)
-        #expect(try PrivateKey(contentsOf: Fixtures.key("rsa2048-pkcs8-encrypted.pem"), passphrase: .environment("SIGNET_TEST_PASSPHRASE")).format == .pemPKCS8Encrypted)
+        #expect(
+            try PrivateKey(contentsOf: Fixtures.key("rsa2048-pkcs8-encrypted.pem"), passphrase: .environment("SIGNET_TEST_PASSPHRASE")).format
+                == .pemPKCS8Encrypted)
         let missing = signetError {
             _ = try PrivateKey(contentsOf: Fixtures.key("rsa2048-pkcs8-encrypted.pem"), passphrase: .environment("SIGNET_TEST_UNSET_VARIABLE"))
         }
@@ -95,9 +97,11 @@ struct PrivateKeyTests {
         #expect(missing?.reason.contains("SIGNET_TEST_UNSET_VARIABLE") == true)
     }
 
-    @Test("non-RSA keys are refused by type", arguments: [
-        ("ec-p256-pkcs8.pem", "EC"), ("ec-p256-traditional.pem", "EC"), ("ed25519-pkcs8.pem", "Ed25519"), ("dsa-pkcs8.pem", "DSA"),
-    ])
+    @Test(
+        "non-RSA keys are refused by type",
+        arguments: [
+            ("ec-p256-pkcs8.pem", "EC"), ("ec-p256-traditional.pem", "EC"), ("ed25519-pkcs8.pem", "Ed25519"), ("dsa-pkcs8.pem", "DSA")
+        ])
     func unsupportedType(_ file: String, _ type: String) {
         let error = signetError { _ = try PrivateKey(contentsOf: Fixtures.key(file)) }
         #expect(error?.code == .unsupportedKeyType)
@@ -115,8 +119,9 @@ struct PrivateKeyTests {
         #expect(try PrivateKey(contentsOf: Fixtures.key("rsa1024-pkcs8.pem"), allowWeakKey: true).bits == 1024)
     }
 
-    @Test("a public key or certificate given as the signing key is named as such",
-          arguments: ["rsa2048-spki.der", "rsa2048-spki.pem", "rsa2048-cert.der", "rsa2048-cert.pem", "rsa2048-rsapublickey.pem"])
+    @Test(
+        "a public key or certificate given as the signing key is named as such",
+        arguments: ["rsa2048-spki.der", "rsa2048-spki.pem", "rsa2048-cert.der", "rsa2048-cert.pem", "rsa2048-rsapublickey.pem"])
     func publicGivenAsPrivate(_ file: String) {
         let error = signetError { _ = try PrivateKey(contentsOf: Fixtures.key(file)) }
         #expect(error?.code == .wrongKeyKind)
@@ -138,7 +143,7 @@ struct PrivateKeyTests {
             (truncatedP12, .malformedKey, "not in any format Signet reads", 4),
             (garbage, .malformedKey, "damaged or truncated", 4),
             (directory.path, .malformedInput, "is a directory", 4),
-            (directory.file("missing.pem"), .fileNotFound, "no such file", 5),
+            (directory.file("missing.pem"), .fileNotFound, "no such file", 5)
         ]
         for (path, code, words, exit) in cases {
             let error = signetError { _ = try PrivateKey(contentsOf: path, passphrase: Fixtures.passphrase) }

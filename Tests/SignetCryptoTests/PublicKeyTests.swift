@@ -7,11 +7,13 @@ import SignetCryptoTestSupport
 
 @Suite("Public keys and key ids")
 struct PublicKeyTests {
-    @Test("every public format loads with the same key id openssl computes", arguments: [
-        ("rsa2048-spki.der", KeyFormat.derSPKI), ("rsa2048-spki.pem", .pemSPKI),
-        ("rsa2048-rsapublickey.der", .derRSAPublicKey), ("rsa2048-rsapublickey.pem", .pemRSAPublicKey),
-        ("rsa2048-cert.der", .derCertificate), ("rsa2048-cert.pem", .pemCertificate),
-    ])
+    @Test(
+        "every public format loads with the same key id openssl computes",
+        arguments: [
+            ("rsa2048-spki.der", KeyFormat.derSPKI), ("rsa2048-spki.pem", .pemSPKI),
+            ("rsa2048-rsapublickey.der", .derRSAPublicKey), ("rsa2048-rsapublickey.pem", .pemRSAPublicKey),
+            ("rsa2048-cert.der", .derCertificate), ("rsa2048-cert.pem", .pemCertificate)
+        ])
     func loads(_ file: String, _ format: KeyFormat) throws {
         let key = try PublicKey(contentsOf: Fixtures.key(file))
         #expect(key.format == format)
@@ -22,8 +24,9 @@ struct PublicKeyTests {
         #expect((key.certificateDER != nil) == file.contains("cert"))
     }
 
-    @Test("a private key given as a trusted key is refused with advice",
-          arguments: ["rsa2048-pkcs8.pem", "rsa2048-pkcs1.pem", "rsa2048-pkcs8.der", "rsa2048-pkcs8-encrypted.der", "rsa2048.p12"])
+    @Test(
+        "a private key given as a trusted key is refused with advice",
+        arguments: ["rsa2048-pkcs8.pem", "rsa2048-pkcs1.pem", "rsa2048-pkcs8.der", "rsa2048-pkcs8-encrypted.der", "rsa2048.p12"])
     func privateGivenAsPublic(_ file: String) {
         let error = signetError { _ = try PublicKey(contentsOf: Fixtures.key(file)) }
         #expect(error?.code == .wrongKeyKind)
@@ -51,7 +54,7 @@ struct PublicKeyTests {
             (try directory.write("garbage.pem", Data("-----BEGIN PUBLIC KEY-----\n@@@@\n-----END PUBLIC KEY-----\n".utf8)), .malformedKey),
             (try directory.write("random.bin", Data((0..<300).map { UInt8(truncatingIfNeeded: $0 &* 7) })), .malformedKey),
             (directory.path, .malformedInput),
-            (directory.file("absent.der"), .fileNotFound),
+            (directory.file("absent.der"), .fileNotFound)
         ]
         for (path, code) in cases {
             let error = signetError { _ = try PublicKey(contentsOf: path) }

@@ -32,8 +32,10 @@ struct SigningTests {
         let signature = try Signer(key: Fixtures.signingKey(), algorithm: algorithm).sign(fileAt: file)
         #expect(signature.bytes.count == 256)
         let sigPath = try directory.write("resource.sig", Data(signature.bytes))
-        let result = try run("openssl", ["dgst"] + opensslDigestArguments(algorithm.id)
-            + ["-verify", Fixtures.key("rsa2048-spki.pem"), "-signature", sigPath, file])
+        let result = try run(
+            "openssl",
+            ["dgst"] + opensslDigestArguments(algorithm.id)
+                + ["-verify", Fixtures.key("rsa2048-spki.pem"), "-signature", sigPath, file])
         #expect(result.status == 0, "\(algorithm): \(result.stdoutText) \(result.stderr)")
         #expect(result.stdoutText.contains("Verified OK"))
     }
@@ -43,8 +45,10 @@ struct SigningTests {
         let directory = try TemporaryDirectory()
         let file = try directory.writeRandom("resource.bin", count: 123_457)
         let sigPath = directory.file("openssl.sig")
-        let made = try run("openssl", ["dgst"] + opensslDigestArguments(algorithm.id)
-            + ["-sign", Fixtures.key("rsa2048-pkcs8.pem"), "-out", sigPath, file])
+        let made = try run(
+            "openssl",
+            ["dgst"] + opensslDigestArguments(algorithm.id)
+                + ["-sign", Fixtures.key("rsa2048-pkcs8.pem"), "-out", sigPath, file])
         #expect(made.status == 0, "\(made.stderr)")
         let theirs = Array(try contents(sigPath))
         let verifier = Verifier(policy: try Fixtures.trust("rsa2048-cert.der"))
@@ -62,8 +66,10 @@ struct SigningTests {
         let directory = try TemporaryDirectory()
         let file = try directory.writeRandom("r", count: 5000)
         let reference = try Signer(key: Fixtures.signingKey()).sign(fileAt: file).bytes
-        for name in ["rsa2048-pkcs1.pem", "rsa2048-pkcs8.der", "rsa2048-pkcs1.der", "rsa2048-pkcs1-encrypted.pem",
-                     "rsa2048-pkcs8-encrypted.pem", "rsa2048-pkcs8-encrypted.der", "rsa2048.p12", "rsa2048-legacy.p12", "rsa2048-nopass.p12"] {
+        for name in [
+            "rsa2048-pkcs1.pem", "rsa2048-pkcs8.der", "rsa2048-pkcs1.der", "rsa2048-pkcs1-encrypted.pem",
+            "rsa2048-pkcs8-encrypted.pem", "rsa2048-pkcs8-encrypted.der", "rsa2048.p12", "rsa2048-legacy.p12", "rsa2048-nopass.p12"
+        ] {
             let key = try PrivateKey(contentsOf: Fixtures.key(name), passphrase: Fixtures.passphrase)
             #expect(try Signer(key: key).sign(fileAt: file).bytes == reference, "\(name)")
         }
@@ -180,7 +186,7 @@ struct DamagedKeyTests {
             return value
         }
         var index = 1
-        _ = length(at: &index)   // the SEQUENCE
+        _ = length(at: &index) // the SEQUENCE
         var found: [Range<Int>] = []
         while index < der.count, der[index] == 0x02 {
             index += 1
@@ -191,8 +197,9 @@ struct DamagedKeyTests {
         return found
     }
 
-    @Test("a bit flipped in any number of the key (n, e, d, p, q, dP, dQ, qInv) is refused on load with the reason, as openssl pkey -check refuses it",
-          arguments: ["n", "e", "d", "p", "q", "dP", "dQ", "qInv"])
+    @Test(
+        "a bit flipped in any number of the key (n, e, d, p, q, dP, dQ, qInv) is refused on load with the reason, as openssl pkey -check refuses it",
+        arguments: ["n", "e", "d", "p", "q", "dP", "dQ", "qInv"])
     func everyNumberChecked(_ field: String) throws {
         let directory = try TemporaryDirectory()
         var der = [UInt8](try contents(Fixtures.key("rsa2048-pkcs1.der")))

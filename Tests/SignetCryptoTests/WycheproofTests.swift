@@ -61,7 +61,7 @@ struct WycheproofTests {
         let pem = group.publicKeyPem ?? group.keyPem!
         return [
             try PublicKey(bytes: bytes(hex: der), name: "publicKeyDer", allowWeakKey: true),
-            try PublicKey(bytes: Array(pem.utf8), name: "publicKeyPem", allowWeakKey: true),
+            try PublicKey(bytes: Array(pem.utf8), name: "publicKeyPem", allowWeakKey: true)
         ]
     }
 
@@ -72,7 +72,7 @@ struct WycheproofTests {
         "rsa_signature_8192_sha256_test.json", "rsa_signature_8192_sha384_test.json", "rsa_signature_8192_sha512_test.json",
         "rsa_pss_2048_sha256_mgf1_32_test.json", "rsa_pss_3072_sha256_mgf1_32_test.json", "rsa_pss_4096_sha256_mgf1_32_test.json",
         "rsa_pkcs1_1024_sig_gen_test.json", "rsa_pkcs1_1536_sig_gen_test.json", "rsa_pkcs1_2048_sig_gen_test.json",
-        "rsa_pkcs1_3072_sig_gen_test.json", "rsa_pkcs1_4096_sig_gen_test.json",
+        "rsa_pkcs1_3072_sig_gen_test.json", "rsa_pkcs1_4096_sig_gen_test.json"
     ]
 
     @Test("verification agrees with every valid and invalid vector", arguments: verifyFiles)
@@ -117,7 +117,9 @@ struct WycheproofTests {
                         #expect(result.isValid, "tcId \(test.tcId): the salt-32 variant must verify")
                         salt32 += 1
                     } else {
-                        #expect(!result.isValid, "tcId \(test.tcId): a salt-\(test.comment.contains("s_len") ? test.comment : "0") signature verified as rsa-pss-sha256")
+                        #expect(
+                            !result.isValid,
+                            "tcId \(test.tcId): a salt-\(test.comment.contains("s_len") ? test.comment : "0") signature verified as rsa-pss-sha256")
                     }
                     if test.result == "valid" { validElsewhere += 1 }
                 }
@@ -127,10 +129,12 @@ struct WycheproofTests {
         #expect(salt32 == 2)
     }
 
-    @Test("signing reproduces every PKCS#1 v1.5 vector byte for byte", arguments: [
-        "rsa_pkcs1_1024_sig_gen_test.json", "rsa_pkcs1_1536_sig_gen_test.json", "rsa_pkcs1_2048_sig_gen_test.json",
-        "rsa_pkcs1_3072_sig_gen_test.json", "rsa_pkcs1_4096_sig_gen_test.json",
-    ])
+    @Test(
+        "signing reproduces every PKCS#1 v1.5 vector byte for byte",
+        arguments: [
+            "rsa_pkcs1_1024_sig_gen_test.json", "rsa_pkcs1_1536_sig_gen_test.json", "rsa_pkcs1_2048_sig_gen_test.json",
+            "rsa_pkcs1_3072_sig_gen_test.json", "rsa_pkcs1_4096_sig_gen_test.json"
+        ])
     func sign(_ name: String) throws {
         let file = try Self.load(name)
         var signed = 0
@@ -138,7 +142,7 @@ struct WycheproofTests {
             guard let algorithm = Self.algorithm(file, group) else { continue }
             let keys = [
                 try PrivateKey(bytes: bytes(hex: group.privateKeyPkcs8!), name: "privateKeyPkcs8", allowWeakKey: true),
-                try PrivateKey(bytes: Array(group.privateKeyPem!.utf8), name: "privateKeyPem", allowWeakKey: true),
+                try PrivateKey(bytes: Array(group.privateKeyPem!.utf8), name: "privateKeyPem", allowWeakKey: true)
             ]
             for key in keys {
                 #expect(key.bits == group.keySize)

@@ -89,8 +89,9 @@ struct DownloadTests {
         let (root, package) = try PackageFixture.package(directory)
         try FileManager.default.copyItem(atPath: package, toPath: server.www + "/p.zip")
         let dest = directory.file("installed")
-        let report = try await Installer.installAsync(downloading: server.url("p.zip") + "?token=abc#x", to: dest, policy: PackageFixture.policy,
-                                                 download: try PackageFixture.downloadOptions(server))
+        let report = try await Installer.installAsync(
+            downloading: server.url("p.zip") + "?token=abc#x", to: dest, policy: PackageFixture.policy,
+            download: try PackageFixture.downloadOptions(server))
         #expect(report.files.count == 6)
         for file in report.files {
             #expect(try contents(dest + "/" + file) == contents(root + "/" + file))
@@ -188,7 +189,8 @@ struct DownloadTests {
         let beside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".app.signet-") && !isKeptBesideDestination($0) }
         #expect(beside.isEmpty || beside.allSatisfy { $0.contains("staging") }, "at most the staging kept for the next run: \(beside)")
         // The next run completes.
-        let report = try await Installer.installAsync(downloading: server.url("medium/r.zip"), to: dest, policy: policy, download: try PackageFixture.downloadOptions(server))
+        let report = try await Installer.installAsync(
+            downloading: server.url("medium/r.zip"), to: dest, policy: policy, download: try PackageFixture.downloadOptions(server))
         #expect(report.files.count == 2)
         #expect(try contents(dest + "/large.bin") == large)
     }

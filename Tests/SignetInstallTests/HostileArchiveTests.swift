@@ -96,7 +96,7 @@ struct HostileArchiveTests {
         Case(mutation: "extra-damaged", expected: .error(.malformedArchive, "extra field")),
         // Signed manifests with extreme or ambiguous content.
         Case(mutation: "signed-huge-size", expected: .verdict(.modified, "18446744073709551615")),
-        Case(mutation: "signed-duplicate-key", expected: .error(.malformedManifest, "appears twice")),
+        Case(mutation: "signed-duplicate-key", expected: .error(.malformedManifest, "appears twice"))
     ]
 
     /// A valid package of the fixture key, and the generator's output for `mutation`.
@@ -165,7 +165,7 @@ struct HostileArchiveTests {
     /// record signature), with nothing written.
     static let unpackCases: [Case] = [
         Case(mutation: "deflate-trailing", expected: .error(.malformedArchive, "bytes follow the end of its deflate stream")),
-        Case(mutation: "record-signature", expected: .error(.badSignature, ".signet/signatures.sig")),
+        Case(mutation: "record-signature", expected: .error(.badSignature, ".signet/signatures.sig"))
     ]
 
     @Test("unpack refuses bytes after a deflate stream and a record signature that does not verify, and writes nothing", arguments: unpackCases)

@@ -105,8 +105,9 @@ struct InstallTests {
 
         symlink(empty, directory.file("link"))
         #expect(signetError { _ = try Installer.install(package, to: directory.file("link"), policy: PackageFixture.policy) }?.code == .destinationRefused)
-        #expect(signetError { _ = try Installer.install(package, to: directory.file("link") + "/", policy: PackageFixture.policy) }?.code == .destinationRefused,
-                "a trailing slash must not make the link look like a directory")
+        #expect(
+            signetError { _ = try Installer.install(package, to: directory.file("link") + "/", policy: PackageFixture.policy) }?.code == .destinationRefused,
+            "a trailing slash must not make the link look like a directory")
         try directory.write("file", Data())
         #expect(signetError { _ = try Installer.install(package, to: directory.file("file"), policy: PackageFixture.policy) }?.code == .destinationRefused)
     }
@@ -125,7 +126,9 @@ struct InstallTests {
             #expect(error?.code.name == failure.name, "\(test.mutation): \(error?.description ?? "installed")")
             #expect(error?.code.exitStatus == failure.exitStatus)
         }
-        #expect(try FileManager.default.contentsOfDirectory(atPath: parent).filter { !isKeptBesideDestination($0) }.isEmpty, "\(test.mutation): nothing may be written")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: parent).filter { !isKeptBesideDestination($0) }.isEmpty,
+            "\(test.mutation): nothing may be written")
     }
 
     @Test("a failure half-way leaves the installed tree exactly as it was")
@@ -156,8 +159,13 @@ struct InstallTests {
         let root = directory.file("deep")
         let relative = Array(repeating: "d", count: 2_000).joined(separator: "/") + "/f.txt"
         #expect(relative.utf8.count <= ResourcePath.maximumResourceLength)
-        let made = try run("python3", ["-c", "import os, sys\nos.chdir(sys.argv[1])\nfor part in sys.argv[2].split('/')[:-1]:\n    os.mkdir(part); os.chdir(part)\nopen('f.txt', 'w').write('deep')",
-                                         directory.path, "deep/" + relative])
+        let made = try run(
+            "python3",
+            [
+                "-c",
+                "import os, sys\nos.chdir(sys.argv[1])\nfor part in sys.argv[2].split('/')[:-1]:\n    os.mkdir(part); os.chdir(part)\nopen('f.txt', 'w').write('deep')",
+                directory.path, "deep/" + relative
+            ])
         #expect(made.status == 0, "\(made.stderr)")
         try Data("last\n".utf8).write(to: URL(fileURLWithPath: root + "/z.txt"))
         let package = directory.file("deep.zip")
@@ -182,7 +190,8 @@ struct InstallTests {
         try directory.write("bare/app.conf", Data("key=value\n".utf8))
         try directory.writeRandom("bare/img/logo.png", count: 2000)
         for file in ["app.conf", "img/logo.png"] {
-            #expect(try run("openssl", ["dgst", "-sha256", "-sign", Fixtures.key("rsa2048-pkcs8.pem"), "-out", file + ".sig", file], directory: work).status == 0)
+            #expect(
+                try run("openssl", ["dgst", "-sha256", "-sign", Fixtures.key("rsa2048-pkcs8.pem"), "-out", file + ".sig", file], directory: work).status == 0)
         }
         #expect(try run("zip", ["-q", "-r", directory.file("bare.zip"), "."], directory: work).status == 0)
         var options = InstallOptions()
@@ -196,23 +205,29 @@ struct InstallTests {
         #expect(try run("getfattr", ["--only-values", "-n", "user.signet.sig", dest + "/img/logo.png"]).stdout == (try contents(work + "/img/logo.png.sig")))
 
         // Without --bare it is not a Signet package (exit 1: no manifest).
-        #expect(signetError { _ = try Installer.install(directory.file("bare.zip"), to: directory.file("x"), policy: PackageFixture.policy) }?.code == .packageInvalid)
+        #expect(
+            signetError { _ = try Installer.install(directory.file("bare.zip"), to: directory.file("x"), policy: PackageFixture.policy) }?.code
+                == .packageInvalid)
         // A file without its signature.
         try directory.write("bare/unsigned.txt", Data("no sig".utf8))
         #expect(try run("zip", ["-q", "-r", directory.file("unsigned.zip"), "."], directory: work).status == 0)
-        #expect(signetError { _ = try Installer.install(directory.file("unsigned.zip"), to: directory.file("y"), policy: PackageFixture.policy, options: options) }?.code == .missingSignature)
+        #expect(
+            signetError { _ = try Installer.install(directory.file("unsigned.zip"), to: directory.file("y"), policy: PackageFixture.policy, options: options) }?
+                .code == .missingSignature)
         // A tampered file.
         unlink(work + "/unsigned.txt")
         try directory.write("bare/app.conf", Data("key=evil\n".utf8))
         #expect(try run("zip", ["-q", "-r", directory.file("tampered.zip"), "."], directory: work).status == 0)
-        #expect(signetError { _ = try Installer.install(directory.file("tampered.zip"), to: directory.file("z"), policy: PackageFixture.policy, options: options) }?.code == .badSignature)
+        #expect(
+            signetError { _ = try Installer.install(directory.file("tampered.zip"), to: directory.file("z"), policy: PackageFixture.policy, options: options) }?
+                .code == .badSignature)
         #expect(!FileManager.default.fileExists(atPath: directory.file("y")) && !FileManager.default.fileExists(atPath: directory.file("z")))
     }
 
     @Test("case-insensitive filesystems are known by their statfs type; this one is not one; collisions are found after NFC and folding")
     func caseFolding() throws {
         for type: Int64 in [0x4d44, 0x2011_BAB0, 0x5346_544E, 0xFF53_4D42] { #expect(CaseFolding.ignoresCase(filesystemType: type)) }
-        for type: Int64 in [0xEF53, 0x0102_1994, 0x858458F6, 0x9123683E] { #expect(!CaseFolding.ignoresCase(filesystemType: type)) }
+        for type: Int64 in [0xEF53, 0x0102_1994, 0x8584_58F6, 0x9123_683E] { #expect(!CaseFolding.ignoresCase(filesystemType: type)) }
         #expect(!CaseFolding.ignoresCase(at: NSTemporaryDirectory()))
         #expect(throws: SignetError.self) { try CaseFolding.refuseCollisions(["caf\u{e9}", "CAFE\u{301}"], package: "p") }
         #expect(throws: SignetError.self) { try CaseFolding.refuseCollisions(["a/STRASSE", "A/strasse"], package: "p") }

@@ -19,7 +19,8 @@ struct ReverifyTests {
     static func installed(_ directory: TemporaryDirectory, ima: String? = nil, at dest: String? = nil) throws -> String {
         let root = try PackageFixture.tree(in: directory)
         let package = directory.file("p.zip")
-        _ = try PackageBuilder.pack([root], to: package, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "assets", version: "3.1", sequence: 31))
+        _ = try PackageBuilder.pack(
+            [root], to: package, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "assets", version: "3.1", sequence: 31))
         let target = dest ?? directory.file("app")
         var options = InstallOptions()
         options.imaAttribute = ima
@@ -60,10 +61,11 @@ struct ReverifyTests {
 
         let report = try Reverifier.verifyTree(at: app, policy: Self.policy)
         #expect(!report.isOK)
-        #expect(Self.verdicts(report) == [
-            "readme.txt": "modified", "blob.bin": "missing", "img/extra.png": "added", "run.sh": "attributes-lost",
-            "img/icons/ok.svg": "attributes-lost", "img/photo.jpg": "attributes-lost", "ünï.txt": "attributes-lost",
-        ])
+        #expect(
+            Self.verdicts(report) == [
+                "readme.txt": "modified", "blob.bin": "missing", "img/extra.png": "added", "run.sh": "attributes-lost",
+                "img/icons/ok.svg": "attributes-lost", "img/photo.jpg": "attributes-lost", "ünï.txt": "attributes-lost"
+            ])
         #expect(report.files.first { $0.path == "img/icons/ok.svg" }?.detail.contains("replaced by another signature, truncated or extended") == true)
 
         // --repair restores the four lost attributes (content checked first) and nothing else.
@@ -74,9 +76,15 @@ struct ReverifyTests {
         #expect(repaired.counts[.modified] == 1 && repaired.counts[.missing] == 1 && repaired.counts[.added] == 1)
         let after = try Reverifier.verifyTree(at: app, policy: Self.policy)
         #expect(after.files.filter { $0.verdict == .attributesLost }.isEmpty)
-        #expect(try run("openssl", ["dgst", "-sha256", "-verify", Fixtures.key("rsa2048-spki.pem"), "-signature",
-                                    try directory.write("run.sig", try run("getfattr", ["--only-values", "-n", "user.signet.sig", app + "/run.sh"]).stdout),
-                                    app + "/run.sh"]).status == 0, "the restored attribute is the file's real signature")
+        #expect(
+            try run(
+                "openssl",
+                [
+                    "dgst", "-sha256", "-verify", Fixtures.key("rsa2048-spki.pem"), "-signature",
+                    try directory.write("run.sig", try run("getfattr", ["--only-values", "-n", "user.signet.sig", app + "/run.sh"]).stdout),
+                    app + "/run.sh"
+                ]
+            ).status == 0, "the restored attribute is the file's real signature")
     }
 
     @Test("a tree check compares each user.signet.sig with the recorded one; RSA only where they differ, and every tampering still has its verdict")
@@ -108,8 +116,10 @@ struct ReverifyTests {
         try Data("changed".utf8).write(to: URL(fileURLWithPath: app + "/ünï.txt"))
         unlink(app + "/blob.bin")
         try directory.write("app/new.txt", Data("new".utf8))
-        let expected = ["run.sh": "attributes-lost", "readme.txt": "attributes-lost", "img/photo.jpg": "unsigned",
-                        "ünï.txt": "modified", "blob.bin": "missing", "new.txt": "added", "img/icons/ok.svg": "ok"]
+        let expected = [
+            "run.sh": "attributes-lost", "readme.txt": "attributes-lost", "img/photo.jpg": "unsigned",
+            "ünï.txt": "modified", "blob.bin": "missing", "new.txt": "added", "img/icons/ok.svg": "ok"
+        ]
         let tampered = try Reverifier.verifyTree(at: app, policy: Self.policy)
         #expect(Self.verdicts(tampered) == expected)
         #expect(tampered.files.first { $0.path == "run.sh" }?.detail.contains("does not verify") == true)
@@ -157,7 +167,8 @@ struct ReverifyTests {
             _ = try directory.write("tree/\(name)", Data(content.utf8))
         }
         let package = directory.file("p.zip")
-        _ = try PackageBuilder.pack([directory.file("tree")], to: package, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "fifo", version: "1"))
+        _ = try PackageBuilder.pack(
+            [directory.file("tree")], to: package, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "fifo", version: "1"))
         let app = directory.file("app")
         _ = try Installer.install(package, to: app, policy: Self.policy, options: InstallOptions())
         #expect(try Reverifier.verifyTree(at: app, policy: Self.policy).isOK)

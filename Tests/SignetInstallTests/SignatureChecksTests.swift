@@ -32,9 +32,13 @@ struct SignatureChecksTests {
         _ = try PackageBuilder.pack([tree], to: good, signer: Signer(key: Fixtures.signingKey()), options: PackOptions(name: "checks", version: "1"))
         let bad = directory.file("bad.zip")
         let script = pythonScript("signature_checks_script.py")
-        let result = try run("/usr/bin/env", ["python3", "-c", script, good, bad,
-                                              badSignatures.map(String.init).joined(separator: ","), modified.map(String.init).joined(separator: ","),
-                                              truncated.map(String.init).joined(separator: ",")])
+        let result = try run(
+            "/usr/bin/env",
+            [
+                "python3", "-c", script, good, bad,
+                badSignatures.map(String.init).joined(separator: ","), modified.map(String.init).joined(separator: ","),
+                truncated.map(String.init).joined(separator: ",")
+            ])
         try #require(result.status == 0, "\(result.stderr)")
         return bad
     }
@@ -60,7 +64,7 @@ struct SignatureChecksTests {
         Case(badSignatures: [count - 1], modified: [], first: count - 1, failure: .badSignature),
         // A signature of the wrong length fails without being queued, still in manifest order.
         Case(badSignatures: [40], modified: [], truncated: [300], first: 40, failure: .badSignature),
-        Case(badSignatures: [300], modified: [], truncated: [40], first: 40, failure: .badSignature),
+        Case(badSignatures: [300], modified: [], truncated: [40], first: 40, failure: .badSignature)
     ]
 
     @Test("inspect reports the first failure in manifest order", arguments: cases)

@@ -15,7 +15,8 @@ import SignetCryptoTestSupport
 struct StructuredTests {
     /// Python's plistlib writes `document` (a Python expression) as XML and as binary.
     static func plists(_ document: String, in directory: TemporaryDirectory) throws -> (xml: [UInt8], binary: [UInt8]) {
-        let script = "import plistlib, sys, datetime\nd = \(document)\n"
+        let script =
+            "import plistlib, sys, datetime\nd = \(document)\n"
             + "open(sys.argv[1] + '/x.plist', 'wb').write(plistlib.dumps(d))\n"
             + "open(sys.argv[1] + '/b.plist', 'wb').write(plistlib.dumps(d, fmt=plistlib.FMT_BINARY))\n"
         let made = try run("python3", ["-c", script, directory.path])
@@ -26,7 +27,8 @@ struct StructuredTests {
     @Test("XML and binary forms of one property list read as the same value, every type included")
     func plistForms() throws {
         let directory = try TemporaryDirectory()
-        let (xml, binary) = try Self.plists("""
+        let (xml, binary) = try Self.plists(
+            """
             {"s": "ascii", "u": "\\u00fc\\u2192\\u20ac\\U0001d11e", "i": -5, "big": 2**40, "max": 2**63 - 1, "r": 1.5,
              "t": True, "f": False, "date": datetime.datetime(2026, 1, 2, 3, 4, 5), "data": b"\\x00\\x01\\xff",
              "a": [1, "two", {"three": [3]}], "empty": {}, "none": []}
@@ -146,8 +148,10 @@ struct StructuredTests {
     @Test("the comparison: 1 and 1.0 are one number; NFC and NFD strings differ; arrays by index")
     func comparison() throws {
         func changes(_ old: String, _ new: String, allowed: [String] = []) throws -> [String] {
-            StructuredValue.changes(from: try StructuredValue.json(Array(old.utf8)), to: try StructuredValue.json(Array(new.utf8)),
-                                    allowed: allowed.compactMap(KeyPath.init)).map(\.description)
+            StructuredValue.changes(
+                from: try StructuredValue.json(Array(old.utf8)), to: try StructuredValue.json(Array(new.utf8)),
+                allowed: allowed.compactMap(KeyPath.init)
+            ).map(\.description)
         }
         #expect(try changes(#"{"a": 1, "b": [1, 2]}"#, #"{"b": [1.0, 2], "a": 1.0}"#) == [])
         #expect(try changes(#"{"s": "caf\u00e9"}"#, #"{"s": "cafe\u0301"}"#) == ["s (changed)"])
@@ -172,12 +176,12 @@ struct StructuredTests {
         #expect(StructuredValue.canonicalNumber("1e99999999999999999") == nil)
         #expect(StructuredValue.canonicalNumber("1e") == nil && StructuredValue.canonicalNumber("abc") == nil)
         #expect(StructuredValue.exactDecimal(0.5) == "0.5e0")
-        #expect(StructuredValue.exactDecimal(9007199254740992) == "9007199254740992")
+        #expect(StructuredValue.exactDecimal(9_007_199_254_740_992) == "9007199254740992")
         #expect(StructuredValue.exactDecimal(0.1) == StructuredValue.canonicalNumber("0.1000000000000000055511151231257827021181583404541015625"))
         #expect(StructuredValue.exactDecimal(-1e300).map { $0.hasPrefix("-1") } == true)
         #expect(StructuredValue.exactDecimal(5e-324).map { $0.hasSuffix("e-323") } == true)
         #expect(StructuredValue.real(1.5) == .number("0.15e1"))
-        #expect(StructuredValue.real(9007199254740992) != .number("9007199254740993"))
+        #expect(StructuredValue.real(9_007_199_254_740_992) != .number("9007199254740993"))
         #expect(StructuredValue.real(0.1) != .number("0.1e0"), "0.1 is not exactly a double")
     }
 
@@ -205,7 +209,9 @@ struct StructuredTests {
         let json = "[" + (0..<200_000).map { "{\"k\": \($0)}" }.joined(separator: ",") + "]"
         guard case .array(let items) = try StructuredFormat.json.parse(Array(json.utf8)).value else { Issue.record("not an array"); return }
         #expect(items.count == 200_000)
-        let xml = #"<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><array>"# + String(repeating: "<integer>7</integer>", count: 200_000) + "</array></plist>"
+        let xml =
+            #"<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><array>"# + String(repeating: "<integer>7</integer>", count: 200_000)
+            + "</array></plist>"
         guard case .array(let plistItems) = try StructuredFormat.plist.parse(Array(xml.utf8)).value else { Issue.record("not an array"); return }
         #expect(plistItems.count == 200_000)
 

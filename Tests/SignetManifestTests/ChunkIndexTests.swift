@@ -65,9 +65,11 @@ struct ChunkIndexTests {
         #expect(parsed == index && parsed.blockCount == 256)
         // One 4-byte hash per 4 KiB block: a block's hash is its SHA-256's first bytes.
         #expect(Array(index.block(3)) == Array(try Digest.compute(Array(bytes[12288..<16384]), algorithm: .sha256).bytes.prefix(4)))
-        for (text, size, words) in [("md5-4096:" + index.encodedBlocks.dropFirst(ChunkIndex.blockScheme.count), UInt64(bytes.count), "unknown scheme"),
-                                    (index.encodedBlocks, UInt64(bytes.count) + 4096, "not one per"),
-                                    (String(index.encodedBlocks.dropLast(8)), UInt64(bytes.count), "not one per")] {
+        for (text, size, words) in [
+            ("md5-4096:" + index.encodedBlocks.dropFirst(ChunkIndex.blockScheme.count), UInt64(bytes.count), "unknown scheme"),
+            (index.encodedBlocks, UInt64(bytes.count) + 4096, "not one per"),
+            (String(index.encodedBlocks.dropLast(8)), UInt64(bytes.count), "not one per")
+        ] {
             var copy = parsed
             do {
                 try copy.parseBlocks(String(text), size: size)
@@ -79,10 +81,13 @@ struct ChunkIndexTests {
         let body = String(index.encoded.dropFirst(ChunkIndex.scheme.count))
         var record = [UInt8](repeating: 0, count: ChunkIndex.recordSize)
         func encoded(_ lengths: [Int]) -> String {
-            ChunkIndex.scheme + Data(lengths.flatMap { length -> [UInt8] in
-                record[0] = UInt8(length >> 16); record[1] = UInt8(length >> 8 & 0xFF); record[2] = UInt8(length & 0xFF)
-                return record
-            }).base64EncodedString()
+            ChunkIndex.scheme
+                + Data(
+                    lengths.flatMap { length -> [UInt8] in
+                        record[0] = UInt8(length >> 16); record[1] = UInt8(length >> 8 & 0xFF); record[2] = UInt8(length & 0xFF)
+                        return record
+                    }
+                ).base64EncodedString()
         }
         let cases: [(String, UInt64, String)] = [
             ("gearcdc:" + body, UInt64(bytes.count), "unknown scheme"),
@@ -93,7 +98,7 @@ struct ChunkIndexTests {
             (encoded([0]), 0, "a chunk of 0 bytes"),
             (encoded([ContentChunker.maximum + 1]), UInt64(ContentChunker.maximum + 1), "a chunk of"),
             // More records than the file's size allows: refused before it is decoded.
-            (encoded([Int](repeating: ContentChunker.minimum, count: 8)), UInt64(ContentChunker.minimum), "not whole records"),
+            (encoded([Int](repeating: ContentChunker.minimum, count: 8)), UInt64(ContentChunker.minimum), "not whole records")
         ]
         for (text, size, words) in cases {
             do {
@@ -110,8 +115,9 @@ struct ChunkIndexTests {
         let bytes = Self.random(1 << 20)
         var file = Manifest.File(path: "big.img", size: UInt64(bytes.count), sha256: try Digest.compute(bytes, algorithm: .sha256).hex, mode: .regular)
         file.chunks = try Self.chunk(bytes, step: 1 << 20)
-        let manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
-                                keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
+        let manifest = Manifest(
+            algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
+            keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
         let encoded = try manifest.encoded()
         #expect(try Manifest.parse(encoded) == manifest)
         let text = String(decoding: encoded, as: UTF8.self).replacingOccurrences(of: "\"chunks\" : \"fastcdc1:", with: "\"chunks\" : \"fastcdc1:AAAA")
@@ -119,7 +125,9 @@ struct ChunkIndexTests {
         #expect(error?.code == .malformedManifest && error?.reason.contains("big.img") == true, "\(error?.reason ?? "accepted")")
     }
 
-    @Test("a deflate index (issue 51) round-trips in a manifest; one length per 8 KiB segment, each 1 to 8,256 bytes, and never without a chunk index, else the manifest is malformed naming the file")
+    @Test(
+        "a deflate index (issue 51) round-trips in a manifest; one length per 8 KiB segment, each 1 to 8,256 bytes, and never without a chunk index, else the manifest is malformed naming the file"
+    )
     func deflateIndex() throws {
         let bytes = Self.random((1 << 20) + 1000)
         var file = Manifest.File(path: "big.img", size: UInt64(bytes.count), sha256: try Digest.compute(bytes, algorithm: .sha256).hex, mode: .regular)
@@ -127,8 +135,9 @@ struct ChunkIndexTests {
         var deflate = DeflateIndex()
         for index in 0..<DeflateIndex.segments(of: UInt64(bytes.count)) { deflate.append(compressedLength: 100 + index) }
         file.deflate = deflate
-        let manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
-                                keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
+        let manifest = Manifest(
+            algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
+            keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
         let encoded = try manifest.encoded()
         let parsed = try Manifest.parse(encoded)
         #expect(parsed == manifest && parsed.files[0].deflate?.offsets.last == UInt64((0..<129).reduce(0) { $0 + 100 + $1 }))
@@ -142,12 +151,13 @@ struct ChunkIndexTests {
             (lengths(Array(repeating: 100, count: 128)), "one length per 8192-byte segment"),
             (lengths(Array(repeating: 100, count: 128) + [0]), "a deflate segment of 0 compressed bytes"),
             (lengths(Array(repeating: 100, count: 128) + [8257]), "a deflate segment of 8257"),
-            (good + "=", "one length per"),
+            (good + "=", "one length per")
         ] {
             let changed = text.replacingOccurrences(of: good, with: bad)
             let error = signetError { _ = try Manifest.parse(Array(changed.utf8)) }
-            #expect(error?.code == .malformedManifest && error?.reason.contains("big.img") == true && error?.reason.contains(words) == true,
-                    "\(words): \(error?.reason ?? "accepted")")
+            #expect(
+                error?.code == .malformedManifest && error?.reason.contains("big.img") == true && error?.reason.contains(words) == true,
+                "\(words): \(error?.reason ?? "accepted")")
         }
         // A deflate index without a chunk index.
         let alone = text.replacingOccurrences(of: "\"chunks\" : \"\(file.chunks!.encoded)\",\n", with: "")
@@ -157,7 +167,9 @@ struct ChunkIndexTests {
         #expect(error?.reason.contains("a deflate index without a chunk index") == true, "\(error?.reason ?? "accepted")")
     }
 
-    @Test("the chunk-index entry (issue 51): sections laid out in manifest order, slices bound by SHA-256 in the manifest, CRC-32 block hints; every defect of the manifest's fields is malformed, naming the file or field")
+    @Test(
+        "the chunk-index entry (issue 51): sections laid out in manifest order, slices bound by SHA-256 in the manifest, CRC-32 block hints; every defect of the manifest's fields is malformed, naming the file or field"
+    )
     func entry() throws {
         let a = Self.random((1 << 20) + 5), b = Self.random(3 << 20)
         func file(_ path: String, _ bytes: [UInt8], deflated: Bool) throws -> Manifest.File {
@@ -184,13 +196,16 @@ struct ChunkIndexTests {
         let hints = 257 * 4 + 768 * 4, recordsA = chunksA.count * 19 + 129 * 2
         #expect(bytes.count == hints + recordsA + chunksC.count * 19 && entry.size == UInt64(bytes.count))
         #expect(Array(bytes[0..<4]) == Array(chunksA.blockHints[0..<4]) && Array(bytes[1028..<1032]) == Array(chunksC.blockHints[0..<4]))
-        #expect(Array(bytes[hints..<(hints + 19)]) == Array(chunksA.records()[0..<19]) && Array(bytes[(hints + 3)..<(hints + 19)]) == Array(chunksA.hash(0).prefix(16))
+        #expect(
+            Array(bytes[hints..<(hints + 19)]) == Array(chunksA.records()[0..<19])
+                && Array(bytes[(hints + 3)..<(hints + 19)]) == Array(chunksA.hash(0).prefix(16))
                 && Array(bytes[(hints + chunksA.count * 19)..<(hints + chunksA.count * 19 + 2)]) == [0, 200])
         #expect(files[0].chunks == nil && files[0].indexed?.hintsOffset == 0 && files[2].indexed?.hintsOffset == 1028 && files[1].indexed == nil)
         #expect(files[0].indexed?.recordsOffset == UInt64(hints) && files[2].indexed?.recordsOffset == UInt64(hints + recordsA))
         #expect(entry.sliceCount == (bytes.count + 4095) / 4096)
-        var manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: files,
-                                keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
+        var manifest = Manifest(
+            algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: files,
+            keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
         manifest.chunkIndex = entry
         let encoded = try manifest.encoded()
         let parsed = try Manifest.parse(encoded)
@@ -212,7 +227,7 @@ struct ChunkIndexTests {
             (":\(chunksA.count)\"", ":1000\"", "a chunk index of 1000 chunks"),
             ("fastcdc1-sync8192-crc32:", "fastcdc2-crc32:", "unknown layout"),
             (hashes, "md5-4096:" + hashes.dropFirst(ChunkIndexEntry.scheme.count), "unknown scheme"),
-            (hashes, String(hashes.dropLast(44)) + "====", "slice hashes"),
+            (hashes, String(hashes.dropLast(44)) + "====", "slice hashes")
         ] {
             let changed = text.replacingOccurrences(of: from, with: to)
             #expect(changed != text, "\(words)")
@@ -224,7 +239,8 @@ struct ChunkIndexTests {
         plain.files = [small]
         let stray = try plain.encoded()
         #expect(signetError { _ = try Manifest.parse(stray) }?.reason.contains("no file is indexed") == true)
-        let both = text.replacingOccurrences(of: "\"index\" : \"fastcdc1-crc32", with: "\"chunks\" : \"\(chunksC.encoded)\",\n      \"index\" : \"fastcdc1-crc32")
+        let both = text.replacingOccurrences(
+            of: "\"index\" : \"fastcdc1-crc32", with: "\"chunks\" : \"\(chunksC.encoded)\",\n      \"index\" : \"fastcdc1-crc32")
         #expect(signetError { _ = try Manifest.parse(Array(both.utf8)) }?.reason.contains("both inline and in the chunk-index entry") == true)
     }
 }

@@ -42,8 +42,9 @@ struct VerityDigestTests {
     func inManifest() throws {
         var file = Manifest.File(path: "a.bin", size: 1, sha256: String(repeating: "ab", count: 32), mode: .regular)
         file.verity = Manifest.ContentHash(lowercaseHex: String(repeating: "0f", count: 32))
-        let manifest = Manifest(algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
-                                keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
+        let manifest = Manifest(
+            algorithm: .rsaPKCS1v15SHA256, created: Timestamp(secondsSinceEpoch: 1_700_000_000), expires: nil, files: [file],
+            keyID: try Fixtures.signingKey().keyID, name: "app", sequence: 1, version: "1")
         let encoded = try manifest.encoded()
         #expect(try Manifest.parse(encoded) == manifest)
         let text = String(decoding: encoded, as: UTF8.self)
@@ -51,7 +52,9 @@ struct VerityDigestTests {
         for bad in [String(repeating: "0F", count: 32), String(repeating: "0f", count: 31), "sha256:" + String(repeating: "0f", count: 32)] {
             let changed = text.replacingOccurrences(of: String(repeating: "0f", count: 32), with: bad)
             let error = signetError { _ = try Manifest.parse(Array(changed.utf8)) }
-            #expect(error?.code == .malformedManifest && error?.reason.contains("a.bin") == true && error?.reason.contains("verity") == true, "\(bad): \(error?.reason ?? "accepted")")
+            #expect(
+                error?.code == .malformedManifest && error?.reason.contains("a.bin") == true && error?.reason.contains("verity") == true,
+                "\(bad): \(error?.reason ?? "accepted")")
         }
     }
 }

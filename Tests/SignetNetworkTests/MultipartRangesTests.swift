@@ -18,7 +18,8 @@ struct MultipartRangesTests {
     }
 
     /// Feeds `body` in chunks of `step` bytes; the bytes received per offset, and the parser.
-    static func feed(_ body: [UInt8], type: String, step: Int, asked: [ClosedRange<Int64>] = asked) throws -> (bytes: [Int64: [UInt8]], parser: MultipartRanges) {
+    static func feed(_ body: [UInt8], type: String, step: Int, asked: [ClosedRange<Int64>] = asked) throws -> (bytes: [Int64: [UInt8]], parser: MultipartRanges)
+    {
         var parser = try MultipartRanges(contentType: type, asked: asked, total: 200_000)
         var bytes: [Int64: [UInt8]] = [:]
         var start = 0
@@ -43,13 +44,16 @@ struct MultipartRangesTests {
     @Test("nginx's and lighttpd's layouts, cut at every position, give exactly the ranges asked")
     func honestAnswers() throws {
         let nginx = Self.asked.flatMap { Self.part("00000000000000000001", $0) } + Array("\r\n--00000000000000000001--\r\n".utf8)
-        let lighttpd = Self.part("fkj49sn38dcn3", Self.asked[0], lead: "") + Self.asked.dropFirst().flatMap { Self.part("fkj49sn38dcn3", $0) }
+        let lighttpd =
+            Self.part("fkj49sn38dcn3", Self.asked[0], lead: "") + Self.asked.dropFirst().flatMap { Self.part("fkj49sn38dcn3", $0) }
             + Array("\r\n--fkj49sn38dcn3--\r\n".utf8)
         for (body, boundary) in [(nginx, "00000000000000000001"), (lighttpd, "fkj49sn38dcn3")] {
             for step in [1, 2, 3, 7, 10, 64, body.count] {
                 let (bytes, parser) = try Self.feed(body, type: "multipart/byteranges; boundary=\(boundary)", step: step)
                 #expect(parser.covered == 3)
-                #expect(bytes == Dictionary(uniqueKeysWithValues: Self.asked.map { ($0.lowerBound, Array(Self.file[Int($0.lowerBound)...Int($0.upperBound)])) }), "step \(step)")
+                #expect(
+                    bytes == Dictionary(uniqueKeysWithValues: Self.asked.map { ($0.lowerBound, Array(Self.file[Int($0.lowerBound)...Int($0.upperBound)])) }),
+                    "step \(step)")
             }
         }
     }
@@ -83,7 +87,7 @@ struct MultipartRangesTests {
             ("wrong boundary", Self.asked.flatMap { Self.part("c", $0) } + close, "ended in the middle"),
             ("wrong boundary, long", Self.asked.flatMap { Self.part("c", $0) } + Array(repeating: 0x0A, count: 1100) + close, "without its boundary"),
             ("endless headers", Array("\r\n--b\r\n".utf8) + Array(repeating: 0x41, count: 9000), "headers do not end"),
-            ("endless epilogue", Self.asked.flatMap { Self.part(b, $0) } + close + Array(repeating: 0x41, count: 2000), "after the last part"),
+            ("endless epilogue", Self.asked.flatMap { Self.part(b, $0) } + close + Array(repeating: 0x41, count: 2000), "after the last part")
         ]
         for (name, body, words) in cases {
             for step in [1, 9, body.count] {
@@ -93,7 +97,10 @@ struct MultipartRangesTests {
                 }
             }
         }
-        for type in ["multipart/mixed; boundary=b", "multipart/byteranges", "multipart/byteranges; boundary=", "multipart/byteranges; boundary=\(String(repeating: "x", count: 71))"] {
+        for type in [
+            "multipart/mixed; boundary=b", "multipart/byteranges", "multipart/byteranges; boundary=",
+            "multipart/byteranges; boundary=\(String(repeating: "x", count: 71))"
+        ] {
             #expect(throws: MultipartRanges.Refused.self, "\(type)") { try MultipartRanges(contentType: type, asked: Self.asked, total: 200_000) }
         }
         // One part that ends where no range asked ends.

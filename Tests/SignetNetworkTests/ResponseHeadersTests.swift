@@ -22,7 +22,9 @@ struct ResponseHeadersTests {
         #expect(ResponseHeaders.httpDate("") == nil)
     }
 
-    @Test("Last-Modified is a validator only when at least 60 s older than Date (Apache's If-Range rule; RFC 9110's one second is not enough with whole-second dates); a strong ETag always; a weak one never")
+    @Test(
+        "Last-Modified is a validator only when at least 60 s older than Date (Apache's If-Range rule; RFC 9110's one second is not enough with whole-second dates); a strong ETag always; a weak one never"
+    )
     func validators() {
         let date = "Date: Thu, 26 Nov 2026 10:00:00 GMT"
         // Apache's first second after a change: Last-Modified equal to Date, a weak ETag.

@@ -24,14 +24,21 @@ struct PackTests {
         #expect(result.compression["img/photo.jpg"] == .stored)
         #expect(result.compression["readme.txt"] == .deflated)
 
-        let listing = try run("python3", ["-c", """
-        import zipfile, sys
-        z = zipfile.ZipFile(sys.argv[1])
-        for i in z.infolist():
-            print(i.filename, i.compress_type, oct(i.external_attr >> 16), i.date_time[0], i.flag_bits & 1)
-        """, directory.file("p.zip")]).stdoutText.split(separator: "\n").map(String.init)
+        let listing = try run(
+            "python3",
+            [
+                "-c",
+                """
+                import zipfile, sys
+                z = zipfile.ZipFile(sys.argv[1])
+                for i in z.infolist():
+                    print(i.filename, i.compress_type, oct(i.external_attr >> 16), i.date_time[0], i.flag_bits & 1)
+                """, directory.file("p.zip")
+            ]
+        ).stdoutText.split(separator: "\n").map(String.init)
         let entryNames = listing.map { String($0.split(separator: " ")[0]) }
-        #expect(entryNames == names + [".signet/manifest.json", ".signet/manifest.json.sig"] + names.map { ".signet/sigs/\($0).sig" } + [".signet/signatures.sig"])
+        #expect(
+            entryNames == names + [".signet/manifest.json", ".signet/manifest.json.sig"] + names.map { ".signet/sigs/\($0).sig" } + [".signet/signatures.sig"])
         #expect(listing.allSatisfy { $0.hasSuffix(" 1980 0") }, "fixed timestamps, no encryption: \(listing)")
         // run.sh is a few bytes, which deflate would enlarge: stored, with its executable mode.
         #expect(listing.contains { $0.hasPrefix("run.sh 0 0o100755") }, "\(listing)")
@@ -50,26 +57,39 @@ struct PackTests {
         #expect(unzip.status == 0, "\(unzip.stderr)")
         #expect(try run("unzip", ["-tq", directory.file("p.zip")]).status == 0)
         for file in result.manifest.files {
-            let verified = try run("openssl", ["dgst", "-sha256", "-verify", Fixtures.key("rsa2048-spki.pem"),
-                                               "-signature", out + "/.signet/sigs/" + file.path + ".sig", out + "/" + file.path])
+            let verified = try run(
+                "openssl",
+                [
+                    "dgst", "-sha256", "-verify", Fixtures.key("rsa2048-spki.pem"),
+                    "-signature", out + "/.signet/sigs/" + file.path + ".sig", out + "/" + file.path
+                ])
             #expect(verified.status == 0, "\(file.path): \(verified.stdoutText)")
             #expect(try contents(out + "/" + file.path) == contents(root + "/" + file.path))
         }
-        let manifest = try run("openssl", ["dgst", "-sha256", "-verify", Fixtures.key("rsa2048-spki.pem"),
-                                           "-signature", out + "/.signet/manifest.json.sig", out + "/.signet/manifest.json"])
+        let manifest = try run(
+            "openssl",
+            [
+                "dgst", "-sha256", "-verify", Fixtures.key("rsa2048-spki.pem"),
+                "-signature", out + "/.signet/manifest.json.sig", out + "/.signet/manifest.json"
+            ])
         #expect(manifest.status == 0)
         #expect(try Manifest.parse(Array(contents(out + "/.signet/manifest.json"))) == result.manifest)
         // Python's zipfile checks every CRC and finds the manifest's hashes right.
-        let python = try run("python3", ["-c", """
-        import zipfile, hashlib, json, sys
-        z = zipfile.ZipFile(sys.argv[1])
-        assert z.testzip() is None
-        m = json.loads(z.read(".signet/manifest.json"))
-        for f in m["files"]:
-            data = z.read(f["path"])
-            assert len(data) == f["size"] and hashlib.sha256(data).hexdigest() == f["sha256"], f["path"]
-        print(len(m["files"]))
-        """, directory.file("p.zip")])
+        let python = try run(
+            "python3",
+            [
+                "-c",
+                """
+                import zipfile, hashlib, json, sys
+                z = zipfile.ZipFile(sys.argv[1])
+                assert z.testzip() is None
+                m = json.loads(z.read(".signet/manifest.json"))
+                for f in m["files"]:
+                    data = z.read(f["path"])
+                    assert len(data) == f["size"] and hashlib.sha256(data).hexdigest() == f["sha256"], f["path"]
+                print(len(m["files"]))
+                """, directory.file("p.zip")
+            ])
         #expect(python.stdoutText == "6\n", "\(python.stderr)")
     }
 
@@ -81,7 +101,8 @@ struct PackTests {
         _ = try PackageFixture.pack([root], to: directory.file("b.zip"))
         #expect(try contents(directory.file("a.zip")) == contents(directory.file("b.zip")))
         // Other names, sequences or contents change it.
-        _ = try PackageFixture.pack([root], to: directory.file("c.zip"), PackOptions(name: "assets", version: "1.0", sequence: 8, created: Timestamp(secondsSinceEpoch: 1_700_000_000)))
+        _ = try PackageFixture.pack(
+            [root], to: directory.file("c.zip"), PackOptions(name: "assets", version: "1.0", sequence: 8, created: Timestamp(secondsSinceEpoch: 1_700_000_000)))
         #expect(try contents(directory.file("a.zip")) != contents(directory.file("c.zip")))
     }
 
@@ -108,12 +129,17 @@ struct PackTests {
     func algorithms(_ algorithm: SignatureAlgorithm) throws {
         let directory = try TemporaryDirectory()
         let root = try PackageFixture.tree(in: directory)
-        let result = try PackageBuilder.pack([root], to: directory.file("p.zip"), signer: Signer(key: Fixtures.signingKey(), algorithm: algorithm),
-                                             options: PackOptions(name: "n", version: "v"))
+        let result = try PackageBuilder.pack(
+            [root], to: directory.file("p.zip"), signer: Signer(key: Fixtures.signingKey(), algorithm: algorithm),
+            options: PackOptions(name: "n", version: "v"))
         #expect(result.manifest.algorithm == algorithm)
         #expect(try run("unzip", ["-q", directory.file("p.zip"), "-d", directory.file("x")]).status == 0)
-        let verified = try run("openssl", ["dgst"] + opensslDigestArguments(algorithm.id) + ["-verify", Fixtures.key("rsa2048-spki.pem"),
-                                           "-signature", directory.file("x/.signet/sigs/readme.txt.sig"), directory.file("x/readme.txt")])
+        let verified = try run(
+            "openssl",
+            ["dgst"] + opensslDigestArguments(algorithm.id) + [
+                "-verify", Fixtures.key("rsa2048-spki.pem"),
+                "-signature", directory.file("x/.signet/sigs/readme.txt.sig"), directory.file("x/readme.txt")
+            ])
         #expect(verified.status == 0)
         // The manifest still records SHA-256 of each file, whatever the signature hash.
         let readme = result.manifest.files.first { $0.path == "readme.txt" }!
@@ -178,11 +204,14 @@ struct PackTests {
         let directory = try TemporaryDirectory()
         let root = try PackageFixture.tree(in: directory)
         let created = Timestamp(secondsSinceEpoch: 1_700_000_000)
-        let early = signetError { _ = try PackageFixture.pack([root], to: directory.file("p.zip"), PackOptions(name: "n", version: "v", expires: created, created: created)) }
+        let early = signetError {
+            _ = try PackageFixture.pack([root], to: directory.file("p.zip"), PackOptions(name: "n", version: "v", expires: created, created: created))
+        }
         #expect(early?.code == .usage)
         #expect(signetError { _ = try PackageFixture.pack([root], to: directory.file("p.zip"), PackOptions(name: "", version: "v")) }?.code == .usage)
         #expect(signetError { _ = try PackageFixture.pack([root], to: directory.file("p.zip"), PackOptions(name: "a\nb", version: "v")) }?.code == .usage)
-        let later = try PackageFixture.pack([root], to: directory.file("p.zip"), PackOptions(name: "n", version: "v", expires: Timestamp(secondsSinceEpoch: 1_800_000_000), created: created))
+        let later = try PackageFixture.pack(
+            [root], to: directory.file("p.zip"), PackOptions(name: "n", version: "v", expires: Timestamp(secondsSinceEpoch: 1_800_000_000), created: created))
         #expect(later.manifest.expires?.rfc3339 == "2027-01-15T08:00:00Z")
     }
 

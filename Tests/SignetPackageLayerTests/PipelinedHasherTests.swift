@@ -13,7 +13,7 @@ import SignetCryptoTestSupport
 struct PipelinedHasherTests {
     @Test("the digests equal OpenSSL's one-shot digests, whatever the chunk sizes; a hasher dropped mid-way frees cleanly")
     func sameDigests() throws {
-        let size = 9 * PipelinedHasher.bufferSize + 12_345   // more buffers than the pool, and a partial last one
+        let size = 9 * PipelinedHasher.bufferSize + 12_345 // more buffers than the pool, and a partial last one
         let bytes = [UInt8](try #require(FileHandle(forReadingAtPath: "/dev/urandom")).readData(ofLength: size))
         #expect(bytes.count == size)
         for chunk in [1, 4_095, 65_536, PipelinedHasher.bufferSize, 3 * PipelinedHasher.bufferSize + 7] {

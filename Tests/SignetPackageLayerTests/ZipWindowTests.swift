@@ -85,17 +85,19 @@ struct ZipWindowTests {
             _ = try directory.write("tree/f\(index % 3)/file-\(index).txt", Data("file \(index)\n".utf8))
         }
         let package = directory.file("p.zip")
-        _ = try PackageBuilder.pack([tree], to: package, signer: Signer(key: Fixtures.signingKey()),
-                                    options: PackOptions(name: "windows", version: "1"))
+        _ = try PackageBuilder.pack(
+            [tree], to: package, signer: Signer(key: Fixtures.signingKey()),
+            options: PackOptions(name: "windows", version: "1"))
         let policy = try Fixtures.trust("rsa2048-spki.der")
         let verified = try PackageReader.verify(package, policy: policy)
         #expect(verified.isValid, "\(verified.message)")
 
         // Flip one byte of the last stored resource's data (CRC and hash then disagree).
         let reader = try ZipReader(path: package)
-        let last = try #require((0..<reader.count).last { position in
-            String(decoding: reader.rawName(of: reader.entry(at: position)), as: UTF8.self).hasPrefix("f2/")
-        })
+        let last = try #require(
+            (0..<reader.count).last { position in
+                String(decoding: reader.rawName(of: reader.entry(at: position)), as: UTF8.self).hasPrefix("f2/")
+            })
         #expect(last >= ZipReader.windowSize)
         let record = reader.directory[last]
         var bytes = [UInt8](try contents(package))

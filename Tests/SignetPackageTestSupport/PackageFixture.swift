@@ -32,14 +32,17 @@ public enum PackageFixture {
 
     /// `paths` packed into `output` with the fixture key.
     @discardableResult
-    public static func pack(_ paths: [String], to output: String,
-                            _ options: PackOptions = PackOptions(name: "assets", version: "1.0", sequence: 7, created: Timestamp(secondsSinceEpoch: 1_700_000_000))) throws -> PackageBuilder.Result {
+    public static func pack(
+        _ paths: [String], to output: String,
+        _ options: PackOptions = PackOptions(name: "assets", version: "1.0", sequence: 7, created: Timestamp(secondsSinceEpoch: 1_700_000_000))
+    ) throws -> PackageBuilder.Result {
         try PackageBuilder.pack(paths, to: output, signer: Signer(key: Fixtures.signingKey()), options: options)
     }
 
     /// ``tree(in:)`` (plus `extra.txt` holding `extra`) packed as `assets`, version `v<sequence>`:
     /// the tree's path and the package's.
-    public static func package(_ directory: TemporaryDirectory, sequence: UInt64 = 10, name: String = "p.zip", extra: String? = nil) throws -> (String, String) {
+    public static func package(_ directory: TemporaryDirectory, sequence: UInt64 = 10, name: String = "p.zip", extra: String? = nil) throws -> (String, String)
+    {
         let root = try tree(in: directory)
         if let extra { try Data(extra.utf8).write(to: URL(fileURLWithPath: root + "/extra.txt")) }
         let output = directory.file(name)

@@ -54,7 +54,6 @@ struct RepositoryClientTests {
     }
 }
 
-
 /// A loopback TCP listener that accepts one connection and never answers; its own thread
 /// records when the connection arrived and when the client closed it.
 final class SilentServer: @unchecked Sendable {

@@ -92,8 +92,10 @@ final class MemoryRepository: TUFTransport {
     // MARK: Building metadata
 
     private func common(_ type: String, _ role: String) -> [(String, TUFJSON)] {
-        [("_type", .string(type)), ("spec_version", .string("1.0.31")), ("version", .number(String(versions[role]!))),
-         ("expires", .string(expires.rfc3339))]
+        [
+            ("_type", .string(type)), ("spec_version", .string("1.0.31")), ("version", .number(String(versions[role]!))),
+            ("expires", .string(expires.rfc3339))
+        ]
     }
 
     private static func roleJSON(_ keys: [Key], threshold: Int) -> TUFJSON {
@@ -108,14 +110,21 @@ final class MemoryRepository: TUFTransport {
             keys.append((key.id, key.entry.json))
         }
         let roles: [(String, TUFJSON)] = ["root", "snapshot", "targets", "timestamp"].map { ($0, Self.roleJSON(roleKeys[$0]!, threshold: thresholds[$0]!)) }
-        return TUFDocument(signed: .object(common("root", "root") + [("consistent_snapshot", .bool(false)), ("keys", .object(keys)), ("roles", .object(roles))]))
+        return TUFDocument(
+            signed: .object(common("root", "root") + [("consistent_snapshot", .bool(false)), ("keys", .object(keys)), ("roles", .object(roles))]))
     }
 
     private static func targetsJSON(_ targets: [String: [UInt8]]) throws -> TUFJSON {
-        .object(try targets.sorted { $0.key < $1.key }.map { path, bytes in
-            (path, .object([("length", .number(String(bytes.count))),
-                            ("hashes", .object([("sha256", .string(try Digest.compute(bytes, algorithm: .sha256).hex))]))]))
-        })
+        .object(
+            try targets.sorted { $0.key < $1.key }.map { path, bytes in
+                (
+                    path,
+                    .object([
+                        ("length", .number(String(bytes.count))),
+                        ("hashes", .object([("sha256", .string(try Digest.compute(bytes, algorithm: .sha256).hex))]))
+                    ])
+                )
+            })
     }
 
     /// Signs `document` with `signers` (by default the role's keys) and returns its bytes.
@@ -136,9 +145,15 @@ final class MemoryRepository: TUFTransport {
         for delegation in delegations {
             let keys = roleKeys[delegation.role]!
             for key in keys where !delegationKeys.contains(where: { $0.0 == key.id }) { delegationKeys.append((key.id, key.entry.json)) }
-            delegated.append((delegation.role, .object([("name", .string(delegation.role)), ("keyids", .array(keys.map { .string($0.id) })),
-                                                         ("threshold", .number(String(thresholds[delegation.role]!))),
-                                                         ("terminating", .bool(false)), ("paths", .array(delegation.paths.map { .string($0) }))])))
+            delegated.append(
+                (
+                    delegation.role,
+                    .object([
+                        ("name", .string(delegation.role)), ("keyids", .array(keys.map { .string($0.id) })),
+                        ("threshold", .number(String(thresholds[delegation.role]!))),
+                        ("terminating", .bool(false)), ("paths", .array(delegation.paths.map { .string($0) }))
+                    ])
+                ))
             let document = TUFDocument(signed: .object(common("targets", delegation.role) + [("targets", try Self.targetsJSON(delegation.targets))]))
             files["metadata/\(delegation.role).json"] = try signed(document, role: delegation.role)
         }
@@ -155,7 +170,8 @@ final class MemoryRepository: TUFTransport {
         }
         files["metadata/snapshot.json"] = try signed(TUFDocument(signed: .object(common("snapshot", "snapshot") + [("meta", .object(meta))])), role: "snapshot")
         let snapshotMeta: TUFJSON = .object([("snapshot.json", .object([("version", .number(String(versions["snapshot"]!)))]))])
-        files["metadata/timestamp.json"] = try signed(TUFDocument(signed: .object(common("timestamp", "timestamp") + [("meta", snapshotMeta)])), role: "timestamp")
+        files["metadata/timestamp.json"] = try signed(
+            TUFDocument(signed: .object(common("timestamp", "timestamp") + [("meta", snapshotMeta)])), role: "timestamp")
     }
 
     /// Bumps the versions of `roles` (a new publication of them).

@@ -61,7 +61,7 @@ public final class HTTPSServer {
             guard let close = rest.firstIndex(of: "\"") else { return nil }
             let fields = rest[rest.index(after: close)...].split(separator: " ")
             guard fields.count >= 2, let status = Int(fields[0]) else { return nil }
-            return (status, Int(fields[1]) ?? 0)   // "-" for no body
+            return (status, Int(fields[1]) ?? 0) // "-" for no body
         }
     }
 
@@ -73,53 +73,59 @@ public final class HTTPSServer {
         let d = directory.path
         try TestCertificates.make(in: d)
         // A free loopback port: bind to 0 and read what the kernel chose.
-        let portText = try run("python3", ["-c", "import socket; a=socket.socket(); a.bind(('127.0.0.1',0)); b=socket.socket(); b.bind(('127.0.0.1',0)); print(a.getsockname()[1], b.getsockname()[1])"]).stdoutText
+        let portText = try run(
+            "python3",
+            [
+                "-c",
+                "import socket; a=socket.socket(); a.bind(('127.0.0.1',0)); b=socket.socket(); b.bind(('127.0.0.1',0)); print(a.getsockname()[1], b.getsockname()[1])"
+            ]
+        ).stdoutText
         let ports = portText.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         guard ports.count == 2 else { throw SupportError("no free port") }
         let port = ports[0]
         self.port = port
         self.expiredPort = ports[1]
         let config = """
-        daemon off;
-        \(geteuid() == 0 ? "user root root;" : "")
-        pid \(d)/nginx.pid;
-        error_log \(d)/error.log;
-        worker_processes 1;
-        events { worker_connections 64; }
-        http {
-          access_log \(d)/access.log;
-          client_body_temp_path \(d)/tmp; proxy_temp_path \(d)/tmp; fastcgi_temp_path \(d)/tmp;
-          uwsgi_temp_path \(d)/tmp; scgi_temp_path \(d)/tmp;
-          # One request per 2 s per client: the second of two quick requests gets a 500.
-          limit_req_zone $binary_remote_addr zone=onceper2s:1m rate=30r/m;
-          # Throttled until a client asks for a range (a resumed download): a test kills the
-          # first request mid-way, and the one that resumes it does not wait (issue 50).
-          map $http_range $slowstart_rate { "" 200k; default 0; }
-          server {
-            listen 127.0.0.1:\(ports[1]) ssl;
-            server_name localhost;
-            ssl_certificate \(d)/expired-chain.pem;
-            ssl_certificate_key \(d)/leaf.key;
-            root \(d)/www;
-          }
-          server {
-            listen 127.0.0.1:\(port) ssl;
-            server_name localhost;
-            ssl_certificate \(d)/chain.pem;
-            ssl_certificate_key \(d)/leaf.key;
-            root \(d)/www;
-            location /slow/ { limit_rate 200k; }
-            # Fast enough for a 9 MiB entry in a few seconds, slow enough to stop inside it.
-            location /medium/ { limit_rate 3m; }
-            location /slowstart/ { limit_rate $slowstart_rate; }
-            location /norange/ { limit_rate $slowstart_rate; max_ranges 0; }
-            location /whole/ { max_ranges 0; }
-            location /limited/ { limit_req zone=onceper2s; limit_req_status 500; }
-            location = /to-http { return 302 http://localhost:\(port)/app.zip; }
-            location = /to-https { return 302 https://localhost:\(port)/app.zip; }
-          }
-        }
-        """
+            daemon off;
+            \(geteuid() == 0 ? "user root root;" : "")
+            pid \(d)/nginx.pid;
+            error_log \(d)/error.log;
+            worker_processes 1;
+            events { worker_connections 64; }
+            http {
+              access_log \(d)/access.log;
+              client_body_temp_path \(d)/tmp; proxy_temp_path \(d)/tmp; fastcgi_temp_path \(d)/tmp;
+              uwsgi_temp_path \(d)/tmp; scgi_temp_path \(d)/tmp;
+              # One request per 2 s per client: the second of two quick requests gets a 500.
+              limit_req_zone $binary_remote_addr zone=onceper2s:1m rate=30r/m;
+              # Throttled until a client asks for a range (a resumed download): a test kills the
+              # first request mid-way, and the one that resumes it does not wait (issue 50).
+              map $http_range $slowstart_rate { "" 200k; default 0; }
+              server {
+                listen 127.0.0.1:\(ports[1]) ssl;
+                server_name localhost;
+                ssl_certificate \(d)/expired-chain.pem;
+                ssl_certificate_key \(d)/leaf.key;
+                root \(d)/www;
+              }
+              server {
+                listen 127.0.0.1:\(port) ssl;
+                server_name localhost;
+                ssl_certificate \(d)/chain.pem;
+                ssl_certificate_key \(d)/leaf.key;
+                root \(d)/www;
+                location /slow/ { limit_rate 200k; }
+                # Fast enough for a 9 MiB entry in a few seconds, slow enough to stop inside it.
+                location /medium/ { limit_rate 3m; }
+                location /slowstart/ { limit_rate $slowstart_rate; }
+                location /norange/ { limit_rate $slowstart_rate; max_ranges 0; }
+                location /whole/ { max_ranges 0; }
+                location /limited/ { limit_req zone=onceper2s; limit_req_status 500; }
+                location = /to-http { return 302 http://localhost:\(port)/app.zip; }
+                location = /to-https { return 302 https://localhost:\(port)/app.zip; }
+              }
+            }
+            """
         let configPath = try directory.write("nginx.conf", Data(config.utf8))
         let nginx = FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") ? "/usr/sbin/nginx" : try which("nginx")
         process = Process()
@@ -141,4 +147,3 @@ public final class HTTPSServer {
         process.waitUntilExit()
     }
 }
-

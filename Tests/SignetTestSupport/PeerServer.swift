@@ -62,61 +62,61 @@ public final class PeerServer {
         case .apache:
             let modules = "/usr/lib/apache2/modules"
             let config = """
-            ServerRoot \(d)
-            ServerName localhost
-            PidFile \(d)/apache.pid
-            Mutex file:\(d)
-            Listen 127.0.0.1:\(port)
-            LoadModule mpm_event_module \(modules)/mod_mpm_event.so
-            LoadModule authz_core_module \(modules)/mod_authz_core.so
-            LoadModule mime_module \(modules)/mod_mime.so
-            LoadModule headers_module \(modules)/mod_headers.so
-            LoadModule socache_shmcb_module \(modules)/mod_socache_shmcb.so
-            LoadModule ssl_module \(modules)/mod_ssl.so
-            User www-data
-            Group www-data
-            TypesConfig /etc/mime.types
-            ErrorLog \(d)/error.log
-            LogFormat "%h %l %u %t \\"%r\\" %>s %B" plain
-            CustomLog \(d)/access.log plain
-            DocumentRoot \(d)/www
-            <Directory />
-              Require all granted
-            </Directory>
-            <Location /norange/>
-              MaxRanges none
-              Header unset Accept-Ranges
-            </Location>
-            SSLSessionCache none
-            SSLEngine on
-            SSLCertificateFile \(d)/chain.pem
-            SSLCertificateKeyFile \(d)/leaf.key
-            """
+                ServerRoot \(d)
+                ServerName localhost
+                PidFile \(d)/apache.pid
+                Mutex file:\(d)
+                Listen 127.0.0.1:\(port)
+                LoadModule mpm_event_module \(modules)/mod_mpm_event.so
+                LoadModule authz_core_module \(modules)/mod_authz_core.so
+                LoadModule mime_module \(modules)/mod_mime.so
+                LoadModule headers_module \(modules)/mod_headers.so
+                LoadModule socache_shmcb_module \(modules)/mod_socache_shmcb.so
+                LoadModule ssl_module \(modules)/mod_ssl.so
+                User www-data
+                Group www-data
+                TypesConfig /etc/mime.types
+                ErrorLog \(d)/error.log
+                LogFormat "%h %l %u %t \\"%r\\" %>s %B" plain
+                CustomLog \(d)/access.log plain
+                DocumentRoot \(d)/www
+                <Directory />
+                  Require all granted
+                </Directory>
+                <Location /norange/>
+                  MaxRanges none
+                  Header unset Accept-Ranges
+                </Location>
+                SSLSessionCache none
+                SSLEngine on
+                SSLCertificateFile \(d)/chain.pem
+                SSLCertificateKeyFile \(d)/leaf.key
+                """
             let path = try directory.write("apache.conf", Data(config.utf8))
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/apache2")
             process.arguments = ["-f", path, "-DFOREGROUND"]
         case .lighttpd:
             let config = """
-            server.document-root = "\(d)/www"
-            server.bind = "127.0.0.1"
-            server.port = \(port)
-            server.pid-file = "\(d)/lighttpd.pid"
-            server.errorlog = "\(d)/error.log"
-            server.modules = ("mod_openssl", "mod_accesslog")
-            # lighttpd's default stat cache keeps a file's stat for a second (a package replaced
-            # within it is served stale); without a cache it sends no ETag nor Last-Modified, so
-            # no range request could be pinned to one file. inotify drops an entry on a change.
-            server.stat-cache-engine = "inotify"
-            # A file of no known type is served with no ETag nor Last-Modified (lighttpd's
-            # "allow_caching = 0"): a type for everything, as a real mirror's mime map gives.
-            mimetype.assign = ("" => "application/octet-stream")
-            accesslog.filename = "\(d)/access.log"
-            accesslog.format = "%h %l %u %t \\"%r\\" %>s %b"
-            ssl.engine = "enable"
-            ssl.pemfile = "\(d)/chain.pem"
-            ssl.privkey = "\(d)/leaf.key"
-            $HTTP["url"] =~ "^/norange/" { server.range-requests = "disable" }
-            """
+                server.document-root = "\(d)/www"
+                server.bind = "127.0.0.1"
+                server.port = \(port)
+                server.pid-file = "\(d)/lighttpd.pid"
+                server.errorlog = "\(d)/error.log"
+                server.modules = ("mod_openssl", "mod_accesslog")
+                # lighttpd's default stat cache keeps a file's stat for a second (a package replaced
+                # within it is served stale); without a cache it sends no ETag nor Last-Modified, so
+                # no range request could be pinned to one file. inotify drops an entry on a change.
+                server.stat-cache-engine = "inotify"
+                # A file of no known type is served with no ETag nor Last-Modified (lighttpd's
+                # "allow_caching = 0"): a type for everything, as a real mirror's mime map gives.
+                mimetype.assign = ("" => "application/octet-stream")
+                accesslog.filename = "\(d)/access.log"
+                accesslog.format = "%h %l %u %t \\"%r\\" %>s %b"
+                ssl.engine = "enable"
+                ssl.pemfile = "\(d)/chain.pem"
+                ssl.privkey = "\(d)/leaf.key"
+                $HTTP["url"] =~ "^/norange/" { server.range-requests = "disable" }
+                """
             let path = try directory.write("lighttpd.conf", Data(config.utf8))
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/lighttpd")
             process.arguments = ["-D", "-f", path]
@@ -126,8 +126,11 @@ public final class PeerServer {
         // Started through python3 with every signal unblocked.
         let server = process.executableURL!.path
         process.executableURL = URL(fileURLWithPath: try which("python3"))
-        process.arguments = ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])",
-                             server] + (process.arguments ?? [])
+        process.arguments =
+            [
+                "-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])",
+                server
+            ] + (process.arguments ?? [])
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()

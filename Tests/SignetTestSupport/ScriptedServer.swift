@@ -64,9 +64,11 @@ public final class ScriptedServer {
             case endlessEpilogue
         }
 
-        public init(status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:],
-                    honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false, parts: Parts = .honest,
-                    suffixFromStart: Bool = false) {
+        public init(
+            status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:],
+            honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false, parts: Parts = .honest,
+            suffixFromStart: Bool = false
+        ) {
             self.suffixFromStart = suffixFromStart
             self.status = status
             self.from = from

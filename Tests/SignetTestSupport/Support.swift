@@ -35,9 +35,11 @@ public struct SupportError: Error, CustomStringConvertible {
 /// reads past glibc's dirent buffer and crashes the test process when that buffer ends at an
 /// unmapped page (it did, once, in a full run; .ci/asan-suppressions.txt has the ASan view).
 @discardableResult
-public func run(_ executable: String, _ arguments: [String], input: Data? = nil,
-                environment: [String: String?] = [:], directory: String? = nil,
-                timeout: Double = 300) throws -> ProcessResult {
+public func run(
+    _ executable: String, _ arguments: [String], input: Data? = nil,
+    environment: [String: String?] = [:], directory: String? = nil,
+    timeout: Double = 300
+) throws -> ProcessResult {
     let path = executable.hasPrefix("/") ? executable : try which(executable)
     var env = ProcessInfo.processInfo.environment
     for (key, value) in environment { env[key] = value }
@@ -329,7 +331,7 @@ public struct RecordedSignatures {
         let (length, start) = try layout()
         guard let index = try order().firstIndex(of: file) else { throw Unexpected("\(file) is not in the manifest of \(tree)") }
         let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
-        return bytes.subdata(in: start + index * length ..< start + (index + 1) * length)
+        return bytes.subdata(in: start + index * length..<start + (index + 1) * length)
     }
 
     /// Overwrites the signature recorded for `file` with `bytes` (random when nil).
@@ -338,7 +340,7 @@ public struct RecordedSignatures {
         guard let index = try order().firstIndex(of: file) else { throw Unexpected("\(file) is not in the manifest of \(tree)") }
         var all = try Data(contentsOf: URL(fileURLWithPath: path))
         let replacement = try bytes ?? Data(randomBytes(length))
-        all.replaceSubrange(start + index * length ..< start + (index + 1) * length, with: replacement)
+        all.replaceSubrange(start + index * length..<start + (index + 1) * length, with: replacement)
         try all.write(to: URL(fileURLWithPath: path))
     }
 }
@@ -374,11 +376,14 @@ public func isKeptBesideDestination(_ name: String) -> Bool {
 /// Preloading libfaketime without the wrapper is no way out: version 0.9.10 then loses the
 /// arguments of a Swift program. An ASan build's allocator is kept off the clock (see
 /// `sanitizerOptions`), or the child hangs.
-public func runUnderFakedClock(_ offset: String, _ executable: String, _ arguments: [String],
-                               timeout: Double = 300) throws -> ProcessResult {
+public func runUnderFakedClock(
+    _ offset: String, _ executable: String, _ arguments: [String],
+    timeout: Double = 300
+) throws -> ProcessResult {
     let script = #"mount -t tmpfs -o size=1m,mode=1777 signet-test-shm /dev/shm && exec faketime -f "$@""#
-    return try run("unshare", ["--mount", "--propagation", "private", "sh", "-c", script, "sh", offset, executable] + arguments,
-                   environment: sanitizerOptions(adding: "allocator_release_to_os_interval_ms=-1"), timeout: timeout)
+    return try run(
+        "unshare", ["--mount", "--propagation", "private", "sh", "-c", script, "sh", offset, executable] + arguments,
+        environment: sanitizerOptions(adding: "allocator_release_to_os_interval_ms=-1"), timeout: timeout)
 }
 
 /// This process's `ASAN_OPTIONS` with `options` appended, for a child that an ASan build of

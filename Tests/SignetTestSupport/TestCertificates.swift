@@ -13,7 +13,9 @@ import Foundation
 public enum TestCertificates {
     public static func make(in d: String) throws {
         let template = try made.get()
-        let copied = try run("bash", ["-c", "set -e; cp -p '\(template)'/* '\(d)'/; cd '\(d)'; mkdir -p www/slow www/slowstart www/medium www/norange www/whole www/limited tmp"])
+        let copied = try run(
+            "bash", ["-c", "set -e; cp -p '\(template)'/* '\(d)'/; cd '\(d)'; mkdir -p www/slow www/slowstart www/medium www/norange www/whole www/limited tmp"]
+        )
         guard copied.status == 0 else { throw SupportError("copying the test CA failed: \(copied.stderr)") }
     }
 
@@ -28,21 +30,21 @@ public enum TestCertificates {
 
     private static func generate(in d: String) throws {
         let script = """
-        set -e
-        cd '\(d)'
-        openssl req -x509 -newkey rsa:2048 -nodes -keyout root.key -out root.pem -days 30 -subj "/CN=Signet Test Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-        openssl req -x509 -newkey rsa:2048 -nodes -keyout other-root.key -out other-root.pem -days 30 -subj "/CN=Other Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
-        openssl req -newkey rsa:2048 -nodes -keyout int.key -out int.csr -subj "/CN=Signet Test Intermediate"
-        printf "basicConstraints=critical,CA:TRUE,pathlen:0\\nkeyUsage=critical,keyCertSign,cRLSign\\n" > int.ext
-        openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile int.ext
-        openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj "/CN=localhost"
-        printf "subjectAltName=DNS:localhost\\nextendedKeyUsage=serverAuth\\n" > leaf.ext
-        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out leaf.pem -days 30 -extfile leaf.ext
-        cat leaf.pem int.pem > chain.pem
-        openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out expired.pem -days -1 -extfile leaf.ext
-        cat expired.pem int.pem > expired-chain.pem
-        rm -f int.csr leaf.csr
-        """
+            set -e
+            cd '\(d)'
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout root.key -out root.pem -days 30 -subj "/CN=Signet Test Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout other-root.key -out other-root.pem -days 30 -subj "/CN=Other Root" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+            openssl req -newkey rsa:2048 -nodes -keyout int.key -out int.csr -subj "/CN=Signet Test Intermediate"
+            printf "basicConstraints=critical,CA:TRUE,pathlen:0\\nkeyUsage=critical,keyCertSign,cRLSign\\n" > int.ext
+            openssl x509 -req -in int.csr -CA root.pem -CAkey root.key -CAcreateserial -out int.pem -days 30 -extfile int.ext
+            openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj "/CN=localhost"
+            printf "subjectAltName=DNS:localhost\\nextendedKeyUsage=serverAuth\\n" > leaf.ext
+            openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out leaf.pem -days 30 -extfile leaf.ext
+            cat leaf.pem int.pem > chain.pem
+            openssl x509 -req -in leaf.csr -CA int.pem -CAkey int.key -CAcreateserial -out expired.pem -days -1 -extfile leaf.ext
+            cat expired.pem int.pem > expired-chain.pem
+            rm -f int.csr leaf.csr
+            """
         let made = try run("bash", ["-c", script])
         guard made.status == 0 else { throw SupportError("making the test CA failed: \(made.stderr)") }
     }

@@ -9,7 +9,9 @@ import Testing
 struct DependencyTests {
     private static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     /// Modules of the platform and the toolchain, never declared.
-    private static let platform: Set<String> = ["Foundation", "FoundationEssentials", "FoundationXML", "Glibc", "Musl", "Dispatch", "Synchronization", "_Concurrency"]
+    private static let platform: Set<String> = [
+        "Foundation", "FoundationEssentials", "FoundationXML", "Glibc", "Musl", "Dispatch", "Synchronization", "_Concurrency"
+    ]
 
     /// Each target of Package.swift with the names its `dependencies` list (a product by its
     /// name), for the targets whose sources are under Sources/.
@@ -23,7 +25,11 @@ struct DependencyTests {
             var dependencies: Set<String> = []
             if let list = match.output[2].substring {
                 for dependency in list.matches(of: name) {
-                    if let product = dependency.output[1].substring { dependencies.insert(String(product)) } else if let plain = dependency.output[2].substring { dependencies.insert(String(plain)) }
+                    if let product = dependency.output[1].substring {
+                        dependencies.insert(String(product))
+                    } else if let plain = dependency.output[2].substring {
+                        dependencies.insert(String(plain))
+                    }
                 }
             }
             targets[targetName] = dependencies

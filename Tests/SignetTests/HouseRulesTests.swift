@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import SignetTestSupport
 
 /// The rules of the source tree, checked on every clone: no file over 500 lines, no issue numbers,
 /// descriptors typed (no `Int32` descriptor in a signature, no hand-written `close` outside
@@ -12,7 +13,22 @@ struct HouseRulesTests {
         let base = Self.root + "/Sources"
         let paths = try #require(FileManager.default.enumerator(atPath: base)).compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }
         #expect(paths.count > 100, "the tree was not found at \(base)")
-        return try paths.sorted().map { ($0, try String(contentsOfFile: base + "/" + $0, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)) }
+        return try paths.sorted().map {
+            ($0, try String(contentsOfFile: base + "/" + $0, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false))
+        }
+    }
+
+    @Test("the code follows .swift-format (the toolchain's swift-format, strict: a finding fails)")
+    func formatted() throws {
+        // The toolchain's own formatter (Swift 6 ships it as `swift format`); the one rule set
+        // is .swift-format at the root, which `swift format -i -r Sources Tests Fuzz` applies.
+        let result = try run(
+            "swift",
+            [
+                "format", "lint", "--strict", "--configuration", Self.root + "/.swift-format", "-r",
+                Self.root + "/Sources", Self.root + "/Tests", Self.root + "/Fuzz", Self.root + "/Package.swift"
+            ], timeout: 240)
+        #expect(result.status == 0, "swift format lint found:\n\(result.stderr.split(separator: "\n").prefix(20).joined(separator: "\n"))")
     }
 
     @Test("no source file is over 500 lines")
@@ -56,7 +72,9 @@ struct HouseRulesTests {
         #expect(layers.count >= 5, "\(layers)")
         for layer in layers {
             #expect(page.contains("| `\(layer)` |"), "ARCHITECTURE.md does not describe the target \(layer)")
-            let folders = try FileManager.default.contentsOfDirectory(atPath: Self.root + "/Sources/" + layer).filter { !$0.hasSuffix(".swift") && !$0.hasSuffix(".docc") }
+            let folders = try FileManager.default.contentsOfDirectory(atPath: Self.root + "/Sources/" + layer).filter {
+                !$0.hasSuffix(".swift") && !$0.hasSuffix(".docc")
+            }
             // A target of one concept keeps its files at its top (no inner folder named again).
             if folders.isEmpty { #expect(page.contains("`\(layer)/`"), "ARCHITECTURE.md does not describe the folder \(layer)/") }
             for folder in folders { #expect(page.contains("`\(folder)/`"), "ARCHITECTURE.md does not describe \(layer)/\(folder)/") }

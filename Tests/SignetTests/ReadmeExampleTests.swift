@@ -1,5 +1,5 @@
 import Foundation
-import Signet   // not @testable: the README example must work with the public API alone
+import Signet // not @testable: the README example must work with the public API alone
 import SignetTestSupport
 import SignetCryptoTestSupport
 import Testing
@@ -13,8 +13,9 @@ struct ReadmeExampleTests {
         setenv("SIGNET_PASSPHRASE", "correct horse battery staple", 1)
 
         // As in README.md, with paths from the fixtures.
-        let key = try PrivateKey(contentsOf: Fixtures.key("rsa2048.p12"),
-                                 passphrase: .environment("SIGNET_PASSPHRASE"))
+        let key = try PrivateKey(
+            contentsOf: Fixtures.key("rsa2048.p12"),
+            passphrase: .environment("SIGNET_PASSPHRASE"))
         let signature = try Signer(key: key).sign(fileAt: release)
         try SignatureFiles.write([signature], to: [release + ".sig"])
 

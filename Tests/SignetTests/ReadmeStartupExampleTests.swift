@@ -1,5 +1,5 @@
 import Foundation
-import Signet   // not @testable: the README's start-up example uses the public API alone
+import Signet // not @testable: the README's start-up example uses the public API alone
 import SignetTestSupport
 import SignetCryptoTestSupport
 import Testing
@@ -39,7 +39,8 @@ struct ReadmeStartupExampleTests {
         let directory = try TemporaryDirectory()
         let dist = directory.file("dist")
         try FileManager.default.createDirectory(atPath: dist + "/config", withIntermediateDirectories: true)
-        try Data(#"{"serial": "0000", "server": {"url": "https://a.example", "retries": 3}}"#.utf8).write(to: URL(fileURLWithPath: dist + "/config/device.json"))
+        try Data(#"{"serial": "0000", "server": {"url": "https://a.example", "retries": 3}}"#.utf8).write(
+            to: URL(fileURLWithPath: dist + "/config/device.json"))
         try Data("read me\n".utf8).write(to: URL(fileURLWithPath: dist + "/readme.txt"))
         var options = PackOptions(name: "myapp", version: "2.1.0", sequence: 1)
         options.structured = ["config/*.json"]
@@ -48,9 +49,12 @@ struct ReadmeStartupExampleTests {
         let tree = directory.file("resources")
         let publicKey = Fixtures.key("rsa2048-spki.der")
         _ = try Installer.install(directory.file("myapp.zip"), to: tree, policy: try TrustPolicy(publicKeyFiles: [publicKey]))
-        let rulesFile = try directory.write("reverify-rules.json", Data("""
-            {"exclude": ["cache", "*.log"], "allow_keys": {"config/device.json": ["serial", "server.url"]}}
-            """.utf8))
+        let rulesFile = try directory.write(
+            "reverify-rules.json",
+            Data(
+                """
+                {"exclude": ["cache", "*.log"], "allow_keys": {"config/device.json": ["serial", "server.url"]}}
+                """.utf8))
 
         let log = Log()
         #expect(await Self.checkResources(tree, key: publicKey, rulesFile: rulesFile) { log.lines.append($0) })
@@ -63,9 +67,10 @@ struct ReadmeStartupExampleTests {
         try Data(#"{"serial": "A17", "server": {"url": "https://b.example", "retries": 0}}"#.utf8).write(to: URL(fileURLWithPath: tree + "/config/device.json"))
         try Data("changed".utf8).write(to: URL(fileURLWithPath: tree + "/readme.txt"))
         #expect(await !Self.checkResources(tree, key: publicKey, rulesFile: rulesFile) { log.lines.append($0) })
-        #expect(log.lines == [
-            "resource check: modified config/device.json: 'config/device.json' differs from the signed manifest; keys changed: server.retries (changed)",
-            "resource check: modified readme.txt: 'readme.txt' differs from the signed manifest (7 bytes, not 8)",
-        ])
+        #expect(
+            log.lines == [
+                "resource check: modified config/device.json: 'config/device.json' differs from the signed manifest; keys changed: server.retries (changed)",
+                "resource check: modified readme.txt: 'readme.txt' differs from the signed manifest (7 bytes, not 8)"
+            ])
     }
 }

@@ -17,8 +17,9 @@ struct SwiftNativeAPITests {
 
     /// The DocC example (SigningAndVerifying.md), as written there.
     func signRelease(notes: Data, passphrase secret: [UInt8]) throws -> Signature {
-        let key = try PrivateKey(contentsOf: Self.privateKeyPath,
-                                 passphrase: .literal(Passphrase(bytes: secret)))
+        let key = try PrivateKey(
+            contentsOf: Self.privateKeyPath,
+            passphrase: .literal(Passphrase(bytes: secret)))
         return try Signer(key: key).sign(notes)
     }
 
@@ -71,7 +72,7 @@ struct SwiftNativeAPITests {
         let key = try PrivateKey(contentsOf: URL(fileURLWithPath: Self.privateKeyPath.string), passphrase: .literal(Passphrase(bytes: try Self.passphrase())))
         let data = Data("release notes\n".utf8)
         let signature = try Signer(key: key).sign(data)
-        #expect(try Signer(key: key).sign(data[...]) == signature)   // a slice is DataProtocol too
+        #expect(try Signer(key: key).sign(data[...]) == signature) // a slice is DataProtocol too
         #expect(try Digest.compute(data, algorithm: .sha256) == Digest.compute(Array(data), algorithm: .sha256))
         let verified = try Verifier(policy: TrustPolicy(keys: [fromPath])).verify(signature: Data(signature.bytes), bytes: data)
         #expect(verified.isValid)
@@ -87,7 +88,9 @@ struct SwiftNativeAPITests {
         #expect(Timestamp(Timestamp(rfc3339: "2027-01-01T00:00:00Z")!.date) == Timestamp(rfc3339: "2027-01-01T00:00:00Z"))
     }
 
-    @Test("point 14, every entry point with a path: key generation, a package binding, a TUF repository, client and update, and the kept release take FilePath and URL")
+    @Test(
+        "point 14, every entry point with a path: key generation, a package binding, a TUF repository, client and update, and the kept release take FilePath and URL"
+    )
     func filePathsEverywhere() async throws {
         let server = try HTTPSServer()
         let work = try TemporaryDirectory()
@@ -112,8 +115,9 @@ struct SwiftNativeAPITests {
         let dest = FilePath(work.file("installed"))
         let packageURL = try #require(URL(string: server.url("native/app.zip")))
         var wrong = InstallOptions()
-        wrong.expectedPackage = PackageBinding(name: described.name, version: described.version, sequence: described.sequence, size: described.size,
-                                               sha256: described.sha256, manifestSHA256: String(repeating: "0", count: 64))
+        wrong.expectedPackage = PackageBinding(
+            name: described.name, version: described.version, sequence: described.sequence, size: described.size,
+            sha256: described.sha256, manifestSHA256: String(repeating: "0", count: 64))
         let mismatch = #expect(throws: SignetError.self) {
             try Installer.install(downloading: packageURL, to: dest, policy: try PackageFixture.policy, options: wrong, download: download)
         }

@@ -27,8 +27,9 @@ struct RolloutPublicationTests {
     /// The published snapshot's `signet_published` for targets.json.
     static func published(_ site: Site) throws -> String? {
         let folder = site.server.www + "/" + site.path + "/metadata"
-        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".snapshot.json") }
-            .max { Int($0.split(separator: ".")[0])! < Int($1.split(separator: ".")[0])! })
+        let name = try #require(
+            try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".snapshot.json") }
+                .max { Int($0.split(separator: ".")[0])! < Int($1.split(separator: ".")[0])! })
         let json = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/" + name))) as? [String: Any]
         let meta = (json?["signed"] as? [String: Any])?["meta"] as? [String: Any]
         return (meta?["targets.json"] as? [String: Any])?["signet_published"] as? String
@@ -45,7 +46,9 @@ struct RolloutPublicationTests {
         return t0
     }
 
-    @Test("1%@0h,100%@1h paused at once; the resume staged at +10 h is signed and published at +12 h: devices see 1% then, 100% an hour later; repo status shows the start devices count from; the next version fixes it")
+    @Test(
+        "1%@0h,100%@1h paused at once; the resume staged at +10 h is signed and published at +12 h: devices see 1% then, 100% an hour later; repo status shows the start devices count from; the next version fixes it"
+    )
     func resumeCountsFromPublication() throws {
         let site = try Site("rollout-publication")
         let t0 = try Self.rollingOut(site)
@@ -82,12 +85,15 @@ struct RolloutPublicationTests {
         #expect(halted.state == .halted && halted.start == Self.after(t0, hours: 12 - 0.01))
     }
 
-    @Test("a new plan without a start counts from its publication; one whose given start is past warns the signer with the share it would open at once; a later refresh keeps the publication time")
+    @Test(
+        "a new plan without a start counts from its publication; one whose given start is past warns the signer with the share it would open at once; a later refresh keeps the publication time"
+    )
     func replanWithoutStart() throws {
         let site = try Site("replan-publication")
         let t0 = try Self.rollingOut(site)
         // A given start two hours past: the signer is told what it opens at once.
-        _ = try site.repository.changeRollout(of: "assets-11.zip", .replace(try TUFRollout(plan: "5%@0h,50%@1h,100%@4h", start: t0)), now: Self.after(t0, hours: 2))
+        _ = try site.repository.changeRollout(
+            of: "assets-11.zip", .replace(try TUFRollout(plan: "5%@0h,50%@1h,100%@4h", start: t0)), now: Self.after(t0, hours: 2))
         let warned = try #require(try site.repository.review("targets", now: Self.after(t0, hours: 2)))
         #expect(warned.warnings.count == 1 && warned.warnings[0].contains("50%") && warned.warnings[0].contains("without a start"), "\(warned.warnings)")
         #expect(warned.lines.contains { $0.hasPrefix("  WARNING:") })
@@ -113,7 +119,9 @@ struct RolloutPublicationTests {
         let plan = try TUFRollout(plan: "1%@0h,100%@1h", start: staged).countingFromPublication(stagedAt: staged)
         #expect(plan.resolved(publishedAt: Timestamp(secondsSinceEpoch: staged.secondsSinceEpoch - 86_400)).start == staged)
         #expect(plan.resolved(publishedAt: nil).start == staged)
-        #expect(plan.resolved(publishedAt: Timestamp(secondsSinceEpoch: staged.secondsSinceEpoch + 7_200)).start.secondsSinceEpoch == staged.secondsSinceEpoch + 7_200)
+        #expect(
+            plan.resolved(publishedAt: Timestamp(secondsSinceEpoch: staged.secondsSinceEpoch + 7_200)).start.secondsSinceEpoch == staged.secondsSinceEpoch
+                + 7_200)
         // staged_at only on an active plan; anything else is refused as unreadable.
         #expect(TUFRollout(json: plan.json)?.stagedAt == staged)
         var paused = plan.paused(at: staged).json

@@ -57,7 +57,9 @@ struct RolloutTests {
         #expect(first.allSatisfy { (0..<10_000).contains($0) })
     }
 
-    @Test("The device id is its bytes as read, trimmed of ASCII white space only: ids that are not UTF-8 get the buckets FORMAT.md's formula gives (Python's hashlib), not one shared bucket")
+    @Test(
+        "The device id is its bytes as read, trimmed of ASCII white space only: ids that are not UTF-8 get the buckets FORMAT.md's formula gives (Python's hashlib), not one shared bucket"
+    )
     func deviceIDBytes() throws {
         let work = try TemporaryDirectory()
         var buckets: [Int] = []
@@ -69,7 +71,8 @@ struct RolloutTests {
             #expect(id == (raw.last == 0x20 ? Array(raw.dropLast()) : raw), "trimmed of ASCII white space only")
             buckets.append(TUFRollout.bucket(deviceID: id, name: "app", sequence: 7))
         }
-        let script = "import hashlib\nfor i in [b'\\xff'*4, b'\\xfe'*4, b'\\xc3\\x28\\x80']: print(int.from_bytes(hashlib.sha256(i + b'\\x00app\\x007').digest()[:8], 'big') % 10000)"
+        let script =
+            "import hashlib\nfor i in [b'\\xff'*4, b'\\xfe'*4, b'\\xc3\\x28\\x80']: print(int.from_bytes(hashlib.sha256(i + b'\\x00app\\x007').digest()[:8], 'big') % 10000)"
         let expected = try SignetTestSupport.run("python3", ["-c", script]).stdoutText.split(separator: "\n").compactMap { Int($0) }
         #expect(buckets == expected && Set(buckets).count == 3, "\(buckets) against \(expected)")
         // A non-breaking space (U+00A0) is not ASCII white space: it stays part of the id.
@@ -112,8 +115,10 @@ struct RolloutTests {
         #expect(try TUFRollout(plan: "default", start: Self.start).steps.count == 7)
         #expect(try TUFRollout(plan: "now", start: Self.start).openBuckets(at: Self.start) == 10_000)
         #expect(try TUFRollout(plan: "0.5%@0h,12.25%@90m,100%@2d", start: Self.start).steps.map(\.buckets) == [50, 1_225, 10_000])
-        for bad in ["", "10%", "10@0h", "10%@0h,5%@1h", "10%@2h,20%@1h", "101%@0h", "0%@0h", "1.234%@0h", "10%@0x", "10%@367d",
-                    "-1%@0h", "10%@-1h", "1e2%@0h", "10%@99999999999999999999h", "+5%@0h"] {
+        for bad in [
+            "", "10%", "10@0h", "10%@0h,5%@1h", "10%@2h,20%@1h", "101%@0h", "0%@0h", "1.234%@0h", "10%@0x", "10%@367d",
+            "-1%@0h", "10%@-1h", "1e2%@0h", "10%@99999999999999999999h", "+5%@0h"
+        ] {
             #expect(throws: SignetError.self, "'\(bad)'") { try TUFRollout(plan: bad, start: Self.start) }
         }
     }
@@ -136,8 +141,10 @@ struct RolloutTests {
         let weekend = try MaintenanceWindow("Sat,Sun 00:00..24:00")
         #expect(weekend.contains(local(day: 5, 0)) && weekend.contains(local(day: 6, 23, 59)) && !weekend.contains(local(day: 0, 12)))
         #expect(try MaintenanceWindow("Sun..Tue 10:00..11:00").days == [0, 1, 2])
-        for bad in ["", "02:00", "Mon..Fri", "Mon..Fri 2:00..4:00", "Mon..Fri 02:00-04:00", "Funday 02:00..04:00", "Mon 02:00..02:00",
-                    "Mon 25:00..26:00", "Mon 02:60..03:00", "Mon 24:00..01:00", "Mo 01:00..02:00", "Mon 01:00..02:00 extra"] {
+        for bad in [
+            "", "02:00", "Mon..Fri", "Mon..Fri 2:00..4:00", "Mon..Fri 02:00-04:00", "Funday 02:00..04:00", "Mon 02:00..02:00",
+            "Mon 25:00..26:00", "Mon 02:60..03:00", "Mon 24:00..01:00", "Mo 01:00..02:00", "Mon 01:00..02:00 extra"
+        ] {
             #expect(throws: SignetError.self, "'\(bad)'") { try MaintenanceWindow(bad) }
         }
     }
@@ -153,7 +160,9 @@ struct RolloutTests {
         #expect(throws: SignetError.self) { try VersionLock("") }
     }
 
-    @Test("A fleet of 1,000 devices against one repository on nginx: the plan the verified metadata carries opens each step's share within 2 points; paused it stops growing")
+    @Test(
+        "A fleet of 1,000 devices against one repository on nginx: the plan the verified metadata carries opens each step's share within 2 points; paused it stops growing"
+    )
     func fleetOnNginx() throws {
         let server = try HTTPSServer()
         let key = try Fixtures.signingKey()
@@ -172,7 +181,8 @@ struct RolloutTests {
         let idFile = work.file("machine-id")
         try Data((String(decoding: Self.fleet[0], as: UTF8.self) + "\n").utf8).write(to: URL(fileURLWithPath: idFile))
         func check(at time: Timestamp) throws -> TUFUpdateReport {
-            var options = TUFUpdateOptions(client: TUFClientOptions(metadataDirectory: work.file("metadata"), metadataURL: server.url("rollout-fleet/metadata/")), channel: "stable")
+            var options = TUFUpdateOptions(
+                client: TUFClientOptions(metadataDirectory: work.file("metadata"), metadataURL: server.url("rollout-fleet/metadata/")), channel: "stable")
             options.client.download = try PackageFixture.downloadOptions(server)
             options.client.now = time
             options.checkOnly = true
@@ -187,7 +197,8 @@ struct RolloutTests {
             let time = Timestamp(secondsSinceEpoch: start.secondsSinceEpoch + hours * 3_600 + 1)
             let report = try check(at: time)
             let status = try #require(report.rollout, "the served release carries its plan")
-            #expect(status == TUFUpdater.rolloutStatus(of: report.release, deviceID: Self.fleet[0], at: time), "the device's own decision is the fleet's function")
+            #expect(
+                status == TUFUpdater.rolloutStatus(of: report.release, deviceID: Self.fleet[0], at: time), "the device's own decision is the fleet's function")
             #expect(status.openBuckets == Int(percent * 100))
             let measured = share(report.release, at: time)
             #expect(abs(measured - percent) <= 2, "at \(hours) h: \(measured)% of the fleet installs, the plan says \(percent)%")
@@ -248,7 +259,8 @@ struct ReleaseChoiceTests {
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             try Data(id + [0x0a]).write(to: URL(fileURLWithPath: folder + "/machine-id"))
             try TUFClient.initialize(metadataDirectory: folder + "/metadata", trustedRoot: Array(contents(server.www + "/\(path)/metadata/1.root.json")))
-            var options = TUFUpdateOptions(client: TUFClientOptions(metadataDirectory: folder + "/metadata", metadataURL: server.url("\(path)/metadata/")), channel: "stable")
+            var options = TUFUpdateOptions(
+                client: TUFClientOptions(metadataDirectory: folder + "/metadata", metadataURL: server.url("\(path)/metadata/")), channel: "stable")
             options.client.download = try PackageFixture.downloadOptions(server)
             options.client.now = time
             options.install.now = time
@@ -272,7 +284,9 @@ struct ReleaseChoiceTests {
 
     static func installed(_ dest: String) throws -> UInt64? { try InstalledRelease.inspect(dest, force: false)?.sequence }
 
-    @Test("A fleet of empty devices at each step of a plan, after a pause and after a halt: each installs the newest release whose wave includes it, else the one before; none is left empty; an emergency plan lets the older release go")
+    @Test(
+        "A fleet of empty devices at each step of a plan, after a pause and after a halt: each installs the newest release whose wave includes it, else the one before; none is left empty; an emergency plan lets the older release go"
+    )
     func emptyDevicesMidRollout() throws {
         let site = try Site("choice-fleet")
         try site.add(10)
@@ -349,9 +363,10 @@ struct ReleaseChoiceTests {
         func release(_ sequence: UInt64, _ plan: String? = nil, state: TUFRollout.State = .active) throws -> TUFPackageTarget {
             var rollout = try plan.map { try TUFRollout(plan: $0, start: RolloutTests.start) }
             if state == .halted { rollout = rollout?.halted }
-            return TUFPackageTarget(target: "app-\(sequence).zip", name: "app", version: "1.\(sequence)", sequence: sequence,
-                                    manifestSHA256: String(repeating: "0", count: 64), channels: ["stable"], length: 1, sha256: String(repeating: "0", count: 64),
-                                    rollout: rollout)
+            return TUFPackageTarget(
+                target: "app-\(sequence).zip", name: "app", version: "1.\(sequence)", sequence: sequence,
+                manifestSHA256: String(repeating: "0", count: 64), channels: ["stable"], length: 1, sha256: String(repeating: "0", count: 64),
+                rollout: rollout)
         }
         let id = RolloutTests.fleet[0]
         let bucket = TUFRollout.bucket(deviceID: id, name: "app", sequence: 3)
@@ -360,7 +375,11 @@ struct ReleaseChoiceTests {
         let plain = try release(2)
         var reads = 0
         func choose(_ releases: [TUFPackageTarget], ignore: Bool = false, lock: VersionLock? = nil) throws -> TUFReleaseChoice? {
-            try TUFReleaseChoice.choose(among: releases, deviceID: { reads += 1; return id }, at: time, ignoreRollout: ignore, versionLock: lock)
+            try TUFReleaseChoice.choose(
+                among: releases,
+                deviceID: {
+                    reads += 1; return id
+                }, at: time, ignoreRollout: ignore, versionLock: lock)
         }
         #expect(try choose([]) == nil)
         #expect(try choose([plain])?.chosen == plain && reads == 0, "no plan: the device id is not read")

@@ -25,9 +25,10 @@ struct UpdateDecisionTests {
     static func release(_ sequence: UInt64, _ plan: String? = nil, halted: Bool = false, manifest: Character = "0") throws -> TUFPackageTarget {
         var rollout = try plan.map { try TUFRollout(plan: $0, start: start) }
         if halted { rollout = rollout?.halted }
-        return TUFPackageTarget(target: "app-\(sequence).zip", name: "app", version: "1.\(sequence)", sequence: sequence,
-                                manifestSHA256: String(repeating: manifest, count: 64), channels: ["stable"], length: 1,
-                                sha256: String(repeating: "0", count: 64), rollout: rollout)
+        return TUFPackageTarget(
+            target: "app-\(sequence).zip", name: "app", version: "1.\(sequence)", sequence: sequence,
+            manifestSHA256: String(repeating: manifest, count: 64), channels: ["stable"], length: 1,
+            sha256: String(repeating: "0", count: 64), rollout: rollout)
     }
 
     static func installed(_ sequence: UInt64) -> InstalledRelease {
@@ -41,12 +42,16 @@ struct UpdateDecisionTests {
         return records
     }
 
-    static func decide(_ releases: [TUFPackageTarget], installed: InstalledRelease?, records: ReleaseRecord = ReleaseRecord(),
-                       _ change: (inout UpdateDecision.Options) -> Void = { _ in }) throws -> UpdateDecision {
+    static func decide(
+        _ releases: [TUFPackageTarget], installed: InstalledRelease?, records: ReleaseRecord = ReleaseRecord(),
+        _ change: (inout UpdateDecision.Options) -> Void = { _ in }
+    ) throws -> UpdateDecision {
         var options = UpdateDecision.Options()
         change(&options)
-        return try #require(try UpdateDecision.decide(releases: releases, installed: installed, records: records, options: options,
-                                                       at: now, deviceID: { id }))
+        return try #require(
+            try UpdateDecision.decide(
+                releases: releases, installed: installed, records: records, options: options,
+                at: now, deviceID: { id }))
     }
 
     /// A wave that has not reached `id` at `now`: 0.01% opens bucket 0 only.
@@ -113,29 +118,38 @@ struct UpdateDecisionTests {
         #expect(!refused.updateAvailable && refused.channelNote == nil, "held back quietly, not news every hour")
         #expect(try Self.decide([two, three], installed: Self.installed(2), records: bad) { $0.retryBad = true }.action == .install)
         let newer = try Self.release(4)
-        #expect(try Self.decide([two, three, newer], installed: Self.installed(2), records: bad).action == .install,
-                "a higher sequence than the refused one is installed")
+        #expect(
+            try Self.decide([two, three, newer], installed: Self.installed(2), records: bad).action == .install,
+            "a higher sequence than the refused one is installed")
 
         #expect(try Self.decide([two, three], installed: Self.installed(3), records: Self.records()) { $0.repair = true }.action == .repair)
-        #expect(try Self.decide([two], installed: Self.installed(3), records: Self.records()) { $0.repair = true }.action == .none,
-                "--repair of a release no longer listed: nothing to fetch it from")
+        #expect(
+            try Self.decide([two], installed: Self.installed(3), records: Self.records()) { $0.repair = true }.action == .none,
+            "--repair of a release no longer listed: nothing to fetch it from")
         let unchecked = Self.records { $0.unchecked = 3 }
-        #expect(try Self.decide([three], installed: Self.installed(3), records: unchecked) { $0.healthCheckHook = true }.action == .repair,
-                "a health check that never finished runs again")
+        #expect(
+            try Self.decide([three], installed: Self.installed(3), records: unchecked) { $0.healthCheckHook = true }.action == .repair,
+            "a health check that never finished runs again")
         #expect(try Self.decide([three], installed: Self.installed(3), records: unchecked).action == .none, "no health check configured")
-        #expect(try Self.decide([two, three], installed: Self.installed(2), records: Self.records()) { $0.hold = true; $0.repair = true }.action == .none)
+        #expect(
+            try Self.decide([two, three], installed: Self.installed(2), records: Self.records()) {
+                $0.hold = true; $0.repair = true
+            }.action == .none)
     }
 
     @Test("the report is the decision's: one builder")
     func reportFromDecision() throws {
         let wave = try Self.waiting(3)
         let decision = try Self.decide([try Self.release(2), wave], installed: Self.installed(2), records: Self.records())
-        let refresh = TUFRefreshReport(rootVersion: 1, rootsWalked: 0, timestampVersion: 1, snapshotVersion: 1, targetsVersion: 1, requests: 4, bytesReceived: 10)
-        let report = TUFUpdateReport(decision: decision, refresh: refresh, role: "targets", packageURL: "https://example/app-3.zip",
-                                     installed: Self.installed(2), install: nil)
+        let refresh = TUFRefreshReport(
+            rootVersion: 1, rootsWalked: 0, timestampVersion: 1, snapshotVersion: 1, targetsVersion: 1, requests: 4, bytesReceived: 10)
+        let report = TUFUpdateReport(
+            decision: decision, refresh: refresh, role: "targets", packageURL: "https://example/app-3.zip",
+            installed: Self.installed(2), install: nil)
         #expect(report.release == wave && report.updateAvailable && report.deferred == decision.deferred && report.rollout == decision.rollout)
-        let window = TUFUpdateReport(decision: decision, refresh: refresh, role: "targets", packageURL: "x", installed: nil, install: nil,
-                                     deferredInstall: "outside the maintenance window")
+        let window = TUFUpdateReport(
+            decision: decision, refresh: refresh, role: "targets", packageURL: "x", installed: nil, install: nil,
+            deferredInstall: "outside the maintenance window")
         #expect(window.deferred == "outside the maintenance window", "the install layer's deferral wins")
     }
 }

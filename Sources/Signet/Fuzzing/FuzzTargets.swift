@@ -54,14 +54,17 @@ public enum _FuzzTargets {
         // or a cancel part-way must release what the hasher holds.
         "zip-pipelined": { bytes in
             guard let first = bytes.first, let path = scratch(Array(bytes.dropFirst())),
-                  let reader = try? ZipReader(path: path, maximumEntries: 64) else { return }
+                let reader = try? ZipReader(path: path, maximumEntries: 64)
+            else { return }
             let failAfter = first == 255 ? Int.max : Int(first) * 64
             struct SinkFailed: Error {}
             PipelinedHasher.$threshold.withValue(0) {
                 for entry in reader.entries() {
                     var written = 0
-                    _ = try? PackageReader.hashedRead(entry, size: min(entry.size, 1 << 22), name: "entry", reader: reader,
-                                                      algorithms: [.sha256, .sha384]) { chunk in
+                    _ = try? PackageReader.hashedRead(
+                        entry, size: min(entry.size, 1 << 22), name: "entry", reader: reader,
+                        algorithms: [.sha256, .sha384]
+                    ) { chunk in
                         written += chunk.count
                         if written > failAfter { throw SinkFailed() }
                     }
@@ -84,7 +87,8 @@ public enum _FuzzTargets {
             }
             let stream = Array(bytes.dropFirst(3 + 2 * count))
             guard offsets[count] <= UInt64(stream.count),
-                  let segments = DeflatedSegments(input: MemoryInput(stream), data: 0..<offsets[count], offsets: offsets, fileSize: fileSize) else { return }
+                let segments = DeflatedSegments(input: MemoryInput(stream), data: 0..<offsets[count], offsets: offsets, fileSize: fileSize)
+            else { return }
             var file: [UInt8] = []
             for index in 0..<count {
                 let start = index * DeflateIndex.segmentSize
@@ -173,7 +177,7 @@ public enum _FuzzTargets {
                 }
             }
             if let keyPath = KeyPath(String(decoding: bytes.prefix(256), as: UTF8.self)) { _ = KeyPath(keyPath.description) }
-        },
+        }
     ]
 
     /// The zip reader reads files: one anonymous memory file per process (`memfd_create`),
@@ -184,7 +188,8 @@ public enum _FuzzTargets {
     private static func scratch(_ bytes: [UInt8]) -> String? {
         let fd = FileDescriptor(rawValue: scratchDescriptor)
         guard scratchDescriptor >= 0, ftruncate(scratchDescriptor, 0) == 0,
-              (try? fd.writeAll(toAbsoluteOffset: 0, bytes)) != nil else { return nil }
+            (try? fd.writeAll(toAbsoluteOffset: 0, bytes)) != nil
+        else { return nil }
         return "/proc/self/fd/\(scratchDescriptor)"
     }
 }

@@ -46,8 +46,10 @@ package enum OpenSSLErrorQueue {
     }
 
     /// Drains the queue into an error.
-    package static func error(_ code: SignetError.Code, _ reason: String, path: String? = nil,
-                      fileID: StaticString = #fileID, line: UInt = #line) -> SignetError {
+    package static func error(
+        _ code: SignetError.Code, _ reason: String, path: String? = nil,
+        fileID: StaticString = #fileID, line: UInt = #line
+    ) -> SignetError {
         SignetError(code, reason, path: path, openSSLErrors: drain().map(\.text), fileID: fileID, line: line)
     }
 }

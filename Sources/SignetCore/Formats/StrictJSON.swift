@@ -67,7 +67,9 @@ package enum StrictJSON {
     /// `maximumDepth`: deepest nesting accepted (resources packed as structured may nest deeper
     /// than Signet's own documents).
     @inlinable
-    package static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, maximumDepth: Int = StrictJSON.maximumDepth, into handler: inout H) throws {
+    package static func parse<H: Handler>(_ bytes: [UInt8], integersOnly: Bool = false, maximumDepth: Int = StrictJSON.maximumDepth, into handler: inout H)
+        throws
+    {
         try bytes.withUnsafeBufferPointer { buffer in
             var parser = Parser(bytes: buffer, integersOnly: integersOnly, maximumDepth: maximumDepth, handler: handler)
             defer { handler = parser.handler }

@@ -28,15 +28,17 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         localtime_r(&seconds, &parts)
         var buffer = [CChar](repeating: 0, count: 64)
         let count = strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M:%S %Z", &parts)
-        return "this device's clock reads \(String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)): if that is wrong, set the clock (NTP)"
+        return
+            "this device's clock reads \(String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)): if that is wrong, set the clock (NTP)"
     }
 
     /// Parses `YYYY-MM-DDTHH:MM:SSZ` exactly (UTC, no fraction, no offset); nil otherwise.
     public init?(rfc3339 text: String) {
         let bytes = Array(text.utf8)
         guard bytes.count == 20, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
-              bytes[10] == UInt8(ascii: "T"), bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
-              bytes[19] == UInt8(ascii: "Z") else { return nil }
+            bytes[10] == UInt8(ascii: "T"), bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
+            bytes[19] == UInt8(ascii: "Z")
+        else { return nil }
         func number(_ range: Range<Int>) -> Int32? {
             var value: Int32 = 0
             for byte in bytes[range] {
@@ -46,8 +48,9 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
             return value
         }
         guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
-              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
-              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60 else { return nil }
+            let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
+            (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60
+        else { return nil }
         var parts = tm()
         parts.tm_year = year - 1900
         parts.tm_mon = month - 1
@@ -72,7 +75,8 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         }
         // Widened: tm_year + 1900 overflows Int32 for the largest years gmtime accepts.
         let year = String(Int(parts.tm_year) + 1900)
-        return "\(String(repeating: "0", count: max(0, 4 - year.count)) + year)-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
+        return
+            "\(String(repeating: "0", count: max(0, 4 - year.count)) + year)-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))Z"
     }
 
     public var description: String { rfc3339 }

@@ -51,7 +51,9 @@ package enum AtomicFile {
     /// registered `temporary` and removes it on failure.
     package static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String) throws {
         let opened: OwnedDescriptor
-        do { opened = try TemporaryFiles.guardedOpen(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) } catch let failure as SystemCallFailure {
+        do { opened = try TemporaryFiles.guardedOpen(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) } catch let failure
+            as SystemCallFailure
+        {
             throw SignetError.posix(failure, "cannot create a temporary file beside", path: target)
         }
         let file = opened.descriptor

@@ -47,10 +47,12 @@ package final class DestinationLock {
             }
             if DispatchTime.now().uptimeNanoseconds >= deadline {
                 var holder = [UInt8](repeating: 0, count: 32)
-                let n = (try? holder.withUnsafeMutableBytes { try fd.read(fullyAt: 0, into: $0) }) ?? 0   // only for the message
+                let n = (try? holder.withUnsafeMutableBytes { try fd.read(fullyAt: 0, into: $0) }) ?? 0 // only for the message
                 let digits = holder.prefix(n).prefix { $0 != 0x0A }
                 let pid = !digits.isEmpty && digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) ? String(decoding: digits, as: UTF8.self) : "?"
-                throw SignetError(.destinationBusy, "'\(destination)' is being updated by process \(pid); try again when it has finished, or wait longer with --wait SECONDS", path: destination)
+                throw SignetError(
+                    .destinationBusy, "'\(destination)' is being updated by process \(pid); try again when it has finished, or wait longer with --wait SECONDS",
+                    path: destination)
             }
             usleep(20_000)
         }

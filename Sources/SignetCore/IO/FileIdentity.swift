@@ -33,7 +33,10 @@ package struct FileIdentity: Hashable {
             let identities = [of(target, followLinks: false), of(target)].compactMap { $0 }
             for identity in identities {
                 if let input = inputIdentities[identity] {
-                    throw SignetError(.usage, "\(what) '\(target)' is the same file as the \(input.role) '\(input.path)'; writing it would destroy that file. Choose another output path", path: target)
+                    throw SignetError(
+                        .usage,
+                        "\(what) '\(target)' is the same file as the \(input.role) '\(input.path)'; writing it would destroy that file. Choose another output path",
+                        path: target)
                 }
                 if let other = claimed[identity] {
                     throw SignetError(.usage, "\(what) '\(target)' and '\(other)' are the same file; each output needs its own path", path: target)

@@ -81,7 +81,8 @@ package final class InputFile {
             switch error.code {
             case ENOENT: return nil
             case ELOOP, ENOTDIR, EXDEV:
-                throw SignetError(.malformedInput, "cannot use \(what) '\(path)': it, or a folder on its way, is a symbolic link or not a directory", path: path)
+                throw SignetError(
+                    .malformedInput, "cannot use \(what) '\(path)': it, or a folder on its way, is a symbolic link or not a directory", path: path)
             default: throw SignetError.posix(error, "cannot open \(what)", path: path)
             }
         }
@@ -119,7 +120,9 @@ package final class InputFile {
     /// only (keys, signatures, passphrase files), never for resources.
     package func readAll(limit: Int, what: String) throws -> [UInt8] {
         guard size <= Int64(limit) else {
-            throw SignetError(.malformedInput, "\(what) '\(path)' is \(size) bytes, more than the \(limit) bytes such a file can be; check that this is the right file", path: path)
+            throw SignetError(
+                .malformedInput, "\(what) '\(path)' is \(size) bytes, more than the \(limit) bytes such a file can be; check that this is the right file",
+                path: path)
         }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Int(size))

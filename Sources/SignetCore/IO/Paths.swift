@@ -29,7 +29,8 @@ package enum Paths {
         var components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard let last = components.popLast() else { return OwnedDescriptor(adopting: try systemCall("open") { Glibc.open(path, flags, mode) }) }
         // The directory reached so far (nil: the working directory).
-        var directory: OwnedDescriptor? = path.hasPrefix("/")
+        var directory: OwnedDescriptor? =
+            path.hasPrefix("/")
             ? OwnedDescriptor(adopting: try systemCall("open") { Glibc.open("/", signet_O_PATH() | O_DIRECTORY | O_CLOEXEC) }) : nil
         var chunk = ""
         func at(_ directory: borrowing OwnedDescriptor?) -> Int32 {
@@ -58,8 +59,10 @@ package enum Paths {
     /// anywhere on the path and never leaving `directory`: one `openat2(RESOLVE_BENEATH |
     /// RESOLVE_NO_SYMLINKS)` where the kernel has it (`useOpenat2`), else, and for paths longer
     /// than one call can name, one component at a time with O_NOFOLLOW.
-    package static func open(_ relative: String, beneath directory: FileDescriptor, useOpenat2: Bool = true,
-                     flags: Int32 = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) throws(SystemCallFailure) -> OwnedDescriptor {
+    package static func open(
+        _ relative: String, beneath directory: FileDescriptor, useOpenat2: Bool = true,
+        flags: Int32 = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC
+    ) throws(SystemCallFailure) -> OwnedDescriptor {
         if useOpenat2 {
             let fd = signet_open_beneath(directory.rawValue, relative, flags)
             if fd >= 0 { return OwnedDescriptor(adopting: fd) }
@@ -140,7 +143,7 @@ package enum Paths {
             let folder = prefix
             do {
                 _ = try systemCall("mkdir") { mkdir(folder, mode) }
-            } catch where error.code == EEXIST {
+            } catch  where error.code == EEXIST {
                 // Already there.
             } catch {
                 throw SignetError.posix(error, "cannot create \(what)", path: folder)

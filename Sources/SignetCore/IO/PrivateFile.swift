@@ -33,25 +33,34 @@ package enum PrivateFile {
                     return existing
                 }
             } catch let failure where failure.code == ENOENT {
-                continue   // gone in between: create it
+                continue // gone in between: create it
             } catch {
                 // A link (ELOOP), a folder (EISDIR), a file we may not open: not ours either.
             }
             // Root's own (a Signet run as root made it) and we are not root: it is Signet's,
             // and the answer is to run as root, never to remove it.
             if geteuid() != 0, let info = try? Paths.lstat(path), info.st_uid == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o022 == 0 {
-                throw SignetError(.permissionDenied, "'\(path)' is root's \(what) (made by Signet run as root, as the update service runs): this user (uid \(geteuid())) may not use it. Run this as root", path: path)
+                throw SignetError(
+                    .permissionDenied,
+                    "'\(path)' is root's \(what) (made by Signet run as root, as the update service runs): this user (uid \(geteuid())) may not use it. Run this as root",
+                    path: path)
             }
             // Not ours, or not a file: never used. Remove it and create ours.
-            let removed = (try? Paths.withParent(of: path) { directory, name -> Int32 in
-                unlinkat(directory.rawValue, name, 0) == 0 || errno == ENOENT ? 0 : errno
-            }) ?? EACCES
+            let removed =
+                (try? Paths.withParent(of: path) { directory, name -> Int32 in
+                    unlinkat(directory.rawValue, name, 0) == 0 || errno == ENOENT ? 0 : errno
+                }) ?? EACCES
             if removed != 0 {
                 let owner = (try? Paths.lstat(path)).map { " (owned by uid \($0.st_uid))" } ?? ""
-                throw SignetError(.destinationRefused, "'\(path)' exists\(owner) and is not a \(what) this user made (another owner, another kind of file, or writable by others); Signet does not use it and cannot remove it (\(String(cString: strerror(removed)))). Remove it, or choose another place", path: path)
+                throw SignetError(
+                    .destinationRefused,
+                    "'\(path)' exists\(owner) and is not a \(what) this user made (another owner, another kind of file, or writable by others); Signet does not use it and cannot remove it (\(String(cString: strerror(removed)))). Remove it, or choose another place",
+                    path: path)
             }
         }
-        throw SignetError(.destinationRefused, "'\(path)' keeps being replaced while Signet creates its \(what) there; choose a folder other users cannot write to", path: path)
+        throw SignetError(
+            .destinationRefused, "'\(path)' keeps being replaced while Signet creates its \(what) there; choose a folder other users cannot write to",
+            path: path)
     }
 
     /// Whether an existing file may be reused: a regular file of this user, one link, not

@@ -28,7 +28,8 @@ package enum ProcessStart {
         while let entry = readdir(folder) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             guard let pid = Int32(name), let stat = fields(of: pid), stat.count > 19,
-                  Int32(stat[2]) == group, let started = UInt64(stat[19]), started >= ticks else { continue }
+                Int32(stat[2]) == group, let started = UInt64(stat[19]), started >= ticks
+            else { continue }
             return kill(-group, SIGKILL) == 0
         }
         return false

@@ -187,11 +187,13 @@ package enum TemporaryFiles {
             let rest = name.dropFirst(prefix.count)
             let digits = rest.prefix { $0.isASCII && $0.isNumber }
             guard let pid = pid_t(digits), pid > 0, pid != getpid(),
-                  tags.contains(where: { rest.dropFirst(digits.count).hasPrefix("-\($0)-") }),
-                  kill(pid, 0) != 0 && errno == ESRCH else { return }
+                tags.contains(where: { rest.dropFirst(digits.count).hasPrefix("-\($0)-") }),
+                kill(pid, 0) != 0 && errno == ESRCH
+            else { return }
             var info = stat()
             guard fstatat(fd.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFDIR,
-                  info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else { return }
+                info.st_uid == geteuid(), info.st_mode & 0o022 == 0
+            else { return }
             found.append((name, info.st_mtim.tv_sec))
         }
         return found.sorted { $0.changed > $1.changed }.map { (directory, $0.name) }

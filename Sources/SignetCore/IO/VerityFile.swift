@@ -29,7 +29,7 @@ package enum VerityFile {
         var digest = [UInt8](repeating: 0, count: 32)
         let result = digest.withUnsafeMutableBufferPointer { signet_measure_verity(fd.rawValue, $0.baseAddress!) }
         if result == 1 { return .digest(digest) }
-        if result >= 0 { return .failed(Errno(rawValue: EINVAL)) }   // another algorithm
+        if result >= 0 { return .failed(Errno(rawValue: EINVAL)) } // another algorithm
         switch -result {
         case ENODATA: return .notVerity
         case EOPNOTSUPP, ENOTTY: return .unsupported

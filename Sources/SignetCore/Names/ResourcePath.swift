@@ -28,7 +28,10 @@ public enum ResourcePath {
     /// Checks a resource path: ``validate(_:)``, and short enough for its signature entry.
     public static func validateResource(_ path: String) -> Result<String, Refusal> {
         if path.utf8.count > maximumResourceLength {
-            return .failure(Refusal("the path is \(path.utf8.count) bytes; resource paths may have at most \(maximumResourceLength), so that \(TreeLayout.signature(of: "PATH")) fits the \(maximumLength)-byte name limit"))
+            return .failure(
+                Refusal(
+                    "the path is \(path.utf8.count) bytes; resource paths may have at most \(maximumResourceLength), so that \(TreeLayout.signature(of: "PATH")) fits the \(maximumLength)-byte name limit"
+                ))
         }
         return validate(path)
     }

@@ -101,13 +101,18 @@ extension EVPKey {
     /// Checks the key is RSA of an acceptable size. `role` is "private key" or "public key".
     func requireAcceptableRSA(path: String, role: String, allowWeakKey: Bool, optInFlag: String) throws {
         guard isRSA else {
-            throw SignetError(.unsupportedKeyType, "unsupported key type: \(typeName) in \(role) '\(path)' (Signet signs with RSA); use an RSA key of 2048 bits or more", path: path)
+            throw SignetError(
+                .unsupportedKeyType, "unsupported key type: \(typeName) in \(role) '\(path)' (Signet signs with RSA); use an RSA key of 2048 bits or more",
+                path: path)
         }
         guard bits <= KeyLimits.maximumBits else {
             throw SignetError(.malformedKey, "\(role) '\(path)' is \(bits)-bit RSA, larger than the \(KeyLimits.maximumBits) bits Signet accepts", path: path)
         }
         guard bits >= KeyLimits.minimumBits || allowWeakKey else {
-            throw SignetError(.weakKey, "\(role) '\(path)' is \(bits)-bit RSA; Signet refuses RSA keys below \(KeyLimits.minimumBits) bits. Use a stronger key, or pass \(optInFlag) if you must", path: path)
+            throw SignetError(
+                .weakKey,
+                "\(role) '\(path)' is \(bits)-bit RSA; Signet refuses RSA keys below \(KeyLimits.minimumBits) bits. Use a stronger key, or pass \(optInFlag) if you must",
+                path: path)
         }
     }
 }

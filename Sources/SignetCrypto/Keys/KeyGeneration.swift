@@ -51,8 +51,9 @@ public struct GeneratedKey: Sendable {
             let ok: Int32
             if let passphrase, !passphrase.isEmpty {
                 ok = passphrase.withCString { pass, length in
-                    PEM_write_bio_PKCS8PrivateKey(bio, privateKey.key.pointer, EVP_aes_256_cbc(),
-                                                  UnsafeMutablePointer(mutating: pass), length, nil, nil)
+                    PEM_write_bio_PKCS8PrivateKey(
+                        bio, privateKey.key.pointer, EVP_aes_256_cbc(),
+                        UnsafeMutablePointer(mutating: pass), length, nil, nil)
                 }
             } else {
                 ok = PEM_write_bio_PKCS8PrivateKey(bio, privateKey.key.pointer, nil, nil, 0, nil, nil)
@@ -70,8 +71,9 @@ public struct GeneratedKey: Sendable {
         defer { X509_free(certificate) }
         let create = { (pass: UnsafePointer<CChar>) -> OpaquePointer? in
             // 0 for the algorithms selects OpenSSL 3's defaults: AES-256-CBC with PBKDF2.
-            PKCS12_create_ex(pass, "Signet signing key", privateKey.key.pointer, certificate, nil,
-                             0, 0, Int32(PKCS12_DEFAULT_ITER), Int32(PKCS12_DEFAULT_ITER), 0, nil, nil)
+            PKCS12_create_ex(
+                pass, "Signet signing key", privateKey.key.pointer, certificate, nil,
+                0, 0, Int32(PKCS12_DEFAULT_ITER), Int32(PKCS12_DEFAULT_ITER), 0, nil, nil)
         }
         let p12 = (passphrase ?? Passphrase(bytes: [])).withCString { pass, _ in create(pass) }
         guard let p12 else { throw OpenSSLErrorQueue.error(.crypto, "could not build the PKCS#12 file") }
@@ -95,7 +97,10 @@ public struct GeneratedKey: Sendable {
     public static func refuseExisting(in directory: String) throws {
         let existing = fileNames.map { directory + "/" + $0 }.filter { access($0, F_OK) == 0 }
         guard existing.isEmpty else {
-            throw SignetError(.fileExists, "refusing to overwrite \(existing.map { "'\($0)'" }.joined(separator: ", ")); choose an empty --out directory, move the old keys away first, or give --force to replace them (the old private key is then lost)", path: existing[0])
+            throw SignetError(
+                .fileExists,
+                "refusing to overwrite \(existing.map { "'\($0)'" }.joined(separator: ", ")); choose an empty --out directory, move the old keys away first, or give --force to replace them (the old private key is then lost)",
+                path: existing[0])
         }
     }
 
@@ -119,7 +124,7 @@ public struct GeneratedKey: Sendable {
             (try pkcs8PEM(passphrase: passphrase), 0o600),
             (try pkcs12(passphrase: passphrase), 0o600),
             (privateKey.publicKey.subjectPublicKeyInfo, 0o644),
-            (certificateDER, 0o644),
+            (certificateDER, 0o644)
         ]
         var written: [String] = []
         do {
@@ -166,7 +171,7 @@ public struct GeneratedKey: Sendable {
             (NID_key_usage, "critical,digitalSignature"),
             (NID_ext_key_usage, "codeSigning"),
             (NID_subject_key_identifier, "hash"),
-            (NID_authority_key_identifier, "keyid:always"),
+            (NID_authority_key_identifier, "keyid:always")
         ]
         for (nid, value) in extensions {
             guard let ext = X509V3_EXT_nconf_nid(nil, &context, nid, value) else {
@@ -196,7 +201,10 @@ extension PrivateKey {
     /// - Returns: the certificate, DER.
     public func imaCertificate(commonName: String, validityDays: Int = 3650) throws -> [UInt8] {
         guard format != .pkcs11 else {
-            throw SignetError(.usage, "--ima-cert signs the certificate with the private key, and this key is on a token: make it with the token's own tools (openssl req -x509 -provider pkcs11 …, with the extensions FORMAT.md §3 lists), or use the certificate keygen wrote")
+            throw SignetError(
+                .usage,
+                "--ima-cert signs the certificate with the private key, and this key is on a token: make it with the token's own tools (openssl req -x509 -provider pkcs11 …, with the extensions FORMAT.md §3 lists), or use the certificate keygen wrote"
+            )
         }
         guard (1...GeneratedKey.maximumValidityDays).contains(validityDays) else {
             throw SignetError(.usage, "the certificate validity must be 1 to \(GeneratedKey.maximumValidityDays) days, not \(validityDays)")

@@ -20,7 +20,8 @@ public struct KeyID: Hashable, Sendable, Comparable, CustomStringConvertible {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         if trimmed.hasPrefix("sha256//") {
             guard let data = Data(base64Encoded: String(trimmed.dropFirst("sha256//".count))),
-                  data.count == 32 else { return nil }
+                data.count == 32
+            else { return nil }
             self.bytes = Array(data)
             return
         }

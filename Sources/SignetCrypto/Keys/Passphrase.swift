@@ -71,12 +71,16 @@ public struct PassphraseSource: Sendable {
             do {
                 bytes = try readSmallFile(path, what: what, limit: 64 * 1024, allowPipes: true)
             } catch let error as SignetError where error.code == .fileNotFound {
-                throw SignetError(.fileNotFound, "the \(what) does not exist (its name is not repeated here, in case it is the secret itself); give the path of a file whose first line is the secret")
+                throw SignetError(
+                    .fileNotFound,
+                    "the \(what) does not exist (its name is not repeated here, in case it is the secret itself); give the path of a file whose first line is the secret"
+                )
             }
             var line = bytes.prefix { $0 != UInt8(ascii: "\n") }
             if line.last == UInt8(ascii: "\r") { line.removeLast() }
             guard !line.isEmpty else {
-                throw SignetError(.emptyPassphrase, "the \(what) '\(path)' is empty (its first line holds nothing); put the secret on its first line", path: path)
+                throw SignetError(
+                    .emptyPassphrase, "the \(what) '\(path)' is empty (its first line holds nothing); put the secret on its first line", path: path)
             }
             return Passphrase(bytes: Array(line))
         }
@@ -91,11 +95,13 @@ public struct PassphraseSource: Sendable {
         }
         return PassphraseSource(description: "the environment variable \(name)") { _ in
             guard let value = getenv(name) else {
-                throw SignetError(.passphraseRequired,
-                                  "the environment variable \(name) named by --passphrase-env is not set; export it or use --passphrase-file")
+                throw SignetError(
+                    .passphraseRequired,
+                    "the environment variable \(name) named by --passphrase-env is not set; export it or use --passphrase-file")
             }
             guard value.pointee != 0 else {
-                throw SignetError(.emptyPassphrase, "the environment variable \(name) named by --passphrase-env is empty; set it to the passphrase, or use --passphrase-file")
+                throw SignetError(
+                    .emptyPassphrase, "the environment variable \(name) named by --passphrase-env is empty; set it to the passphrase, or use --passphrase-file")
             }
             return Passphrase(bytes: Array(UnsafeBufferPointer(start: value, count: strlen(value)).map { UInt8(bitPattern: $0) }))
         }
@@ -112,7 +118,10 @@ public struct PassphraseSource: Sendable {
 
     /// The refusal of a value that is not a variable name, which never repeats the value.
     static func invalidVariableName(option: String) -> SignetError {
-        SignetError(.usage, "\(option) takes the NAME of an environment variable (letters, digits and _, e.g. SIGNET_PASSPHRASE); the value given is not a valid variable name, and is not repeated here in case it is the secret itself")
+        SignetError(
+            .usage,
+            "\(option) takes the NAME of an environment variable (letters, digits and _, e.g. SIGNET_PASSPHRASE); the value given is not a valid variable name, and is not repeated here in case it is the secret itself"
+        )
     }
 
     /// A passphrase already in memory.

@@ -66,11 +66,15 @@ public struct PrivateKey: Sendable {
     /// - Throws: ``/SignetCore/SignetError``: `.usage` for a bad URI or no module to use, `.tokenModule`
     ///   (exit 5), `.tokenObjectNotFound`, `.wrongPassphrase`, `.passphraseRequired`,
     ///   `.unsupportedKeyType`, `.weakKey` (exit 4).
-    public init(pkcs11 uri: String, module: String? = nil, pin: PassphraseSource? = nil, allowWeakKey: Bool = false,
-                environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    public init(
+        pkcs11 uri: String, module: String? = nil, pin: PassphraseSource? = nil, allowWeakKey: Bool = false,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws {
         let parsed = try PKCS11URI(uri)
         guard let modulePath = module ?? parsed.modulePath ?? PKCS11Module.defaultPath(environment: environment) else {
-            throw SignetError(.usage, "no PKCS#11 module to reach \(parsed): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
+            throw SignetError(
+                .usage,
+                "no PKCS#11 module to reach \(parsed): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
         }
         let token = try TokenKey(uri: parsed, modulePath: modulePath, pin: pin, allowWeakKey: allowWeakKey)
         self.key = token.publicKey
@@ -98,14 +102,17 @@ public struct PrivateKey: Sendable {
             throw SignetError(.malformedKey, "private key '\(name)' is empty; expected a PEM, DER PKCS#8 or PKCS#12 private key", path: name)
         }
         let request = PassphraseRequest(source: passphrase, keyName: name)
-        let loaded = try looksLikePEM(bytes)
+        let loaded =
+            try looksLikePEM(bytes)
             ? PrivateKeyLoader.pem(bytes, name: name, request: request)
             : PrivateKeyLoader.der(bytes, name: name, request: request)
         try loaded.key.requireAcceptableRSA(path: name, role: "private key", allowWeakKey: allowWeakKey, optInFlag: "--allow-weak-key")
         try Self.requireConsistent(loaded.key, name: name)
         var allWarnings = warnings
         if loaded.format == .pkcs12Legacy {
-            allWarnings.append("private key '\(name)' is a PKCS#12 file with legacy encryption (RC2-40/3DES); re-export it with modern encryption: openssl pkcs12 -in '\(name)' -legacy -nodes | openssl pkcs12 -export -out new.p12")
+            allWarnings.append(
+                "private key '\(name)' is a PKCS#12 file with legacy encryption (RC2-40/3DES); re-export it with modern encryption: openssl pkcs12 -in '\(name)' -legacy -nodes | openssl pkcs12 -export -out new.p12"
+            )
         }
         try self.init(key: loaded.key, format: loaded.format, certificateDER: loaded.certificateDER, warnings: allWarnings, name: name)
     }
@@ -127,7 +134,11 @@ extension PrivateKey {
     /// is also verified with the public half before it is used (``Signer``).
     static func requireConsistent(_ key: EVPKey, name: String) throws {
         OpenSSLErrorQueue.clear()
-        let damaged = { OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' is damaged: its numbers do not fit together (openssl pkey -check refuses it too); restore it from a backup", path: name) }
+        let damaged = {
+            OpenSSLErrorQueue.error(
+                .malformedKey,
+                "private key '\(name)' is damaged: its numbers do not fit together (openssl pkey -check refuses it too); restore it from a backup", path: name)
+        }
         switch RSAArithmetic.check(key) {
         case .consistent: return
         case .inconsistent: throw damaged()
@@ -168,15 +179,17 @@ enum RSAArithmetic {
         // A third prime: a multi-prime key, which the two-prime arithmetic below does not describe.
         if Number(key, "rsa-factor3") != nil { return .notCovered }
         guard let n = Number(key, "n"), let e = Number(key, "e"), let d = Number(key, "d"),
-              let p = Number(key, "rsa-factor1"), let q = Number(key, "rsa-factor2"),
-              let dP = Number(key, "rsa-exponent1"), let dQ = Number(key, "rsa-exponent2"),
-              let qInv = Number(key, "rsa-coefficient1") else { return .notCovered }
+            let p = Number(key, "rsa-factor1"), let q = Number(key, "rsa-factor2"),
+            let dP = Number(key, "rsa-exponent1"), let dQ = Number(key, "rsa-exponent2"),
+            let qInv = Number(key, "rsa-coefficient1")
+        else { return .notCovered }
         guard let context = BN_CTX_new() else { return .notCovered }
         defer { BN_CTX_free(context) }
         guard let t = Number(), let pMinus1 = Number(copying: p), let qMinus1 = Number(copying: q) else { return .notCovered }
         // p, q > 1, so that p − 1 and q − 1 are moduli.
         guard BN_cmp(p.pointer, BN_value_one()) > 0, BN_cmp(q.pointer, BN_value_one()) > 0,
-              BN_sub_word(pMinus1.pointer, 1) == 1, BN_sub_word(qMinus1.pointer, 1) == 1 else { return .inconsistent }
+            BN_sub_word(pMinus1.pointer, 1) == 1, BN_sub_word(qMinus1.pointer, 1) == 1
+        else { return .inconsistent }
         // n = p·q
         guard BN_mul(t.pointer, p.pointer, q.pointer, context) == 1 else { return .notCovered }
         guard BN_cmp(t.pointer, n.pointer) == 0 else { return .inconsistent }
@@ -211,7 +224,10 @@ final class PassphraseRequest {
         wasAsked = true
         if let cached { return cached }
         guard let source else {
-            throw SignetError(.passphraseRequired, "private key '\(keyName)' is encrypted; give its passphrase with --passphrase-file FILE or --passphrase-env VAR (or run on a terminal to be prompted)", path: keyName)
+            throw SignetError(
+                .passphraseRequired,
+                "private key '\(keyName)' is encrypted; give its passphrase with --passphrase-file FILE or --passphrase-env VAR (or run on a terminal to be prompted)",
+                path: keyName)
         }
         let value = try source.obtain(keyName)
         cached = value
@@ -219,19 +235,25 @@ final class PassphraseRequest {
     }
 
     var wrongPassphrase: SignetError {
-        SignetError(.wrongPassphrase, "wrong passphrase for private key '\(keyName)' (from \(source?.description ?? "the prompt")); check the passphrase, or that the key file is not damaged", path: keyName,
-                    openSSLErrors: OpenSSLErrorQueue.drain().map(\.text))
+        SignetError(
+            .wrongPassphrase,
+            "wrong passphrase for private key '\(keyName)' (from \(source?.description ?? "the prompt")); check the passphrase, or that the key file is not damaged",
+            path: keyName,
+            openSSLErrors: OpenSSLErrorQueue.drain().map(\.text))
     }
 }
 
 /// The C callback OpenSSL calls when a PEM key turns out to be encrypted.
-private let pemPassphraseCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { buffer, size, _, context in
+private let pemPassphraseCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = {
+    buffer, size, _, context in
     guard let buffer, let context else { return -1 }
     let request = Unmanaged<PassphraseRequest>.fromOpaque(context).takeUnretainedValue()
     do {
         let bytes = try request.passphrase().bytes
         guard bytes.count <= Int(size) else {
-            request.failure = SignetError(.wrongPassphrase, "the passphrase for '\(request.keyName)' is longer than the \(size) bytes OpenSSL accepts for PEM keys", path: request.keyName)
+            request.failure = SignetError(
+                .wrongPassphrase, "the passphrase for '\(request.keyName)' is longer than the \(size) bytes OpenSSL accepts for PEM keys", path: request.keyName
+            )
             return -1
         }
         bytes.withUnsafeBytes { raw in
@@ -258,19 +280,28 @@ enum PrivateKeyLoader {
         let labels = pemLabels(in: bytes)
         guard let label = labels.first(where: { privateLabels.contains($0) }) else {
             if labels.contains("OPENSSH PRIVATE KEY") {
-                throw SignetError(.malformedKey, "private key '\(name)' is in OpenSSH's own format; convert a copy to PKCS#8 with: ssh-keygen -p -m PKCS8 -f COPY", path: name)
+                throw SignetError(
+                    .malformedKey, "private key '\(name)' is in OpenSSH's own format; convert a copy to PKCS#8 with: ssh-keygen -p -m PKCS8 -f COPY", path: name
+                )
             }
             if labels.contains(where: { publicLabels.contains($0) }) {
-                throw SignetError(.wrongKeyKind, "'\(name)' holds a public key or certificate (\(labels.joined(separator: ", "))); signing needs the private key, e.g. private_key.pem or private_key.p12", path: name)
+                throw SignetError(
+                    .wrongKeyKind,
+                    "'\(name)' holds a public key or certificate (\(labels.joined(separator: ", "))); signing needs the private key, e.g. private_key.pem or private_key.p12",
+                    path: name)
             }
-            throw SignetError(.malformedKey, "'\(name)' is PEM but holds no private key (found: \(labels.joined(separator: ", "))); expected BEGIN PRIVATE KEY, BEGIN ENCRYPTED PRIVATE KEY or BEGIN RSA PRIVATE KEY", path: name)
+            throw SignetError(
+                .malformedKey,
+                "'\(name)' is PEM but holds no private key (found: \(labels.joined(separator: ", "))); expected BEGIN PRIVATE KEY, BEGIN ENCRYPTED PRIVATE KEY or BEGIN RSA PRIVATE KEY",
+                path: name)
         }
         let encryptedTraditional = label == "RSA PRIVATE KEY" && String(decoding: bytes, as: UTF8.self).contains("Proc-Type: 4,ENCRYPTED")
-        let format: KeyFormat = switch label {
-        case "ENCRYPTED PRIVATE KEY": .pemPKCS8Encrypted
-        case "RSA PRIVATE KEY": encryptedTraditional ? .pemPKCS1Encrypted : .pemPKCS1
-        default: .pemPKCS8
-        }
+        let format: KeyFormat =
+            switch label {
+            case "ENCRYPTED PRIVATE KEY": .pemPKCS8Encrypted
+            case "RSA PRIVATE KEY": encryptedTraditional ? .pemPKCS1Encrypted : .pemPKCS1
+            default: .pemPKCS8
+            }
         OpenSSLErrorQueue.clear()
         let pointer = try withMemoryBIO(bytes) { bio in
             let context = Unmanaged.passUnretained(request).toOpaque()
@@ -284,7 +315,8 @@ enum PrivateKeyLoader {
                 throw failure
             }
             if request.wasAsked { throw request.wrongPassphrase }
-            throw OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' (\(format)) could not be read: the PEM data is damaged or truncated", path: name)
+            throw OpenSSLErrorQueue.error(
+                .malformedKey, "private key '\(name)' (\(format)) could not be read: the PEM data is damaged or truncated", path: name)
         }
         return Loaded(key: EVPKey(owning: pointer), format: format, certificateDER: nil)
     }
@@ -322,9 +354,12 @@ enum PrivateKeyLoader {
         }
         OpenSSLErrorQueue.clear()
         if (try? PublicKey(bytes: bytes, name: name, allowWeakKey: true)) != nil {
-            throw SignetError(.wrongKeyKind, "'\(name)' holds a public key or certificate; signing needs the private key, e.g. private_key.pem or private_key.p12", path: name)
+            throw SignetError(
+                .wrongKeyKind, "'\(name)' holds a public key or certificate; signing needs the private key, e.g. private_key.pem or private_key.p12", path: name
+            )
         }
-        throw SignetError(.malformedKey, "private key '\(name)' is not in any format Signet reads (PEM PKCS#1/PKCS#8, DER PKCS#8, PKCS#12), or it is truncated", path: name)
+        throw SignetError(
+            .malformedKey, "private key '\(name)' is not in any format Signet reads (PEM PKCS#1/PKCS#8, DER PKCS#8, PKCS#12), or it is truncated", path: name)
     }
 
     static func decryptPKCS8(_ sig: OpaquePointer, name: String, request: PassphraseRequest) throws -> Loaded {
@@ -336,134 +371,6 @@ enum PrivateKeyLoader {
             throw OpenSSLErrorQueue.error(.malformedKey, "private key '\(name)' decrypted, but its content is not a valid key", path: name)
         }
         return Loaded(key: EVPKey(owning: pointer), format: .derPKCS8Encrypted, certificateDER: nil)
-    }
-}
-
-enum PKCS12Loader {
-    static func load(_ p12: OpaquePointer, name: String, request: PassphraseRequest) throws -> PrivateKeyLoader.Loaded {
-        // Files written without a passphrase use an empty one (NULL or "", both occur).
-        var passphrase: Passphrase? = nil
-        if PKCS12_mac_present(p12) == 1 {
-            if PKCS12_verify_mac(p12, nil, 0) == 1 {
-                passphrase = nil
-            } else if PKCS12_verify_mac(p12, "", 0) == 1 {
-                passphrase = Passphrase(bytes: [])
-            } else {
-                let given = try request.passphrase()
-                let ok = given.withCString { pass, length in PKCS12_verify_mac(p12, pass, length) }
-                guard ok == 1 else { throw request.wrongPassphrase }
-                passphrase = given
-            }
-        } else {
-            passphrase = try request.passphrase()
-        }
-        OpenSSLErrorQueue.clear()
-        if let parsed = parse(p12, passphrase) {
-            return try loaded(parsed, format: .pkcs12, name: name)
-        }
-        // Most likely RC2-40 or another cipher only OpenSSL's legacy provider has. Retry in a
-        // separate library context that has it, so the process-wide context never does.
-        let firstErrors = OpenSSLErrorQueue.drain().map(\.text)
-        let legacyParsed = try LegacyProvider.withContext(for: name, after: firstErrors) { parse(p12, passphrase) }
-        if let legacyParsed {
-            let key = try legacyParsed.key.map { legacyKey -> OpaquePointer in
-                defer { EVP_PKEY_free(legacyKey) }
-                return try importIntoDefaultContext(legacyKey, name: name)
-            }
-            return try loaded(Parsed(key: key, certificate: legacyParsed.certificate), format: .pkcs12Legacy, name: name)
-        }
-        throw OpenSSLErrorQueue.error(.malformedKey, "PKCS#12 file '\(name)' could not be decrypted with the right passphrase; it is damaged or uses an algorithm OpenSSL does not have", path: name)
-    }
-
-    /// Moves a key decoded in the legacy context into the default one (through PKCS#8 in
-    /// memory, which OpenSSL clears when freeing), so later operations never need the legacy provider.
-    private static func importIntoDefaultContext(_ key: OpaquePointer, name: String) throws -> OpaquePointer {
-        guard let info = EVP_PKEY2PKCS8(key) else {
-            throw OpenSSLErrorQueue.error(.malformedKey, "the key in PKCS#12 file '\(name)' cannot be exported", path: name)
-        }
-        defer { PKCS8_PRIV_KEY_INFO_free(info) }
-        guard let imported = EVP_PKCS82PKEY_ex(info, nil, nil) else {
-            throw OpenSSLErrorQueue.error(.malformedKey, "the key in PKCS#12 file '\(name)' cannot be used", path: name)
-        }
-        return imported
-    }
-
-    private struct Parsed {
-        let key: OpaquePointer?
-        let certificate: OpaquePointer?
-    }
-
-    private static func parse(_ p12: OpaquePointer, _ passphrase: Passphrase?) -> Parsed? {
-        var key: OpaquePointer? = nil
-        var certificate: OpaquePointer? = nil
-        var chain: OpaquePointer? = nil
-        let ok: Int32
-        if let passphrase {
-            ok = passphrase.withCString { pass, _ in PKCS12_parse(p12, pass, &key, &certificate, &chain) }
-        } else {
-            ok = PKCS12_parse(p12, nil, &key, &certificate, &chain)
-        }
-        if let chain { signet_sk_X509_pop_free(chain) }
-        guard ok == 1 else { return nil }
-        return Parsed(key: key, certificate: certificate)
-    }
-
-    private static func loaded(_ parsed: Parsed, format: KeyFormat, name: String) throws -> PrivateKeyLoader.Loaded {
-        var certificateDER: [UInt8]? = nil
-        if let certificate = parsed.certificate {
-            defer { X509_free(certificate) }
-            certificateDER = try derEncode("certificate") { i2d_X509(certificate, $0) }
-        }
-        guard let key = parsed.key else {
-            throw SignetError(.malformedKey, "PKCS#12 file '\(name)' holds no private key; export it again with the key included", path: name)
-        }
-        return PrivateKeyLoader.Loaded(key: EVPKey(owning: key), format: format, certificateDER: certificateDER)
-    }
-}
-
-/// OpenSSL's legacy provider (RC2, RC4, DES, ...) lives in its own library context, created
-/// the first time a file needs it. The process-wide default context never gets it, so legacy
-/// algorithms are only ever used to read such a file, and detecting one does not depend on
-/// what was read before.
-enum LegacyProvider {
-    final class Context: @unchecked Sendable {
-        let pointer: OpaquePointer
-        init(_ pointer: OpaquePointer) { self.pointer = pointer }
-        // Never freed: keys and certificates decoded in it may reference its providers.
-    }
-
-    private static let shared = Mutex<Context?>(nil)
-
-    /// Runs `body` with the legacy context as this thread's default library context.
-    static func withContext<R>(for name: String, after errors: [String], _ body: () throws -> R) throws -> R {
-        let context = try obtain(for: name, after: errors)
-        let previous = OSSL_LIB_CTX_set0_default(context.pointer)
-        defer { OSSL_LIB_CTX_set0_default(previous) }
-        return try body()
-    }
-
-    private static func obtain(for name: String, after errors: [String]) throws -> Context {
-        try shared.withLock { existing in
-            if let existing { return existing }
-            OpenSSLErrorQueue.clear()
-            guard let pointer = OSSL_LIB_CTX_new() else {
-                throw OpenSSLErrorQueue.error(.crypto, "could not create an OpenSSL library context")
-            }
-            guard let defaultProvider = OSSL_PROVIDER_load(pointer, "default") else {
-                OSSL_LIB_CTX_free(pointer)
-                throw OpenSSLErrorQueue.error(.crypto, "could not load OpenSSL's default provider")
-            }
-            guard OSSL_PROVIDER_load(pointer, "legacy") != nil else {
-                let details = OpenSSLErrorQueue.drain().map(\.text)
-                OSSL_PROVIDER_unload(defaultProvider)
-                OSSL_LIB_CTX_free(pointer)
-                throw SignetError(.legacyProviderMissing, "PKCS#12 file '\(name)' uses legacy encryption (RC2-40/3DES), which needs OpenSSL's legacy provider (legacy.so, in Debian's libssl3), and it is not installed here; install it, or re-export the file on another machine with: openssl pkcs12 -export (without -legacy)", path: name, openSSLErrors: errors + details)
-            }
-            // Both providers stay loaded for the life of the process, with the context.
-            let context = Context(pointer)
-            existing = context
-            return context
-        }
     }
 }
 

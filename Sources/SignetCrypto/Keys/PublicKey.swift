@@ -43,7 +43,8 @@ public struct PublicKey: Sendable, Hashable, CustomStringConvertible {
             throw SignetError(.malformedKey, "public key '\(name)' is empty; expected a DER or PEM public key or certificate", path: name)
         }
         OpenSSLErrorQueue.clear()
-        let (key, format, certificate) = looksLikePEM(bytes)
+        let (key, format, certificate) =
+            looksLikePEM(bytes)
             ? try PublicKeyLoader.pem(bytes, name: name)
             : try PublicKeyLoader.der(bytes, name: name)
         try key.requireAcceptableRSA(path: name, role: "public key", allowWeakKey: allowWeakKey, optInFlag: "--allow-weak-key")
@@ -100,16 +101,24 @@ enum PublicKeyLoader {
         }
         OpenSSLErrorQueue.clear()
         if isPrivateKeyDER(bytes) {
-            throw SignetError(.wrongKeyKind, "'\(name)' is a private key; verification takes the public key or certificate (public_key.der or certificate.der). Never give clients the private key", path: name)
+            throw SignetError(
+                .wrongKeyKind,
+                "'\(name)' is a private key; verification takes the public key or certificate (public_key.der or certificate.der). Never give clients the private key",
+                path: name)
         }
-        throw SignetError(.malformedKey, "public key '\(name)' is not a DER or PEM public key, RSAPublicKey or X.509 certificate, or it is truncated", path: name)
+        throw SignetError(
+            .malformedKey, "public key '\(name)' is not a DER or PEM public key, RSAPublicKey or X.509 certificate, or it is truncated", path: name)
     }
 
     static func pem(_ bytes: [UInt8], name: String) throws -> Loaded {
         let labels = pemLabels(in: bytes)
         if let privateLabel = labels.first(where: { PrivateKeyLoader.privateLabels.contains($0) }),
-           !labels.contains(where: { PrivateKeyLoader.publicLabels.contains($0) }) {
-            throw SignetError(.wrongKeyKind, "'\(name)' is a private key (BEGIN \(privateLabel)); verification takes the public key or certificate (public_key.der or certificate.der). Never give clients the private key", path: name)
+            !labels.contains(where: { PrivateKeyLoader.publicLabels.contains($0) })
+        {
+            throw SignetError(
+                .wrongKeyKind,
+                "'\(name)' is a private key (BEGIN \(privateLabel)); verification takes the public key or certificate (public_key.der or certificate.der). Never give clients the private key",
+                path: name)
         }
         // Read blocks in order and take the first public one (a PEM bundle may start with something else).
         return try withMemoryBIO(bytes) { bio in
@@ -119,7 +128,10 @@ enum PublicKeyLoader {
                 var data: UnsafeMutablePointer<UInt8>? = nil
                 var length: Int = 0
                 guard PEM_read_bio(bio, &label, &header, &data, &length) == 1 else {
-                    throw OpenSSLErrorQueue.error(.malformedKey, "public key '\(name)' is PEM without a readable public key or certificate block (found: \(labels.joined(separator: ", "))); the base64 may be damaged", path: name)
+                    throw OpenSSLErrorQueue.error(
+                        .malformedKey,
+                        "public key '\(name)' is PEM without a readable public key or certificate block (found: \(labels.joined(separator: ", "))); the base64 may be damaged",
+                        path: name)
                 }
                 defer {
                     signet_OPENSSL_free(label)
@@ -194,16 +206,20 @@ extension PublicKey {
     /// let key = try PublicKey(contentsOf: FilePath("keys/public_key.der"))
     /// guard key.isValidSignature(signature, for: firmware) else { throw Refused() }
     /// ```
-    public func isValidSignature(_ signature: some DataProtocol, for data: some DataProtocol,
-                                 algorithm: SignatureAlgorithm = .default) -> Bool {
+    public func isValidSignature(
+        _ signature: some DataProtocol, for data: some DataProtocol,
+        algorithm: SignatureAlgorithm = .default
+    ) -> Bool {
         guard let digest = try? Digest.compute([UInt8](data), algorithm: algorithm.digest) else { return false }
         return Verifier(policy: TrustPolicy(keys: [self])).verify(signature: [UInt8](signature), digest: digest, algorithm: algorithm).isValid
     }
 
     /// Whether `signature` is this key's valid signature over the file at `path`, which is
     /// streamed. Throws only when the file cannot be read.
-    public func isValidSignature(_ signature: some DataProtocol, forFileAt path: FilePath,
-                                 algorithm: SignatureAlgorithm = .default) throws -> Bool {
+    public func isValidSignature(
+        _ signature: some DataProtocol, forFileAt path: FilePath,
+        algorithm: SignatureAlgorithm = .default
+    ) throws -> Bool {
         let digest = try Digest.compute(fileAt: path.string, algorithm: algorithm.digest)
         return Verifier(policy: TrustPolicy(keys: [self])).verify(signature: [UInt8](signature), digest: digest, algorithm: algorithm).isValid
     }

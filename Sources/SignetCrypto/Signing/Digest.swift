@@ -115,7 +115,7 @@ public struct Digest: Hashable, Sendable {
             }
             self.context = context
             self.algorithm = algorithm
-            try restart()   // a throw here frees the context in deinit
+            try restart() // a throw here frees the context in deinit
         }
 
         deinit { EVP_MD_CTX_free(context) }

@@ -33,7 +33,10 @@ public enum SignatureFiles {
         for path in paths {
             var info = stat()
             if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG, info.st_mode & S_IFMT != S_IFLNK {
-                throw SignetError(.fileExists, "cannot write the signature '\(path)': a \(info.st_mode & S_IFMT == S_IFDIR ? "directory" : "non-regular file") is in the way; move it or choose another path with --out; no signature was written", path: path)
+                throw SignetError(
+                    .fileExists,
+                    "cannot write the signature '\(path)': a \(info.st_mode & S_IFMT == S_IFDIR ? "directory" : "non-regular file") is in the way; move it or choose another path with --out; no signature was written",
+                    path: path)
             }
         }
         var staged: [(temporary: String, target: String)] = []
@@ -65,7 +68,9 @@ public enum SignatureFiles {
         AtomicFile.syncDirectories(of: paths)
     }
 
-    private static func commit(_ staged: [(temporary: String, target: String)], replace: Bool, _ committed: inout [(target: String, backup: String?)], _ rollBack: () -> Void) throws {
+    private static func commit(
+        _ staged: [(temporary: String, target: String)], replace: Bool, _ committed: inout [(target: String, backup: String?)], _ rollBack: () -> Void
+    ) throws {
         for entry in staged {
             if !replace {
                 do { try AtomicFile.renameNoReplace(entry.temporary, entry.target, what: "the signature file") } catch {

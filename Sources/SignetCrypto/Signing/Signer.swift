@@ -43,7 +43,10 @@ public struct Signer: Sendable {
         // machine or fault attack must not put out signatures that verify with nothing (or
         // leak the key, as a faulty RSA-CRT signature can). About 1/15 of the signing cost.
         guard Verifier.check(bytes, digest: digest, key: key.publicKey, algorithm: algorithm) else {
-            throw SignetError(.crypto, "the \(algorithm.id) signature just made with key \(key.keyID.short) does not verify with the key's public half: the key or this machine is faulty; nothing was written")
+            throw SignetError(
+                .crypto,
+                "the \(algorithm.id) signature just made with key \(key.keyID.short) does not verify with the key's public half: the key or this machine is faulty; nothing was written"
+            )
         }
         return Signature(bytes: bytes, algorithm: algorithm, keyID: key.keyID, digest: digest)
     }
@@ -119,7 +122,9 @@ package func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @e
 /// ``parallelMap(_:_:)`` where each worker thread first makes its own `W` (buffers, hashing
 /// contexts) with `worker` and hands it to every `transform` it runs: no allocation per item.
 /// `threads`: how many (default: one per core); more where each item mostly waits for the disk.
-package func parallelMap<T: Sendable, W, R: Sendable>(_ items: [T], threads: Int? = nil, worker: @escaping @Sendable () -> W, _ transform: @escaping @Sendable (W, T) -> R) -> [R] {
+package func parallelMap<T: Sendable, W, R: Sendable>(
+    _ items: [T], threads: Int? = nil, worker: @escaping @Sendable () -> W, _ transform: @escaping @Sendable (W, T) -> R
+) -> [R] {
     if items.count <= 1 {
         let state = worker()
         return items.map { transform(state, $0) }
@@ -142,7 +147,6 @@ private final class Counter: Sendable {
     private let value = Atomic<Int>(0)
     func take() -> Int { value.wrappingAdd(1, ordering: .relaxed).oldValue }
 }
-
 
 /// Fixed slots that concurrent workers fill, each its own index, then read once all are done.
 private final class ResultSlots<R>: @unchecked Sendable {

@@ -60,16 +60,20 @@ public struct Verifier: Sendable {
     /// is never accepted by that key (no trailing bytes, no short signatures).
     public func verify(signature: [UInt8], digest: Digest, algorithm: SignatureAlgorithm = .default) -> VerificationResult {
         guard digest.algorithm == algorithm.digest else {
-            return VerificationResult(algorithm: algorithm, signer: nil, failure: .digestMismatch,
-                                      message: "a \(digest.algorithm) digest cannot be checked against \(algorithm.id), which signs \(algorithm.digest); compute the digest with \(algorithm.digest)")
+            return VerificationResult(
+                algorithm: algorithm, signer: nil, failure: .digestMismatch,
+                message:
+                    "a \(digest.algorithm) digest cannot be checked against \(algorithm.id), which signs \(algorithm.digest); compute the digest with \(algorithm.digest)"
+            )
         }
         let result = verify(signature: signature, digest: digest, algorithm: algorithm, keys: policy.acceptedKeys)
         guard !result.isValid else { return result }
         // A key the policy knows but refuses (revoked, unpinned, other channel) is "untrusted", not "bad".
         let refused = policy.keys.filter { policy.refusal(for: $0.keyID) != nil }
         for key in refused where key.signatureLength == signature.count && Self.check(signature, digest: digest, key: key, algorithm: algorithm) {
-            return VerificationResult(algorithm: algorithm, signer: nil, failure: .untrusted,
-                                      message: "the signature is by key \(key.keyID.short), which the trust policy refuses: \(policy.refusal(for: key.keyID) ?? "")")
+            return VerificationResult(
+                algorithm: algorithm, signer: nil, failure: .untrusted,
+                message: "the signature is by key \(key.keyID.short), which the trust policy refuses: \(policy.refusal(for: key.keyID) ?? "")")
         }
         return result
     }
@@ -82,21 +86,27 @@ public struct Verifier: Sendable {
             // A length some RSA key signs with (2048 bits and up, a whole number of 64-bit
             // words) points at another key; any other length at a damaged file.
             let otherKey = signature.count >= 256 && signature.count <= 2048 && signature.count % 8 == 0
-            let why = otherKey
+            let why =
+                otherKey
                 ? "\(signature.count) bytes is what a \(signature.count * 8)-bit key signs, so another key than the trusted one\(policy.keys.count == 1 ? "" : "s") made it"
                 : "the signature file may be truncated, have trailing bytes, or not be a raw signature (base64 or PEM text is not)"
-            let message = policy.keys.isEmpty
+            let message =
+                policy.keys.isEmpty
                 ? "no trusted key was given"
                 : "the signature is \(signature.count) bytes; a signature by the trusted key\(policy.keys.count == 1 ? "" : "s") is exactly \(expected) bytes; \(why)"
             return VerificationResult(algorithm: algorithm, signer: nil, failure: .wrongLength, message: message)
         }
         for key in sized where Self.check(signature, digest: digest, key: key, algorithm: algorithm) {
-            return VerificationResult(algorithm: algorithm, signer: key, failure: nil,
-                                      message: "signature verified with key \(key.keyID.short) (\(algorithm.id))")
+            return VerificationResult(
+                algorithm: algorithm, signer: key, failure: nil,
+                message: "signature verified with key \(key.keyID.short) (\(algorithm.id))")
         }
         let tried = sized.map { $0.keyID.short }.joined(separator: ", ")
-        return VerificationResult(algorithm: algorithm, signer: nil, failure: .badSignature,
-                                  message: "the \(algorithm.id) signature does not verify with the trusted key\(sized.count == 1 ? "" : "s") \(tried): the content was modified, the signature belongs to other content, or another key or algorithm signed it")
+        return VerificationResult(
+            algorithm: algorithm, signer: nil, failure: .badSignature,
+            message:
+                "the \(algorithm.id) signature does not verify with the trusted key\(sized.count == 1 ? "" : "s") \(tried): the content was modified, the signature belongs to other content, or another key or algorithm signed it"
+        )
     }
 
     /// Verifies a signature over bytes in memory.

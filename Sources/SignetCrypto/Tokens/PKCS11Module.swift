@@ -19,8 +19,10 @@ final class PKCS11Module: @unchecked Sendable {
     /// `SIGNET_PKCS11_MODULE`, else p11-kit's proxy (every module p11-kit is configured with).
     static func defaultPath(environment: [String: String]) -> String? {
         if let path = environment["SIGNET_PKCS11_MODULE"], !path.isEmpty { return path }
-        for candidate in ["/usr/lib/x86_64-linux-gnu/p11-kit-proxy.so", "/usr/lib/aarch64-linux-gnu/p11-kit-proxy.so",
-                          "/usr/lib64/p11-kit-proxy.so", "/usr/lib/p11-kit-proxy.so"] where access(candidate, R_OK) == 0 {
+        for candidate in [
+            "/usr/lib/x86_64-linux-gnu/p11-kit-proxy.so", "/usr/lib/aarch64-linux-gnu/p11-kit-proxy.so",
+            "/usr/lib64/p11-kit-proxy.so", "/usr/lib/p11-kit-proxy.so"
+        ] where access(candidate, R_OK) == 0 {
             return candidate
         }
         return nil
@@ -41,10 +43,16 @@ final class PKCS11Module: @unchecked Sendable {
     private init(path: String) throws {
         self.path = path
         guard path.hasPrefix("/") else {
-            throw SignetError(.tokenModule, "the PKCS#11 module '\(path)' is not an absolute path; give the module's full path (e.g. /usr/lib/softhsm/libsofthsm2.so) so that no library search path chooses it", path: path)
+            throw SignetError(
+                .tokenModule,
+                "the PKCS#11 module '\(path)' is not an absolute path; give the module's full path (e.g. /usr/lib/softhsm/libsofthsm2.so) so that no library search path chooses it",
+                path: path)
         }
         guard access(path, R_OK) == 0 else {
-            throw SignetError(.tokenModule, "cannot read the PKCS#11 module '\(path)': \(String(cString: strerror(errno))); install the token's module or give its path with --pkcs11-module", path: path)
+            throw SignetError(
+                .tokenModule,
+                "cannot read the PKCS#11 module '\(path)': \(String(cString: strerror(errno))); install the token's module or give its path with --pkcs11-module",
+                path: path)
         }
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
             let reason = dlerror().map { String(cString: $0) } ?? "unknown error"
@@ -67,7 +75,10 @@ final class PKCS11Module: @unchecked Sendable {
         let initialised = list.pointee.C_Initialize(&arguments)
         guard initialised == CKR_OK || initialised == CKR_CRYPTOKI_ALREADY_INITIALIZED else {
             dlclose(handle)
-            throw SignetError(.tokenModule, "the PKCS#11 module '\(path)' failed to initialise (\(PKCS11Module.name(of: initialised))); check its configuration (for SoftHSM2: SOFTHSM2_CONF and its token directory)", path: path)
+            throw SignetError(
+                .tokenModule,
+                "the PKCS#11 module '\(path)' failed to initialise (\(PKCS11Module.name(of: initialised))); check its configuration (for SoftHSM2: SOFTHSM2_CONF and its token directory)",
+                path: path)
         }
         functions = list
     }
@@ -83,7 +94,7 @@ final class PKCS11Module: @unchecked Sendable {
             CK_RV(CKR_KEY_TYPE_INCONSISTENT): "CKR_KEY_TYPE_INCONSISTENT", CK_RV(CKR_KEY_FUNCTION_NOT_PERMITTED): "CKR_KEY_FUNCTION_NOT_PERMITTED",
             CK_RV(CKR_USER_NOT_LOGGED_IN): "CKR_USER_NOT_LOGGED_IN", CK_RV(CKR_SESSION_COUNT): "CKR_SESSION_COUNT",
             CK_RV(CKR_CRYPTOKI_NOT_INITIALIZED): "CKR_CRYPTOKI_NOT_INITIALIZED", CK_RV(CKR_FUNCTION_FAILED): "CKR_FUNCTION_FAILED",
-            CK_RV(CKR_HOST_MEMORY): "CKR_HOST_MEMORY", CK_RV(CKR_DATA_LEN_RANGE): "CKR_DATA_LEN_RANGE",
+            CK_RV(CKR_HOST_MEMORY): "CKR_HOST_MEMORY", CK_RV(CKR_DATA_LEN_RANGE): "CKR_DATA_LEN_RANGE"
         ]
         return names[rv] ?? "CK_RV 0x\(String(rv, radix: 16))"
     }

@@ -41,7 +41,9 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
         func refuse(_ reason: String) -> SignetError {
             SignetError(.usage, "the PKCS#11 URI '\(PKCS11URI.redacted(text))' \(reason)")
         }
-        guard text.hasPrefix("pkcs11:") else { throw SignetError(.usage, "a PKCS#11 URI starts with pkcs11: (the value given does not, and is not repeated here in case it holds a PIN)") }
+        guard text.hasPrefix("pkcs11:") else {
+            throw SignetError(.usage, "a PKCS#11 URI starts with pkcs11: (the value given does not, and is not repeated here in case it holds a PIN)")
+        }
         let rest = text.dropFirst("pkcs11:".count)
         let parts = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         let path = parts[0]
@@ -53,7 +55,10 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
                 let name = String(pair[..<equals]).lowercased()
                 // A PIN belongs in no part of the URI, also not in the path.
                 if name == "pin-value" {
-                    throw SignetError(.usage, "a PKCS#11 URI with pin-value= puts the PIN on the command line, where any user of this machine can read it; use pin-source=file:/path/to/pin, --passphrase-file FILE or --passphrase-env VAR")
+                    throw SignetError(
+                        .usage,
+                        "a PKCS#11 URI with pin-value= puts the PIN on the command line, where any user of this machine can read it; use pin-source=file:/path/to/pin, --passphrase-file FILE or --passphrase-env VAR"
+                    )
                 }
                 guard seen.insert(name).inserted else { throw refuse("gives \(name)= twice") }
                 guard let value = PKCS11URI.percentDecoded(pair[pair.index(after: equals)...]) else {
@@ -72,14 +77,14 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
             case "manufacturer": manufacturer = value
             case "model": model = value
             case "object": object = value
-            case "id": id = bytes   // bytes, not text
+            case "id": id = bytes // bytes, not text
             case "slot-id":
                 guard let number = UInt(value) else { throw refuse("has slot-id=\(value), which is not a decimal number") }
                 slotID = number
             case "type":
                 guard value == "private" else { throw refuse("has type=\(value); signing needs a private key (type=private, or leave type out)") }
             case "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer":
-                break   // Describe the module or slot; the module is chosen by path and the token matched below.
+                break // Describe the module or slot; the module is chosen by path and the token matched below.
             case let vendor where vendor.hasPrefix("x-"):
                 break
             case "pin-source":
@@ -116,7 +121,7 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
                 out.unicodeScalars.append(Unicode.Scalar(byte))
             default:
                 out += String(format: "%%%02X", byte)
@@ -130,8 +135,10 @@ public struct PKCS11URI: Sendable, Equatable, CustomStringConvertible {
     /// `=` by `…` (never echo what may be a PIN, wherever it was put).
     static func redacted(_ text: String) -> String {
         guard text.hasPrefix("pkcs11:") else { return "pkcs11:…" }
-        let shown: Set<String> = ["token", "serial", "manufacturer", "model", "object", "id", "slot-id", "type",
-                                  "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer"]
+        let shown: Set<String> = [
+            "token", "serial", "manufacturer", "model", "object", "id", "slot-id", "type",
+            "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer"
+        ]
         let rest = text.dropFirst("pkcs11:".count)
         let parts = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         let path = parts[0].split(separator: ";", omittingEmptySubsequences: false).map { pair -> String in

@@ -44,18 +44,31 @@ package final class TokenKey: @unchecked Sendable {
         let found = try Self.find(functions, session, class: CKO_PRIVATE_KEY, label: uri.object, id: uri.id)
         guard found.count == 1 else {
             let all = try Self.find(functions, session, class: CKO_PRIVATE_KEY, label: nil, id: nil)
-            let listing = all.isEmpty ? "it holds no private key" : "its private keys: " + all.map { object in
-                let label = (try? Self.attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_LABEL))).flatMap { $0 }.map { String(decoding: $0, as: UTF8.self) } ?? ""
-                let id = (try? Self.attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_ID))).flatMap { $0 } ?? []
-                return "object=\(label);id=\(id.map { String(format: "%%%02x", $0) }.joined())"
-            }.joined(separator: ", ")
-            throw SignetError(.tokenObjectNotFound, found.isEmpty ? "no private key on \(tokenDescription) matches \(uri); \(listing)"
-                              : "\(found.count) private keys on \(tokenDescription) match \(uri); name one by object= and id=: \(listing)")
+            let listing =
+                all.isEmpty
+                ? "it holds no private key"
+                : "its private keys: "
+                    + all.map { object in
+                        let label =
+                            (try? Self.attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_LABEL))).flatMap { $0 }.map {
+                                String(decoding: $0, as: UTF8.self)
+                            } ?? ""
+                        let id = (try? Self.attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_ID))).flatMap { $0 } ?? []
+                        return "object=\(label);id=\(id.map { String(format: "%%%02x", $0) }.joined())"
+                    }.joined(separator: ", ")
+            throw SignetError(
+                .tokenObjectNotFound,
+                found.isEmpty
+                    ? "no private key on \(tokenDescription) matches \(uri); \(listing)"
+                    : "\(found.count) private keys on \(tokenDescription) match \(uri); name one by object= and id=: \(listing)")
         }
         handle = found[0]
         let keyType = try Self.attribute(functions, session, handle, CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)).map(Self.number) ?? nil
         guard keyType == CK_KEY_TYPE(CKK_RSA) else {
-            throw SignetError(.unsupportedKeyType, "the key \(uri) on \(tokenDescription) is not an RSA key (CKA_KEY_TYPE \(keyType.map { String($0) } ?? "unknown")); Signet signs with RSA keys of 2048 bits or more")
+            throw SignetError(
+                .unsupportedKeyType,
+                "the key \(uri) on \(tokenDescription) is not an RSA key (CKA_KEY_TYPE \(keyType.map { String($0) } ?? "unknown")); Signet signs with RSA keys of 2048 bits or more"
+            )
         }
         let (modulus, exponent) = try Self.rsaNumbers(functions, session, handle)
         guard let modulus else {
@@ -66,7 +79,10 @@ package final class TokenKey: @unchecked Sendable {
         }
         publicKey = try Self.rsaPublicKey(modulus: modulus, exponent: exponent)
         guard publicKey.bits >= 2048 || allowWeakKey else {
-            throw SignetError(.weakKey, "the key \(uri) on \(tokenDescription) is \(publicKey.bits)-bit RSA; Signet signs with 2048 bits or more (--allow-weak-key overrides, not recommended)")
+            throw SignetError(
+                .weakKey,
+                "the key \(uri) on \(tokenDescription) is \(publicKey.bits)-bit RSA; Signet signs with 2048 bits or more (--allow-weak-key overrides, not recommended)"
+            )
         }
         idle = Mutex([session])
         keep = true
@@ -74,7 +90,9 @@ package final class TokenKey: @unchecked Sendable {
 
     /// The token `uri` names, with a session on it, logged in (with the PIN from `uri`'s
     /// pin-source, else `pin`) when the token requires it. The caller closes the session.
-    static func openToken(_ uri: PKCS11URI, module: PKCS11Module, pin: PassphraseSource?) throws -> (slot: CK_SLOT_ID, description: String, session: CK_SESSION_HANDLE) {
+    static func openToken(_ uri: PKCS11URI, module: PKCS11Module, pin: PassphraseSource?) throws -> (
+        slot: CK_SLOT_ID, description: String, session: CK_SESSION_HANDLE
+    ) {
         let functions = module.functions.pointee
         // The token.
         var count: CK_ULONG = 0
@@ -93,7 +111,9 @@ package final class TokenKey: @unchecked Sendable {
                 && (uri.manufacturer.map { $0 == candidate.manufacturer } ?? true) && (uri.model.map { $0 == candidate.model } ?? true)
                 && (uri.slotID.map { CK_SLOT_ID($0) == candidate.0 } ?? true)
         }
-        let present = candidates.isEmpty ? "the module '\(module.path)' has no token at all (for SoftHSM2: softhsm2-util --init-token)"
+        let present =
+            candidates.isEmpty
+            ? "the module '\(module.path)' has no token at all (for SoftHSM2: softhsm2-util --init-token)"
             : "tokens there: " + candidates.map { "'\($0.label)' (serial \($0.serial), slot \($0.0))" }.joined(separator: ", ")
         guard let token = matching.first else {
             throw SignetError(.tokenObjectNotFound, "no token matches \(uri); \(present)")
@@ -106,13 +126,17 @@ package final class TokenKey: @unchecked Sendable {
 
         // The first session, and the login it carries for every later one.
         var session: CK_SESSION_HANDLE = 0
-        try Self.check(functions.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &session), "C_OpenSession on \(tokenDescription)", module: module.path)
+        try Self.check(
+            functions.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &session), "C_OpenSession on \(tokenDescription)", module: module.path)
         var opened = false
         defer { if !opened { _ = functions.C_CloseSession(session) } }
         if token.flags & CK_FLAGS(CKF_LOGIN_REQUIRED) != 0 {
             let source: PassphraseSource? = uri.pinSource.map { PassphraseSource.file($0, what: "PIN file") } ?? pin
             guard let source else {
-                throw SignetError(.passphraseRequired, "\(tokenDescription) needs its user PIN: give --passphrase-file FILE, --passphrase-env VAR, or pin-source=file:/path in the URI (a PIN is never taken from the command line)")
+                throw SignetError(
+                    .passphraseRequired,
+                    "\(tokenDescription) needs its user PIN: give --passphrase-file FILE, --passphrase-env VAR, or pin-source=file:/path in the URI (a PIN is never taken from the command line)"
+                )
             }
             let secret = try source.passphrase(for: tokenDescription)
             let rv = secret.withCString { pointer, length in
@@ -123,7 +147,10 @@ package final class TokenKey: @unchecked Sendable {
             switch rv {
             case CK_RV(CKR_OK), CK_RV(CKR_USER_ALREADY_LOGGED_IN): break
             case CK_RV(CKR_PIN_INCORRECT), CK_RV(CKR_PIN_LEN_RANGE):
-                throw SignetError(.wrongPassphrase, "the PIN from \(source.description) is wrong for \(tokenDescription); Signet tried it once and will not retry (tokens lock after a few wrong PINs)")
+                throw SignetError(
+                    .wrongPassphrase,
+                    "the PIN from \(source.description) is wrong for \(tokenDescription); Signet tried it once and will not retry (tokens lock after a few wrong PINs)"
+                )
             case CK_RV(CKR_PIN_LOCKED):
                 throw SignetError(.wrongPassphrase, "the user PIN of \(tokenDescription) is locked; the security officer must unlock it")
             default:
@@ -152,7 +179,7 @@ package final class TokenKey: @unchecked Sendable {
         if algorithm.isPSS {
             data = digest.bytes
             (parameters.hashAlg, parameters.mgf) = try Self.pssHash(digest.algorithm)
-            parameters.sLen = CK_ULONG(digest.algorithm.size)   // salt as long as the digest (FORMAT.md §4)
+            parameters.sLen = CK_ULONG(digest.algorithm.size) // salt as long as the digest (FORMAT.md §4)
             mechanism.mechanism = CK_MECHANISM_TYPE(CKM_RSA_PKCS_PSS)
         } else {
             data = try Self.digestInfo(digest)
@@ -171,7 +198,9 @@ package final class TokenKey: @unchecked Sendable {
         }
         guard rv == CKR_OK, Int(produced) == length else {
             if rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED || rv == CKR_DEVICE_REMOVED || rv == CKR_TOKEN_NOT_PRESENT { healthy = false }
-            throw SignetError(.crypto, "\(algorithm.id) signing on \(tokenDescription) failed (\(rv == CKR_OK ? "\(produced) bytes, not \(length)" : PKCS11Module.name(of: rv)))")
+            throw SignetError(
+                .crypto,
+                "\(algorithm.id) signing on \(tokenDescription) failed (\(rv == CKR_OK ? "\(produced) bytes, not \(length)" : PKCS11Module.name(of: rv)))")
         }
         return signature
     }
@@ -179,7 +208,8 @@ package final class TokenKey: @unchecked Sendable {
     private func takeSession() throws -> CK_SESSION_HANDLE {
         if let session = idle.withLock({ $0.popLast() }) { return session }
         var session: CK_SESSION_HANDLE = 0
-        try Self.check(functions.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &session), "C_OpenSession on \(tokenDescription)", module: module.path)
+        try Self.check(
+            functions.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &session), "C_OpenSession on \(tokenDescription)", module: module.path)
         return session
     }
 
@@ -207,21 +237,26 @@ package final class TokenKey: @unchecked Sendable {
 
     /// An RSA private key object's modulus and public exponent. The exponent is on most private
     /// key objects; else it is taken from the public key with the same CKA_ID.
-    static func rsaNumbers(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE) throws -> (modulus: [UInt8]?, exponent: [UInt8]?) {
+    static func rsaNumbers(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE) throws -> (
+        modulus: [UInt8]?, exponent: [UInt8]?
+    ) {
         let modulus = try attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_MODULUS))
         var exponent = try attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
         if exponent == nil, let id = try attribute(functions, session, object, CK_ATTRIBUTE_TYPE(CKA_ID)),
-           let publicObject = try find(functions, session, class: CKO_PUBLIC_KEY, label: nil, id: id).first {
+            let publicObject = try find(functions, session, class: CKO_PUBLIC_KEY, label: nil, id: id).first
+        {
             exponent = try attribute(functions, session, publicObject, CK_ATTRIBUTE_TYPE(CKA_PUBLIC_EXPONENT))
         }
         return (modulus, exponent)
     }
 
     /// An attribute's value; nil when the object does not have it or keeps it secret.
-    static func attribute(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE, _ type: CK_ATTRIBUTE_TYPE) throws -> [UInt8]? {
+    static func attribute(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE, _ type: CK_ATTRIBUTE_TYPE) throws -> [UInt8]?
+    {
         var template = CK_ATTRIBUTE(type: type, pValue: nil, ulValueLen: 0)
         guard functions.C_GetAttributeValue(session, object, &template, 1) == CKR_OK, template.ulValueLen != CK_ULONG.max,
-              template.ulValueLen <= 1 << 16 else { return nil }
+            template.ulValueLen <= 1 << 16
+        else { return nil }
         var value = [UInt8](repeating: 0, count: Int(template.ulValueLen))
         let rv = value.withUnsafeMutableBytes { buffer -> CK_RV in
             template.pValue = buffer.baseAddress
@@ -232,8 +267,10 @@ package final class TokenKey: @unchecked Sendable {
     }
 
     /// Objects of `class` with the label and id given (either may be left out).
-    static func find(_ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, class objectClass: some BinaryInteger,
-                             label: String?, id: [UInt8]?) throws -> [CK_OBJECT_HANDLE] {
+    static func find(
+        _ functions: CK_FUNCTION_LIST, _ session: CK_SESSION_HANDLE, class objectClass: some BinaryInteger,
+        label: String?, id: [UInt8]?
+    ) throws -> [CK_OBJECT_HANDLE] {
         var classValue = CK_OBJECT_CLASS(objectClass)
         var labelBytes = Array((label ?? "").utf8)
         var idBytes = id ?? []
@@ -241,8 +278,13 @@ package final class TokenKey: @unchecked Sendable {
             try labelBytes.withUnsafeMutableBytes { labelBuffer in
                 try idBytes.withUnsafeMutableBytes { idBuffer in
                     var template = [CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: classBuffer.baseAddress, ulValueLen: CK_ULONG(classBuffer.count))]
-                    if label != nil { template.append(CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_LABEL), pValue: labelBuffer.baseAddress, ulValueLen: CK_ULONG(labelBuffer.count))) }
-                    if id != nil { template.append(CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_ID), pValue: idBuffer.baseAddress, ulValueLen: CK_ULONG(idBuffer.count))) }
+                    if label != nil {
+                        template.append(
+                            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_LABEL), pValue: labelBuffer.baseAddress, ulValueLen: CK_ULONG(labelBuffer.count)))
+                    }
+                    if id != nil {
+                        template.append(CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_ID), pValue: idBuffer.baseAddress, ulValueLen: CK_ULONG(idBuffer.count)))
+                    }
                     guard functions.C_FindObjectsInit(session, &template, CK_ULONG(template.count)) == CKR_OK else {
                         throw SignetError(.crypto, "searching the token for keys failed (C_FindObjectsInit)")
                     }
@@ -281,7 +323,8 @@ package final class TokenKey: @unchecked Sendable {
         var octets: UnsafeMutablePointer<ASN1_OCTET_STRING>?
         X509_SIG_getm(info, &algorithm, &octets)
         guard let algorithm, let octets, X509_ALGOR_set0(algorithm, OBJ_nid2obj(EVP_MD_get_type(md)), V_ASN1_NULL, nil) == 1,
-              ASN1_OCTET_STRING_set(octets, digest.bytes, Int32(digest.bytes.count)) == 1 else {
+            ASN1_OCTET_STRING_set(octets, digest.bytes, Int32(digest.bytes.count)) == 1
+        else {
             throw OpenSSLErrorQueue.error(.crypto, "could not make a DigestInfo for \(digest.algorithm)")
         }
         let length = i2d_X509_SIG(info, nil)
@@ -307,7 +350,8 @@ package final class TokenKey: @unchecked Sendable {
         // The builder keeps the names' pointers, not copies: static strings, never Swift temporaries.
         func name(_ text: StaticString) -> UnsafePointer<CChar> { UnsafeRawPointer(text.utf8Start).assumingMemoryBound(to: CChar.self) }
         guard OSSL_PARAM_BLD_push_BN(builder, name("n"), n) == 1, OSSL_PARAM_BLD_push_BN(builder, name("e"), e) == 1,
-              let parameters = OSSL_PARAM_BLD_to_param(builder) else {
+            let parameters = OSSL_PARAM_BLD_to_param(builder)
+        else {
             throw OpenSSLErrorQueue.error(.crypto, "could not build the token key's public half")
         }
         defer { OSSL_PARAM_free(parameters) }

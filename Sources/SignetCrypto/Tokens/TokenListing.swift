@@ -24,11 +24,15 @@ extension PrivateKey {
     /// does when the token requires it.
     ///
     /// - Returns: the token's description ("token 'release' (serial …)") and its keys.
-    public static func tokenKeys(pkcs11 uri: String, module: String? = nil, pin: PassphraseSource? = nil,
-                                 environment: [String: String] = ProcessInfo.processInfo.environment) throws -> (token: String, keys: [TokenKeyInfo]) {
+    public static func tokenKeys(
+        pkcs11 uri: String, module: String? = nil, pin: PassphraseSource? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> (token: String, keys: [TokenKeyInfo]) {
         let parsed = try PKCS11URI(uri, requiringKey: false)
         guard let modulePath = module ?? parsed.modulePath ?? PKCS11Module.defaultPath(environment: environment) else {
-            throw SignetError(.usage, "no PKCS#11 module to reach \(parsed): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
+            throw SignetError(
+                .usage,
+                "no PKCS#11 module to reach \(parsed): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
         }
         let loaded = try PKCS11Module.load(modulePath)
         let functions = loaded.functions.pointee
@@ -45,14 +49,17 @@ extension PrivateKey {
             var keyID: KeyID? = nil
             if keyType == CK_KEY_TYPE(CKK_RSA), case let (modulus?, exponent?) = try TokenKey.rsaNumbers(functions, session, object) {
                 if let key = try? TokenKey.rsaPublicKey(modulus: modulus, exponent: exponent),
-                   let publicKey = try? PublicKey(key: key, format: .pkcs11, certificateDER: nil, source: uri) {
+                    let publicKey = try? PublicKey(key: key, format: .pkcs11, certificateDER: nil, source: uri)
+                {
                     bits = publicKey.bits
                     keyID = publicKey.keyID
                 }
             }
             let parts = [tokenPart, "object=\(PKCS11URI.percentEncoded(label))", id.isEmpty ? "" : "id=" + id.map { String(format: "%%%02x", $0) }.joined()]
-            keys.append(TokenKeyInfo(label: label, id: id, type: keyType == CK_KEY_TYPE(CKK_RSA) ? "RSA" : keyType.map { "CKK \($0)" } ?? "unknown",
-                                     bits: bits, keyID: keyID, uri: "pkcs11:" + parts.filter { !$0.isEmpty }.joined(separator: ";")))
+            keys.append(
+                TokenKeyInfo(
+                    label: label, id: id, type: keyType == CK_KEY_TYPE(CKK_RSA) ? "RSA" : keyType.map { "CKK \($0)" } ?? "unknown",
+                    bits: bits, keyID: keyID, uri: "pkcs11:" + parts.filter { !$0.isEmpty }.joined(separator: ";")))
         }
         return (opened.description, keys.sorted { $0.label == $1.label ? $0.id.lexicographicallyPrecedes($1.id) : $0.label < $1.label })
     }

@@ -12,8 +12,10 @@ package enum CertificateChain {
     /// Validates `leaf` up to one of `roots` with `intermediates`; requires the codeSigning EKU when
     /// the leaf has an EKU, validity now (unless `allowExpired`), and `expectedSubject`'s RDNs.
     /// Returns the leaf's public key.
-    static func validate(leaf: [UInt8], intermediates: [[UInt8]], roots: [[UInt8]], allowExpired: Bool,
-                         expectedSubject: String?) -> Result<PublicKey, Refusal> {
+    static func validate(
+        leaf: [UInt8], intermediates: [[UInt8]], roots: [[UInt8]], allowExpired: Bool,
+        expectedSubject: String?
+    ) -> Result<PublicKey, Refusal> {
         OpenSSLErrorQueue.clear()
         defer { OpenSSLErrorQueue.clear() }
         func parse(_ der: [UInt8]) -> OpaquePointer? {
@@ -34,7 +36,9 @@ package enum CertificateChain {
         guard let untrusted = signet_sk_X509_new_null() else { return .failure(Refusal(reason: "could not allocate a certificate stack")) }
         defer { signet_sk_X509_pop_free(untrusted) }
         for (index, der) in intermediates.enumerated() {
-            guard let certificate = parse(der) else { return .failure(Refusal(reason: "intermediate certificate \(index) in the package is not valid DER X.509")) }
+            guard let certificate = parse(der) else {
+                return .failure(Refusal(reason: "intermediate certificate \(index) in the package is not valid DER X.509"))
+            }
             guard signet_sk_X509_push(untrusted, certificate) > 0 else {
                 X509_free(certificate)
                 return .failure(Refusal(reason: "could not collect the intermediates"))
@@ -55,7 +59,8 @@ package enum CertificateChain {
         // Extended key usage: when present, it must allow code signing.
         _ = X509_check_purpose(leafCertificate, -1, 0)
         if X509_get_extension_flags(leafCertificate) & UInt32(EXFLAG_XKUSAGE) != 0,
-           X509_get_extended_key_usage(leafCertificate) & UInt32(XKU_CODE_SIGN) == 0 {
+            X509_get_extended_key_usage(leafCertificate) & UInt32(XKU_CODE_SIGN) == 0
+        {
             return .failure(Refusal(reason: "the signer certificate's extended key usage does not include codeSigning"))
         }
         let subject = subjectComponents(leafCertificate)
@@ -79,9 +84,10 @@ package enum CertificateChain {
     /// The subject as RFC 2253 components ("CN=Release signer", "O=Example").
     package static func subjectComponents(_ certificate: OpaquePointer) -> [String] {
         guard let name = X509_get_subject_name(certificate) else { return [] }
-        let text = (try? collectingMemoryBIO { bio in
-            _ = X509_NAME_print_ex(bio, name, 0, signet_XN_FLAG_RFC2253())
-        }).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let text =
+            (try? collectingMemoryBIO { bio in
+                _ = X509_NAME_print_ex(bio, name, 0, signet_XN_FLAG_RFC2253())
+            }).map { String(decoding: $0, as: UTF8.self) } ?? ""
         return text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
     }
 }

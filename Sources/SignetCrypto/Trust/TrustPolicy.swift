@@ -33,12 +33,13 @@ public struct TrustPolicy: Sendable {
     /// empty ("CN=Release signer, O=Example").
     public static func isValidSubject(_ subject: String) -> Bool {
         let parts = subject.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
-        return !parts.isEmpty && parts.allSatisfy { part in
-            guard let equals = part.firstIndex(of: "=") else { return false }
-            let type = part[..<equals], value = part[part.index(after: equals)...]
-            return !type.isEmpty && !value.trimmingCharacters(in: .whitespaces).isEmpty
-                && type.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == ".") }
-        }
+        return !parts.isEmpty
+            && parts.allSatisfy { part in
+                guard let equals = part.firstIndex(of: "=") else { return false }
+                let type = part[..<equals], value = part[part.index(after: equals)...]
+                return !type.isEmpty && !value.trimmingCharacters(in: .whitespaces).isEmpty
+                    && type.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == ".") }
+            }
     }
     /// Tolerance for `expires`, in seconds.
     public var clockSkew: Int64 = 300
@@ -57,8 +58,10 @@ public struct TrustPolicy: Sendable {
     /// Adds every key and certificate in a trust directory; files in a subdirectory belong to
     /// the channel named after it. A sealed directory (`.signet-trust`) must match its seal; with
     /// `sealKeys`, it must be sealed and the seal signed by one of them.
-    public mutating func addTrustDirectory(_ directory: String, allowWeakKeys: Bool = false, salt: [UInt8]? = nil,
-                                           sealKeys: [PublicKey] = []) throws {
+    public mutating func addTrustDirectory(
+        _ directory: String, allowWeakKeys: Bool = false, salt: [UInt8]? = nil,
+        sealKeys: [PublicKey] = []
+    ) throws {
         try TrustStoreSeal.check(directory, salt: salt, sealKeys: sealKeys)
         for (path, channel) in try TrustStoreSeal.files(in: directory) {
             let key = try PublicKey(contentsOf: directory + "/" + path, allowWeakKey: allowWeakKeys)
@@ -104,7 +107,6 @@ public struct TrustPolicy: Sendable {
     package var tufOnlyKeys: Set<KeyID> = []
     package var tufSource: String?
 
-
     /// Reads a revocation list: key ids (hex or `sha256//`), one a line, `#` starts a comment.
     public mutating func addRevocations(from path: String) throws {
         let text = String(decoding: try readSmallFile(path, what: "revocation list", limit: 16 << 20), as: UTF8.self)
@@ -112,7 +114,9 @@ public struct TrustPolicy: Sendable {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
             if line.isEmpty { continue }
             guard let id = KeyID(line) else {
-                throw SignetError(.malformedInput, "line \(number + 1) of revocation list '\(path)' is not a key id (64 hex characters or sha256//BASE64): '\(line)'", path: path)
+                throw SignetError(
+                    .malformedInput, "line \(number + 1) of revocation list '\(path)' is not a key id (64 hex characters or sha256//BASE64): '\(line)'",
+                    path: path)
             }
             revoked.insert(id)
         }
@@ -129,7 +133,9 @@ public struct TrustPolicy: Sendable {
         if !pins.isEmpty, !pins.contains(id) { return "key \(id.short) is not pinned (pinned: \(pins.map(\.short).sorted().joined(separator: ", ")))" }
         if let requiredChannel {
             guard let channel = channels[id] else {
-                return fromCertificate ? "key \(id.short) comes from a certificate, not from the '\(requiredChannel)' channel" : "key \(id.short) is not in the '\(requiredChannel)' channel"
+                return fromCertificate
+                    ? "key \(id.short) comes from a certificate, not from the '\(requiredChannel)' channel"
+                    : "key \(id.short) is not in the '\(requiredChannel)' channel"
             }
             if channel != requiredChannel { return "key \(id.short) is in the '\(channel)' channel, not '\(requiredChannel)'" }
         }
@@ -157,8 +163,10 @@ public struct TrustPolicy: Sendable {
         guard let signerCertificate else {
             return (accepted, "the package carries no signer certificate (.signet/certs/signer.der), but certificate authorities are required")
         }
-        switch CertificateChain.validate(leaf: signerCertificate, intermediates: chain, roots: certificateAuthorities,
-                                         allowExpired: allowExpiredCertificates, expectedSubject: expectedSubject) {
+        switch CertificateChain.validate(
+            leaf: signerCertificate, intermediates: chain, roots: certificateAuthorities,
+            allowExpired: allowExpiredCertificates, expectedSubject: expectedSubject)
+        {
         case .failure(let refusal):
             return (accepted, refusal.reason)
         case .success(let key):
@@ -179,8 +187,10 @@ extension TrustPolicy {
     }
 
     /// Adds the keys of a trust directory, checked against its seal first.
-    public mutating func addTrustDirectory(_ directory: FilePath, allowWeakKeys: Bool = false, salt: [UInt8]? = nil,
-                                           sealKeys: [PublicKey] = []) throws {
+    public mutating func addTrustDirectory(
+        _ directory: FilePath, allowWeakKeys: Bool = false, salt: [UInt8]? = nil,
+        sealKeys: [PublicKey] = []
+    ) throws {
         try addTrustDirectory(directory.string, allowWeakKeys: allowWeakKeys, salt: salt, sealKeys: sealKeys)
     }
 }

@@ -37,14 +37,19 @@ public enum TrustStoreSeal {
             bytes = try readSmallFile(path, what: "salt file", limit: 64 * 1024, allowPipes: true)
         } catch let error as SignetError where error.code == .fileNotFound {
             // Not named: a secret given where its file's name belongs must not reach a log.
-            throw SignetError(.fileNotFound, "the salt file given with \(option) does not exist (its name is not repeated here, in case it is the secret itself); give the path of a file that holds the salt")
+            throw SignetError(
+                .fileNotFound,
+                "the salt file given with \(option) does not exist (its name is not repeated here, in case it is the secret itself); give the path of a file that holds the salt"
+            )
         }
         if bytes.last == UInt8(ascii: "\n") {
             bytes.removeLast()
             if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
         }
         guard !bytes.isEmpty else {
-            throw SignetError(.emptyPassphrase, "the salt file '\(path)' given with \(option) is empty; put a secret in it, e.g. head -c 32 /dev/urandom > '\(path)'", path: path)
+            throw SignetError(
+                .emptyPassphrase, "the salt file '\(path)' given with \(option) is empty; put a secret in it, e.g. head -c 32 /dev/urandom > '\(path)'",
+                path: path)
         }
         return bytes
     }
@@ -75,7 +80,10 @@ public enum TrustStoreSeal {
     /// it). Only without either is an unsealed directory accepted as it is.
     package static func check(_ directory: String, salt: [UInt8]?, sealKeys: [PublicKey] = []) throws {
         func broken(_ reason: String) -> SignetError {
-            SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal: \(reason); restore the trusted keys or seal the directory again with signet trust seal", path: directory)
+            SignetError(
+                .brokenTrustSeal,
+                "trust directory '\(directory)' does not match its seal: \(reason); restore the trusted keys or seal the directory again with signet trust seal",
+                path: directory)
         }
         if let salt, salt.isEmpty {
             throw SignetError(.malformedInput, "the trust salt is empty; a salt must be a secret (the contents of --trust-salt-file)")
@@ -106,7 +114,9 @@ public enum TrustStoreSeal {
             }
             let digest = try Digest.compute(stored, algorithm: .sha256)
             guard Verifier(policy: TrustPolicy(keys: sealKeys)).verify(signature: signature, digest: digest).isValid else {
-                throw broken(signature.isEmpty ? "the seal is not signed, but --trust-seal-key requires it" : "the seal's signature does not verify with the --trust-seal-key key")
+                throw broken(
+                    signature.isEmpty
+                        ? "the seal is not signed, but --trust-seal-key requires it" : "the seal's signature does not verify with the --trust-seal-key key")
             }
         }
         if salt != nil, !sealed.salted {
@@ -132,18 +142,27 @@ public enum TrustStoreSeal {
         let changed = names.filter { expected[$0] != nil && actual[$0] != nil && expected[$0] != actual[$0] }
         if sealed.salted, !changed.isEmpty, changed.count == names.count {
             let only = changed.count == 1 ? "its only file '\(String(decoding: changed[0], as: UTF8.self))'" : "none of its \(changed.count) files"
-            throw SignetError(.brokenTrustSeal, "trust directory '\(directory)' does not match its seal with this salt: \(only) matches its sealed digest. Most likely --trust-salt-file is not the salt the directory was sealed with; otherwise \(changed.count == 1 ? "that file was" : "every file was") changed. Check the salt file, then restore the trusted keys or seal the directory again with signet trust seal", path: directory)
+            throw SignetError(
+                .brokenTrustSeal,
+                "trust directory '\(directory)' does not match its seal with this salt: \(only) matches its sealed digest. Most likely --trust-salt-file is not the salt the directory was sealed with; otherwise \(changed.count == 1 ? "that file was" : "every file was") changed. Check the salt file, then restore the trusted keys or seal the directory again with signet trust seal",
+                path: directory)
         }
         for name in names where expected[name] != actual[name] {
             let path = String(decoding: name, as: UTF8.self)
-            throw broken(expected[name] == nil ? "'\(path)' was added" : actual[name] == nil ? "'\(path)' was removed" : "'\(path)' was changed\(sealed.salted ? " (the other files match with this salt, so the salt is right)" : "")")
+            throw broken(
+                expected[name] == nil
+                    ? "'\(path)' was added"
+                    : actual[name] == nil
+                        ? "'\(path)' was removed"
+                        : "'\(path)' was changed\(sealed.salted ? " (the other files match with this salt, so the salt is right)" : "")")
         }
     }
 
     /// A seal's document, if `stored` is strict JSON in the signet-trust/1 shape.
     package static func parse(_ stored: [UInt8]) -> (files: [(path: String, sha256: String)], salted: Bool)? {
         guard (try? StrictJSON.check(stored)) != nil,
-              let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1" else { return nil }
+            let sealed = try? JSONDecoder().decode(Document.self, from: Data(stored)), sealed.format == "signet-trust/1"
+        else { return nil }
         return (sealed.files.map { ($0.path, $0.sha256) }, sealed.salted)
     }
 
@@ -167,8 +186,9 @@ public enum TrustStoreSeal {
             // At the top: the seal itself, and `.signet/` where Signet installed the directory
             // from a package (its manifest and signatures: not keys, and not the seal's business).
             let names = entries.map(\.name).filter {
-                !(prefix.isEmpty && ($0.utf8.elementsEqual(fileName.utf8) || $0.utf8.elementsEqual(signatureName.utf8)
-                                     || $0.utf8.elementsEqual(TreeLayout.directory.utf8)))
+                !(prefix.isEmpty
+                    && ($0.utf8.elementsEqual(fileName.utf8) || $0.utf8.elementsEqual(signatureName.utf8)
+                        || $0.utf8.elementsEqual(TreeLayout.directory.utf8)))
             }
             for name in names.sorted(by: ResourcePath.byteOrder) {
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
@@ -179,13 +199,17 @@ public enum TrustStoreSeal {
                 switch info.st_mode & S_IFMT {
                 case S_IFDIR:
                     let sub: OwnedDescriptor
-                    do { sub = OwnedDescriptor(adopting: try systemCall("openat") { openat(fd.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }) } catch {
+                    do {
+                        sub = OwnedDescriptor(adopting: try systemCall("openat") { openat(fd.rawValue, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) })
+                    } catch {
                         throw SignetError.posix(error, "cannot read trust directory", path: path + "/" + name)
                     }
                     try walk(sub.descriptor, path + "/" + name, relative)
                 case S_IFREG: found.append((relative, relative.split(separator: "/").count > 1 ? String(relative.split(separator: "/")[0]) : nil))
                 default:
-                    throw SignetError(.malformedInput, "'\(path)/\(name)' in a trust directory is not a regular file; trust directories hold key and certificate files only", path: path + "/" + name)
+                    throw SignetError(
+                        .malformedInput, "'\(path)/\(name)' in a trust directory is not a regular file; trust directories hold key and certificate files only",
+                        path: path + "/" + name)
                 }
             }
         }

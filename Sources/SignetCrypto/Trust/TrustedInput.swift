@@ -54,7 +54,9 @@ package enum TrustedInput {
 
     private static func refuse(_ path: String, what: String, input: String, _ problem: String, fix: String) -> SignetError {
         let subject = path == input ? "'\(path)'" : "'\(input)' (through '\(path)')"
-        return SignetError(.insecureFile, "\(what) \(subject) conveys trust, but \(problem): another user could change what Signet trusts, so it is not used. Fix: \(fix)", path: input)
+        return SignetError(
+            .insecureFile, "\(what) \(subject) conveys trust, but \(problem): another user could change what Signet trusts, so it is not used. Fix: \(fix)",
+            path: input)
     }
 
     private static func isTrustedOwner(_ uid: uid_t) -> Bool { uid == 0 || uid == geteuid() }
@@ -62,10 +64,14 @@ package enum TrustedInput {
     /// The file or folder itself: owner and write bits.
     private static func checkOwnAndMode(_ path: String, _ info: stat, what: String, input: String) throws {
         guard isTrustedOwner(info.st_uid) else {
-            throw refuse(path, what: what, input: input, "it is owned by uid \(info.st_uid)\(userName(info.st_uid))", fix: "chown root '\(path)' (or the user that runs signet)")
+            throw refuse(
+                path, what: what, input: input, "it is owned by uid \(info.st_uid)\(userName(info.st_uid))",
+                fix: "chown root '\(path)' (or the user that runs signet)")
         }
         guard info.st_mode & 0o022 == 0 else {
-            throw refuse(path, what: what, input: input, "it may be written by \(writers(info.st_mode)) (mode 0\(String(info.st_mode & 0o7777, radix: 8)))", fix: "chmod go-w '\(path)'")
+            throw refuse(
+                path, what: what, input: input, "it may be written by \(writers(info.st_mode)) (mode 0\(String(info.st_mode & 0o7777, radix: 8)))",
+                fix: "chmod go-w '\(path)'")
         }
     }
 
@@ -84,19 +90,26 @@ package enum TrustedInput {
                 prefix = index == 0 ? "/" : (prefix == "/" ? "/" : prefix + "/") + part
                 let last = index == parts.count
                 var info = stat()
-                guard lstat(prefix, &info) == 0 else { break }   // the reader reports it
+                guard lstat(prefix, &info) == 0 else { break } // the reader reports it
                 if info.st_mode & S_IFMT == S_IFLNK {
                     guard isTrustedOwner(info.st_uid) else {
-                        throw refuse(prefix, what: what, input: path, "the symbolic link '\(prefix)' belongs to uid \(info.st_uid)\(userName(info.st_uid))", fix: "replace the link with one root owns, or give the real path")
+                        throw refuse(
+                            prefix, what: what, input: path, "the symbolic link '\(prefix)' belongs to uid \(info.st_uid)\(userName(info.st_uid))",
+                            fix: "replace the link with one root owns, or give the real path")
                     }
-                    break   // the resolved way is walked too
+                    break // the resolved way is walked too
                 }
                 guard !last, info.st_mode & S_IFMT == S_IFDIR else { continue }
                 guard isTrustedOwner(info.st_uid) else {
-                    throw refuse(prefix, what: what, input: path, "the folder '\(prefix)' on the way to it belongs to uid \(info.st_uid)\(userName(info.st_uid))", fix: "keep it in a folder root owns, or chown root '\(prefix)'")
+                    throw refuse(
+                        prefix, what: what, input: path, "the folder '\(prefix)' on the way to it belongs to uid \(info.st_uid)\(userName(info.st_uid))",
+                        fix: "keep it in a folder root owns, or chown root '\(prefix)'")
                 }
                 if info.st_mode & 0o022 != 0 && info.st_mode & S_ISVTX == 0 {
-                    throw refuse(prefix, what: what, input: path, "the folder '\(prefix)' on the way to it may be written by \(writers(info.st_mode)) (mode 0\(String(info.st_mode & 0o7777, radix: 8)), no sticky bit), so its entries can be replaced", fix: "chmod go-w '\(prefix)' (or chmod +t '\(prefix)' for a shared folder)")
+                    throw refuse(
+                        prefix, what: what, input: path,
+                        "the folder '\(prefix)' on the way to it may be written by \(writers(info.st_mode)) (mode 0\(String(info.st_mode & 0o7777, radix: 8)), no sticky bit), so its entries can be replaced",
+                        fix: "chmod go-w '\(prefix)' (or chmod +t '\(prefix)' for a shared folder)")
                 }
             }
         }
@@ -117,7 +130,9 @@ package enum TrustedInput {
             guard lstat(child, &link) == 0 else { continue }
             if link.st_mode & S_IFMT == S_IFLNK {
                 guard isTrustedOwner(link.st_uid) else {
-                    throw refuse(child, what: what, input: input, "the symbolic link '\(child)' in it belongs to uid \(link.st_uid)\(userName(link.st_uid))", fix: "remove it, or chown -h root '\(child)'")
+                    throw refuse(
+                        child, what: what, input: input, "the symbolic link '\(child)' in it belongs to uid \(link.st_uid)\(userName(link.st_uid))",
+                        fix: "remove it, or chown -h root '\(child)'")
                 }
                 // What it points to: readers follow it.
                 guard stat(child, &info) == 0 else { continue }

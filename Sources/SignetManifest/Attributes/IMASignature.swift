@@ -43,7 +43,8 @@ public struct IMASignature: Sendable, Equatable {
     /// Wraps a PKCS#1 v1.5 signature made by `key`; nil for PSS, which IMA v2 does not carry.
     package init?(signatureBytes: [UInt8], algorithm: SignatureAlgorithm, key: PublicKey) {
         guard !algorithm.isPSS, let hash = Self.kernelHash(algorithm.digest),
-              let keyID = try? Self.keyID(of: key) else { return nil }
+            let keyID = try? Self.keyID(of: key)
+        else { return nil }
         self.hashAlgorithm = hash
         self.keyID = keyID
         self.signature = signatureBytes

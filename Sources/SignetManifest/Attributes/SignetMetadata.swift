@@ -25,7 +25,8 @@ package struct SignetMetadata {
     /// Parses the attribute's value; nil unless it is a strict JSON object.
     package init?(bytes: [UInt8]) {
         guard (try? StrictJSON.check(bytes)) != nil,
-              let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else { return nil }
+            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+        else { return nil }
         algorithm = (object["alg"] as? String).flatMap { SignatureAlgorithm(id: $0) }
         keyID = (object["key_id"] as? String).flatMap { KeyID($0) }
         name = object["name"] as? String
@@ -36,8 +37,10 @@ package struct SignetMetadata {
 
     /// The attribute's bytes for one installed file. Keys sorted, absent values left out, the bytes `JSONEncoder` with `[.sortedKeys, .withoutEscapingSlashes]`
     /// made (a test keeps them equal), written directly: it is made once per installed file.
-    package static func encode(path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm,
-                       source: String? = nil) throws -> [UInt8] {
+    package static func encode(
+        path: String, sha256: String, signer: PublicKey, manifest: Manifest?, algorithm: SignatureAlgorithm,
+        source: String? = nil
+    ) throws -> [UInt8] {
         var out = ManifestWriter(capacity: 192 + path.utf8.count + (manifest?.name.utf8.count ?? 0) + (source?.utf8.count ?? 0))
         var first = true
         func field(_ key: String, _ value: (inout ManifestWriter) -> Void) {

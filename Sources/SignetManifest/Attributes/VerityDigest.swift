@@ -106,9 +106,9 @@ package final class VerityDigest {
             level += 1
         }
         var descriptor = [UInt8](repeating: 0, count: 256)
-        descriptor[0] = 1        // version
-        descriptor[1] = 1        // FS_VERITY_HASH_ALG_SHA256
-        descriptor[2] = 12       // log2 of the block size
+        descriptor[0] = 1 // version
+        descriptor[1] = 1 // FS_VERITY_HASH_ALG_SHA256
+        descriptor[2] = 12 // log2 of the block size
         for index in 0..<8 { descriptor[8 + index] = UInt8(truncatingIfNeeded: size >> (8 * UInt64(index))) }
         descriptor.replaceSubrange(16..<(16 + Self.hashSize), with: root)
         return try descriptor.withUnsafeBytes { try hash($0) }

@@ -68,7 +68,10 @@ package struct ChunkIndex: Sendable, Equatable {
     }
 
     mutating func appendBlock(crc32: UInt32) {
-        blocks += [UInt8(truncatingIfNeeded: crc32 >> 24), UInt8(truncatingIfNeeded: crc32 >> 16), UInt8(truncatingIfNeeded: crc32 >> 8), UInt8(truncatingIfNeeded: crc32)]
+        blocks += [
+            UInt8(truncatingIfNeeded: crc32 >> 24), UInt8(truncatingIfNeeded: crc32 >> 16), UInt8(truncatingIfNeeded: crc32 >> 8),
+            UInt8(truncatingIfNeeded: crc32)
+        ]
     }
 
     /// zlib's CRC-32 of `bytes`, continuing `crc`.
@@ -86,7 +89,8 @@ package struct ChunkIndex: Sendable, Equatable {
             throw Refused(reason: "block hashes of an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.blockScheme.dropLast()))")
         }
         guard text.utf8.count - Self.blockScheme.utf8.count == (count * Self.blockHashSize + 2) / 3 * 4,
-              let binary = Data(base64Encoded: String(text.dropFirst(Self.blockScheme.count))), binary.count == count * Self.blockHashSize else {
+            let binary = Data(base64Encoded: String(text.dropFirst(Self.blockScheme.count))), binary.count == count * Self.blockHashSize
+        else {
             throw Refused(reason: "block hashes that are not one per \(Self.blockSize)-byte block of base64")
         }
         blocks = Array(binary)
@@ -100,7 +104,9 @@ package struct ChunkIndex: Sendable, Equatable {
         let start = first * Self.blockHashSize
         let count = min(hints.count, blocks.count - start)
         guard count > 0 else { return }
-        blocks.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[start..<(start + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: hints[0..<count])) }
+        blocks.withUnsafeMutableBytes {
+            UnsafeMutableRawBufferPointer(rebasing: $0[start..<(start + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: hints[0..<count]))
+        }
         blockScheme = .crc32
     }
 
@@ -162,7 +168,8 @@ package struct ChunkIndex: Sendable, Equatable {
         let most = size / UInt64(ContentChunker.minimum) + 1
         let encodedLength = text.utf8.count - Self.scheme.utf8.count
         guard UInt64(encodedLength) <= (most * UInt64(Self.recordSize) + 2) / 3 * 4,
-              let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count % Self.recordSize == 0 else {
+            let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count % Self.recordSize == 0
+        else {
             throw Refused(reason: "a chunk index that is not whole records of base64")
         }
         self = try binary.withUnsafeBytes { try ChunkIndex(records: $0, size: size) }
@@ -186,7 +193,8 @@ package struct ChunkIndex: Sendable, Equatable {
             let length = UInt32(raw[base]) << 16 | UInt32(raw[base + 1]) << 8 | UInt32(raw[base + 2])
             let last = index == records - 1
             guard length >= 1, length <= ContentChunker.maximum, last || length >= ContentChunker.minimum else {
-                throw Refused(reason: "a chunk of \(length) bytes (chunks are \(ContentChunker.minimum) to \(ContentChunker.maximum) bytes, the last at least 1)")
+                throw Refused(
+                    reason: "a chunk of \(length) bytes (chunks are \(ContentChunker.minimum) to \(ContentChunker.maximum) bytes, the last at least 1)")
             }
             total += UInt64(length)
             lengths.append(length)

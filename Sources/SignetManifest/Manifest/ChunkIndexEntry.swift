@@ -53,10 +53,12 @@ package struct ChunkIndexEntry: Sendable, Equatable {
     package init(parsing text: String, size: UInt64) throws {
         let count = Self.slices(of: size)
         guard text.hasPrefix(Self.scheme) else {
-            throw ChunkIndex.Refused(reason: "a chunk-index entry hashed by an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.scheme.dropLast()))")
+            throw ChunkIndex.Refused(
+                reason: "a chunk-index entry hashed by an unknown scheme '\(text.prefix(16))' (this Signet knows \(Self.scheme.dropLast()))")
         }
         guard size > 0, text.utf8.count - Self.scheme.utf8.count == (count * 32 + 2) / 3 * 4,
-              let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count == count * 32 else {
+            let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count == count * 32
+        else {
             throw ChunkIndex.Refused(reason: "a chunk-index entry whose slice hashes are not one SHA-256 per \(Self.sliceSize) bytes of its \(size) (base64)")
         }
         self.size = size
@@ -93,7 +95,7 @@ package struct ChunkIndexEntry: Sendable, Equatable {
             }
             var section = IndexedChunks(chunkCount: chunks.count, deflated: files[index].deflate != nil, size: files[index].size)
             section.hintsOffset = UInt64(hints.count)
-            section.recordsOffset = UInt64(records.count)   // moved past the hints below
+            section.recordsOffset = UInt64(records.count) // moved past the hints below
             hints += chunks.blockHints
             records += chunks.records(hashSize: Self.hashSize)
             if let deflate = files[index].deflate { records += deflate.binary }
@@ -201,11 +203,16 @@ package struct IndexedChunks: Sendable, Equatable {
         } else if text.hasPrefix(Self.deflatedScheme) {
             (deflated, count) = (true, text.dropFirst(Self.deflatedScheme.count))
         } else {
-            throw ChunkIndex.Refused(reason: "a chunk index of an unknown layout '\(text.prefix(32))' (this Signet knows \(Self.storedScheme.dropLast()) and \(Self.deflatedScheme.dropLast()))")
+            throw ChunkIndex.Refused(
+                reason:
+                    "a chunk index of an unknown layout '\(text.prefix(32))' (this Signet knows \(Self.storedScheme.dropLast()) and \(Self.deflatedScheme.dropLast()))"
+            )
         }
         guard count.utf8.count <= 18, count.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), !count.hasPrefix("0"), let chunks = Int(count),
-              size > 0, UInt64(chunks) <= size / UInt64(ContentChunker.minimum) + 1 else {
-            throw ChunkIndex.Refused(reason: "a chunk index of \(count.prefix(20)) chunks for \(size) bytes (1 to one per \(ContentChunker.minimum) bytes and one more)")
+            size > 0, UInt64(chunks) <= size / UInt64(ContentChunker.minimum) + 1
+        else {
+            throw ChunkIndex.Refused(
+                reason: "a chunk index of \(count.prefix(20)) chunks for \(size) bytes (1 to one per \(ContentChunker.minimum) bytes and one more)")
         }
         self.init(chunkCount: chunks, deflated: deflated, size: size)
     }

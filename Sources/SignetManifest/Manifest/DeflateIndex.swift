@@ -86,7 +86,8 @@ package struct DeflateIndex: Sendable, Equatable {
         }
         let count = Self.segments(of: size)
         guard text.utf8.count - Self.scheme.utf8.count == (count * 2 + 2) / 3 * 4,
-              let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count == count * 2 else {
+            let binary = Data(base64Encoded: String(text.dropFirst(Self.scheme.count))), binary.count == count * 2
+        else {
             throw ChunkIndex.Refused(reason: "a deflate index that is not one length per \(Self.segmentSize)-byte segment of base64")
         }
         self = try binary.withUnsafeBytes { try DeflateIndex(lengths: $0, size: size) }

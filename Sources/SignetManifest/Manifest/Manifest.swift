@@ -175,8 +175,10 @@ public struct Manifest: Sendable, Equatable {
     package var chunkIndex: ChunkIndexEntry? = nil
 
     /// Creates a manifest.
-    public init(algorithm: SignatureAlgorithm, created: Timestamp, expires: Timestamp?, files: [File],
-                keyID: KeyID, name: String, sequence: UInt64, version: String) {
+    public init(
+        algorithm: SignatureAlgorithm, created: Timestamp, expires: Timestamp?, files: [File],
+        keyID: KeyID, name: String, sequence: UInt64, version: String
+    ) {
         self.algorithm = algorithm
         self.created = created
         self.expires = expires
@@ -337,8 +339,9 @@ public struct Manifest: Sendable, Equatable {
         }
         let name = try string("name")
         guard !name.isEmpty else { throw malformed("\"name\" is empty") }
-        var manifest = Manifest(algorithm: algorithm, created: created, expires: expires, files: reader.files, keyID: keyID,
-                                name: name, sequence: try number("sequence"), version: try string("version"))
+        var manifest = Manifest(
+            algorithm: algorithm, created: created, expires: expires, files: reader.files, keyID: keyID,
+            name: name, sequence: try number("sequence"), version: try string("version"))
         // The chunk-index entry: declared exactly when a file is indexed in it, its slice hashes
         // one per slice of the size the files' sections add up to.
         let indexed = manifest.files.contains { $0.indexed != nil }

@@ -65,7 +65,7 @@ struct ManifestReader: StrictJSON.Handler {
             depth = 3
             entry = Entry()
         default:
-            skipping = 1   // a nested value inside a file entry: not one of its fields
+            skipping = 1 // a nested value inside a file entry: not one of its fields
         }
     }
 
@@ -163,7 +163,9 @@ struct ManifestReader: StrictJSON.Handler {
             return
         }
         guard case .number(let sizeText)? = entry.size, let size = UInt64(sizeText) else {
-            fileFailure = entry.size == nil ? absentOrWrong("size", nil) : Failure(reason: "file \"\(path)\" has a size that is not a whole number from 0 to \(UInt64.max)")
+            fileFailure =
+                entry.size == nil
+                ? absentOrWrong("size", nil) : Failure(reason: "file \"\(path)\" has a size that is not a whole number from 0 to \(UInt64.max)")
             return
         }
         guard let modeText = text(entry.mode) else {
@@ -179,7 +181,10 @@ struct ManifestReader: StrictJSON.Handler {
             // An unknown format is refused, not read as "compare bytes": a newer writer's
             // format must not silently lose the protection it was given.
             guard let text = text(value), let format = StructuredFormat(rawValue: text) else {
-                fileFailure = Failure(reason: "file \"\(path)\" has structured format \(text(value).map { "\"\($0)\"" } ?? "of the wrong type"); this Signet knows \(StructuredFormat.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: " and "))")
+                fileFailure = Failure(
+                    reason:
+                        "file \"\(path)\" has structured format \(text(value).map { "\"\($0)\"" } ?? "of the wrong type"); this Signet knows \(StructuredFormat.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: " and "))"
+                )
                 return
             }
             structured = format

@@ -41,7 +41,7 @@ struct ManifestWriter {
                 raw("\\u00")
                 bytes.append(hex[Int(byte >> 4)])
                 bytes.append(hex[Int(byte & 0x0F)])
-            default: bytes.append(byte)   // UTF-8 passes through, as Foundation writes it
+            default: bytes.append(byte) // UTF-8 passes through, as Foundation writes it
             }
         }
         bytes.append(UInt8(ascii: "\""))

@@ -16,12 +16,14 @@ extension TrustPolicy {
             // A halted release is vouched for by no path, as `update` installs it on no device
             // that lacks it (FORMAT §7).
             guard allowHaltedReleases || listed.contains(where: { !$0.halted }) else {
-                return "\(manifest.name) sequence \(manifest.sequence) is listed by the TUF metadata in '\(tufSource ?? "")', but its publisher halted its rollout: it is offered to no device, and no path installs or vouches for it (--allow-halted-release accepts it anyway: dangerous, the release was stopped for a reason)"
+                return
+                    "\(manifest.name) sequence \(manifest.sequence) is listed by the TUF metadata in '\(tufSource ?? "")', but its publisher halted its rollout: it is offered to no device, and no path installs or vouches for it (--allow-halted-release accepts it anyway: dangerous, the release was stopped for a reason)"
             }
             return nil
         }
         let role = roles.first.map { "a key of role '\($0.role)' (\($0.threshold) of \($0.roleKeys) keys)" } ?? "a TUF key"
-        return "\(manifest.name) sequence \(manifest.sequence) (manifest SHA-256 \(digest.prefix(16))…) is signed by \(role), but no role of the TUF metadata in '\(tufSource ?? "")' lists it: a package is trusted there only when the metadata its role's threshold signed lists its manifest, so one key cannot vouch for a package alone"
+        return
+            "\(manifest.name) sequence \(manifest.sequence) (manifest SHA-256 \(digest.prefix(16))…) is signed by \(role), but no role of the TUF metadata in '\(tufSource ?? "")' lists it: a package is trusted there only when the metadata its role's threshold signed lists its manifest, so one key cannot vouch for a package alone"
     }
 }
 

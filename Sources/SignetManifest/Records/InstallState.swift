@@ -106,7 +106,10 @@ package final class InstallState {
             guard let named, held.st_dev == named.st_dev && held.st_ino == named.st_ino else { continue }
             // A state another user can write (or wrote) could lower every recorded sequence.
             guard held.st_uid == geteuid(), held.st_mode & 0o022 == 0, held.st_mode & S_IFMT == S_IFREG else {
-                throw SignetError(.destinationRefused, "install state '\(path)' belongs to another user (uid \(held.st_uid)) or may be written by others (mode \(String(held.st_mode & 0o777, radix: 8))); a state others can change protects nothing. Keep it in a folder only this user writes, with mode 0644 or 0600", path: path)
+                throw SignetError(
+                    .destinationRefused,
+                    "install state '\(path)' belongs to another user (uid \(held.st_uid)) or may be written by others (mode \(String(held.st_mode & 0o777, radix: 8))); a state others can change protects nothing. Keep it in a folder only this user writes, with mode 0644 or 0600",
+                    path: path)
             }
             return file
         }
@@ -119,13 +122,17 @@ package final class InstallState {
             throw SignetError(.malformedInput, "install state '\(path)' is not strict JSON; restore it or remove it", path: path)
         }
         if let document = try? JSONDecoder().decode(Document.self, from: Data(bytes)), document.format == "signet-state/2",
-           document.destinations.values.allSatisfy({ $0.kind == "manifest" || $0.kind == "bare" }) {
+            document.destinations.values.allSatisfy({ $0.kind == "manifest" || $0.kind == "bare" })
+        {
             return Contents(sequences: document.packages, destinations: document.destinations)
         }
         if let decoded = try? JSONDecoder().decode([String: UInt64].self, from: Data(bytes)) {
-            return Contents(sequences: decoded)   // the first format
+            return Contents(sequences: decoded) // the first format
         }
-        throw SignetError(.malformedInput, "install state '\(path)' is not a signet-state/2 document (nor the older object of package names and sequences); restore it or remove it", path: path)
+        throw SignetError(
+            .malformedInput,
+            "install state '\(path)' is not a signet-state/2 document (nor the older object of package names and sequences); restore it or remove it",
+            path: path)
     }
 
     /// Reads a state file without locking or creating it (`reverify --state`): it must exist.

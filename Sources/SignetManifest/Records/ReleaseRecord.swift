@@ -140,18 +140,28 @@ package struct ReleaseRecord: Codable, Equatable {
         // Root's record is trusted by every user (root can do anything anyway): a user reading
         // the state of a tree root installed is told so, not asked to remove Signet's files.
         guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid() || info.st_uid == 0, info.st_mode & 0o022 == 0 else {
-            throw SignetError(.insecureFile, "the release record '\(path)' is not a regular file of this user's (or root's) that only its owner may write (uid \(info.st_uid), mode \(String(info.st_mode & 0o7777, radix: 8))); it says which releases may be installed, so it is not trusted. Remove it if it is not Signet's", path: path)
+            throw SignetError(
+                .insecureFile,
+                "the release record '\(path)' is not a regular file of this user's (or root's) that only its owner may write (uid \(info.st_uid), mode \(String(info.st_mode & 0o7777, radix: 8))); it says which releases may be installed, so it is not trusted. Remove it if it is not Signet's",
+                path: path)
         }
         let file: InputFile
         do {
             file = try InputFile.open(path, what: "release record", followSymlinks: false)
         } catch let error as SignetError where error.code == .permissionDenied {
-            throw SignetError(.permissionDenied, "the release record '\(path)' belongs to uid \(info.st_uid) and this user (uid \(geteuid())) may not read it: run this as the user that installs '\(destination)' (root, for the system's update service)", path: path)
+            throw SignetError(
+                .permissionDenied,
+                "the release record '\(path)' belongs to uid \(info.st_uid) and this user (uid \(geteuid())) may not read it: run this as the user that installs '\(destination)' (root, for the system's update service)",
+                path: path)
         }
         let bytes = try file.readAll(limit: 1 << 20, what: "release record")
         guard (try? StrictJSON.check(bytes, integersOnly: true)) != nil,
-              let record = try? JSONDecoder().decode(ReleaseRecord.self, from: Data(bytes)), record.format == "signet-release/1" else {
-            throw SignetError(.malformedInput, "the release record '\(path)' is not a signet-release/1 document; restore it or remove it (the bad releases and the pending confirmation it records are then forgotten)", path: path)
+            let record = try? JSONDecoder().decode(ReleaseRecord.self, from: Data(bytes)), record.format == "signet-release/1"
+        else {
+            throw SignetError(
+                .malformedInput,
+                "the release record '\(path)' is not a signet-release/1 document; restore it or remove it (the bad releases and the pending confirmation it records are then forgotten)",
+                path: path)
         }
         return record
     }
@@ -170,7 +180,10 @@ package struct ReleaseRecord: Codable, Equatable {
         let path = "/proc/sys/kernel/random/boot_id"
         let bytes: [UInt8]
         do { bytes = try InputFile.open(path, what: "boot id").readAll(limit: 128, what: "boot id") } catch let error as SignetError {
-            throw SignetError(.io, "cannot read this boot's id from \(path) (\(error.reason)); a pending release and the boot check need it. Under systemd, do not set ProcSubset=pid", path: path)
+            throw SignetError(
+                .io,
+                "cannot read this boot's id from \(path) (\(error.reason)); a pending release and the boot check need it. Under systemd, do not set ProcSubset=pid",
+                path: path)
         }
         let id = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard id.count >= 16 else {

@@ -53,7 +53,8 @@ package enum SignatureRecord {
         package func append(_ signature: [UInt8]) throws {
             // One key signs every file of a package: another length is a bug, never written.
             guard signature.count == length else {
-                throw SignetError(.io, "a signature of \(signature.count) bytes does not fit the tree's signature record of \(length)-byte signatures", path: path)
+                throw SignetError(
+                    .io, "a signature of \(signature.count) bytes does not fit the tree's signature record of \(length)-byte signatures", path: path)
             }
             buffer += signature
             if buffer.count >= 64 << 10 { try flush() }
@@ -103,12 +104,13 @@ package enum SignatureRecord {
             var head = [UInt8](repeating: 0, count: 40)
             let read = head.withUnsafeMutableBytes { pread(fd.rawValue, $0.baseAddress, $0.count, 0) }
             guard let info = try? fd.status(), info.st_mode & S_IFMT == S_IFREG, read > 0,
-                  let newline = head.prefix(read).firstIndex(of: 0x0A),
-                  let length = Self.length(in: head[..<newline]),
-                  let files = files ?? Self.fitting(Int64(info.st_size) - Int64(newline + 1), length),
-                  case let (signatures, overflow1) = length.multipliedReportingOverflow(by: files), !overflow1,
-                  case let (total, overflow2) = signatures.addingReportingOverflow(newline + 1), !overflow2,
-                  Int64(total) == Int64(info.st_size) else {
+                let newline = head.prefix(read).firstIndex(of: 0x0A),
+                let length = Self.length(in: head[..<newline]),
+                let files = files ?? Self.fitting(Int64(info.st_size) - Int64(newline + 1), length),
+                case let (signatures, overflow1) = length.multipliedReportingOverflow(by: files), !overflow1,
+                case let (total, overflow2) = signatures.addingReportingOverflow(newline + 1), !overflow2,
+                Int64(total) == Int64(info.st_size)
+            else {
                 return nil
             }
             self.file = file
@@ -151,7 +153,8 @@ package enum SignatureRecord {
         private static func length(in line: ArraySlice<UInt8>) -> Int? {
             let prefix = Array("signet-signatures/2 ".utf8)
             guard line.starts(with: prefix), let length = Int(String(decoding: line.dropFirst(prefix.count), as: UTF8.self)),
-                  (1...maximumLength).contains(length) else { return nil }
+                (1...maximumLength).contains(length)
+            else { return nil }
             return length
         }
 

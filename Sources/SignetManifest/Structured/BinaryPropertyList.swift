@@ -39,10 +39,14 @@ enum BinaryPropertyList {
             let trailer = bytes.count - 32
             offsetSize = Int(bytes[trailer + 6])
             referenceSize = Int(bytes[trailer + 7])
-            guard [1, 2, 4, 8].contains(offsetSize), [1, 2, 4, 8].contains(referenceSize) else { throw Self.fail("the trailer's integer sizes are not 1, 2, 4 or 8") }
+            guard [1, 2, 4, 8].contains(offsetSize), [1, 2, 4, 8].contains(referenceSize) else {
+                throw Self.fail("the trailer's integer sizes are not 1, 2, 4 or 8")
+            }
             func word(_ at: Int) -> UInt64 { bytes[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
             let objects = word(trailer + 8), topObject = word(trailer + 16), tableOffset = word(trailer + 24)
-            guard objects >= 1, topObject < objects, tableOffset >= 8, tableOffset < UInt64(trailer) else { throw Self.fail("the trailer points outside the file") }
+            guard objects >= 1, topObject < objects, tableOffset >= 8, tableOffset < UInt64(trailer) else {
+                throw Self.fail("the trailer points outside the file")
+            }
             let (tableSize, overflow) = objects.multipliedReportingOverflow(by: UInt64(offsetSize))
             guard !overflow, tableSize <= UInt64(trailer) - tableOffset else { throw Self.fail("the offset table does not fit in the file") }
             count = Int(objects)
@@ -87,7 +91,8 @@ enum BinaryPropertyList {
         mutating func expand(_ length: Int) throws {
             expanded += length
             guard expanded <= StructuredFormat.maximumExpandedBytes else {
-                throw Self.fail("it expands to more than \(StructuredFormat.maximumExpandedBytes >> 20) MiB of strings and data (an object referred to many times)")
+                throw Self.fail(
+                    "it expands to more than \(StructuredFormat.maximumExpandedBytes >> 20) MiB of strings and data (an object referred to many times)")
             }
         }
 
@@ -140,7 +145,7 @@ enum BinaryPropertyList {
                 let (length, start) = try length(marker: marker, at: at)
                 let isDictionary = marker >> 4 == 0xD
                 try fits(start, isDictionary ? 2 * length : length, referenceSize)
-                try expand(isDictionary ? 2 * length * 16 : length * 16)   // a value's own size in memory
+                try expand(isDictionary ? 2 * length * 16 : length * 16) // a value's own size in memory
                 guard open.insert(object).inserted else { throw Self.fail("object \(object) contains itself") }
                 defer { open.remove(object) }
                 func reference(_ index: Int) throws -> Int {

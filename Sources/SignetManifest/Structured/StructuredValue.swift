@@ -120,8 +120,9 @@ package indirect enum StructuredValue: Equatable {
         if let first = utf8.first, utf8.count <= 64 {
             let digits = first == UInt8(ascii: "-") ? utf8.dropFirst() : utf8[...]
             if let lead = digits.first, lead != UInt8(ascii: "0") || digits.count == 1,
-               digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-               !(first == UInt8(ascii: "-") && lead == UInt8(ascii: "0")) {
+                digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+                !(first == UInt8(ascii: "-") && lead == UInt8(ascii: "0"))
+            {
                 return String(text)
             }
         }
@@ -201,7 +202,7 @@ package indirect enum StructuredValue: Equatable {
             }
         }
         var remaining = abs(power)
-        let (step, stepFactor): (Int, UInt64) = power >= 0 ? (29, 1 << 29) : (12, 244_140_625)   // 2^29, 5^12
+        let (step, stepFactor): (Int, UInt64) = power >= 0 ? (29, 1 << 29) : (12, 244_140_625) // 2^29, 5^12
         while remaining >= step {
             multiply(by: stepFactor)
             remaining -= step

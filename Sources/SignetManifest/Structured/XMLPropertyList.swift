@@ -31,14 +31,17 @@ package enum XMLPropertyList {
         let start = bytes.starts(with: Array("<?xml".utf8)) && bytes.count > 5 && [0x20, 0x09, 0x0D, 0x0A].contains(bytes[5]) ? 2 : 0
         if let at = first(of: "<?", in: bytes, from: start) {
             let line = bytes[..<at].reduce(1) { $1 == 0x0A ? $0 + 1 : $0 }
-            throw StructuredValue.ParseError("it is not a property list as Signet reads it: it holds a processing instruction (<?…?>, line \(line)); property lists have only the XML declaration at the start")
+            throw StructuredValue.ParseError(
+                "it is not a property list as Signet reads it: it holds a processing instruction (<?…?>, line \(line)); property lists have only the XML declaration at the start"
+            )
         }
         let reader = Reader(size: bytes.count)
         // Fed in chunks from a stream: given all at once, libxml2 refuses a document over 10 MB
         // ("Huge input lookup", NSXMLParserErrorDomain 1), below the 16 MiB Signet accepts.
         // The document's own bytes, not a copy (the parser does not outlive this scope).
         let (parsed, failure): (Bool, String?) = bytes.withUnsafeBytes { raw in
-            let data = Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!), count: raw.count, deallocator: .none)
+            let data = Data(
+                bytesNoCopy: UnsafeMutableRawPointer(mutating: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!), count: raw.count, deallocator: .none)
             let parser = XMLParser(stream: InputStream(data: data))
             parser.shouldResolveExternalEntities = false
             parser.shouldProcessNamespaces = false
@@ -110,7 +113,9 @@ package enum XMLPropertyList {
 
         func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
             guard refusal == nil else { return }
-            guard stack.count < StructuredFormat.maximumDepth else { return refuse(parser, "it is nested more than \(StructuredFormat.maximumDepth) levels deep") }
+            guard stack.count < StructuredFormat.maximumDepth else {
+                return refuse(parser, "it is nested more than \(StructuredFormat.maximumDepth) levels deep")
+            }
             guard !stack.isEmpty else {
                 guard name == "plist", !done else { return refuse(parser, "the document element is <\(name)>, not <plist>") }
                 stack.append(Frame(kind: .plist))
@@ -171,14 +176,18 @@ package enum XMLPropertyList {
             case .text("key"):
                 let parent = stack.count - 1
                 guard parent >= 0, stack[parent].kind == .dictionary, stack[parent].key == nil else { return refuse(parser, "<key> outside a <dict>") }
-                guard stack[parent].keys.insert(Array(top.text.utf8)).inserted else { return refuse(parser, "the key \"\(top.text)\" appears twice in one <dict>") }
+                guard stack[parent].keys.insert(Array(top.text.utf8)).inserted else {
+                    return refuse(parser, "the key \"\(top.text)\" appears twice in one <dict>")
+                }
                 stack[parent].key = top.text
                 builder.key(top.text)
                 return
             case .text("string"): builder.string(top.text)
             case .text("integer"):
                 let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
-                guard let integer = StructuredValue.canonicalInteger(Substring(trimmed)) else { return refuse(parser, "<integer>\(trimmed.prefix(40))</integer> is not a whole number") }
+                guard let integer = StructuredValue.canonicalInteger(Substring(trimmed)) else {
+                    return refuse(parser, "<integer>\(trimmed.prefix(40))</integer> is not a whole number")
+                }
                 builder.number(integer)
             case .text("real"):
                 let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -192,9 +201,11 @@ package enum XMLPropertyList {
                 }
             case .text("date"):
                 let trimmed = top.text.trimmingCharacters(in: .whitespacesAndNewlines)
-                guard let date = ISO8601DateFormatter().date(from: trimmed) else { return refuse(parser, "<date>\(trimmed.prefix(40))</date> is not an ISO 8601 UTC time") }
+                guard let date = ISO8601DateFormatter().date(from: trimmed) else {
+                    return refuse(parser, "<date>\(trimmed.prefix(40))</date> is not an ISO 8601 UTC time")
+                }
                 builder.date(date.timeIntervalSinceReferenceDate)
-            case .text:   // data
+            case .text: // data
                 let base64 = top.text.filter { !($0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n") }
                 guard let data = Data(base64Encoded: base64) else { return refuse(parser, "<data> is not base64") }
                 builder.data(Array(data))

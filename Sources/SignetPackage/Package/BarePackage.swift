@@ -37,9 +37,10 @@ public struct BarePackage {
         self.path = path
         files = layout.resourcePaths.map { [layout] name in
             let entry = layout.resource(name)!
-            return File(path: name, size: entry.size, compressedSize: entry.compressedSize,
-                        compression: entry.method == ZipReader.methodStore ? .stored : .deflated,
-                        hasSignature: layout.signature(name) != nil)
+            return File(
+                path: name, size: entry.size, compressedSize: entry.compressedSize,
+                compression: entry.method == ZipReader.methodStore ? .stored : .deflated,
+                hasSignature: layout.signature(name) != nil)
         }
     }
 
@@ -48,12 +49,16 @@ public struct BarePackage {
     ///
     /// Throws ``/SignetCore/SignetError``: `.missingSignature`, `.badSignature`, `.wrongSignatureLength`
     /// (exit 1) or `.untrustedSigner` (exit 3) naming the file; archive errors (exit 4).
-    public func verify(policy: TrustPolicy, algorithm: SignatureAlgorithm = .default, limits: PackageLimits = PackageLimits(),
-                       progress handler: ProgressHandler? = nil) throws -> PublicKey {
+    public func verify(
+        policy: TrustPolicy, algorithm: SignatureAlgorithm = .default, limits: PackageLimits = PackageLimits(),
+        progress handler: ProgressHandler? = nil
+    ) throws -> PublicKey {
         let progress = ProgressCounter.make(handler, items: files.count, bytes: files.reduce(0) { $0 &+ $1.size })
         var signer: PublicKey?
         for file in files {
-            let (_, _, key) = try Self.verifyFile(file.path, reader: reader, layout: layout, policy: policy, algorithm: algorithm, limits: limits, package: path) {
+            let (_, _, key) = try Self.verifyFile(
+                file.path, reader: reader, layout: layout, policy: policy, algorithm: algorithm, limits: limits, package: path
+            ) {
                 progress?.add(bytes: $0.count)
             }
             signer = signer ?? key
@@ -67,10 +72,14 @@ public struct BarePackage {
     /// Streams one file of a bare package to `sink` while hashing it, then checks it against
     /// `path.sig`: what `verify` and unpack `--bare` run for every file. Returns its SHA-256
     /// (hex), the signature and the key that made it.
-    package static func verifyFile(_ path: String, reader: ZipReader, layout: PackageReader.Layout, policy: TrustPolicy,
-                           algorithm: SignatureAlgorithm, limits: PackageLimits, package: String, sink: (UnsafeRawBufferPointer) throws -> Void) throws -> (String, [UInt8], PublicKey) {
+    package static func verifyFile(
+        _ path: String, reader: ZipReader, layout: PackageReader.Layout, policy: TrustPolicy,
+        algorithm: SignatureAlgorithm, limits: PackageLimits, package: String, sink: (UnsafeRawBufferPointer) throws -> Void
+    ) throws -> (String, [UInt8], PublicKey) {
         guard let signatureEntry = layout.signature(path) else {
-            throw SignetError(.missingSignature, "'\(path)' has no signature '\(path).sig' in the bare package '\(package)'; every file needs one", path: package, entry: path)
+            throw SignetError(
+                .missingSignature, "'\(path)' has no signature '\(path).sig' in the bare package '\(package)'; every file needs one", path: package, entry: path
+            )
         }
         let entry = layout.resource(path)!
         let algorithms = algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, algorithm.digest]
@@ -84,7 +93,8 @@ public struct BarePackage {
         let result = Verifier(policy: policy).verify(signature: signature, digest: digests.last!, algorithm: algorithm)
         guard let key = result.signer else {
             // The same verdict as `signet verify` gives: a signature only a refused key verifies is exit 3.
-            let code: SignetError.Code = result.failure == .untrusted ? .untrustedSigner : result.failure == .wrongLength ? .wrongSignatureLength : .badSignature
+            let code: SignetError.Code =
+                result.failure == .untrusted ? .untrustedSigner : result.failure == .wrongLength ? .wrongSignatureLength : .badSignature
             throw SignetError(code, "'\(path)' in '\(package)': \(result.message)", path: package, entry: path)
         }
         return (digests[0].hex, signature, key)

@@ -27,7 +27,9 @@ package final class ChunkIndexReader {
 
     /// The package bytes that hold the entry's local header (to plan before anything else).
     package var headerSpan: Range<Int64>? {
-        reader.span(of: entry).map { Int64($0.lowerBound)..<min(Int64($0.upperBound), Int64($0.lowerBound) + 30 + Int64(TreeLayout.chunkIndex.utf8.count) + 128) }
+        reader.span(of: entry).map {
+            Int64($0.lowerBound)..<min(Int64($0.upperBound), Int64($0.lowerBound) + 30 + Int64(TreeLayout.chunkIndex.utf8.count) + 128)
+        }
     }
 
     private func dataRange() throws -> Range<UInt64> {
@@ -40,7 +42,9 @@ package final class ChunkIndexReader {
     }
 
     private func refusal(_ reason: String) -> SignetError {
-        SignetError(SignetError.Code(PackageFailure.modified), "\(TreeLayout.chunkIndex) in '\(reader.path)' cannot be used: \(reason)", path: reader.path, entry: TreeLayout.chunkIndex)
+        SignetError(
+            SignetError.Code(PackageFailure.modified), "\(TreeLayout.chunkIndex) in '\(reader.path)' cannot be used: \(reason)", path: reader.path,
+            entry: TreeLayout.chunkIndex)
     }
 
     /// The package's byte ranges of the slices that hold `ranges` of the entry and were not read
@@ -55,7 +59,11 @@ package final class ChunkIndexReader {
         for number in numbers.sorted() {
             let bytes = declared.slice(number)
             let range = Int64(data.lowerBound + bytes.lowerBound)..<Int64(data.lowerBound + bytes.upperBound)
-            if let last = result.last, last.upperBound == range.lowerBound { result[result.count - 1] = last.lowerBound..<range.upperBound } else { result.append(range) }
+            if let last = result.last, last.upperBound == range.lowerBound {
+                result[result.count - 1] = last.lowerBound..<range.upperBound
+            } else {
+                result.append(range)
+            }
         }
         return result
     }
@@ -111,14 +119,16 @@ package final class ChunkIndexReader {
                 return (chunks, deflate)
             }
         } catch let refused as ChunkIndex.Refused {
-            throw SignetError(.malformedManifest, "the chunk index of '\(file.path)' in \(TreeLayout.chunkIndex) is malformed: \(refused.reason)", path: reader.path, entry: TreeLayout.chunkIndex)
+            throw SignetError(
+                .malformedManifest, "the chunk index of '\(file.path)' in \(TreeLayout.chunkIndex) is malformed: \(refused.reason)", path: reader.path,
+                entry: TreeLayout.chunkIndex)
         }
     }
 
     /// The entry's bytes of `file`'s block hints for `blocks` (block numbers).
     package static func blockRange(of file: Manifest.File, blocks: Range<Int>) -> Range<UInt64>? {
         guard let indexed = file.indexed, !blocks.isEmpty else { return nil }
-        let hint = UInt64(indexed.blockBytes.count) / UInt64(ChunkIndex.blocks(of: file.size))   // bytes per block's hint
+        let hint = UInt64(indexed.blockBytes.count) / UInt64(ChunkIndex.blocks(of: file.size)) // bytes per block's hint
         let start = indexed.blockBytes.lowerBound + UInt64(blocks.lowerBound) * hint
         return start..<min(indexed.blockBytes.upperBound, indexed.blockBytes.lowerBound + UInt64(blocks.upperBound) * hint)
     }
@@ -145,7 +155,9 @@ package final class ChunkIndexReader {
                 try hasher.restart()
                 slice.withUnsafeBytes { hasher.update($0) }
                 guard try hasher.finalize().bytes.elementsEqual(declared.sliceHash(number)) else {
-                    throw refusal("slice \(number) (bytes \(number * ChunkIndexEntry.sliceSize) to \(number * ChunkIndexEntry.sliceSize + slice.count)) does not match the SHA-256 the manifest binds")
+                    throw refusal(
+                        "slice \(number) (bytes \(number * ChunkIndexEntry.sliceSize) to \(number * ChunkIndexEntry.sliceSize + slice.count)) does not match the SHA-256 the manifest binds"
+                    )
                 }
                 try validator.feed(slice)
                 slice.removeAll(keepingCapacity: true)
@@ -207,7 +219,9 @@ private struct SectionValidator {
                 }
                 total += length
                 pending.removeAll(keepingCapacity: true)
-                if last, total != file.size { throw ChunkIndex.Refused(reason: "'\(file.path)' has chunks of \(total) bytes in all for a file of \(file.size)") }
+                if last, total != file.size {
+                    throw ChunkIndex.Refused(reason: "'\(file.path)' has chunks of \(total) bytes in all for a file of \(file.size)")
+                }
             } else if position >= chunkBytes, pending.count == 2 {
                 let length = Int(pending[0]) << 8 | Int(pending[1])
                 guard length >= 1, length <= DeflateIndex.segmentSize + 64 else {

@@ -14,7 +14,7 @@ enum CompressionPolicy {
     static let compressedExtensions: Set<String> = [
         "png", "jpg", "jpeg", "gif", "webp", "avif", "heic", "zip", "jar", "apk", "gz", "tgz", "bz2", "xz", "txz",
         "zst", "lz4", "7z", "rar", "mp3", "m4a", "aac", "ogg", "opus", "flac", "mp4", "m4v", "mov", "mkv", "webm",
-        "woff", "woff2", "br", "deb", "rpm", "squashfs",
+        "woff", "woff2", "br", "deb", "rpm", "squashfs"
     ]
 
     /// Bytes looked at to judge compressibility.
@@ -25,7 +25,8 @@ enum CompressionPolicy {
     static func choose(for input: PackInput, policy: PackOptions.Compression) throws -> ZipCompression {
         guard case .automatic(let level) = policy else { return .store }
         if let dot = input.packagePath.lastIndex(of: "."),
-           compressedExtensions.contains(input.packagePath[input.packagePath.index(after: dot)...].lowercased()) {
+            compressedExtensions.contains(input.packagePath[input.packagePath.index(after: dot)...].lowercased())
+        {
             return .store
         }
         // libzip 1.7 keeps deflated data even when it is larger than the input, so judge first:

@@ -62,8 +62,10 @@ final class PackLedger: @unchecked Sendable {
         verityDigests.withLock { $0[index] = digest }
     }
 
-    init(inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:], progress: ProgressHandler? = nil,
-         chunked: [Bool] = [], verity: Bool = false) {
+    init(
+        inputs: [PackInput], signer: Signer, structured: [Int: StructuredResources.Checked] = [:], progress: ProgressHandler? = nil,
+        chunked: [Bool] = [], verity: Bool = false
+    ) {
         self.inputs = inputs
         self.chunked = chunked
         self.verity = verity
@@ -145,11 +147,13 @@ final class PackLedger: @unchecked Sendable {
         guard recordHashed == inputs.count else {
             throw SignetError(.io, "the signature record was asked for before every signature was written (\(recordHashed) of \(inputs.count))")
         }
-        let hasher = try recordHasher ?? {
-            let made = try Digest.Hasher(signer.algorithm.digest)
-            SignatureRecord.header(length: signatureSize).withUnsafeBytes { made.update($0) }
-            return made
-        }()
+        let hasher =
+            try recordHasher
+            ?? {
+                let made = try Digest.Hasher(signer.algorithm.digest)
+                SignatureRecord.header(length: signatureSize).withUnsafeBytes { made.update($0) }
+                return made
+            }()
         return try signer.sign(digest: try hasher.finalize()).bytes
     }
 
@@ -249,7 +253,8 @@ final class ResourceSource: ZipEntrySource {
         let file = try InputFile.open(input.diskPath, what: "resource", followSymlinks: true)
         guard UInt64(file.size) == input.size else { throw changed() }
         let chunked = index < ledger.chunked.count && ledger.chunked[index]
-        reading = try Reading(file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil, verity: ledger.verity)
+        reading = try Reading(
+            file: file, hashers: try ledger.algorithms.map { try Digest.Hasher($0) }, chunker: chunked ? try ContentChunker() : nil, verity: ledger.verity)
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -266,7 +271,7 @@ final class ResourceSource: ZipEntrySource {
             if let verity = reading.verity { ledger.record(verity: try verity.finalize(), at: index) }
             ledger.record(try reading.hashers.map { try $0.finalize() }, at: index)
             ledger.progress?.add(items: 1)
-            self.reading = nil   // close the file and free the digest contexts now
+            self.reading = nil // close the file and free the digest contexts now
             return 0
         }
         ledger.progress?.add(bytes: n)
@@ -283,7 +288,10 @@ final class ResourceSource: ZipEntrySource {
 
     private func changed() -> SignetError {
         let input = input
-        return SignetError(.io, "resource '\(input.diskPath)' changed while it was being packed (its size, modification or change time is not what it was when it was opened, \(input.size) bytes); pack again once nothing writes to it", path: input.diskPath)
+        return SignetError(
+            .io,
+            "resource '\(input.diskPath)' changed while it was being packed (its size, modification or change time is not what it was when it was opened, \(input.size) bytes); pack again once nothing writes to it",
+            path: input.diskPath)
     }
 }
 

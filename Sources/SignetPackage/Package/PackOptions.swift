@@ -67,8 +67,10 @@ public struct PackOptions: Sendable {
     public static let defaultChunkThreshold: UInt64 = 4 << 20
 
     /// Creates options.
-    public init(name: String, version: String, sequence: UInt64? = nil, expires: Timestamp? = nil, created: Timestamp? = nil,
-                compression: Compression = .automatic(level: 6), followSymlinks: Bool = false) {
+    public init(
+        name: String, version: String, sequence: UInt64? = nil, expires: Timestamp? = nil, created: Timestamp? = nil,
+        compression: Compression = .automatic(level: 6), followSymlinks: Bool = false
+    ) {
         self.name = name
         self.version = version
         self.sequence = sequence
@@ -82,7 +84,8 @@ public struct PackOptions: Sendable {
     /// manifest can express (up to 9999-12-31).
     public static var sourceDateEpoch: Timestamp? {
         guard let text = getenv("SOURCE_DATE_EPOCH").map({ String(cString: $0) }), let seconds = Int64(text), seconds >= 0,
-              Timestamp.representable.contains(seconds) else { return nil }
+            Timestamp.representable.contains(seconds)
+        else { return nil }
         return Timestamp(secondsSinceEpoch: seconds)
     }
 
@@ -90,6 +93,7 @@ public struct PackOptions: Sendable {
     /// (the package would not be reproducible) or writing a time no verifier can read.
     static func checkSourceDateEpoch() throws {
         guard let text = getenv("SOURCE_DATE_EPOCH").map({ String(cString: $0) }), !text.isEmpty, sourceDateEpoch == nil else { return }
-        throw SignetError(.usage, "SOURCE_DATE_EPOCH is '\(text)'; it must be a whole number of seconds from 0 to \(Timestamp.representable.upperBound) (9999-12-31)")
+        throw SignetError(
+            .usage, "SOURCE_DATE_EPOCH is '\(text)'; it must be a whole number of seconds from 0 to \(Timestamp.representable.upperBound) (9999-12-31)")
     }
 }

@@ -44,8 +44,9 @@ public struct PackageBinding: Sendable, Equatable {
         let manifest = try Manifest.parse(bytes)
         let whole = try Digest.compute(fileAt: path, algorithm: .sha256)
         let size = try InputFile.open(path, what: "package").size
-        return PackageBinding(name: manifest.name, version: manifest.version, sequence: manifest.sequence, size: UInt64(size),
-                              sha256: whole.hex, manifestSHA256: try Digest.compute(bytes, algorithm: .sha256).hex)
+        return PackageBinding(
+            name: manifest.name, version: manifest.version, sequence: manifest.sequence, size: UInt64(size),
+            sha256: whole.hex, manifestSHA256: try Digest.compute(bytes, algorithm: .sha256).hex)
     }
 
     /// ``describing(_:limits:)-(String,_)`` with a `FilePath`.
@@ -55,8 +56,9 @@ public struct PackageBinding: Sendable, Equatable {
 
     /// Channel names: 1 to 64 of `A-Z a-z 0-9 . _ -` (they name trust folders and state entries).
     public static func isValidChannel(_ name: String) -> Bool {
-        (1...64).contains(name.utf8.count) && name.utf8.allSatisfy { byte in
-            (0x30...0x39).contains(byte) || (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte) || byte == 0x2e || byte == 0x5f || byte == 0x2d
-        } && name != "." && name != ".."
+        (1...64).contains(name.utf8.count)
+            && name.utf8.allSatisfy { byte in
+                (0x30...0x39).contains(byte) || (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte) || byte == 0x2e || byte == 0x5f || byte == 0x2d
+            } && name != "." && name != ".."
     }
 }

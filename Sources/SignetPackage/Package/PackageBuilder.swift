@@ -58,8 +58,9 @@ public enum PackageBuilder {
             throw SignetError(.usage, "--exclude leaves no file to pack; narrow the patterns")
         }
         try checkLimits(inputs, options: options)
-        try FileIdentity.refuseOverwriting(targets: [output], inputs: inputs.map { ($0.diskPath, "resource being packed") } + options.protecting.map { ($0, "input") },
-                                           what: "the package")
+        try FileIdentity.refuseOverwriting(
+            targets: [output], inputs: inputs.map { ($0.diskPath, "resource being packed") } + options.protecting.map { ($0, "input") },
+            what: "the package")
         if !options.replace { try AtomicFile.refuseExisting(output, what: "the package") }
         let created = options.created ?? PackOptions.sourceDateEpoch ?? .now
         if let expires = options.expires, expires <= created {
@@ -79,9 +80,10 @@ public enum PackageBuilder {
         // file) whose compressed offsets the manifest lists, so that its parts are addressable
         // too.
         let chunked = inputs.indices.map { index in options.chunkThreshold.map { inputs[index].size >= $0 } == true }
-        let ledger = PackLedger(inputs: inputs, signer: signer,
-                                structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
-                                progress: options.progress, chunked: chunked, verity: options.verity)
+        let ledger = PackLedger(
+            inputs: inputs, signer: signer,
+            structured: try StructuredResources.check(inputs, patterns: options.structured, followSymlinks: options.followSymlinks),
+            progress: options.progress, chunked: chunked, verity: options.verity)
         let segmentedIndices = inputs.indices.filter { chunked[$0] && methods[$0] != .store }
         let segmentedLevel: Int32 = if case .automatic(let level) = compression { Int32(level) } else { 6 }
         let segmented = try SegmentedDeflate(ledger: ledger, indices: segmentedIndices, level: segmentedLevel, besides: output)
@@ -117,25 +119,33 @@ public enum PackageBuilder {
         var manifestBytes: [UInt8] = []
         var manifest: Manifest?
         let makeManifest = { () throws -> [UInt8] in
-            var made = Manifest(algorithm: signer.algorithm, created: created, expires: options.expires, files: try files ?? ledger.manifestFiles(),
-                                keyID: signer.key.keyID, name: options.name, sequence: sequence, version: options.version)
+            var made = Manifest(
+                algorithm: signer.algorithm, created: created, expires: options.expires, files: try files ?? ledger.manifestFiles(),
+                keyID: signer.key.keyID, name: options.name, sequence: sequence, version: options.version)
             made.chunkIndex = chunkIndex
             manifest = made
             manifestBytes = try made.encoded()
             guard manifestBytes.count <= options.limits.maxManifestSize else {
-                throw SignetError(.usage, "the manifest would be \(manifestBytes.count) bytes, more than the \(options.limits.maxManifestSize) unpack reads; pack fewer files or shorter paths")
+                throw SignetError(
+                    .usage,
+                    "the manifest would be \(manifestBytes.count) bytes, more than the \(options.limits.maxManifestSize) unpack reads; pack fewer files or shorter paths"
+                )
             }
             return manifestBytes
         }
         try writer.add(TreeLayout.manifest, source: DeferredBytesSource(makeManifest), compression: .deflate(level: 6), permissions: 0o644)
-        try writer.add(TreeLayout.manifestSignature, source: DeferredBytesSource {
-            try signer.sign(manifestBytes).bytes
-        }, compression: .store, permissions: 0o644)
+        try writer.add(
+            TreeLayout.manifestSignature,
+            source: DeferredBytesSource {
+                try signer.sign(manifestBytes).bytes
+            }, compression: .store, permissions: 0o644)
         for (index, input) in inputs.enumerated() {
-            try writer.add(TreeLayout.signature(of: input.packagePath), source: SignatureEntrySource(ledger, index: index), compression: .store, permissions: 0o644)
+            try writer.add(
+                TreeLayout.signature(of: input.packagePath), source: SignatureEntrySource(ledger, index: index), compression: .store, permissions: 0o644)
         }
         // Made once every signature entry above was written (libzip reads sources in order).
-        try writer.add(TreeLayout.signatureRecordSignature, source: DeferredBytesSource { try ledger.recordSignature() }, compression: .store, permissions: 0o644)
+        try writer.add(
+            TreeLayout.signatureRecordSignature, source: DeferredBytesSource { try ledger.recordSignature() }, compression: .store, permissions: 0o644)
         if let certificate = options.certificate ?? signer.key.certificateDER {
             try writer.add(TreeLayout.signerCertificate, source: DeferredBytesSource { certificate }, compression: .store, permissions: 0o644)
         }
@@ -159,13 +169,19 @@ public enum PackageBuilder {
     static func checkLimits(_ inputs: [PackInput], options: PackOptions) throws {
         let limits = options.limits
         guard inputs.count <= limits.maxFiles else {
-            throw SignetError(.usage, "\(inputs.count) files are more than the \(limits.maxFiles) unpack accepts; give pack and the clients' unpack the same --max-files \(inputs.count) to allow it")
+            throw SignetError(
+                .usage,
+                "\(inputs.count) files are more than the \(limits.maxFiles) unpack accepts; give pack and the clients' unpack the same --max-files \(inputs.count) to allow it"
+            )
         }
         var total: UInt64 = 0
         for input in inputs {
             let (sum, overflow) = total.addingReportingOverflow(input.size)
             guard !overflow, sum <= limits.maxTotalSize else {
-                throw SignetError(.usage, "the files add up to more than the \(limits.maxTotalSize) bytes unpack accepts; give pack and the clients' unpack the same larger --max-total-size to allow it")
+                throw SignetError(
+                    .usage,
+                    "the files add up to more than the \(limits.maxTotalSize) bytes unpack accepts; give pack and the clients' unpack the same larger --max-total-size to allow it"
+                )
             }
             total = sum
         }
@@ -189,7 +205,10 @@ public enum PackageBuilder {
         }
         for record in directory where record.compressedSize > 0 && record.size / record.compressedSize > limits.maxRatio {
             let name = directory.shownName(of: record)
-            throw SignetError(.usage, "'\(name)' compresses \(record.size / record.compressedSize) times, more than the \(limits.maxRatio) unpack accepts (it would take it for a deflate bomb); pack it with --store, or give pack and the clients' unpack the same --max-ratio", path: inputs.first { $0.packagePath == name }?.diskPath)
+            throw SignetError(
+                .usage,
+                "'\(name)' compresses \(record.size / record.compressedSize) times, more than the \(limits.maxRatio) unpack accepts (it would take it for a deflate bomb); pack it with --store, or give pack and the clients' unpack the same --max-ratio",
+                path: inputs.first { $0.packagePath == name }?.diskPath)
         }
         return sizes
     }
@@ -198,7 +217,8 @@ public enum PackageBuilder {
         if let certificate = options.certificate {
             let key = try PublicKey(bytes: certificate, name: "--cert", allowWeakKey: true)
             guard key.keyID == signer.key.keyID, key.certificateDER != nil else {
-                throw SignetError(.usage, "--cert is not a certificate for the signing key (it certifies key \(key.keyID.short), the key is \(signer.key.keyID.short))")
+                throw SignetError(
+                    .usage, "--cert is not a certificate for the signing key (it certifies key \(key.keyID.short), the key is \(signer.key.keyID.short))")
             }
         }
         if !options.chain.isEmpty && options.certificate == nil && signer.key.certificateDER == nil {
@@ -256,10 +276,14 @@ public enum PackageBuilder {
         for input in inputs {
             if let other = seen[input.packagePath] {
                 if other.diskPath.utf8.elementsEqual(input.diskPath.utf8) {
-                    throw SignetError(.usage, "'\(input.diskPath)' is given twice (or inside a directory that is also given); give each file once", path: input.diskPath)
+                    throw SignetError(
+                        .usage, "'\(input.diskPath)' is given twice (or inside a directory that is also given); give each file once", path: input.diskPath)
                 }
                 let same = other.packagePath.utf8.elementsEqual(input.packagePath.utf8)
-                throw SignetError(.usage, "'\(other.diskPath)' and '\(input.diskPath)' would both be '\(input.packagePath)' in the package\(same ? "" : " (the two names differ only in Unicode normalisation)"); rename one", path: input.diskPath)
+                throw SignetError(
+                    .usage,
+                    "'\(other.diskPath)' and '\(input.diskPath)' would both be '\(input.packagePath)' in the package\(same ? "" : " (the two names differ only in Unicode normalisation)"); rename one",
+                    path: input.diskPath)
             }
             seen[input.packagePath] = input
         }
@@ -269,8 +293,10 @@ public enum PackageBuilder {
     /// Walks a directory one folder at a time, without recursion (no depth exhausts a thread's
     /// stack) and holding one folder's descriptor at a time (no depth exhausts descriptors);
     /// folders are opened in pieces where their path is longer than PATH_MAX.
-    private static func walk(directory: String, prefix: String, followSymlinks: Bool, exclude: [String],
-                             visited: inout Set<[UInt64]>, into inputs: inout [PackInput]) throws {
+    private static func walk(
+        directory: String, prefix: String, followSymlinks: Bool, exclude: [String],
+        visited: inout Set<[UInt64]>, into inputs: inout [PackInput]
+    ) throws {
         var pending: [(path: String, prefix: String)] = [(directory, prefix)]
         while let (directory, prefix) = pending.popLast() {
             let opened: OwnedDescriptor
@@ -346,17 +372,21 @@ public enum PackageBuilder {
     }
 
     private static func symlinkRefused(_ path: String) -> SignetError {
-        SignetError(.usage, "'\(path)' is a symbolic link; packages hold regular files only. Replace it with the file, or pass --follow-symlinks to pack what it points to", path: path)
+        SignetError(
+            .usage,
+            "'\(path)' is a symbolic link; packages hold regular files only. Replace it with the file, or pass --follow-symlinks to pack what it points to",
+            path: path)
     }
 
     private static func notRegular(_ path: String, _ mode: mode_t) -> SignetError {
-        let kind = switch mode & S_IFMT {
-        case S_IFSOCK: "a socket"
-        case S_IFIFO: "a FIFO"
-        case S_IFCHR: "a character device"
-        case S_IFBLK: "a block device"
-        default: "not a regular file"
-        }
+        let kind =
+            switch mode & S_IFMT {
+            case S_IFSOCK: "a socket"
+            case S_IFIFO: "a FIFO"
+            case S_IFCHR: "a character device"
+            case S_IFBLK: "a block device"
+            default: "not a regular file"
+            }
         return SignetError(.usage, "'\(path)' is \(kind); packages hold regular files only", path: path)
     }
 }

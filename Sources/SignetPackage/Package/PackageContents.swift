@@ -42,8 +42,9 @@ public struct PackageContents: Sendable {
 
         private func resource(at position: Int32) -> Resource {
             let record = directory[Int(position)]
-            return Resource(path: directory.keyString(at: position), size: record.size, compressedSize: record.compressedSize,
-                            compression: record.method == ZipReader.methodStore ? .stored : .deflated)
+            return Resource(
+                path: directory.keyString(at: position), size: record.size, compressedSize: record.compressedSize,
+                compression: record.method == ZipReader.methodStore ? .stored : .deflated)
         }
     }
 

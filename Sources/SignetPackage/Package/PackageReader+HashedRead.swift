@@ -5,8 +5,10 @@ extension PackageReader {
     /// each of `algorithms`; large entries are hashed on the second core. Whatever throws part
     /// way (the archive, the sink, a cancel) leaves nothing held: the pipelined hasher gives its
     /// buffers back on every path (the `zip-pipelined` fuzz target drives this).
-    package static func hashedRead(_ entry: ZipReader.Entry, size: UInt64, name: String, reader: ZipReader, algorithms: [DigestAlgorithm],
-                           sink: ((UnsafeRawBufferPointer) throws -> Void)?) throws -> [Digest] {
+    package static func hashedRead(
+        _ entry: ZipReader.Entry, size: UInt64, name: String, reader: ZipReader, algorithms: [DigestAlgorithm],
+        sink: ((UnsafeRawBufferPointer) throws -> Void)?
+    ) throws -> [Digest] {
         if size >= PipelinedHasher.threshold {
             // Large: hashed on the second core while this one reads, checks the CRC and writes.
             let hasher = try PipelinedHasher(algorithms)

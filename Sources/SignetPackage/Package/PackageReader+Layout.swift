@@ -152,7 +152,9 @@ extension PackageReader {
                 throw malformed("the entry '\(name)' claims \(entry.size) bytes from no compressed data", entry: name)
             }
             if entry.compressedSize > 0, entry.size / entry.compressedSize > limits.maxRatio {
-                throw malformed("the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio), --max-ratio); refusing a likely deflate bomb", entry: name)
+                throw malformed(
+                    "the entry '\(name)' claims to expand \(entry.size / entry.compressedSize) times (more than \(limits.maxRatio), --max-ratio); refusing a likely deflate bomb",
+                    entry: name)
             }
         }
 
@@ -215,16 +217,20 @@ extension PackageReader {
                 return
             }
             guard manifest != nil else {
-                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json; if it is an older bare package (FILE + FILE.sig), it needs --bare", path: path, entry: TreeLayout.manifest)
+                throw SignetError(
+                    .packageInvalid, "package '\(path)' has no .signet/manifest.json; if it is an older bare package (FILE + FILE.sig), it needs --bare",
+                    path: path, entry: TreeLayout.manifest)
             }
             guard manifestSignature != nil else {
-                throw SignetError(.packageInvalid, "package '\(path)' has no .signet/manifest.json.sig: it is not signed", path: path, entry: TreeLayout.manifestSignature)
+                throw SignetError(
+                    .packageInvalid, "package '\(path)' has no .signet/manifest.json.sig: it is not signed", path: path, entry: TreeLayout.manifestSignature)
             }
         }
 
         func contents(manifest: Manifest) -> PackageContents {
-            PackageContents(path: path, resources: .init(directory: directory, positions: resourcePositions, byName: resourcesByName),
-                            manifest: manifest, hasSignerCertificate: signerCertificate != nil)
+            PackageContents(
+                path: path, resources: .init(directory: directory, positions: resourcePositions, byName: resourcesByName),
+                manifest: manifest, hasSignerCertificate: signerCertificate != nil)
         }
     }
 }

@@ -16,8 +16,10 @@ extension PackageReader {
     /// ``contents(of:limits:)-(String,_)`` for a package on an HTTPS server: read with range requests
     /// (only the end of the zip, its directory and the manifest), or downloaded into a private
     /// temporary folder and removed when the server does not answer ranges.
-    public static func contents(downloading url: String, download: DownloadOptions = DownloadOptions(),
-                                limits: PackageLimits = PackageLimits()) throws -> PackageContents {
+    public static func contents(
+        downloading url: String, download: DownloadOptions = DownloadOptions(),
+        limits: PackageLimits = PackageLimits()
+    ) throws -> PackageContents {
         try remote(url, download: download) { input, headers in
             try contents(of: try ZipReader(input: input, maximumEntries: limits.maximumEntries, localHeaders: headers), limits: limits)
         }
@@ -27,9 +29,11 @@ extension PackageReader {
     /// range requests over one connection (each pinned to the first answer's validator with
     /// `If-Range`), never stored on the device; a server that does not answer ranges gets the
     /// whole package downloaded into a private temporary folder, removed afterwards.
-    public static func verify(downloading url: String, policy: TrustPolicy, download: DownloadOptions = DownloadOptions(),
-                              limits: PackageLimits = PackageLimits(), now: Timestamp = .now,
-                              progress handler: ProgressHandler? = nil) throws -> PackageVerification {
+    public static func verify(
+        downloading url: String, policy: TrustPolicy, download: DownloadOptions = DownloadOptions(),
+        limits: PackageLimits = PackageLimits(), now: Timestamp = .now,
+        progress handler: ProgressHandler? = nil
+    ) throws -> PackageVerification {
         try remote(url, download: download) { input, headers in
             let reader = try ZipReader(input: input, maximumEntries: limits.maximumEntries, localHeaders: headers)
             // Every resource is read, in order: in requests of a few MiB, not one per read.
@@ -41,8 +45,10 @@ extension PackageReader {
     /// Runs `body` on the package at `url` read through ranges, else on a downloaded copy.
     /// Local headers are checked as their entries are read when the package is read through
     /// ranges (reading all of them would fetch the whole file), up front on a downloaded copy.
-    private static func remote<R>(_ url: String, download: DownloadOptions,
-                                  _ body: (any ArchiveInput, CentralDirectory.LocalHeaders) throws -> R) throws -> R {
+    private static func remote<R>(
+        _ url: String, download: DownloadOptions,
+        _ body: (any ArchiveInput, CentralDirectory.LocalHeaders) throws -> R
+    ) throws -> R {
         try Downloader.checkScheme(url, policy: download.tls)
         // Where the package goes if the server sends it whole (the first answer is then used).
         let copy = try Download.temporaryPath()

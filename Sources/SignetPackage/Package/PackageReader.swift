@@ -28,13 +28,17 @@ public enum PackageReader {
     /// first (before parsing them), then expiry, the exact set of resources, and each resource's
     /// size, SHA-256 and own signature, streaming every entry.
     /// `progress` is told how many files and bytes have been checked.
-    public static func verify(_ path: String, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
-                              now: Timestamp = .now, progress handler: ProgressHandler? = nil) throws -> PackageVerification {
+    public static func verify(
+        _ path: String, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
+        now: Timestamp = .now, progress handler: ProgressHandler? = nil
+    ) throws -> PackageVerification {
         try verify(reader: try ZipReader(path: path, maximumEntries: limits.maximumEntries), policy: policy, limits: limits, now: now, progress: handler)
     }
 
-    static func verify(reader: ZipReader, policy: TrustPolicy, limits: PackageLimits, now: Timestamp,
-                       progress handler: ProgressHandler?) throws -> PackageVerification {
+    static func verify(
+        reader: ZipReader, policy: TrustPolicy, limits: PackageLimits, now: Timestamp,
+        progress handler: ProgressHandler?
+    ) throws -> PackageVerification {
         let layout = try Layout(reader: reader, limits: limits)
         let checked: Checked
         switch try checkManifest(reader: reader, layout: layout, policy: policy, limits: limits, now: now) {
@@ -77,13 +81,20 @@ public enum PackageReader {
         if let record, let entry = layout.recordSignature {
             let signature = try reader.readAll(entry, limit: 64 * 1024, name: TreeLayout.signatureRecordSignature)
             guard signature.count == checked.key.signatureLength,
-                  Verifier.check(signature, digest: try record.finalize(), key: checked.key, algorithm: checked.algorithm) else {
-                return checked.verdict(.badSignature, "\(TreeLayout.signatureRecordSignature), the signature over the per-file signatures, does not verify with the manifest's key: a signature entry was replaced, or the package was altered", entry: TreeLayout.signatureRecordSignature)
+                Verifier.check(signature, digest: try record.finalize(), key: checked.key, algorithm: checked.algorithm)
+            else {
+                return checked.verdict(
+                    .badSignature,
+                    "\(TreeLayout.signatureRecordSignature), the signature over the per-file signatures, does not verify with the manifest's key: a signature entry was replaced, or the package was altered",
+                    entry: TreeLayout.signatureRecordSignature)
             }
         }
         progress?.finish()
-        return PackageVerification(contents: checked.contents, signer: checked.key, failure: nil, entry: nil,
-                                   message: "\(checked.manifest.name) \(checked.manifest.version) (sequence \(checked.manifest.sequence)) verified: \(checked.manifest.files.count) files signed by key \(checked.key.keyID.short)")
+        return PackageVerification(
+            contents: checked.contents, signer: checked.key, failure: nil, entry: nil,
+            message:
+                "\(checked.manifest.name) \(checked.manifest.version) (sequence \(checked.manifest.sequence)) verified: \(checked.manifest.files.count) files signed by key \(checked.key.keyID.short)"
+        )
     }
 
     /// The manifest check's outcome: established facts, or the verdict that ends verification.
@@ -112,8 +123,10 @@ public enum PackageReader {
 
     /// The manifest signature over the stored bytes (before they are parsed), key id, algorithm,
     /// expiry, and that the archive holds exactly the listed resources and their signatures.
-    package static func checkManifest(reader: ZipReader, layout: Layout, policy: TrustPolicy, limits: PackageLimits,
-                              now: Timestamp) throws -> ManifestCheck {
+    package static func checkManifest(
+        reader: ZipReader, layout: Layout, policy: TrustPolicy, limits: PackageLimits,
+        now: Timestamp
+    ) throws -> ManifestCheck {
         let manifestBytes = try reader.readAll(layout.manifest!, limit: limits.maxManifestSize, name: TreeLayout.manifest)
         let signature = try reader.readAll(layout.manifestSignature!, limit: 64 * 1024, name: TreeLayout.manifestSignature)
         // The policy for this package: its signer certificate may vouch for its key.
@@ -131,20 +144,33 @@ public enum PackageReader {
         }
         guard let (key, algorithm) = signer else {
             if let refusal = resolved.key(withID: manifest.keyID) == nil ? (certificateRefusal ?? policy.refusal(for: manifest.keyID)) : nil {
-                return verdict(.untrustedSigner, "the package is signed by key \(manifest.keyID.short), which the trust policy does not accept: \(refusal)", entry: TreeLayout.manifest)
+                return verdict(
+                    .untrustedSigner, "the package is signed by key \(manifest.keyID.short), which the trust policy does not accept: \(refusal)",
+                    entry: TreeLayout.manifest)
             }
-            return verdict(.badManifestSignature, "the manifest signature does not verify with the trusted key \(manifest.keyID.short): the manifest or its signature was altered", entry: TreeLayout.manifestSignature)
+            return verdict(
+                .badManifestSignature,
+                "the manifest signature does not verify with the trusted key \(manifest.keyID.short): the manifest or its signature was altered",
+                entry: TreeLayout.manifestSignature)
         }
         guard key.keyID == manifest.keyID, algorithm == manifest.algorithm else {
-            return verdict(.badManifestSignature, "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)", entry: TreeLayout.manifest)
+            return verdict(
+                .badManifestSignature,
+                "the manifest names key \(manifest.keyID.short) and \(manifest.algorithm.id), but was signed by \(key.keyID.short) with \(algorithm.id)",
+                entry: TreeLayout.manifest)
         }
         // A key trusted only through TUF metadata vouches only for what its role lists.
-        if let refusal = resolved.tufRefusal(signer: key.keyID, manifestBytes: manifestBytes, manifest: manifest) { return verdict(.untrustedSigner, refusal, entry: TreeLayout.manifest) }
+        if let refusal = resolved.tufRefusal(signer: key.keyID, manifestBytes: manifestBytes, manifest: manifest) {
+            return verdict(.untrustedSigner, refusal, entry: TreeLayout.manifest)
+        }
         // Saturating: a clock skew near Int64.max means "never expired", not a trap.
         if let expires = manifest.expires,
-           case let (deadline, overflow) = expires.secondsSinceEpoch.addingReportingOverflow(max(0, policy.clockSkew)),
-           !overflow, deadline < now.secondsSinceEpoch {
-            return verdict(.expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release", entry: TreeLayout.manifest)
+            case let (deadline, overflow) = expires.secondsSinceEpoch.addingReportingOverflow(max(0, policy.clockSkew)),
+            !overflow, deadline < now.secondsSinceEpoch
+        {
+            return verdict(
+                .expired, "the package expired at \(expires) (it is now \(now), allowing \(policy.clockSkew) s of clock skew); get a newer release",
+                entry: TreeLayout.manifest)
         }
         // The archive must hold exactly the listed resources and a signature for each, by the
         // bytes of their paths. Counting matches finds whether anything is left over; only then
@@ -169,7 +195,8 @@ public enum PackageReader {
                 return verdict(.extra, "the archive holds '\(resource)', which the manifest does not list", entry: resource)
             }
             for signed in layout.signedPathsByName where !listed.contains(Array(signed.utf8)) {
-                return verdict(.extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: TreeLayout.signature(of: signed))
+                return verdict(
+                    .extra, "the archive holds a signature for '\(signed)', which the manifest does not list", entry: TreeLayout.signature(of: signed))
             }
         }
         if let missing { return missing }
@@ -183,9 +210,11 @@ public enum PackageReader {
             return verdict(.extra, "the archive holds \(TreeLayout.chunkIndex), which the manifest does not bind", entry: TreeLayout.chunkIndex)
         default: break
         }
-        return .checked(Checked(manifest: manifest, manifestBytes: manifestBytes,
-                                manifestSignature: signature, key: key, algorithm: algorithm,
-                                peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest), contents: contents))
+        return .checked(
+            Checked(
+                manifest: manifest, manifestBytes: manifestBytes,
+                manifestSignature: signature, key: key, algorithm: algorithm,
+                peers: resolved.peerKeys(of: key.keyID, manifestBytes: manifestBytes, manifest: manifest), contents: contents))
     }
 
     /// One resource's verdict: its verified signature, or why it was rejected.
@@ -198,9 +227,11 @@ public enum PackageReader {
     /// size + 1 bytes; checks size, SHA-256 and its signature. With `later`, the signature is
     /// handed to it (with the digest it must verify) instead of checked here, and the result is
     /// `.verified` only as far as size and content go.
-    package static func checkResource(_ file: Manifest.File, reader: ZipReader, layout: Layout, checked: Checked,
-                              sink: ((UnsafeRawBufferPointer) throws -> Void)?,
-                              later: ((_ signature: [UInt8], _ digest: Digest) -> Void)? = nil) throws -> ResourceCheck {
+    package static func checkResource(
+        _ file: Manifest.File, reader: ZipReader, layout: Layout, checked: Checked,
+        sink: ((UnsafeRawBufferPointer) throws -> Void)?,
+        later: ((_ signature: [UInt8], _ digest: Digest) -> Void)? = nil
+    ) throws -> ResourceCheck {
         let entry = layout.resource(file.path)!
         let signatureEntry = layout.signature(file.path)!
         // The archive must first agree with itself: data that does not match its own headers is
@@ -208,19 +239,21 @@ public enum PackageReader {
         // than the signed one is "modified".
         guard entry.size == file.size else {
             try reader.read(entry, limit: entry.size, name: file.path) { _ in }
-            return .rejected(.modified, message: "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", entry: file.path)
+            return .rejected(
+                .modified, message: "'\(file.path)' is \(entry.size) bytes in the archive, not the \(file.size) bytes the manifest says", entry: file.path)
         }
         let algorithms = checked.algorithm.digest == .sha256 ? [DigestAlgorithm.sha256] : [.sha256, checked.algorithm.digest]
         // A signed fs-verity digest is checked in the same read (FORMAT §2, `verity`):
         // a package whose digests do not match its content is refused here, not by every device
         // that installs it with --verity.
         let verity = file.verity == nil ? nil : try VerityDigest()
-        let feed: ((UnsafeRawBufferPointer) throws -> Void)? = verity.map { builder in
-            { chunk in
-                try builder.update(chunk)
-                try sink?(chunk)
-            }
-        } ?? sink
+        let feed: ((UnsafeRawBufferPointer) throws -> Void)? =
+            verity.map { builder in
+                { chunk in
+                    try builder.update(chunk)
+                    try sink?(chunk)
+                }
+            } ?? sink
         let digests = try hashedRead(entry, size: file.size, name: file.path, reader: reader, algorithms: algorithms, sink: feed)
         guard file.content.matches(digests[0]) else {
             return .rejected(.modified, message: "'\(file.path)' does not match the SHA-256 in the manifest", entry: file.path)
@@ -238,13 +271,16 @@ public enum PackageReader {
 
     /// A resource's signature against the manifest's key: checked directly (no policy or
     /// message built per file); the full verifier only explains a signature that does not verify.
-    package static func signatureCheck(_ file: Manifest.File, signature: [UInt8], digest: Digest, key: PublicKey, algorithm: SignatureAlgorithm) -> ResourceCheck {
+    package static func signatureCheck(_ file: Manifest.File, signature: [UInt8], digest: Digest, key: PublicKey, algorithm: SignatureAlgorithm)
+        -> ResourceCheck
+    {
         if signature.count == key.signatureLength, Verifier.check(signature, digest: digest, key: key, algorithm: algorithm) {
             return .verified(signature: signature)
         }
         let result = Verifier(policy: TrustPolicy(keys: [key])).verify(signature: signature, digest: digest, algorithm: algorithm)
         guard result.isValid else {
-            return .rejected(.badSignature, message: "the signature of '\(file.path)' is invalid: \(result.message)", entry: TreeLayout.signature(of: file.path))
+            return .rejected(
+                .badSignature, message: "the signature of '\(file.path)' is invalid: \(result.message)", entry: TreeLayout.signature(of: file.path))
         }
         return .verified(signature: signature)
     }
@@ -258,8 +294,10 @@ extension PackageReader {
     }
 
     /// Verifies a package file without installing it.
-    public static func verify(_ path: FilePath, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
-                              now: Timestamp = .now, progress handler: ProgressHandler? = nil) throws -> PackageVerification {
+    public static func verify(
+        _ path: FilePath, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
+        now: Timestamp = .now, progress handler: ProgressHandler? = nil
+    ) throws -> PackageVerification {
         try verify(path.string, policy: policy, limits: limits, now: now, progress: handler)
     }
 }

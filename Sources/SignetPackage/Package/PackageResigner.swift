@@ -26,10 +26,15 @@ public enum PackageResigner {
     /// verification failure when `package` does not verify with `policy`, `.usage` when the
     /// signer's algorithm signs another digest than SHA-256 or `output` exists (unless
     /// `replace`). Returns the new manifest.
-    public static func resign(_ package: String, to output: String, signer: Signer, policy: TrustPolicy,
-                              limits: PackageLimits = PackageLimits(), replace: Bool = false, now: Timestamp = .now) throws -> Manifest {
+    public static func resign(
+        _ package: String, to output: String, signer: Signer, policy: TrustPolicy,
+        limits: PackageLimits = PackageLimits(), replace: Bool = false, now: Timestamp = .now
+    ) throws -> Manifest {
         guard signer.algorithm.digest == .sha256 else {
-            throw SignetError(.usage, "re-signing signs the SHA-256 digests the manifest states; \(signer.algorithm.id) signs \(signer.algorithm.digest): pack the release again to use it")
+            throw SignetError(
+                .usage,
+                "re-signing signs the SHA-256 digests the manifest states; \(signer.algorithm.id) signs \(signer.algorithm.digest): pack the release again to use it"
+            )
         }
         try FileIdentity.refuseOverwriting(targets: [output], inputs: [(package, "package being re-signed")], what: "the re-signed package")
         if !replace { try AtomicFile.refuseExisting(output, what: "the re-signed package") }
@@ -71,8 +76,9 @@ public enum PackageResigner {
             let name = String(decoding: reader.rawName(of: entry), as: UTF8.self)
             let record = reader.record(of: entry)
             func copied() -> CopiedDeflateSource {
-                CopiedDeflateSource(file: source, localHeaderOffset: record.localHeaderOffset, compressedSize: record.compressedSize,
-                                    crc: record.crc, size: record.size, stored: record.method == 0)
+                CopiedDeflateSource(
+                    file: source, localHeaderOffset: record.localHeaderOffset, compressedSize: record.compressedSize,
+                    crc: record.crc, size: record.size, stored: record.method == 0)
             }
             if let mode = modes[name] {
                 try writer.add(name, source: copied(), compression: record.method == 0 ? .store : .deflate(level: 6), permissions: mode)

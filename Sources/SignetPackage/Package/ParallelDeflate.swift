@@ -70,11 +70,14 @@ final class ParallelDeflate {
                     throw SignetError(.io, "the temporary archive '\(paths[worker])' holds \(records.count) entries, not \(share.count)", path: paths[worker])
                 }
                 for (record, index) in zip(records, share) {
-                    guard records.name(of: record).elementsEqual(String(index).utf8), record.method == CentralDirectory.deflateMethod, record.size == inputs[index].size else {
+                    guard records.name(of: record).elementsEqual(String(index).utf8), record.method == CentralDirectory.deflateMethod,
+                        record.size == inputs[index].size
+                    else {
                         throw SignetError(.io, "the temporary archive '\(paths[worker])' does not hold what was written to it", path: paths[worker])
                     }
-                    placement[index] = Placement(worker: UInt16(worker), crc: record.crc, localHeaderOffset: record.localHeaderOffset,
-                                                 compressedSize: record.compressedSize)
+                    placement[index] = Placement(
+                        worker: UInt16(worker), crc: record.crc, localHeaderOffset: record.localHeaderOffset,
+                        compressedSize: record.compressedSize)
                 }
                 archives.append(archive)
             }
@@ -87,8 +90,9 @@ final class ParallelDeflate {
     /// The deflate stream of input `index`, if it was compressed here.
     func source(for index: Int) -> ZipEntrySource? {
         guard index < placement.count, let place = placement[index] else { return nil }
-        return CopiedDeflateSource(file: archives[Int(place.worker)], localHeaderOffset: place.localHeaderOffset,
-                                   compressedSize: place.compressedSize, crc: place.crc, size: ledger.inputs[index].size)
+        return CopiedDeflateSource(
+            file: archives[Int(place.worker)], localHeaderOffset: place.localHeaderOffset,
+            compressedSize: place.compressedSize, crc: place.crc, size: ledger.inputs[index].size)
     }
 
     /// Deletes the temporary archives (the open descriptors stay readable until released).

@@ -135,7 +135,8 @@ package final class RangedInput: ArchiveInput {
             let name = directory.name(of: directory[position])
             // The chunk-index entry is read by range, only where an update needs it.
             guard name.starts(with: signet), !name.starts(with: signatures), !name.elementsEqual(TreeLayout.chunkIndex.utf8),
-                  let span = directory.span(ofRecord: position) else { continue }
+                let span = directory.span(ofRecord: position)
+            else { continue }
             own.append(Int64(span.lowerBound)..<Int64(span.upperBound))
         }
         plan(own)
@@ -223,10 +224,13 @@ package final class RangedInput: ArchiveInput {
         var parts: [(start: Int64, bytes: [UInt8])] = []
         let report = received, journal = journal
         do {
-            _ = try client.fetch(several: spans, restart: {
-                for part in parts { journal?.discard(part: part.start) }
-                parts.removeAll()
-            }) { offset, chunk in
+            _ = try client.fetch(
+                several: spans,
+                restart: {
+                    for part in parts { journal?.discard(part: part.start) }
+                    parts.removeAll()
+                }
+            ) { offset, chunk in
                 if let last = parts.last, last.start + Int64(last.bytes.count) == offset {
                     parts[parts.count - 1].bytes.append(contentsOf: chunk)
                 } else {
@@ -261,7 +265,8 @@ package final class RangedInput: ArchiveInput {
             let count = try withRange(containing: position, wanted: Int64(buffer.count - done)) { start, bytes in
                 let from = Int(position - start)
                 let count = min(bytes.count - from, buffer.count - done)
-                UnsafeMutableRawBufferPointer(rebasing: buffer[done..<(done + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[from..<(from + count)]))
+                UnsafeMutableRawBufferPointer(rebasing: buffer[done..<(done + count)]).copyMemory(
+                    from: UnsafeRawBufferPointer(rebasing: bytes[from..<(from + count)]))
                 return count
             }
             done += count
@@ -280,7 +285,8 @@ package final class RangedInput: ArchiveInput {
             return hit.bytes.withUnsafeBytes { body(hit.start, $0) }
         }
         if client.multipart != false, case let several = spans(from: position), several.count > 1,
-           try fetchSeveral(several), let index = cached.lastIndex(where: { position >= $0.start && position - $0.start < Int64($0.bytes.count) }) {
+            try fetchSeveral(several), let index = cached.lastIndex(where: { position >= $0.start && position - $0.start < Int64($0.bytes.count) })
+        {
             let hit = cached[index]
             return hit.bytes.withUnsafeBytes { body(hit.start, $0) }
         }
@@ -301,10 +307,13 @@ package final class RangedInput: ArchiveInput {
         bytes.reserveCapacity(Int(end - position))
         let report = received, journal = journal
         do {
-            try client.fetch(position, end - 1, restart: {
-                bytes.removeAll(keepingCapacity: true)
-                journal?.discard(part: position)
-            }) { chunk in
+            try client.fetch(
+                position, end - 1,
+                restart: {
+                    bytes.removeAll(keepingCapacity: true)
+                    journal?.discard(part: position)
+                }
+            ) { chunk in
                 bytes.append(contentsOf: chunk)
                 journal?.append(chunk, part: position)
                 report?(chunk.count)

@@ -66,7 +66,8 @@ final class SegmentedDeflate {
     /// One file: read through the ledger's source (hashed and chunked as it is read), deflated
     /// segment by segment into `path`.
     private static func deflate(ledger: PackLedger, index: Int, level: Int32, into path: String)
-        throws -> (file: InputFile, compressedSize: UInt64, crc: UInt32, index: DeflateIndex) {
+        throws -> (file: InputFile, compressedSize: UInt64, crc: UInt32, index: DeflateIndex)
+    {
         let output: OwnedDescriptor
         do {
             output = try TemporaryFiles.guardedOpen(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -101,8 +102,9 @@ final class SegmentedDeflate {
                 try flushOut(force: false)
                 var consumed = 0, produced = 0
                 let base = bytes.baseAddress.map { $0 + offset }?.assumingMemoryBound(to: UInt8.self)
-                let result = signet_deflate(deflater, base, bytes.count - offset, mode, &consumed,
-                                            (out.baseAddress! + pending).assumingMemoryBound(to: UInt8.self), out.count - pending, &produced)
+                let result = signet_deflate(
+                    deflater, base, bytes.count - offset, mode, &consumed,
+                    (out.baseAddress! + pending).assumingMemoryBound(to: UInt8.self), out.count - pending, &produced)
                 guard result >= 0 else { throw SignetError(.io, "zlib failed to deflate '\(ledger.inputs[index].diskPath)'") }
                 offset += consumed
                 pending += produced
@@ -135,8 +137,9 @@ final class SegmentedDeflate {
         // The last (short) segment ends the stream: its compressed length runs to the end.
         try run(UnsafeRawBufferPointer(start: nil, count: 0), mode: 2)
         try flushOut(force: true)
-        if inSegment > 0 { deflateIndex.append(compressedLength: Int(written - segmentStart)) }
-        else {
+        if inSegment > 0 {
+            deflateIndex.append(compressedLength: Int(written - segmentStart))
+        } else {
             // The file ends on a segment boundary: the final empty block belongs to the last one.
             deflateIndex.extendLast(by: Int(written - segmentStart))
         }

@@ -100,8 +100,10 @@ package final class SignatureChecks: @unchecked Sendable {
     /// verifier (the message the one-by-one check gives).
     package func firstRejection() -> (failure: PackageVerification.Failure, message: String, entry: String)? {
         guard let failure = finish(),
-              case .rejected(let kind, let message, let entry) = PackageReader.signatureCheck(failure.file, signature: failure.signature, digest: failure.digest,
-                                                                                               key: key, algorithm: algorithm) else { return nil }
+            case .rejected(let kind, let message, let entry) = PackageReader.signatureCheck(
+                failure.file, signature: failure.signature, digest: failure.digest,
+                key: key, algorithm: algorithm)
+        else { return nil }
         return (kind, message, entry)
     }
 }

@@ -22,7 +22,10 @@ enum StructuredResources {
             guard !matching.isEmpty else { continue }
             used.formUnion(matching)
             guard input.size <= UInt64(StructuredFormat.maximumSize) else {
-                throw SignetError(.malformedStructuredFile, "'\(input.diskPath)' is \(input.size) bytes; a --structured file is parsed whole and may be at most \(StructuredFormat.maximumSize) bytes. Leave it out of --structured (\(matching[0]))", path: input.diskPath)
+                throw SignetError(
+                    .malformedStructuredFile,
+                    "'\(input.diskPath)' is \(input.size) bytes; a --structured file is parsed whole and may be at most \(StructuredFormat.maximumSize) bytes. Leave it out of --structured (\(matching[0]))",
+                    path: input.diskPath)
             }
             let bytes = try InputFile.open(input.diskPath, what: "structured resource", followSymlinks: followSymlinks)
                 .readAll(limit: StructuredFormat.maximumSize, what: "structured resource")
@@ -30,12 +33,18 @@ enum StructuredResources {
             do {
                 _ = try format.parse(bytes)
             } catch let error as StructuredValue.ParseError {
-                throw SignetError(.malformedStructuredFile, "'\(input.diskPath)' was selected by --structured '\(matching[0])' but \(error); fix the file or leave it out of --structured", path: input.diskPath)
+                throw SignetError(
+                    .malformedStructuredFile,
+                    "'\(input.diskPath)' was selected by --structured '\(matching[0])' but \(error); fix the file or leave it out of --structured",
+                    path: input.diskPath)
             }
             checked[index] = Checked(format: format, sha256: try Digest.compute(bytes, algorithm: .sha256).hex)
         }
         if let unused = patterns.first(where: { !used.contains($0) }) {
-            throw SignetError(.usage, "--structured '\(unused)' selects no file being packed; check the pattern (it is matched against paths inside the package, file names and folder names)")
+            throw SignetError(
+                .usage,
+                "--structured '\(unused)' selects no file being packed; check the pattern (it is matched against paths inside the package, file names and folder names)"
+            )
         }
         return checked
     }
