@@ -8,6 +8,6 @@
 # the next `swift build --build-tests` recompiles 4 files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(SignetCore SignetCrypto SignetManifest SignetReverify SignetArchive SignetNetwork SignetPackage SignetInstall SignetTUF Signet)
+targets=(SignetCore SignetCrypto SignetManifest SignetReverify SignetArchive SignetNetwork SignetPackage SignetInstall SignetTUF SignetPublish SignetUpdate Signet)
 exec swift package generate-documentation --enable-experimental-combined-documentation \
   --warnings-as-errors "${targets[@]/#/--target=}"
