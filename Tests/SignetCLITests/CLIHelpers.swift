@@ -9,7 +9,7 @@ import Glibc
 /// another user, the code of a JSON error, large files, a bare package made by openssl and zip.
 enum CLIHelpers {
     /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
-    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("cli-helpers") }
 
     /// Packs `files` (name → bytes) as package `name` `sequence` into `out`.
     static func pack(_ work: Workspace, _ files: [String: Data], name: String = "app", sequence: Int = 1, out: String, extra: [String] = []) throws {

@@ -10,7 +10,7 @@ import Glibc
 /// the rest, against a real nginx (one for the suite).
 @Suite("Chunked updates: large files rebuilt from the chunks a device holds", .serialized)
 struct ChunkedUpdateCLITests {
-    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("ChunkedUpdateCLITests") }
 
     static func pack(_ work: Workspace, _ tree: String, sequence: Int, out: String, _ extra: [String] = []) throws {
         let packed = try CLI.run(

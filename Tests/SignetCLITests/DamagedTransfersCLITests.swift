@@ -10,7 +10,7 @@ import Glibc
 @Suite("Damaged and interrupted transfers: large damaged entries, links cut inside entries, runs cut mid-update, encodings", .serialized)
 struct DamagedTransfersCLITests {
     /// One nginx for the suite.
-    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("DamagedTransfersCLITests") }
 
     /// 9 MiB of random bytes (stored: random data does not deflate) or of words (deflated).
     static func largeResource(deflated: Bool) -> Data {

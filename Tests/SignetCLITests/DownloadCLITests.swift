@@ -5,7 +5,7 @@ import SignetTestSupport
 @Suite("Downloads over HTTPS against a real nginx: TLS policy, errors, resume, install", .serialized)
 struct DownloadCLITests {
     /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
-    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("DownloadCLITests") }
 
     /// Starts `signet fetch` of a rate-limited `path` (nginx sends 200 KiB/s there until a
     /// request asks for a range: /slowstart/, /norange/), kills it
@@ -87,14 +87,14 @@ struct DownloadCLITests {
         // The leaf names localhost only: the same server as 127.0.0.1 is the wrong host (3),
         // whatever the pins say.
         let wrongHost = try CLI.run([
-            "fetch", "https://127.0.0.1:\(server.port)/file.bin", "--out", out, "--retries", "0", "--force",
+            "fetch", "https://127.0.0.1:\(server.port)\(server.path("file.bin"))", "--out", out, "--retries", "0", "--force",
             "--tls-ca", server.root, "--tls-pin", try server.pin(server.root)
         ])
         #expect(wrongHost.status == 3, "\(wrongHost.stderr)")
         #expect(wrongHost.stderr.contains("127.0.0.1"), "names the host: \(wrongHost.stderr)")
         // The same chain with an expired leaf: 3, and the message says so.
         let expired = try CLI.run([
-            "fetch", "https://localhost:\(server.expiredPort)/file.bin", "--out", out, "--retries", "0", "--force",
+            "fetch", "https://localhost:\(server.expiredPort)\(server.path("file.bin"))", "--out", out, "--retries", "0", "--force",
             "--tls-ca", server.root
         ])
         #expect(expired.status == 3, "\(expired.stderr)")
@@ -130,13 +130,15 @@ struct DownloadCLITests {
         _ = try server.directory.writeRandom("www/app.zip", count: 1000)
         let out = work.file("x")
         // Credentials in a URL would be on the command line: refused, and not echoed.
-        let credentials = try CLI.run(["fetch", "https://user:s3cret@localhost:\(server.port)/app.zip", "--out", out, "--tls-ca", server.root])
+        let credentials = try CLI.run(["fetch", "https://user:s3cret@localhost:\(server.port)\(server.path("app.zip"))", "--out", out, "--tls-ca", server.root])
         #expect(credentials.status == 2, "\(credentials.stderr)")
         #expect(!credentials.stderr.contains("s3cret"), "\(credentials.stderr)")
         #expect(try server.statuses(of: "app.zip").isEmpty, "nothing was sent")
-        let http = try CLI.run(["fetch", "http://localhost:\(server.port)/app.zip", "--out", out])
+        let http = try CLI.run(["fetch", "http://localhost:\(server.port)\(server.path("app.zip"))", "--out", out])
         #expect(http.status == 2, "\(http.stderr)")
-        #expect(try CLI.run(["fetch", "http://localhost:\(server.port)/app.zip", "--out", out, "--allow-http", "--tls-ca", server.root]).status == 2)
+        #expect(
+            try CLI.run(["fetch", "http://localhost:\(server.port)\(server.path("app.zip"))", "--out", out, "--allow-http", "--tls-ca", server.root]).status
+                == 2)
         let missing = try CLI.run(["fetch", server.url("absent"), "--out", out, "--tls-ca", server.root, "--json"])
         #expect(missing.status == 5)
         #expect((try missing.json()["error"] as? [String: Any])?["code"] as? String == "network-error")

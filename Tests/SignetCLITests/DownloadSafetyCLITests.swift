@@ -256,7 +256,7 @@ struct DownloadSafetyCLITests {
     @Test("points 2-3: --tls-ca given a public key or a package-key directory says so; a refusal names the system CA store")
     func tlsCAMistakes() throws {
         let work = try Workspace()
-        let server = try HTTPSServer()
+        let server = try HTTPSServer.site("DownloadSafetyCLITests")
         try FileManager.default.copyItem(atPath: try CLIHelpers.package(work), toPath: server.www + "/app.zip")
         let unpack = ["unpack", server.url("app.zip"), "--dest", work.directory.file("app"), "--pubkey", work.publicDER]
 

@@ -13,7 +13,7 @@ struct JSONSchemaCLITests {
 
     @Test("every command's --json document (and error document) matches the documented types")
     func everyCommand() throws {
-        let server = try HTTPSServer()
+        let server = try HTTPSServer.site("JSONSchemaCLITests")
         let work = try Workspace()
         var documents: [(command: String, stdout: Data)] = []
         func record(_ command: String, _ arguments: [String], status expected: Int32? = 0) throws {

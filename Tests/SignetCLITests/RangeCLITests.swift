@@ -17,7 +17,7 @@ struct RangeCLITests {
         "inspect URL verifies through range requests only (206s in nginx's log, nothing in TMPDIR); a server without ranges gets a full download; a tampered package fails"
     )
     func inspectThroughRanges() throws {
-        let server = try HTTPSServer()
+        let server = try HTTPSServer.site("RangeCLITests")
         let work = try Workspace()
         try Self.package(work, files: 600, out: server.www + "/app.zip")
         let tmp = work.directory.file("tmp")

@@ -7,7 +7,7 @@ import SignetTestSupport
 @Suite("Ranged updates: unpack URL fetches only what changed, copies the rest from DIR", .serialized)
 struct RangedUpdateCLITests {
     /// One nginx for every test of the suite.
-    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("RangedUpdateCLITests") }
 
     /// `count` files of `size` random bytes (stored: random data does not deflate), under ten folders.
     static func tree(_ count: Int, size: Int) throws -> (TemporaryDirectory, [String]) {

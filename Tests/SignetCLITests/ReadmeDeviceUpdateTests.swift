@@ -19,7 +19,7 @@ struct ReadmeDeviceUpdateTests {
 
     @Test("publish, seal, pin, download and install, reverify, status: as README says")
     func walkThrough() throws {
-        let server = try HTTPSServer()
+        let server = try HTTPSServer.site("ReadmeDeviceUpdateTests")
         let work = try TemporaryDirectory()
         let d = work.path
         let environment: [String: String?] = [
@@ -41,14 +41,14 @@ struct ReadmeDeviceUpdateTests {
         #expect(prepared.status == 0, "\(prepared.stderr)")
         // Places a device has, moved into the temporary directory; the server is this nginx.
         let script = try Self.walkThrough()
-            .replacingOccurrences(of: "https://updates.example.com", with: "https://localhost:\(server.port)")
+            .replacingOccurrences(of: "https://updates.example.com", with: server.base)
             .replacingOccurrences(of: "/srv/www/", with: server.www + "/")
             .replacingOccurrences(of: "/opt/", with: d + "/opt/")
             .replacingOccurrences(of: "/var/lib/", with: d + "/var/lib/")
         let ran = try run("bash", ["-euo", "pipefail", "-c", script], environment: environment, directory: d)
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         #expect(try contents(d + "/opt/app/data.bin") == contents(d + "/dist/data.bin"))
-        #expect(ran.stdoutText.contains("from:     https://localhost:\(server.port)/app-1.4.2.zip"), "status names the source: \(ran.stdoutText)")
+        #expect(ran.stdoutText.contains("from:     \(server.base)/app-1.4.2.zip"), "status names the source: \(ran.stdoutText)")
         // Read in place with range requests (no copy of the package on the device).
         let statuses = try server.statuses(of: "app-1.4.2.zip")
         #expect(!statuses.isEmpty && statuses.allSatisfy { $0 == 206 }, "\(statuses)")

@@ -13,7 +13,7 @@ import Glibc
 @Suite("Servers: nginx, Apache httpd and lighttpd serve the same updates", .serialized)
 struct ServersCLITests {
     /// One of each server for the suite.
-    nonisolated(unsafe) static let nginx = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let nginx = Result { try HTTPSServer.site("ServersCLITests") }
     nonisolated(unsafe) static let apache = Result { try PeerServer(.apache) }
     nonisolated(unsafe) static let lighttpd = Result { try PeerServer(.lighttpd) }
 

@@ -11,7 +11,7 @@ import SignetTestSupport
 /// each test has its own repository on the shared server, and none waits for real time.
 @Suite("TUF: signet repo, signet update --repository, signet tuf against nginx and python-tuf")
 struct TUFCLITests {
-    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("TUFCLITests") }
     static let tool = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("tuf_tool.py").path
 
     static func code(_ result: ProcessResult) -> String? {

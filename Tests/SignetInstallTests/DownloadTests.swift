@@ -17,7 +17,7 @@ import SignetPackageTestSupport
 @Suite("Download API: async, progress, cancellation, resume, source recorded", .serialized)
 struct DownloadTests {
     /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
-    nonisolated(unsafe) static let shared = Result { try HTTPSServer() }
+    nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("DownloadTests") }
 
     @Test("progress is reported as bytes arrive, throttled, and complete at the end")
     func progress() async throws {

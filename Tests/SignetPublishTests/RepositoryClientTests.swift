@@ -18,7 +18,7 @@ import SignetPackageTestSupport
 struct RepositoryClientTests {
     @Test("the async client refreshes a repository made with the library API; a cancelled refresh stops at once")
     func asyncClient() async throws {
-        let server = try HTTPSServer()
+        let server = try HTTPSServer.site("RepositoryClientTests")
         let key = try Fixtures.signingKey()
         let site = server.www + "/library"
         let one = TUFRepository.RoleKeys(keys: [key.publicKey])

@@ -1,24 +1,81 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// A real nginx on loopback serving HTTPS with a certificate chain made by the openssl CLI:
 /// a private root, an intermediate, and a leaf for localhost (only).
+///
+/// One nginx per test process: suites and tests take a site of their own on it
+/// (``site(_:)``): a folder below its document root, named in every URL and log lookup the site
+/// makes, with the server's certificates and log beside it as for a server of its own. The
+/// throttled and special locations (`slow/`, `limited/`, `to-http`, …) apply below any site.
 public final class HTTPSServer {
     public let directory: TemporaryDirectory
     public let port: Int
     /// A second server, same root and host name, whose leaf certificate has expired.
     public let expiredPort: Int
+    /// The site's folder below the server's document root ("" for the server itself).
+    public let prefix: String
+    /// The server a site is on (nil: this is the server).
+    private let owner: HTTPSServer?
     public var www: String { directory.file("www") }
-    public var root: String { directory.file("root.pem") }
-    public var intermediate: String { directory.file("int.pem") }
-    public var leaf: String { directory.file("leaf.pem") }
-    public var otherRoot: String { directory.file("other-root.pem") }
-    public var accessLog: String { directory.file("access.log") }
-    private let process: Process
+    // A site's certificates and log are the server's own files (not the links beside the
+    // site's www/, whose size would be the link's).
+    public var root: String { owner?.root ?? directory.file("root.pem") }
+    public var intermediate: String { owner?.intermediate ?? directory.file("int.pem") }
+    public var leaf: String { owner?.leaf ?? directory.file("leaf.pem") }
+    public var otherRoot: String { owner?.otherRoot ?? directory.file("other-root.pem") }
+    public var accessLog: String { owner?.accessLog ?? directory.file("access.log") }
+    private let process: Process?
 
-    public func url(_ path: String, host: String = "localhost") -> String { "https://\(host):\(port)/\(path)" }
+    /// The process's one nginx, started on first use.
+    nonisolated(unsafe) public static let shared = Result { try HTTPSServer() }
+    private static let sites = Mutex(0)
+
+    /// A site of its own on the process's nginx: `www` is a folder of the server's document root
+    /// named after `name` (and made unique), `url(_:)`, `statuses(of:)` and `answers(of:)` name
+    /// paths below it; the certificates, pins and the access log are the server's.
+    public static func site(_ name: String) throws -> HTTPSServer {
+        let server = try shared.get()
+        let number = sites.withLock { count in
+            count += 1
+            return count
+        }
+        return try HTTPSServer(site: "\(name)-\(number)", on: server)
+    }
+
+    private init(site prefix: String, on owner: HTTPSServer) throws {
+        self.owner = owner
+        self.prefix = prefix
+        port = owner.port
+        expiredPort = owner.expiredPort
+        process = nil
+        directory = try TemporaryDirectory()
+        // The site's folder looks like a server's own: its www/ is the site's folder on the
+        // server, and every other file (certificates, keys, the log) is the server's.
+        let www = owner.www + "/" + prefix
+        // The folders a server's www/ starts with (TestCertificates), for the locations below.
+        for folder in ["slow", "slowstart", "medium", "norange", "whole", "limited"] {
+            try FileManager.default.createDirectory(atPath: www + "/" + folder, withIntermediateDirectories: true)
+        }
+        try FileManager.default.createSymbolicLink(atPath: directory.file("www"), withDestinationPath: www)
+        for name in try FileManager.default.contentsOfDirectory(atPath: owner.directory.path) where name != "www" {
+            try FileManager.default.createSymbolicLink(atPath: directory.file(name), withDestinationPath: owner.directory.file(name))
+        }
+    }
+
+    /// `path` as the server sees it: below the site's folder.
+    private func served(_ path: String) -> String { prefix.isEmpty ? path : prefix + "/" + path }
+
+    public func url(_ path: String, host: String = "localhost") -> String { "https://\(host):\(port)/\(served(path))" }
+
+    /// The URL path of `path` on the server (`/SITE/path`), for URLs a test spells itself.
+    public func path(_ path: String) -> String { "/" + served(path) }
+
+    /// `https://localhost:PORT` and the site's folder: what a URL below the site starts with.
+    public var base: String { "https://localhost:\(port)" + (prefix.isEmpty ? "" : "/" + prefix) }
 
     /// The `sha256//` pin of a PEM certificate's public key, as the openssl CLI computes it.
     public func pin(_ certificate: String) throws -> String {
@@ -33,7 +90,7 @@ public final class HTTPSServer {
         guard size > 0 else { return [] }
         let log = (try? String(contentsOfFile: accessLog, encoding: .utf8)) ?? ""
         return log.split(separator: "\n").compactMap { line in
-            guard let request = line.range(of: "\"GET /\(path) ") else { return nil }
+            guard let request = line.range(of: "\"GET /\(served(path)) ") else { return nil }
             let rest = line[request.upperBound...]
             guard let close = rest.firstIndex(of: "\"") else { return nil }
             return rest[rest.index(after: close)...].split(separator: " ").first.flatMap { Int($0) }
@@ -43,7 +100,7 @@ public final class HTTPSServer {
     /// For GET requests of `/path` logged from byte `offset` of the access log on: each
     /// answer's status and body bytes sent.
     public func answers(of path: String, from offset: Int = 0) throws -> [(status: Int, bytes: Int)] {
-        try Self.answers(inLog: accessLog, of: path, from: offset)
+        try Self.answers(inLog: accessLog, of: served(path), from: offset)
     }
 
     /// The same for any server's access log whose lines hold `"GET /PATH HTTP/…" STATUS BYTES`
@@ -69,6 +126,8 @@ public final class HTTPSServer {
     public var accessLogSize: Int { (try? FileManager.default.attributesOfItem(atPath: accessLog)[.size] as? Int) ?? 0 }
 
     public init() throws {
+        owner = nil
+        prefix = ""
         directory = try TemporaryDirectory()
         let d = directory.path
         try TestCertificates.make(in: d)
@@ -114,21 +173,23 @@ public final class HTTPSServer {
                 ssl_certificate \(d)/chain.pem;
                 ssl_certificate_key \(d)/leaf.key;
                 root \(d)/www;
-                location /slow/ { limit_rate 200k; }
+                # Each location at the root or below a site's folder (HTTPSServer.site).
+                location ~ ^/([^/]+/)?slow/ { limit_rate 200k; }
                 # Fast enough for a 9 MiB entry in a few seconds, slow enough to stop inside it.
-                location /medium/ { limit_rate 3m; }
-                location /slowstart/ { limit_rate $slowstart_rate; }
-                location /norange/ { limit_rate $slowstart_rate; max_ranges 0; }
-                location /whole/ { max_ranges 0; }
-                location /limited/ { limit_req zone=onceper2s; limit_req_status 500; }
-                location = /to-http { return 302 http://localhost:\(port)/app.zip; }
-                location = /to-https { return 302 https://localhost:\(port)/app.zip; }
+                location ~ ^/([^/]+/)?medium/ { limit_rate 3m; }
+                location ~ ^/([^/]+/)?slowstart/ { limit_rate $slowstart_rate; }
+                location ~ ^/([^/]+/)?norange/ { limit_rate $slowstart_rate; max_ranges 0; }
+                location ~ ^/([^/]+/)?whole/ { max_ranges 0; }
+                location ~ ^/([^/]+/)?limited/ { limit_req zone=onceper2s; limit_req_status 500; }
+                location ~ ^/([^/]+/)?to-http$ { return 302 http://localhost:\(port)/$1app.zip; }
+                location ~ ^/([^/]+/)?to-https$ { return 302 https://localhost:\(port)/$1app.zip; }
               }
             }
             """
         let configPath = try directory.write("nginx.conf", Data(config.utf8))
         let nginx = FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") ? "/usr/sbin/nginx" : try which("nginx")
-        process = Process()
+        let process = Process()
+        self.process = process
         process.executableURL = URL(fileURLWithPath: nginx)
         process.arguments = ["-c", configPath, "-p", d, "-e", d + "/error.log"]
         process.standardOutput = FileHandle.nullDevice
@@ -142,6 +203,7 @@ public final class HTTPSServer {
     }
 
     deinit {
+        guard let process else { return }
         ExitCleanup.forget(process.processIdentifier)
         process.terminate()
         process.waitUntilExit()

@@ -92,7 +92,7 @@ struct SwiftNativeAPITests {
         "point 14, every entry point with a path: key generation, a package binding, a TUF repository, client and update, and the kept release take FilePath and URL"
     )
     func filePathsEverywhere() async throws {
-        let server = try HTTPSServer()
+        let server = try HTTPSServer.site("SwiftNativeAPITests")
         let work = try TemporaryDirectory()
         let download = try PackageFixture.downloadOptions(server)
 

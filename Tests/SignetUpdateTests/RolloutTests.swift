@@ -164,7 +164,7 @@ struct RolloutTests {
         "A fleet of 1,000 devices against one repository on nginx: the plan the verified metadata carries opens each step's share within 2 points; paused it stops growing"
     )
     func fleetOnNginx() throws {
-        let server = try HTTPSServer()
+        let server = try HTTPSServer.site("RolloutTests")
         let key = try Fixtures.signingKey()
         let work = try TemporaryDirectory()
         let site = server.www + "/rollout-fleet"
@@ -232,7 +232,7 @@ struct ReleaseChoiceTests {
         let path: String
 
         init(_ name: String) throws {
-            server = try HTTPSServer()
+            server = try HTTPSServer.site("RolloutTests")
             key = try Fixtures.signingKey()
             work = try TemporaryDirectory()
             path = name
