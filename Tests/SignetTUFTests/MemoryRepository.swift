@@ -29,9 +29,9 @@ final class MemoryRepository: TUFTransport {
 
     /// The fixture keys: distinct RSA keys (the 1024-bit one is fine for signing metadata in a
     /// test: the client checks signatures, not key sizes).
-    static let keys: [Key] = {
-        ["rsa2048-pkcs8.pem", "other3072-pkcs8.pem", "rsa1024-pkcs8.pem"].map { try! Key($0) }
-    }()
+    /// Loaded per repository, not held in a static: a static holding TUF's JSON (an indirect
+    /// enum, its pointers tagged) reads as a leak to LeakSanitizer at exit.
+    let keys: [Key]
 
     /// Served files by path below the repository (`metadata/1.root.json`, `targets/app.zip`).
     var files: [String: [UInt8]] = [:]
@@ -51,8 +51,9 @@ final class MemoryRepository: TUFTransport {
     var delegations: [(role: String, paths: [String], targets: [String: [UInt8]])] = []
 
     init() {
+        keys = ["rsa2048-pkcs8.pem", "other3072-pkcs8.pem", "rsa1024-pkcs8.pem"].map { try! Key($0) }
         for role in ["root", "timestamp", "snapshot", "targets"] {
-            roleKeys[role] = [Self.keys[0]]
+            roleKeys[role] = [keys[0]]
             thresholds[role] = 1
         }
     }

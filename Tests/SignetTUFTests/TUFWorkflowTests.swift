@@ -44,7 +44,7 @@ struct TUFWorkflowTests {
         let repository = try Self.repository()
         let (_, client) = try repository.device(in: directory)
         try client().refresh()
-        let old = MemoryRepository.keys[0], new = MemoryRepository.keys[1]
+        let old = repository.keys[0], new = repository.keys[1]
         // Version 2: new root key, signed by the old and the new: walked.
         repository.roleKeys["root"] = [new]
         repository.bump("root")
@@ -57,10 +57,10 @@ struct TUFWorkflowTests {
 
         // Version 4 signed by a key that version 3 does not trust: refused, version 3 kept.
         repository.bump("root")
-        try repository.publish(rootSigners: [MemoryRepository.keys[2]])
+        try repository.publish(rootSigners: [repository.keys[2]])
         #expect(Self.code { try client().refresh() } == .thresholdNotMet)
         // Version 4 signed by the trusted key but not by its own (a key it names, not its signer).
-        repository.roleKeys["root"] = [MemoryRepository.keys[2]]
+        repository.roleKeys["root"] = [repository.keys[2]]
         try repository.publish(rootSigners: [new])
         #expect(Self.code { try client().refresh() } == .thresholdNotMet)
         repository.roleKeys["root"] = [new]
@@ -130,7 +130,7 @@ struct TUFWorkflowTests {
     func thresholds() throws {
         let directory = try TemporaryDirectory()
         let repository = MemoryRepository()
-        let (a, b, c) = (MemoryRepository.keys[0], MemoryRepository.keys[1], MemoryRepository.keys[2])
+        let (a, b, c) = (repository.keys[0], repository.keys[1], repository.keys[2])
         repository.roleKeys["targets"] = [a, b]
         repository.thresholds["targets"] = 2
         repository.targets = ["app.zip": Self.app]
@@ -161,7 +161,7 @@ struct TUFWorkflowTests {
     func delegations() throws {
         let directory = try TemporaryDirectory()
         let repository = MemoryRepository()
-        let community = MemoryRepository.keys[1]
+        let community = repository.keys[1]
         repository.roleKeys["community"] = [community]
         repository.thresholds["community"] = 1
         repository.versions["community"] = 1
@@ -175,7 +175,7 @@ struct TUFWorkflowTests {
         try repository.publish()
         var document = try TUFDocument(bytes: repository.files["metadata/community.json"]!, name: "community.json")
         document.signatures = []
-        try document.sign(with: MemoryRepository.keys[2].key, keyID: MemoryRepository.keys[2].id)
+        try document.sign(with: repository.keys[2].key, keyID: repository.keys[2].id)
         repository.files["metadata/community.json"] = document.bytes
         #expect(Self.code { _ = try client().target("community/tool.zip") } == .thresholdNotMet)
     }
