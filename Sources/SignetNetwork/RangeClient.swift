@@ -72,6 +72,9 @@ package final class RangeClient {
 
     /// Set when the caller's task was cancelled: the request in flight stops.
     private let cancelled: CancellationFlag?
+    /// Called on libcurl's progress ticks (several a second, bytes arriving or not), so that a
+    /// progress display shows a stalled transfer's last bytes.
+    package var onTick: (() -> Void)? = nil
 
     package init(url: String, options: DownloadOptions, cancelled: CancellationFlag? = nil) throws {
         self.cancelled = cancelled
@@ -237,7 +240,10 @@ package final class RangeClient {
         requests += 1
         request.onHeader = { [unowned self] in self.header($0) }
         request.onBody = { [unowned self] in self.body($0) }
-        request.onTick = { [unowned self] in !TemporaryFiles.isInterrupted && self.cancelled?.isSet != true }
+        request.onTick = { [unowned self] in
+            self.onTick?()
+            return !TemporaryFiles.isInterrupted && self.cancelled?.isSet != true
+        }
         // Every request after the first is pinned to the first answer's file.
         let outcome = try request.perform(range: range, headers: pinned ? validator.map { ["If-Range: " + $0] } ?? [] : [], timeout: Int(left))
         if let taken = takenOver {

@@ -244,7 +244,6 @@ struct DestinationCLITests {
 
     @Test("--dest . from inside an installed tree updates it; a second unpack URL waits for the first (--wait) and names its process")
     func destDotAndDownloadWait() throws {
-        let server = try CLIHelpers.shared.get()
         let work = try Workspace()
         let v1 = work.directory.file("v1.zip"), v2 = work.directory.file("v2.zip")
         try CLIHelpers.pack(work, ["a.txt": Data("one\n".utf8)], sequence: 1, out: v1)
@@ -256,27 +255,38 @@ struct DestinationCLITests {
         #expect(try String(contentsOfFile: dest + "/a.txt", encoding: .utf8) == "two\n")
         #expect(try CLI.run(["reverify", dest, "--pubkey", work.publicDER]).status == 0)
 
-        // nginx sends /slow/ at 200 KiB/s: the first download takes about 3 s.
-        try FileManager.default.copyItem(atPath: v2, toPath: server.www + "/slow/v2.zip")
+        // The first download pauses after 100 KB until the test lets it go on (a server that
+        // pauses, not a throttled one): it holds DIR's lock all that while.
+        let server = try ScriptedServer(script: ["v2.zip": [.init(pauses: [.init(after: 100_000)]), .init()]])
+        try FileManager.default.copyItem(atPath: v2, toPath: server.file("v2.zip"))
         let fresh = work.directory.file("fresh")
-        let first = Process()
-        first.executableURL = URL(fileURLWithPath: CLI.binary)
-        first.arguments = ["unpack", server.url("slow/v2.zip"), "--dest", fresh, "--pubkey", work.publicDER, "--tls-ca", server.root]
-        first.standardError = FileHandle.nullDevice
-        first.standardOutput = FileHandle.nullDevice
-        try first.run()
-        // The first holds DIR's lock once its pid is in the lock file (it reads the package in
-        // place with range requests: there is no download file to wait for).
+        let arguments = ["unpack", server.url("v2.zip"), "--dest", fresh, "--pubkey", work.publicDER, "--allow-http"]
+        func start(_ extra: [String]) throws -> Process {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: CLI.binary)
+            process.arguments = arguments + extra
+            process.standardError = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            return process
+        }
+        let first = try start([])
+        #expect(server.awaitPause(), "the first download is in flight")
         let lockFile = work.directory.file(".fresh.signet-lock")
-        let deadline = Date().addingTimeInterval(60)
+        let deadline = Date().addingTimeInterval(30)
         while (try? contents(lockFile))?.isEmpty ?? true && first.isRunning && Date() < deadline { usleep(10_000) }
-        let busy = try CLI.run(["unpack", server.url("slow/v2.zip"), "--dest", fresh, "--pubkey", work.publicDER, "--tls-ca", server.root, "--wait", "0"])
+        let busy = try CLI.run(arguments + ["--wait", "0"])
         #expect(busy.status == 5, "\(busy.stderr)")
         #expect(busy.stderr.contains("process \(first.processIdentifier)"), "\(busy.stderr)")
-        let waited = try CLI.run(["unpack", server.url("slow/v2.zip"), "--dest", fresh, "--pubkey", work.publicDER, "--tls-ca", server.root, "--wait", "60"])
+        let waiting = try start(["--wait", "60"])
+        // (The second is started before the first may go on: it finds the lock held and waits.)
+        usleep(100_000)
+        #expect(waiting.isRunning, "it waits while the first holds the lock")
+        try server.release()
         first.waitUntilExit()
+        waiting.waitUntilExit()
         #expect(first.terminationStatus == 0)
-        #expect(waited.status == 0, "waits for the first, then installs (the same sequence again): \(waited.stderr)")
+        #expect(waiting.terminationStatus == 0, "waits for the first, then installs (the same sequence again)")
         #expect(try String(contentsOfFile: fresh + "/a.txt", encoding: .utf8) == "two\n")
     }
 

@@ -7,8 +7,8 @@ struct DownloadCLITests {
     /// One nginx for the suite (issue 50: no server started per test); each test serves its own paths.
     nonisolated(unsafe) static let shared = Result { try HTTPSServer.site("DownloadCLITests") }
 
-    /// Starts `signet fetch` of a rate-limited `path` (nginx sends 200 KiB/s there until a
-    /// request asks for a range: /slowstart/, /norange/), kills it
+    /// Starts `signet fetch` of `path` where nginx pauses after 320 KiB (/stallfirst/,
+    /// /norange/: until a request asks for a range), kills it
     /// with SIGKILL once its partial download holds at least 128 KiB (waiting for bytes, not for
     /// a fixed time: a sanitizer build on a busy machine may take seconds to connect), and
     /// returns the size of the partial download it left.
@@ -160,20 +160,17 @@ struct DownloadCLITests {
     func retries() throws {
         let server = try Self.shared.get()
         let work = try TemporaryDirectory()
-        let body = try contents(try server.directory.writeRandom("www/limited/app.bin", count: 10_000))
-        // nginx lets one request through every 2 s here: the first fetch takes it, so the
-        // second one's first attempt is refused with 500 and its retry, 3 s later, passes.
-        let first = try CLI.run(["fetch", server.url("limited/app.bin"), "--out", work.file("a"), "--tls-ca", server.root])
-        #expect(first.status == 0, "\(first.stderr)")
+        // The first attempt is answered 500, the retry 200.
+        let scripted = try ScriptedServer(script: ["app.bin": [.init(status: 500, to: 0), .init()]])
+        let body = try contents(try scripted.directory.writeRandom("www/app.bin", count: 10_000))
         let started = Date()
         let second = try CLI.run([
-            "fetch", server.url("limited/app.bin"), "--out", work.file("b"), "--tls-ca", server.root,
-            "--retries", "2", "--retry-delay", "3"
+            "fetch", scripted.url("app.bin"), "--out", work.file("b"), "--allow-http", "--retries", "2", "--retry-delay", "0.3"
         ])
         #expect(second.status == 0, "\(second.stderr)")
-        #expect(Date().timeIntervalSince(started) >= 2.9, "waited --retry-delay before trying again")
+        #expect(Date().timeIntervalSince(started) >= 0.3, "waited --retry-delay before trying again")
         #expect(try contents(work.file("b")) == body)
-        #expect(try server.statuses(of: "limited/app.bin") == [200, 500, 200])
+        #expect(scripted.requests == ["app.bin -", "app.bin -"])
         #expect(second.stderr.contains("HTTP 500") && second.stderr.contains("attempt 2 of 3"), "a retry is reported, even on a pipe: \(second.stderr)")
         // A 404 is final: one request, exit 5, however many retries are allowed.
         let missing = try CLI.run([
@@ -203,27 +200,30 @@ struct DownloadCLITests {
     func progress() throws {
         let server = try Self.shared.get()
         let work = try TemporaryDirectory()
-        _ = try server.directory.writeRandom("www/slow/p.bin", count: 500_000)
-        // What must not show a line needs no slow transfer: the line shows from the first bytes.
-        try FileManager.default.copyItem(atPath: server.www + "/slow/p.bin", toPath: server.www + "/p.bin")
-        func fetch(_ extra: [String], path: String = "slow/p.bin") throws -> ProcessResult {
+        _ = try server.directory.writeRandom("www/p.bin", count: 500_000)
+        // The line needs a transfer that lasts: a server (speaking as nginx does, same pins)
+        // that pauses three times for 150 ms (a throttle would take seconds).
+        let pausing = try ScriptedServer(
+            script: ["p.bin": [.init(pauses: [100_000, 200_000, 300_000].map { .init(after: $0, milliseconds: 150) })]], tls: server.tls)
+        try FileManager.default.copyItem(atPath: server.www + "/p.bin", toPath: pausing.file("p.bin"))
+        func fetch(_ extra: [String], url: String) throws -> ProcessResult {
             try? FileManager.default.removeItem(atPath: work.file("p.bin"))
-            let command = ([CLI.binary, "fetch", server.url(path), "--out", work.file("p.bin"), "--tls-ca", server.root] + extra)
+            let command = ([CLI.binary, "fetch", url, "--out", work.file("p.bin"), "--tls-ca", server.root] + extra)
                 .map { "'" + $0 + "'" }.joined(separator: " ")
             // script(1) gives the command a pseudo-terminal and copies what it shows to stdout.
             return try run("script", ["-qec", command, "/dev/null"])
         }
-        let shown = try fetch([])
+        let shown = try fetch([], url: pausing.url("p.bin"))
         #expect(shown.status == 0, "\(shown.stdoutText)")
         let screen = shown.stdoutText
         #expect(screen.contains("\r\u{1B}[K"), "an updating line: \(screen.debugDescription)")
         #expect(screen.contains("downloading https://localhost") && screen.contains(" of 488.3 KiB"), "\(screen.debugDescription)")
         #expect(screen.contains("/s") && screen.contains(" left"), "rate and time left: \(screen.debugDescription)")
-        // At most ten updates a second: the transfer takes about 2.5 s.
-        #expect(screen.components(separatedBy: "\r\u{1B}[K").count < 40, "throttled: \(screen.debugDescription)")
+        // At most ten updates a second: the transfer takes about half a second.
+        #expect(screen.components(separatedBy: "\r\u{1B}[K").count < 12, "throttled: \(screen.debugDescription)")
         #expect(screen.contains("downloaded "), "then the result")
         for quiet in [["--quiet"], ["--json"]] {
-            let silent = try fetch(quiet, path: "p.bin")
+            let silent = try fetch(quiet, url: server.url("p.bin"))
             #expect(silent.status == 0)
             #expect(!silent.stdoutText.contains("\u{1B}[K"), "\(quiet): \(silent.stdoutText.debugDescription)")
         }
@@ -320,17 +320,17 @@ struct DownloadCLITests {
     func resume() throws {
         let server = try Self.shared.get()
         let work = try TemporaryDirectory()
-        let body = try contents(try server.directory.writeRandom("www/slowstart/big.bin", count: 3_000_000))
+        let body = try contents(try server.directory.writeRandom("www/stallfirst/big.bin", count: 3_000_000))
         let out = work.file("big.bin")
-        let kept = try Self.killedMidway(server, "slowstart/big.bin", out: out)
+        let kept = try Self.killedMidway(server, "stallfirst/big.bin", out: out)
         #expect(kept > 0 && kept < body.count, "a partial download is on disk: \(kept) bytes")
         #expect(!FileManager.default.fileExists(atPath: out), "never reported complete")
-        let resumed = try CLI.run(["fetch", server.url("slowstart/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])
+        let resumed = try CLI.run(["fetch", server.url("stallfirst/big.bin"), "--out", out, "--tls-ca", server.root, "--json"])
         #expect(resumed.status == 0, "\(resumed.stderr)")
         let resumedFrom = try resumed.json()["resumed_from"] as? Int ?? 0
         #expect(resumedFrom > 0)
         #expect(try contents(out) == body)
-        #expect(try server.statuses(of: "slowstart/big.bin").contains(206), "nginx answered the range request")
+        #expect(try server.statuses(of: "stallfirst/big.bin").contains(206), "nginx answered the range request")
     }
 
     @Test("fetch --signature verifies as it downloads; a bad signature leaves no file")

@@ -206,12 +206,16 @@ struct DownloadSafetyCLITests {
         let header = try CLI.run(["fetch", big.url("f.txt"), "--out", work.file("j.txt"), "--allow-http", "--retries", "0"])
         #expect(header.status == 5 && header.stderr.contains("larger than libcurl accepts"), "\(header.status) \(header.stderr)")
 
-        // An overall deadline: nginx sends /slow/ at 200 KiB/s, 3 MB would take 15 s.
-        _ = try nginx.directory.writeRandom("www/slow/big.bin", count: 3_000_000)
+        // An overall deadline: a server (same pins as nginx) that sends 100 KB of 3 MB and then
+        // nothing until the test lets it go on; --max-time's least, 1 s, is the only wait.
+        let stalling = try ScriptedServer(script: ["big.bin": [.init(pauses: [.init(after: 100_000)])]], tls: nginx.tls)
+        _ = try stalling.directory.writeRandom("www/big.bin", count: 3_000_000)
         let started = Date()
-        let slow = try CLI.run(["fetch", nginx.url("slow/big.bin"), "--out", work.file("big.bin"), "--tls-ca", nginx.root, "--max-time", "2"])
-        #expect(slow.status == 5 && slow.stderr.contains("--max-time 2"), "\(slow.status) \(slow.stderr)")
-        #expect(Date().timeIntervalSince(started) < 12)
+        let slow = try CLI.run(["fetch", stalling.url("big.bin"), "--out", work.file("big.bin"), "--tls-ca", nginx.root, "--max-time", "1"])
+        #expect(slow.status == 5 && slow.stderr.contains("--max-time 1"), "\(slow.status) \(slow.stderr)")
+        #expect(Date().timeIntervalSince(started) < 10)
+        try stalling.release()
+        #expect(stalling.finished() == "disconnected", "the client had given up")
         #expect(FileManager.default.fileExists(atPath: work.file(".big.bin.signet-download")), "what arrived is kept")
     }
 

@@ -192,18 +192,19 @@ extension RangedUpdateCLITests {
         let dest = work.directory.file("app")
         #expect(try Self.unpack(server, "resume/app.zip", work, dest: dest).status == 0)
 
-        // v2: 100 files changed (1.6 MiB to fetch), served fast and slowly (200 KiB/s).
+        // v2: 100 files changed (1.6 MiB to fetch), served whole and below stall/ (nginx pauses
+        // each answer there after 320 KiB).
         let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
         defer { try? random.close() }
         let changed = stride(from: 0, to: 200, by: 2).map { paths[$0] }
         for path in changed { try random.readData(ofLength: 16 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
         try Self.pack(work, tree, sequence: 2, out: server.www + "/resume/app.zip")
-        try FileManager.default.copyItem(atPath: server.www + "/resume/app.zip", toPath: server.www + "/slow/resume.zip")
+        try FileManager.default.copyItem(atPath: server.www + "/resume/app.zip", toPath: server.www + "/stall/resume.zip")
 
         // kill -9 in the middle of the answer, once 256 KiB of it has arrived (journalled).
         let first = Process()
         first.executableURL = URL(fileURLWithPath: CLI.binary)
-        first.arguments = ["unpack", server.url("slow/resume.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root]
+        first.arguments = ["unpack", server.url("stall/resume.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root]
         first.standardOutput = FileHandle.nullDevice
         first.standardError = FileHandle.nullDevice
         try first.run()
@@ -214,8 +215,9 @@ extension RangedUpdateCLITests {
         #expect(Self.journalled(besides: dest) >= 256 << 10, "the answer in flight journalled when killed")
         try Self.expectSame(dest, v1, paths)
 
-        // A second run whose link is cut (--max-time): exit 5, DIR still v1, what it staged kept.
-        let cut = try Self.unpack(server, "slow/resume.zip", work, dest: dest, ["--max-time", "3"])
+        // A second run whose link is cut (--max-time, its least: 1 s): exit 5, DIR still v1,
+        // what it staged kept.
+        let cut = try Self.unpack(server, "stall/resume.zip", work, dest: dest, ["--max-time", "1"])
         #expect(cut.status == 5, "\(cut.stderr)")
         #expect(cut.stderr.contains("kept beside"), "\(cut.stderr)")
         try Self.expectSame(dest, v1, paths)
@@ -339,7 +341,7 @@ extension RangedUpdateCLITests {
         }
     }
 
-    @Test("the package replaced on the server (nginx) during an update: DIR ends wholly as the new package, never a mix")
+    @Test("the package replaced on the server during an update (If-Range): DIR ends wholly as the new package, never a mix")
     func swappedMidway() throws {
         let server = try Self.shared.get()
         let work = try Workspace()
@@ -350,7 +352,7 @@ extension RangedUpdateCLITests {
         #expect(try Self.unpack(server, "swap/app.zip", work, dest: dest).status == 0)
         let random = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))
         defer { try? random.close() }
-        // v2 (150 files changed) is served slowly; v3 (30 more changed) replaces it mid-way.
+        // v2 (150 files changed) is being fetched when v3 (30 more changed) replaces it.
         // Every other file in the package's order: 150 ranges apart, more than one multipart
         // request asks for (RangedInput.maximumParts), so that v2 is still being read when v3
         // replaces it.
@@ -358,34 +360,28 @@ extension RangedUpdateCLITests {
         for path in stride(from: 0, to: 300, by: 2).map({ sorted[$0] }) {
             try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path)))
         }
-        try Self.pack(work, tree, sequence: 2, out: server.www + "/slow/swap.zip")
+        // A server that honours ranges and If-Range (RFC 9110 §13.1.5) pauses v2's first
+        // answer for its files until the test has put v3 in its place.
+        let pausing = try ScriptedServer(
+            script: ["swap.zip": [.init(headers: ["ETag": "\"v2\""], honourRange: true, pauses: [.init(after: 100_000)])]], tls: server.tls)
+        try Self.pack(work, tree, sequence: 2, out: pausing.file("swap.zip"))
         for path in paths.suffix(30) { try random.readData(ofLength: 8 * 1024).write(to: URL(fileURLWithPath: tree.file(path))) }
         let v3 = work.directory.file("v3.zip")
         try Self.pack(work, tree, sequence: 3, out: v3)
-        // nginx's validator (ETag and Last-Modified) is the file's size and its mtime in whole
-        // seconds; v2 and v3 have the same size, and packed within one second they would have
-        // the same validator: the replacement would then be invisible to If-Range (Signet would
-        // still install only bytes that match v2's signed manifest, wholly v2). Ten seconds on
-        // make it a different file to HTTP, as a release published later is.
-        let v2Date = try FileManager.default.attributesOfItem(atPath: server.www + "/slow/swap.zip")[.modificationDate] as? Date ?? Date()
-        try FileManager.default.setAttributes([.modificationDate: v2Date.addingTimeInterval(10)], ofItemAtPath: v3)
         let update = Process()
         update.executableURL = URL(fileURLWithPath: CLI.binary)
-        update.arguments = ["unpack", server.url("slow/swap.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"]
+        update.arguments = ["unpack", pausing.url("swap.zip"), "--dest", dest, "--pubkey", work.publicDER, "--tls-ca", server.root, "--json"]
         let out = Pipe()
         update.standardOutput = out
         update.standardError = FileHandle.nullDevice
         try update.run()
-        let deadline = Date().addingTimeInterval(30)
-        // Replaced once the manifest verified (the staging tree exists): the first request for
-        // v2's files is then on its way, and a later one meets v3.
-        func staging() -> Bool {
-            let parent = (dest as NSString).deletingLastPathComponent
-            return ((try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? []).contains { $0.hasPrefix(".app.signet-") && $0.contains("-staging-") }
-        }
-        while !staging() && update.isRunning && Date() < deadline { usleep(20_000) }
+        // The first request for v2's files is on its way (paused): v3 replaces it, and a later
+        // request meets v3.
+        #expect(pausing.awaitPause(), "v2's files are being fetched")
         #expect(update.isRunning, "still fetching v2 when it is replaced")
-        #expect(rename(v3, server.www + "/slow/swap.zip") == 0)
+        #expect(rename(v3, pausing.file("swap.zip")) == 0)
+        try pausing.replace(script: ["swap.zip": [.init(headers: ["ETag": "\"v3\""], honourRange: true)]])
+        try pausing.release()
         let report = out.fileHandleForReading.readDataToEndOfFile()
         update.waitUntilExit()
         #expect(update.terminationStatus == 0, "\(String(decoding: report, as: UTF8.self))")

@@ -10,7 +10,7 @@ import Glibc
 /// One nginx per test process: suites and tests take a site of their own on it
 /// (``site(_:)``): a folder below its document root, named in every URL and log lookup the site
 /// makes, with the server's certificates and log beside it as for a server of its own. The
-/// throttled and special locations (`slow/`, `limited/`, `to-http`, …) apply below any site.
+/// pausing and special locations (`stall/`, `stallfirst/`, `norange/`, `to-http`, …) apply below any site.
 public final class HTTPSServer {
     public let directory: TemporaryDirectory
     public let port: Int
@@ -28,6 +28,11 @@ public final class HTTPSServer {
     public var leaf: String { owner?.leaf ?? directory.file("leaf.pem") }
     public var otherRoot: String { owner?.otherRoot ?? directory.file("other-root.pem") }
     public var accessLog: String { owner?.accessLog ?? directory.file("access.log") }
+    /// The server's chain and key, for a ``ScriptedServer`` that speaks as this server does
+    /// (same host name, same pins).
+    public var tls: (chain: String, key: String) {
+        owner?.tls ?? (directory.file("chain.pem"), directory.file("leaf.key"))
+    }
     private let process: Process?
 
     /// The process's one nginx, started on first use.
@@ -57,7 +62,7 @@ public final class HTTPSServer {
         // server, and every other file (certificates, keys, the log) is the server's.
         let www = owner.www + "/" + prefix
         // The folders a server's www/ starts with (TestCertificates), for the locations below.
-        for folder in ["slow", "slowstart", "medium", "norange", "whole", "limited"] {
+        for folder in ["stall", "stallfirst", "norange", "whole"] {
             try FileManager.default.createDirectory(atPath: www + "/" + folder, withIntermediateDirectories: true)
         }
         try FileManager.default.createSymbolicLink(atPath: directory.file("www"), withDestinationPath: www)
@@ -155,11 +160,11 @@ public final class HTTPSServer {
               access_log \(d)/access.log;
               client_body_temp_path \(d)/tmp; proxy_temp_path \(d)/tmp; fastcgi_temp_path \(d)/tmp;
               uwsgi_temp_path \(d)/tmp; scgi_temp_path \(d)/tmp;
-              # One request per 2 s per client: the second of two quick requests gets a 500.
-              limit_req_zone $binary_remote_addr zone=onceper2s:1m rate=30r/m;
-              # Throttled until a client asks for a range (a resumed download): a test kills the
-              # first request mid-way, and the one that resumes it does not wait (issue 50).
-              map $http_range $slowstart_rate { "" 200k; default 0; }
+              # A server that pauses after N bytes (no throttle): 320 KiB at full speed, then a
+              # byte a second, so that a test has a transfer in flight to kill or cut off. Below
+              # stallfirst/ and norange/, only a request without a Range header pauses (the
+              # one that resumes it does not).
+              map $http_range $stallfirst_rate { "" 1; default 0; }
               server {
                 listen 127.0.0.1:\(ports[1]) ssl;
                 server_name localhost;
@@ -174,13 +179,10 @@ public final class HTTPSServer {
                 ssl_certificate_key \(d)/leaf.key;
                 root \(d)/www;
                 # Each location at the root or below a site's folder (HTTPSServer.site).
-                location ~ ^/([^/]+/)?slow/ { limit_rate 200k; }
-                # Fast enough for a 9 MiB entry in a few seconds, slow enough to stop inside it.
-                location ~ ^/([^/]+/)?medium/ { limit_rate 3m; }
-                location ~ ^/([^/]+/)?slowstart/ { limit_rate $slowstart_rate; }
-                location ~ ^/([^/]+/)?norange/ { limit_rate $slowstart_rate; max_ranges 0; }
+                location ~ ^/([^/]+/)?stall/ { limit_rate_after 320k; limit_rate 1; }
+                location ~ ^/([^/]+/)?stallfirst/ { limit_rate_after 320k; limit_rate $stallfirst_rate; }
+                location ~ ^/([^/]+/)?norange/ { limit_rate_after 320k; limit_rate $stallfirst_rate; max_ranges 0; }
                 location ~ ^/([^/]+/)?whole/ { max_ranges 0; }
-                location ~ ^/([^/]+/)?limited/ { limit_req zone=onceper2s; limit_req_status 500; }
                 location ~ ^/([^/]+/)?to-http$ { return 302 http://localhost:\(port)/$1app.zip; }
                 location ~ ^/([^/]+/)?to-https$ { return 302 https://localhost:\(port)/$1app.zip; }
               }

@@ -38,6 +38,24 @@ public final class ScriptedServer {
         /// A suffix range (`bytes=-N`) answered as 206 with the whole file from its first byte
         /// (`bytes 0-(N-1)/N`): more than was asked.
         public var suffixFromStart: Bool
+        /// Pauses in a 200 or 206 answer, multipart too (counted in body bytes sent; one at or
+        /// past the body's end is not reached, so a short answer passes): a server
+        /// that pauses after N bytes, so that a test has a transfer in flight without a
+        /// throttled one (see ``Pause``).
+        public var pauses: [Pause]
+
+        /// A pause after `after` body bytes: for `milliseconds`, or (nil) until the test calls
+        /// ``ScriptedServer/release()``. The server marks each pause it reaches
+        /// (``ScriptedServer/awaitPause(timeout:)``), and once the answer ends it records whether
+        /// the rest reached a listening client (``ScriptedServer/finished``).
+        public struct Pause: Codable, Sendable {
+            public var after: Int
+            public var milliseconds: Int?
+            public init(after: Int, milliseconds: Int? = nil) {
+                self.after = after
+                self.milliseconds = milliseconds
+            }
+        }
 
         /// Answers to a request for several ranges: `multipart/byteranges` as a server should,
         /// or one of the ways a server may do otherwise (honestly or not).
@@ -67,9 +85,10 @@ public final class ScriptedServer {
         public init(
             status: Int = 200, from: Int = 0, to: Int? = nil, length: Int? = nil, cutAfter: Int? = nil, headers: [String: String] = [:],
             honourRange: Bool = false, shiftRange: Int = 0, extraBytes: Int = 0, cutAt: Int? = nil, stall: Bool = false, parts: Parts = .honest,
-            suffixFromStart: Bool = false
+            suffixFromStart: Bool = false, pauses: [Pause] = []
         ) {
             self.suffixFromStart = suffixFromStart
+            self.pauses = pauses
             self.status = status
             self.from = from
             self.to = to
@@ -144,6 +163,32 @@ public final class ScriptedServer {
             try FileManager.default.setAttributes([.modificationDate: previous.addingTimeInterval(1)], ofItemAtPath: path + ".new")
         }
         guard rename(path + ".new", path) == 0 else { throw SupportError("cannot replace the script: \(errno)") }
+    }
+
+    /// Lets a paused answer (a ``Answer/Pause`` without a duration) go on.
+    public func release() throws {
+        try Data().write(to: URL(fileURLWithPath: directory.file("requests.log.release")))
+    }
+
+    /// Waits until an answer reached a pause: true once it has (polled; the server marks it).
+    public func awaitPause(timeout: Double = 30) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if FileManager.default.fileExists(atPath: directory.file("requests.log.paused")) { return true }
+            usleep(5_000)
+        }
+        return false
+    }
+
+    /// How the last paused answer ended: "sent" (the client read the rest), "disconnected"
+    /// (the client had gone), nil (not yet). Waits up to `timeout` seconds for it.
+    public func finished(timeout: Double = 30) -> String? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let text = try? String(contentsOfFile: directory.file("requests.log.finished"), encoding: .utf8) { return text }
+            usleep(5_000)
+        }
+        return nil
     }
 
     /// Each request so far: the path and its Range header ("-" for none).

@@ -14,7 +14,7 @@ public enum TestCertificates {
     public static func make(in d: String) throws {
         let template = try made.get()
         let copied = try run(
-            "bash", ["-c", "set -e; cp -p '\(template)'/* '\(d)'/; cd '\(d)'; mkdir -p www/slow www/slowstart www/medium www/norange www/whole www/limited tmp"]
+            "bash", ["-c", "set -e; cp -p '\(template)'/* '\(d)'/; cd '\(d)'; mkdir -p www/stall www/stallfirst www/norange www/whole tmp"]
         )
         guard copied.status == 0 else { throw SupportError("copying the test CA failed: \(copied.stderr)") }
     }

@@ -82,8 +82,11 @@ package final class RangedInput: ArchiveInput {
     /// Requests made and bytes received, for reports.
     package var requests: Int { client.requests }
     package var bytesReceived: UInt64 { client.bytesReceived }
-    /// Called with the bytes of each answer as they arrive (progress displays).
-    package var received: ((Int) -> Void)? = nil
+    /// Called with the bytes of each answer as they arrive (progress displays), and with 0 on
+    /// the transfer's ticks while none do.
+    package var received: ((Int) -> Void)? = nil {
+        didSet { client.onTick = received.map { report in { report(0) } } }
+    }
     /// Where answers are also written as they arrive, for a run killed before it used them.
     package var journal: RangeJournal? = nil
     /// Bytes taken from an earlier run's journal (``preload(_:)``), not asked for again.

@@ -1,4 +1,4 @@
-import http.server, json, os, signal, socket, sys, time
+import http.server, json, os, select, signal, socket, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 root, plan_path, log_path = sys.argv[1], sys.argv[2], sys.argv[3]
 plan = json.load(open(plan_path))
@@ -14,6 +14,42 @@ def current_plan():
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *args): pass
+    def paced(self, body, pauses):
+        # Sends body, pausing after each pause's byte count: for its milliseconds, or until
+        # the test creates the release file. The marker says a pause was reached; the last
+        # line says whether the rest reached a client that was still there.
+        # (A pause at or past the body's end is not reached: a short answer passes.)
+        pauses = [p for p in pauses if p["after"] < len(body)]
+        if not pauses:
+            self.wfile.write(body); self.wfile.flush(); return
+        for stale in (".paused", ".finished"):
+            try: os.remove(log_path + stale)
+            except OSError: pass
+        sent = 0
+        try:
+            for p in sorted(pauses, key=lambda p: p["after"]):
+                at = p["after"]
+                self.wfile.write(body[sent:at]); self.wfile.flush(); sent = at
+                open(log_path + ".paused", "w").close()
+                if p.get("milliseconds") is not None:
+                    time.sleep(p["milliseconds"] / 1000)
+                    continue
+                for _ in range(12000):
+                    if os.path.exists(log_path + ".release"): break
+                    time.sleep(0.005)
+            # In pieces: a first write to a socket its client closed still succeeds (the
+            # kernel takes it), the next fails.
+            for at in range(sent, len(body), 16384):
+                self.wfile.write(body[at:at + 16384]); self.wfile.flush()
+            # A client still reading has nothing to say; one that left has closed its end
+            # (readable: an end of file or TLS's close_notify).
+            readable, _, _ = select.select([self.connection.fileno()], [], [], 0.05)
+            outcome = "disconnected" if readable else "sent"
+        except OSError:
+            outcome = "disconnected"
+            self.close_connection = True
+        with open(log_path + ".finishing", "w") as marker: marker.write(outcome)
+        os.replace(log_path + ".finishing", log_path + ".finished")
     def several(self, data, ranges, a):
         kind, total, boundary = a.get("parts", "honest"), len(data), "SIGNETTESTBOUNDARY"
         def single(start, end, status=206):
@@ -48,7 +84,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for k, v in a.get("headers", {}).items(): self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(body if cut is None else body[:cut])
+        if cut is None: self.paced(body, a.get("pauses", []))
+        else: self.wfile.write(body[:cut])
         if cut is not None and a.get("stall"):
             # Stalled inside a part: the client waits, holding what arrived, for the
             # test to interrupt it (told by the marker file, not by the clock).
@@ -77,6 +114,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = counts.get(path, 0); counts[path] = n + 1
         a = answers[min(n, len(answers) - 1)]
         wanted = self.headers.get("Range")
+        # If-Range (RFC 9110 §13.1.5): a validator other than the answer's ETag asks for the
+        # whole file, as a server does when the file changed.
+        if_range = self.headers.get("If-Range")
+        if wanted and if_range is not None and if_range != a.get("headers", {}).get("ETag"):
+            wanted = None
         if a.get("honourRange") and wanted and wanted.startswith("bytes=") and "," in wanted:
             self.several(data, [tuple(int(x) for x in r.split("-")) for r in wanted[6:].split(",")], a)
             return
@@ -105,7 +147,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 try: self.connection.shutdown(socket.SHUT_RDWR)
                 except OSError: pass
                 return
-            self.wfile.write(body)
+            self.paced(body, a.get("pauses", []))
             return
         body = data[a.get("from", 0):a.get("to") if a.get("to") is not None else len(data)]
         self.send_response(a["status"])
@@ -114,8 +156,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         cut = a.get("cutAfter")
         if cut is not None: self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body if cut is None else body[:cut])
-        self.wfile.flush()
+        self.paced(body if cut is None else body[:cut], a.get("pauses", []))
         if cut is not None:
             self.close_connection = True
             try: self.connection.shutdown(socket.SHUT_RDWR)
