@@ -242,7 +242,8 @@ let package = Package(
         // observable through a higher one (the archive reader through unpack, re-verification of
         // an installed tree) is tested there.
         .testTarget(name: "SignetCoreTests", dependencies: ["SignetCore", "SignetTestSupport"]),
-        .testTarget(name: "SignetCryptoTests", dependencies: ["SignetCrypto", "SignetTestSupport", "SignetCryptoTestSupport"]),
+        .testTarget(
+            name: "SignetCryptoTests", dependencies: ["SignetCrypto", "SignetTestSupport", "SignetCryptoTestSupport"], exclude: ["Python"]),
         .testTarget(name: "SignetManifestTests", dependencies: ["SignetManifest", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetReverifyTests", dependencies: ["SignetReverify", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetNetworkTests", dependencies: ["SignetNetwork", "SignetTestSupport", "SignetCryptoTestSupport"]),

@@ -16,5 +16,6 @@
 #include <openssl/ssl.h>
 #include <openssl/param_build.h>
 #include <openssl/core_names.h>
+#include <openssl/cms.h>
 
 #endif

@@ -5,6 +5,9 @@
 #include <openssl/rsa.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <openssl/kdf.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>
 #include "CSignetOpenSSL.h"
 
 long signet_BIO_get_mem_data(BIO *bio, char **data) {
@@ -63,4 +66,24 @@ int signet_x509_san_names(X509 *certificate) {
     }
     GENERAL_NAMES_free(names);
     return count;
+}
+
+int signet_hkdf_sha256_expand(const unsigned char *key, size_t key_length, const unsigned char *info, size_t info_length,
+                              unsigned char *out, size_t out_length) {
+    EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+    if (kdf == NULL) return 0;
+    EVP_KDF_CTX *context = EVP_KDF_CTX_new(kdf);
+    EVP_KDF_free(kdf);
+    if (context == NULL) return 0;
+    int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY;
+    OSSL_PARAM parameters[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, "SHA256", 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)key, key_length),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, (void *)info, info_length),
+        OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode),
+        OSSL_PARAM_construct_end(),
+    };
+    int ok = EVP_KDF_derive(context, out, out_length, parameters);
+    EVP_KDF_CTX_free(context);
+    return ok == 1;
 }

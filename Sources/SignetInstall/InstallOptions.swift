@@ -70,6 +70,11 @@ public struct InstallOptions: Sendable {
     public var verity: Verity = .off
     /// How long to wait, in seconds, for another process that is updating the destination.
     public var wait: Double = 10
+    /// The device's key for an encrypted package (FORMAT.md §8): the package is decrypted
+    /// beside the destination, each chunk authenticated, then verified and installed as any
+    /// other. An encrypted package without a key, or one not sealed to it, is refused
+    /// (`not-a-recipient`, exit 3) before anything is written.
+    public var decryptionKey: DecryptionKey? = nil
     /// The package signed metadata names (`signet update`): the install is bound to it
     /// (``/SignetPackage/PackageBinding``).
     public var expectedPackage: PackageBinding? = nil

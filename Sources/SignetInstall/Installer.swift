@@ -80,7 +80,29 @@ public enum Installer {
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
-        let reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
+        // An encrypted package is decrypted beside DIR (its filesystem, mode 0600), then read as
+        // any package; the decrypted copy goes when the install ends, however it ends.
+        var readFrom = package
+        var decrypted: (path: String, token: Int)? = nil
+        defer {
+            if let decrypted {
+                unlink(decrypted.path)
+                TemporaryFiles.unregister(decrypted.token)
+            }
+        }
+        if EncryptedPackage.isEncrypted(package) {
+            guard let key = options.decryptionKey else {
+                let recipients = (try? EncryptedPackage.summary(of: package).recipients.count).map { " to \($0) recipient\($0 == 1 ? "" : "s")" } ?? ""
+                throw SignetError(
+                    .notARecipient, "'\(package)' is encrypted\(recipients); give the device's key with --decryption-key (nothing was installed)",
+                    path: package)
+            }
+            let path = TemporaryFiles.name(besides: destination, tag: "decrypted")
+            decrypted = (path, TemporaryFiles.register(path))
+            try EncryptedPackage.decrypt(package, with: key, into: path)
+            readFrom = path
+        }
+        let reader = try ZipReader(path: readFrom, maximumEntries: options.limits.maximumEntries)
         return try sayingRoom(reader, destination) {
             try install(
                 reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,

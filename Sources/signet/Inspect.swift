@@ -1,6 +1,9 @@
 import ArgumentParser
 import Foundation
 import Signet
+#if canImport(Glibc)
+import Glibc
+#endif
 
 struct Inspect: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -117,6 +120,8 @@ struct Inspect: ParsableCommand {
         }
     }
 
+    @OptionGroup(title: "Encrypted packages") var decryption: DecryptionOptions
+
     func run() throws {
         let verification: PackageVerification?
         let contents: PackageContents
@@ -135,6 +140,27 @@ struct Inspect: ParsableCommand {
         }
         defer { if file != package { Download.removeTemporaryCopy(file) } }
         if bare { return try inspectBare(file) }
+        // An encrypted package: what it says of itself, then (with the device's key) what it holds.
+        var decrypted: String? = nil
+        defer { if let decrypted { unlink(decrypted) } }
+        if !remote, EncryptedPackage.isEncrypted(file) {
+            let summary = try EncryptedPackage.summary(of: file)
+            guard let key = try decryption.load() else {
+                Output.line(
+                    "\(file): an encrypted package (\(summary.envelope)), sealed to \(summary.recipients.count) device\(summary.recipients.count == 1 ? "" : "s"); \(summary.packageSize) bytes inside"
+                )
+                for recipient in summary.recipients.prefix(20) { Output.line("  \(recipient)") }
+                if summary.recipients.count > 20 { Output.line("  ... and \(summary.recipients.count - 20) more") }
+                if trust.hasSources {
+                    throw SignetError(.notARecipient, "'\(file)' is encrypted: give a device's key with --decryption-key to verify what it holds", path: file)
+                }
+                return
+            }
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("signet-inspect-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+            try EncryptedPackage.decrypt(file, with: key, into: path)
+            decrypted = path
+            file = path
+        }
         let ranged = remote && file == package
         let download = ranged ? try tls.options(trust: trust) : DownloadOptions()
         if !trust.hasSources {

@@ -1,5 +1,8 @@
 import ArgumentParser
 import Signet
+#if canImport(Glibc)
+import Glibc
+#endif
 
 struct Pack: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -50,6 +53,8 @@ struct Pack: ParsableCommand {
     var paths: [String] = []
 
     @OptionGroup var key: SigningKeyOptions
+
+    @OptionGroup(title: "Encryption") var recipients: RecipientOptions
 
     @Option(name: .long, help: "Package name; clients compare sequence numbers per name.")
     var name: String
@@ -130,8 +135,12 @@ struct Pack: ParsableCommand {
     func run() throws {
         Signals.onInterrupt("no package was written: '\(out)' is as it was (the temporary file is removed)")
         let privateKey = try key.load()
+        // Every recipient certificate is read before anything is packed.
+        let sealTo = try recipients.load()
         // Refused once the key is known to be usable, before any file is read.
-        if !force { try OutputFiles.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain) }
+        if !force {
+            try OutputFiles.refuseExisting(out, what: "the package", inputs: paths + key.files + (cert.map { [$0] } ?? []) + chain + recipients.files)
+        }
         let options0 = PackOptions(
             name: name, version: version, sequence: sequence, expires: expires.flatMap(Self.time),
             compression: store ? .store : .automatic(level: compressionLevel), followSymlinks: followSymlinks)
@@ -145,9 +154,23 @@ struct Pack: ParsableCommand {
         options.replace = force
         options.chunkThreshold = chunkThreshold == 0 ? nil : chunkThreshold
         options.verity = verity
+        // Encrypted: the signed package is made beside OUT, then sealed into OUT (sign, then
+        // encrypt) and removed.
+        let plain = sealTo.isEmpty ? out : TemporaryFiles.name(besides: out, tag: "plain")
+        let token = sealTo.isEmpty ? nil : TemporaryFiles.register(plain)
+        defer {
+            if let token {
+                unlink(plain)
+                TemporaryFiles.unregister(token)
+            }
+        }
+        if !sealTo.isEmpty { options.replace = false }
         let result = try ProgressLine.showing("packing " + out, output: output) { progress in
             options.progress = progress
-            return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
+            return try PackageBuilder.pack(paths, to: plain, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
+        }
+        if !sealTo.isEmpty {
+            try EncryptedPackage.seal(plain, to: sealTo, output: out, cipher: recipients.cipher, rsaPadding: recipients.padding, replace: force)
         }
         let manifest = result.manifest
         let signatures = Self.detachedSignatures(manifest.files.map(\.path))
@@ -171,6 +194,9 @@ struct Pack: ParsableCommand {
         }
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }
         Output.line("packed \(manifest.files.count) file\(manifest.files.count == 1 ? "" : "s") (\(total) bytes) into \(out)")
+        if !sealTo.isEmpty {
+            Output.line("  encrypted to \(sealTo.count) device\(sealTo.count == 1 ? "" : "s") (\(recipients.cipher.rawValue) envelope)")
+        }
         Output.line("  \(manifest.name) \(manifest.version), sequence \(manifest.sequence), \(manifest.algorithm.id), key \(manifest.keyID.short)")
         switch source {
         case .option: break

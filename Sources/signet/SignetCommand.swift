@@ -37,7 +37,8 @@ struct SignetCommand: ParsableCommand {
         // every subcommand, and `signet pack --version 1.0` (FORMAT.md) would misparse.
         // `signet --version` is recognised in main() instead.
         subcommands: [
-            Keygen.self, Key.self, Sign.self, Verify.self, Pack.self, Resign.self, Inspect.self, Unpack.self, Fetch.self, Reverify.self, Status.self,
+            Keygen.self, Key.self, Sign.self, Verify.self, Pack.self, Resign.self, Encrypt.self, Inspect.self, Unpack.self, Fetch.self, Reverify.self,
+            Status.self,
             Rollback.self, Confirm.self, Trust.self,
             Update.self, Repo.self, TUF.self
         ]

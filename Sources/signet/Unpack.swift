@@ -114,6 +114,8 @@ struct Unpack: ParsableCommand {
 
     @OptionGroup var limits: LimitOptions
 
+    @OptionGroup(title: "Encrypted packages") var decryption: DecryptionOptions
+
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
@@ -213,13 +215,15 @@ struct Unpack: ParsableCommand {
         options.limits = limits.limits
         options.wait = wait
         options.stateFile = state
+        options.decryptionKey = try decryption.load()
         let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
         let report: InstallReport
         if Download.isURL(package) {
             tls.warnIfInsecure(package)
             let (package, dest, options) = (package, dest, options)
             var download = try tls.options(trust: trust)
-            download.ranges = !fullDownload
+            // An encrypted package is downloaded whole, then decrypted beside DIR.
+            download.ranges = !fullDownload && options.decryptionKey == nil
             report = try ProgressLine.downloading(package, options: download, output: output) {
                 try await Installer.installAsync(downloading: package, to: dest, policy: policy, options: options, download: $0)
             }

@@ -7,7 +7,7 @@ import SignetTestSupport
 @Suite("Help text and shell completions, run as a binary")
 struct HelpCLITests {
     static let commands = [
-        "", "keygen", "key", "key show", "sign", "verify", "pack", "resign", "inspect", "unpack", "fetch",
+        "", "keygen", "key", "key show", "sign", "verify", "pack", "resign", "encrypt", "inspect", "unpack", "fetch",
         "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update",
         "repo", "repo init", "repo add", "repo rollout", "repo resign", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
         "tuf", "tuf init", "tuf refresh", "tuf download"

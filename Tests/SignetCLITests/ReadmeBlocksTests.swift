@@ -26,6 +26,7 @@ struct ReadmeBlocksTests {
         "release-bad": "ReleasesCLITests.readme",
         "rollout": "RolloutCLITests.readme",
         "usb-stick": "UpdateCLITests.localMedia",
+        "encryption": "EncryptionCLITests.readme",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",

@@ -4,6 +4,7 @@
 // OpenSSL macros and inline functions, for every layer that uses libcrypto.
 // One C function per thing Swift cannot call directly. Each says why it exists.
 
+#include <stddef.h>
 #include <openssl/types.h>
 #include <openssl/x509.h>
 
@@ -40,5 +41,10 @@ int signet_EVP_PKEY_PUBLIC_KEY(void);
 /// functions differs between OpenSSL 3 minor versions.
 int signet_ERR_GET_LIB(unsigned long code);
 int signet_ERR_GET_REASON(unsigned long code);
+
+/// HKDF-Expand with SHA-256 (EVP_KDF "HKDF", mode EXPAND_ONLY): OSSL_PARAM keeps pointers to
+/// its parameter names, which Swift's bridged string literals do not keep alive. 1 on success.
+int signet_hkdf_sha256_expand(const unsigned char *key, size_t key_length, const unsigned char *info, size_t info_length,
+                              unsigned char *out, size_t out_length);
 
 #endif

@@ -62,6 +62,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// A trust directory no longer matches its seal.
         public static let brokenTrustSeal = Code("broken-trust-seal", exitStatus: .untrusted)
 
+        /// An encrypted package is not sealed to the device's key (FORMAT.md §8).
+        public static let notARecipient = Code("not-a-recipient", exitStatus: .untrusted)
+
         // Exit 4: malformed input.
         /// A key file could not be parsed in any supported format.
         public static let malformedKey = Code("malformed-key", exitStatus: .malformed)
