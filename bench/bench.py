@@ -585,6 +585,18 @@ def pack_floor_row(path):
 rows["pack-1g-stored-vs-overlapped-floor"] = pack_floor_row(f"{work}/random.bin")
 rows["pack-256m-stored-vs-overlapped-floor"] = dict(pack_floor_row(f"{work}/random-256m.bin"), prepare="random-256m")
 
+# ---- encrypted packages (issue 64, FORMAT.md §8): what encryption adds ------------------------
+# The peer is Signet itself without encryption: the same 1 GiB stored file packed, or the same
+# package's plaintext installed. Target 1.25 (encryption adds at most 25%). The device's key
+# and certificate are a P-256 pair made once by openssl.
+device_key, device_cert = f"{work}/device-ec.pem", f"{work}/device-ec-cert.pem"
+rows["pack-1g-encrypted-vs-plain"] = dict(target=1.25, inputs=[f"{work}/random.bin"], prepare="device",
+    signet=lambda r: f"{S} pack {work}/random.bin {K} --name b --version 1 --store --encrypt-to {device_cert} --out {out}/s{r}.zip",
+    peer=lambda r: f"{S} pack {work}/random.bin {K} --name b --version 1 --store --out {out}/p{r}.zip")
+rows["unpack-1g-encrypted-vs-plain"] = dict(target=1.25, prepare="encrypted",
+    signet=lambda r: f"{S} unpack {work}/encrypted.zip --dest {out}/s{r} --pubkey {pub_der} --decryption-key {device_key}",
+    peer=lambda r: f"{S} unpack {work}/stored.zip --dest {out}/p{r} --pubkey {pub_der}")
+
 # ---- an up-to-date poll: Signet against python-tuf, the reference client (issues 37, 48) ---------
 # The device already runs the channel's release. Signet's poll asks for the next root version
 # (404) and timestamp.json on one connection, checks them and the stored snapshot and targets,
@@ -962,6 +974,16 @@ def prepare(kind):
         if not os.path.exists(f"{work}/www/random.bin"):
             os.link(f"{work}/random.bin", f"{work}/www/random.bin")
         return [f"{work}/www/random.bin"]
+    if kind in ("device", "encrypted"):
+        if not os.path.exists(device_cert):
+            sh(f"openssl ecparam -name prime256v1 -genkey -noout -out {device_key} && chmod 600 {device_key}")
+            sh(f"openssl req -new -x509 -key {device_key} -subj /CN=bench-device -days 3650 -out {device_cert}")
+        if kind == "device":
+            return [device_cert]
+        _prepare("stored")
+        if not os.path.exists(f"{work}/encrypted.zip"):
+            sh(f"{S} encrypt {work}/stored.zip --to {device_cert} --out {work}/encrypted.zip > /dev/null")
+        return [f"{work}/encrypted.zip", f"{work}/stored.zip"]
     return _prepare(kind)
 
 

@@ -31,6 +31,9 @@ package final class ArchiveOutput: ZipSourceContext {
     /// One past the last byte written.
     fileprivate var end: UInt64 = 0
     private var writebackStart: UInt64 = 0
+    /// Whether writeback starts as the archive is written (off for an archive that is read at
+    /// once and removed, never synced: an encrypted package's plaintext).
+    package var startsWriteback = true
 
     static let bufferSize = 1 << 20
     static let writebackStep: UInt64 = 8 << 20
@@ -79,7 +82,7 @@ package final class ArchiveOutput: ZipSourceContext {
         let reached = bufferOffset + UInt64(buffered)
         bufferOffset = reached
         buffered = 0
-        if reached >= writebackStart + Self.writebackStep {
+        if startsWriteback, reached >= writebackStart + Self.writebackStep {
             // Best effort: a filesystem that cannot do it still gets the final fsync.
             _ = signet_start_writeback(descriptor.rawValue, Int64(writebackStart), Int64(reached - writebackStart))
             writebackStart = reached

@@ -121,7 +121,9 @@ extension Installer {
         // be fetched and thrown away at every run until a window opens (FORMAT §7). The
         // ranged path stages it and keeps it for the window, so it goes on.
         let windowClosed = !options.windows.isEmpty && !options.windows.contains { $0.contains(options.clock()) }
-        if download.ranges, !options.bare {
+        // An encrypted package (FORMAT §8) is downloaded whole and decrypted beside DIR: range
+        // requests over its payload are not made yet.
+        if download.ranges, !options.bare, options.decryptionKey == nil {
             // Read in place with range requests: only what the installed tree lacks is fetched.
             do {
                 return try installRanged(

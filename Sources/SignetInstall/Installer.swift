@@ -80,16 +80,9 @@ public enum Installer {
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
-        // An encrypted package is decrypted beside DIR (its filesystem, mode 0600), then read as
-        // any package; the decrypted copy goes when the install ends, however it ends.
-        var readFrom = package
-        var decrypted: (path: String, token: Int)? = nil
-        defer {
-            if let decrypted {
-                unlink(decrypted.path)
-                TemporaryFiles.unregister(decrypted.token)
-            }
-        }
+        // An encrypted package (FORMAT §8) is read in place through its key: the archive layer
+        // reads the signed package inside it, each chunk authenticated as it is read.
+        let reader: ZipReader
         if EncryptedPackage.isEncrypted(package) {
             guard let key = options.decryptionKey else {
                 let recipients = (try? EncryptedPackage.summary(of: package).recipients.count).map { " to \($0) recipient\($0 == 1 ? "" : "s")" } ?? ""
@@ -97,12 +90,10 @@ public enum Installer {
                     .notARecipient, "'\(package)' is encrypted\(recipients); give the device's key with --decryption-key (nothing was installed)",
                     path: package)
             }
-            let path = TemporaryFiles.name(besides: destination, tag: "decrypted")
-            decrypted = (path, TemporaryFiles.register(path))
-            try EncryptedPackage.decrypt(package, with: key, into: path)
-            readFrom = path
+            reader = try ZipReader(input: try EncryptedPackage.input(package, with: key), maximumEntries: options.limits.maximumEntries)
+        } else {
+            reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
         }
-        let reader = try ZipReader(path: readFrom, maximumEntries: options.limits.maximumEntries)
         return try sayingRoom(reader, destination) {
             try install(
                 reader: reader, package: package, to: destination, state: state, stale: stale, policy: policy,

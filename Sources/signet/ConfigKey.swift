@@ -35,7 +35,8 @@ enum ConfigKey: Equatable {
         "max-files": .integer, "max-total-size": .integer, "max-ratio": .integer, "wait": .number,
         "hold": .flag, "version-lock": .stringOrSequence,
         "ima": .string, "verity": .flagOrAuto, "keep-previous": .yesNo, "pending": .flag, "retry-bad": .flag,
-        "post-install": .string, "health-check": .string, "health-timeout": .string, "pre-install": .string, "window": .strings
+        "post-install": .string, "health-check": .string, "health-timeout": .string, "pre-install": .string, "window": .strings,
+        "decryption-key": .string, "decryption-passphrase-file": .string
     ]
 
     /// Keys of other commands' trust options that `update` refuses, and why.

@@ -1,9 +1,6 @@
 import ArgumentParser
 import Foundation
 import Signet
-#if canImport(Glibc)
-import Glibc
-#endif
 
 struct Inspect: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -140,12 +137,13 @@ struct Inspect: ParsableCommand {
         }
         defer { if file != package { Download.removeTemporaryCopy(file) } }
         if bare { return try inspectBare(file) }
-        // An encrypted package: what it says of itself, then (with the device's key) what it holds.
-        var decrypted: String? = nil
-        defer { if let decrypted { unlink(decrypted) } }
+        // An encrypted package: what it says of itself, then (with the device's key) what it
+        // holds, read in place.
+        var key: DecryptionKey? = nil
         if !remote, EncryptedPackage.isEncrypted(file) {
             let summary = try EncryptedPackage.summary(of: file)
-            guard let key = try decryption.load() else {
+            key = try decryption.load()
+            if key == nil {
                 Output.line(
                     "\(file): an encrypted package (\(summary.envelope)), sealed to \(summary.recipients.count) device\(summary.recipients.count == 1 ? "" : "s"); \(summary.packageSize) bytes inside"
                 )
@@ -156,23 +154,24 @@ struct Inspect: ParsableCommand {
                 }
                 return
             }
-            let path = FileManager.default.temporaryDirectory.appendingPathComponent("signet-inspect-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
-            try EncryptedPackage.decrypt(file, with: key, into: path)
-            decrypted = path
-            file = path
         }
         let ranged = remote && file == package
         let download = ranged ? try tls.options(trust: trust) : DownloadOptions()
         if !trust.hasSources {
             verification = nil
-            contents =
-                ranged
-                ? try PackageReader.contents(downloading: file, download: download, limits: limits.limits)
-                : try PackageReader.contents(of: file, limits: limits.limits)
+            if let key {
+                contents = try PackageReader.contents(of: file, decryptionKey: key, limits: limits.limits)
+            } else {
+                contents =
+                    ranged
+                    ? try PackageReader.contents(downloading: file, download: download, limits: limits.limits)
+                    : try PackageReader.contents(of: file, limits: limits.limits)
+            }
         } else {
             let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
             let result = try ProgressLine.showing("verifying " + file, output: output) { progress in
-                ranged
+                if let key { return try PackageReader.verify(file, decryptionKey: key, policy: policy, limits: limits.limits, progress: progress) }
+                return ranged
                     ? try PackageReader.verify(downloading: file, policy: policy, download: download, limits: limits.limits, progress: progress)
                     : try PackageReader.verify(file, policy: policy, limits: limits.limits, progress: progress)
             }

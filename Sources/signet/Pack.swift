@@ -1,8 +1,5 @@
 import ArgumentParser
 import Signet
-#if canImport(Glibc)
-import Glibc
-#endif
 
 struct Pack: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -154,23 +151,14 @@ struct Pack: ParsableCommand {
         options.replace = force
         options.chunkThreshold = chunkThreshold == 0 ? nil : chunkThreshold
         options.verity = verity
-        // Encrypted: the signed package is made beside OUT, then sealed into OUT (sign, then
-        // encrypt) and removed.
-        let plain = sealTo.isEmpty ? out : TemporaryFiles.name(besides: out, tag: "plain")
-        let token = sealTo.isEmpty ? nil : TemporaryFiles.register(plain)
-        defer {
-            if let token {
-                unlink(plain)
-                TemporaryFiles.unregister(token)
-            }
-        }
-        if !sealTo.isEmpty { options.replace = false }
+        // Encrypted: sign, then encrypt (the library makes the signed package beside OUT and
+        // seals it into OUT).
+        options.encryptTo = sealTo
+        options.envelopeCipher = recipients.cipher
+        options.rsaPadding = recipients.padding
         let result = try ProgressLine.showing("packing " + out, output: output) { progress in
             options.progress = progress
-            return try PackageBuilder.pack(paths, to: plain, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
-        }
-        if !sealTo.isEmpty {
-            try EncryptedPackage.seal(plain, to: sealTo, output: out, cipher: recipients.cipher, rsaPadding: recipients.padding, replace: force)
+            return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
         }
         let manifest = result.manifest
         let signatures = Self.detachedSignatures(manifest.files.map(\.path))

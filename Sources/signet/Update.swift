@@ -90,6 +90,8 @@ struct Update: ParsableCommand {
 
     @OptionGroup var limits: LimitOptions
 
+    @OptionGroup(title: "Encrypted packages") var decryption: DecryptionOptions
+
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
@@ -247,7 +249,8 @@ struct Update: ParsableCommand {
 
 extension Update {
     /// The install options (--force, --repair, the releases, the limits, --wait, --state).
-    func applyInstallOptions(to install: inout InstallOptions) {
+    func applyInstallOptions(to install: inout InstallOptions) throws {
+        install.decryptionKey = try decryption.load()
         install.force = force
         install.repair = repair
         releases.apply(to: &install)
@@ -259,7 +262,8 @@ extension Update {
     /// The TLS policy and time-outs, ranges unless --full-download.
     func downloadOptions() throws -> DownloadOptions {
         var download = try tls.options(trust: trust)
-        download.ranges = !fullDownload
+        // An encrypted package is downloaded whole, then decrypted beside DIR.
+        download.ranges = !fullDownload && decryption.decryptionKey == nil
         return download
     }
 
@@ -357,7 +361,7 @@ extension Update {
         options.ignoreRollout = ignoreRollout
         options.hold = hold
         options.versionLock = try versionLock.map(VersionLock.init)
-        applyInstallOptions(to: &options.install)
+        try applyInstallOptions(to: &options.install)
         let download = try downloadOptions()
         let chosen = options
         let report = try ProgressLine.downloading(repository, options: download, output: output) { download in

@@ -35,7 +35,11 @@ struct EncryptionCLITests {
 
         let described = try CLI.run(["inspect", package])
         #expect(described.status == 0, "\(described.stderr)")
-        #expect(described.stdoutText.contains("sealed to 2 devices") && described.stdoutText.contains("CN=Signet test device EC"), "\(described.stdoutText)")
+        // Each recipient by its subject key identifier, as openssl reads it from the certificate.
+        let ski =
+            try run("openssl", ["x509", "-in", Self.ecCert, "-noout", "-ext", "subjectKeyIdentifier"]).stdoutText
+            .split(separator: "\n").last.map { $0.trimmingCharacters(in: .whitespaces).replacingOccurrences(of: ":", with: "").lowercased() } ?? "?"
+        #expect(described.stdoutText.contains("sealed to 2 devices") && described.stdoutText.contains("key id " + ski), "\(ski) \(described.stdoutText)")
         let refusedInspect = try CLI.run(["inspect", package, "--pubkey", work.publicDER])
         #expect(refusedInspect.status == 3, "\(refusedInspect.stderr)")
         let verified = try CLI.run(["inspect", package, "--pubkey", work.publicDER, "--decryption-key", Self.ecKey])

@@ -51,11 +51,13 @@ struct CMSEnvelopeTests {
                 #expect(try [UInt8](contents(out)) == Self.content)
             }
         }
-        // The OAEP parameters are SHA-256's (what openssl cms -cmsout -print shows).
+        // RSA-OAEP with RFC 8017's default parameters (absent), the recipient named by its
+        // subject key identifier (what openssl cms -cmsout -print shows).
         let oaep = try CMSEnvelope.seal(Self.content, to: [certificates[0]])
         let printed = try run(
             "openssl", ["cms", "-cmsout", "-print", "-inform", "DER", "-in", try work.write("oaep.der", Data(oaep))])
-        #expect(printed.stdoutText.contains("rsaesOaep") && printed.stdoutText.contains("sha256"), "\(printed.stdoutText)")
+        #expect(printed.stdoutText.contains("rsaesOaep") && !printed.stdoutText.contains("sha256"), "\(printed.stdoutText)")
+        #expect(printed.stdoutText.contains("subjectKeyIdentifier"), "\(printed.stdoutText)")
     }
 
     @Test("envelopes made by openssl cms -encrypt (GCM and CBC; OAEP, PKCS#1 v1.5 and P-256) open")
@@ -107,5 +109,29 @@ struct CMSEnvelopeTests {
         }
         // Certificates that cannot receive a package.
         #expect(signetError { _ = try RecipientCertificate(contentsOf: Fixtures.key("rsa2048-spki.der")) }?.code == .malformedInput)
+    }
+
+    @Test("sizes: 1,000 RSA-3072 recipients add at most 460 KB, a P-256 recipient at most 300 bytes; more than 20,000 are refused when read")
+    func sizes() throws {
+        let rsa = try RecipientCertificate(contentsOf: Self.devices[1].certificate)
+        let ec = try RecipientCertificate(contentsOf: Self.devices[2].certificate)
+        let one = try CMSEnvelope.seal(Self.content, to: [rsa]).count
+        let thousand = try CMSEnvelope.seal(Self.content, to: Array(repeating: rsa, count: 1_000)).count
+        #expect(thousand <= 460_000, "1,000 RSA-3072 recipients: \(thousand) bytes")
+        #expect((thousand - one) / 999 <= 460, "\((thousand - one) / 999) bytes per RSA-3072 recipient")
+        let ecOne = try CMSEnvelope.seal(Self.content, to: [ec]).count
+        let ecHundred = try CMSEnvelope.seal(Self.content, to: Array(repeating: ec, count: 100)).count
+        #expect((ecHundred - ecOne) / 99 <= 300, "\((ecHundred - ecOne) / 99) bytes per P-256 recipient")
+        // An envelope naming more recipients than a reader takes: refused before any decryption.
+        let rsa2048 = try RecipientCertificate(contentsOf: Self.devices[0].certificate)
+        let crowded = try CMSEnvelope.seal(
+            Self.content, to: Array(repeating: rsa2048, count: CMSEnvelope.maximumRecipients + 1), recipientLimit: .max)
+        let key = try DecryptionKey(contentsOf: Self.devices[0].key)
+        for error in [
+            signetError { _ = try CMSEnvelope.open(crowded, with: key, name: "e") },
+            signetError { _ = try CMSEnvelope.summary(of: crowded, name: "e") }
+        ] {
+            #expect(error?.code == .malformedArchive && error?.reason.contains("20000") == true, "\(String(describing: error))")
+        }
     }
 }

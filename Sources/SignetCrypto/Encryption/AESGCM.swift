@@ -26,17 +26,25 @@ final class AESGCM {
 
     /// `plaintext` sealed: ciphertext ‖ tag.
     func seal(_ plaintext: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
+        var out: [UInt8] = []
+        try seal(plaintext, nonce: nonce, appendingTo: &out)
+        return out
+    }
+
+    /// `plaintext` sealed (ciphertext ‖ tag), appended to `out`.
+    func seal(_ plaintext: [UInt8], nonce: [UInt8], appendingTo out: inout [UInt8]) throws {
         guard EVP_CipherInit_ex2(context, nil, nil, nonce, 1, nil) == 1 else { throw OpenSSLErrorQueue.error(.crypto, "AES-256-GCM refused a nonce") }
-        var out = [UInt8](repeating: 0, count: plaintext.count + Self.tagSize)
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: plaintext.count + Self.tagSize))
         var written: Int32 = 0, final: Int32 = 0
-        let ok = out.withUnsafeMutableBufferPointer { buffer -> Bool in
-            guard EVP_CipherUpdate(context, buffer.baseAddress, &written, plaintext, Int32(plaintext.count)) == 1,
-                EVP_CipherFinal_ex(context, buffer.baseAddress! + Int(written), &final) == 1
+        let ok = out.withUnsafeMutableBufferPointer { whole -> Bool in
+            let buffer = whole.baseAddress! + start
+            guard EVP_CipherUpdate(context, buffer, &written, plaintext, Int32(plaintext.count)) == 1,
+                EVP_CipherFinal_ex(context, buffer + Int(written), &final) == 1
             else { return false }
-            return EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_GET_TAG, Int32(Self.tagSize), buffer.baseAddress! + plaintext.count) == 1
+            return EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_GET_TAG, Int32(Self.tagSize), buffer + plaintext.count) == 1
         }
         guard ok, Int(written + final) == plaintext.count else { throw OpenSSLErrorQueue.error(.crypto, "AES-256-GCM failed to seal") }
-        return out
     }
 
     /// `sealed` (ciphertext ‖ tag) opened, or nil when it does not authenticate.

@@ -5,7 +5,7 @@ import SignetCore
 /// A CMS envelope (RFC 5652 §6 EnvelopedData; RFC 5083 AuthEnvelopedData) of a small content
 /// (a package's sealed manifest, FORMAT.md §8), made and opened by OpenSSL's CMS code: the
 /// content encrypted once under a random key, that key given to each recipient — RSA-OAEP
-/// (SHA-256) or RSA PKCS#1 v1.5 for an RSA certificate, ephemeral-static ECDH for a P-256 one.
+/// or RSA PKCS#1 v1.5 for an RSA certificate, ephemeral-static ECDH for a P-256 one.
 public enum CMSEnvelope {
     /// The content cipher.
     public enum Cipher: String, Sendable {
@@ -17,7 +17,7 @@ public enum CMSEnvelope {
 
     /// How an RSA recipient receives the content key.
     public enum RSAPadding: String, Sendable {
-        /// RSAES-OAEP with SHA-256 and MGF1-SHA-256 (RFC 8017 §7.1; the default).
+        /// RSAES-OAEP with RFC 8017's default parameters, SHA-1 and MGF1-SHA-1 (§7.1; the default).
         case oaep
         /// RSAES-PKCS1-v1_5, for tokens that offer nothing else.
         case pkcs1
@@ -30,10 +30,12 @@ public enum CMSEnvelope {
 
     /// `content` sealed to `recipients`, DER.
     package static func seal(
-        _ content: [UInt8], to recipients: [RecipientCertificate], cipher: Cipher = .aes256GCM, rsaPadding: RSAPadding = .oaep
+        _ content: [UInt8], to recipients: [RecipientCertificate], cipher: Cipher = .aes256GCM, rsaPadding: RSAPadding = .oaep,
+        recipientLimit: Int = maximumRecipients
     ) throws -> [UInt8] {
         guard !recipients.isEmpty else { throw SignetError(.usage, "an envelope needs at least one recipient certificate") }
-        guard recipients.count <= maximumRecipients else {
+        // (A test raises `recipientLimit` to make the envelope a reader must refuse.)
+        guard recipients.count <= recipientLimit else {
             throw SignetError(.usage, "\(recipients.count) recipients; an envelope names at most \(maximumRecipients)")
         }
         OpenSSLErrorQueue.clear()
@@ -48,14 +50,17 @@ public enum CMSEnvelope {
         defer { CMS_ContentInfo_free(cms) }
         for recipient in recipients {
             let isRSA = recipient.keyType == "RSA"
-            guard let info = CMS_add1_recipient_cert(cms, recipient.owner.pointer, UInt32(isRSA ? CMS_KEY_PARAM : 0)) else {
+            // Named by subject key identifier where the certificate has one (20 bytes, whatever
+            // the issuer's name), else by issuer and serial number.
+            let flags = (isRSA ? CMS_KEY_PARAM : 0) | (recipient.hasKeyIdentifier ? CMS_USE_KEYID : 0)
+            guard let info = CMS_add1_recipient_cert(cms, recipient.owner.pointer, UInt32(flags)) else {
                 throw OpenSSLErrorQueue.error(.crypto, "OpenSSL could not add the recipient '\(recipient.source)'", path: recipient.source)
             }
+            // RSAES-OAEP with RFC 8017's default parameters (SHA-1, MGF1-SHA-1): OAEP's security
+            // does not rest on the hash's collision resistance, and the default parameters are
+            // absent from the encoding, where SHA-256's cost 43 bytes per recipient.
             if isRSA, rsaPadding == .oaep {
-                guard let context = CMS_RecipientInfo_get0_pkey_ctx(info),
-                    EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_OAEP_PADDING) > 0,
-                    EVP_PKEY_CTX_set_rsa_oaep_md(context, FetchedDigests.shared.md(for: .sha256)) > 0,
-                    EVP_PKEY_CTX_set_rsa_mgf1_md(context, FetchedDigests.shared.md(for: .sha256)) > 0
+                guard let context = CMS_RecipientInfo_get0_pkey_ctx(info), EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_OAEP_PADDING) > 0
                 else { throw OpenSSLErrorQueue.error(.crypto, "OpenSSL could not set RSA-OAEP for '\(recipient.source)'") }
             }
         }

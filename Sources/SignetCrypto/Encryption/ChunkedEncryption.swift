@@ -113,8 +113,15 @@ package struct ChunkedSealer {
 
     /// Takes more of the message; returns the chunks it completed, sealed.
     package mutating func append(_ bytes: some Collection<UInt8>) throws -> [UInt8] {
-        precondition(!finished, "append after finish")
         var out: [UInt8] = []
+        try append(bytes, into: &out)
+        return out
+    }
+
+    /// Takes more of the message; appends the chunks it completed, sealed, to `out` (a buffer
+    /// the caller keeps: no allocation per call once it has grown).
+    package mutating func append(_ bytes: some Collection<UInt8>, into out: inout [UInt8]) throws {
+        precondition(!finished, "append after finish")
         var rest = bytes[...]
         while !rest.isEmpty {
             let take = min(ChunkedEncryption.chunkSize - pending.count, rest.count)
@@ -122,27 +129,32 @@ package struct ChunkedSealer {
             rest = rest.dropFirst(take)
             // A full chunk is never the last one (the last is always shorter): seal it now.
             if pending.count == ChunkedEncryption.chunkSize {
-                out += try sealPending()
+                try sealPending(into: &out)
             }
         }
-        return out
     }
 
     /// Seals the final chunk (shorter than 16 KiB, possibly empty).
     package mutating func finish() throws -> [UInt8] {
-        precondition(!finished, "finish twice")
-        finished = true
-        return try sealPending()
+        var out: [UInt8] = []
+        try finish(into: &out)
+        return out
     }
 
-    private mutating func sealPending() throws -> [UInt8] {
+    /// Seals the final chunk into `out`.
+    package mutating func finish(into out: inout [UInt8]) throws {
+        precondition(!finished, "finish twice")
+        finished = true
+        try sealPending(into: &out)
+    }
+
+    private mutating func sealPending(into out: inout [UInt8]) throws {
         guard index < ChunkedEncryption.maximumChunks else {
             throw SignetError(.malformedInput, "a chunk-encrypted message may not exceed 2^38 chunks")
         }
-        let sealed = try cipher.seal(pending, nonce: derived.nonce(index))
+        try cipher.seal(pending, nonce: derived.nonce(index), appendingTo: &out)
         index += 1
         pending.removeAll(keepingCapacity: true)
-        return sealed
     }
 
     /// Seals a whole message at once.

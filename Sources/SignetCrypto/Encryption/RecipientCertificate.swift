@@ -12,8 +12,11 @@ public struct RecipientCertificate: Sendable {
     public let keyType: String
     /// The subject, as RFC 2253 prints it.
     public let subject: String
-    /// Its identifier in an envelope: issuer and serial number ("CN=Devices, serial 0x1f").
+    /// Its identifier in an envelope: its subject key identifier ("key id 94ded2…"), or issuer
+    /// and serial number where it has none ("CN=Devices, serial 0x1f").
     public let identifier: String
+    /// Whether it has a subject key identifier (the envelope then names it by that).
+    package let hasKeyIdentifier: Bool
 
     /// Loads one certificate, DER or PEM.
     public init(contentsOf path: String) throws {
@@ -82,7 +85,13 @@ public struct RecipientCertificate: Sendable {
         defer { BN_free(serial) }
         let hex = serial.flatMap { BN_bn2hex($0) }
         defer { signet_OPENSSL_free(hex) }
-        identifier = "\(Self.name(X509_get_issuer_name(certificate))), serial 0x\(hex.map { String(cString: $0).lowercased() } ?? "?")"
+        if let keyID = X509_get0_subject_key_id(certificate), let bytes = ASN1_STRING_get0_data(keyID) {
+            hasKeyIdentifier = true
+            identifier = "key id " + [UInt8](UnsafeBufferPointer(start: bytes, count: Int(ASN1_STRING_length(keyID)))).hexString
+        } else {
+            hasKeyIdentifier = false
+            identifier = "\(Self.name(X509_get_issuer_name(certificate))), serial 0x\(hex.map { String(cString: $0).lowercased() } ?? "?")"
+        }
     }
 
     static func name(_ name: OpaquePointer?) -> String {

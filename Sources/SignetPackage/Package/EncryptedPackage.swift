@@ -7,6 +7,7 @@ import Foundation
 import SignetCore
 import SignetCrypto
 import SignetArchive
+import SignetManifest
 
 /// An encrypted package (FORMAT.md §8): a zip of two stored entries — the signed package,
 /// sealed whole as one c2sp.org/chunked-encryption message under a random package key
@@ -151,48 +152,12 @@ public enum EncryptedPackage {
         try written.commit(replace: replace, what: "the re-sealed package")
     }
 
-    /// Decrypts `encrypted` with `key` into a new file `plaintext` (mode 0600, created here,
-    /// never replacing anything): each chunk is authenticated before its bytes are written, so
-    /// what lands there is what was sealed, or the call throws and removes it.
-    package static func decrypt(_ encrypted: String, with key: DecryptionKey, into plaintext: String) throws {
+    /// The signed package inside `encrypted`, read in place through `key` (its envelope opened,
+    /// the payload's commitment checked): an input the archive layer reads as any package,
+    /// each chunk authenticated as it is read, nothing decrypted written anywhere.
+    package static func input(_ encrypted: String, with key: DecryptionKey) throws -> any ArchiveInput {
         let parts = try parts(of: encrypted)
-        let packageKey = try packageKey(parts.envelope, with: key, name: encrypted)
-        var header = [UInt8](repeating: 0, count: ChunkedEncryption.headerSize)
-        guard try header.withUnsafeMutableBytes({ try parts.reader.read(stored: parts.payload, at: 0, into: $0) }) else {
-            throw SignetError(.packageInvalid, "'\(encrypted)': the encrypted payload ends early", path: encrypted)
-        }
-        let opener = try ChunkedOpener(
-            header: header, sealedSize: UInt64(parts.payload.count), inputKey: packageKey, context: context, name: encrypted)
-        let out = try createPrivate(plaintext)
-        var done = false
-        defer { if !done { unlink(plaintext) } }
-        var sealed = [UInt8](repeating: 0, count: ChunkedEncryption.sealedChunkSize)
-        var offset = UInt64(ChunkedEncryption.headerSize)
-        for index in 0..<opener.chunkCount {
-            let size = opener.sealedSize(ofChunk: index)
-            guard
-                try sealed.withUnsafeMutableBytes({
-                    try parts.reader.read(stored: parts.payload, at: offset, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<size]))
-                })
-            else { throw SignetError(.packageInvalid, "'\(encrypted)': the encrypted payload ends early", path: encrypted) }
-            let plain = try opener.open(sealed[0..<size], chunk: index, name: encrypted)
-            do {
-                try plain.withUnsafeBytes { try out.descriptor.write(all: $0) }
-            } catch let failure as SystemCallFailure {
-                throw SignetError.posix(failure, "cannot write the decrypted package", path: plaintext)
-            }
-            offset += UInt64(size)
-        }
-        done = true
-    }
-}
-
-/// A new file only its owner may read (never one that exists, never through a link).
-private func createPrivate(_ path: String) throws -> OwnedDescriptor {
-    do {
-        return try Paths.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-    } catch {
-        throw SignetError.posix(error, "cannot create the decrypted package", path: path)
+        return try DecryptingInput(parts, packageKey: try packageKey(parts.envelope, with: key, name: encrypted), name: encrypted)
     }
 }
 
@@ -203,6 +168,7 @@ final class SealingSource: ZipEntrySource {
     private var sealer: ChunkedSealer?
     private var pending: [UInt8] = []
     private var pendingOffset = 0
+    private var chunk = [UInt8](repeating: 0, count: InputFile.chunkSize)
     private var position: Int64 = 0
     private var finished = false
 
@@ -229,14 +195,15 @@ final class SealingSource: ZipEntrySource {
 
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         while pendingOffset == pending.count && !finished {
-            var chunk = [UInt8](repeating: 0, count: InputFile.chunkSize)
+            // One read buffer and one output buffer for the whole entry: no allocation per read.
             let n = try chunk.withUnsafeMutableBytes { try file.read(fullyAt: position, into: $0) }
             position += Int64(n)
-            pending = n > 0 ? try sealer!.append(chunk[0..<n]) : []
+            pending.removeAll(keepingCapacity: true)
             pendingOffset = 0
+            if n > 0 { try sealer!.append(chunk[0..<n], into: &pending) }
             if n < chunk.count {
                 guard position == file.size else { throw SignetError(.io, "'\(file.path)' changed while it was encrypted", path: file.path) }
-                pending += try sealer!.finish()
+                try sealer!.finish(into: &pending)
                 finished = true
             }
         }
@@ -246,4 +213,22 @@ final class SealingSource: ZipEntrySource {
     }
 
     func close() throws {}
+}
+
+extension PackageReader {
+    /// ``contents(of:limits:)`` of the signed package inside an encrypted one (FORMAT.md §8),
+    /// read in place through the device's key.
+    public static func contents(of path: String, decryptionKey: DecryptionKey, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
+        try contents(of: try ZipReader(input: try EncryptedPackage.input(path, with: decryptionKey), maximumEntries: limits.maximumEntries), limits: limits)
+    }
+
+    /// ``verify(_:policy:limits:now:progress:)`` of the signed package inside an encrypted one,
+    /// read in place through the device's key (each chunk authenticated as it is read).
+    public static func verify(
+        _ path: String, decryptionKey: DecryptionKey, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
+        now: Timestamp = .now, progress handler: ProgressHandler? = nil
+    ) throws -> PackageVerification {
+        let reader = try ZipReader(input: try EncryptedPackage.input(path, with: decryptionKey), maximumEntries: limits.maximumEntries)
+        return try verify(reader: reader, policy: policy, limits: limits, now: now, progress: handler)
+    }
 }

@@ -6,6 +6,7 @@ import Musl
 internal import SystemPackage
 import SignetCore
 import SignetManifest
+import SignetCrypto
 
 /// Options for ``PackageBuilder/pack(_:to:signer:options:)-(_,String,_,_)``.
 public struct PackOptions: Sendable {
@@ -63,6 +64,13 @@ public struct PackOptions: Sendable {
     /// Record each resource's fs-verity digest in the manifest (FORMAT.md §2, `verity`; issue
     /// 52), for devices that install with fs-verity.
     public var verity = false
+    /// Device certificates to seal the package to (FORMAT.md §8): empty, a plain package; else
+    /// the signed package is made beside the output and sealed into it, whole, under a random
+    /// package key that a CMS envelope gives to each of them.
+    public var encryptTo: [RecipientCertificate] = []
+    /// The envelope's content cipher and how RSA devices receive the key.
+    public var envelopeCipher: CMSEnvelope.Cipher = .aes256GCM
+    public var rsaPadding: CMSEnvelope.RSAPadding = .oaep
     /// The default ``chunkThreshold``: 4 MiB.
     public static let defaultChunkThreshold: UInt64 = 4 << 20
 

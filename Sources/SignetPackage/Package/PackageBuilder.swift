@@ -69,6 +69,8 @@ public enum PackageBuilder {
         let sequence = options.sequence ?? UInt64(max(0, (PackOptions.sourceDateEpoch ?? .now).secondsSinceEpoch))
 
         let written = try PackageOutput(output, tag: "pack", what: "the package")
+        // Sealed afterwards: the plaintext is read at once and removed, never synced.
+        written.archive.startsWriteback = options.encryptTo.isEmpty
         let temporary = written.temporary
         let archive = written.archive
 
@@ -157,8 +159,16 @@ public enum PackageBuilder {
         // What a client's unpack checks before it trusts anything, checked here on the bytes
         // written: the archive's structure and each entry's expansion ratio.
         let compressedSizes = try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
-        // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
-        try written.commit(replace: options.replace, what: "the package")
+        if options.encryptTo.isEmpty {
+            // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
+            try written.commit(replace: options.replace, what: "the package")
+        } else {
+            // Sign, then encrypt: the package written sealed into the output (the plaintext is
+            // removed with `written`).
+            try EncryptedPackage.seal(
+                temporary, to: options.encryptTo, output: output, cipher: options.envelopeCipher, rsaPadding: options.rsaPadding,
+                replace: options.replace)
+        }
         ledger.progress?.finish()
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
         return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store }, compressedSizes: compressedSizes)
