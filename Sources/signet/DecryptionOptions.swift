@@ -37,23 +37,12 @@ struct RecipientOptions: ParsableArguments {
         help: ArgumentHelp("Seal it to every certificate in this file (PEM blocks, one after another).", valueName: "file"))
     var encryptToList: [String] = []
 
-    @Option(name: .customLong("envelope-cipher"), help: "aes-256-gcm (default) or aes-256-cbc, for peers without GCM.")
-    var envelopeCipher: String = "aes-256-gcm"
-
-    @Flag(name: .customLong("rsa-pkcs1"), help: "Give RSA devices the key with PKCS#1 v1.5 (old tokens), not RSA-OAEP.")
-    var rsaPKCS1 = false
+    @OptionGroup var envelope: EnvelopeOptions
 
     var isEncrypting: Bool { !encryptTo.isEmpty || !encryptToList.isEmpty }
     var files: [String] { encryptTo + encryptToList }
-
-    func validate() throws {
-        guard CMSEnvelope.Cipher(rawValue: envelopeCipher) != nil else {
-            throw ValidationError("--envelope-cipher takes aes-256-gcm or aes-256-cbc, not \(envelopeCipher)")
-        }
-    }
-
-    var cipher: CMSEnvelope.Cipher { CMSEnvelope.Cipher(rawValue: envelopeCipher) ?? .aes256GCM }
-    var padding: CMSEnvelope.RSAPadding { rsaPKCS1 ? .pkcs1 : .oaep }
+    var cipher: CMSEnvelope.Cipher { envelope.cipher }
+    var padding: CMSEnvelope.RSAPadding { envelope.padding }
 
     /// Every certificate given, in order (read before anything is packed).
     func load() throws -> [RecipientCertificate] { try Self.load(encryptTo, lists: encryptToList) }
@@ -65,4 +54,22 @@ struct RecipientOptions: ParsableArguments {
         }
         return all
     }
+}
+
+/// How the envelope is made: its content cipher, and how RSA devices receive the key.
+struct EnvelopeOptions: ParsableArguments {
+    @Option(name: .customLong("envelope-cipher"), help: "aes-256-gcm (default) or aes-256-cbc, for peers without GCM.")
+    var envelopeCipher: String = "aes-256-gcm"
+
+    @Flag(name: .customLong("rsa-pkcs1"), help: "Give RSA devices the key with PKCS#1 v1.5 (old tokens), not RSA-OAEP.")
+    var rsaPKCS1 = false
+
+    func validate() throws {
+        guard CMSEnvelope.Cipher(rawValue: envelopeCipher) != nil else {
+            throw ValidationError("--envelope-cipher takes aes-256-gcm or aes-256-cbc, not \(envelopeCipher)")
+        }
+    }
+
+    var cipher: CMSEnvelope.Cipher { CMSEnvelope.Cipher(rawValue: envelopeCipher) ?? .aes256GCM }
+    var padding: CMSEnvelope.RSAPadding { rsaPKCS1 ? .pkcs1 : .oaep }
 }

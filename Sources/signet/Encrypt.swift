@@ -46,26 +46,18 @@ struct Encrypt: ParsableCommand {
 
     @OptionGroup(title: "Re-sealing") var decryption: DecryptionOptions
 
-    @Option(name: .customLong("envelope-cipher"), help: "aes-256-gcm (default) or aes-256-cbc, for peers without GCM.")
-    var envelopeCipher: String = "aes-256-gcm"
-
-    @Flag(name: .customLong("rsa-pkcs1"), help: "Give RSA devices the key with PKCS#1 v1.5 (old tokens), not RSA-OAEP.")
-    var rsaPKCS1 = false
+    @OptionGroup var envelope: EnvelopeOptions
 
     @Flag(name: .long, help: "Replace --out if it exists.")
     var force = false
 
     func validate() throws {
         guard !to.isEmpty || !toList.isEmpty else { throw ValidationError("give --to CERT (repeatable) or --to-list FILE: the devices to seal the package to") }
-        guard CMSEnvelope.Cipher(rawValue: envelopeCipher) != nil else {
-            throw ValidationError("--envelope-cipher takes aes-256-gcm or aes-256-cbc, not \(envelopeCipher)")
-        }
     }
 
     func run() throws {
         let recipients = try RecipientOptions.load(to, lists: toList)
-        let cipher = CMSEnvelope.Cipher(rawValue: envelopeCipher) ?? .aes256GCM
-        let padding: CMSEnvelope.RSAPadding = rsaPKCS1 ? .pkcs1 : .oaep
+        let (cipher, padding) = (envelope.cipher, envelope.padding)
         if EncryptedPackage.isEncrypted(package) {
             guard let key = try decryption.load() else {
                 throw ValidationError("'\(package)' is encrypted already: give --decryption-key, the key of one of its devices, to re-seal it to others")

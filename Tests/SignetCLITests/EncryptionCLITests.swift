@@ -23,6 +23,18 @@ struct EncryptionCLITests {
         try run("unzip", ["-Z1", zip]).stdoutText.split(separator: "\n").map(String.init)
     }
 
+    /// An encrypted package's zip rebuilt by Python's zipfile (stored entries, payload first).
+    static func rebuild(payload: String, envelope: String, out: String) throws {
+        let zipped = try run(
+            "python3",
+            [
+                "-c",
+                "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_STORED)\nz.writestr('signet-encrypted/payload', open(sys.argv[2], 'rb').read())\nz.writestr('signet-encrypted/envelope.der', open(sys.argv[3], 'rb').read())\nz.close()",
+                out, payload, envelope
+            ])
+        guard zipped.status == 0 else { throw SupportError(zipped.stderr) }
+    }
+
     @Test("pack --encrypt-to: names hidden, inspect counts the devices, each device's key installs it, any other key or none is exit 3 with DIR untouched")
     func packAndInstall() throws {
         let work = try Workspace()
@@ -95,14 +107,7 @@ struct EncryptionCLITests {
         let made = try run("openssl", ["cms", "-encrypt", "-binary", "-outform", "DER", "-aes-256-cbc", "-in", document, "-out", theirs, "-recip", Self.ecCert])
         #expect(made.status == 0, "\(made.stderr)")
         let rebuilt = work.directory.file("rebuilt.zip")
-        let zipped = try run(
-            "python3",
-            [
-                "-c",
-                "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_STORED)\nz.writestr('signet-encrypted/payload', open(sys.argv[2], 'rb').read())\nz.writestr('signet-encrypted/envelope.der', open(sys.argv[3], 'rb').read())\nz.close()",
-                rebuilt, try work.directory.write("payload", payload), theirs
-            ])
-        #expect(zipped.status == 0, "\(zipped.stderr)")
+        try Self.rebuild(payload: try work.directory.write("payload", payload), envelope: theirs, out: rebuilt)
         let installed = try CLI.run(["unpack", rebuilt, "--dest", work.directory.file("d3"), "--pubkey", work.publicDER, "--decryption-key", Self.ecKey])
         #expect(installed.status == 0, "\(installed.stderr)")
         for (path, data) in files { #expect(try contents(work.directory.file("d3/" + path)) == data) }
@@ -121,14 +126,9 @@ struct EncryptionCLITests {
         let record = 16_384 + 16
         func rebuilt(_ payload: [UInt8], _ envelope: Data, _ name: String) throws -> String {
             let out = work.directory.file(name)
-            let zipped = try run(
-                "python3",
-                [
-                    "-c",
-                    "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_STORED)\nz.writestr('signet-encrypted/payload', open(sys.argv[2], 'rb').read())\nz.writestr('signet-encrypted/envelope.der', open(sys.argv[3], 'rb').read())\nz.close()",
-                    out, try work.directory.write(name + ".payload", Data(payload)), try work.directory.write(name + ".envelope", envelope)
-                ])
-            guard zipped.status == 0 else { throw SupportError(zipped.stderr) }
+            try Self.rebuild(
+                payload: try work.directory.write(name + ".payload", Data(payload)), envelope: try work.directory.write(name + ".envelope", envelope),
+                out: out)
             return out
         }
         var flipped = payload

@@ -140,6 +140,15 @@ public enum _FuzzTargets {
         },
         // The trust seal document.
         "seal": { bytes in _ = TrustStoreSeal.parse(bytes) },
+        // Encrypted packages (FORMAT.md §8): the input as a CMS envelope (its structure and
+        // recipients), as a chunk-encrypted message under an all-zero key (the commitment, the
+        // size arithmetic, each chunk), and as an encrypted package's zip (its two entries).
+        "encrypted": { bytes in
+            _ = try? CMSEnvelope.summary(of: bytes, name: "envelope")
+            _ = try? ChunkedOpener.open(bytes, inputKey: [UInt8](repeating: 0, count: 32), context: Array("signet-encrypted/payload".utf8), name: "payload")
+            guard let path = scratch(bytes) else { return }
+            _ = try? EncryptedPackage.summary(of: path)
+        },
         // A server's answer to a request for several ranges: the first line is the
         // Content-Type (its boundary), the first byte of the rest sets how the body arrives in
         // chunks (1 to 64 bytes), the rest is the body; three ranges of a 200,000-byte file asked.
