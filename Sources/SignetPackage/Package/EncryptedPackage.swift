@@ -216,13 +216,13 @@ final class SealingSource: ZipEntrySource {
 }
 
 extension PackageReader {
-    /// ``contents(of:limits:)`` of the signed package inside an encrypted one (FORMAT.md §8),
+    /// ``contents(of:limits:)-(String,_)`` of the signed package inside an encrypted one (FORMAT.md §8),
     /// read in place through the device's key.
     public static func contents(of path: String, decryptionKey: DecryptionKey, limits: PackageLimits = PackageLimits()) throws -> PackageContents {
         try contents(of: try ZipReader(input: try EncryptedPackage.input(path, with: decryptionKey), maximumEntries: limits.maximumEntries), limits: limits)
     }
 
-    /// ``verify(_:policy:limits:now:progress:)`` of the signed package inside an encrypted one,
+    /// ``verify(_:policy:limits:now:progress:)-(String,_,_,_,_)`` of the signed package inside an encrypted one,
     /// read in place through the device's key (each chunk authenticated as it is read).
     public static func verify(
         _ path: String, decryptionKey: DecryptionKey, policy: TrustPolicy, limits: PackageLimits = PackageLimits(),
