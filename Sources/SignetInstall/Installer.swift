@@ -82,8 +82,8 @@ public enum Installer {
         let state = try DestinationState.inspect(destination, force: options.force)
         // An encrypted package (FORMAT §8) is read in place through its key: the archive layer
         // reads the signed package inside it, each chunk authenticated as it is read.
-        let reader: ZipReader
-        if EncryptedPackage.isEncrypted(package) {
+        var reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
+        if EncryptedPackage.isEncrypted(reader) {
             guard let key = options.decryptionKey else {
                 let recipients = (try? EncryptedPackage.summary(of: package).recipients.count).map { " to \($0) recipient\($0 == 1 ? "" : "s")" } ?? ""
                 throw SignetError(
@@ -91,8 +91,6 @@ public enum Installer {
                     path: package)
             }
             reader = try ZipReader(input: try EncryptedPackage.input(package, with: key), maximumEntries: options.limits.maximumEntries)
-        } else {
-            reader = try ZipReader(path: package, maximumEntries: options.limits.maximumEntries)
         }
         return try sayingRoom(reader, destination) {
             try install(

@@ -46,7 +46,13 @@ public enum EncryptedPackage {
     /// Whether `path` is an encrypted package (it names the envelope entry).
     public static func isEncrypted(_ path: String) -> Bool {
         guard let reader = try? ZipReader(path: path, maximumEntries: 16) else { return false }
-        return reader.entries().contains { String(decoding: reader.rawName(of: $0), as: UTF8.self) == envelopeName }
+        return isEncrypted(reader)
+    }
+
+    /// Whether the archive `reader` has open is an encrypted package (an install that opened
+    /// it already asks this, rather than opening it again).
+    package static func isEncrypted(_ reader: ZipReader) -> Bool {
+        reader.count <= 16 && reader.entries().contains { String(decoding: reader.rawName(of: $0), as: UTF8.self) == envelopeName }
     }
 
     static func parts(of path: String) throws -> Parts {
