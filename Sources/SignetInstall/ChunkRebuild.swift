@@ -268,7 +268,7 @@ extension Installer.Job {
         /// not match are planned as ranges of the package, so that they arrive several to a
         /// request (FORMAT §5's bound) instead of one request each.
         func planDamaged(from first: Int) throws {
-            guard !scanned, let ranged = input as? RangedInput else { return }
+            guard !scanned, let ranged = input as? any PlannedInput else { return }
             scanned = true
             var damaged: [Range<Int64>] = []
             for later in first..<plan.chunks.spans.count where !plan.pieces[later].isEmpty && plan.pieces[later].allSatisfy({ $0.installed != nil }) {

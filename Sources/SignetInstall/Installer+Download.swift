@@ -121,9 +121,7 @@ extension Installer {
         // be fetched and thrown away at every run until a window opens (FORMAT §7). The
         // ranged path stages it and keeps it for the window, so it goes on.
         let windowClosed = !options.windows.isEmpty && !options.windows.contains { $0.contains(options.clock()) }
-        // An encrypted package (FORMAT §8) is downloaded whole and decrypted beside DIR: range
-        // requests over its payload are not made yet.
-        if download.ranges, !options.bare, options.decryptionKey == nil {
+        if download.ranges, !options.bare {
             // Read in place with range requests: only what the installed tree lacks is fetched.
             do {
                 return try installRanged(
@@ -241,7 +239,18 @@ extension Installer {
         let url = input.url
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)
-        let reader = try ZipReader(input: input, maximumEntries: options.limits.maximumEntries, localHeaders: .deferred)
+        var reader = try ZipReader(input: input, maximumEntries: options.limits.maximumEntries, localHeaders: .deferred)
+        if EncryptedPackage.isEncrypted(reader) {
+            // Encrypted (FORMAT §8): the signed package inside is read through its records,
+            // each authenticated as it arrives; what the update plans becomes the records that
+            // hold it.
+            guard let key = options.decryptionKey else {
+                throw SignetError(
+                    .notARecipient, "'\(input.path)' is encrypted; give the device's key with --decryption-key (nothing was installed)", path: input.path)
+            }
+            update.archive = try EncryptedPackage.rangedInput(reader, ranged: input, with: key)
+            reader = try ZipReader(input: update.archive, maximumEntries: options.limits.maximumEntries, localHeaders: .deferred)
+        }
         if let progress = download.progress {
             // The bytes of the planned requests: what the progress line counts to.
             let started = DispatchTime.now().uptimeNanoseconds

@@ -31,10 +31,10 @@ extension RangedUpdate {
         var first: [Range<Int64>] = candidates.compactMap { headerSpan(of: $0.file, job: job) }
         if let index {
             first += index.headerSpan.map { [$0] } ?? []
-            input.plan(first)
-            input.plan(try index.packageRanges(candidates.flatMap { ChunkIndexReader.chunkRanges(of: $0.file) }))
+            archive.plan(first)
+            archive.plan(try index.packageRanges(candidates.flatMap { ChunkIndexReader.chunkRanges(of: $0.file) }))
         } else {
-            input.plan(first)
+            archive.plan(first)
         }
         var ready: [(chunks: ChunkIndex, deflate: DeflateIndex?, installed: (chunks: ChunkIndex, size: UInt64)?, resumed: Int)?] = []
         var hints: [Range<UInt64>] = []
@@ -61,7 +61,7 @@ extension RangedUpdate {
             }
             ready.append((chunks, deflate, old, resumed))
         }
-        if let index, !hints.isEmpty { input.plan(try index.packageRanges(hints)) }
+        if let index, !hints.isEmpty { archive.plan(try index.packageRanges(hints)) }
         var plans: [ChunkPlan?] = []
         for (candidate, made) in zip(candidates, ready) {
             guard var made else { plans.append(nil); continue }
@@ -146,7 +146,7 @@ extension RangedUpdate {
         staging: Staging
     ) -> [(index: Int, file: Manifest.File, continuation: (data: Range<UInt64>, from: UInt64)?)] {
         guard !files.isEmpty else { return [] }
-        input.plan(files.compactMap { headerSpan(of: $0.file, job: job) })
+        archive.plan(files.compactMap { headerSpan(of: $0.file, job: job) })
         return files.map { index, file in
             var info = stat()
             guard let entry = job.layout.resource(file.path), entry.size == file.size, let data = try? job.reader.storedData(of: entry),

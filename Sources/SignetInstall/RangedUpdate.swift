@@ -72,7 +72,11 @@ public struct TransferReport: Sendable, Equatable {
 /// planned as a few large requests. A copy that does not hash to the manifest (the installed
 /// file was modified) is discarded and the entry fetched: a local change never propagates.
 final class RangedUpdate {
+    /// The package on the server: its requests, validator and journal.
     let input: RangedInput
+    /// What the archive layer reads and the update plans, in the signed package's offsets: the
+    /// ranged input itself, or the signed package inside an encrypted one read through it.
+    var archive: any PlannedInput
     let destination: String
     private var installed: [String: (size: UInt64, sha256: String)] = [:]
     /// The installed files' chunk indexes, by path (from DIR's verified manifest).
@@ -126,6 +130,7 @@ final class RangedUpdate {
 
     init(input: RangedInput, destination: String, leftovers: StagedLeftovers, earlier: (requests: Int, bytes: UInt64) = (0, 0)) {
         self.input = input
+        archive = input
         self.destination = destination
         self.leftovers = leftovers
         self.earlier = earlier
@@ -226,15 +231,15 @@ final class RangedUpdate {
         installedChunks.removeAll()
         // What the earlier trees still hold is not part of the new tree.
         leftovers.remove()
-        input.plan(spans)
+        archive.plan(spans)
         // Signature entries are small and many, and theirs is metadata: the gaps between them
         // are read through rather than asked for as parts of their own.
         if installedSignatures {
-            input.plan(signatureSpans, gap: RangedInput.signatureGapLimit, exactGap: RangedInput.signatureGapLimit)
+            archive.plan(signatureSpans, gap: RangedInput.signatureGapLimit, exactGap: RangedInput.signatureGapLimit)
         } else {
             signatureSpans += reusedSignatureSpans
             reusedSignatureSpans = []
-            input.plan(signatureSpans, exactGap: RangedInput.signatureGapLimit)
+            archive.plan(signatureSpans, exactGap: RangedInput.signatureGapLimit)
         }
         planned = (spans + signatureSpans).reduce(0) { $0 &+ UInt64($1.count) } &+ input.bytesReceived
     }
@@ -265,7 +270,7 @@ final class RangedUpdate {
             return signature
         }
         installedSignatures = false
-        input.plan(reusedSignatureSpans, exactGap: RangedInput.signatureGapLimit)
+        archive.plan(reusedSignatureSpans, exactGap: RangedInput.signatureGapLimit)
         planned = planned.map { $0 &+ reusedSignatureSpans.reduce(0) { $0 &+ UInt64($1.count) } }
         reusedSignatureSpans = []
         return nil
@@ -289,7 +294,7 @@ final class RangedUpdate {
         switch origin {
         case .fetch: staged = nil
         case .continued(let data, let from):
-            if let done = try job.stageContinued(file, data: data, from: from, input: input, into: staging, checked: checked, later: later) {
+            if let done = try job.stageContinued(file, data: data, from: from, input: archive, into: staging, checked: checked, later: later) {
                 fetched += 1
                 bytesFetched &+= file.size - from
                 fileBytesResumed &+= from
@@ -299,7 +304,7 @@ final class RangedUpdate {
         case .rebuild(let plan):
             let before = chunkCounts
             if let rebuilt = try job.stageRebuilt(
-                file, plan: plan, from: root?.descriptor, input: input, into: staging, checked: checked,
+                file, plan: plan, from: root?.descriptor, input: archive, into: staging, checked: checked,
                 counts: &chunkCounts, later: later)
             {
                 fetched += 1
@@ -346,7 +351,7 @@ final class RangedUpdate {
     /// Counts a resource read from the package, planning its entry if it was not.
     func fetchInstead(_ file: Manifest.File, job: Installer.Job) {
         if let span = span(of: file, job: job) {
-            input.plan([span])
+            archive.plan([span])
             planned = planned.map { $0 &+ UInt64(span.count) }
         }
     }

@@ -44,19 +44,29 @@ extension TUFRepository {
     ///
     /// `rollout`: the release's rollout plan, signed with it; nil keeps the plan of
     /// the same file listed before, if any (a release added to another channel).
-    public func add(package: String, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, now: Timestamp = .now) throws -> TUFPackageTarget
-    {
+    ///
+    /// An encrypted package (FORMAT.md §8) is read through `decryptionKey`, the key of one of its
+    /// recipients: its manifest is what the target binds and what must verify.
+    public func add(
+        package: String, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, decryptionKey: DecryptionKey? = nil,
+        now: Timestamp = .now
+    ) throws -> TUFPackageTarget {
         guard !channels.isEmpty else { throw SignetError(.usage, "name at least one channel (--channel stable)") }
         for channel in channels where !PackageBinding.isValidChannel(channel) {
             throw SignetError(.usage, "the channel name '\(channel)' is not 1 to 64 letters, digits, '.', '_' or '-'")
         }
         // A root held for the targets keys it names: the package is signed for it.
         let root = try effectiveRoot()
-        let described = try PackageBinding.describing(package)
+        let described = try PackageBinding.describing(package, decryptionKey: decryptionKey)
         // Devices take the package keys from the role that lists it: a manifest signed by
         // another key would be refused on every device.
         let keys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
-        let verification = try PackageReader.verify(package, policy: TrustPolicy(keys: keys), now: now)
+        let verification =
+            if let decryptionKey, EncryptedPackage.isEncrypted(package) {
+                try PackageReader.verify(package, decryptionKey: decryptionKey, policy: TrustPolicy(keys: keys), now: now)
+            } else {
+                try PackageReader.verify(package, policy: TrustPolicy(keys: keys), now: now)
+            }
         guard verification.isValid else {
             throw SignetError(
                 .untrustedSigner,

@@ -79,7 +79,11 @@ extension TUFRepository {
     /// devices will trust: the published root, or a staged one its root key holders have signed
     /// (a rotation's). The package is verified first with the targets keys of any root version
     /// published (the key that packed it may be the one being rotated out).
-    public func resign(_ target: String, signer: Signer, now: Timestamp = .now) throws -> TUFPackageTarget {
+    ///
+    /// An encrypted release (FORMAT.md §8) needs `decryptionKey`, one of its recipients' keys:
+    /// the signed package inside it is re-signed and sealed again under the same package key
+    /// with the same envelope, so every device that could read it still can.
+    public func resign(_ target: String, signer: Signer, decryptionKey: DecryptionKey? = nil, now: Timestamp = .now) throws -> TUFPackageTarget {
         let root = try effectiveRoot()
         let newKeys = (root.roles["targets"]?.keyIDs ?? []).compactMap { root.keys[$0]?.publicKey(source: "targets key \($0.prefix(16))") }
         guard newKeys.contains(where: { $0.keyID == signer.key.keyID }) else {
@@ -120,8 +124,28 @@ extension TUFRepository {
         let temporary = "\(folder)/.resign-\(getpid())-\(release.target)"
         unlink(temporary)
         defer { unlink(temporary) }
-        _ = try PackageResigner.resign(source, to: temporary, signer: signer, policy: TrustPolicy(keys: oldKeys), replace: true, now: now)
-        let described = try PackageBinding.describing(temporary)
+        if EncryptedPackage.isEncrypted(source) {
+            guard let decryptionKey else {
+                throw SignetError(
+                    .notARecipient,
+                    "\(release.target) is encrypted: re-signing it re-signs the package inside, so give the key of one of its recipients with --decryption-key; nothing was staged",
+                    path: source)
+            }
+            // The package inside, in the clear only in this owner-only folder while it is re-signed.
+            let plain = temporary + ".plain", signed = temporary + ".signed"
+            unlink(plain)
+            unlink(signed)
+            defer {
+                unlink(plain)
+                unlink(signed)
+            }
+            try EncryptedPackage.decrypt(source, with: decryptionKey, to: plain)
+            _ = try PackageResigner.resign(plain, to: signed, signer: signer, policy: TrustPolicy(keys: oldKeys), replace: true, now: now)
+            try EncryptedPackage.seal(signed, like: source, with: decryptionKey, output: temporary, replace: true)
+        } else {
+            _ = try PackageResigner.resign(source, to: temporary, signer: signer, policy: TrustPolicy(keys: oldKeys), replace: true, now: now)
+        }
+        let described = try PackageBinding.describing(temporary, decryptionKey: decryptionKey)
         let name = "\(described.sha256).\(release.target)"
         if !FileManager.default.fileExists(atPath: "\(targetsDirectory)/\(name)") {
             guard rename(temporary, "\(folder)/\(name)") == 0 else {

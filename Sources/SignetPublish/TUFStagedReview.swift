@@ -292,6 +292,18 @@ extension TUFRepository {
     private func checkPackage(_ target: TUFStagedReview.Target, _ package: TUFPackageTarget, keys: [PublicKey], now: Timestamp) -> String? {
         guard let sha256 = target.hashes["sha256"], !target.path.contains("/") else { return nil }
         let file = targetFile("\(sha256).\(target.path)")
+        if EncryptedPackage.isEncrypted(file) {
+            // Encrypted (FORMAT.md §8): its manifest is for its recipients. With the entry's size
+            // and SHA-256 it is the file `repo add` read through a recipient's key, and every
+            // device checks the binding again once it has decrypted it.
+            guard let size = try? InputFile.open(file, what: "package").size, let digest = try? Digest.compute(fileAt: file, algorithm: .sha256) else {
+                return "\(target.path): \(sha256.prefix(16))….\(target.path) cannot be read"
+            }
+            var wrong: [String] = []
+            if size != target.length { wrong.append("it is \(size) bytes, the entry says \(target.length)") }
+            if digest.hex != sha256.lowercased() { wrong.append("its SHA-256 is \(digest.hex), the entry says \(sha256)") }
+            return wrong.isEmpty ? nil : "\(target.path) (encrypted): \(wrong.joined(separator: "; "))"
+        }
         guard let described = try? PackageBinding.describing(file) else {
             return "\(target.path): \(sha256.prefix(16))….\(target.path) is in neither staging/targets/ nor targets/, or not a readable Signet package"
         }

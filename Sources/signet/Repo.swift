@@ -300,8 +300,14 @@ struct Repo: ParsableCommand {
                 signed by a targets key (devices take their package keys from the targets role). \
                 The targets key holders then sign, and the next refresh publishes it to devices.
 
-                Example:
+                An encrypted package (pack --encrypt-to) is listed as any other: its manifest, \
+                inside it, is read through --decryption-key, the key of one of its recipients \
+                (seal it to a publisher's certificate too).
+
+                Examples:
                   signet repo add site app-1.4.2.zip --channel stable --channel beta
+                  signet repo add site app.enc.zip --channel stable \\
+                    --decryption-key publisher.p12
                 """
         )
 
@@ -331,6 +337,7 @@ struct Repo: ParsableCommand {
         var signingKey: String?
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var token: TokenOptions
+        @OptionGroup(title: "Encrypted packages") var decryption: DecryptionOptions
         @OptionGroup var output: OutputOptions
 
         struct Report: Encodable {
@@ -364,7 +371,7 @@ struct Repo: ParsableCommand {
             // The key first: a wrong passphrase stages nothing.
             let key = try signingKey.map { try token.load($0, passphrase: passphrase) }
             if let key { try repo.checkTargetsSigner(key) }
-            let added = try repo.add(package: package, channels: channel, allowLower: allowLower, rollout: plan)
+            let added = try repo.add(package: package, channels: channel, allowLower: allowLower, rollout: plan, decryptionKey: try decryption.load())
             // What pack takes without --sequence (the clock, SOURCE_DATE_EPOCH): once listed, every
             // later release of the name needs a higher one, so numbering releases is over.
             if (1_000_000_000..<10_000_000_000).contains(added.sequence) {

@@ -22,7 +22,9 @@ extension Repo {
                 sequence, channels and rollout plan. Devices that hold the release install the \
                 re-signed one at their next update without fetching a file (same sequence: no \
                 rollout bucket moves), and their tree then passes reverify with the new keys. The \
-                targets key holders review and sign it as any targets version; --key signs it too.
+                targets key holders review and sign it as any targets version; --key signs it too. \
+                An encrypted release needs --decryption-key, the key of one of its recipients: the \
+                package inside is re-signed and sealed again under the same key and envelope.
 
                 Example:
                   signet repo resign site app-1.4.2.zip --key new-targets.pem
@@ -41,6 +43,7 @@ extension Repo {
         var algorithm: SignatureAlgorithm = .rsaPKCS1v15SHA256
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var token: TokenOptions
+        @OptionGroup(title: "Encrypted packages") var decryption: DecryptionOptions
         @OptionGroup var output: OutputOptions
 
         struct Report: Encodable {
@@ -55,7 +58,7 @@ extension Repo {
         func run() throws {
             let repo = try TUFRepository(at: repository)
             let key = try token.load(signingKey, passphrase: passphrase)
-            let resigned = try repo.resign(release, signer: Signer(key: key, algorithm: algorithm))
+            let resigned = try repo.resign(release, signer: Signer(key: key, algorithm: algorithm), decryptionKey: try decryption.load())
             let digest = try Repo.signStagedTargets(repo, key: key, output: output, what: "with \(resigned.target) re-signed")
             if output.json {
                 Output.json(

@@ -222,8 +222,7 @@ struct Unpack: ParsableCommand {
             tls.warnIfInsecure(package)
             let (package, dest, options) = (package, dest, options)
             var download = try tls.options(trust: trust)
-            // An encrypted package is downloaded whole, then decrypted beside DIR.
-            download.ranges = !fullDownload && options.decryptionKey == nil
+            download.ranges = !fullDownload
             report = try ProgressLine.downloading(package, options: download, output: output) {
                 try await Installer.installAsync(downloading: package, to: dest, policy: policy, options: options, download: $0)
             }

@@ -262,8 +262,7 @@ extension Update {
     /// The TLS policy and time-outs, ranges unless --full-download.
     func downloadOptions() throws -> DownloadOptions {
         var download = try tls.options(trust: trust)
-        // An encrypted package is downloaded whole, then decrypted beside DIR.
-        download.ranges = !fullDownload && decryption.decryptionKey == nil
+        download.ranges = !fullDownload
         return download
     }
 

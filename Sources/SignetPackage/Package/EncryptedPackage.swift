@@ -58,7 +58,11 @@ public enum EncryptedPackage {
     static func parts(of path: String) throws -> Parts {
         // Local headers checked as each entry is read (which gives each entry its span, for
         // reading the payload by offset).
-        let reader = try ZipReader(input: try InputFile.open(path, what: "package"), maximumEntries: 16, localHeaders: .deferred)
+        try parts(of: try ZipReader(input: try InputFile.open(path, what: "package"), maximumEntries: 16, localHeaders: .deferred), name: path)
+    }
+
+    /// The parts of the encrypted package `reader` has open (with deferred local headers).
+    static func parts(of reader: ZipReader, name path: String) throws -> Parts {
         var payload: Range<UInt64>?, envelope: [UInt8]?
         for entry in reader.entries() {
             let name = String(decoding: reader.rawName(of: entry), as: UTF8.self)
@@ -121,6 +125,11 @@ public enum EncryptedPackage {
         if !replace { try AtomicFile.refuseExisting(output, what: "the encrypted package") }
         let key = try ChunkedEncryption.randomKey()
         let envelope = try CMSEnvelope.seal(sealedDocument(key: key), to: recipients, cipher: cipher, rsaPadding: rsaPadding)
+        try write(package, key: key, envelope: envelope, output: output, replace: replace)
+    }
+
+    /// Writes `package` sealed under `key`, with `envelope`, into `output`.
+    private static func write(_ package: String, key: [UInt8], envelope: [UInt8], output: String, replace: Bool) throws {
         let source = try InputFile.open(package, what: "package", followSymlinks: false)
         let written = try PackageOutput(output, tag: "encrypt", what: "the encrypted package")
         let writer = try ZipWriter(writingTo: written.archive)
@@ -128,6 +137,37 @@ public enum EncryptedPackage {
         try writer.add(envelopeName, source: DeferredBytesSource { envelope }, compression: .store, permissions: 0o644)
         try writer.close()
         try written.commit(replace: replace, what: "the encrypted package")
+    }
+
+    /// Writes the signed package inside `encrypted` to `output`, a new file only its owner
+    /// reads (each chunk authenticated as it is read): for a publisher re-signing a release.
+    package static func decrypt(_ encrypted: String, with key: DecryptionKey, to output: String) throws {
+        let input = try input(encrypted, with: key)
+        let fd = open(output, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot create the decrypted package", path: output, call: "open") }
+        let file = OwnedDescriptor(adopting: fd)
+        var buffer = [UInt8](repeating: 0, count: InputFile.chunkSize)
+        var offset: Int64 = 0
+        while offset < input.size {
+            let count = try buffer.withUnsafeMutableBytes { try input.read(fullyAt: offset, into: $0) }
+            guard count > 0 else { throw SignetError(.packageInvalid, "'\(encrypted)': the encrypted payload ends early", path: encrypted) }
+            do {
+                try buffer.withUnsafeBytes { try file.descriptor.write(all: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            } catch let failure as SystemCallFailure {
+                throw SignetError.posix(failure, "cannot write the decrypted package", path: output)
+            }
+            offset += Int64(count)
+        }
+    }
+
+    /// Seals `package` as `encrypted` is sealed: under the same package key (recovered with
+    /// `key`, one of its recipients') and with the same envelope, so that every device that
+    /// could read `encrypted` reads `output` (a re-signed release of it).
+    package static func seal(_ package: String, like encrypted: String, with key: DecryptionKey, output: String, replace: Bool = false) throws {
+        let parts = try parts(of: encrypted)
+        let packageKey = try packageKey(parts.envelope, with: key, name: encrypted)
+        if !replace { try AtomicFile.refuseExisting(output, what: "the encrypted package") }
+        try write(package, key: packageKey, envelope: parts.envelope, output: output, replace: replace)
     }
 
     /// Seals an encrypted package to other recipients: a new envelope for the same package key
@@ -164,6 +204,30 @@ public enum EncryptedPackage {
     package static func input(_ encrypted: String, with key: DecryptionKey) throws -> any ArchiveInput {
         let parts = try parts(of: encrypted)
         return try DecryptingInput(parts, packageKey: try packageKey(parts.envelope, with: key, name: encrypted), name: encrypted)
+    }
+
+    /// ``input(_:with:)`` for an encrypted package on a server, `outer` reading it through
+    /// `ranged` (with deferred local headers): what the archive layer plans on the signed
+    /// package becomes requests for the records that hold it. The envelope, the payload's
+    /// header and its last records (the signed package's end records and, for most packages,
+    /// its directory) are asked for first, in one request where the server answers several
+    /// ranges.
+    package static func rangedInput(_ outer: ZipReader, ranged: any PlannedInput, with key: DecryptionKey) throws -> any PlannedInput {
+        var first: [Range<Int64>] = []
+        // The records that hold the signed package's last 65,557 bytes, wherever its records
+        // start: at most that and one chunk, with the tags of six records.
+        let tail = Int64(22 + 65_535 + ChunkedEncryption.chunkSize - 1 + 6 * ChunkedEncryption.tagSize)
+        for entry in outer.entries() {
+            guard let span = outer.span(of: entry).map({ Int64($0.lowerBound)..<Int64($0.upperBound) }) else { continue }
+            if String(decoding: outer.rawName(of: entry), as: UTF8.self) == payloadName {
+                first += [span.lowerBound..<min(span.upperBound, span.lowerBound + 1_024), max(span.lowerBound, span.upperBound - tail)..<span.upperBound]
+            } else {
+                first.append(span)
+            }
+        }
+        ranged.plan(first, exactGap: RangedInput.partOverhead)
+        let parts = try parts(of: outer, name: ranged.path)
+        return try DecryptingInput(parts, packageKey: try packageKey(parts.envelope, with: key, name: ranged.path), name: ranged.path, ranged: ranged)
     }
 }
 

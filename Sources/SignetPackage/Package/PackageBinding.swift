@@ -35,7 +35,24 @@ public struct PackageBinding: Sendable, Equatable {
     /// SHA-256 of the manifest's bytes, and the file's size and SHA-256 (what a publisher lists).
     /// A bare package has no manifest to bind and is refused (`.packageInvalid`).
     public static func describing(_ path: String, limits: PackageLimits = PackageLimits()) throws -> PackageBinding {
-        let reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
+        try describing(path, decryptionKey: nil, limits: limits)
+    }
+
+    /// ``describing(_:limits:)-(String,_)`` of a package that may be encrypted (FORMAT.md §8):
+    /// the manifest is read inside it through `decryptionKey`, one of its recipients' keys;
+    /// the size and SHA-256 are the encrypted file's, which is what a server sends. An
+    /// encrypted package without a key is refused (`.notARecipient`).
+    public static func describing(_ path: String, decryptionKey: DecryptionKey?, limits: PackageLimits = PackageLimits()) throws -> PackageBinding {
+        var reader = try ZipReader(path: path, maximumEntries: limits.maximumEntries)
+        if EncryptedPackage.isEncrypted(reader) {
+            guard let decryptionKey else {
+                throw SignetError(
+                    .notARecipient,
+                    "'\(path)' is encrypted: the manifest it is listed by is inside it, so give the key of one of its recipients with --decryption-key (a publisher's own certificate among its recipients)",
+                    path: path)
+            }
+            reader = try ZipReader(input: try EncryptedPackage.input(path, with: decryptionKey), maximumEntries: limits.maximumEntries)
+        }
         let layout = try PackageReader.Layout(reader: reader, limits: limits)
         guard let entry = layout.manifest else {
             throw SignetError(.packageInvalid, "'\(path)' has no signed manifest (a bare package): signed metadata binds a manifest", path: path)

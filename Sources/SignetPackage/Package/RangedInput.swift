@@ -30,7 +30,7 @@ import SignetNetwork
 /// ``planRequest`` bytes. Elsewhere (the package's own entries)
 /// sequential reads fetch ahead, from the byte asked for, never before it. Memory is bounded:
 /// the kept directory plus at most ``cacheLimit`` of fetched ranges.
-package final class RangedInput: ArchiveInput {
+package final class RangedInput: PlannedInput {
     /// The first request: the end records (22 bytes and a comment of up to 65,535) and, for
     /// most packages, the central directory.
     static let probeSize: Int64 = 22 + 65_535
@@ -39,7 +39,7 @@ package final class RangedInput: ArchiveInput {
     /// Most blocks one such request fetches when reads go on sequentially.
     static let maximumRun: Int64 = 16
     /// Planned entries closer than this are fetched in one request, the gap read through.
-    static let gapLimit: Int64 = 64 << 10
+    package static let gapLimit: Int64 = 64 << 10
     /// The same for the signature entries of the resources fetched: small entries among many
     /// that are not read (only the changed files' signature entries are fetched).
     package static let signatureGapLimit: Int64 = 4 << 10
@@ -51,7 +51,7 @@ package final class RangedInput: ArchiveInput {
     /// Bytes each part of a multipart answer costs beyond its range (its delimiter and
     /// headers, about 100 bytes for nginx and Apache): planned ranges closer than this are
     /// asked for as one.
-    static let partOverhead: Int64 = 128
+    package static let partOverhead: Int64 = 128
     /// Largest central directory kept whole.
     static let pinLimit: Int64 = 32 << 20
     /// Most fetched bytes kept besides the directory.
@@ -115,34 +115,13 @@ package final class RangedInput: ArchiveInput {
 
     /// Keeps the directory's bytes, and learns where the package's own entries start.
     package func directoryRead(_ directory: CentralDirectory.Directory) throws {
-        let signet = Array((TreeLayout.directory + "/").utf8)
-        var firstOwn = Int64(directory.offset), lastResourceEnd: Int64 = 0
-        for record in directory {
-            let offset = Int64(record.localHeaderOffset)
-            if directory.name(of: record).starts(with: signet) {
-                firstOwn = min(firstOwn, offset)
-            } else {
-                lastResourceEnd = max(lastResourceEnd, offset + 1)
-            }
-        }
         // A package laid out otherwise (a bare one, or another tool's) has no such line: then
-        // only the directory is above it.
-        floor = lastResourceEnd <= firstOwn ? firstOwn : Int64(directory.offset)
-        // The package's own entries other than per-file signatures (manifest, its signature,
-        // the record's signature, certificates) are read whole: planned exactly, so that
-        // reading ahead never runs on into the signature entries, most of which an update
-        // does not read.
-        let signatures = Array((TreeLayout.signatures + "/").utf8)
-        var own: [Range<Int64>] = []
-        for position in directory.startIndex..<directory.endIndex {
-            let name = directory.name(of: directory[position])
-            // The chunk-index entry is read by range, only where an update needs it.
-            guard name.starts(with: signet), !name.starts(with: signatures), !name.elementsEqual(TreeLayout.chunkIndex.utf8),
-                let span = directory.span(ofRecord: position)
-            else { continue }
-            own.append(Int64(span.lowerBound)..<Int64(span.upperBound))
-        }
-        plan(own)
+        // only the directory is above it. The package's own entries other than per-file
+        // signatures are read whole: planned exactly, so that reading ahead never runs on into
+        // the signature entries, most of which an update does not read.
+        let own = Self.ownEntries(of: directory)
+        floor = own.floor
+        plan(own.spans)
         let start = max(0, Int64(directory.offset) - 65_557)
         guard size - start <= Self.pinLimit else { return }
         var bytes = [UInt8](repeating: 0, count: Int(size - start))
@@ -159,7 +138,7 @@ package final class RangedInput: ArchiveInput {
     /// then with those planned before where they touch.
     /// `exactGap` is the gap read through where several ranges go in one request: only a part's
     /// own overhead for resources, more for signature entries (metadata, small and many).
-    package func plan(_ ranges: [Range<Int64>], gap: Int64 = RangedInput.gapLimit, exactGap: Int64 = RangedInput.partOverhead) {
+    package func plan(_ ranges: [Range<Int64>], gap: Int64, exactGap: Int64) {
         func merge(_ ranges: [Range<Int64>], gap: Int64) -> [Range<Int64>] {
             var merged: [Range<Int64>] = []
             for range in ranges.filter({ !$0.isEmpty }).sorted(by: { $0.lowerBound < $1.lowerBound }) {
@@ -303,8 +282,10 @@ package final class RangedInput: ArchiveInput {
             run = position == lastEnd ? min(run * 2, Self.maximumRun) : 1
             end = min(size, position + max(wanted, run * Self.blockSize), nextHeld(after: position))
         } else {
-            // Unplanned bytes below the package's own entries: only what was asked.
-            end = min(size, floor, position + max(wanted, 1))
+            // Unplanned bytes below the package's own entries: only what was asked, and not
+            // what is held already (the first answer, when the directory is read with the bytes
+            // before it).
+            end = min(size, floor, position + max(wanted, 1), nextHeld(after: position))
         }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Int(end - position))
