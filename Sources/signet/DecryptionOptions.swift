@@ -6,21 +6,24 @@ struct DecryptionOptions: ParsableArguments {
     @Option(
         name: .customLong("decryption-key"),
         help: ArgumentHelp(
-            "The device's key for encrypted packages: RSA or EC P-256, PEM, DER PKCS#8 or PKCS#12 (with its certificate, the envelope's part for it is found at once).",
-            valueName: "file"))
+            "The device's key for encrypted packages: RSA or EC P-256, PEM, DER PKCS#8 or PKCS#12 (with its certificate, the envelope's part for it is found at once), or an RSA key on a token, pkcs11:token=…;object=… (its module from module-path= in the URI, else $SIGNET_PKCS11_MODULE, else p11-kit's proxy).",
+            valueName: "file|uri"))
     var decryptionKey: String?
 
     @Option(
         name: .customLong("decryption-passphrase-file"),
-        help: ArgumentHelp("Read the decryption key's passphrase from the first line of this file.", valueName: "file"))
+        help: ArgumentHelp("Read the decryption key's passphrase (a token's user PIN) from the first line of this file.", valueName: "file"))
     var passphraseFile: String?
 
     /// The files these options read.
-    var files: [String] { [decryptionKey, passphraseFile].compactMap { $0 } }
+    var files: [String] { [decryptionKey.flatMap { PrivateKey.isTokenURI($0) ? nil : $0 }, passphraseFile].compactMap { $0 } }
 
-    /// The key, if one was given.
+    /// The key, if one was given: a file, or a key on a token.
     func load() throws -> DecryptionKey? {
         guard let decryptionKey else { return nil }
+        if PrivateKey.isTokenURI(decryptionKey) {
+            return try DecryptionKey(pkcs11: decryptionKey, pin: passphraseFile.map { .file($0, what: "PIN file") })
+        }
         return try DecryptionKey(contentsOf: decryptionKey, passphrase: passphraseFile.map { .file($0) })
     }
 }

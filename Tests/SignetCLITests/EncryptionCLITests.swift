@@ -159,39 +159,82 @@ struct EncryptionCLITests {
         #expect(FileManager.default.fileExists(atPath: dest + "/calibration.json"))
     }
 
-    @Test("README's block: pack to a fleet list, inspect, re-seal for a new batch, a device installs and reverifies")
+    @Test(
+        "a device key on a SoftHSM2 token opens packages sealed with RSA-OAEP and with --rsa-pkcs1 (the key never leaves the token); a token key that is not a recipient, or a wrong PIN, is refused with DIR untouched"
+    )
+    func tokenKey() throws {
+        let token = try SoftToken(label: "device")
+        try token.importKey(Self.rsaKey, label: "fleet-key", id: "01", token: "device")
+        try token.importKey(Self.otherKey, label: "spare", id: "02", token: "device")
+        let work = token.work
+        let uri = "pkcs11:token=device;object=fleet-key"
+        let module = ["SIGNET_PKCS11_MODULE": token.module]
+        let files = Self.files()
+        for (name, extra) in [("oaep", [String]()), ("pkcs1", ["--rsa-pkcs1"])] {
+            let package = work.directory.file("\(name).zip")
+            try CLIHelpers.pack(work, files, sequence: 4, out: package, extra: ["--encrypt-to", Self.ecCert, "--encrypt-to", Self.rsaCert] + extra)
+            let dest = work.directory.file("dest-\(name)")
+            let installed = try token.signet(
+                ["unpack", package, "--dest", dest, "--pubkey", work.publicDER, "--decryption-key", uri, "--decryption-passphrase-file", token.pinFile],
+                extra: module)
+            #expect(installed.status == 0, "\(name): \(installed.stderr)")
+            for (path, data) in files { #expect(try contents(dest + "/" + path) == data, "\(name): \(path)") }
+            let spare = try token.signet(
+                [
+                    "unpack", package, "--dest", work.directory.file("spare-\(name)"), "--pubkey", work.publicDER, "--decryption-key",
+                    "pkcs11:token=device;object=spare", "--decryption-passphrase-file", token.pinFile
+                ], extra: module)
+            #expect(spare.status == 3 && spare.stderr.contains("token 'device'"), "\(name): \(spare.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: work.directory.file("spare-\(name)")))
+        }
+        let wrongPIN = try work.directory.write("wrong-pin.txt", Data("0000\n".utf8), mode: 0o600)
+        let refused = try token.signet(
+            [
+                "unpack", work.directory.file("oaep.zip"), "--dest", work.directory.file("never"), "--pubkey", work.publicDER, "--decryption-key", uri,
+                "--decryption-passphrase-file", wrongPIN
+            ], extra: module)
+        #expect(refused.status == 4 && refused.stderr.contains("PIN"), "\(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.directory.file("never")))
+    }
+
+    @Test("README's block: pack to a fleet list, inspect, re-seal for a new batch, a device with its key on a token installs and reverifies")
     func readme() throws {
+        let token = try SoftToken(label: "device")
+        try token.importKey(Self.rsaKey, label: "fleet-key", id: "01", token: "device")
         let work = try TemporaryDirectory()
         let d = work.path
-        // Fixture keys, not generated: the signing key, two fleet devices (RSA, EC), the
-        // publisher's own recipient key, a new batch of one device (RSA-3072).
+        // Fixture keys, not generated: the signing key, the fleet's device (its key on the
+        // token), the publisher's own recipient key, a new batch of one device (EC).
         let setup = """
             set -e
             mkdir -p dist keys devices publisher etc/signet
             printf 'weights' > dist/model.bin
             cp '\(Fixtures.key("rsa2048-pkcs8.pem"))' keys/private_key.pem
             cp '\(Fixtures.key("rsa2048-spki.der"))' keys/public_key.der
-            cp '\(Self.ecCert)' devices/ec.pem
-            cat '\(Self.ecKey)' '\(Self.ecCert)' > etc/signet/device.pem
-            cp '\(Self.rsaCert)' publisher/cert.pem
-            cat '\(Self.rsaKey)' '\(Self.rsaCert)' > publisher/key-and-cert.pem
-            cp '\(Self.otherCert)' batch-7.pem
-            chmod 600 keys/private_key.pem etc/signet/device.pem publisher/key-and-cert.pem
+            cp '\(Self.rsaCert)' devices/device-1.pem
+            cp '\(token.pinFile)' etc/signet/device-pin
+            cp '\(Self.otherCert)' publisher/cert.pem
+            cat '\(Self.otherKey)' '\(Self.otherCert)' > publisher/key-and-cert.pem
+            cp '\(Self.ecCert)' batch-7.pem
+            chmod 600 keys/private_key.pem etc/signet/device-pin publisher/key-and-cert.pem
             """
         #expect(try run("bash", ["-c", setup], directory: d).status == 0)
         let text = try ReadmeBlocksTests.block("encryption").replacingOccurrences(of: "/opt/", with: d + "/opt/").replacingOccurrences(
             of: "/etc/signet/", with: d + "/etc/signet/")
-        let ran = try ReadmeBlocksTests.runBlock(text, in: d, environment: ReadmeBlocksTests.environment())
+        var environment = ReadmeBlocksTests.environment()
+        environment["SOFTHSM2_CONF"] = token.configuration
+        environment["SIGNET_PKCS11_MODULE"] = token.module
+        let ran = try ReadmeBlocksTests.runBlock(text, in: d, environment: environment)
         #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
         #expect(ran.stdoutText.contains("sealed to 2 devices"), "\(ran.stdoutText)")
         #expect(try String(contentsOfFile: d + "/opt/app/model.bin", encoding: .utf8) == "weights")
-        // The batch's device opens the re-sealed package; the fleet's EC device does not.
+        // The batch's device opens the re-sealed package; the fleet's device does not.
         let batch = try CLI.run([
-            "unpack", d + "/app-1.4.2-batch-7.zip", "--dest", d + "/b", "--pubkey", d + "/keys/public_key.der", "--decryption-key", Self.otherKey
+            "unpack", d + "/app-1.4.2-batch-7.zip", "--dest", d + "/b", "--pubkey", d + "/keys/public_key.der", "--decryption-key", Self.ecKey
         ])
         #expect(batch.status == 0, "\(batch.stderr)")
         let fleet = try CLI.run([
-            "unpack", d + "/app-1.4.2-batch-7.zip", "--dest", d + "/c", "--pubkey", d + "/keys/public_key.der", "--decryption-key", d + "/etc/signet/device.pem"
+            "unpack", d + "/app-1.4.2-batch-7.zip", "--dest", d + "/c", "--pubkey", d + "/keys/public_key.der", "--decryption-key", Self.rsaKey
         ])
         #expect(fleet.status == 3, "\(fleet.stderr)")
     }

@@ -47,4 +47,17 @@ int signet_ERR_GET_REASON(unsigned long code);
 int signet_hkdf_sha256_expand(const unsigned char *key, size_t key_length, const unsigned char *info, size_t info_length,
                               unsigned char *out, size_t out_length);
 
+/// A decryption by a PKCS#11 token key: `length` bytes at `from` into `to` (room for
+/// `capacity`), with OpenSSL's RSA padding number; returns the bytes written, or -1.
+typedef int (*signet_token_decrypt_fn)(void *context, const unsigned char *from, int length, unsigned char *to, int capacity, int padding);
+/// Releases the context a token key holds (called once, when OpenSSL frees the key).
+typedef void (*signet_token_release_fn)(void *context);
+/// An RSA key with `public_key`'s numbers whose private operation is `decrypt` (an RSA_METHOD,
+/// which Swift cannot build: its callbacks take an RSA *). NULL on failure, when `release` is
+/// not called.
+EVP_PKEY *signet_token_rsa_key(const EVP_PKEY *public_key, void *context, signet_token_decrypt_fn decrypt, signet_token_release_fn release);
+/// RSA_NO_PADDING and RSA_PKCS1_PADDING, as the token key's callback sees them.
+int signet_RSA_NO_PADDING(void);
+int signet_RSA_PKCS1_PADDING(void);
+
 #endif

@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Foundation
 import SignetCore
 
 /// A device's key for opening packages sealed to it (FORMAT.md §8): an RSA (2048 bits or
@@ -60,6 +61,31 @@ public struct DecryptionKey: Sendable, CustomStringConvertible {
             }
         }
         self.certificate = certificate
+    }
+
+    /// An RSA key of 2,048 bits or more on a PKCS#11 token (an HSM, a smart card, SoftHSM), named
+    /// by an RFC 7512 URI such as `pkcs11:token=device;object=fleet-key`: the envelope's part is
+    /// opened by the token's `C_Decrypt` and the key never leaves it. An RSA-OAEP part needs a
+    /// token that offers raw RSA (`CKM_RSA_X_509`; OpenSSL checks the OAEP encoding); a part
+    /// sealed with `--rsa-pkcs1` needs `CKM_RSA_PKCS`. Without the key's certificate, each RSA
+    /// part is tried.
+    ///
+    /// - Parameters: as ``/SignetCrypto/PrivateKey/init(pkcs11:module:pin:allowWeakKey:environment:)``.
+    public init(
+        pkcs11 uri: String, module: String? = nil, pin: PassphraseSource? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws {
+        let parsed = try PKCS11URI(uri)
+        guard let modulePath = module ?? parsed.modulePath ?? PKCS11Module.defaultPath(environment: environment) else {
+            throw SignetError(
+                .usage,
+                "no PKCS#11 module to reach \(parsed): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
+        }
+        let token = try TokenKey(uri: parsed, modulePath: modulePath, pin: pin, allowWeakKey: false)
+        key = try token.decryptingKey()
+        certificate = nil
+        format = .pkcs11
+        source = "\(parsed) on \(token.tokenDescription)"
     }
 
     /// An RSA key (else EC P-256).

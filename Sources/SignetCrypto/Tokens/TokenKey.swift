@@ -18,12 +18,12 @@ package final class TokenKey: @unchecked Sendable {
     let slot: CK_SLOT_ID
     /// "token 'release' (serial 1a2b…)".
     let tokenDescription: String
-    private let handle: CK_OBJECT_HANDLE
-    private let idle: Mutex<[CK_SESSION_HANDLE]>
+    let handle: CK_OBJECT_HANDLE
+    let idle: Mutex<[CK_SESSION_HANDLE]>
     /// The public half, from the token (CKA_MODULUS, CKA_PUBLIC_EXPONENT) through OpenSSL.
     let publicKey: EVPKey
 
-    private var functions: CK_FUNCTION_LIST { module.functions.pointee }
+    var functions: CK_FUNCTION_LIST { module.functions.pointee }
 
     /// Finds the key `uri` names, logging in with the PIN from `uri`'s pin-source, else `pin`.
     ///
@@ -205,7 +205,7 @@ package final class TokenKey: @unchecked Sendable {
         return signature
     }
 
-    private func takeSession() throws -> CK_SESSION_HANDLE {
+    func takeSession() throws -> CK_SESSION_HANDLE {
         if let session = idle.withLock({ $0.popLast() }) { return session }
         var session: CK_SESSION_HANDLE = 0
         try Self.check(
