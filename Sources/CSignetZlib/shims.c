@@ -119,3 +119,7 @@ int signet_deflate(signet_deflater *deflater, const unsigned char *in, size_t in
     if (result == Z_OK || result == Z_BUF_ERROR) return 0;
     return -1;
 }
+
+unsigned long signet_crc32_combine(unsigned long crc_a, unsigned long crc_b, long long length_b) {
+    return crc32_combine(crc_a, crc_b, (z_off_t)length_b);
+}

@@ -32,11 +32,17 @@ package final class ArchiveOutput: ZipSourceContext {
     fileprivate var end: UInt64 = 0
     private var writebackStart: UInt64 = 0
     /// Whether writeback starts as the archive is written (off for an archive that is read at
-    /// once and removed, never synced: an encrypted package's plaintext).
+    /// once and removed, never synced).
     package var startsWriteback = true
+    /// Where the archive's bytes go instead of the file, when set (an encrypted package's
+    /// payload, sealed as it is written).
+    package var sink: (any ArchiveSink)?
 
     static let bufferSize = 1 << 20
     static let writebackStep: UInt64 = 8 << 20
+
+    /// The file's descriptor, for a ``sink`` that writes the file itself (this owns it).
+    package var rawDescriptor: Int32 { descriptor.rawValue }
 
     /// Takes ownership of `file` (open for writing; closed when this is released).
     package init(file: consuming OwnedDescriptor, path: String) {
@@ -55,6 +61,7 @@ package final class ArchiveOutput: ZipSourceContext {
     fileprivate func begin() throws {
         guard ftruncate(descriptor.rawValue, 0) == 0 else { throw fail(SignetError.posix(errno, "cannot write the archive", path: path, call: "ftruncate")) }
         (bufferOffset, buffered, position, end, writebackStart) = (0, 0, 0, 0, 0)
+        try sink?.resumed(at: 0)
     }
 
     fileprivate func write(_ bytes: UnsafeRawBufferPointer) throws {
@@ -74,6 +81,12 @@ package final class ArchiveOutput: ZipSourceContext {
 
     /// Writes out the buffer and, every `writebackStep` bytes of progress, starts writeback.
     fileprivate func flush() throws {
+        if let sink {
+            try sink.write(UnsafeRawBufferPointer(rebasing: buffer[0..<buffered]), at: bufferOffset)
+            bufferOffset += UInt64(buffered)
+            buffered = 0
+            return
+        }
         do {
             try descriptor.write(all: UnsafeRawBufferPointer(rebasing: buffer[0..<buffered]), at: Int64(bufferOffset))
         } catch {
@@ -149,7 +162,13 @@ let archiveOutputCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutab
                 zip_error_set(&output.zipError, ZIP_ER_INVAL, 0)
                 return -1
             }
+            let returning = output.position != output.end && UInt64(base + seek.offset) == output.end
             output.position = UInt64(base + seek.offset)
+            if returning, let sink = output.sink {
+                // Back at the end after rewriting a local header: what was rewritten is final.
+                try output.flush()
+                try sink.resumed(at: output.end)
+            }
             return 0
         case ZIP_SOURCE_TELL_WRITE:
             return Int64(output.position)

@@ -76,6 +76,28 @@ struct EncryptionCLITests {
         #expect(!FileManager.default.fileExists(atPath: dest))
     }
 
+    @Test(
+        "pack --encrypt-to seals as it writes: many small files, a stored zip (a local header's signature inside a resource), deflated text and a chunked image install byte for byte; unzip -t and Python's zipfile read the encrypted package"
+    )
+    func shapes() throws {
+        let work = try Workspace()
+        var files: [String: Data] = [:]
+        for index in 0..<300 { files["small/\(index).txt"] = Data(String(repeating: "line \(index)\n", count: index % 7 + 1).utf8) }
+        files["inner.zip"] = Data([0x50, 0x4b, 3, 4] + [UInt8](repeating: 9, count: 40_000))
+        files["text.txt"] = Data(String(repeating: "compressible text, line after line\n", count: 60_000).utf8)
+        files["image.bin"] = CLIHelpers.randomData(6 << 20)
+        let package = work.directory.file("app.enc.zip")
+        try CLIHelpers.pack(work, files, sequence: 2, out: package, extra: ["--encrypt-to", Self.ecCert])
+        #expect(try run("unzip", ["-tq", package]).status == 0)
+        let python = try run(
+            "python3", ["-c", "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1])\nassert z.testzip() is None\nprint(len(z.infolist()))", package])
+        #expect(python.stdoutText.hasPrefix("2"), "\(python.stderr)")
+        let dest = work.directory.file("app")
+        let installed = try CLI.run(["unpack", package, "--dest", dest, "--pubkey", work.publicDER, "--decryption-key", Self.ecKey])
+        #expect(installed.status == 0, "\(installed.stderr)")
+        for (path, data) in files { #expect(try contents(dest + "/" + path) == data, "\(path)") }
+    }
+
     @Test("signet encrypt re-seals to other devices with the payload byte for byte; openssl cms opens the envelope and makes one that installs")
     func resealAndOpenSSL() throws {
         let work = try Workspace()

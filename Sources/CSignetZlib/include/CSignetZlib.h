@@ -38,4 +38,8 @@ int signet_deflate(signet_deflater *deflater, const unsigned char *in, size_t in
 /// zlib's crc32 over any length (its length argument is 32 bits).
 unsigned long signet_crc32(unsigned long crc, const unsigned char *data, size_t size);
 
+/// zlib's crc32_combine (its length argument is z_off_t): the CRC-32 of A followed by B from
+/// theirs and B's length, for bytes whose parts are checksummed out of order.
+unsigned long signet_crc32_combine(unsigned long crc_a, unsigned long crc_b, long long length_b);
+
 #endif

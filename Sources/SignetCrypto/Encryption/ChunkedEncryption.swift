@@ -148,6 +148,16 @@ package struct ChunkedSealer {
         try sealPending(into: &out)
     }
 
+    /// Seals chunk `index` alone, appended to `out`: what streaming the message would give for it,
+    /// for a writer whose chunks become final out of order. A chunk shorter than 16 KiB must
+    /// be the message's last; the caller keeps each number to one chunk.
+    package func seal(chunk index: UInt64, _ plaintext: [UInt8], into out: inout [UInt8]) throws {
+        guard index < ChunkedEncryption.maximumChunks, plaintext.count <= ChunkedEncryption.chunkSize else {
+            throw SignetError(.malformedInput, "a chunk-encrypted message may not exceed 2^38 chunks of 16 KiB")
+        }
+        try cipher.seal(plaintext, nonce: derived.nonce(index), appendingTo: &out)
+    }
+
     private mutating func sealPending(into out: inout [UInt8]) throws {
         guard index < ChunkedEncryption.maximumChunks else {
             throw SignetError(.malformedInput, "a chunk-encrypted message may not exceed 2^38 chunks")

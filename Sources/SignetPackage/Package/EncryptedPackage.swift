@@ -128,6 +128,28 @@ public enum EncryptedPackage {
         try write(package, key: key, envelope: envelope, output: output, replace: replace)
     }
 
+    /// `pack --encrypt-to` sealing as it writes: a random package key, the envelope giving it
+    /// to the recipients, and the output that seals what libzip writes.
+    struct Sealing {
+        let key: [UInt8]
+        let envelope: [UInt8]
+        let output: SealingOutput
+
+        init(for options: PackOptions, output path: String, into archive: ArchiveOutput) throws {
+            key = try ChunkedEncryption.randomKey()
+            envelope = try CMSEnvelope.seal(sealedDocument(key: key), to: options.encryptTo, cipher: options.envelopeCipher, rsaPadding: options.rsaPadding)
+            output = try SealingOutput(file: archive.rawDescriptor, path: path, key: key)
+            archive.sink = output
+        }
+
+        /// Writes the encrypted package around its sealed payload; returns the signed package
+        /// inside, read back through the key (for the checks any package gets before it is kept).
+        func finish(_ temporary: String) throws -> any ArchiveInput {
+            _ = try output.finish(envelope: envelope)
+            return try DecryptingInput(try EncryptedPackage.parts(of: temporary), packageKey: key, name: temporary)
+        }
+    }
+
     /// Writes `package` sealed under `key`, with `envelope`, into `output`.
     private static func write(_ package: String, key: [UInt8], envelope: [UInt8], output: String, replace: Bool) throws {
         let source = try InputFile.open(package, what: "package", followSymlinks: false)

@@ -69,10 +69,12 @@ public enum PackageBuilder {
         let sequence = options.sequence ?? UInt64(max(0, (PackOptions.sourceDateEpoch ?? .now).secondsSinceEpoch))
 
         let written = try PackageOutput(output, tag: "pack", what: "the package")
-        // Sealed afterwards: the plaintext is read at once and removed, never synced.
-        written.archive.startsWriteback = options.encryptTo.isEmpty
         let temporary = written.temporary
         let archive = written.archive
+        // Sign, then encrypt (FORMAT.md §8): the package is sealed as libzip writes it, into the
+        // encrypted package's payload; the envelope is made first, so a bad certificate or a
+        // refused recipient costs nothing.
+        let sealing = try options.encryptTo.isEmpty ? nil : EncryptedPackage.Sealing(for: options, output: output, into: archive)
 
         // Judging a file reads a little of it (all of a small one): on every core.
         let compression = options.compression
@@ -157,18 +159,12 @@ public enum PackageBuilder {
         try writer.close()
 
         // What a client's unpack checks before it trusts anything, checked here on the bytes
-        // written: the archive's structure and each entry's expansion ratio.
-        let compressedSizes = try checkWritten(temporary, output: output, limits: options.limits, inputs: inputs)
-        if options.encryptTo.isEmpty {
-            // Most of it is already on its way to disk (ArchiveOutput starts writeback as it goes).
-            try written.commit(replace: options.replace, what: "the package")
-        } else {
-            // Sign, then encrypt: the package written sealed into the output (the plaintext is
-            // removed with `written`).
-            try EncryptedPackage.seal(
-                temporary, to: options.encryptTo, output: output, cipher: options.envelopeCipher, rsaPadding: options.rsaPadding,
-                replace: options.replace)
-        }
+        // written: the archive's structure and each entry's expansion ratio (of an encrypted
+        // package, the package inside, read back through its key).
+        let check = try sealing.map { try $0.finish(temporary) } ?? InputFile.open(temporary, what: "package")
+        let compressedSizes = try checkWritten(check, output: output, limits: options.limits, inputs: inputs)
+        // Most of it is already on its way to disk (the output starts writeback as it goes).
+        try written.commit(replace: options.replace, what: "the package")
         ledger.progress?.finish()
         guard let manifest else { throw SignetError(.io, "the manifest was not written", path: output) }
         return Result(manifest: manifest, path: output, deflated: methods.map { $0 != .store }, compressedSizes: compressedSizes)
@@ -204,8 +200,7 @@ public enum PackageBuilder {
     /// every entry to the expansion-ratio limit.
     /// Returns each resource's compressed size, by its path in the package.
     @discardableResult
-    static func checkWritten(_ temporary: String, output: String, limits: PackageLimits, inputs: [PackInput]) throws -> [String: UInt64] {
-        let file = try InputFile.open(temporary, what: "package")
+    static func checkWritten(_ file: any ArchiveInput, output: String, limits: PackageLimits, inputs: [PackInput]) throws -> [String: UInt64] {
         let directory = try CentralDirectory.records(of: file, archive: output, maximumEntries: limits.maximumEntries)
         var sizes: [String: UInt64] = [:]
         sizes.reserveCapacity(inputs.count)
