@@ -415,10 +415,11 @@ extension TUFRepository {
         try create(at: path.string, root: root, targets: targets, snapshot: snapshot, timestamp: timestamp, lifetimes: lifetimes, now: now)
     }
 
-    /// ``add(package:channels:allowLower:rollout:now:)-(String,_,_,_,_)`` with a `FilePath`.
-    public func add(package: FilePath, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, now: Timestamp = .now) throws
-        -> TUFPackageTarget
-    {
-        try add(package: package.string, channels: channels, allowLower: allowLower, rollout: rollout, now: now)
+    /// ``add(package:channels:allowLower:rollout:decryptionKey:now:)-(String,_,_,_,_,_)`` with a `FilePath`.
+    public func add(
+        package: FilePath, channels: [String], allowLower: Bool = false, rollout: TUFRollout? = nil, decryptionKey: DecryptionKey? = nil,
+        now: Timestamp = .now
+    ) throws -> TUFPackageTarget {
+        try add(package: package.string, channels: channels, allowLower: allowLower, rollout: rollout, decryptionKey: decryptionKey, now: now)
     }
 }

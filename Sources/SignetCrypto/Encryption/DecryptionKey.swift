@@ -76,11 +76,7 @@ public struct DecryptionKey: Sendable, CustomStringConvertible {
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws {
         let parsed = try PKCS11URI(uri)
-        guard let modulePath = module ?? parsed.modulePath ?? PKCS11Module.defaultPath(environment: environment) else {
-            throw SignetError(
-                .usage,
-                "no PKCS#11 module to reach \(parsed): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
-        }
+        let modulePath = try PKCS11Module.path(for: parsed, module: module, environment: environment)
         let token = try TokenKey(uri: parsed, modulePath: modulePath, pin: pin, allowWeakKey: false)
         key = try token.decryptingKey()
         certificate = nil

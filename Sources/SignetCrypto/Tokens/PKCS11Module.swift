@@ -28,6 +28,17 @@ final class PKCS11Module: @unchecked Sendable {
         return nil
     }
 
+    /// The module to load for `uri`: `module` (--pkcs11-module), else the URI's `module-path=`,
+    /// else ``defaultPath(environment:)``; `.usage` when there is none.
+    static func path(for uri: PKCS11URI, module: String?, environment: [String: String]) throws -> String {
+        guard let path = module ?? uri.modulePath ?? defaultPath(environment: environment) else {
+            throw SignetError(
+                .usage,
+                "no PKCS#11 module to reach \(uri): give --pkcs11-module PATH (for SoftHSM2: /usr/lib/softhsm/libsofthsm2.so) or set SIGNET_PKCS11_MODULE")
+        }
+        return path
+    }
+
     /// The module at `path`, loaded and initialised once.
     ///
     /// - Throws: ``/SignetCore/SignetError`` `.tokenModule` (exit 5) when it cannot be loaded or initialised.
