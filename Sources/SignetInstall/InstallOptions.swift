@@ -78,6 +78,11 @@ public struct InstallOptions: Sendable {
     /// The package signed metadata names (`signet update`): the install is bound to it
     /// (``/SignetPackage/PackageBinding``).
     public var expectedPackage: PackageBinding? = nil
+    /// The SHA-256 (lowercase hex) of the signed manifest of the one release to install — the
+    /// release a person or an agent confirmed (`update --check` reports it). Another release,
+    /// even one correctly signed, is refused (`not-confirmed`, exit 1) before any resource is
+    /// read or fetched.
+    public var requiredManifestSHA256: String? = nil
     /// Where the package came from (a URL), recorded as `source` in each file's
     /// `user.signet.meta`; set by `Installer.install(downloading:to:policy:options:download:)`.
     public var source: String? = nil

@@ -59,6 +59,7 @@ extension Installer {
         Self.endLeftoverHook(destination)
         let (checked, installState) = try job.checkManifest(replacing: state)
         if let expected = options.expectedPackage { try Self.checkBinding(expected, checked: checked, package: package) }
+        if let required = options.requiredManifestSHA256 { try Self.checkConfirmed(required, checked: checked, package: package) }
         try Self.checkSeal(of: destination, replacedBy: job.resources(checked).map(\.path), options: options, package: package)
         if options.caseInsensitiveDestination || CaseFolding.ignoresCase(at: AtomicFile.parentDirectory(of: destination)) {
             try CaseFolding.refuseCollisions(job.resources(checked).map(\.path), package: package)

@@ -257,6 +257,24 @@ public enum Installer {
         }
     }
 
+    /// The package must be the release that was confirmed: its signed manifest's SHA-256 is
+    /// `required` (`--require-manifest-sha256`).
+    static func checkConfirmed(_ required: String, checked: PackageReader.Checked?, package: String) throws {
+        guard let checked else {
+            throw SignetError(
+                .notConfirmed,
+                "'\(package)' is a bare package: it has no signed manifest to be the confirmed one (SHA-256 \(required)). Nothing was installed",
+                path: package)
+        }
+        let digest = try Digest.compute(checked.manifestBytes, algorithm: .sha256)
+        guard digest.matches(hex: required) else {
+            throw SignetError(
+                .notConfirmed,
+                "'\(package)' is \(checked.manifest.name) \(checked.manifest.version) (sequence \(checked.manifest.sequence)) with manifest SHA-256 \(digest.hex), not the release that was confirmed (manifest SHA-256 \(required)). Nothing was installed",
+                path: package)
+        }
+    }
+
     static func writeAll(_ chunk: UnsafeRawBufferPointer, to fd: FileDescriptor, path: String, destination: String) throws {
         do { try fd.write(all: chunk) } catch {
             throw SignetError.posix(error, "cannot write the staged copy of '\(path)' beside", path: destination)

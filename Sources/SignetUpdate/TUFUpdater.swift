@@ -235,6 +235,14 @@ public enum TUFUpdater {
                 decision: decision, refresh: refresh, role: listing.role, packageURL: packageURL, installed: installed,
                 install: install, deferredInstall: deferredInstall)
         }
+        // The release a person or an agent confirmed, and no other: refused before anything of
+        // it is fetched (the install checks the manifest it reads again).
+        if let required = options.install.requiredManifestSHA256, required.lowercased() != release.manifestSHA256.lowercased() {
+            throw SignetError(
+                .notConfirmed,
+                "channel \(options.channel) names \(release.name) \(release.version) (sequence \(release.sequence)) with manifest SHA-256 \(release.manifestSHA256), not the release that was confirmed (manifest SHA-256 \(required)). Nothing was fetched or installed",
+                path: release.target)
+        }
         if case .refusedBad = decision.action { return report() }
         if let lock, let note = decision.channelNote {
             try Installer.noteChannel(destination, sequence: note.sequence, version: note.version, note: note.note, records: records, holding: lock)

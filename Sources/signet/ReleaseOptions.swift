@@ -39,6 +39,13 @@ struct ReleaseOptions: ParsableArguments {
     @Flag var verity: VerityMode?
 
     @Option(
+        name: .customLong("require-manifest-sha256"),
+        help: ArgumentHelp(
+            "Install only the release whose signed manifest has this SHA-256 (what update --check reported and someone confirmed); any other, even correctly signed, is refused (exit 1, not-confirmed) before anything of it is fetched.",
+            valueName: "hex"))
+    var requireManifestSHA256: String?
+
+    @Option(
         name: .customLong("keep-previous"),
         help: ArgumentHelp(
             "Keep the replaced release beside DIR (.DIR.signet-previous, sharing its unchanged files) for `signet rollback` and the health check: yes (the default) or no.",
@@ -89,6 +96,11 @@ struct ReleaseOptions: ParsableArguments {
     var healthTimeout: String = "60s"
 
     func validate() throws {
+        if let hash = requireManifestSHA256,
+            hash.utf8.count != 64 || !hash.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) || (0x41...0x46).contains($0) })
+        {
+            throw ValidationError("--require-manifest-sha256 takes a SHA-256 in hex (64 digits), as update --check reports it; not '\(hash)'")
+        }
         for spec in window { _ = try MaintenanceWindow(spec) }
         for (option, value) in [("--pre-install", preInstall), ("--post-install", postInstall), ("--health-check", healthCheck)] {
             if let value, InstallHooks.words(value) == nil {
@@ -119,6 +131,7 @@ struct ReleaseOptions: ParsableArguments {
     }
 
     func apply(to options: inout InstallOptions) {
+        options.requiredManifestSHA256 = requireManifestSHA256?.lowercased()
         options.imaAttribute = ima.map { $0 == .user ? "user.ima" : "security.ima" }
         options.verity =
             switch verity {

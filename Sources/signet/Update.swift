@@ -272,6 +272,21 @@ extension Update {
         let sequence: UInt64
     }
 
+    /// A release as the repository lists it, with the SHA-256 of its signed manifest that the
+    /// targets metadata binds: what --require-manifest-sha256 takes.
+    struct ListedRelease: Encodable {
+        let name: String
+        let version: String
+        let sequence: UInt64
+        let manifest_sha256: String
+
+        init(_ target: TUFPackageTarget) {
+            (name, version, sequence, manifest_sha256) = (target.name, target.version, target.sequence, target.manifestSHA256)
+        }
+
+        var release: Release { Release(name: name, version: version, sequence: sequence) }
+    }
+
     struct RepositoryReport: Encodable {
         let channel: String
         let repository: String
@@ -279,7 +294,7 @@ extension Update {
         let timestamp_version: Int64
         let role: String
         @Null var installed: Release?
-        let available: Release
+        let available: ListedRelease
         let update_available: Bool
         let channel_is_older: Bool
         let updated: Bool
@@ -306,17 +321,17 @@ extension Update {
             let sequence: UInt64
             let reason: String
         }
-        @Null var chosen: Release?
+        @Null var chosen: ListedRelease?
         @Null var target: String?
         let reason: String
-        let newest: Release
+        let newest: ListedRelease
         let passed_over: [Passed]
 
         init(_ choice: TUFReleaseChoice) {
-            chosen = choice.chosen.map { Release(name: $0.name, version: $0.version, sequence: $0.sequence) }
+            chosen = choice.chosen.map(ListedRelease.init)
             target = choice.chosen?.target
             reason = choice.reason.rawValue
-            newest = Release(name: choice.newest.name, version: choice.newest.version, sequence: choice.newest.sequence)
+            newest = ListedRelease(choice.newest)
             passed_over = choice.passedOver.map { Passed(version: $0.release.version, sequence: $0.release.sequence, reason: $0.reason.rawValue) }
         }
     }
@@ -368,7 +383,7 @@ extension Update {
             options.client.download = download
             return try await TUFUpdater.updateAsync(to: dest, options: options)
         }
-        let available = Release(name: report.release.name, version: report.release.version, sequence: report.release.sequence)
+        let available = ListedRelease(report.release)
         let installed = report.installed.map { Release(name: $0.name, version: $0.version, sequence: $0.sequence) }
         let updated = report.install.map { !$0.upToDate } ?? false
         if output.json {
@@ -376,7 +391,7 @@ extension Update {
             Output.json(
                 RepositoryReport(
                     channel: channel, repository: repository, root_version: report.refresh.rootVersion,
-                    timestamp_version: report.refresh.timestampVersion, role: report.role, installed: updated ? available : installed,
+                    timestamp_version: report.refresh.timestampVersion, role: report.role, installed: updated ? available.release : installed,
                     available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
                     updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
                     transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [],
@@ -411,7 +426,7 @@ extension Update {
             )
         } else if report.updateAvailable {
             Output.line(
-                "update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)"
+                "update available for \(dest): \(available.name) \(available.version) (sequence \(available.sequence), manifest SHA-256 \(report.release.manifestSHA256)), installed: \(installed.map { "\($0.version) (sequence \($0.sequence))" } ?? "nothing"); \(trusted)"
             )
         } else if report.channelIsOlder {
             Output.warn(

@@ -117,7 +117,8 @@ struct ConfigCLITests {
                 return String(bare[..<equals.lowerBound])
             })
         let notKeys: Set<String> = [
-            "--config", "--unset", "--check", "--json", "--quiet", "-q", "--help", "-h", "--ignore-rollout", "--verity-auto", "--version"
+            "--config", "--unset", "--check", "--json", "--quiet", "-q", "--help", "-h", "--ignore-rollout", "--verity-auto", "--version",
+            "--require-manifest-sha256"
         ]
         let keys = options.subtracting(notKeys).filter { $0.hasPrefix("--") }.map { String($0.dropFirst(2)) }
         #expect(keys.count >= 40, "\(keys.sorted())")

@@ -46,6 +46,9 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let badSignature = Code("bad-signature", exitStatus: .verificationFailed)
         /// A signature is not exactly the key's modulus length.
         public static let wrongSignatureLength = Code("wrong-signature-length", exitStatus: .verificationFailed)
+        /// A release other than the one confirmed (`--require-manifest-sha256`), even one
+        /// correctly signed.
+        public static let notConfirmed = Code("not-confirmed", exitStatus: .verificationFailed)
 
         // Exit 2: usage.
         /// The command line or the arguments to an API call are inconsistent.
