@@ -83,6 +83,9 @@ public struct InstallOptions: Sendable {
     /// even one correctly signed, is refused (`not-confirmed`, exit 1) before any resource is
     /// read or fetched.
     public var requiredManifestSHA256: String? = nil
+    /// Told each step of the install as it starts (``/SignetCore/WorkPhase``): for an agent's
+    /// or a UI's events.
+    public var phase: PhaseHandler? = nil
     /// Where the package came from (a URL), recorded as `source` in each file's
     /// `user.signet.meta`; set by `Installer.install(downloading:to:policy:options:download:)`.
     public var source: String? = nil

@@ -94,6 +94,7 @@ extension Installer {
         download: DownloadOptions, cancelled: CancellationFlag?, holding lock: DestinationLock
     ) throws -> InstallReport {
         try Downloader.checkScheme(url, policy: download.tls)
+        options.phase?(.download)
         var options = options
         options.source = Download.recordedSource(url)
         let partial = Downloader.partialPath(besides: destination)

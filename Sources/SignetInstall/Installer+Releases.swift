@@ -162,6 +162,7 @@ extension Installer {
                 path: report.destination)
         }
         if let command = options.hooks.postInstall, !recheck || releasesBefore.post_install?.sequence == new.sequence {
+            options.phase?(.hooks)
             // Recorded as running until it ends: a Signet killed in it (SIGKILL, a power cut)
             // leaves the record, and the next run ends what it left and runs it again.
             var releases = try ReleaseRecord.read(for: report.destination)
@@ -185,6 +186,7 @@ extension Installer {
         var releases = try ReleaseRecord.read(for: report.destination)
         releases.unchecked = new.sequence
         try releases.write(for: report.destination)
+        options.phase?(.healthCheck)
         let result = HookRunner.run(
             "health-check", check, environment: environment(event: "health-check", from: old, to: new), timeout: options.hooks.healthTimeout)
         report.hooks.append(result)

@@ -129,13 +129,16 @@ public enum Installer {
             layout: try PackageReader.Layout(reader: reader, limits: options.limits, bare: options.bare),
             policy: policy, options: options)
         var admitted: Admitted
+        options.phase?(.verify)
         switch try admit(job, state: state, stale: stale, ranged: ranged) {
         case .upToDate(let report): return report
         case .install(let value): admitted = value
         }
+        options.phase?(.stage)
         let staged = try stageResources(job, admitted: &admitted, state: state, ranged: ranged)
         let preInstall: HookResult?
         do {
+            if options.hooks.preInstall != nil { options.phase?(.hooks) }
             preInstall = try gate(job, admitted: admitted, state: state)
         } catch let deferred as SignetError where deferred.code == .installDeferred {
             // Staged and verified, not swapped: kept beside DIR, where the next run (ranged)
@@ -150,6 +153,7 @@ public enum Installer {
             _ = staged.staging.remove()
             throw error
         }
+        options.phase?(.swap)
         return try swap(staged, job: job, admitted: admitted, state: state, stale: stale, ranged: ranged, preInstall: preInstall)
     }
 

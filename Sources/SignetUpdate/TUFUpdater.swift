@@ -175,8 +175,10 @@ public enum TUFUpdater {
         // A check by a user who cannot write the metadata folder (a monitor) verifies without
         // keeping: no lock, nothing written (FORMAT §7).
         if options.checkOnly, access(clientOptions.metadataDirectory, W_OK) != 0 { clientOptions.readOnly = true }
+        options.install.phase?(.refresh)
         let client = try TUFClient(options: clientOptions, cancelled: cancelled)
         let refresh = try client.refresh()
+        options.install.phase?(.plan)
         // DIR's lock, taken once: what DIR holds and its records are read under it, the
         // decision is made from them, and the release is installed under the same lock. A
         // check changes nothing and takes none (a monitor may not write beside DIR).

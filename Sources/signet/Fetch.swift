@@ -54,6 +54,7 @@ struct Fetch: ParsableCommand {
 
     @OptionGroup(title: "Downloads") var tls: TLSOptions
 
+    @OptionGroup(title: "Events") var events: EventOptions
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -71,6 +72,7 @@ struct Fetch: ParsableCommand {
     }
 
     func run() throws {
+        try events.start()
         Signals.onInterrupt("nothing was written to '\(out)'; what arrived is kept beside it: run the same command again to resume")
         tls.warnIfInsecure(url)
         let options = try tls.options(trust: trust)
@@ -92,13 +94,12 @@ struct Fetch: ParsableCommand {
             }
         }
         let (url, out, algorithm, force) = (url, out, algorithm, force)
+        Events.current?.phase(.download)
         let result = try ProgressLine.downloading(url, options: options, output: output) { [signatureBytes, policy] in
             try await Download.fileAsync(url, to: out, options: $0, signature: signatureBytes, algorithm: algorithm, policy: policy, replace: force)
         }
-        if output.json {
-            Output.json(Report(url: url, file: out, size: result.size, resumed_from: result.resumedFrom, verified: signatureBytes != nil))
-            return
-        }
+        Output.result(Report(url: url, file: out, size: result.size, resumed_from: result.resumedFrom, verified: signatureBytes != nil), json: output.json)
+        if output.json { return }
         let resumed = result.resumedFrom > 0 ? " (continued from \(result.resumedFrom) bytes on disk)" : ""
         let verified = signatureBytes != nil ? ", signature verified" : ", not verified (no --signature)"
         Output.line("downloaded \(out): \(result.size) bytes\(resumed)\(verified)")

@@ -5,6 +5,17 @@ import Synchronization
 /// Everything the CLI prints goes through here: JSON on stdout, text on stdout/stderr.
 enum Output {
     /// Prints `value` as one JSON document (sorted keys) on stdout.
+    /// The command's result: printed as JSON with `--json`, and always the last line of its
+    /// events (`--events-fd`, `--events`).
+    static func result<T: Encodable>(_ value: T, json wantsJSON: Bool) {
+        if let events = Events.current {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            if let data = try? encoder.encode(value) { events.result(data) }
+        }
+        if wantsJSON { json(value) }
+    }
+
     static func json<T: Encodable>(_ value: T) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
@@ -52,6 +63,7 @@ enum Output {
 
     /// "signet: warning: ..." on stderr, one escaped line.
     static func warn(_ text: String) {
+        Events.current?.warning(text)
         Output.standardError("signet: warning: \(escaped(text))\n")
     }
 
@@ -116,7 +128,7 @@ enum Output {
     /// Reports `error` (stderr always; stdout too with --json) and exits with its status.
     static func fail(_ error: SignetError, json wantsJSON: Bool, usage: String? = nil) -> Never {
         releaseHeld()
-        if wantsJSON { json(ErrorDocument(error: errorBody(error))) }
+        result(ErrorDocument(error: errorBody(error)), json: wantsJSON)
         Output.error(error.description)
         // A value the command refused (exit 2): its usage, as for an option ArgumentParser refused.
         if let usage, error.code == .usage, !wantsJSON { Output.standardError(escaped(usage, keepNewlines: true) + "\n") }

@@ -118,6 +118,7 @@ struct Pack: ParsableCommand {
 
     @OptionGroup var limits: LimitOptions
 
+    @OptionGroup(title: "Events") var events: EventOptions
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -130,6 +131,7 @@ struct Pack: ParsableCommand {
     }
 
     func run() throws {
+        try events.start()
         Signals.onInterrupt("no package was written: '\(out)' is as it was (the temporary file is removed)")
         let privateKey = try key.load()
         // Every recipient certificate is read before anything is packed.
@@ -156,6 +158,7 @@ struct Pack: ParsableCommand {
         options.encryptTo = sealTo
         options.envelopeCipher = recipients.cipher
         options.rsaPadding = recipients.padding
+        Events.current?.phase("pack")
         let result = try ProgressLine.showing("packing " + out, output: output) { progress in
             options.progress = progress
             return try PackageBuilder.pack(paths, to: out, signer: Signer(key: privateKey, algorithm: algorithm), options: options)
@@ -169,17 +172,15 @@ struct Pack: ParsableCommand {
             )
         }
         let source = SequenceSource(given: sequence != nil)
-        if output.json {
-            Output.json(
-                PackReport(
-                    package: PackageReport(
-                        package: out, manifest: manifest,
-                        storage: { [compression = result.compression, sizes = result.compressedSizes] path in
-                            compression[path].map { (compression: $0, compressedSize: sizes[path]) }
-                        }),
-                    sequence_source: source.rawValue))
-            return
-        }
+        Output.result(
+            PackReport(
+                package: PackageReport(
+                    package: out, manifest: manifest,
+                    storage: { [compression = result.compression, sizes = result.compressedSizes] path in
+                        compression[path].map { (compression: $0, compressedSize: sizes[path]) }
+                    }),
+                sequence_source: source.rawValue), json: output.json)
+        if output.json { return }
         let total = manifest.files.reduce(UInt64(0)) { $0 + $1.size }
         Output.line("packed \(manifest.files.count) file\(manifest.files.count == 1 ? "" : "s") (\(total) bytes) into \(out)")
         if !sealTo.isEmpty {

@@ -32,6 +32,7 @@ final class ProgressLine: Sendable {
     /// Shows `done` of `total` bytes (total nil when unknown); `kept` bytes were there before
     /// this run started and do not count towards the rate.
     func update(bytes done: UInt64, of total: UInt64?, kept: UInt64 = 0, force: Bool = false) {
+        Events.current?.progress(bytesDone: done, bytesTotal: total, finished: force)
         guard enabled else { return }
         let text: String? = state.withLock { state in
             let now = DispatchTime.now().uptimeNanoseconds
@@ -58,6 +59,9 @@ final class ProgressLine: Sendable {
     /// Shows `progress` of files and bytes: "packing: 1234 of 50000 files, 12.3 MiB of 1.1 GiB
     /// (1%), 45.6 MiB/s, 0:12 left".
     func update(_ progress: WorkProgress) {
+        Events.current?.progress(
+            bytesDone: progress.bytesDone, bytesTotal: progress.bytesTotal, filesDone: progress.itemsDone, filesTotal: progress.itemsTotal,
+            finished: progress.finished)
         guard enabled else { return }
         let text: String? = state.withLock { state in
             let now = DispatchTime.now().uptimeNanoseconds
@@ -85,7 +89,7 @@ final class ProgressLine: Sendable {
     /// `progress` option), and clears the line afterwards, whatever happens.
     static func showing<R>(_ label: String, output: OutputOptions, _ work: (ProgressHandler?) throws -> R) rethrows -> R {
         let line = ProgressLine(label, output: output)
-        guard line.enabled else { return try work(nil) }
+        guard line.enabled || Events.current != nil else { return try work(nil) }
         defer { line.finish() }
         return try work { line.update($0) }
     }

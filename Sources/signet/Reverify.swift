@@ -100,6 +100,7 @@ struct Reverify: ParsableCommand {
         name: .customLong("expect-name"), help: ArgumentHelp("Each DIR must hold this package (another product, or a bare tree, fails).", valueName: "name"))
     var expectName: String?
 
+    @OptionGroup(title: "Events") var events: EventOptions
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -171,6 +172,7 @@ struct Reverify: ParsableCommand {
     }
 
     func run() throws {
+        try events.start()
         let policy = try trust.policy()
         var options = ReverifyOptions()
         options.exclude = exclude
@@ -194,6 +196,7 @@ struct Reverify: ParsableCommand {
                 continue
             }
             do {
+                Events.current?.phase("reverify")
                 let tree = try ProgressLine.showing("checking " + path, output: output) { progress in
                     var options = options
                     options.progress = progress
@@ -212,12 +215,10 @@ struct Reverify: ParsableCommand {
                     failure = SignetError(code, tree.manifestMessage ?? "\(reason)", path: tree.root)
                 }
                 statuses.append(failure?.code.exitStatus.rawValue ?? (tree.isOK ? 0 : 1))
-                guard output.json else {
-                    show(tree)
-                    continue
-                }
-                // The JSON copy of the report exists only when JSON is asked for (for 50,000
-                // files it is as large as the report itself).
+                if !output.json { show(tree) }
+                guard output.json || Events.current != nil else { continue }
+                // The JSON copy of the report exists only when JSON is asked for, or events that
+                // end with it (for 50,000 files it is as large as the report itself).
                 trees.append(
                     TreeEntry(
                         root: tree.root, ok: tree.isOK, name: tree.manifest?.name, version: tree.manifest?.version, sequence: tree.manifest?.sequence,
@@ -231,9 +232,8 @@ struct Reverify: ParsableCommand {
                 if !output.json { Output.error(error.description) }
             }
         }
-        if output.json {
-            Output.json(Report(ok: statuses.allSatisfy { $0 == 0 }, trees: trees, files: files.map(FileEntry.init)))
-        } else {
+        Output.result(Report(ok: statuses.allSatisfy { $0 == 0 }, trees: trees, files: files.map(FileEntry.init)), json: output.json)
+        if !output.json {
             for file in files {
                 // A file that could not be read has its verdict like any other, and its error on
                 // standard error (the exit status is the error's); a path that does not exist

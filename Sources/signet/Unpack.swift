@@ -119,6 +119,7 @@ struct Unpack: ParsableCommand {
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
+    @OptionGroup(title: "Events") var events: EventOptions
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -199,11 +200,13 @@ struct Unpack: ParsableCommand {
     }
 
     func run() throws {
+        try events.start()
         Signals.onInterrupt(
             "'\(dest)' holds the tree it held before, or the whole new one if the swap had already happened (an install is all or nothing); "
                 + (Download.isURL(package)
                     ? "what was fetched is kept beside it: run the same command again to continue from there" : "the staged files are removed"))
         var options = InstallOptions()
+        options.phase = Events.phaseHandler
         options.force = force
         options.repair = repair
         releases.apply(to: &options)
@@ -239,18 +242,17 @@ struct Unpack: ParsableCommand {
         if !report.attributesWritten {
             Output.warn("'\(dest)' is on a filesystem without user extended attributes: signatures are kept only in \(dest)/.signet/sigs/")
         }
-        if output.json {
-            Output.json(
-                Report(
-                    destination: dest, package: package, name: report.manifest?.name, version: report.manifest?.version,
-                    sequence: report.manifest?.sequence, replaced_sequence: report.replacedSequence,
-                    signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
-                    attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
-                    leftover: report.leftover, transfer: report.transfer.map(Transfer.init),
-                    up_to_date: report.upToDate, repaired: report.repaired, files_shared: report.filesShared, files_copied: report.filesCopied,
-                    previous_kept: report.previousKept, pending: report.pending, verity: .init(report), hooks: report.hooks.map(ReleaseOptions.Hook.init)))
-            return
-        }
+        Output.result(
+            Report(
+                destination: dest, package: package, name: report.manifest?.name, version: report.manifest?.version,
+                sequence: report.manifest?.sequence, replaced_sequence: report.replacedSequence,
+                signer: report.signer.keyID.hex, channel: policy.channel(of: report.signer.keyID), files: report.files,
+                attributes: report.attributesWritten ? "xattr" : "sidecar", atomic_exchange: report.exchanged,
+                leftover: report.leftover, transfer: report.transfer.map(Transfer.init),
+                up_to_date: report.upToDate, repaired: report.repaired, files_shared: report.filesShared, files_copied: report.filesCopied,
+                previous_kept: report.previousKept, pending: report.pending, verity: .init(report), hooks: report.hooks.map(ReleaseOptions.Hook.init)),
+            json: output.json)
+        if output.json { return }
         if report.upToDate, let manifest = report.manifest {
             Output.line(
                 "up to date: \(dest) holds \(manifest.name) \(manifest.version) (sequence \(manifest.sequence))\(repair ? ", and it checks whole" : ""); nothing written (--repair checks it, --force reinstalls it)"

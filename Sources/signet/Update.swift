@@ -114,6 +114,7 @@ struct Update: ParsableCommand {
         help: ArgumentHelp("Install only this sequence (42) or versions with this prefix (1.4: 1.4 and 1.4.2, not 1.40).", valueName: "lock"))
     var versionLock: String?
 
+    @OptionGroup(title: "Events") var events: EventOptions
     @OptionGroup var output: OutputOptions
 
     /// The config keys and the TOML type each takes (`ConfigKey.update`).
@@ -239,6 +240,7 @@ struct Update: ParsableCommand {
     }
 
     func run() throws {
+        try events.start()
         Signals.onInterrupt(
             "the destination holds the tree it held before, or the whole new release if the swap had already happened (an update is all or nothing); what was fetched is kept beside it, and the next run continues from there"
         )
@@ -250,6 +252,7 @@ struct Update: ParsableCommand {
 extension Update {
     /// The install options (--force, --repair, the releases, the limits, --wait, --state).
     func applyInstallOptions(to install: inout InstallOptions) throws {
+        install.phase = Events.phaseHandler
         install.decryptionKey = try decryption.load()
         install.force = force
         install.repair = repair
@@ -386,25 +389,23 @@ extension Update {
         let available = ListedRelease(report.release)
         let installed = report.installed.map { Release(name: $0.name, version: $0.version, sequence: $0.sequence) }
         let updated = report.install.map { !$0.upToDate } ?? false
-        if output.json {
-            // `installed` is what DIR holds after the run; `replaced` what it held before an update.
-            Output.json(
-                RepositoryReport(
-                    channel: channel, repository: repository, root_version: report.refresh.rootVersion,
-                    timestamp_version: report.refresh.timestampVersion, role: report.role, installed: updated ? available.release : installed,
-                    available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
-                    updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
-                    transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [],
-                    files_shared: report.install?.filesShared ?? 0,
-                    files_copied: report.install?.filesCopied ?? 0,
-                    previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
-                    verity: report.install.map(ReleaseOptions.Verity.init),
-                    hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
-                    refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) },
-                    rollout: report.rollout.map(Rollout.init), deferred: report.deferred,
-                    choice: report.choice.map(Choice.init)))
-            return
-        }
+        // `installed` is what DIR holds after the run; `replaced` what it held before an update.
+        Output.result(
+            RepositoryReport(
+                channel: channel, repository: repository, root_version: report.refresh.rootVersion,
+                timestamp_version: report.refresh.timestampVersion, role: report.role, installed: updated ? available.release : installed,
+                available: available, update_available: report.updateAvailable, channel_is_older: report.channelIsOlder,
+                updated: report.install.map { !$0.upToDate } ?? false, package_url: report.packageURL,
+                transfer: report.install?.transfer.map(Unpack.Transfer.init), repaired: report.install?.repaired ?? [],
+                files_shared: report.install?.filesShared ?? 0,
+                files_copied: report.install?.filesCopied ?? 0,
+                previous_kept: report.install?.previousKept ?? false, pending: report.install?.pending ?? false,
+                verity: report.install.map(ReleaseOptions.Verity.init),
+                hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
+                refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) },
+                rollout: report.rollout.map(Rollout.init), deferred: report.deferred,
+                choice: report.choice.map(Choice.init)), json: output.json)
+        if output.json { return }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
         Unpack.sayRepaired(report.install, dest: dest)
         if let install = report.install, !install.upToDate {

@@ -118,7 +118,7 @@ struct ConfigCLITests {
             })
         let notKeys: Set<String> = [
             "--config", "--unset", "--check", "--json", "--quiet", "-q", "--help", "-h", "--ignore-rollout", "--verity-auto", "--version",
-            "--require-manifest-sha256"
+            "--require-manifest-sha256", "--events-fd", "--events"
         ]
         let keys = options.subtracting(notKeys).filter { $0.hasPrefix("--") }.map { String($0.dropFirst(2)) }
         #expect(keys.count >= 40, "\(keys.sorted())")

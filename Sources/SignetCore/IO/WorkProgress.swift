@@ -16,6 +16,18 @@ public struct WorkProgress: Sendable, Equatable {
     public let finished: Bool
 }
 
+/// The steps of an install or an update, as progress events name them: `refresh` (the
+/// repository's metadata), `plan` (choosing the release), `download`, `verify` (the manifest and
+/// the rules an install is held to), `stage` (the new tree beside DIR), `swap`, `hooks`,
+/// `health-check`.
+public enum WorkPhase: String, Sendable, CaseIterable {
+    case refresh, plan, download, verify, stage, swap, hooks
+    case healthCheck = "health-check"
+}
+
+/// Told each step as it starts, on the thread that runs it. It should return quickly.
+public typealias PhaseHandler = @Sendable (WorkPhase) -> Void
+
 /// Receives ``WorkProgress`` reports, from any thread, at most about 20 times a second (and once
 /// more when the operation finishes). It should return quickly.
 public typealias ProgressHandler = @Sendable (WorkProgress) -> Void
