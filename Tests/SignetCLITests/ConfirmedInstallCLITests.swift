@@ -71,4 +71,19 @@ struct ConfirmedInstallCLITests {
         #expect(two != one)
         #expect(try update(["--require-manifest-sha256", two]).status == 0 && p.installedText() == "release 2\n")
     }
+
+    @Test("README's block: check, confirm the digest, install exactly it with events; the last event is the result")
+    func readme() throws {
+        let p = try UpdateCLITests.Publisher("confirmed-readme")
+        try p.release(1)
+        let config = try p.work.directory.write("app.conf", Data(p.configLines.utf8), mode: 0o600)
+        let block = try UpdateCLITests.readmeBlock("agent").replacingOccurrences(of: "/etc/signet/update.d/app.conf", with: config)
+        let scratch = try TemporaryDirectory()
+        let ran = try ReadmeBlocksTests.runBlock(block, in: scratch.path, environment: ReadmeBlocksTests.environment())
+        #expect(ran.status == 0, "\(ran.stderr)\n\(ran.stdoutText)")
+        #expect(p.installedText() == "release 1\n")
+        let last = try #require(ran.stdoutText.split(separator: "\n").last.map { Data($0.utf8) })
+        let result = try #require(try JSONSerialization.jsonObject(with: last) as? [String: Any], "\(ran.stdoutText)")
+        #expect(result["updated"] as? Bool == true && (result["available"] as? [String: Any])?["sequence"] as? Int == 1, "\(result)")
+    }
 }

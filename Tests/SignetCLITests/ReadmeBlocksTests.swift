@@ -27,6 +27,7 @@ struct ReadmeBlocksTests {
         "rollout": "RolloutCLITests.readme",
         "usb-stick": "UpdateCLITests.localMedia",
         "encryption": "EncryptionCLITests.readme",
+        "agent": "ConfirmedInstallCLITests.readme",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",
