@@ -35,8 +35,8 @@ final class SealingOutput: ArchiveSink {
     /// return to the end).
     private var held: ClosedRange<UInt64>? = nil
     /// The CRC-32 of the payload's bytes, in runs of consecutive sealed chunks (chunks seal out
-    /// of order where one was held): (first chunk, past the last, CRC, bytes). The header
-    /// counts as chunk -1's place, folded into the first run.
+    /// of order where one was held): (first chunk, past the last, CRC, bytes). The header's own
+    /// (`headerCRC`) goes in front of the one run left at the end.
     private var runs: [(first: UInt64, end: UInt64, crc: UInt, bytes: UInt64)] = []
     private var headerCRC: UInt = 0
     /// Sealed bytes waiting to be written at `pendingOffset` (consecutive chunks coalesce).
