@@ -44,15 +44,8 @@ final class SealingOutput: ArchiveSink {
     private var pendingOffset: UInt64 = 0
     private var writebackStart: UInt64 = 0
 
-    /// Seals and writes the final chunks while libzip writes on (AES-GCM and the payload's
-    /// CRC-32 off libzip's thread).
-    private let worker = SerialWorker()
-    /// The worker's first failure, thrown at the next hand-over.
-    private var failure: Error?
     /// The last chunk's number, once the archive is complete (it may be short).
     private var last = UInt64.max
-
-    deinit { worker.stop() }
 
     static let chunkSize = UInt64(ChunkedEncryption.chunkSize)
     /// The payload entry's local header: 30 bytes, its name, a ZIP64 extra field of two sizes.
@@ -122,32 +115,16 @@ final class SealingOutput: ArchiveSink {
         try sealFinalChunks()
     }
 
-    /// Hands every chunk the archive has grown past that is not held to the worker, which seals
-    /// and writes them while libzip goes on (the batch before must be done: two batches of
-    /// about 1 MiB at most are in memory).
+    /// Seals every chunk the archive has grown past that is not held. (On libzip's thread: a
+    /// worker beside it measured no faster, the second core being busy hashing.)
     private func sealFinalChunks() throws {
         let complete = end / Self.chunkSize
-        var batch: [(UInt64, [UInt8])] = []
         for index in open.keys.sorted() where index < complete && !(held?.contains(index) ?? false) {
-            batch.append((index, open.removeValue(forKey: index)!))
-        }
-        try submit(batch)
-    }
-
-    private func submit(_ batch: [(UInt64, [UInt8])]) throws {
-        guard !batch.isEmpty else { return }
-        worker.drain()
-        if let failure { throw failure }
-        worker.async { [self] in
-            do {
-                for (index, chunk) in batch { try seal(index, chunk) }
-            } catch {
-                failure = error
-            }
+            try seal(index, open.removeValue(forKey: index)!)
         }
     }
 
-    /// On the worker: seals chunk `index` (full, or the last) and queues its bytes for writing.
+    /// Seals chunk `index` (full, or the last) and queues its bytes for writing.
     private func seal(_ index: UInt64, _ chunk: [UInt8]) throws {
         guard index == last || chunk.count == Int(Self.chunkSize) else {
             throw SignetError(.io, "the package's archive was written with a gap (in chunk \(index)); nothing was written", path: path)
@@ -208,9 +185,7 @@ final class SealingOutput: ArchiveSink {
         held = nil
         last = end / Self.chunkSize
         try sealFinalChunks()
-        try submit([(last, open.removeValue(forKey: last) ?? [])])
-        worker.drain()
-        if let failure { throw failure }
+        try seal(last, open.removeValue(forKey: last) ?? [])
         guard open.isEmpty, runs.count == 1, runs[0].first == 0, runs[0].end == last + 1 else {
             throw SignetError(.io, "the package's archive left part of its payload unsealed; nothing was written", path: path)
         }
