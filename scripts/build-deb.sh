@@ -80,11 +80,14 @@ EOF
   echo
   echo " -- Signet developers <signet@example.org>  $(date -u -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")"
 } | gzip -9n > "$root/usr/share/doc/signet/changelog.gz"
-# The update service and its timer, the boot check (instance = a config in
-# /etc/signet/update.d/), and the
-# example config.
+# The update service and its timer, the boot check, the varlink service and its socket
+# (instance = a config in /etc/signet/update.d/), and the example config.
 install -d -m 0755 "$root/lib/systemd/system" "$root/usr/share/doc/signet/examples"
-install -m 0644 packaging/systemd/signet-update@.service packaging/systemd/signet-update@.timer packaging/systemd/signet-boot-check@.service "$root/lib/systemd/system/"
+install -m 0644 packaging/systemd/signet-update@.service packaging/systemd/signet-update@.timer packaging/systemd/signet-boot-check@.service \
+  packaging/systemd/signet-serve@.socket packaging/systemd/signet-serve@.service "$root/lib/systemd/system/"
+# The group that may ask the update service for Status (created by systemd-sysusers at install).
+install -d -m 0755 "$root/usr/lib/sysusers.d"
+install -m 0644 packaging/sysusers.d/signet.conf "$root/usr/lib/sysusers.d/signet.conf"
 install -m 0644 examples/update/app.conf "$root/usr/share/doc/signet/examples/update-app.conf"
 gzip -9n < CHANGELOG.md > "$root/usr/share/doc/signet/CHANGELOG.md.gz"
 gzip -9n < docs/FORMAT.md > "$root/usr/share/doc/signet/FORMAT.md.gz"
@@ -130,6 +133,16 @@ Description: sign, package, install and re-verify resources with RSA keys
  files, and changed keys of JSON and property list files). Keys come from PEM,
  PKCS#12 or a PKCS#11 token; downloads over HTTPS are pinned.
 EOF
+
+# What dh_installsysusers would add: the group of sysusers.d/signet.conf, made at install.
+cat > "$root/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+set -e
+if [ "$1" = configure ] && command -v systemd-sysusers >/dev/null 2>&1; then
+  systemd-sysusers signet.conf
+fi
+EOF
+chmod 0755 "$root/DEBIAN/postinst"
 
 mkdir -p "$out"
 dpkg-deb --root-owner-group -Zxz --build "$root" "$out/$package" >&2

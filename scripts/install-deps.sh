@@ -52,11 +52,12 @@ python3 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 # python-tuf (PyPI `tuf`) and securesystemslib with its crypto extra: the other side of the TUF
 # tests (issue 37): a repository made with python-tuf's Metadata API, python-tuf's ngclient.
 # jsonschema: validates every command's --json output against docs/schema/ (issue 41).
+# varlink: the client of `signet serve` (its varlink.cli and Client; issue 65).
 python_deps() {
-  python3 -c "import tuf.ngclient, securesystemslib.signer, cryptography, jsonschema" >/dev/null 2>&1 && return 0
-  echo "install-deps: installing python-tuf and jsonschema from PyPI"
-  python3 -m pip install -q "tuf==7.0.1" "securesystemslib[crypto]" "jsonschema>=4.18" \
-    || python3 -m pip install -q --break-system-packages "tuf==7.0.1" "securesystemslib[crypto]" "jsonschema>=4.18"
+  python3 -c "import tuf.ngclient, securesystemslib.signer, cryptography, jsonschema, varlink" >/dev/null 2>&1 && return 0
+  echo "install-deps: installing python-tuf, jsonschema and varlink from PyPI"
+  python3 -m pip install -q "tuf==7.0.1" "securesystemslib[crypto]" "jsonschema>=4.18" "varlink==31.0.0" \
+    || python3 -m pip install -q --break-system-packages "tuf==7.0.1" "securesystemslib[crypto]" "jsonschema>=4.18" "varlink==31.0.0"
 }
 
 if [ ${#need[@]} -eq 0 ]; then

@@ -18,6 +18,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <sys/socket.h>
 #include "CSignetSystem.h"
 
 int signet_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
@@ -192,4 +193,62 @@ int signet_measure_verity(int fd, unsigned char digest[32]) {
     if (measured->digest_size != 32) return -EOVERFLOW;
     memcpy(digest, measured->digest, 32);
     return measured->digest_algorithm;
+}
+
+int signet_spawn_service(const char *path, char *const argv[], char *const envp[], int out_fd, int err_fd, int events_fd, pid_t *pid_out) {
+    // Sources below 10 are moved up first: dup2 onto itself would keep close-on-exec, and one
+    // source may be another's target.
+    int sources[3] = {out_fd, err_fd, events_fd}, moved[3] = {-1, -1, -1};
+    for (int i = 0; i < 3; i++) {
+        if (sources[i] < 10) {
+            moved[i] = fcntl(sources[i], F_DUPFD_CLOEXEC, 10);
+            if (moved[i] < 0) {
+                int failure = errno;
+                for (int j = 0; j < i; j++) if (moved[j] >= 0) close(moved[j]);
+                return failure;
+            }
+            sources[i] = moved[i];
+        }
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int failure = posix_spawn_file_actions_init(&actions);
+    if (failure != 0) {
+        for (int i = 0; i < 3; i++) if (moved[i] >= 0) close(moved[i]);
+        return failure;
+    }
+    failure = posix_spawnattr_init(&attributes);
+    if (failure == 0) {
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_adddup2(&actions, sources[0], 1);
+        posix_spawn_file_actions_adddup2(&actions, sources[1], 2);
+        posix_spawn_file_actions_adddup2(&actions, sources[2], 3);
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        posix_spawnattr_setsigmask(&attributes, &none);
+        posix_spawnattr_setsigdefault(&attributes, &all);
+        posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        failure = posix_spawn(pid_out, path, &actions, &attributes, argv, envp);
+        posix_spawnattr_destroy(&attributes);
+    }
+    posix_spawn_file_actions_destroy(&actions);
+    for (int i = 0; i < 3; i++) if (moved[i] >= 0) close(moved[i]);
+    return failure;
+}
+
+int signet_peer_uid(int socket_fd, uid_t *uid_out) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(socket_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return errno;
+    *uid_out = credentials.uid;
+    return 0;
+}
+
+int signet_pipe_cloexec(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC);
+}
+
+int signet_accept_cloexec(int listener) {
+    return accept4(listener, NULL, NULL, SOCK_CLOEXEC);
 }

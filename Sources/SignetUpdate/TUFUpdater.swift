@@ -30,6 +30,9 @@ public struct TUFUpdateOptions: Sendable {
     public var hold = false
     /// Install only a release this lock allows (nil: any).
     public var versionLock: VersionLock? = nil
+    /// Told the release this run installs (or repairs) once it is chosen and confirmed, before
+    /// anything of it is fetched: for an agent's events.
+    public var onRelease: (@Sendable (TUFPackageTarget) -> Void)? = nil
 
     public init(client: TUFClientOptions, channel: String) {
         self.client = client
@@ -250,6 +253,7 @@ public enum TUFUpdater {
             try Installer.noteChannel(destination, sequence: note.sequence, version: note.version, note: note.note, records: records, holding: lock)
         }
         guard let lock, decision.action == .install || decision.action == .repair else { return report() }
+        options.onRelease?(release)
         let packageKeys = listing.keys.compactMap { $0.publicKey(source: "TUF role \(listing.role)") }
         guard !packageKeys.isEmpty else {
             throw SignetError(

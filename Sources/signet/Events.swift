@@ -109,6 +109,15 @@ final class Events: Sendable {
         if let line { write(line) }
     }
 
+    /// The release the command installs, once chosen (`update`): its name, version, sequence
+    /// and the SHA-256 of its signed manifest.
+    func release(_ release: TUFPackageTarget) {
+        write([
+            "event": "release", "name": release.name, "version": release.version, "sequence": release.sequence, "manifest_sha256": release.manifestSHA256,
+            "time": Self.now
+        ])
+    }
+
     func warning(_ message: String) {
         write(["event": "warning", "message": message, "time": Self.now])
     }

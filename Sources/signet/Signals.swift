@@ -20,6 +20,10 @@ enum Signals {
     /// Sets what an interruption of the running command leaves.
     static func onInterrupt(_ text: String) { state.withLock { $0 = text } }
 
+    /// Work a command needs done before it ends of a signal (`serve`: stop the command it runs,
+    /// remove the socket it made), run on the signal's thread before the temporary files go.
+    static let beforeExit = Mutex<(@Sendable () -> Void)?>(nil)
+
     static func install() {
         var set = sigset_t()
         sigemptyset(&set)
@@ -36,6 +40,7 @@ enum Signals {
             var waitSet = mask
             while sigwait(&waitSet, &received) != 0 {}
             Terminal.restoreAfterInterrupt()
+            Signals.beforeExit.withLock { $0 }?()
             Interruption.removeTemporaryFiles()
             let name = received == SIGINT ? "SIGINT" : received == SIGTERM ? "SIGTERM" : received == SIGHUP ? "SIGHUP" : "signal \(received)"
             Output.standardError("signet: interrupted (\(name)); \(Output.escaped(Signals.state.withLock { $0 }))\n")

@@ -80,16 +80,8 @@ struct Status: ParsableCommand {
                 "'\(dir)' holds no release installed by Signet (no signed .signet/manifest.json): `status DIR` describes an installed tree, `status FILE` an installed file",
                 path: dir)
         }
-        func release(_ r: Signet.Release?) -> Update.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
         if output.json {
-            Output.json(
-                DestinationReport(
-                    destination: dir, current: release(status.current), previous: release(status.previous),
-                    pending: status.pendingSince != nil, pending_since: status.pendingSince, unchecked: status.unchecked,
-                    post_install_unfinished: status.postInstallUnfinished,
-                    bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at, sequences: $0.sequences) },
-                    last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) },
-                    channel: status.channel.map { .init(sequence: $0.sequence, version: $0.version, note: $0.note, at: $0.at) }))
+            Output.json(DestinationReport(dir, status))
         } else {
             // Never "confirmed" and bad at once: an unchecked release says so, one the record
             // refused says so, and a bad range is said from above the release DIR holds.
@@ -203,5 +195,19 @@ struct Status: ParsableCommand {
         }
         let status = Output.mostSevere(statuses)
         if status != 0 { throw ExitCode(status) }
+    }
+}
+
+extension Status.DestinationReport {
+    /// The report of `dir`'s releases (`status DIR --json`; the service's Status).
+    init(_ dir: String, _ status: DestinationStatus) {
+        func release(_ r: Signet.Release?) -> Update.Release? { r.map { .init(name: $0.name, version: $0.version, sequence: $0.sequence) } }
+        self.init(
+            destination: dir, current: release(status.current), previous: release(status.previous),
+            pending: status.pendingSince != nil, pending_since: status.pendingSince, unchecked: status.unchecked,
+            post_install_unfinished: status.postInstallUnfinished,
+            bad: status.bad.map { .init(name: $0.name, sequence: $0.sequence, reason: $0.reason, at: $0.at, sequences: $0.sequences) },
+            last_rollback: status.lastRollback.map { .init(from: $0.from, to: $0.to, by: $0.by, at: $0.at) },
+            channel: status.channel.map { .init(sequence: $0.sequence, version: $0.version, note: $0.note, at: $0.at) })
     }
 }

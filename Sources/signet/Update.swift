@@ -283,6 +283,7 @@ extension Update {
         options.ignoreRollout = ignoreRollout
         options.hold = hold
         options.versionLock = try versionLock.map(VersionLock.init)
+        if let events = Events.current { options.onRelease = { events.release($0) } }
         try applyInstallOptions(to: &options.install)
         let download = try downloadOptions()
         let chosen = options

@@ -61,6 +61,13 @@ struct EventsCLITests {
         #expect(updated.status == 0, "\(updated.stderr)")
         let updatePhases = try Self.check(try Self.lines(events), command: "update", json: updated.stdout)
         #expect(updatePhases.starts(with: ["refresh", "plan", "download", "verify", "stage", "swap"]), "\(updatePhases)")
+        // The release, named once it is chosen: after plan, before the download.
+        let kinds = try Self.lines(events).dropLast().map(Self.object).map { ($0["event"] as? String == "phase" ? $0["phase"] : $0["event"]) as? String ?? "" }
+        let named = try #require(try Self.lines(events).dropLast().map(Self.object).first { $0["event"] as? String == "release" }, "\(kinds)")
+        #expect(named["sequence"] as? Int == 1 && named["name"] as? String == "app", "\(named)")
+        let manifest = try ConfirmedInstallCLITests.manifestSHA256(p.work.directory.file("app-1.zip"))
+        #expect(named["manifest_sha256"] as? String == manifest)
+        #expect(kinds.firstIndex(of: "release").map { $0 > kinds.firstIndex(of: "plan")! && $0 < kinds.firstIndex(of: "download")! } == true, "\(kinds)")
 
         // unpack URL of the package, into a fresh DIR, events on descriptor 3, text on stdout.
         let package = p.work.directory.file("app-1.zip")

@@ -8,7 +8,7 @@ import SignetTestSupport
 struct HelpCLITests {
     static let commands = [
         "", "keygen", "key", "key show", "sign", "verify", "pack", "resign", "encrypt", "inspect", "unpack", "fetch",
-        "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update",
+        "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update", "serve",
         "repo", "repo init", "repo add", "repo rollout", "repo resign", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
         "tuf", "tuf init", "tuf refresh", "tuf download"
     ]

@@ -28,6 +28,7 @@ struct ReadmeBlocksTests {
         "usb-stick": "UpdateCLITests.localMedia",
         "encryption": "EncryptionCLITests.readme",
         "agent": "ConfirmedInstallCLITests.readme",
+        "agent-varlink": "ServiceCLITests.readme",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",

@@ -237,7 +237,9 @@ struct UpdateCLITests {
         #expect(update.contains("--repository") && update.contains("signet tuf init"), "\(update)")
     }
 
-    @Test("the update service and timer pass systemd-analyze verify (with the built binary)")
+    @Test(
+        "the update service and timer, the varlink service and its socket pass systemd-analyze verify (with the built binary); the service keeps the update sandbox"
+    )
     func systemdUnits() throws {
         let verified = try run(Self.repository + "/scripts/verify-units.sh", [], environment: ["SIGNET_BINARY": CLI.binary])
         #expect(verified.status == 0, "\(verified.stderr)")
@@ -250,6 +252,23 @@ struct UpdateCLITests {
         }
         let timer = try String(contentsOfFile: Self.repository + "/packaging/systemd/signet-update@.timer", encoding: .utf8)
         #expect(timer.contains("RandomizedDelaySec=") && timer.contains("Persistent=true"))
+        // The varlink service: the socket the unit makes is the one the command names; the
+        // service keeps the update service's sandbox.
+        let socket = try String(contentsOfFile: Self.repository + "/packaging/systemd/signet-serve@.socket", encoding: .utf8)
+        for setting in ["ListenStream=/run/signet/%i.varlink", "SocketMode=0660", "SocketGroup=signet", "SocketUser=root"] {
+            #expect(socket.contains(setting), "\(setting)")
+        }
+        let serve = try String(contentsOfFile: Self.repository + "/packaging/systemd/signet-serve@.service", encoding: .utf8)
+        #expect(serve.contains("ExecStart=/usr/bin/signet serve --varlink unix:/run/signet/%i.varlink --config /etc/signet/update.d/%i.conf"))
+        let sandbox = service.components(separatedBy: "[Service]\n").last!.split(separator: "\n").filter {
+            !$0.hasPrefix("#") && $0.contains("=") && !$0.hasPrefix("ExecStart") && !$0.hasPrefix("Type") && !$0.hasPrefix("TimeoutStartSec")
+        }
+        #expect(sandbox.count > 20, "\(sandbox)")
+        for setting in sandbox {
+            #expect(serve.contains(setting + "\n"), "the service's sandbox has \(setting)")
+        }
+        let sysusers = try String(contentsOfFile: Self.repository + "/packaging/sysusers.d/signet.conf", encoding: .utf8)
+        #expect(sysusers.contains("\ng signet -\n"))
     }
 
     @Test(

@@ -736,6 +736,11 @@ def main():
         and results.get("boot_check_result") == "success" and as_int("boot_check_rolled_back_to") == 2
         and results.get("boot_check_state_ok") == "true",
         "boot_check_exposure": as_float("boot_check_exposure"),
+        # Issue 65: the socket unit under systemd: made 0660 root:signet, the service started by a
+        # first call; Status answered for the group, Install refused to it, Check answered for root.
+        "serve_socket": results.get("serve_socket_enabled") == "0" and results.get("serve_socket_file") == "660:root:signet"
+        and results.get("serve_idle_before") == "inactive" and as_int("serve_status_group") == 1
+        and as_int("serve_install_group_denied") == 1 and as_int("serve_check_root") == 1 and results.get("serve_active_after") == "active",
         **kernel,
         "qemu_status": args.qemu_status,
         "seconds": {"guest_and_setup": args.elapsed_before, "replay": round(time.time() - started, 1)},
@@ -754,7 +759,7 @@ def main():
             failures.append(f"{key}: {report[key]}")
     if report["flush_points"] == 0:
         failures.append("no flush points replayed")
-    for key in ("broken_build_caught", "timer_run", "update_run", "up_to_date_run", "timeout_stopped", "boot_check_rolled_back"):
+    for key in ("broken_build_caught", "timer_run", "update_run", "up_to_date_run", "timeout_stopped", "boot_check_rolled_back", "serve_socket"):
         if not report[key]:
             failures.append(f"{key} is false")
     if report["reused_under_sandbox"] <= 0:

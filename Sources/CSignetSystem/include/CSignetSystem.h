@@ -52,6 +52,23 @@ int signet_spawn_hook(const char *path, char *const argv[], char *const envp[], 
 /// child's execve's included; the child is then reaped).
 int signet_spawn_hook_go(pid_t pid, const int go[2]);
 
+/// Starts one of the service's commands (`signet serve`): `path` with `argv` and `envp`,
+/// standard input from /dev/null, standard output to `out_fd`, standard error to `err_fd`,
+/// descriptor 3 to `events_fd`, no other descriptor (every other one Signet holds is
+/// close-on-exec), default signal dispositions and an empty mask, in the caller's process
+/// group (a terminal's or systemd's signal reaches it as it reaches the service). Returns 0
+/// with `*pid_out` set, or the errno of what failed.
+int signet_spawn_service(const char *path, char *const argv[], char *const envp[], int out_fd, int err_fd, int events_fd, pid_t *pid_out);
+
+/// The uid of the process at the other end of a connected UNIX socket (SO_PEERCRED); 0 with
+/// `*uid_out` set, or the errno of what failed.
+int signet_peer_uid(int socket_fd, uid_t *uid_out);
+
+/// pipe2(O_CLOEXEC) and accept4(SOCK_CLOEXEC), declared only under _GNU_SOURCE: descriptors
+/// no command the service starts inherits. -1 with errno on failure.
+int signet_pipe_cloexec(int fds[2]);
+int signet_accept_cloexec(int listener);
+
 /// ioctl(FICLONE): makes `destination` share `source`'s data extents (a reflink, on btrfs, XFS
 /// with reflink, bcachefs...). -1 with errno (EOPNOTSUPP, EXDEV, EINVAL) where it cannot.
 int signet_clone_file(int destination, int source);

@@ -205,6 +205,27 @@ kill "$silent"
 journalctl -u signet-update@stuck.service -o cat --no-pager > "$OUT/journal-stuck.txt"
 result stuck_priority_noise "$(grep -c 'Failed to set thread priority' "$OUT/journal-stuck.txt")"
 
+say "the varlink service: signet-serve@app.socket starts it on demand; Status for the group, the rest for root"
+mkdir -p /etc/systemd/system/signet-serve@app.service.d
+printf '[Service]\nReadWritePaths=/opt\n' > /etc/systemd/system/signet-serve@app.service.d/override.conf
+systemctl daemon-reload
+systemctl enable --now signet-serve@app.socket; result serve_socket_enabled $?
+result serve_socket_file "$(stat -c '%a:%U:%G' /run/signet/app.varlink 2>&1)"
+result serve_idle_before "$(systemctl is-active signet-serve@app.service)"
+# A varlink call is a JSON object ended by a NUL byte; netcat-openbsd is the client here.
+call() { printf '{"method":"io.signet.Update.%s","parameters":{}}\0' "$1" | timeout 60 nc -N -U /run/signet/app.varlink | tr '\0' '\n'; }
+signet_gid=$(getent group signet | cut -d: -f3)
+as_group() { setpriv --reuid=65534 --regid="$signet_gid" --clear-groups bash -c "$(declare -f call); call $1"; }
+as_group Status > "$OUT/serve-status-group.json"
+result serve_status_group "$(grep -c '"destination":"/opt/app"' "$OUT/serve-status-group.json")"
+as_group Install > "$OUT/serve-install-group.json"
+result serve_install_group_denied "$(grep -c 'org.varlink.service.PermissionDenied' "$OUT/serve-install-group.json")"
+call Check > "$OUT/serve-check-root.json"
+result serve_check_root "$(grep -c '"updateAvailable"' "$OUT/serve-check-root.json")"
+result serve_active_after "$(systemctl is-active signet-serve@app.service)"
+systemctl stop signet-serve@app.service signet-serve@app.socket
+journalctl -u signet-serve@app.service -o cat --no-pager > "$OUT/journal-serve.txt"
+
 say "systemd-analyze security"
 systemd-analyze security --no-pager signet-update@app.service > "$OUT/security.txt" 2>&1
 result exposure "$(grep -o 'Overall exposure level for signet-update@app.service: [0-9.]*' "$OUT/security.txt" | grep -o '[0-9.]*$')"
