@@ -423,4 +423,46 @@ struct ServiceCLITests {
         let install = String(decoding: try contents(scratch.file("install.json")), as: UTF8.self)
         #expect(install.contains("\"phase\": \"swap\"") && install.contains("\"result\""), "\(install)")
     }
+
+    @Test(
+        "hostile clients (a message over 64 KiB without its NUL, not JSON, not an object, no method, wrong types, 30,000 nested arrays, invalid UTF-8, unknown methods and interfaces, malformed digests, pipelined calls): each ends its connection or is answered with a varlink error; the service stays up and answers Status"
+    )
+    func hostile() throws {
+        let p = try UpdateCLITests.Publisher("serve-hostile")
+        try p.release(1)
+        let service = try Service(config: try Self.config(p))
+        let ran = try run("python3", ["-c", pythonScript("varlink_hostile.py"), service.socket], timeout: 120)
+        #expect(ran.status == 0, "\(ran.stderr)")
+        var cases: [String: (kind: String, reply: Any?)] = [:]
+        for line in ran.stdoutText.split(separator: "\n") {
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            cases[object["case"] as? String ?? ""] = (object["kind"] as? String ?? "", object["reply"])
+        }
+        for name in [
+            "no-nul-over-limit", "not-json", "json-array", "no-method", "method-number", "parameters-array", "more-number", "deep-nesting", "nul-first"
+        ] {
+            #expect(cases[name]?.kind == "closed", "\(name): the connection ends, nothing answered: \(String(describing: cases[name]))")
+        }
+        func error(_ name: String) -> String? { (cases[name]?.reply as? [String: Any])?["error"] as? String }
+        #expect(error("unknown-method") == "org.varlink.service.MethodNotFound")
+        #expect(error("unknown-interface") == "org.varlink.service.InterfaceNotFound")
+        #expect(error("no-interface") == "org.varlink.service.InterfaceNotFound")
+        #expect(error("invalid-utf8") == nil || cases["invalid-utf8"]?.kind == "closed", "\(String(describing: cases["invalid-utf8"]))")
+        #expect(error("description-of-unknown") == "org.varlink.service.InterfaceNotFound")
+        #expect(error("description-without-parameter") == "org.varlink.service.InvalidParameter")
+        for name in ["hash-not-hex", "hash-number", "hash-uppercase-long"] {
+            #expect(error(name) == "org.varlink.service.InvalidParameter", "\(name): \(String(describing: cases[name]))")
+        }
+        #expect(cases["oneway-status"]?.kind == "silent", "a oneway call gets no reply")
+        #expect(cases["huge-number"] != nil)
+        #expect(
+            (cases["pipelined"]?.reply as? [[String]]) == [
+                ["interfaces", "product", "url", "vendor", "version"],
+                ["bad", "current", "destination", "heldBack", "pending", "previous", "report", "running"],
+                ["interfaces", "product", "url", "vendor", "version"]
+            ], "\(String(describing: cases["pipelined"]))")
+        #expect(cases["after"]?.kind == "reply", "the service still answers")
+        #expect(service.process.running, "and runs: \(service.serveLog)")
+        #expect(p.installedText() == nil, "nothing was installed by any of it")
+    }
 }
