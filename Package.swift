@@ -243,7 +243,7 @@ let package = Package(
         // an installed tree) is tested there.
         .testTarget(name: "SignetCoreTests", dependencies: ["SignetCore", "SignetTestSupport"]),
         .testTarget(
-            name: "SignetCryptoTests", dependencies: ["SignetCrypto", "SignetTestSupport", "SignetCryptoTestSupport"], exclude: ["Python"]),
+            name: "SignetCryptoTests", dependencies: ["SignetCrypto", "SignetTestSupport", "SignetCryptoTestSupport"], exclude: ["Python", "Go"]),
         .testTarget(name: "SignetManifestTests", dependencies: ["SignetManifest", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetReverifyTests", dependencies: ["SignetReverify", "SignetTestSupport", "SignetCryptoTestSupport"]),
         .testTarget(name: "SignetNetworkTests", dependencies: ["SignetNetwork", "SignetTestSupport", "SignetCryptoTestSupport"]),

@@ -29,6 +29,10 @@ for pair in minisign:minisign rauc:rauc mksquashfs:squashfs-tools zsync:zsync zs
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ -x /usr/bin/time ] || need+=(time)
+# Debian's Go with golang.org/x/mod (sumdb/note, sumdb/tlog): the peer of the transparency log's
+# signed notes, tiles and proofs (issue 66), built offline from /usr/share/gocode.
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+[ -d /usr/share/gocode/src/golang.org/x/mod/sumdb/tlog ] || need+=(golang-golang-x-mod-dev)
 # nginx, a real HTTPS server the download tests start on loopback (not as a service).
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 # Apache httpd and lighttpd, the other HTTPS servers (CDN and mirror stand-ins) the download
