@@ -180,4 +180,138 @@ struct TransparencyTests {
             #expect(throws: SignetError.self, "\(bad.debugDescription)") { try Checkpoint(text: bad) }
         }
     }
+
+    /// A log of `size` entries ("entry i"), its key, three witnesses (keys made by openssl).
+    struct Fixture {
+        let tree: TileTree
+        let log: NoteSignerKey
+        let witnesses: [NoteSignerKey]
+        let pems: [Data]
+        static let origin = "example.com/signet-log"
+
+        init(size: Int) throws {
+            var tree = TileTree()
+            while tree.size < size { tree.append(leafHash: TileTree.leafHash(Array("entry \(tree.size)".utf8))) }
+            self.tree = tree
+            log = try NoteSignerKey(name: Self.origin, pem: Array(try run("openssl", ["genpkey", "-algorithm", "ed25519"]).stdout))
+            pems = try (1...3).map { _ in try run("openssl", ["genpkey", "-algorithm", "ed25519"]).stdout }
+            witnesses = try pems.enumerated().map { try NoteSignerKey(name: "witness\($0.offset + 1).example", pem: Array($0.element), type: .cosignatureV1) }
+        }
+
+        /// The checkpoint of the whole tree, signed by the log and cosigned by `cosigners`.
+        func note(cosigners: [NoteSignerKey], extensions: [String] = [], size: Int? = nil) throws -> [UInt8] {
+            let n = size ?? tree.size
+            let checkpoint = try Checkpoint(origin: Self.origin, size: UInt64(n), rootHash: tree.rootHash(size: n), extensions: extensions)
+            return try SignedNote.cosign(try SignedNote.sign(checkpoint.text, by: [log]), by: cosigners, time: 1_700_000_000)
+        }
+
+        func proof(index: Int, note: [UInt8], size: Int? = nil) -> TransparencyProof {
+            TransparencyProof(index: UInt64(index), hashes: tree.inclusionProof(index: index, size: size ?? tree.size), checkpoint: note)
+        }
+
+        func leaf(_ index: Int) -> [UInt8] { TileTree.leafHash(Array("entry \(index)".utf8)) }
+    }
+
+    @Test(
+        "cosignatures (c2sp.org/tlog-cosignature, type 0x04) both ways with PyPI cryptography from the specification's text; a cosignature over other extension lines is refused"
+    )
+    func cosignatures() throws {
+        let f = try Fixture(size: 10)
+        let work = try TemporaryDirectory()
+        let note = try f.note(cosigners: [f.witnesses[0]])
+        let file = try work.write("note", Data(note))
+        let checked = try run("python3", ["-c", pythonScript("cosignature_check.py"), "verify", f.witnesses[0].verifier.description, file])
+        #expect(checked.status == 0 && checked.stdoutText == "1700000000\n", "\(checked.stderr)")
+        let pem = try work.write("w2.pem", f.pems[1])
+        let theirs = try run("python3", ["-c", pythonScript("cosignature_check.py"), "sign", pem, "witness2.example", "1700000123", file])
+        #expect(theirs.status == 0, "\(theirs.stderr)")
+        let opened = try SignedNote.open(Array(theirs.stdout), known: [f.log.verifier] + f.witnesses.map(\.verifier))
+        #expect(opened.verifiedBy == [f.log.verifier, f.witnesses[0].verifier, f.witnesses[1].verifier])
+        #expect(opened.cosignedAt[f.witnesses[1].verifier] == 1_700_000_123)
+        // A witness that cosigned a checkpoint with other extension lines: its line moved onto
+        // this one does not verify.
+        let withExtension = try f.note(cosigners: [f.witnesses[2]], extensions: ["other line"])
+        let moved = String(decoding: withExtension, as: UTF8.self).components(separatedBy: "\n").last { $0.hasPrefix("— witness3") }!
+        let forged = note + Array((moved + "\n").utf8)
+        #expect(throws: SignetError.self) { try SignedNote.open(forged, known: [f.log.verifier] + f.witnesses.map(\.verifier)) }
+    }
+
+    @Test(
+        "log proofs (c2sp.org/tlog-proof): written and read back; 2 of 3 witnesses verify; quorum k - 1, wrong origin, index ± 1, another entry, a duplicated cosignature, a witness key under another name and an unsigned checkpoint are not-logged (exit 3); a proof for 1,000,000 entries with 3 cosignatures is under 2 KB"
+    )
+    func proofs() throws {
+        let f = try Fixture(size: 1000)
+        let witnesses = f.witnesses.map(\.verifier)
+        let note = try f.note(cosigners: Array(f.witnesses.prefix(2)))
+        let proof = f.proof(index: 517, note: note)
+        let read = try TransparencyProof(proof.bytes)
+        #expect(read == proof)
+        #expect(String(decoding: proof.bytes, as: UTF8.self).hasPrefix("c2sp.org/tlog-proof@v1\nindex 517\n"))
+        let checkpoint = try read.verify(leaf: f.leaf(517), origin: Fixture.origin, log: f.log.verifier, witnesses: witnesses, quorum: 2)
+        #expect(checkpoint.size == 1000)
+
+        func refused(_ why: String, _ body: () throws -> Void) {
+            do {
+                try body()
+                Issue.record("\(why): accepted")
+            } catch let error as SignetError {
+                #expect(error.code == .notLogged, "\(why): \(error)")
+            } catch { Issue.record("\(why): \(error)") }
+        }
+        refused("quorum k - 1") {
+            _ = try f.proof(index: 517, note: try f.note(cosigners: [f.witnesses[0]])).verify(
+                leaf: f.leaf(517), origin: Fixture.origin, log: f.log.verifier, witnesses: witnesses, quorum: 2)
+        }
+        refused("wrong origin") { _ = try read.verify(leaf: f.leaf(517), origin: "example.com/other", log: f.log.verifier, witnesses: witnesses, quorum: 2) }
+        for index in [516, 518] {
+            refused("index \(index)") {
+                _ = try TransparencyProof(index: UInt64(index), hashes: read.hashes, checkpoint: note).verify(
+                    leaf: f.leaf(517), origin: Fixture.origin, log: f.log.verifier, witnesses: witnesses, quorum: 2)
+            }
+        }
+        refused("another entry") { _ = try read.verify(leaf: f.leaf(518), origin: Fixture.origin, log: f.log.verifier, witnesses: witnesses, quorum: 2) }
+        let line = String(decoding: note, as: UTF8.self).components(separatedBy: "\n").last { $0.hasPrefix("— witness1") }!
+        refused("a cosignature twice") {
+            _ = try f.proof(index: 517, note: try f.note(cosigners: [f.witnesses[0]]) + Array((line + "\n").utf8)).verify(
+                leaf: f.leaf(517), origin: Fixture.origin, log: f.log.verifier, witnesses: witnesses, quorum: 2)
+        }
+        let renamed = try NoteVerifierKey(name: "witness9.example", publicKey: witnesses[1].publicKey, type: .cosignatureV1)
+        refused("a witness key under another name") {
+            _ = try read.verify(leaf: f.leaf(517), origin: Fixture.origin, log: f.log.verifier, witnesses: [witnesses[0], renamed], quorum: 2)
+        }
+        refused("not signed by the log") {
+            let stranger = try NoteSignerKey(name: Fixture.origin, pem: Array(try run("openssl", ["genpkey", "-algorithm", "ed25519"]).stdout))
+            _ = try read.verify(leaf: f.leaf(517), origin: Fixture.origin, log: stranger.verifier, witnesses: witnesses, quorum: 2)
+        }
+        // Malformed proofs.
+        for bad in [
+            "c2sp.org/tlog-proof@v2\nindex 1\n\n", "c2sp.org/tlog-proof@v1\nindex 01\n\n", "c2sp.org/tlog-proof@v1\nindex 1\nAAAA\n\n",
+            "c2sp.org/tlog-proof@v1\n"
+        ] {
+            #expect(throws: SignetError.self, "\(bad.debugDescription)") { try TransparencyProof(Array(bad.utf8) + note) }
+        }
+        // The size of a proof in a log of 1,000,000 entries: 20 hashes (the tree's depth), the
+        // checkpoint, the log's signature and three cosignatures.
+        let deep = TransparencyProof(
+            index: 999_999, hashes: Array(repeating: f.leaf(0), count: 20),
+            checkpoint: try SignedNote.cosign(
+                try SignedNote.sign(try Checkpoint(origin: Fixture.origin, size: 1_000_000, rootHash: f.leaf(1)).text, by: [f.log]), by: f.witnesses,
+                time: 1_700_000_000))
+        #expect(deep.bytes.count <= 2048, "\(deep.bytes.count) bytes")
+    }
+
+    @Test(
+        "the fuzz corpus's log proof, made with PyPI cryptography from the specifications' text, verifies; with the witness left out of the policy it does not")
+    func corpusProof() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
+            "SignetCLITests/FuzzCorpus/tlog/proof.tlog-proof"
+        ).path
+        let proof = try TransparencyProof(Array(try Data(contentsOf: URL(fileURLWithPath: path))))
+        let log = try NoteVerifierKey("example.com/log+d5ca9a19+ASFS+NGbeR0kRTJC4V8uq2y3z/p7al7TAJeWDgaYgdsS")
+        let witness = try NoteVerifierKey("witness.example+444b7fb8+BCL8KXeS8Lb/wL/P237bDAqhTgJaNl7A40Lobjgpy3S2")
+        #expect(witness.type == .cosignatureV1 && log.type == .ed25519)
+        let leaf = [UInt8](repeating: 1, count: 32)
+        #expect(try proof.verify(leaf: leaf, origin: "example.com/log", log: log, witnesses: [witness], quorum: 1).size == 1)
+        #expect(throws: SignetError.self) { try proof.verify(leaf: leaf, origin: "example.com/log", log: log, witnesses: [], quorum: 1) }
+    }
 }

@@ -176,6 +176,24 @@ public enum _FuzzTargets {
             }
             if (try? parser.finish()) != nil { precondition(received <= 5010 && parser.covered <= asked.count) }
         },
+        // A transparency log's texts as a device reads them (c2sp.org): a log proof, the signed
+        // note it carries (a fixed log key and cosigner key), the checkpoint inside, the
+        // inclusion check; then the same bytes as a note and as a checkpoint.
+        "tlog": { bytes in
+            // Keys of Ed25519 seeds 0x42... and 0x43... (the corpus's proof is signed with them).
+            let log = try? NoteVerifierKey("example.com/log+d5ca9a19+ASFS+NGbeR0kRTJC4V8uq2y3z/p7al7TAJeWDgaYgdsS")
+            let witness = try? NoteVerifierKey("witness.example+444b7fb8+BCL8KXeS8Lb/wL/P237bDAqhTgJaNl7A40Lobjgpy3S2")
+            if let proof = try? TransparencyProof(bytes), let log, let witness {
+                // The corpus's proof holds: a fuzzer starts from a proof that verifies.
+                _ = try? proof.verify(leaf: [UInt8](repeating: 1, count: 32), origin: "example.com/log", log: log, witnesses: [witness], quorum: 1)
+                _ = TransparencyProof(extra: proof.extra, index: proof.index, hashes: proof.hashes, checkpoint: proof.checkpoint).bytes
+            }
+            if let log, let note = try? SignedNote.open(bytes, known: [log]) { _ = try? Checkpoint(text: note.text) }
+            if let checkpoint = try? Checkpoint(text: String(decoding: bytes, as: UTF8.self)) {
+                precondition((try? Checkpoint(text: checkpoint.text)) == checkpoint)
+            }
+            _ = try? NoteVerifierKey(String(decoding: bytes.prefix(512), as: UTF8.self))
+        },
         // Structured resources as reverify reads an edited one: JSON, XML and binary property
         // lists, then the key comparison against itself; and rules-file key paths.
         "structured": { bytes in

@@ -68,6 +68,10 @@ public struct SignetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// An encrypted package is not sealed to the device's key (FORMAT.md §8).
         public static let notARecipient = Code("not-a-recipient", exitStatus: .untrusted)
 
+        /// A release its transparency log does not hold as the device's policy asks: the log's
+        /// signature, the witnesses' quorum, or the inclusion proof fails.
+        public static let notLogged = Code("not-logged", exitStatus: .untrusted)
+
         // Exit 4: malformed input.
         /// A key file could not be parsed in any supported format.
         public static let malformedKey = Code("malformed-key", exitStatus: .malformed)

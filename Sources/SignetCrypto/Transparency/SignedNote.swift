@@ -11,11 +11,13 @@ public struct SignedNote: Sendable, Equatable {
     public let text: String
     /// The signatures a known key made and that verified, in the note's order.
     public let verifiedBy: [NoteVerifierKey]
+    /// The time each cosigner among `verifiedBy` stated (POSIX seconds).
+    public let cosignedAt: [NoteVerifierKey: UInt64]
     /// Signatures by keys the caller did not name (kept, not trusted): `name` and key hash.
     public let unknown: [(name: String, keyHash: UInt32)]
 
     public static func == (a: SignedNote, b: SignedNote) -> Bool {
-        a.text == b.text && a.verifiedBy == b.verifiedBy && a.unknown.map(\.name) == b.unknown.map(\.name)
+        a.text == b.text && a.verifiedBy == b.verifiedBy && a.cosignedAt == b.cosignedAt && a.unknown.map(\.name) == b.unknown.map(\.name)
             && a.unknown.map(\.keyHash) == b.unknown.map(\.keyHash)
     }
 
@@ -40,6 +42,7 @@ public struct SignedNote: Sendable, Equatable {
         let signatureBlock = Array(bytes[(split + 2)...])
         guard signatureBlock.last == 0x0a else { throw malformed("its signatures do not end with a newline") }
         var verified: [NoteVerifierKey] = []
+        var times: [NoteVerifierKey: UInt64] = [:]
         var unknown: [(String, UInt32)] = []
         var count = 0
         for line in String(decoding: signatureBlock.dropLast(), as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false) {
@@ -61,32 +64,47 @@ public struct SignedNote: Sendable, Equatable {
             guard !verified.contains(key) else {
                 throw SignetError(.untrustedSigner, "the note carries two signatures by \(name)+\(key.hashText): each key counts once")
             }
-            guard key.verifies(Array(raw[4...]), over: textBytes) else {
-                throw SignetError(.untrustedSigner, "the signature by \(name)+\(key.hashText) does not verify over the note's text")
-            }
+            let (valid, time) = key.verifies(noteSignature: Array(raw[4...]), text: textBytes)
+            guard valid else { throw SignetError(.untrustedSigner, "the signature by \(name)+\(key.hashText) does not verify over the note's text") }
             verified.append(key)
+            if let time { times[key] = time }
         }
         guard !verified.isEmpty else {
             throw SignetError(
                 .untrustedSigner,
                 "no key this device trusts signed the note (signed by \(unknown.map { "\($0.0)+\(String(format: "%08x", $0.1))" }.joined(separator: ", ")))")
         }
-        return SignedNote(text: String(decoding: textBytes, as: UTF8.self), verifiedBy: verified, unknown: unknown)
+        return SignedNote(text: String(decoding: textBytes, as: UTF8.self), verifiedBy: verified, cosignedAt: times, unknown: unknown)
     }
 
-    /// `text` signed by each of `signers`: the note's bytes.
-    public static func sign(_ text: String, by signers: [NoteSignerKey]) throws -> [UInt8] {
+    /// `text` signed by each of `signers` (cosigners stating `time`, POSIX seconds): the
+    /// note's bytes.
+    public static func sign(_ text: String, by signers: [NoteSignerKey], time: UInt64 = 0) throws -> [UInt8] {
         guard text.hasSuffix("\n"), !text.unicodeScalars.contains(where: { $0.value < 0x20 && $0 != "\n" }) else {
             throw malformed("a note's text ends with a newline and has no other control character")
         }
         let body = Array(text.utf8)
         var note = body + [0x0a]
         for signer in signers {
-            let signature = try signer.sign(body)
+            let signature = try signer.noteSignature(body, time: time)
             let hash = withUnsafeBytes(of: signer.verifier.keyHash.bigEndian) { Array($0) }
             note += Array("— \(signer.verifier.name) ".utf8) + Array((hash + signature).base64EncodedString().utf8) + [0x0a]
         }
         return note
+    }
+
+    /// Adds the signatures of `signers` to a signed note's bytes (a witness cosigning a
+    /// checkpoint): the text is kept as it is.
+    public static func cosign(_ note: [UInt8], by signers: [NoteSignerKey], time: UInt64) throws -> [UInt8] {
+        guard let split = lastRange(of: separator, in: note) else { throw malformed("no blank line before its signatures") }
+        let body = Array(note[..<(split + 1)])
+        var out = note
+        for signer in signers {
+            let signature = try signer.noteSignature(body, time: time)
+            let hash = withUnsafeBytes(of: signer.verifier.keyHash.bigEndian) { Array($0) }
+            out += Array("— \(signer.verifier.name) ".utf8) + Array((hash + signature).base64EncodedString().utf8) + [0x0a]
+        }
+        return out
     }
 
     static func malformed(_ why: String) -> SignetError { SignetError(.malformedInput, "not a signed note: \(why) (c2sp.org/signed-note)") }
