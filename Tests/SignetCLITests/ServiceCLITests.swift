@@ -13,7 +13,7 @@ struct ServiceCLITests {
     /// A `signet serve` of `config`, on a socket of group nogroup in a directory any user may
     /// traverse (the non-root client needs to reach it); stopped with SIGTERM when released.
     final class Service {
-        let process: Background
+        let process: BackgroundProcess
         let directory: TemporaryDirectory
         var socket: String { directory.file("app.varlink") }
         var address: String { "unix:" + socket }
@@ -22,7 +22,7 @@ struct ServiceCLITests {
         init(config: String, extra: [String] = []) throws {
             directory = try TemporaryDirectory()
             chmod(directory.path, 0o755)
-            process = try Background(
+            process = try BackgroundProcess(
                 CLI.binary, ["serve", "--varlink", "unix:" + directory.file("app.varlink"), "--config", config, "--group", "nogroup"] + extra,
                 log: directory.file("serve.log"))
             let deadline = Date().addingTimeInterval(30)
@@ -36,72 +36,6 @@ struct ServiceCLITests {
 
         /// Stops the service as systemd would (SIGTERM) and waits for it.
         func stop() { process.stop() }
-
-        deinit { stop() }
-    }
-
-    /// A program run in the background (posix_spawn, waitpid: Foundation's Process once left
-    /// a child unreaped here with two of them running), its output in `log`.
-    final class Background {
-        let pid: pid_t
-        private var status: Int32?
-
-        init(_ executable: String, _ arguments: [String], log: String) throws {
-            let out = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            guard out >= 0 else { throw SupportError("cannot open \(log)") }
-            defer { close(out) }
-            var actions = posix_spawn_file_actions_t()
-            posix_spawn_file_actions_init(&actions)
-            defer { posix_spawn_file_actions_destroy(&actions) }
-            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-            posix_spawn_file_actions_adddup2(&actions, out, 1)
-            posix_spawn_file_actions_adddup2(&actions, out, 2)
-            var attributes = posix_spawnattr_t()
-            posix_spawnattr_init(&attributes)
-            defer { posix_spawnattr_destroy(&attributes) }
-            var none = sigset_t(), all = sigset_t()
-            sigemptyset(&none)
-            sigfillset(&all)
-            posix_spawnattr_setsigmask(&attributes, &none)
-            posix_spawnattr_setsigdefault(&attributes, &all)
-            posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-            let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-            defer { for pointer in argv { free(pointer) } }
-            var child: pid_t = 0
-            let failure = posix_spawn(&child, executable, &actions, &attributes, argv, environ)
-            guard failure == 0 else { throw SupportError("cannot start \(executable): errno \(failure)") }
-            pid = child
-            ExitCleanup.stopAtExit(child)
-        }
-
-        var running: Bool {
-            guard status == nil else { return false }
-            var value: Int32 = 0
-            if waitpid(pid, &value, WNOHANG) == pid { status = value }
-            return status == nil
-        }
-
-        /// Waits for it to end by itself: its exit status (or 128 + the signal).
-        func wait() -> Int32 {
-            if status == nil {
-                var value: Int32 = 0
-                while waitpid(pid, &value, 0) < 0 && errno == EINTR {}
-                status = value
-                ExitCleanup.forget(pid)
-            }
-            let value = status!
-            return value & 0x7f == 0 ? (value >> 8) & 0xff : 128 + (value & 0x7f)
-        }
-
-        /// SIGTERM, then waits for it.
-        func stop() {
-            guard running else { return }
-            kill(pid, SIGTERM)
-            var value: Int32 = 0
-            while waitpid(pid, &value, 0) < 0 && errno == EINTR {}
-            status = value
-            ExitCleanup.forget(pid)
-        }
 
         deinit { stop() }
     }
@@ -269,7 +203,7 @@ struct ServiceCLITests {
 
         // Client A installs release 2; its download pauses on the server.
         let outputA = service.directory.file("a.out")
-        let a = try Background(try which("python3"), ["-c", Self.client, "call", service.address, "Install", "{}", "--more"], log: outputA)
+        let a = try BackgroundProcess(try which("python3"), ["-c", Self.client, "call", service.address, "Install", "{}", "--more"], log: outputA)
         #expect(server.awaitPause(), "the download is in flight")
 
         // Client B, meanwhile.
@@ -363,7 +297,7 @@ struct ServiceCLITests {
         let config = try Self.config(p)
         let directory = try TemporaryDirectory()
         let socket = directory.file("activated.varlink")
-        let activator = try Background(
+        let activator = try BackgroundProcess(
             try which("systemd-socket-activate"), ["-l", socket, CLI.binary, "serve", "--varlink", "unix:" + socket, "--config", config],
             log: directory.file("activator.log"))
         defer { activator.stop() }

@@ -65,15 +65,9 @@ public func run(
     posix_spawn_file_actions_adddup2(&actions, out.write, 1)
     posix_spawn_file_actions_adddup2(&actions, err.write, 2)
     if let directory { _ = spawnAddChdir(&actions, directory) }
-    // The child starts as from a shell: no blocked signals, every signal's default action.
     var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
+    startsAsFromAShell(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
-    var none = sigset_t(), all = sigset_t()
-    sigemptyset(&none)
-    sigfillset(&all)
-    posix_spawnattr_setsigmask(&attributes, &none)
-    posix_spawnattr_setsigdefault(&attributes, &all)
     // Its own process group, so the watchdog kills what it started too: a wrapper (faketime,
     // strace, setpriv) killed alone leaves its child holding the pipes, and the read below
     // would wait for it forever.
@@ -152,6 +146,18 @@ public func run(
         return ProcessResult(status: signal, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
     }
     return ProcessResult(status: (status >> 8) & 0xff, stdout: outData, stderr: String(decoding: errData, as: UTF8.self))
+}
+
+/// Initialises `attributes` so that a child starts as from a shell: no blocked signals, every
+/// signal's default action (flags: POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF, which the
+/// caller sets with any of its own).
+func startsAsFromAShell(_ attributes: inout posix_spawnattr_t) {
+    posix_spawnattr_init(&attributes)
+    var none = sigset_t(), all = sigset_t()
+    sigemptyset(&none)
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setsigdefault(&attributes, &all)
 }
 
 @_silgen_name("pipe2")

@@ -144,12 +144,7 @@ extension TileTree {
             guard sn > 0 else { return false }
             if fn & 1 == 1 || fn == sn {
                 r = nodeHash(p, r)
-                if fn & 1 == 0 {
-                    repeat {
-                        fn >>= 1
-                        sn >>= 1
-                    } while fn & 1 == 0 && fn != 0
-                }
+                climb(&fn, &sn)
             } else {
                 r = nodeHash(r, p)
             }
@@ -179,12 +174,7 @@ extension TileTree {
             if fn & 1 == 1 || fn == sn {
                 fr = nodeHash(c, fr)
                 sr = nodeHash(c, sr)
-                if fn & 1 == 0 {
-                    repeat {
-                        fn >>= 1
-                        sn >>= 1
-                    } while fn & 1 == 0 && fn != 0
-                }
+                climb(&fn, &sn)
             } else {
                 sr = nodeHash(sr, c)
             }
@@ -192,6 +182,16 @@ extension TileTree {
             sn >>= 1
         }
         return fr == oldRoot && sr == newRoot && sn == 0
+    }
+
+    /// RFC 9162's step after a hash from the left on the tree's right edge: unless `fn` is
+    /// odd, both shift right until it is, or is 0.
+    private static func climb(_ fn: inout Int, _ sn: inout Int) {
+        guard fn & 1 == 0 else { return }
+        repeat {
+            fn >>= 1
+            sn >>= 1
+        } while fn & 1 == 0 && fn != 0
     }
 
     /// The largest power of two below `n` (n ≥ 2).
