@@ -335,7 +335,7 @@ struct ServiceCLITests {
         let again = try Service(config: config)
         #expect(((try Self.reply(again, "Status"))["destination"] as? String) == p.dest)
         let file = again.directory.file("plain")
-        FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
+        _ = FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
         let notSocket = try CLI.run(["serve", "--varlink", "unix:" + file, "--config", config])
         #expect(notSocket.status == 5 && notSocket.stderr.contains("not a socket"), "\(notSocket.stderr)")
         let abstract = try CLI.run(["serve", "--varlink", "unix:@signet", "--config", config])
