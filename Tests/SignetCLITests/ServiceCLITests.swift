@@ -384,7 +384,7 @@ struct ServiceCLITests {
         #expect(error("invalid-utf8") == nil || cases["invalid-utf8"]?.kind == "closed", "\(String(describing: cases["invalid-utf8"]))")
         #expect(error("description-of-unknown") == "org.varlink.service.InterfaceNotFound")
         #expect(error("description-without-parameter") == "org.varlink.service.InvalidParameter")
-        for name in ["hash-not-hex", "hash-number", "hash-uppercase-long"] {
+        for name in ["hash-not-hex", "hash-number", "hash-uppercase-long", "hash-fullwidth"] {
             #expect(error(name) == "org.varlink.service.InvalidParameter", "\(name): \(String(describing: cases[name]))")
         }
         #expect(cases["oneway-status"]?.kind == "silent", "a oneway call gets no reply")

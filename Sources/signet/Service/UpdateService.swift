@@ -57,7 +57,7 @@ final class UpdateService: Sendable {
             switch method {
             case "GetInfo":
                 reply.ok([
-                    "vendor": "Signet", "product": "signet", "version": SignetVersion.signet, "url": "https://github.com/signet/signet",
+                    "vendor": "Signet", "product": "signet", "version": SignetVersion.signet, "url": "https://example.org/signet",
                     "interfaces": ["org.varlink.service", UpdateInterface.name]
                 ])
             case "GetInterfaceDescription":
@@ -100,7 +100,7 @@ final class UpdateService: Sendable {
         var arguments = ["update", "--config", config, "--json", "--events-fd", "3"]
         switch call.parameters["requireManifestSha256"] {
         case nil, is NSNull: break
-        case let hash as String where hash.count == 64 && hash.allSatisfy({ $0.isHexDigit && !$0.isUppercase }):
+        case let hash as String where hash.utf8.count == 64 && hash.allSatisfy({ $0.isASCII && $0.isHexDigit && !$0.isUppercase }):
             arguments += ["--require-manifest-sha256", hash]
         default: return reply.error("org.varlink.service.InvalidParameter", ["parameter": "requireManifestSha256"])
         }

@@ -67,6 +67,7 @@ cases = {
     "hash-not-hex": call("io.signet.Update.Install", {"requireManifestSha256": "z" * 64}),
     "hash-number": call("io.signet.Update.Install", {"requireManifestSha256": 12}),
     "hash-uppercase-long": call("io.signet.Update.Install", {"requireManifestSha256": "A" * 65}),
+    "hash-fullwidth": call("io.signet.Update.Install", {"requireManifestSha256": "\uff10" * 64}),
     "oneway-status": call("io.signet.Update.Status", oneway=True),
     "huge-number": b"{\"method\": \"io.signet.Update.Status\", \"parameters\": {\"n\": 1e999999}}\0",
 }
