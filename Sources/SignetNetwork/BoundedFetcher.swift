@@ -69,6 +69,39 @@ package final class BoundedFetcher {
         return .found(body)
     }
 
+    /// POSTs `body` to `url` on a handle of its own; the answer's status and body (at most
+    /// `limit` bytes), whatever the status: the caller judges it.
+    package func post(_ url: String, body: [UInt8], contentType: String, limit: Int, what: String) throws -> (status: Int, body: [UInt8]) {
+        try Downloader.checkScheme(url, policy: options.tls)
+        let request = try CurlRequest(url: url, options: options)
+        let left = Int64(bitPattern: deadline &- DispatchTime.now().uptimeNanoseconds) / 1_000_000
+        guard left > 0 else {
+            throw SignetError(
+                .network, "cannot send \(what) to '\(Download.redacted(url))' within --max-time \(Int(options.maxTime)) s", path: Download.redacted(url))
+        }
+        requests += 1
+        var answer: [UInt8] = []
+        var tooLarge = false
+        request.onBody = { chunk in
+            guard answer.count + chunk.count <= limit else { tooLarge = true; return false }
+            answer.append(contentsOf: chunk)
+            return true
+        }
+        let cancelled = self.cancelled
+        request.onTick = { !(cancelled?.isSet ?? false) }
+        let outcome = try request.post(body, headers: ["Content-Type: \(contentType)"], timeout: Int(clamping: left))
+        if cancelled?.isSet ?? false { throw CancellationError() }
+        bytesReceived &+= UInt64(answer.count)
+        if tooLarge {
+            throw SignetError(
+                .downloadTooLarge, "the answer to \(what) from '\(Download.redacted(url))' is larger than \(limit) bytes", path: Download.redacted(url))
+        }
+        guard outcome.code == CURLE_OK else {
+            throw Downloader.error(outcome.code, status: outcome.status, message: outcome.message, effectiveURL: outcome.effectiveURL, check: request.check)
+        }
+        return (outcome.status, answer)
+    }
+
     /// GETs `url` into the open file `fd`, at most `limit` bytes; returns the bytes written.
     package func download(_ url: String, into fd: FileDescriptor, path: String, limit: Int64, what: String) throws -> Int64 {
         var written: Int64 = 0

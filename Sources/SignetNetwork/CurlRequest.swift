@@ -109,6 +109,16 @@ package final class CurlRequest {
     /// extra request `headers`, at most `timeout` milliseconds. The handlers run during it; they
     /// are reset afterwards (nothing of the caller's outlives the request).
     package func perform(range: String?, headers: [String] = [], timeout: Int) throws -> Outcome {
+        try perform(range: range, headers: headers, post: nil, timeout: timeout)
+    }
+
+    /// A POST of `body` (libcurl copies it), its answer whatever its status: the caller reads a
+    /// 4xx answer's body (a witness says why it refused). The handle stays a POST handle.
+    package func post(_ body: [UInt8], headers: [String], timeout: Int) throws -> Outcome {
+        try perform(range: nil, headers: headers, post: body, timeout: timeout)
+    }
+
+    private func perform(range: String?, headers: [String], post: [UInt8]?, timeout: Int) throws -> Outcome {
         defer {
             onHeader = { _ in }
             onBody = { _ in false }
@@ -123,6 +133,16 @@ package final class CurlRequest {
             ok = ok && signet_curl_setopt_string(curl, CURLOPT_RANGE, range) == CURLE_OK
         } else {
             ok = ok && signet_curl_setopt_pointer(curl, CURLOPT_RANGE, nil) == CURLE_OK
+        }
+        if let post {
+            ok = ok && signet_curl_setopt_long(curl, CURLOPT_FAILONERROR, 0) == CURLE_OK
+            ok = ok && signet_curl_setopt_off(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(post.count)) == CURLE_OK
+            ok =
+                ok
+                && post.withUnsafeBytes {
+                    signet_curl_setopt_pointer(
+                        curl, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!))
+                } == CURLE_OK
         }
         guard ok else { throw SignetError(.crypto, "libcurl refused a request's settings (libcurl \(SignetVersion.curl))") }
         errorBuffer.pointee = 0

@@ -360,6 +360,15 @@ extension TUFRepository {
                 "no published targets version from v\(namedVersion) on meets the targets threshold of root v\(root.metadata.version): devices would refuse it. Stage it again with `signet repo renew \(path) --role targets` and have the targets key holders sign it",
                 path: metadataDirectory)
         }
+        // A repository that keeps a log names no targets version with a release the log's
+        // published checkpoint does not hold: devices would refuse it (not logged).
+        let unlogged = try unloggedReleases(of: try TUFDocument(bytes: targetsBytes, name: "\(targetsVersion).targets.json"))
+        guard unlogged.isEmpty else {
+            throw SignetError(
+                .notLogged,
+                "targets v\(targetsVersion) lists \(unlogged.joined(separator: ", ")), which the repository's log does not hold: devices would refuse \(unlogged.count == 1 ? "it" : "them"). Append \(unlogged.count == 1 ? "it" : "them") with `signet log append \(path) --key LOG.pem` first",
+                path: metadataDirectory)
+        }
         var newSnapshot = true
         if let current {
             let halfLife = Timestamp(secondsSinceEpoch: current.metadata.expires.secondsSinceEpoch &- lifetimes.snapshot / 2)

@@ -154,7 +154,21 @@ extension TUFRepository {
             role == "root"
             ? ["_type", "spec_version", "version", "expires", "consistent_snapshot", "keys", "roles"]
             : ["_type", "spec_version", "version", "expires", "targets"]
-        for (name, _) in document.signed.objectMembers ?? [] where !topLevel.contains(name) {
+        // custom.signet.tlog: the transparency policy `signet log init` stages (FORMAT §10).
+        if role == "root", let custom = document.signed["custom"] {
+            let members = custom.objectMembers ?? []
+            let signet = custom["signet"]?.objectMembers ?? []
+            if members.map(\.0) != ["signet"] || signet.map(\.0) != ["tlog"] {
+                unrecognized("its 'custom' holds more than signet.tlog (the transparency policy), which is all signet repo writes there")
+            } else if let text = custom["signet"]?["tlog"]?.stringValue {
+                do { _ = try TransparencyPolicy(text: text) } catch let error as SignetError {
+                    unrecognized("its transparency policy (custom.signet.tlog) does not read: \(error.reason)")
+                }
+            } else {
+                unrecognized("its custom.signet.tlog is not a string (a transparency policy)")
+            }
+        }
+        for (name, _) in document.signed.objectMembers ?? [] where !topLevel.contains(name) && !(role == "root" && name == "custom") {
             unrecognized(
                 name == "delegations"
                     ? "it delegates to other roles ('delegations'), which signet repo never writes"

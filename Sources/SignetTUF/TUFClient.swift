@@ -72,9 +72,9 @@ public struct TUFDownload: Sendable {
 /// atomically. One client is one refresh: make a new one for the next poll.
 public final class TUFClient {
     public let options: TUFClientOptions
-    private var trusted: TUFTrustedSet
+    private(set) var trusted: TUFTrustedSet
     /// HTTPS, or a folder holding a copy of the repository (local media): the same checks.
-    private let fetcher: any TUFTransport
+    let fetcher: any TUFTransport
     private var refreshed: TUFRefreshReport? = nil
     /// One client at a time on a metadata folder: `.NAME.signet-lock` beside it, held for the
     /// client's life (another waits `download.wait` seconds, then exit 5).

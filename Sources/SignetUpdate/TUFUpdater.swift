@@ -33,6 +33,9 @@ public struct TUFUpdateOptions: Sendable {
     /// Told the release this run installs (or repairs) once it is chosen and confirmed, before
     /// anything of it is fetched: for an agent's events.
     public var onRelease: (@Sendable (TUFPackageTarget) -> Void)? = nil
+    /// The transparency policy a release must be logged under (FORMAT.md §10); nil: the one
+    /// the trusted root carries, if any.
+    public var transparencyPolicy: TransparencyPolicy? = nil
 
     public init(client: TUFClientOptions, channel: String) {
         self.client = client
@@ -125,6 +128,9 @@ public struct TUFUpdateReport: Sendable {
     /// Which listed release this run chose for the device, and why (FORMAT §7, "Which release a
     /// device installs"); nil only where no choice was made (a held-back bad release).
     public var choice: TUFReleaseChoice? = nil
+    /// Where the installed release is in the transparency log: its entry and the checkpoint's
+    /// size (nil: no policy asks for a log).
+    public var logged: (entry: UInt64, checkpointSize: UInt64)? = nil
 }
 
 /// A release a destination refused as bad: the highest refused sequence, why, and when.
@@ -235,10 +241,13 @@ public enum TUFUpdater {
             options.targetsURL ?? localMetadata.map { (($0 as NSString).deletingLastPathComponent as NSString).appendingPathComponent("targets") + "/" }
             ?? URL(string: "../targets/", relativeTo: URL(string: clientOptions.metadataURL))?.absoluteURL.absoluteString ?? clientOptions.metadataURL
         let packageURL = client.url(of: listing.target, base: base)
+        var logged: (UInt64, UInt64)? = nil
         func report(install: InstallReport? = nil, deferredInstall: String? = nil) -> TUFUpdateReport {
-            TUFUpdateReport(
+            var made = TUFUpdateReport(
                 decision: decision, refresh: refresh, role: listing.role, packageURL: packageURL, installed: installed,
                 install: install, deferredInstall: deferredInstall)
+            made.logged = logged
+            return made
         }
         // The release a person or an agent confirmed, and no other: refused before anything of
         // it is fetched (the install checks the manifest it reads again).
@@ -253,6 +262,15 @@ public enum TUFUpdater {
             try Installer.noteChannel(destination, sequence: note.sequence, version: note.version, note: note.note, records: records, holding: lock)
         }
         guard let lock, decision.action == .install || decision.action == .repair else { return report() }
+        // In the log the policy names, as its witnesses saw it: checked before anything of
+        // the release is fetched.
+        if let policy = try options.transparencyPolicy ?? client.logPolicy() {
+            let logURL =
+                policy.logs.first(where: { $0.url != nil })?.url
+                ?? URL(string: "../log/", relativeTo: URL(string: base))?.absoluteURL.absoluteString ?? base
+            let outcome = try TransparencyCheck.check(release, packageURL: packageURL, logURL: logURL, policy: policy, client: client)
+            logged = (outcome.index, outcome.checkpoint.size)
+        }
         options.onRelease?(release)
         let packageKeys = listing.keys.compactMap { $0.publicKey(source: "TUF role \(listing.role)") }
         guard !packageKeys.isEmpty else {

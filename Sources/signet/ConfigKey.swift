@@ -36,7 +36,7 @@ enum ConfigKey: Equatable {
         "hold": .flag, "version-lock": .stringOrSequence,
         "ima": .string, "verity": .flagOrAuto, "keep-previous": .yesNo, "pending": .flag, "retry-bad": .flag,
         "post-install": .string, "health-check": .string, "health-timeout": .string, "pre-install": .string, "window": .strings,
-        "decryption-key": .string, "decryption-passphrase-file": .string
+        "decryption-key": .string, "decryption-passphrase-file": .string, "tlog-policy": .string
     ]
 
     /// Keys of other commands' trust options that `update` refuses, and why.

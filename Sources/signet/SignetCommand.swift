@@ -40,7 +40,7 @@ struct SignetCommand: ParsableCommand {
             Keygen.self, Key.self, Sign.self, Verify.self, Pack.self, Resign.self, Encrypt.self, Inspect.self, Unpack.self, Fetch.self, Reverify.self,
             Status.self,
             Rollback.self, Confirm.self, Trust.self,
-            Update.self, Serve.self, Repo.self, TUF.self
+            Update.self, Serve.self, Repo.self, Log.self, Witness.self, TUF.self
         ]
     )
 

@@ -114,6 +114,11 @@ struct Update: ParsableCommand {
         help: ArgumentHelp("Install only this sequence (42) or versions with this prefix (1.4: 1.4 and 1.4.2, not 1.40).", valueName: "lock"))
     var versionLock: String?
 
+    @Option(
+        name: .customLong("tlog-policy"),
+        help: ArgumentHelp("Install only releases a transparency log holds under this policy (default: the root's).", valueName: "file"))
+    var tlogPolicy: String?
+
     @OptionGroup(title: "Events") var events: EventOptions
     @OptionGroup var output: OutputOptions
 
@@ -283,6 +288,12 @@ extension Update {
         options.ignoreRollout = ignoreRollout
         options.hold = hold
         options.versionLock = try versionLock.map(VersionLock.init)
+        if let tlogPolicy {
+            // A policy decides what installs: owned by root or this user, writable by no other.
+            try TrustedInput.check(tlogPolicy, what: "--tlog-policy")
+            let text = try InputFile.open(tlogPolicy, what: "the transparency policy").readAll(limit: 1 << 20, what: "the transparency policy")
+            options.transparencyPolicy = try TransparencyPolicy(text: String(decoding: text, as: UTF8.self))
+        }
         if let events = Events.current { options.onRelease = { events.release($0) } }
         try applyInstallOptions(to: &options.install)
         let download = try downloadOptions()

@@ -20,6 +20,9 @@ public struct TileTree: Sendable {
     /// Leaves in the tree.
     public var size: Int { levels[0].count }
 
+    /// The leaf hashes, in order.
+    public var leafHashes: [[UInt8]] { levels[0] }
+
     /// The leaf hash of `entry`.
     public static func leafHash(_ entry: [UInt8]) -> [UInt8] { sha256([0x00] + entry) }
 
@@ -110,28 +113,38 @@ extension TileTree {
     /// §2.1.3.1: the audit path, nearest sibling first).
     public func inclusionProof(index: Int, size: Int) -> [[UInt8]] {
         precondition(index >= 0 && index < size && size <= self.size)
-        func path(_ m: Int, _ lo: Int, _ hi: Int) -> [[UInt8]] {
-            let n = hi - lo
-            guard n > 1 else { return [] }
-            let k = Self.largestPowerOfTwo(below: n)
-            return m < k ? path(m, lo, lo + k) + [subtree(lo + k, hi)] : path(m - k, lo + k, hi) + [subtree(lo, lo + k)]
-        }
-        return path(index, 0, size)
+        return Self.inclusionProof(index: index, size: size, subtree: subtree)
     }
 
     /// The consistency proof from the tree's first `old` leaves to its first `new` (RFC 9162
     /// §2.1.4.1).
     public func consistencyProof(old: Int, new: Int) -> [[UInt8]] {
         precondition(old >= 0 && old <= new && new <= self.size)
-        guard old > 0, old < new else { return [] }
-        func subproof(_ m: Int, _ lo: Int, _ hi: Int, _ complete: Bool) -> [[UInt8]] {
+        return Self.consistencyProof(old: old, new: new, subtree: subtree)
+    }
+
+    /// RFC 9162's audit path over any source of subtree hashes (MTH of leaves lo..<hi).
+    static func inclusionProof(index: Int, size: Int, subtree: (Int, Int) throws -> [UInt8]) rethrows -> [[UInt8]] {
+        func path(_ m: Int, _ lo: Int, _ hi: Int) throws -> [[UInt8]] {
             let n = hi - lo
-            if m == n { return complete ? [] : [subtree(lo, hi)] }
+            guard n > 1 else { return [] }
+            let k = Self.largestPowerOfTwo(below: n)
+            return m < k ? try path(m, lo, lo + k) + [try subtree(lo + k, hi)] : try path(m - k, lo + k, hi) + [try subtree(lo, lo + k)]
+        }
+        return try path(index, 0, size)
+    }
+
+    /// RFC 9162's consistency proof over any source of subtree hashes.
+    static func consistencyProof(old: Int, new: Int, subtree: (Int, Int) throws -> [UInt8]) rethrows -> [[UInt8]] {
+        guard old > 0, old < new else { return [] }
+        func subproof(_ m: Int, _ lo: Int, _ hi: Int, _ complete: Bool) throws -> [[UInt8]] {
+            let n = hi - lo
+            if m == n { return complete ? [] : [try subtree(lo, hi)] }
             let k = Self.largestPowerOfTwo(below: n)
             return m <= k
-                ? subproof(m, lo, lo + k, complete) + [subtree(lo + k, hi)] : subproof(m - k, lo + k, hi, false) + [subtree(lo, lo + k)]
+                ? try subproof(m, lo, lo + k, complete) + [try subtree(lo + k, hi)] : try subproof(m - k, lo + k, hi, false) + [try subtree(lo, lo + k)]
         }
-        return subproof(old, 0, new, true)
+        return try subproof(old, 0, new, true)
     }
 
     /// Whether `proof` shows the leaf hash `leaf` at `index` in a tree of `size` leaves whose

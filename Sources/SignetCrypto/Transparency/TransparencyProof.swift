@@ -66,29 +66,49 @@ public struct TransparencyProof: Sendable, Equatable {
     /// once), and the leaf at the proof's index in the checkpoint's tree. Returns the
     /// checkpoint. Any failure is `.notLogged` (exit 3), naming what did not hold.
     public func verify(leaf: [UInt8], origin: String, log: NoteVerifierKey, witnesses: [NoteVerifierKey], quorum: Int) throws -> Checkpoint {
+        try verify(leaf: leaf, logs: [log], witnesses: witnesses, origin: origin) { cosigners in
+            cosigners.count >= quorum ? nil : "\(cosigners.count) of the policy's witnesses cosigned the checkpoint, \(quorum) needed"
+        }.checkpoint
+    }
+
+    /// Checks the proof against a policy: the checkpoint signed by one of its logs (the key's
+    /// name is the checkpoint's origin), its quorum of witnesses, the leaf included. Returns
+    /// the checkpoint and the log that signed it; failures are `.notLogged`.
+    public func verify(leaf: [UInt8], policy: TransparencyPolicy) throws -> (checkpoint: Checkpoint, log: NoteVerifierKey) {
+        try verify(leaf: leaf, logs: policy.logs.map(\.key), witnesses: policy.witnesses.map(\.key), origin: nil) { cosigners in
+            policy.isMet(by: cosigners)
+                ? nil
+                : "\(cosigners.count) of the policy's witnesses cosigned the checkpoint (\(cosigners.map(\.name).joined(separator: ", "))); its quorum needs at least \(policy.fewestCosigners)"
+        }
+    }
+
+    private func verify(
+        leaf: [UInt8], logs: [NoteVerifierKey], witnesses: [NoteVerifierKey], origin: String?, quorum: ([NoteVerifierKey]) -> String?
+    ) throws -> (checkpoint: Checkpoint, log: NoteVerifierKey) {
         func refuse(_ why: String) -> SignetError { SignetError(.notLogged, "the release's log proof does not hold: \(why)") }
         let note: SignedNote
         do {
-            note = try SignedNote.open(checkpoint, known: [log] + witnesses)
+            note = try SignedNote.open(checkpoint, known: logs + witnesses)
         } catch let error as SignetError {
             throw refuse(error.reason)
         }
-        guard note.verifiedBy.contains(log) else { throw refuse("the log's key \(log.name) did not sign the checkpoint") }
-        let cosigners = note.verifiedBy.filter { $0 != log && witnesses.contains($0) }
-        guard cosigners.count >= quorum else {
-            throw refuse("\(cosigners.count) of the policy's witnesses cosigned the checkpoint, \(quorum) needed")
+        guard let log = note.verifiedBy.first(where: { logs.contains($0) }) else {
+            throw refuse("no log key of the policy (\(logs.map(\.name).joined(separator: ", "))) signed the checkpoint")
         }
+        let cosigners = note.verifiedBy.filter { !logs.contains($0) && witnesses.contains($0) }
+        if let failure = quorum(cosigners) { throw refuse(failure) }
         let checkpoint: Checkpoint
         do {
             checkpoint = try Checkpoint(text: note.text)
         } catch let error as SignetError {
             throw refuse(error.reason)
         }
-        guard checkpoint.origin == origin else { throw refuse("the checkpoint is of log '\(checkpoint.origin)', not '\(origin)'") }
+        let expected = origin ?? log.name
+        guard checkpoint.origin == expected else { throw refuse("the checkpoint is of log '\(checkpoint.origin)', not '\(expected)'") }
         guard index < checkpoint.size, checkpoint.size <= UInt64(Int.max),
             TileTree.verifyInclusion(leaf: leaf, index: Int(index), size: Int(checkpoint.size), proof: hashes, root: checkpoint.rootHash)
         else { throw refuse("the release is not entry \(index) of the checkpoint's tree of \(checkpoint.size)") }
-        return checkpoint
+        return (checkpoint, log)
     }
 
     static func malformed(_ why: String) -> SignetError { SignetError(.malformedInput, "not a log proof: \(why) (c2sp.org/tlog-proof)") }

@@ -1,0 +1,170 @@
+import Foundation
+import SignetTestSupport
+import Testing
+
+/// The release log end to end, run as a binary: a repository on nginx, three `signet witness
+/// serve` on loopback (a 2-of-3 quorum), `log init|append|status|monitor`, `repo refresh`
+/// refusing what is not logged, and a device's `update` that installs only what the log holds.
+@Suite("Transparency log: publisher, witnesses, device, monitor (run as a binary)")
+struct TransparencyCLITests {
+    static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Transparency").path
+
+    /// A witness run in the background, and the line its policy gives it.
+    final class RunningWitness {
+        let process: BackgroundProcess
+        let line: String
+        init(_ number: Int, log: String, work: TemporaryDirectory) throws {
+            let key = "\(TransparencyCLITests.fixtures)/w\(number).pem"
+            let name = "w\(number).example"
+            let vkey = try CLI.run(["log", "vkey", key, "--name", name, "--witness"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+            let out = work.file("w\(number).log")
+            process = try BackgroundProcess(
+                CLI.binary, ["witness", "serve", "--listen", "127.0.0.1:0", "--key", key, "--name", name, "--log", log, "--state", work.file("w\(number)")],
+                log: out)
+            var url = ""
+            for _ in 0..<200 where url.isEmpty {
+                if let text = try? String(contentsOfFile: out, encoding: .utf8), let found = text.split(separator: " ").last, text.hasSuffix("\n") {
+                    url = found.trimmingCharacters(in: .whitespacesAndNewlines)
+                } else {
+                    usleep(20_000)
+                }
+            }
+            guard !url.isEmpty else { throw SupportError("witness \(number) did not start: \((try? String(contentsOfFile: out, encoding: .utf8)) ?? "")") }
+            line = "witness w\(number) \(vkey) \(url)"
+        }
+    }
+
+    @Test(
+        "2 of 3 witnesses cosign; refresh refuses an unlogged release; the device installs a logged one and refuses a missing proof, another release's proof, an older checkpoint, a tile off by one hash, a quorum short by one; the monitor finds a release no targets version lists"
+    )
+    func endToEnd() throws {
+        let p = try UpdateCLITests.Publisher("tlog")
+        let work = try TemporaryDirectory()
+        let logKey = "\(Self.fixtures)/log.pem"
+        let logVKey = try CLI.run(["log", "vkey", logKey, "--name", "example.com/app-log"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let witnesses = try (1...3).map { try RunningWitness($0, log: logVKey, work: work) }
+        // w1 has seen a larger tree of this log (a fork, or another log under its name): it
+        // answers 409 with a size above ours, and the quorum is met by w2 and w3.
+        try FileManager.default.createDirectory(atPath: work.file("w1"), withIntermediateDirectories: true)
+        let stateName = try SignetTestSupport.run("sh", ["-c", "printf %s 'example.com/app-log' | sha256sum | cut -c1-64"]).stdoutText.trimmingCharacters(
+            in: .whitespacesAndNewlines)
+        try Data("example.com/app-log\n999\n\(Data(repeating: 7, count: 32).base64EncodedString())\n".utf8).write(
+            to: URL(fileURLWithPath: work.file("w1/\(stateName).checkpoint")))
+        let policy = try work.write(
+            "policy", Data((["log \(logVKey)"] + witnesses.map(\.line) + ["group all-three 2 w1 w2 w3", "quorum all-three", ""]).joined(separator: "\n").utf8))
+        let refreshArguments = [
+            "repo", "refresh", p.repo, "--snapshot-key", p.work.privatePEM, "--timestamp-key", p.work.privatePEM, "--passphrase-file", p.work.passFile
+        ]
+        func release(_ sequence: Int, channel: String = "stable") throws -> String {
+            let tree = try TemporaryDirectory()
+            _ = try tree.write("a.txt", Data("release \(sequence)\n".utf8))
+            let package = p.work.directory.file("app-\(sequence).zip")
+            try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", package] + p.key))
+            try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", channel] + p.key))
+            return package
+        }
+        func update(_ extra: [String] = []) throws -> ProcessResult {
+            try CLI.run(
+                [
+                    "update", "--repository", p.metadataURL, "--tuf-metadata", p.metadata, "--channel", "stable", "--dest", p.dest, "--tls-ca", p.server.root,
+                    "--json"
+                ]
+                    + extra)
+        }
+        func proofPath(_ sequence: Int) throws -> String {
+            let name = try #require(
+                try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix("app-\(sequence).zip.tlog-proof") })
+            return p.repo + "/targets/" + name
+        }
+
+        // The log starts; its policy rides in root v2, signed by the root key.
+        let started = try CLI.run(["log", "init", p.repo, "--key", logKey, "--policy", policy])
+        #expect(started.status == 0 && started.stdoutText.contains("staged root v2"), "\(started.stderr)")
+        let digest = try #require(try CLI.run(["repo", "status", p.repo, "--json"]).stdoutText.firstMatch(of: /"digest"\s*:\s*"([0-9a-f]{64})"/)?.1)
+        try p.check(CLI.run(["repo", "sign", p.repo, "--role", "root", "--digest", String(digest)] + p.key))
+        _ = try release(1)
+        // Not logged yet: refresh publishes nothing that names it.
+        let refused = try CLI.run(refreshArguments)
+        #expect(refused.status == 3 && refused.stderr.contains("app-1.zip, which the repository's log does not hold"), "\(refused.stderr)")
+        let appended = try CLI.run(["log", "append", p.repo, "--key", logKey])
+        #expect(appended.status == 0 && appended.stdoutText.contains("cosigned by w2, w3"), "\(appended.stdoutText) \(appended.stderr)")
+        #expect(appended.stderr.contains("w1: 409 Conflict"), "\(appended.stderr)")
+        try p.check(CLI.run(refreshArguments))
+        let first = try update()
+        #expect(first.status == 0 && p.installedText() == "release 1\n", "\(first.stdoutText) \(first.stderr)")
+
+        // Release 2 logged, its proof kept aside; release 3 on another channel makes the log 3.
+        _ = try release(2)
+        try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
+        let proofAtTwo = try Data(contentsOf: URL(fileURLWithPath: try proofPath(2)))
+        _ = try release(3, channel: "beta")
+        try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
+        try p.check(CLI.run(refreshArguments))
+        let proofAtThree = try Data(contentsOf: URL(fileURLWithPath: try proofPath(2)))
+        func refusedUpdate(_ why: String, _ extra: [String] = [], file: String = #filePath, line: Int = #line) throws {
+            let ran = try update(extra)
+            #expect(
+                ran.status == 3 && ran.stdoutText.contains("not-logged") && p.installedText() == "release 1\n",
+                "\(why): \(ran.status) \(ran.stdoutText) \(ran.stderr)", sourceLocation: SourceLocation(fileID: #fileID, filePath: file, line: line, column: 1))
+        }
+        // No proof; release 1's proof where release 2's is (a leaf that is not the verified release).
+        let proofTwo = try proofPath(2)
+        try FileManager.default.removeItem(atPath: proofTwo)
+        try refusedUpdate("no proof")
+        try Data(contentsOf: URL(fileURLWithPath: try proofPath(1))).write(to: URL(fileURLWithPath: proofTwo))
+        try refusedUpdate("release 1's proof where release 2's is")
+        try proofAtThree.write(to: URL(fileURLWithPath: proofTwo))
+        let tile = p.repo + "/log/tile/0/000.p/3"
+        let goodTile = try Data(contentsOf: URL(fileURLWithPath: tile))
+        // The device holds checkpoint 1: checkpoint 3 must extend it, read from the tiles. A
+        // tile one hash short, or a changed hash, is refused.
+        try goodTile.prefix(64).write(to: URL(fileURLWithPath: tile))
+        try refusedUpdate("a partial tile of width 2 where 3 is due")
+        var changed = goodTile
+        changed[40] ^= 1
+        try changed.write(to: URL(fileURLWithPath: tile))
+        try refusedUpdate("a tile whose second hash is changed")
+        try goodTile.write(to: URL(fileURLWithPath: tile))
+        // A policy asking all three (w1 did not cosign): a quorum short by one.
+        let strict = try work.write(
+            "strict",
+            Data((["log \(logVKey)"] + witnesses.map(\.line) + ["group all-three all w1 w2 w3", "quorum all-three", ""]).joined(separator: "\n").utf8),
+            mode: 0o644)
+        try refusedUpdate("quorum k - 1", ["--tlog-policy", strict])
+        // The good proof installs; the device now holds checkpoint 3.
+        let installed = try update()
+        #expect(installed.status == 0 && p.installedText() == "release 2\n", "\(installed.stdoutText) \(installed.stderr)")
+        // A proof whose checkpoint (4) is older than the one the device holds (5: the
+        // publisher's newest, as another release's proof would have brought it).
+        _ = try release(4)
+        try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
+        let proofAtFour = try Data(contentsOf: URL(fileURLWithPath: try proofPath(4)))
+        _ = try release(5, channel: "beta")
+        try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
+        try p.check(CLI.run(refreshArguments))
+        try proofAtFour.write(to: URL(fileURLWithPath: try proofPath(4)))
+        let stored = p.metadata + "/tlog-\(stateName.prefix(16)).checkpoint"
+        #expect(FileManager.default.fileExists(atPath: stored))
+        try FileManager.default.removeItem(atPath: stored)
+        try FileManager.default.copyItem(atPath: p.repo + "/log/checkpoint", toPath: stored)
+        let older = try update()
+        #expect(
+            older.status == 3 && older.stdoutText.contains("older than the one this device holds") && p.installedText() == "release 2\n", "\(older.stdoutText)")
+
+        // Status, and the monitor: a release logged from a staged targets version that was
+        // then discarded is in the log and in no targets version.
+        let status = try CLI.run(["log", "status", p.repo])
+        #expect(status.status == 0 && status.stdoutText.contains("5 entries") && status.stdoutText.contains("cosigned by: w2, w3"), "\(status.stdoutText)")
+        #expect(try CLI.run(["log", "monitor", p.repo]).status == 0)
+        let tree = try TemporaryDirectory()
+        _ = try tree.write("a.txt", Data("only for some devices\n".utf8))
+        let targeted = p.work.directory.file("app-9.zip")
+        try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "9.0", "--sequence", "9", "--out", targeted] + p.key))
+        try p.check(CLI.run(["repo", "add", p.repo, targeted, "--channel", "stable"]))
+        try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
+        try p.check(CLI.run(["repo", "discard", p.repo, "--role", "targets"]))
+        let monitor = try CLI.run(["log", "monitor", p.repo])
+        #expect(monitor.status == 1 && monitor.stdoutText.contains("UNLISTED entry 5: app 9.0 (sequence 9"), "\(monitor.stdoutText) \(monitor.stderr)")
+        for witness in witnesses { witness.process.stop() }
+    }
+}
