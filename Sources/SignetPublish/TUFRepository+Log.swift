@@ -73,6 +73,18 @@ extension TUFRepository {
         return document.version
     }
 
+    /// Replaces the log's policy: the publisher's copy now, devices' once the staged root that
+    /// carries it is signed and published. It must still name the log's key.
+    @discardableResult
+    public func replaceLogPolicy(_ policy: TransparencyPolicy, now: Timestamp = .now) throws -> Int64 {
+        let log = try openLog(try logPolicy())
+        guard policy.logs.contains(where: { $0.key == log.key }) else {
+            throw SignetError(.usage, "the new policy does not name the log's key \(log.key) (its `log` line): devices would refuse every proof")
+        }
+        try AtomicFile.write(Array(policy.text.utf8), to: logPolicyFile, mode: 0o600, replace: true)
+        return try stageLogPolicy(policy, now: now)
+    }
+
     /// The policy kept by ``createLog(key:policy:now:)``.
     public func logPolicy() throws -> TransparencyPolicy {
         guard FileManager.default.fileExists(atPath: logPolicyFile) else {

@@ -24,7 +24,7 @@ struct Log: ParsableCommand {
               signet repo refresh site --snapshot-key s.pem --timestamp-key ts.pem
               signet log monitor site
             """,
-        subcommands: [VKey.self, Init.self, Append.self, Status.self, Monitor.self]
+        subcommands: [VKey.self, Init.self, Policy.self, Append.self, Status.self, Monitor.self]
     )
 
     /// A note key from a PEM Ed25519 private key; `name` or, for the log's key, the name the
@@ -87,6 +87,28 @@ struct Log: ParsableCommand {
             Output.line(
                 "started log \(signer.verifier.name) in \(repo.logDirectory); staged root v\(version) with its policy: the root key holders sign it (`signet repo sign \(repository) --role root --key KEY`), then `signet log append \(repository) --key \(key)` logs the listed releases"
             )
+        }
+    }
+
+    struct Policy: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "policy",
+            abstract: "Stage the next root with another policy (witnesses, quorum).",
+            discussion: """
+                The publisher's copy is replaced at once (the next append gathers cosignatures \
+                under it); devices enforce it once the root key holders have signed the staged \
+                root and `repo refresh` has published it. The policy must still name the log's key.
+                """)
+        @Argument(help: ArgumentHelp("The repository folder.", valueName: "repo"))
+        var repository: String
+        @Argument(help: ArgumentHelp("The new transparency policy (c2sp.org/tlog-policy).", valueName: "file"))
+        var policy: String
+
+        func run() throws {
+            let repo = try TUFRepository(at: repository)
+            let text = try InputFile.open(policy, what: "the policy", followSymlinks: true).readAll(limit: 1 << 20, what: "the policy")
+            let version = try repo.replaceLogPolicy(try TransparencyPolicy(text: String(decoding: text, as: UTF8.self)))
+            Output.line("staged root v\(version) with the new policy: the root key holders sign it (`signet repo sign \(repository) --role root --key KEY`)")
         }
     }
 

@@ -321,13 +321,16 @@ extension Update {
                 hooks: report.install?.hooks.map(ReleaseOptions.Hook.init) ?? [], replaced: updated ? installed : nil,
                 refused: report.refused.map { Refused(sequence: $0.sequence, reason: $0.reason, at: $0.at) },
                 rollout: report.rollout.map(Rollout.init), deferred: report.deferred,
-                choice: report.choice.map(Choice.init)), json: output.json)
+                choice: report.choice.map(Choice.init), log_entry: report.logged?.entry, log_size: report.logged?.checkpointSize), json: output.json)
         if output.json { return }
         let trusted = "root v\(report.refresh.rootVersion), timestamp v\(report.refresh.timestampVersion)"
         Unpack.sayRepaired(report.install, dest: dest)
         if let install = report.install, !install.upToDate {
             Output.line("updated \(dest) to \(available.name) \(available.version) (sequence \(available.sequence)) from channel \(channel); \(trusted)")
             if let transfer = install.transfer { Output.line("  " + Unpack.describe(transfer)) }
+            if let logged = report.logged {
+                Output.line("  in the transparency log as entry \(logged.entry) of \(logged.checkpointSize), cosigned as its policy asks")
+            }
             Unpack.sayShared(install)
             ReleaseOptions.say(install)
             // It got the newest release that has reached it; a newer one is on its way.

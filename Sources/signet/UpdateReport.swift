@@ -49,6 +49,8 @@ extension Update {
         @Null var rollout: Rollout?
         @Null var deferred: String?
         @Null var choice: Choice?
+        @Null var log_entry: UInt64?
+        @Null var log_size: UInt64?
     }
 
     /// Which listed release the run chose, and why (JSON `choice`; FORMAT §7).

@@ -55,12 +55,13 @@ struct TransparencyCLITests {
         let refreshArguments = [
             "repo", "refresh", p.repo, "--snapshot-key", p.work.privatePEM, "--timestamp-key", p.work.privatePEM, "--passphrase-file", p.work.passFile
         ]
-        func release(_ sequence: Int, channel: String = "stable") throws -> String {
+        func release(_ sequence: Int, channel: String = "stable", logged: Bool = false) throws -> String {
             let tree = try TemporaryDirectory()
             _ = try tree.write("a.txt", Data("release \(sequence)\n".utf8))
             let package = p.work.directory.file("app-\(sequence).zip")
             try p.check(CLI.run(["pack", tree.path, "--name", "app", "--version", "1.\(sequence)", "--sequence", "\(sequence)", "--out", package] + p.key))
-            try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", channel] + p.key))
+            let added = try p.check(CLI.run(["repo", "add", p.repo, package, "--channel", channel] + p.key + (logged ? ["--log-key", logKey] : [])))
+            #expect(added.stdoutText.contains(logged ? "logged app-\(sequence).zip; checkpoint" : "signet log append"), "\(added.stdoutText)")
             return package
         }
         func update(_ extra: [String] = []) throws -> ProcessResult {
@@ -134,10 +135,12 @@ struct TransparencyCLITests {
         // The good proof installs; the device now holds checkpoint 3.
         let installed = try update()
         #expect(installed.status == 0 && p.installedText() == "release 2\n", "\(installed.stdoutText) \(installed.stderr)")
+        let document = try #require(try JSONSerialization.jsonObject(with: installed.stdout) as? [String: Any])
+        #expect(document["log_entry"] as? Int == 1 && document["log_size"] as? Int == 3, "\(installed.stdoutText)")
+        try JSONSchemaCLITests.check([("update", installed.stdout), ("update", first.stdout)])
         // A proof whose checkpoint (4) is older than the one the device holds (5: the
         // publisher's newest, as another release's proof would have brought it).
-        _ = try release(4)
-        try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
+        _ = try release(4, logged: true)
         let proofAtFour = try Data(contentsOf: URL(fileURLWithPath: try proofPath(4)))
         _ = try release(5, channel: "beta")
         try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
@@ -165,6 +168,13 @@ struct TransparencyCLITests {
         try p.check(CLI.run(["repo", "discard", p.repo, "--role", "targets"]))
         let monitor = try CLI.run(["log", "monitor", p.repo])
         #expect(monitor.status == 1 && monitor.stdoutText.contains("UNLISTED entry 5: app 9.0 (sequence 9"), "\(monitor.stdoutText) \(monitor.stderr)")
+        // Another policy: one that drops the log's key is refused; one that keeps it is staged.
+        let noLog = try work.write(
+            "no-log", Data("log \(try CLI.run(["log", "vkey", "\(Self.fixtures)/w1.pem", "--name", "other.example/log"]).stdoutText)quorum none\n".utf8))
+        let dropped = try CLI.run(["log", "policy", p.repo, noLog])
+        #expect(dropped.status == 2 && dropped.stderr.contains("does not name the log's key"), "\(dropped.stderr)")
+        let restaged = try CLI.run(["log", "policy", p.repo, strict])
+        #expect(restaged.status == 0 && restaged.stdoutText.contains("staged root v3"), "\(restaged.stdoutText) \(restaged.stderr)")
         for witness in witnesses { witness.process.stop() }
     }
 }
