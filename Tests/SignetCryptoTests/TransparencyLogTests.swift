@@ -212,6 +212,7 @@ struct TransparencyLogTests {
             ("used before defined", "log \(log)\ngroup G 1 A\nwitness A \(x[0])\nquorum G\n"),
             ("defined twice", "log \(log)\nwitness A \(x[0])\nwitness A \(x[1])\nquorum A\n"),
             ("member twice", "log \(log)\nwitness A \(x[0])\ngroup G 1 A A\nquorum G\n"),
+            ("member of two groups", "log \(log)\nwitness A \(x[0])\ngroup G any A\ngroup H all G A\nquorum H\n"),
             ("k = 0", "log \(log)\nwitness A \(x[0])\ngroup G 0 A\nquorum G\n"),
             ("k > n", "log \(log)\nwitness A \(x[0])\ngroup G 2 A\nquorum G\n"),
             ("no quorum", "log \(log)\nwitness A \(x[0])\n"), ("two quorums", "log \(log)\nwitness A \(x[0])\nquorum A\nquorum none\n"),

@@ -178,7 +178,8 @@ public enum _FuzzTargets {
         },
         // A transparency log's texts as a device reads them (c2sp.org): a log proof, the signed
         // note it carries (a fixed log key and cosigner key), the checkpoint inside, the
-        // inclusion check; then the same bytes as a note and as a checkpoint.
+        // inclusion check; then the same bytes as a note, a checkpoint, a policy and an entry
+        // bundle.
         "tlog": { bytes in
             // Keys of Ed25519 seeds 0x42... and 0x43... (the corpus's proof is signed with them).
             let log = try? NoteVerifierKey("example.com/log+d5ca9a19+ASFS+NGbeR0kRTJC4V8uq2y3z/p7al7TAJeWDgaYgdsS")
@@ -193,6 +194,14 @@ public enum _FuzzTargets {
                 precondition((try? Checkpoint(text: checkpoint.text)) == checkpoint)
             }
             _ = try? NoteVerifierKey(String(decoding: bytes.prefix(512), as: UTF8.self))
+            // A policy (from root metadata or a file) and its quorum over its own witnesses.
+            if let policy = try? TransparencyPolicy(text: String(decoding: bytes, as: UTF8.self)) {
+                // Every witness cosigning meets any quorum (a group's k is at most its members).
+                precondition(policy.isMet(by: policy.witnesses.map(\.key)))
+                precondition(policy.fewestCosigners <= policy.witnesses.count)
+            }
+            // An entry bundle of a log's tiles.
+            _ = try? TransparencyLog.bundleEntries(bytes, count: Int(bytes.first ?? 0), path: "fuzz")
         },
         // Structured resources as reverify reads an edited one: JSON, XML and binary property
         // lists, then the key comparison against itself; and rules-file key paths.

@@ -67,6 +67,8 @@ public struct TransparencyPolicy: Sendable, Equatable {
         var names: [String: Rule] = [:]
         var quorum: Rule? = nil
         var groups = 0
+        // Each name is a member of one group at most: a witness counts toward the quorum one way.
+        var members = Set<String>()
         for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = number + 1
             let fields = raw.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
@@ -90,23 +92,26 @@ public struct TransparencyPolicy: Sendable, Equatable {
                 guard fields.count >= 4 else { throw refuse(line, "a group line is `group NAME K|all|any MEMBER…`") }
                 guard names[fields[1]] == nil, fields[1] != "none" else { throw refuse(line, "the name '\(fields[1])' is defined twice") }
                 let memberNames = Array(fields[3...])
-                guard Set(memberNames).count == memberNames.count else { throw refuse(line, "a member is listed twice") }
-                let members = try memberNames.map { name -> Rule in
+                guard Set(memberNames).count == memberNames.count, members.isDisjoint(with: memberNames) else {
+                    throw refuse(line, "a name is a member twice (each counts toward the quorum one way only)")
+                }
+                members.formUnion(memberNames)
+                let rules = try memberNames.map { name -> Rule in
                     guard let rule = names[name] else { throw refuse(line, "'\(name)' is not defined on an earlier line") }
                     return rule
                 }
                 let k: Int
                 switch fields[2] {
-                case "all": k = members.count
+                case "all": k = rules.count
                 case "any": k = 1
                 default:
                     guard fields[2].utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), !fields[2].hasPrefix("0"), let value = Int(fields[2]),
-                        value >= 1, value <= members.count
-                    else { throw refuse(line, "the threshold '\(fields[2])' is not all, any or 1 to \(members.count)") }
+                        value >= 1, value <= rules.count
+                    else { throw refuse(line, "the threshold '\(fields[2])' is not all, any or 1 to \(rules.count)") }
                     k = value
                 }
                 groups += 1
-                names[fields[1]] = .group(k, members)
+                names[fields[1]] = .group(k, rules)
             case "quorum":
                 guard fields.count == 2 else { throw refuse(line, "a quorum line is `quorum NAME`") }
                 guard quorum == nil else { throw refuse(line, "a second quorum line") }
