@@ -78,6 +78,12 @@ public struct InstallOptions: Sendable {
     /// The package signed metadata names (`signet update`): the install is bound to it
     /// (``/SignetPackage/PackageBinding``).
     public var expectedPackage: PackageBinding? = nil
+    /// A package file or URL installs only when a transparency log holds it (FORMAT.md §10):
+    /// its proof is checked before anything of it is read, and the install is bound to the
+    /// logged entry.
+    public var transparency: TransparencyRequirement? = nil
+    /// Set once the proof is checked (a download then installs from its partial file).
+    var transparencyChecked = false
     /// The SHA-256 (lowercase hex) of the signed manifest of the one release to install — the
     /// release a person or an agent confirmed (`update --check` reports it). Another release,
     /// even one correctly signed, is refused (`not-confirmed`, exit 1) before any resource is

@@ -95,7 +95,7 @@ extension Installer {
     ) throws -> InstallReport {
         try Downloader.checkScheme(url, policy: download.tls)
         options.phase?(.download)
-        var options = options
+        var options = try requireLogged(url, options: options, download: download)
         options.source = Download.recordedSource(url)
         let partial = Downloader.partialPath(besides: destination)
         var download = download
@@ -150,10 +150,11 @@ extension Installer {
         if let expected = options.expectedPackage, let hashing {
             let digest = try hashing.finalize()
             guard result.size == expected.size, digest.matches(hex: expected.sha256) else {
-                throw SignetError(
-                    .indexMismatch,
-                    "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); its signed metadata binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed",
-                    path: url)
+                throw loggedRefusal(
+                    SignetError(
+                        .indexMismatch,
+                        "the package at '\(Download.redacted(url))' is \(result.size) bytes with SHA-256 \(digest.hex); its signed metadata binds \(expected.size) bytes with SHA-256 \(expected.sha256). Nothing was installed",
+                        path: url), options: options)
             }
         }
         var report: InstallReport

@@ -58,7 +58,9 @@ extension Installer {
         // A hook an earlier Signet was killed in, still running, is ended first (FORMAT §2).
         Self.endLeftoverHook(destination)
         let (checked, installState) = try job.checkManifest(replacing: state)
-        if let expected = options.expectedPackage { try Self.checkBinding(expected, checked: checked, package: package) }
+        if let expected = options.expectedPackage {
+            do { try Self.checkBinding(expected, checked: checked, package: package) } catch { throw loggedRefusal(error, options: options) }
+        }
         if let required = options.requiredManifestSHA256 { try Self.checkConfirmed(required, checked: checked, package: package) }
         try Self.checkSeal(of: destination, replacedBy: job.resources(checked).map(\.path), options: options, package: package)
         if options.caseInsensitiveDestination || CaseFolding.ignoresCase(at: AtomicFile.parentDirectory(of: destination)) {

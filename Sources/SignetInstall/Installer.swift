@@ -77,6 +77,8 @@ public enum Installer {
         _ package: String, to destination: String, policy: TrustPolicy,
         options: InstallOptions, holding lock: DestinationLock
     ) throws -> InstallReport {
+        // A package held to a log: its proof first (nothing of the package read before it).
+        let options = try requireLogged(package, options: options, download: nil)
         // What an interrupted or killed unpack of DIR left behind (its process is gone).
         let stale = TemporaryFiles.removeStale(besides: destination)
         let state = try DestinationState.inspect(destination, force: options.force)

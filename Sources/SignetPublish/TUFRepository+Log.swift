@@ -143,7 +143,8 @@ extension TUFRepository {
         var written = 0
         for release in releases {
             guard let index = indexes[try release.logLeafHash()] else { continue }
-            let proof = TransparencyProof(index: UInt64(index), hashes: log.tree.inclusionProof(index: index, size: size), checkpoint: log.checkpointNote)
+            let proof = TransparencyProof(
+                extra: try release.logEntry(), index: UInt64(index), hashes: log.tree.inclusionProof(index: index, size: size), checkpoint: log.checkpointNote)
             try AtomicFile.write(proof.bytes, to: "\(targetsDirectory)/\(release.sha256).\(release.target).tlog-proof", mode: 0o644, replace: true)
             written += 1
         }

@@ -37,9 +37,5 @@ extension TUFClient {
         try AtomicFile.write(note, to: options.metadataDirectory + "/" + Self.checkpointName(origin), mode: 0o644, replace: true)
     }
 
-    /// `tlog-HASH.checkpoint`: HASH the first 16 hex digits of SHA-256 of the origin.
-    static func checkpointName(_ origin: String) -> String {
-        let digest = (try? Digest.compute(Array(origin.utf8), algorithm: .sha256).hex) ?? ""
-        return "tlog-\(digest.prefix(16)).checkpoint"
-    }
+    static func checkpointName(_ origin: String) -> String { TransparencyVerifier.checkpointFileName(origin) }
 }

@@ -7,18 +7,17 @@ extension TUFPackageTarget {
     /// signed manifest's SHA-256, the package's SHA-256 and length — one `key value` line each
     /// under the line `signet.release/v1`. A value with a control character has no entry
     /// (`.malformedMetadata`): a log line cannot hold it.
-    public func logEntry() throws -> [UInt8] {
-        for (key, value) in [("name", name), ("version", version)]
-        where value.isEmpty || value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) {
-            throw SignetError(
-                .malformedMetadata, "the release's \(key) '\(value.debugDescription)' is empty or has a control character: it has no log entry", path: target)
-        }
+    public func logEntry() throws -> [UInt8] { try releaseEntry().bytes }
+
+    /// The entry as a value (``ReleaseEntry``).
+    public func releaseEntry() throws -> ReleaseEntry {
         guard length >= 0 else { throw SignetError(.malformedMetadata, "the release's length \(length) is negative", path: target) }
-        let lines = [
-            "signet.release/v1", "name \(name)", "version \(version)", "sequence \(sequence)", "manifest-sha256 \(manifestSHA256.lowercased())",
-            "target-sha256 \(sha256.lowercased())", "target-length \(length)"
-        ]
-        return Array(lines.map { $0 + "\n" }.joined().utf8)
+        do {
+            return try ReleaseEntry(
+                name: name, version: version, sequence: sequence, manifestSHA256: manifestSHA256, targetSHA256: sha256, targetLength: UInt64(length))
+        } catch let error as SignetError {
+            throw SignetError(error.code, error.reason, path: target)
+        }
     }
 
     /// The leaf hash of ``logEntry()`` (RFC 6962: SHA-256 of 0x00 and the entry).

@@ -116,6 +116,16 @@ struct Unpack: ParsableCommand {
 
     @OptionGroup(title: "Encrypted packages") var decryption: DecryptionOptions
 
+    @Option(
+        name: .customLong("tlog-policy"),
+        help: ArgumentHelp("Install only a release a transparency log holds under this policy (its proof beside the package).", valueName: "file"))
+    var tlogPolicy: String?
+
+    @Option(
+        name: .customLong("tlog-state"),
+        help: ArgumentHelp("With --tlog-policy: where the largest checkpoint per log is kept (default /var/lib/signet/tlog).", valueName: "dir"))
+    var tlogState: String?
+
     @Option(name: .long, parsing: .unconditional, help: ArgumentHelp("Seconds to wait while another signet updates DIR (default 10).", valueName: "seconds"))
     var wait: Double = 10
 
@@ -219,6 +229,15 @@ struct Unpack: ParsableCommand {
         options.wait = wait
         options.stateFile = state
         options.decryptionKey = try decryption.load()
+        if let tlogPolicy {
+            try TrustedInput.check(tlogPolicy, what: "--tlog-policy")
+            let text = try InputFile.open(tlogPolicy, what: "the transparency policy").readAll(limit: 1 << 20, what: "the transparency policy")
+            options.transparency = TransparencyRequirement(
+                policy: try TransparencyPolicy(text: String(decoding: text, as: UTF8.self)), stateDirectory: tlogState ?? "/var/lib/signet/tlog",
+                download: try tls.options(trust: trust))
+        } else if tlogState != nil {
+            throw ValidationError("--tlog-state goes with --tlog-policy FILE")
+        }
         let policy = try trust.policy(sealedElsewhere: tls.sealsDirectories)
         let report: InstallReport
         if Download.isURL(package) {

@@ -48,6 +48,12 @@ struct Witness: ParsableCommand {
         var log: [String] = []
         @Option(name: .long, help: ArgumentHelp("The folder of latest cosigned checkpoints.", valueName: "dir"))
         var state: String
+        @OptionGroup var output: OutputOptions
+
+        struct Report: Encodable {
+            let vkey: String
+            let url: String
+        }
 
         func run() throws {
             guard !log.isEmpty else { throw ValidationError("name at least one log to witness (--log VKEY)") }
@@ -59,8 +65,16 @@ struct Witness: ParsableCommand {
             let witness = try TransparencyWitness(key: signer, logs: logs, stateDirectory: state)
             let listener = try Self.listen(listen)
             defer { close(listener.fd) }
-            // Written at once (not buffered): whoever started the witness waits for this line.
-            FileHandle.standardOutput.write(Data("witness \(signer.verifier) listening on http://\(listener.address)\n".utf8))
+            // Written at once (not buffered): whoever started the witness waits for this line
+            // (with --json, one document on one line).
+            if output.json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                let document = try encoder.encode(Report(vkey: signer.verifier.description, url: "http://\(listener.address)"))
+                FileHandle.standardOutput.write(document + Data("\n".utf8))
+            } else {
+                FileHandle.standardOutput.write(Data("witness \(signer.verifier) listening on http://\(listener.address)\n".utf8))
+            }
             while true {
                 let client = signet_accept_cloexec(listener.fd)
                 guard client >= 0 else {

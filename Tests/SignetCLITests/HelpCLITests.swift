@@ -10,7 +10,7 @@ struct HelpCLITests {
         "", "keygen", "key", "key show", "sign", "verify", "pack", "resign", "encrypt", "inspect", "unpack", "fetch",
         "reverify", "status", "rollback", "confirm", "trust", "trust seal", "update", "serve",
         "repo", "repo init", "repo add", "repo rollout", "repo resign", "repo sign", "repo refresh", "repo rotate", "repo renew", "repo discard", "repo status",
-        "log", "log vkey", "log init", "log policy", "log append", "log status", "log monitor", "witness", "witness serve",
+        "log", "log vkey", "log init", "log policy", "log append", "log status", "log monitor", "log verify", "witness", "witness serve",
         "tuf", "tuf init", "tuf refresh", "tuf download"
     ]
 

@@ -29,6 +29,7 @@ struct ReadmeBlocksTests {
         "encryption": "EncryptionCLITests.readme",
         "agent": "ConfirmedInstallCLITests.readme",
         "agent-varlink": "ServiceCLITests.readme",
+        "tlog": "TransparencyCLITests.readme",
         "hsm": "ReadmeBlocksTests.hsm",
         "structured": "ReadmeBlocksTests.structured",
         "test-pki": "ReadmeBlocksTests.testPKI",

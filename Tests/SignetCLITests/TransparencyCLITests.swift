@@ -9,27 +9,32 @@ import Testing
 struct TransparencyCLITests {
     static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Transparency").path
 
-    /// A witness run in the background, and the line its policy gives it.
+    /// A witness run in the background (`--json`: its one line says its key and URL), and the
+    /// line its policy gives it.
     final class RunningWitness {
         let process: BackgroundProcess
         let line: String
+        let document: Data
         init(_ number: Int, log: String, work: TemporaryDirectory) throws {
             let key = "\(TransparencyCLITests.fixtures)/w\(number).pem"
-            let name = "w\(number).example"
-            let vkey = try CLI.run(["log", "vkey", key, "--name", name, "--witness"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
             let out = work.file("w\(number).log")
             process = try BackgroundProcess(
-                CLI.binary, ["witness", "serve", "--listen", "127.0.0.1:0", "--key", key, "--name", name, "--log", log, "--state", work.file("w\(number)")],
+                CLI.binary,
+                [
+                    "witness", "serve", "--listen", "127.0.0.1:0", "--key", key, "--name", "w\(number).example", "--log", log, "--state",
+                    work.file("w\(number)"), "--json"
+                ],
                 log: out)
-            var url = ""
-            for _ in 0..<200 where url.isEmpty {
-                if let text = try? String(contentsOfFile: out, encoding: .utf8), let found = text.split(separator: " ").last, text.hasSuffix("\n") {
-                    url = found.trimmingCharacters(in: .whitespacesAndNewlines)
-                } else {
-                    usleep(20_000)
-                }
+            var started: [String: Any]? = nil
+            var bytes = Data()
+            for _ in 0..<250 where started == nil {
+                bytes = (try? Data(contentsOf: URL(fileURLWithPath: out))) ?? Data()
+                if bytes.last == 0x0a { started = try JSONSerialization.jsonObject(with: bytes) as? [String: Any] } else { usleep(20_000) }
             }
-            guard !url.isEmpty else { throw SupportError("witness \(number) did not start: \((try? String(contentsOfFile: out, encoding: .utf8)) ?? "")") }
+            guard let started, let vkey = started["vkey"] as? String, let url = started["url"] as? String else {
+                throw SupportError("witness \(number) did not start: \(String(decoding: bytes, as: UTF8.self))")
+            }
+            document = bytes
             line = "witness w\(number) \(vkey) \(url)"
         }
     }
@@ -42,7 +47,12 @@ struct TransparencyCLITests {
         let work = try TemporaryDirectory()
         let logKey = "\(Self.fixtures)/log.pem"
         let logVKey = try CLI.run(["log", "vkey", logKey, "--name", "example.com/app-log"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        // Every --json document a log command prints, checked against docs/schema/ at the end.
+        var documents: [(command: String, stdout: Data)] = [
+            ("log vkey", try CLI.run(["log", "vkey", logKey, "--name", "example.com/app-log", "--json"]).stdout)
+        ]
         let witnesses = try (1...3).map { try RunningWitness($0, log: logVKey, work: work) }
+        documents.append(("witness serve", witnesses[0].document))
         // w1 has seen a larger tree of this log (a fork, or another log under its name): it
         // answers 409 with a size above ours, and the quorum is met by w2 and w3.
         try FileManager.default.createDirectory(atPath: work.file("w1"), withIntermediateDirectories: true)
@@ -79,17 +89,20 @@ struct TransparencyCLITests {
         }
 
         // The log starts; its policy rides in root v2, signed by the root key.
-        let started = try CLI.run(["log", "init", p.repo, "--key", logKey, "--policy", policy])
-        #expect(started.status == 0 && started.stdoutText.contains("staged root v2"), "\(started.stderr)")
+        let started = try CLI.run(["log", "init", p.repo, "--key", logKey, "--policy", policy, "--json"])
+        #expect(started.status == 0 && started.stdoutText.contains("\"root_version\" : 2"), "\(started.stdoutText) \(started.stderr)")
+        documents.append(("log init", started.stdout))
         let digest = try #require(try CLI.run(["repo", "status", p.repo, "--json"]).stdoutText.firstMatch(of: /"digest"\s*:\s*"([0-9a-f]{64})"/)?.1)
         try p.check(CLI.run(["repo", "sign", p.repo, "--role", "root", "--digest", String(digest)] + p.key))
         _ = try release(1)
         // Not logged yet: refresh publishes nothing that names it.
         let refused = try CLI.run(refreshArguments)
         #expect(refused.status == 3 && refused.stderr.contains("app-1.zip, which the repository's log does not hold"), "\(refused.stderr)")
-        let appended = try CLI.run(["log", "append", p.repo, "--key", logKey])
-        #expect(appended.status == 0 && appended.stdoutText.contains("cosigned by w2, w3"), "\(appended.stdoutText) \(appended.stderr)")
-        #expect(appended.stderr.contains("w1: 409 Conflict"), "\(appended.stderr)")
+        let appended = try CLI.run(["log", "append", p.repo, "--key", logKey, "--json"])
+        let appendReport = try JSONSerialization.jsonObject(with: appended.stdout) as? [String: Any]
+        #expect(appended.status == 0 && appendReport?["cosigners"] as? [String] == ["w2", "w3"], "\(appended.stdoutText) \(appended.stderr)")
+        #expect((appendReport?["refusals"] as? [String])?.first?.contains("w1: 409 Conflict") == true, "\(appended.stdoutText)")
+        documents.append(("log append", appended.stdout))
         try p.check(CLI.run(refreshArguments))
         let first = try update()
         #expect(first.status == 0 && p.installedText() == "release 1\n", "\(first.stdoutText) \(first.stderr)")
@@ -102,6 +115,15 @@ struct TransparencyCLITests {
         try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
         try p.check(CLI.run(refreshArguments))
         let proofAtThree = try Data(contentsOf: URL(fileURLWithPath: try proofPath(2)))
+        // The proof checked offline: with its own entry, under the policy, and refused for
+        // another entry or a quorum short by one.
+        let offline = try CLI.run(["log", "verify", try proofPath(2), "--policy", policy, "--json"])
+        let offlineReport = try JSONSerialization.jsonObject(with: offline.stdout) as? [String: Any]
+        #expect(
+            offline.status == 0 && offlineReport?["index"] as? Int == 1 && offlineReport?["size"] as? Int == 3 && offlineReport?["name"] as? String == "app")
+        documents.append(("log verify", offline.stdout))
+        let otherEntry = try work.write("entry", Data("signet.release/v1\nname app\n".utf8))
+        #expect(try CLI.run(["log", "verify", try proofPath(2), "--policy", policy, "--entry", otherEntry]).status == 3)
         func refusedUpdate(_ why: String, _ extra: [String] = [], file: String = #filePath, line: Int = #line) throws {
             let ran = try update(extra)
             #expect(
@@ -154,10 +176,43 @@ struct TransparencyCLITests {
         #expect(
             older.status == 3 && older.stdoutText.contains("older than the one this device holds") && p.installedText() == "release 2\n", "\(older.stdoutText)")
 
+        // unpack of a package URL or file under the same policy: the proof beside it carries
+        // the release's entry, to which the install is bound.
+        let packageFour = try #require(try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix("app-4.zip") })
+        let unpackState = work.file("tlog-state")
+        // The log's URL in the policy: where a device that holds a checkpoint reads tiles.
+        let withURL = try work.write(
+            "policy-url",
+            Data(
+                (["log \(logVKey) \(p.server.url("tlog/log/"))"] + witnesses.map(\.line) + ["group all-three 2 w1 w2 w3", "quorum all-three", ""]).joined(
+                    separator: "\n"
+                ).utf8))
+        func unpack(_ package: String, _ dest: String) throws -> ProcessResult {
+            try CLI.run(
+                [
+                    "unpack", package, "--dest", dest, "--pubkey", p.work.publicDER, "--tls-ca", p.server.root, "--tlog-policy", withURL, "--tlog-state",
+                    unpackState, "--json"
+                ])
+        }
+        let fromURL = try unpack(p.server.url("tlog/targets/" + packageFour), work.file("unpacked"))
+        #expect(fromURL.status == 0 && FileManager.default.fileExists(atPath: work.file("unpacked/a.txt")), "\(fromURL.stdoutText) \(fromURL.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: unpackState).contains { $0.hasPrefix("tlog-") && $0.hasSuffix(".checkpoint") })
+        // A copy without its proof; a copy with another release's proof beside it.
+        let copy = work.file("app-4.zip")
+        try FileManager.default.copyItem(atPath: p.repo + "/targets/" + packageFour, toPath: copy)
+        let bare = try unpack(copy, work.file("bare"))
+        #expect(bare.status == 3 && bare.stdoutText.contains("not-logged") && !FileManager.default.fileExists(atPath: work.file("bare")), "\(bare.stdoutText)")
+        try FileManager.default.copyItem(atPath: try proofPath(1), toPath: copy + ".tlog-proof")
+        let other = try unpack(copy, work.file("other"))
+        #expect(
+            other.status == 3 && other.stdoutText.contains("transparency log entry names") && !FileManager.default.fileExists(atPath: work.file("other/a.txt")),
+            "\(other.stdoutText)")
+
         // Status, and the monitor: a release logged from a staged targets version that was
         // then discarded is in the log and in no targets version.
         let status = try CLI.run(["log", "status", p.repo])
         #expect(status.status == 0 && status.stdoutText.contains("5 entries") && status.stdoutText.contains("cosigned by: w2, w3"), "\(status.stdoutText)")
+        documents.append(("log status", try CLI.run(["log", "status", p.repo, "--json"]).stdout))
         #expect(try CLI.run(["log", "monitor", p.repo]).status == 0)
         let tree = try TemporaryDirectory()
         _ = try tree.write("a.txt", Data("only for some devices\n".utf8))
@@ -168,13 +223,64 @@ struct TransparencyCLITests {
         try p.check(CLI.run(["repo", "discard", p.repo, "--role", "targets"]))
         let monitor = try CLI.run(["log", "monitor", p.repo])
         #expect(monitor.status == 1 && monitor.stdoutText.contains("UNLISTED entry 5: app 9.0 (sequence 9"), "\(monitor.stdoutText) \(monitor.stderr)")
+        let monitorJSON = try CLI.run(["log", "monitor", p.repo, "--json"])
+        #expect(monitorJSON.status == 1)
+        documents.append(("log monitor", monitorJSON.stdout))
         // Another policy: one that drops the log's key is refused; one that keeps it is staged.
         let noLog = try work.write(
             "no-log", Data("log \(try CLI.run(["log", "vkey", "\(Self.fixtures)/w1.pem", "--name", "other.example/log"]).stdoutText)quorum none\n".utf8))
         let dropped = try CLI.run(["log", "policy", p.repo, noLog])
         #expect(dropped.status == 2 && dropped.stderr.contains("does not name the log's key"), "\(dropped.stderr)")
-        let restaged = try CLI.run(["log", "policy", p.repo, strict])
-        #expect(restaged.status == 0 && restaged.stdoutText.contains("staged root v3"), "\(restaged.stdoutText) \(restaged.stderr)")
+        let restaged = try CLI.run(["log", "policy", p.repo, strict, "--json"])
+        #expect(restaged.status == 0 && restaged.stdoutText.contains("\"root_version\" : 3"), "\(restaged.stdoutText) \(restaged.stderr)")
+        documents.append(("log policy", restaged.stdout))
+        try JSONSchemaCLITests.check(documents)
         for witness in witnesses { witness.process.stop() }
+    }
+
+    @Test("README's \"Every release in a public log\" block runs as written: a witness, the log started, a release logged and installed, the monitor")
+    func readme() throws {
+        let p = try UpdateCLITests.Publisher("tlog-readme")
+        let work = p.work.directory
+        // What the block takes as given: the release's package, the device's config, a
+        // release key under release/, a free port for the witness.
+        let tree = try TemporaryDirectory()
+        _ = try tree.write("a.txt", Data("release 101\n".utf8))
+        try p.check(
+            CLI.run(["pack", tree.path, "--name", "app", "--version", "1.0.1", "--sequence", "101", "--out", work.file("app-1.0.1.zip")] + p.key))
+        try FileManager.default.createDirectory(atPath: work.file("etc/signet/update.d"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: work.file("var/lib"), withIntermediateDirectories: true)
+        _ = try work.write("etc/signet/update.d/app.conf", Data(p.configLines.utf8), mode: 0o600)
+        let port = try Self.freePort()
+        let passphrase = try String(contentsOfFile: p.work.passFile, encoding: .utf8).trimmingCharacters(in: .newlines)
+        let block = try UpdateCLITests.readmeBlock("tlog").replacingOccurrences(of: "/srv/www/app", with: p.repo)
+            .replacingOccurrences(of: "release/private_key.pem", with: p.work.privatePEM).replacingOccurrences(of: "/etc/", with: work.path + "/etc/")
+            .replacingOccurrences(of: "/var/lib/", with: work.path + "/var/lib/").replacingOccurrences(of: "7380", with: "\(port)")
+        let ran = try SignetTestSupport.run(
+            "bash", ["-euo", "pipefail", "-c", block],
+            environment: [
+                "PATH": URL(fileURLWithPath: CLI.binary).deletingLastPathComponent().path + ":"
+                    + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+                "SIGNET_PASSPHRASE": passphrase
+            ], directory: work.path)
+        #expect(ran.status == 0 && p.installedText() == "release 101\n", "\(ran.stdoutText) \(ran.stderr)")
+        #expect(ran.stdoutText.contains("every release of this repository's packages is listed"), "\(ran.stdoutText)")
+        let proof = try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix(".tlog-proof") }
+        #expect(proof != nil)
+    }
+
+    /// A TCP port nothing listens on now (bound, read, closed).
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw SupportError("cannot find a free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
