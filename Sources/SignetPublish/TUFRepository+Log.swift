@@ -145,9 +145,12 @@ extension TUFRepository {
             guard let index = indexes[try release.logLeafHash()] else { continue }
             let proof = TransparencyProof(
                 extra: try release.logEntry(), index: UInt64(index), hashes: log.tree.inclusionProof(index: index, size: size), checkpoint: log.checkpointNote)
-            try AtomicFile.write(proof.bytes, to: "\(targetsDirectory)/\(release.sha256).\(release.target).tlog-proof", mode: 0o644, replace: true)
+            // Each atomic; all made durable together below (one syncfs, not a journal commit each).
+            try AtomicFile.write(
+                proof.bytes, to: "\(targetsDirectory)/\(release.sha256).\(release.target).tlog-proof", mode: 0o644, replace: true, durable: false)
             written += 1
         }
+        if written > 0 { try AtomicFile.syncFilesystem(of: targetsDirectory) }
         return written
     }
 

@@ -235,6 +235,18 @@ struct TransparencyCLITests {
         #expect(restaged.status == 0 && restaged.stdoutText.contains("\"root_version\" : 3"), "\(restaged.stdoutText) \(restaged.stderr)")
         documents.append(("log policy", restaged.stdout))
         try JSONSchemaCLITests.check(documents)
+
+        // A quorum not met: w1 holds a larger tree (409), w2 a tree of 2 with another root (its
+        // 409 gives 2, and the proof from 2 does not verify against it: 422). Nothing is
+        // published: the checkpoint readers see is the one before.
+        try Data("example.com/app-log\n2\n\(Data(repeating: 9, count: 32).base64EncodedString())\n".utf8).write(
+            to: URL(fileURLWithPath: work.file("w2/\(stateName).checkpoint")))
+        let before = try Data(contentsOf: URL(fileURLWithPath: p.repo + "/log/checkpoint"))
+        _ = try release(10)
+        let short = try CLI.run(["log", "append", p.repo, "--key", logKey])
+        #expect(short.status == 3 && short.stderr.contains("quorum is not met"), "\(short.stderr)")
+        #expect(short.stderr.contains("w1: 409 Conflict") && short.stderr.contains("w2: HTTP 422"), "\(short.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: p.repo + "/log/checkpoint")) == before)
         for witness in witnesses { witness.process.stop() }
     }
 

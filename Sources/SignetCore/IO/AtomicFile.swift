@@ -14,7 +14,10 @@ package enum AtomicFile {
     /// - Parameter replace: when false, an existing file at `path` is never replaced
     ///   (`renameat2(RENAME_NOREPLACE)`, or `link(2)` where the filesystem lacks it) and the
     ///   call fails with ``SignetError/Code/fileExists``.
-    package static func write(_ bytes: [UInt8], to path: String, mode: mode_t, replace: Bool) throws {
+    /// - Parameter durable: when false, neither the file nor its folder is fsynced: the caller
+    ///   writes many and makes them durable at once (``syncFilesystem(of:)``). A reader still
+    ///   sees the old file or the whole new one.
+    package static func write(_ bytes: [UInt8], to path: String, mode: mode_t, replace: Bool, durable: Bool = true) throws {
         let directory = parentDirectory(of: path)
         let temporary = temporaryPath(beside: path, tag: "tmp")
         let token = TemporaryFiles.register(temporary)
@@ -24,7 +27,7 @@ package enum AtomicFile {
         defer {
             if !committed { _ = try? Paths.withParent(of: path) { parent, _ in unlinkat(parent.rawValue, temporaryName, 0) } }
         }
-        try writeNew(bytes, at: temporary, mode: mode, for: path)
+        try writeNew(bytes, at: temporary, mode: mode, for: path, durable: durable)
         try TemporaryFiles.guarded {
             if replace {
                 // Through the folder's descriptor: DIR may lie below a path longer than PATH_MAX.
@@ -32,7 +35,7 @@ package enum AtomicFile {
                     guard renameat(parent.rawValue, temporaryName, parent.rawValue, name) == 0 else {
                         throw SignetError.posix(errno, "cannot write", path: path, call: "renameat")
                     }
-                    let opened = openat(parent.rawValue, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                    let opened = durable ? openat(parent.rawValue, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1
                     if opened >= 0 {
                         let folder = OwnedDescriptor(adopting: opened)
                         try? folder.descriptor.sync()
@@ -40,7 +43,7 @@ package enum AtomicFile {
                 }
             } else {
                 try renameNoReplace(temporary, path, what: "the file")
-                syncDirectory(directory)
+                if durable { syncDirectory(directory) }
             }
         }
         committed = true
@@ -49,7 +52,7 @@ package enum AtomicFile {
     /// Creates `temporary` (never an existing file, never through a link), writes `bytes` with
     /// permissions `mode` and fsyncs it. `target` names the file in errors. The caller has
     /// registered `temporary` and removes it on failure.
-    package static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String) throws {
+    package static func writeNew(_ bytes: [UInt8], at temporary: String, mode: mode_t, for target: String, durable: Bool = true) throws {
         let opened: OwnedDescriptor
         do { opened = try TemporaryFiles.guardedOpen(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) } catch let failure
             as SystemCallFailure
@@ -60,7 +63,7 @@ package enum AtomicFile {
         do {
             _ = try systemCall("fchmod") { fchmod(file.rawValue, mode) }
             try bytes.withUnsafeBytes { raw in try file.write(all: raw) }
-            try file.sync()
+            if durable { try file.sync() }
         } catch let failure as SystemCallFailure {
             throw SignetError.posix(failure, "cannot write", path: target)
         }
@@ -102,6 +105,15 @@ package enum AtomicFile {
             throw SignetError.posix(err, "cannot write", path: to, call: "link")
         }
         unlink(from)
+    }
+
+    /// Makes every file written on `folder`'s filesystem durable in one step (`syncfs`: what a
+    /// batch of ``write(_:to:mode:replace:durable:)`` without `durable` needs once).
+    package static func syncFilesystem(of folder: String) throws {
+        let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SignetError.posix(errno, "cannot open", path: folder, call: "open") }
+        let opened = OwnedDescriptor(adopting: fd)
+        guard signet_syncfs(opened.descriptor.rawValue) == 0 else { throw SignetError.posix(errno, "cannot make durable", path: folder, call: "syncfs") }
     }
 
     /// fsyncs a directory so a rename in it survives a crash. Best effort: some filesystems refuse.

@@ -114,9 +114,10 @@ public struct NoteSignerKey: Sendable {
     /// From a PEM (PKCS#8) Ed25519 private key, under `name`: a log's key, or (`type`
     /// `.cosignatureV1`) a witness's.
     public init(name: String, pem: [UInt8], type: NoteSignatureType = .ed25519) throws {
-        let bio = pem.withUnsafeBytes { BIO_new_mem_buf($0.baseAddress, Int32($0.count)) }
-        defer { BIO_free(bio) }
-        guard let pointer = PEM_read_bio_PrivateKey(bio, nil, nil, nil) else { throw SignetError(.malformedKey, "not a PEM private key") }
+        // The memory BIO reads `pem` in place: only while the buffer is pinned.
+        guard let pointer = try withMemoryBIO(pem, { PEM_read_bio_PrivateKey($0, nil, nil, nil) }) else {
+            throw SignetError(.malformedKey, "not a PEM private key")
+        }
         let key = EVPKey(owning: pointer)
         guard EVP_PKEY_get_base_id(pointer) == EVP_PKEY_ED25519 else {
             throw SignetError(.unsupportedKeyType, "a log's key is Ed25519 (c2sp.org/tlog-checkpoint), not \(key.typeName)")

@@ -97,6 +97,8 @@ public struct TransparencyLog: Sendable {
         for (tilePath, data) in tree.tiles() where Self.changed(tilePath, since: old) {
             try write(tilePath, data)
         }
+        // Every tile durable before a checkpoint can name them (one syncfs for all).
+        try AtomicFile.syncFilesystem(of: path)
         return try Checkpoint(origin: key.name, size: UInt64(tree.size), rootHash: tree.rootHash())
     }
 
@@ -162,7 +164,7 @@ public struct TransparencyLog: Sendable {
     private func write(_ name: String, _ bytes: [UInt8]) throws {
         let full = path + "/" + name
         try Self.makeFolders(AtomicFile.parentDirectory(of: full))
-        try AtomicFile.write(bytes, to: full, mode: 0o644, replace: true)
+        try AtomicFile.write(bytes, to: full, mode: 0o644, replace: true, durable: false)
     }
 
     static func makeFolders(_ folder: String) throws {
