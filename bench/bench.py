@@ -643,7 +643,8 @@ rows["log-verify-1m-3cosig-vs-refused-at-parse"] = dict(target=1.5, prepare="tlo
     signet=lambda r: f"for i in $(seq 20); do {S} log verify {tlog_dir}/proof --policy {tlog_dir}/policy --quiet || exit 1; done",
     peer=lambda r: f"for i in $(seq 20); do {S} log verify {tlog_dir}/not-a-proof --policy {tlog_dir}/policy --quiet 2> /dev/null; done; true",
     report=lambda: dict(proof_bytes=os.path.getsize(f"{tlog_dir}/proof")))
-rows["log-append-10k-vs-go-xmod-tiles+sync"] = dict(target=20.0, prepare="tlog-10k",
+# The issue's number is absolute (10 s): budget_s; the ratio to Go's tiles alone is for scale.
+rows["log-append-10k-vs-go-xmod-tiles+sync"] = dict(target=400.0, budget_s=10.0, prepare="tlog-10k",
     setup=lambda r: f"cp -a {tlog_dir}/repo {out}/s{r}",
     signet=lambda r: f"{S} log append {out}/s{r} --key {tlog_dir}/log.pem --quiet && sync",
     peer=lambda r: f"{tlog_dir}/tlogpeer tiles 10000 {out}/p{r} > /dev/null && sync")
@@ -1079,6 +1080,10 @@ for name in selected:
                         ratio=round(ratio, 3), target=row["target"], met=ratio <= row["target"],
                         signet_peak_rss_mib=round(max(p["signet"][1] for p in pairs), 1),
                         samples=[dict(signet_s=p["signet"][0], peer_s=p["peer"][0], signet_rss_mib=p["signet"][1]) for p in pairs]))
+    if "budget_s" in row:
+        results[-1]["budget_s"] = row["budget_s"]
+        results[-1]["budget_met"] = statistics.median(signet_times) <= row["budget_s"]
+        print(f"  {name}: median {statistics.median(signet_times):.2f} s against a budget of {row['budget_s']} s", flush=True)
     if row.get("floor"):
         # The peer is the same process stopping before the work: what the work costs, per run
         # (`floor` runs per sample).

@@ -9,7 +9,7 @@ extension TUFPackageTarget {
     /// (`.malformedMetadata`): a log line cannot hold it.
     public func logEntry() throws -> [UInt8] { try releaseEntry().bytes }
 
-    /// The entry as a value (``ReleaseEntry``).
+    /// The entry as a value (`ReleaseEntry`, in the crypto layer).
     public func releaseEntry() throws -> ReleaseEntry {
         guard length >= 0 else { throw SignetError(.malformedMetadata, "the release's length \(length) is negative", path: target) }
         do {

@@ -121,6 +121,7 @@ struct Witness: ParsableCommand {
                 if headerEnd == nil, received.count > headerLimit { return text(400, "the request's header is longer than \(headerLimit) bytes") }
             }
             let end = headerEnd!
+            guard end <= headerLimit else { return text(400, "the request's header is longer than \(headerLimit) bytes") }
             let head = String(decoding: received[..<end], as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: false)
             let requestLine = head.first?.split(separator: " ") ?? []
             guard requestLine.count == 3, requestLine[2].hasPrefix("HTTP/1.") else { return text(400, "not an HTTP/1.x request") }

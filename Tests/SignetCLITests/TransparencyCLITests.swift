@@ -176,6 +176,30 @@ struct TransparencyCLITests {
         #expect(
             older.status == 3 && older.stdoutText.contains("older than the one this device holds") && p.installedText() == "release 2\n", "\(older.stdoutText)")
 
+        // A copy on local media (metadata/, targets/ and log/): a new device checks the proof
+        // beside the package there; without it, refused.
+        let stick = work.file("stick/app")
+        try FileManager.default.createDirectory(atPath: stick, withIntermediateDirectories: true)
+        for folder in ["metadata", "targets", "log"] { try FileManager.default.copyItem(atPath: p.repo + "/" + folder, toPath: stick + "/" + folder) }
+        try p.check(CLI.run(["tuf", "init", "--metadata-dir", work.file("stick-device"), p.repo + "/metadata/1.root.json"]))
+        func fromStick() throws -> ProcessResult {
+            try CLI.run(
+                [
+                    "update", "--repository", stick + "/metadata/", "--tuf-metadata", work.file("stick-device"), "--channel", "stable", "--dest",
+                    work.file("stick-app"), "--json"
+                ])
+        }
+        let stickProof = try #require(try FileManager.default.contentsOfDirectory(atPath: stick + "/targets").first { $0.hasSuffix("app-4.zip.tlog-proof") })
+        let stickProofBytes = try Data(contentsOf: URL(fileURLWithPath: stick + "/targets/" + stickProof))
+        try FileManager.default.removeItem(atPath: stick + "/targets/" + stickProof)
+        let noStickProof = try fromStick()
+        #expect(noStickProof.status == 3 && !FileManager.default.fileExists(atPath: work.file("stick-app/a.txt")), "\(noStickProof.stdoutText)")
+        try stickProofBytes.write(to: URL(fileURLWithPath: stick + "/targets/" + stickProof))
+        let stickInstall = try fromStick()
+        #expect(
+            stickInstall.status == 0 && (try? String(contentsOfFile: work.file("stick-app/a.txt"), encoding: .utf8)) == "release 4\n",
+            "\(stickInstall.stdoutText) \(stickInstall.stderr)")
+
         // unpack of a package URL or file under the same policy: the proof beside it carries
         // the release's entry, to which the install is bound.
         let packageFour = try #require(try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix("app-4.zip") })
@@ -279,6 +303,32 @@ struct TransparencyCLITests {
         #expect(ran.stdoutText.contains("every release of this repository's packages is listed"), "\(ran.stdoutText)")
         let proof = try FileManager.default.contentsOfDirectory(atPath: p.repo + "/targets").first { $0.hasSuffix(".tlog-proof") }
         #expect(proof != nil)
+    }
+
+    @Test("the witness answers hostile HTTP clients with the status each deserves, or ends the connection, and then still cosigns")
+    func hostile() throws {
+        let work = try TemporaryDirectory()
+        let logKey = "\(Self.fixtures)/log.pem"
+        let logVKey = try CLI.run(["log", "vkey", logKey, "--name", "example.com/app-log"]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let witness = try RunningWitness(1, log: logVKey, work: work)
+        defer { witness.process.stop() }
+        let port = try #require(witness.line.split(separator: ":").last.map(String.init))
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/witness_hostile.py").path
+        let ran = try SignetTestSupport.run("python3", [script, port, logKey])
+        #expect(ran.status == 0, "\(ran.stderr)")
+        var answers: [String: String] = [:]
+        for line in ran.stdoutText.split(separator: "\n") {
+            guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], let name = object["case"] as? String else { continue }
+            answers[name] = "\(object["answer"] ?? "")"
+        }
+        let expected = [
+            "get": "405", "other path": "404", "not http": "400", "header over 16 KiB": "400", "no content-length": "411", "chunked": "411",
+            "two content-lengths": "400", "negative length": "400", "huge length": "400", "body over 64 KiB": "413", "short body": "closed",
+            "body not a request": "400", "old with a sign": "400", "unknown log": "404", "signature by nobody": "403", "empty": "closed",
+            "well-formed": "200"
+        ]
+        #expect(answers == expected, "\(ran.stdoutText)")
+        #expect(witness.process.running)
     }
 
     /// A TCP port nothing listens on now (bound, read, closed).
