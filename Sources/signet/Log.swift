@@ -40,8 +40,10 @@ struct Log: ParsableCommand {
         return try NoteSignerKey(name: log.key.name, pem: pem, type: type)
     }
 
-    /// A policy file read and parsed.
-    static func policy(_ path: String) throws -> TransparencyPolicy {
+    /// A policy file read and parsed; on a device (`option` names it) first checked as a trust
+    /// input: owned by root or this user, writable by no one else.
+    static func policy(_ path: String, deviceOption option: String? = nil) throws -> TransparencyPolicy {
+        if let option { try TrustedInput.check(path, what: option) }
         let text = try InputFile.open(path, what: "the policy", followSymlinks: true).readAll(limit: 1 << 20, what: "the policy")
         return try TransparencyPolicy(text: String(decoding: text, as: UTF8.self))
     }

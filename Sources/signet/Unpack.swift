@@ -230,10 +230,8 @@ struct Unpack: ParsableCommand {
         options.stateFile = state
         options.decryptionKey = try decryption.load()
         if let tlogPolicy {
-            try TrustedInput.check(tlogPolicy, what: "--tlog-policy")
-            let text = try InputFile.open(tlogPolicy, what: "the transparency policy").readAll(limit: 1 << 20, what: "the transparency policy")
             options.transparency = TransparencyRequirement(
-                policy: try TransparencyPolicy(text: String(decoding: text, as: UTF8.self)), stateDirectory: tlogState ?? "/var/lib/signet/tlog",
+                policy: try Log.policy(tlogPolicy, deviceOption: "--tlog-policy"), stateDirectory: tlogState ?? "/var/lib/signet/tlog",
                 download: try tls.options(trust: trust))
         } else if tlogState != nil {
             throw ValidationError("--tlog-state goes with --tlog-policy FILE")

@@ -288,12 +288,8 @@ extension Update {
         options.ignoreRollout = ignoreRollout
         options.hold = hold
         options.versionLock = try versionLock.map(VersionLock.init)
-        if let tlogPolicy {
-            // A policy decides what installs: owned by root or this user, writable by no other.
-            try TrustedInput.check(tlogPolicy, what: "--tlog-policy")
-            let text = try InputFile.open(tlogPolicy, what: "the transparency policy").readAll(limit: 1 << 20, what: "the transparency policy")
-            options.transparencyPolicy = try TransparencyPolicy(text: String(decoding: text, as: UTF8.self))
-        }
+        // A policy decides what installs: a trust input.
+        options.transparencyPolicy = try tlogPolicy.map { try Log.policy($0, deviceOption: "--tlog-policy") }
         if let events = Events.current { options.onRelease = { events.release($0) } }
         try applyInstallOptions(to: &options.install)
         let download = try downloadOptions()

@@ -125,10 +125,16 @@ struct TransparencyCLITests {
         let otherEntry = try work.write("entry", Data("signet.release/v1\nname app\n".utf8))
         #expect(try CLI.run(["log", "verify", try proofPath(2), "--policy", policy, "--entry", otherEntry]).status == 3)
         func refusedUpdate(_ why: String, _ extra: [String] = [], file: String = #filePath, line: Int = #line) throws {
+            let offset = p.server.accessLogSize
             let ran = try update(extra)
+            let location = SourceLocation(fileID: #fileID, filePath: file, line: line, column: 1)
             #expect(
                 ran.status == 3 && ran.stdoutText.contains("not-logged") && p.installedText() == "release 1\n",
-                "\(why): \(ran.status) \(ran.stdoutText) \(ran.stderr)", sourceLocation: SourceLocation(fileID: #fileID, filePath: file, line: line, column: 1))
+                "\(why): \(ran.status) \(ran.stdoutText) \(ran.stderr)", sourceLocation: location)
+            // Before anything of the release is fetched: its proof and the log's tiles only.
+            let fetched = String(decoding: try Data(contentsOf: URL(fileURLWithPath: p.server.accessLog)).dropFirst(offset), as: UTF8.self)
+                .split(separator: "\n").filter { $0.contains("/tlog/targets/") && !$0.contains(".tlog-proof ") }
+            #expect(fetched.isEmpty, "\(why): a package was fetched: \(fetched)", sourceLocation: location)
         }
         // No proof; release 1's proof where release 2's is (a leaf that is not the verified release).
         let proofTwo = try proofPath(2)
