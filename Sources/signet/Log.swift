@@ -157,7 +157,7 @@ struct Log: ParsableCommand {
                 """,
             discussion: """
                 The new checkpoint is sent to the policy's witnesses in order until its quorum \
-                has cosigned it; only then is it published (else exit 6 and nothing changes for \
+                has cosigned it; only then is it published (else exit 3 and nothing changes for \
                 readers). Each listed release's proof is then written beside its package. `repo \
                 refresh` refuses a targets version with a release the log does not hold.
                 """)
