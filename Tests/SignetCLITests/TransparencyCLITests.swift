@@ -173,6 +173,7 @@ struct TransparencyCLITests {
         _ = try release(5, channel: "beta")
         try p.check(CLI.run(["log", "append", p.repo, "--key", logKey]))
         try p.check(CLI.run(refreshArguments))
+        let proofFourAtFive = try Data(contentsOf: URL(fileURLWithPath: try proofPath(4)))
         try proofAtFour.write(to: URL(fileURLWithPath: try proofPath(4)))
         let stored = p.metadata + "/tlog-\(stateName.prefix(16)).checkpoint"
         #expect(FileManager.default.fileExists(atPath: stored))
@@ -205,6 +206,16 @@ struct TransparencyCLITests {
         #expect(
             stickInstall.status == 0 && (try? String(contentsOfFile: work.file("stick-app/a.txt"), encoding: .utf8)) == "release 4\n",
             "\(stickInstall.stdoutText) \(stickInstall.stderr)")
+        // The device now keeps checkpoint 4; the stick's proof at 5 must extend it, read from
+        // the stick's own tiles (another DIR, the same device metadata).
+        try proofFourAtFive.write(to: URL(fileURLWithPath: stick + "/targets/" + stickProof))
+        let extended = try CLI.run(
+            [
+                "update", "--repository", stick + "/metadata/", "--tuf-metadata", work.file("stick-device"), "--channel", "stable", "--dest",
+                work.file("stick-app-2"), "--json"
+            ])
+        let extendedReport = try JSONSerialization.jsonObject(with: extended.stdout) as? [String: Any]
+        #expect(extended.status == 0 && extendedReport?["log_size"] as? Int == 5, "\(extended.stdoutText) \(extended.stderr)")
 
         // unpack of a package URL or file under the same policy: the proof beside it carries
         // the release's entry, to which the install is bound.
